@@ -1,0 +1,447 @@
+// Tensor — the dense CPU tensor under every DTensor shard.
+//
+// A Tensor is a view (shape, strides, offset, dtype) onto a shared, reference-
+// counted Storage: copying a Tensor or taking a view (transpose, narrow, view,
+// expand, ...) never copies data, so mutations through one view are seen by
+// all. Ops return new tensors; in-place ops end in '_' (add_, fill_).
+// Semantics follow PyTorch: broadcasting, type promotion (bool < int64 <
+// float32 < float64; int / int is true division), torch.chunk chunking,
+// reductions with keepdim. Shapes have at most kMaxDims dims so that shapes
+// and strides live inline (no heap allocation for metadata).
+//
+// Thread safety: a Tensor may be read from several threads; writes to shared
+// storage must be synchronised by the caller.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "dtensor/error.h"
+
+namespace dtensor {
+
+// The maximum number of dims of a tensor (and of a device mesh).
+inline constexpr int kMaxDims = 8;
+
+// A small inline vector of int64 used for shapes, strides and dim lists.
+// Never allocates; holds at most kMaxDims values.
+class DimVector {
+ public:
+  DimVector() = default;
+  DimVector(std::initializer_list<int64_t> values) { assign(values.begin(), values.end()); }
+  explicit DimVector(const std::vector<int64_t>& values) { assign(values.begin(), values.end()); }
+  // n copies of value.
+  DimVector(size_t n, int64_t value);
+
+  template <class It>
+  void assign(It first, It last) {
+    size_ = 0;
+    for (; first != last; ++first) push_back(static_cast<int64_t>(*first));
+  }
+  void push_back(int64_t v) {
+    DT_CHECK(size_ < kMaxDims, "too many dims: at most ", kMaxDims, " are supported");
+    data_[size_++] = v;
+  }
+  void pop_back() { --size_; }
+  void insert(size_t pos, int64_t v);
+  void erase(size_t pos);
+  void resize(size_t n, int64_t value = 0);
+  void clear() { size_ = 0; }
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  int64_t& operator[](size_t i) { return data_[i]; }
+  int64_t operator[](size_t i) const { return data_[i]; }
+  int64_t& back() { return data_[size_ - 1]; }
+  int64_t back() const { return data_[size_ - 1]; }
+  int64_t* data() { return data_; }
+  const int64_t* data() const { return data_; }
+  int64_t* begin() { return data_; }
+  int64_t* end() { return data_ + size_; }
+  const int64_t* begin() const { return data_; }
+  const int64_t* end() const { return data_ + size_; }
+
+  // Product of the values (1 when empty).
+  int64_t product() const;
+  std::vector<int64_t> vec() const { return std::vector<int64_t>(begin(), end()); }
+
+  friend bool operator==(const DimVector& a, const DimVector& b);
+  friend bool operator!=(const DimVector& a, const DimVector& b) { return !(a == b); }
+
+ private:
+  int64_t data_[kMaxDims] = {};
+  uint8_t size_ = 0;
+};
+
+using Shape = DimVector;
+
+// "[2, 3]"
+std::string to_string(const DimVector& v);
+std::ostream& operator<<(std::ostream& os, const DimVector& v);
+
+// Element types, ordered by promotion rank: the common type of two tensors is
+// the larger of the two.
+enum class DType : uint8_t { Bool = 0, Int64 = 1, Float32 = 2, Float64 = 3 };
+
+size_t itemsize(DType dtype);
+bool is_floating(DType dtype);
+// "float32", "float64", "int64", "bool".
+const char* dtype_name(DType dtype);
+// "f32", "f64", "i64", "bool" (the form the CLI uses).
+const char* dtype_short_name(DType dtype);
+// Accepts both forms above (and "float", "double", "long"); throws on others.
+DType parse_dtype(const std::string& text);
+std::ostream& operator<<(std::ostream& os, DType dtype);
+DType promote_types(DType a, DType b);
+
+// The C++ type of each dtype and back.
+template <class T> struct dtype_of;
+template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
+template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; };
+template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
+template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
+
+// A number passed to an op next to tensors (x + 2, full(shape, 0.5)).
+// Remembers whether it was written as bool, integer or floating point, which
+// matters for promotion: an int64 tensor + 2 stays int64, + 2.5 is float32.
+class Scalar {
+ public:
+  enum class Kind : uint8_t { Bool, Int, Float };
+  Scalar(bool v) : kind_(Kind::Bool), i_(v), d_(v) {}
+  template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+  Scalar(T v) : kind_(Kind::Int), i_(static_cast<int64_t>(v)), d_(static_cast<double>(v)) {}
+  template <class T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
+  Scalar(T v) : kind_(Kind::Float), i_(static_cast<int64_t>(v)), d_(static_cast<double>(v)) {}
+
+  Kind kind() const { return kind_; }
+  bool is_floating() const { return kind_ == Kind::Float; }
+  double to_double() const { return d_; }
+  int64_t to_int() const { return i_; }
+  template <class T> T to() const {
+    if constexpr (std::is_floating_point_v<T>) return static_cast<T>(d_);
+    else if constexpr (std::is_same_v<T, bool>) return kind_ == Kind::Float ? d_ != 0.0 : i_ != 0;
+    else return kind_ == Kind::Float ? static_cast<T>(d_) : static_cast<T>(i_);
+  }
+  // The dtype of `tensor_dtype op scalar` (the tensor's dtype unless the
+  // scalar is of a higher kind: bool tensor + 2 -> int64, int64 + 2.5 -> float32).
+  DType result_type(DType tensor_dtype) const;
+
+ private:
+  Kind kind_;
+  int64_t i_;
+  double d_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Scalar& s);
+
+// Reference-counted, 64-byte aligned, uninitialised memory.
+class Storage {
+ public:
+  explicit Storage(size_t nbytes);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data() const { return data_; }
+  size_t nbytes() const { return nbytes_; }
+
+ private:
+  void* data_;
+  size_t nbytes_;
+};
+
+class Tensor {
+ public:
+  // An undefined tensor (defined() is false); used for "no bias" and the like.
+  Tensor() = default;
+  // A view onto existing storage. REQUIRES: the view stays inside storage.
+  Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape, const Shape& strides,
+         int64_t storage_offset);
+
+  // ---- creation -----------------------------------------------------------
+  // Uninitialised memory, contiguous.
+  static Tensor empty(const Shape& shape, DType dtype = DType::Float32);
+  static Tensor zeros(const Shape& shape, DType dtype = DType::Float32);
+  static Tensor ones(const Shape& shape, DType dtype = DType::Float32);
+  static Tensor full(const Shape& shape, Scalar value, DType dtype = DType::Float32);
+  // 0-d tensor holding value, of the scalar's natural dtype unless given.
+  static Tensor scalar(Scalar value, std::optional<DType> dtype = std::nullopt);
+  // [0, end) and [start, end) by step; int64 unless a dtype is given.
+  static Tensor arange(int64_t end, DType dtype = DType::Int64);
+  static Tensor arange(double start, double end, double step = 1, DType dtype = DType::Int64);
+  // Copies values into a new contiguous tensor of the given shape (1-d when
+  // no shape is given). REQUIRES: shape.product() == values.size().
+  static Tensor from_vector(const std::vector<float>& values, std::optional<Shape> shape = {});
+  static Tensor from_vector(const std::vector<double>& values, std::optional<Shape> shape = {});
+  static Tensor from_vector(const std::vector<int64_t>& values, std::optional<Shape> shape = {});
+  static Tensor from_vector(const std::vector<bool>& values, std::optional<Shape> shape = {});
+  // Counter-based random numbers: element i (row-major) of a tensor made with
+  // seed s and offset o is a pure function of (s, o + i, dtype), whatever the
+  // shape, so any sub-range of a big random tensor can be made on its own.
+  // rand: uniform in [0, 1); randn: standard normal; randint: uniform
+  // integers in [low, high).
+  static Tensor rand(const Shape& shape, uint64_t seed, uint64_t offset = 0,
+                     DType dtype = DType::Float32);
+  static Tensor randn(const Shape& shape, uint64_t seed, uint64_t offset = 0,
+                      DType dtype = DType::Float32);
+  static Tensor randint(int64_t low, int64_t high, const Shape& shape, uint64_t seed,
+                        uint64_t offset = 0);
+
+  // ---- metadata -----------------------------------------------------------
+  bool defined() const { return storage_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  const Shape& strides() const { return strides_; }
+  int64_t dim() const { return static_cast<int64_t>(shape_.size()); }
+  // Size / stride of dim d; negative d counts from the end.
+  int64_t size(int64_t d) const;
+  int64_t stride(int64_t d) const;
+  int64_t numel() const { return shape_.product(); }
+  size_t itemsize() const { return dtensor::itemsize(dtype_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * itemsize(); }
+  int64_t storage_offset() const { return offset_; }
+  bool is_contiguous() const;
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+
+  // Pointer to the first element. REQUIRES: T matches dtype().
+  template <class T> T* data_ptr() const {
+    DT_CHECK(dtype_of<T>::value == dtype_, "data_ptr: tensor has dtype ", dtype_,
+             ", asked for ", dtype_of<T>::value);
+    return static_cast<T*>(raw_data());
+  }
+  void* raw_data() const;
+
+  // The elements in row-major order, converted to T.
+  template <class T> std::vector<T> to_vector() const;
+  // The single element of a one-element tensor, converted to T.
+  template <class T = double> T item() const;
+
+  // ---- views (never copy) ---------------------------------------------------
+  // view: same elements, new shape (one size may be -1). Throws when the
+  // strides cannot express it; reshape copies in that case.
+  Tensor view(const Shape& shape) const;
+  Tensor reshape(const Shape& shape) const;
+  Tensor permute(const DimVector& dims) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  // 2-d transpose. REQUIRES: dim() <= 2.
+  Tensor t() const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  // Python-style slice [start:end:step] on one dim; start/end are clamped.
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  // Broadcast to shape (size-1 dims grow with stride 0; -1 keeps a size).
+  Tensor expand(const Shape& shape) const;
+  // torch.chunk: chunk size ceil(L / n); trailing chunks may be short, and
+  // fewer than n chunks come back when the length runs out.
+  std::vector<Tensor> chunk(int64_t n, int64_t dim = 0) const;
+  // torch.split: pieces of split_size (the last may be shorter).
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
+  std::vector<Tensor> split_with_sizes(const std::vector<int64_t>& sizes, int64_t dim = 0) const;
+
+  // ---- copies ---------------------------------------------------------------
+  // Self when already contiguous, else a contiguous copy.
+  Tensor contiguous() const;
+  Tensor clone() const;
+  // Converted copy (self when the dtype already matches).
+  Tensor to(DType dtype) const;
+
+  // ---- in place -------------------------------------------------------------
+  Tensor& fill_(Scalar value);
+  Tensor& zero_() { return fill_(0); }
+  // Copies src (broadcast to this shape, converted to this dtype) into self.
+  Tensor& copy_(const Tensor& src);
+  Tensor& add_(const Tensor& other);
+  Tensor& add_(Scalar other);
+  Tensor& sub_(const Tensor& other);
+  Tensor& sub_(Scalar other);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(Scalar other);
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(Scalar other);
+  Tensor& relu_();
+  Tensor& masked_fill_(const Tensor& mask, Scalar value);
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  Shape shape_;
+  Shape strides_;
+  int64_t offset_ = 0;
+  DType dtype_ = DType::Float32;
+};
+
+// Contiguous (row-major) strides of a shape.
+Shape contiguous_strides(const Shape& shape);
+// The broadcast shape of a and b (numpy rules); throws naming both.
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+// Normalises a possibly negative dim against ndim; throws naming `op`.
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op);
+
+// ---- creation like another tensor ---------------------------------------------
+Tensor empty_like(const Tensor& x);
+Tensor zeros_like(const Tensor& x);
+Tensor ones_like(const Tensor& x);
+Tensor full_like(const Tensor& x, Scalar value);
+
+// ---- elementwise (broadcasting, type promotion) -------------------------------
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, Scalar b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, Scalar b);
+Tensor sub(Scalar a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, Scalar b);
+// True division: integer inputs give float32.
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, Scalar b);
+Tensor div(Scalar a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, Scalar exponent);
+
+// Unary math; integer/bool inputs give float32 for the transcendental ones.
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+enum class GeluApprox { None, Tanh };
+Tensor gelu(const Tensor& x, GeluApprox approximate = GeluApprox::None);
+
+// Comparisons give bool tensors.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, Scalar b);
+Tensor ne(const Tensor& a, Scalar b);
+Tensor lt(const Tensor& a, Scalar b);
+Tensor le(const Tensor& a, Scalar b);
+Tensor gt(const Tensor& a, Scalar b);
+Tensor ge(const Tensor& a, Scalar b);
+
+// cond ? a : b elementwise (all three broadcast). REQUIRES: cond is bool.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
+// x with value wherever mask (bool, broadcast to x) is true.
+Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, Scalar b);
+Tensor operator-(const Tensor& a, Scalar b);
+Tensor operator*(const Tensor& a, Scalar b);
+Tensor operator/(const Tensor& a, Scalar b);
+Tensor operator+(Scalar a, const Tensor& b);
+Tensor operator-(Scalar a, const Tensor& b);
+Tensor operator*(Scalar a, const Tensor& b);
+Tensor operator/(Scalar a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor& operator+=(Tensor& a, const Tensor& b);
+Tensor& operator-=(Tensor& a, const Tensor& b);
+Tensor& operator*=(Tensor& a, const Tensor& b);
+Tensor& operator/=(Tensor& a, const Tensor& b);
+Tensor& operator+=(Tensor& a, Scalar b);
+Tensor& operator-=(Tensor& a, Scalar b);
+Tensor& operator*=(Tensor& a, Scalar b);
+Tensor& operator/=(Tensor& a, Scalar b);
+
+// ---- reductions -----------------------------------------------------------------
+// `dims` lists the dims to reduce (negative allowed, no repeats); an empty
+// list reduces every dim. keepdim keeps reduced dims with size 1.
+// sum/prod of bool or int64 give int64; mean and var need a floating dtype.
+// Floating sums accumulate in double, so float32 results are as exact as
+// float32 allows whatever the reduction order.
+Tensor sum(const Tensor& x, const DimVector& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const DimVector& dims = {}, bool keepdim = false);
+Tensor prod(const Tensor& x, const DimVector& dims = {}, bool keepdim = false);
+// amax/amin propagate NaN. REQUIRES: every reduced dim is non-empty.
+Tensor amax(const Tensor& x, const DimVector& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, const DimVector& dims = {}, bool keepdim = false);
+// Variance with Bessel-style correction (divides by N - correction).
+Tensor var(const Tensor& x, const DimVector& dims = {}, int64_t correction = 1,
+           bool keepdim = false);
+// Index (int64) of the first maximum/minimum along dim; without a dim, the
+// index into the flattened tensor.
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+
+// ---- linear algebra (OpenBLAS for float32/float64, exact loops for int64) -------
+// (n,k) @ (k,m) -> (n,m)
+Tensor mm(const Tensor& a, const Tensor& b);
+// (B,n,k) @ (B,k,m) -> (B,n,m)
+Tensor bmm(const Tensor& a, const Tensor& b);
+// torch.matmul: 1-d/2-d/batched with broadcast batch dims.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// beta * bias + alpha * (a @ b), bias broadcast to (n,m).
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta = 1,
+             Scalar alpha = 1);
+// beta * bias + alpha * bmm(a, b), bias broadcast to (B,n,m).
+Tensor baddbmm(const Tensor& bias, const Tensor& a, const Tensor& b, Scalar beta = 1,
+               Scalar alpha = 1);
+// x @ weight^T + bias; weight is (out, in); bias may be undefined.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// ---- neural-network math ----------------------------------------------------------
+// Numerically stable (max-subtracted) softmax / log-softmax along dim.
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+// Normalises over the trailing dims given by normalized_shape (biased
+// variance); weight and bias (of normalized_shape) may be undefined.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+// x / sqrt(mean(x^2) + eps) * weight over the trailing dims; eps defaults to
+// the dtype's machine epsilon as in PyTorch.
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                std::optional<double> eps = std::nullopt);
+enum class Reduction { None, Mean, Sum };
+// input (N,C) or (C) or (N,C,d1,...) of log-probabilities; target int64 class
+// indices of shape (N) / () / (N,d1,...). Targets equal to ignore_index
+// contribute nothing (and are not counted by Mean).
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::Mean,
+                int64_t ignore_index = -100);
+// nll_loss(log_softmax(logits, class dim), target).
+Tensor cross_entropy(const Tensor& logits, const Tensor& target,
+                     Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
+
+// ---- joining and indexing -----------------------------------------------------------
+// REQUIRES: same dtype-promotable tensors whose shapes agree except on dim.
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// Rows of x along dim picked by a 1-d int64 index.
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+// weight[indices]: (V, D) table and int64 indices of any shape -> indices.shape + (D).
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+
+// ---- comparison helpers ---------------------------------------------------------------
+// Same shape and every element equal (after promotion).
+bool equal(const Tensor& a, const Tensor& b);
+// Same shape (after broadcasting) and |a - b| <= atol + rtol * |b| everywhere.
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
+              bool equal_nan = false);
+// max |a - b| over broadcast elements (0 for empty tensors), as double.
+double max_abs_diff(const Tensor& a, const Tensor& b);
+
+// "tensor([[1, 2], [3, 4]], shape=[2, 2], dtype=int64)"; big tensors show
+// their first and last three entries per dim with "..." between.
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+std::string to_string(const Tensor& t);
+
+}  // namespace dtensor
