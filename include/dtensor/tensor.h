@@ -241,8 +241,9 @@ class Tensor {
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
   // Broadcast to shape (size-1 dims grow with stride 0; -1 keeps a size).
   Tensor expand(const Shape& shape) const;
-  // torch.chunk: chunk size ceil(L / n); trailing chunks may be short, and
-  // fewer than n chunks come back when the length runs out.
+  // Exactly n pieces of ceil(L / n) along dim; trailing pieces may be short
+  // or empty (L=2, n=4 -> 1,1,0,0). This is torch.chunk padded with empty
+  // chunks to n, the way DTensor shards a dim: piece r is rank r's shard.
   std::vector<Tensor> chunk(int64_t n, int64_t dim = 0) const;
   // torch.split: pieces of split_size (the last may be shorter).
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;

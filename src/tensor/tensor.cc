@@ -1,0 +1,338 @@
+// Tensor basics: storage, metadata, creation, conversion, copy and printing.
+#include "dtensor/tensor.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "tensor/dispatch.h"
+#include "tensor/loops.h"
+
+namespace dtensor {
+
+// ---- Storage ------------------------------------------------------------------
+
+Storage::Storage(size_t nbytes) : data_(nullptr), nbytes_(nbytes) {
+  // 64-byte alignment suits AVX-512 loads and cache lines; aligned_alloc
+  // needs a size that is a multiple of the alignment.
+  const size_t rounded = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
+  data_ = std::aligned_alloc(64, rounded);
+  if (data_ == nullptr) DT_THROW("out of memory allocating ", nbytes, " bytes");
+}
+
+Storage::~Storage() { std::free(data_); }
+
+// ---- shape helpers -------------------------------------------------------------
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size(), 1);
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<int64_t>(shape[i], 1);
+  }
+  return strides;
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b) {
+  const size_t n = std::max(a.size(), b.size());
+  Shape out(n, 1);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    DT_CHECK(da == db || da == 1 || db == 1, "shapes ", a, " and ", b,
+             " cannot be broadcast (dim ", static_cast<int64_t>(i) - static_cast<int64_t>(n), ": ",
+             da, " vs ", db, ")");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
+  // A 0-d tensor accepts dim 0 / -1 as PyTorch does.
+  const int64_t n = std::max<int64_t>(ndim, 1);
+  DT_CHECK(dim >= -n && dim < n, op, ": dim ", dim, " out of range for a ", ndim,
+           "-d tensor (expected ", -n, " <= dim < ", n, ")");
+  return dim < 0 ? dim + n : dim;
+}
+
+// ---- Tensor --------------------------------------------------------------------
+
+Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape,
+               const Shape& strides, int64_t storage_offset)
+    : storage_(std::move(storage)), shape_(shape), strides_(strides), offset_(storage_offset),
+      dtype_(dtype) {
+  DT_CHECK(shape.size() == strides.size(), "Tensor: shape ", shape, " and strides ", strides,
+           " differ in length");
+  for (int64_t s : shape) DT_CHECK(s >= 0, "Tensor: negative size in shape ", shape);
+}
+
+int64_t Tensor::size(int64_t d) const { return shape_[wrap_dim(d, dim(), "size")]; }
+
+int64_t Tensor::stride(int64_t d) const { return strides_[wrap_dim(d, dim(), "stride")]; }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (size_t i = shape_.size(); i-- > 0;) {
+    if (shape_[i] == 1) continue;
+    if (shape_[i] == 0) return true;
+    if (strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+void* Tensor::raw_data() const {
+  DT_CHECK(defined(), "data access on an undefined tensor");
+  return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(itemsize());
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  for (int64_t s : shape) DT_CHECK(s >= 0, "empty: negative size in shape ", shape);
+  const size_t n = static_cast<size_t>(shape.product());
+  return Tensor(std::make_shared<Storage>(n * dtensor::itemsize(dtype)), dtype, shape,
+                contiguous_strides(shape), 0);
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  std::memset(t.raw_data(), 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::ones(const Shape& shape, DType dtype) { return full(shape, 1, dtype); }
+
+Tensor Tensor::full(const Shape& shape, Scalar value, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  t.fill_(value);
+  return t;
+}
+
+Tensor Tensor::scalar(Scalar value, std::optional<DType> dtype) {
+  DType d = dtype ? *dtype
+                  : value.kind() == Scalar::Kind::Bool ? DType::Bool
+                  : value.kind() == Scalar::Kind::Int  ? DType::Int64
+                                                       : DType::Float32;
+  return full({}, value, d);
+}
+
+Tensor Tensor::arange(int64_t end, DType dtype) { return arange(0, static_cast<double>(end), 1, dtype); }
+
+Tensor Tensor::arange(double start, double end, double step, DType dtype) {
+  DT_CHECK(step != 0, "arange: step must be nonzero");
+  DT_CHECK(std::isfinite(start) && std::isfinite(end), "arange: start and end must be finite, got ",
+           start, " and ", end);
+  DT_CHECK(dtype != DType::Bool, "arange: bool dtype is not supported");
+  const double span = (end - start) / step;
+  const int64_t n = span > 0 ? static_cast<int64_t>(std::ceil(span)) : 0;
+  Tensor t = empty({n}, dtype);
+  detail::dispatch_numeric(dtype, "arange", [&]<class T>() {
+    T* p = t.data_ptr<T>();
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(start + static_cast<double>(i) * step);
+  });
+  return t;
+}
+
+namespace {
+template <class T, class V>
+Tensor from_values(const V& values, const std::optional<Shape>& shape) {
+  Shape s = shape ? *shape : Shape{static_cast<int64_t>(values.size())};
+  DT_CHECK(s.product() == static_cast<int64_t>(values.size()), "from_vector: ", values.size(),
+           " values do not fill shape ", s, " (", s.product(), " elements)");
+  Tensor t = Tensor::empty(s, dtype_of<T>::value);
+  T* p = t.data_ptr<T>();
+  for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<T>(values[i]);
+  return t;
+}
+}  // namespace
+
+Tensor Tensor::from_vector(const std::vector<float>& v, std::optional<Shape> s) {
+  return from_values<float>(v, s);
+}
+Tensor Tensor::from_vector(const std::vector<double>& v, std::optional<Shape> s) {
+  return from_values<double>(v, s);
+}
+Tensor Tensor::from_vector(const std::vector<int64_t>& v, std::optional<Shape> s) {
+  return from_values<int64_t>(v, s);
+}
+Tensor Tensor::from_vector(const std::vector<bool>& v, std::optional<Shape> s) {
+  return from_values<bool>(v, s);
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = to(dtype_of<T>::value).contiguous();
+  const T* p = c.data_ptr<T>();
+  return std::vector<T>(p, p + c.numel());
+}
+template std::vector<bool> Tensor::to_vector<bool>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+
+template <class T>
+T Tensor::item() const {
+  DT_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ", shape_);
+  return detail::dispatch_all(dtype_, "item", [&]<class U>() {
+    return static_cast<T>(*static_cast<const U*>(raw_data()));
+  });
+}
+template bool Tensor::item<bool>() const;
+template int64_t Tensor::item<int64_t>() const;
+template float Tensor::item<float>() const;
+template double Tensor::item<double>() const;
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(shape_, dtype_);
+  out.copy_(*this);
+  return out;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  if (dtype == dtype_) return *this;
+  Tensor out = empty(shape_, dtype);
+  out.copy_(*this);
+  return out;
+}
+
+Tensor& Tensor::fill_(Scalar value) {
+  detail::dispatch_all(dtype_, "fill_", [&]<class T>() {
+    const T v = value.to<T>();
+    detail::StridedOperands<1> ops;
+    detail::set_operand(ops, 0, *this, shape_);
+    detail::for_each_strided(shape_, ops, [v](std::array<char*, 1>& p, int64_t n,
+                                               const std::array<int64_t, 1>& st) {
+      char* q = p[0];
+      for (int64_t i = 0; i < n; ++i, q += st[0]) *reinterpret_cast<T*>(q) = v;
+    });
+  });
+  return *this;
+}
+
+namespace {
+template <class D, class S>
+void copy_kernel(std::array<char*, 2>& p, int64_t n, const std::array<int64_t, 2>& st) {
+  if (st[0] == sizeof(D) && st[1] == sizeof(S)) {
+    D* __restrict d = reinterpret_cast<D*>(p[0]);
+    const S* __restrict s = reinterpret_cast<const S*>(p[1]);
+    for (int64_t i = 0; i < n; ++i) {
+      if constexpr (std::is_same_v<D, bool>) d[i] = s[i] != S(0);
+      else d[i] = static_cast<D>(s[i]);
+    }
+    return;
+  }
+  char* d = p[0];
+  const char* s = p[1];
+  for (int64_t i = 0; i < n; ++i, d += st[0], s += st[1]) {
+    const S v = *reinterpret_cast<const S*>(s);
+    if constexpr (std::is_same_v<D, bool>) *reinterpret_cast<D*>(d) = v != S(0);
+    else *reinterpret_cast<D*>(d) = static_cast<D>(v);
+  }
+}
+}  // namespace
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  DT_CHECK(defined() && src.defined(), "copy_: undefined tensor");
+  Shape b;
+  try {
+    b = broadcast_shapes(src.shape_, shape_);
+  } catch (const Error& e) {
+    DT_THROW("copy_: source ", src.shape_, " cannot be broadcast to destination ", shape_);
+  }
+  DT_CHECK(b == shape_, "copy_: source ", src.shape_, " cannot be broadcast to destination ",
+           shape_);
+  if (numel() == 0) return *this;
+  if (dtype_ == src.dtype_ && shape_ == src.shape_ && is_contiguous() && src.is_contiguous()) {
+    std::memmove(raw_data(), src.raw_data(), nbytes());
+    return *this;
+  }
+  detail::StridedOperands<2> ops;
+  detail::set_operand(ops, 0, *this, shape_);
+  detail::set_operand(ops, 1, src, shape_);
+  detail::dispatch_all(dtype_, "copy_", [&]<class D>() {
+    detail::dispatch_all(src.dtype_, "copy_", [&]<class S>() {
+      detail::for_each_strided(shape_, ops, copy_kernel<D, S>);
+    });
+  });
+  return *this;
+}
+
+Tensor empty_like(const Tensor& x) { return Tensor::empty(x.shape(), x.dtype()); }
+Tensor zeros_like(const Tensor& x) { return Tensor::zeros(x.shape(), x.dtype()); }
+Tensor ones_like(const Tensor& x) { return Tensor::ones(x.shape(), x.dtype()); }
+Tensor full_like(const Tensor& x, Scalar value) { return Tensor::full(x.shape(), value, x.dtype()); }
+
+// ---- printing ----------------------------------------------------------------------
+
+namespace {
+
+constexpr int64_t kSummarizeAbove = 1000;  // elements; PyTorch's threshold
+constexpr int64_t kEdgeItems = 3;
+
+template <class T>
+void print_value(std::ostream& os, T v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    os << (v ? "True" : "False");
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(v)) os << "nan";
+    else if (std::isinf(v)) os << (v > 0 ? "inf" : "-inf");
+    else os << std::setprecision(4) << static_cast<double>(v);
+  } else {
+    os << v;
+  }
+}
+
+template <class T>
+void print_rec(std::ostream& os, const Tensor& t, size_t d, const char* p, bool summarize,
+               int indent) {
+  if (d == t.shape().size()) {
+    print_value(os, *reinterpret_cast<const T*>(p));
+    return;
+  }
+  const int64_t n = t.shape()[d];
+  const int64_t step = t.strides()[d] * static_cast<int64_t>(sizeof(T));
+  const bool last = d + 1 == t.shape().size();
+  os << '[';
+  for (int64_t i = 0; i < n; ++i) {
+    if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) {
+      os << (last ? "..., " : "...,\n") ;
+      if (!last) os << std::string(indent + 1, ' ');
+      i = n - kEdgeItems;
+    }
+    print_rec<T>(os, t, d + 1, p + i * step, summarize, indent + 1);
+    if (i + 1 < n) {
+      if (last) os << ", ";
+      else os << ",\n" << std::string(indent + 1, ' ');
+    }
+  }
+  os << ']';
+}
+
+}  // namespace
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (!t.defined()) return os << "tensor(undefined)";
+  std::ostringstream body;
+  detail::dispatch_all(t.dtype(), "print", [&]<class T>() {
+    print_rec<T>(body, t, 0, static_cast<const char*>(t.raw_data()), t.numel() > kSummarizeAbove,
+                 7);
+  });
+  return os << "tensor(" << body.str() << ", shape=" << t.shape() << ", dtype=" << t.dtype()
+            << ")";
+}
+
+std::string to_string(const Tensor& t) {
+  std::ostringstream os;
+  os << t;
+  return os.str();
+}
+
+}  // namespace dtensor
