@@ -118,7 +118,10 @@ class Scalar {
   template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
   Scalar(T v) : kind_(Kind::Int), i_(static_cast<int64_t>(v)), d_(static_cast<double>(v)) {}
   template <class T, std::enable_if_t<std::is_floating_point_v<T>, int> = 0>
-  Scalar(T v) : kind_(Kind::Float), i_(static_cast<int64_t>(v)), d_(static_cast<double>(v)) {}
+  Scalar(T v) : kind_(Kind::Float), i_(0), d_(static_cast<double>(v)) {
+    // Converting NaN, inf or out-of-range values to int64 is undefined.
+    if (d_ > -9.2e18 && d_ < 9.2e18) i_ = static_cast<int64_t>(d_);
+  }
 
   Kind kind() const { return kind_; }
   bool is_floating() const { return kind_ == Kind::Float; }
@@ -127,7 +130,7 @@ class Scalar {
   template <class T> T to() const {
     if constexpr (std::is_floating_point_v<T>) return static_cast<T>(d_);
     else if constexpr (std::is_same_v<T, bool>) return kind_ == Kind::Float ? d_ != 0.0 : i_ != 0;
-    else return kind_ == Kind::Float ? static_cast<T>(d_) : static_cast<T>(i_);
+    else return static_cast<T>(i_);  // floats were truncated toward zero (0 if out of range)
   }
   // The dtype of `tensor_dtype op scalar` (the tensor's dtype unless the
   // scalar is of a higher kind: bool tensor + 2 -> int64, int64 + 2.5 -> float32).
@@ -141,7 +144,9 @@ class Scalar {
 
 std::ostream& operator<<(std::ostream& os, const Scalar& s);
 
-// Reference-counted, 64-byte aligned, uninitialised memory.
+// Reference-counted, 64-byte aligned, uninitialised memory. Blocks of 1 MiB
+// or more are kept in a bounded cache when freed and reused for the next
+// allocation of the same size (see release_cached_memory).
 class Storage {
  public:
   explicit Storage(size_t nbytes);
@@ -155,6 +160,9 @@ class Storage {
   void* data_;
   size_t nbytes_;
 };
+
+// Frees the cached large blocks of freed storages; returns the bytes released.
+size_t release_cached_memory();
 
 class Tensor {
  public:

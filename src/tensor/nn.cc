@@ -1,0 +1,479 @@
+// Neural-network math: softmax, log_softmax, layer_norm, rms_norm, nll_loss,
+// cross_entropy.
+//
+// Each op makes its input contiguous and runs a tight loop per row (or, for
+// softmax over a non-last dim, per block of columns), so the hot loops see
+// unit strides and vectorise. Row statistics accumulate in double.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "dtensor/tensor.h"
+#include "tensor/dispatch.h"
+
+namespace dtensor {
+namespace {
+
+// ---- exp -------------------------------------------------------------------------
+// std::exp cannot be vectorised by the compiler (it is an opaque libm call),
+// and in softmax the exp pass dominates. The softmax family only needs
+// exp(x - max), whose argument is in [-inf, 0] or NaN, so float32 uses two
+// vectorisable passes: clamp the argument at -110 (exp is 0 in float below
+// about -103.97), then exp_f32_core. The clamp lives in its own loop because
+// GCC will not vectorise a float select next to the polynomial: under the
+// default -ftrapping-math it refuses to if-convert, and jump threading clones
+// the polynomial for the clamped constant. float64 keeps std::exp.
+
+// exp(x) for x in [-110, 0], or NaN (which propagates through the
+// arithmetic). Cody-Waite range reduction x = n*ln2 + r, |r| <= ln2/2, then
+// the Cephes expf polynomial. Checked exhaustively against double exp over
+// every float in [-104, 0]: under 1 ulp, denormal results included, and 0
+// below (correctly rounded).
+inline float exp_f32_core(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  // Adding 1.5 * 2^23 rounds to an integer that lands in the low mantissa
+  // bits, read back without a float->int conversion (undefined for NaN).
+  constexpr float kShift = 12582912.0f;
+  const float shifted = x * kLog2e + kShift;
+  const float n = shifted - kShift;
+  const float r = (x - n * kLn2Hi) - n * kLn2Lo;
+  const float r2 = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r2 + r + 1.0f;
+  // 2^n (n in [-159, 0]) as two factors 2^half * 2^(n-half), each a normal
+  // float, so the final product rounds once and gives denormals correctly.
+  const int32_t ni = static_cast<int32_t>(std::bit_cast<uint32_t>(shifted) -
+                                          std::bit_cast<uint32_t>(kShift));
+  const int32_t half = ni >> 1;
+  const float s1 = std::bit_cast<float>(static_cast<uint32_t>(half + 127) << 23);
+  const float s2 = std::bit_cast<float>(static_cast<uint32_t>(ni - half + 127) << 23);
+  return p * s1 * s2;
+}
+
+// e[i] = exp(x[i] - m[i * m_step]) where x[i] - m <= 0 or is NaN. m_step is
+// 0 for a row (one max) and 1 for columns (a max per column). Flat loops,
+// which GCC vectorises whole; folding the sum in as well made it vectorise
+// only an 8-wide lane body, with an alias check and constant reloads every
+// 8 elements.
+template <class T>
+void exp_shifted(const T* x, T* e, int64_t n, const T* m, int64_t m_step) {
+  if constexpr (std::is_same_v<T, float>) {
+    constexpr float kLow = -110.0f;
+    if (m_step == 0) {
+      const float mv = *m;
+      for (int64_t i = 0; i < n; ++i) {
+        const float d = x[i] - mv;
+        e[i] = d < kLow ? kLow : d;
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        const float d = x[i] - m[i];
+        e[i] = d < kLow ? kLow : d;
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) e[i] = exp_f32_core(e[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) e[i] = std::exp(x[i] - m[i * m_step]);
+  }
+}
+
+// ---- row kernels -------------------------------------------------------------------
+
+// Maximum of a row. GCC will not vectorise a float max reduction (NaN and
+// -0 semantics), so it compares integer keys: the float bits with the
+// magnitude flipped for negatives order exactly like the floats, and an
+// integer max reduction vectorises (3x faster on SSE2). A NaN may or may not
+// come out as the max (positive NaNs sort above +inf, negative ones below
+// -inf); either way exp(x - max) turns the whole line NaN, as in PyTorch.
+template <class T>
+T row_max(const T* x, int64_t n) {
+  using I = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+  constexpr I kMag = std::numeric_limits<I>::max();
+  constexpr int kSignShift = static_cast<int>(sizeof(I) * 8 - 1);
+  auto key = [](I b) { return static_cast<I>(b ^ ((b >> kSignShift) & kMag)); };  // an involution
+  I best = key(std::bit_cast<I>(-std::numeric_limits<T>::infinity()));
+  for (int64_t i = 0; i < n; ++i) {
+    const I k = key(std::bit_cast<I>(x[i]));
+    best = k > best ? k : best;
+  }
+  return std::bit_cast<T>(key(best));
+}
+
+// Sum of a row in eight double lanes (exact enough for any row length).
+template <class T>
+double sum_lanes(const T* e, int64_t n) {
+  constexpr int kLanes = 8;
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lanes[j] += static_cast<double>(e[i + j]);
+  for (; i < n; ++i) lanes[0] += static_cast<double>(e[i]);
+  double s = 0;
+  for (int j = 0; j < kLanes; ++j) s += lanes[j];
+  return s;
+}
+
+template <class T>
+void softmax_row(const T* x, T* y, int64_t n) {
+  const T m = row_max(x, n);
+  exp_shifted(x, y, n, &m, 0);
+  const T inv = static_cast<T>(1.0 / sum_lanes(y, n));
+  for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+}
+
+// log(sum(exp(x - m))) for a row with max m; scratch holds n elements.
+template <class T>
+T row_log_sum_exp_shifted(const T* x, T* scratch, int64_t n, T m) {
+  exp_shifted(x, scratch, n, &m, 0);
+  return static_cast<T>(std::log(sum_lanes(scratch, n)));
+}
+
+// The output row doubles as the scratch for the exps.
+template <class T>
+void log_softmax_row(const T* x, T* y, int64_t n) {
+  const T m = row_max(x, n);
+  const T lse = row_log_sum_exp_shifted(x, y, n, m);
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) - lse;
+}
+
+// Softmax over the middle dim of a contiguous (outer, len, inner) block with
+// inner > 1: the per-column max and sum live in small buffers and every pass
+// walks the block row by row, so memory is read sequentially without a
+// transpose.
+template <class T, bool kLog>
+void softmax_columns(const T* x, T* y, int64_t outer, int64_t len, int64_t inner) {
+  std::vector<T> mx(static_cast<size_t>(inner));
+  std::vector<double> sum(static_cast<size_t>(inner));
+  std::vector<T> fix(static_cast<size_t>(inner));
+  for (int64_t o = 0; o < outer; ++o) {
+    const T* xb = x + o * len * inner;
+    T* yb = y + o * len * inner;
+    std::fill(mx.begin(), mx.end(), -std::numeric_limits<T>::infinity());
+    std::fill(sum.begin(), sum.end(), 0.0);
+    for (int64_t k = 0; k < len; ++k) {
+      const T* row = xb + k * inner;
+      for (int64_t j = 0; j < inner; ++j) mx[j] = row[j] > mx[j] ? row[j] : mx[j];
+    }
+    // The exps go to the output (overwritten by the last pass for log).
+    for (int64_t k = 0; k < len; ++k) {
+      const T* row = xb + k * inner;
+      T* out = yb + k * inner;
+      exp_shifted(row, out, inner, mx.data(), 1);
+      for (int64_t j = 0; j < inner; ++j) sum[j] += static_cast<double>(out[j]);
+    }
+    for (int64_t j = 0; j < inner; ++j)
+      fix[j] = kLog ? static_cast<T>(std::log(sum[j])) : static_cast<T>(1.0 / sum[j]);
+    for (int64_t k = 0; k < len; ++k) {
+      const T* row = xb + k * inner;
+      T* out = yb + k * inner;
+      if constexpr (kLog) {
+        for (int64_t j = 0; j < inner; ++j) out[j] = (row[j] - mx[j]) - fix[j];
+      } else {
+        for (int64_t j = 0; j < inner; ++j) out[j] *= fix[j];
+      }
+    }
+  }
+}
+
+template <bool kLog>
+Tensor softmax_impl(const Tensor& x, int64_t dim, const char* op) {
+  DT_CHECK(x.defined(), op, ": input tensor is undefined");
+  DT_CHECK(is_floating(x.dtype()), op,
+           ": input dtype must be floating point (float32 or float64), got ",
+           x.dtype(), "; convert the input with .to(DType::Float32) first");
+  const int64_t ndim = x.dim();
+  const int64_t d = wrap_dim(dim, std::max<int64_t>(ndim, 1), op);
+  const Tensor xc = x.contiguous();
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  if (x.numel() == 0) return y;
+  int64_t outer = 1, inner = 1;
+  const int64_t len = ndim == 0 ? 1 : x.shape()[d];
+  for (int64_t k = 0; k < d && k < ndim; ++k) outer *= x.shape()[k];
+  for (int64_t k = d + 1; k < ndim; ++k) inner *= x.shape()[k];
+  detail::dispatch_floating(x.dtype(), op, [&]<class T>() {
+    const T* xp = xc.data_ptr<T>();
+    T* yp = y.data_ptr<T>();
+    if (inner == 1) {
+      for (int64_t o = 0; o < outer; ++o) {
+        if constexpr (kLog) log_softmax_row(xp + o * len, yp + o * len, len);
+        else softmax_row(xp + o * len, yp + o * len, len);
+      }
+    } else {
+      softmax_columns<T, kLog>(xp, yp, outer, len, inner);
+    }
+  });
+  return y;
+}
+
+// ---- normalisation -----------------------------------------------------------------
+
+// Checks that normalized_shape is the tail of x's shape and that weight/bias
+// (when given) have exactly that shape; returns the row length.
+int64_t check_norm_shapes(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                          const Tensor& bias, const char* op) {
+  DT_CHECK(x.defined(), op, ": input tensor is undefined");
+  DT_CHECK(is_floating(x.dtype()), op,
+           ": input dtype must be floating point (float32 or float64), got ",
+           x.dtype());
+  const size_t k = normalized_shape.size();
+  DT_CHECK(k >= 1, op, ": normalized_shape must have at least one dim, got ", normalized_shape);
+  bool ok = k <= x.shape().size();
+  for (size_t i = 0; ok && i < k; ++i)
+    ok = normalized_shape[i] == x.shape()[x.shape().size() - k + i];
+  DT_CHECK(ok, op, ": normalized_shape ", normalized_shape,
+           " does not match the trailing dims of the input of shape ", x.shape(),
+           " (expected an input of shape [*, ", to_string(normalized_shape).substr(1));
+  DT_CHECK(!weight.defined() || weight.shape() == normalized_shape, op, ": weight of shape ",
+           weight.shape(), " does not match normalized_shape ", normalized_shape);
+  DT_CHECK(!bias.defined() || bias.shape() == normalized_shape, op, ": bias of shape ",
+           bias.shape(), " does not match normalized_shape ", normalized_shape);
+  return normalized_shape.product();
+}
+
+// weight / bias as contiguous tensors of x's dtype (or undefined).
+Tensor as_param(const Tensor& p, DType dtype) {
+  return p.defined() ? p.to(dtype).contiguous() : Tensor();
+}
+
+// y = (x - mean) * rstd * w + b over one row; the affine variants are
+// compile-time so the inner loop stays a straight multiply-add.
+template <class T, bool kW, bool kB>
+void normalize_row(const T* x, T* y, int64_t n, T centre, T scale, const T* w, const T* b) {
+  for (int64_t i = 0; i < n; ++i) {
+    T v = (x[i] - centre) * scale;
+    if constexpr (kW) v *= w[i];
+    if constexpr (kB) v += b[i];
+    y[i] = v;
+  }
+}
+
+template <class T>
+void normalize_row_dispatch(const T* x, T* y, int64_t n, T centre, T scale, const T* w,
+                            const T* b) {
+  if (w && b) normalize_row<T, true, true>(x, y, n, centre, scale, w, b);
+  else if (w) normalize_row<T, true, false>(x, y, n, centre, scale, w, b);
+  else if (b) normalize_row<T, false, true>(x, y, n, centre, scale, w, b);
+  else normalize_row<T, false, false>(x, y, n, centre, scale, w, b);
+}
+
+// sum over a contiguous row of f(x) in eight double lanes.
+template <class T, class F>
+double row_sum(const T* x, int64_t n, F f) {
+  constexpr int kLanes = 8;
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lanes[j] += f(static_cast<double>(x[i + j]));
+  for (; i < n; ++i) lanes[0] += f(static_cast<double>(x[i]));
+  double s = 0;
+  for (int j = 0; j < kLanes; ++j) s += lanes[j];
+  return s;
+}
+
+// ---- losses ------------------------------------------------------------------------
+
+// (N, C, S) geometry of a loss input, checked against the target.
+struct LossGeometry {
+  int64_t batch = 1, classes = 1, spatial = 1;
+};
+
+LossGeometry check_loss_shapes(const Tensor& input, const Tensor& target, const char* op) {
+  DT_CHECK(input.defined() && target.defined(), op, ": input and target must be defined");
+  DT_CHECK(is_floating(input.dtype()), op,
+           ": input dtype must be floating point (float32 or float64), got ", input.dtype());
+  DT_CHECK(target.dtype() == DType::Int64, op, ": target must hold int64 class indices, got ",
+           target.dtype());
+  LossGeometry g;
+  const Shape& is = input.shape();
+  if (is.size() == 1) {
+    DT_CHECK(target.dim() == 0, op, ": for an input of shape ", is,
+             " (a single sample of C classes) the target must be 0-d, got shape ", target.shape());
+    g.classes = is[0];
+    return g;
+  }
+  DT_CHECK(is.size() >= 2, op, ": input must have shape (C), (N, C) or (N, C, d1, ...), got ",
+           is);
+  Shape expected;
+  expected.push_back(is[0]);
+  for (size_t k = 2; k < is.size(); ++k) expected.push_back(is[k]);
+  DT_CHECK(target.shape() == expected, op, ": target of shape ", target.shape(),
+           " does not match input of shape ", is, " (expected target shape ", expected, ")");
+  g.batch = is[0];
+  g.classes = is[1];
+  for (size_t k = 2; k < is.size(); ++k) g.spatial *= is[k];
+  return g;
+}
+
+[[noreturn]] void throw_bad_target(const char* op, int64_t t, int64_t classes,
+                                   int64_t ignore_index) {
+  DT_THROW(op, ": target ", t, " is out of bounds: expected a class index in [0, ", classes,
+           ") or ignore_index (", ignore_index, ")");
+}
+
+// Applies the reduction to per-element losses (double) kept in `losses`
+// (None) or in `total` / `counted`.
+Tensor finish_loss(Reduction reduction, DType dtype, const Shape& target_shape,
+                   const std::vector<double>& losses, double total, int64_t counted) {
+  if (reduction == Reduction::None) {
+    Tensor out = Tensor::empty(target_shape, dtype);
+    detail::dispatch_floating(dtype, "nll_loss", [&]<class T>() {
+      T* dst = out.data_ptr<T>();
+      for (size_t i = 0; i < losses.size(); ++i) dst[i] = static_cast<T>(losses[i]);
+    });
+    return out;
+  }
+  // Mean over zero counted targets is 0/0 = NaN, as in PyTorch.
+  const double value = reduction == Reduction::Sum ? total : total / static_cast<double>(counted);
+  Tensor out = Tensor::empty({}, dtype);
+  detail::dispatch_floating(dtype, "nll_loss", [&]<class T>() {
+    *out.data_ptr<T>() = static_cast<T>(value);
+  });
+  return out;
+}
+
+Tensor nll_loss_impl(const Tensor& log_probs, const Tensor& target, Reduction reduction,
+                     int64_t ignore_index, const char* op) {
+  const LossGeometry g = check_loss_shapes(log_probs, target, op);
+  const Tensor xc = log_probs.contiguous();
+  const Tensor tc = target.contiguous();
+  const int64_t* t = tc.data_ptr<int64_t>();
+  const int64_t n_targets = g.batch * g.spatial;
+  std::vector<double> losses(reduction == Reduction::None ? static_cast<size_t>(n_targets) : 0);
+  double total = 0;
+  int64_t counted = 0;
+  detail::dispatch_floating(log_probs.dtype(), op, [&]<class T>() {
+    const T* x = xc.data_ptr<T>();
+    for (int64_t b = 0; b < g.batch; ++b) {
+      for (int64_t s = 0; s < g.spatial; ++s) {
+        const int64_t i = b * g.spatial + s;
+        const int64_t cls = t[i];
+        double loss = 0;
+        if (cls != ignore_index) {
+          if (cls < 0 || cls >= g.classes) throw_bad_target(op, cls, g.classes, ignore_index);
+          loss = -static_cast<double>(x[(b * g.classes + cls) * g.spatial + s]);
+          total += loss;
+          ++counted;
+        }
+        if (reduction == Reduction::None) losses[static_cast<size_t>(i)] = loss;
+      }
+    }
+  });
+  return finish_loss(reduction, log_probs.dtype(), target.shape(), losses, total, counted);
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl<false>(x, dim, "softmax"); }
+
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return softmax_impl<true>(x, dim, "log_softmax");
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  const int64_t n = check_norm_shapes(x, normalized_shape, weight, bias, "layer_norm");
+  const Tensor xc = x.contiguous();
+  const Tensor w = as_param(weight, x.dtype());
+  const Tensor b = as_param(bias, x.dtype());
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  if (x.numel() == 0) return y;
+  const int64_t rows = x.numel() / n;
+  detail::dispatch_floating(x.dtype(), "layer_norm", [&]<class T>() {
+    const T* wp = w.defined() ? w.data_ptr<T>() : nullptr;
+    const T* bp = b.defined() ? b.data_ptr<T>() : nullptr;
+    const T* xp = xc.data_ptr<T>();
+    T* yp = y.data_ptr<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = xp + r * n;
+      // Two passes over a row that sits in cache: mean, then the biased
+      // variance as the mean squared deviation (no cancellation).
+      const double mu = row_sum(xr, n, [](double v) { return v; }) / static_cast<double>(n);
+      const double var =
+          row_sum(xr, n, [mu](double v) { return (v - mu) * (v - mu); }) / static_cast<double>(n);
+      const double rstd = 1.0 / std::sqrt(var + eps);
+      normalize_row_dispatch(xr, yp + r * n, n, static_cast<T>(mu),
+                             static_cast<T>(rstd), wp, bp);
+    }
+  });
+  return y;
+}
+
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                std::optional<double> eps) {
+  const int64_t n = check_norm_shapes(x, normalized_shape, weight, Tensor(), "rms_norm");
+  const Tensor xc = x.contiguous();
+  const Tensor w = as_param(weight, x.dtype());
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  if (x.numel() == 0) return y;
+  const int64_t rows = x.numel() / n;
+  detail::dispatch_floating(x.dtype(), "rms_norm", [&]<class T>() {
+    const double e = eps ? *eps : static_cast<double>(std::numeric_limits<T>::epsilon());
+    const T* wp = w.defined() ? w.data_ptr<T>() : nullptr;
+    const T* xp = xc.data_ptr<T>();
+    T* yp = y.data_ptr<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = xp + r * n;
+      const double ms = row_sum(xr, n, [](double v) { return v * v; }) / static_cast<double>(n);
+      const double scale = 1.0 / std::sqrt(ms + e);
+      normalize_row_dispatch(xr, yp + r * n, n, T(0), static_cast<T>(scale), wp,
+                             static_cast<const T*>(nullptr));
+    }
+  });
+  return y;
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction,
+                int64_t ignore_index) {
+  return nll_loss_impl(log_probs, target, reduction, ignore_index, "nll_loss");
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
+                     int64_t ignore_index) {
+  const LossGeometry g = check_loss_shapes(logits, target, "cross_entropy");
+  if (g.spatial != 1 || g.classes == 0) {
+    return nll_loss_impl(log_softmax(logits, logits.dim() == 1 ? 0 : 1), target, reduction,
+                         ignore_index, "cross_entropy");
+  }
+  // (N, C) / (C): fused per row, so the (N, C) log-probabilities are never
+  // written out (for a large vocabulary that is the bulk of the memory
+  // traffic). Same arithmetic as log_softmax_row, so the results agree with
+  // the unfused composition.
+  const Tensor xc = logits.contiguous();
+  const Tensor tc = target.contiguous();
+  const int64_t* t = tc.data_ptr<int64_t>();
+  std::vector<double> losses(reduction == Reduction::None ? static_cast<size_t>(g.batch) : 0);
+  double total = 0;
+  int64_t counted = 0;
+  detail::dispatch_floating(logits.dtype(), "cross_entropy", [&]<class T>() {
+    const T* xp = xc.data_ptr<T>();
+    std::vector<T> scratch(static_cast<size_t>(g.classes));
+    for (int64_t b = 0; b < g.batch; ++b) {
+      const int64_t cls = t[b];
+      double loss = 0;
+      if (cls != ignore_index) {
+        if (cls < 0 || cls >= g.classes)
+          throw_bad_target("cross_entropy", cls, g.classes, ignore_index);
+        const T* row = xp + b * g.classes;
+        const T m = row_max(row, g.classes);
+        const T lse = row_log_sum_exp_shifted(row, scratch.data(), g.classes, m);
+        loss = -static_cast<double>((row[cls] - m) - lse);
+        total += loss;
+        ++counted;
+      }
+      if (reduction == Reduction::None) losses[static_cast<size_t>(b)] = loss;
+    }
+  });
+  return finish_loss(reduction, logits.dtype(), target.shape(), losses, total, counted);
+}
+
+}  // namespace dtensor
