@@ -1,0 +1,121 @@
+// Placement — how a tensor is laid out along one mesh dim.
+//
+//   Shard(d)      tensor dim d is split over the mesh dim (chunks of
+//                 ceil(L/n), trailing ones short or empty);
+//   Replicate()   every rank of the mesh dim holds the whole;
+//   Partial(op)   every rank holds a piece, and the logical value is the
+//                 reduction (sum, avg, max, min) of the pieces over the mesh dim.
+//
+// Text form (CLI, error messages): "S(0)", "R", "P(sum)" ("P" alone = sum);
+// a list is comma-separated: "S(0),R,P(avg)". Placements are small values:
+// copying, comparing and hashing never allocate.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
+#include <string>
+
+#include "dtensor/tensor.h"
+
+namespace dtensor {
+
+enum class ReduceOp : uint8_t { Sum, Avg, Max, Min };
+// "sum", "avg", "max", "min"
+const char* to_string(ReduceOp op);
+
+class Placement {
+ public:
+  enum class Kind : uint8_t { Replicate, Shard, Partial };
+
+  constexpr Placement() = default;  // Replicate
+  static constexpr Placement replicate() { return Placement(Kind::Replicate, 0, ReduceOp::Sum); }
+  static constexpr Placement shard(int64_t dim) {
+    return Placement(Kind::Shard, static_cast<int8_t>(dim), ReduceOp::Sum);
+  }
+  static constexpr Placement partial(ReduceOp op = ReduceOp::Sum) {
+    return Placement(Kind::Partial, 0, op);
+  }
+
+  constexpr Kind kind() const { return kind_; }
+  constexpr bool is_replicate() const { return kind_ == Kind::Replicate; }
+  constexpr bool is_shard() const { return kind_ == Kind::Shard; }
+  constexpr bool is_shard(int64_t dim) const { return kind_ == Kind::Shard && dim_ == dim; }
+  constexpr bool is_partial() const { return kind_ == Kind::Partial; }
+  // The sharded tensor dim. REQUIRES: is_shard().
+  constexpr int64_t dim() const { return dim_; }
+  // The reduction. REQUIRES: is_partial().
+  constexpr ReduceOp reduce_op() const { return op_; }
+
+  friend constexpr bool operator==(const Placement& a, const Placement& b) {
+    return a.kind_ == b.kind_ && (a.kind_ != Kind::Shard || a.dim_ == b.dim_) &&
+           (a.kind_ != Kind::Partial || a.op_ == b.op_);
+  }
+  friend constexpr bool operator!=(const Placement& a, const Placement& b) { return !(a == b); }
+  constexpr uint32_t hash() const {
+    return static_cast<uint32_t>(kind_) | (kind_ == Kind::Shard ? static_cast<uint8_t>(dim_) << 2 : 0) |
+           (kind_ == Kind::Partial ? static_cast<uint32_t>(op_) << 10 : 0);
+  }
+
+ private:
+  constexpr Placement(Kind kind, int8_t dim, ReduceOp op) : kind_(kind), dim_(dim), op_(op) {}
+  Kind kind_ = Kind::Replicate;
+  int8_t dim_ = 0;
+  ReduceOp op_ = ReduceOp::Sum;
+};
+
+// The spellings of PyTorch DTensor: {Shard(0), Replicate(), Partial()}.
+constexpr Placement Shard(int64_t dim) { return Placement::shard(dim); }
+constexpr Placement Replicate() { return Placement::replicate(); }
+constexpr Placement Partial(ReduceOp op = ReduceOp::Sum) { return Placement::partial(op); }
+
+// One placement per mesh dim, inline (at most kMaxDims).
+class Placements {
+ public:
+  Placements() = default;
+  Placements(std::initializer_list<Placement> values) {
+    for (const Placement& p : values) push_back(p);
+  }
+  Placements(size_t n, Placement value) {
+    for (size_t i = 0; i < n; ++i) push_back(value);
+  }
+  void push_back(Placement p) {
+    DT_CHECK(size_ < kMaxDims, "too many placements: at most ", kMaxDims, " mesh dims");
+    data_[size_++] = p;
+  }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  Placement& operator[](size_t i) { return data_[i]; }
+  const Placement& operator[](size_t i) const { return data_[i]; }
+  const Placement* begin() const { return data_; }
+  const Placement* end() const { return data_ + size_; }
+  Placement* begin() { return data_; }
+  Placement* end() { return data_ + size_; }
+
+  friend bool operator==(const Placements& a, const Placements& b) {
+    if (a.size_ != b.size_) return false;
+    for (size_t i = 0; i < a.size_; ++i)
+      if (a.data_[i] != b.data_[i]) return false;
+    return true;
+  }
+  friend bool operator!=(const Placements& a, const Placements& b) { return !(a == b); }
+
+ private:
+  Placement data_[kMaxDims] = {};
+  uint8_t size_ = 0;
+};
+
+// "S(0)", "R", "P(sum)"
+std::string to_string(const Placement& p);
+// "S(0),R,P(sum)"
+std::string to_string(const Placements& p);
+std::ostream& operator<<(std::ostream& os, const Placement& p);
+std::ostream& operator<<(std::ostream& os, const Placements& p);
+
+// Parses one placement: S(d) (d may be negative), R, P, P(sum|avg|max|min);
+// spaces are ignored and the letters may be lower case. Throws naming the text.
+Placement parse_placement(const std::string& text);
+// Parses a comma-separated list, e.g. "S(0),R,P(avg)".
+Placements parse_placements(const std::string& text);
+
+}  // namespace dtensor
