@@ -1,0 +1,57 @@
+// Debugging aids: CommDebugMode counts the collectives run while it is alive;
+// visualize_sharding shows which rank holds which part of a tensor.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "dtensor/spec.h"
+
+namespace dtensor {
+
+enum class CollectiveKind : uint8_t {
+  AllGather, AllReduce, ReduceScatter, AllToAll, Broadcast, Scatter
+};
+inline constexpr int kNumCollectiveKinds = 6;
+// "all_gather", "all_reduce", "reduce_scatter", "all_to_all", "broadcast", "scatter"
+const char* to_string(CollectiveKind kind);
+
+// While alive, counts every collective the backends run (one per call, as a
+// single rank would see it, however many ranks the process holds) and the
+// bytes each rank sends into it. Modes nest: each counts what runs in its
+// lifetime. Thread-safe.
+class CommDebugMode {
+ public:
+  CommDebugMode();
+  ~CommDebugMode();
+  CommDebugMode(const CommDebugMode&) = delete;
+  CommDebugMode& operator=(const CommDebugMode&) = delete;
+
+  int64_t count(CollectiveKind kind) const;
+  int64_t total_count() const;
+  // Bytes per rank handed to collectives of this kind.
+  int64_t bytes(CollectiveKind kind) const;
+  // A table: one line per kind with its count and bytes.
+  std::string table() const;
+  // {"all_gather":1,"all_reduce":0,...,"total":1}
+  std::string json() const;
+
+ private:
+  friend void record_collective(CollectiveKind kind, int64_t bytes_per_rank);
+  std::array<int64_t, kNumCollectiveKinds> counts_{};
+  std::array<int64_t, kNumCollectiveKinds> bytes_{};
+};
+
+// Called by backends for each collective they run.
+void record_collective(CollectiveKind kind, int64_t bytes_per_rank);
+
+// A table of which rank (and mesh coordinate) holds which index range of
+// each tensor dim, e.g. for mesh 2, shape [4, 2], S(0):
+//   rank  coord  dim 0     dim 1   local shape
+//   0     [0]    [0, 2)    [0, 2)  [2, 2]
+//   1     [1]    [2, 4)    [0, 2)  [2, 2]
+// Partial placements are noted ("partial sum over mesh dim 1").
+std::string visualize_sharding(const DTensorSpec& spec);
+
+}  // namespace dtensor

@@ -1,0 +1,51 @@
+// LocalTensor — the shards of one DTensor held by this process, by rank.
+//
+// In the simulated world it holds a shard for every rank of the mesh; under
+// MPI, the one shard of this process's rank. Code that works on local data
+// loops over the held shards with for_each / map, so the same code is right
+// in both worlds (this is PyTorch's "LocalTensor" mode).
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "dtensor/tensor.h"
+
+namespace dtensor {
+
+class LocalTensor {
+ public:
+  LocalTensor() = default;
+
+  // Adds (or replaces) the shard of `rank`.
+  void set(int rank, Tensor shard);
+  bool holds(int rank) const;
+  // The shard of `rank`; throws when this process does not hold it.
+  const Tensor& shard(int rank) const;
+  Tensor& shard(int rank);
+  // Held ranks, ascending.
+  std::vector<int> ranks() const;
+  size_t size() const { return shards_.size(); }
+  bool empty() const { return shards_.empty(); }
+
+  // f(rank, const Tensor&) for each held shard, in rank order.
+  template <class F>
+  void for_each(F&& f) const {
+    for (const auto& [rank, t] : shards_) f(rank, t);
+  }
+  // A LocalTensor of f(rank, const Tensor&) -> Tensor for each held shard.
+  template <class F>
+  LocalTensor map(F&& f) const {
+    LocalTensor out;
+    out.shards_.reserve(shards_.size());
+    for (const auto& [rank, t] : shards_) out.shards_.emplace_back(rank, f(rank, t));
+    return out;
+  }
+
+  const std::vector<std::pair<int, Tensor>>& shards() const { return shards_; }
+
+ private:
+  std::vector<std::pair<int, Tensor>> shards_;  // sorted by rank
+};
+
+}  // namespace dtensor

@@ -1,0 +1,117 @@
+// DeviceMesh — an n-d array of ranks over a World, with optional dim names.
+//
+// A rank's coordinate is its index in the array; the group of mesh dim d for
+// a rank is the ranks whose coordinates equal its own on every other dim, in
+// order along d. Ranks of the world not in the mesh have no coordinate.
+//
+// Every DeviceMesh is a view onto a root mesh: each of its dims covers one or
+// more root dims. A plain mesh's dim i covers root dim i; a sub-mesh
+// (mesh["dp","tp"]) covers a subset, kept in root order; a flattened dim
+// (mesh.flatten({"dp","cp"})) covers several root dims as one, ordered
+// row-major over them, e.g. on [[[0,1],[2,3]],[[4,5],[6,7]]] named (dp,cp,tp)
+// flattening dp,cp gives the groups [0,2,4,6] and [1,3,5,7]. Flattened dims
+// are registered on the root (flattened_dims()), so the planner can find a
+// merged group by the root dims it covers.
+//
+// A DeviceMesh is a cheap handle; copies share the root. Registration of
+// flattened dims is thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtensor/tensor.h"
+#include "dtensor/world.h"
+
+namespace dtensor {
+
+// A set of root mesh dims, as a bit mask (bit i = root dim i).
+using MeshDimMask = uint32_t;
+
+class DeviceMesh {
+ public:
+  // A mesh of the given shape over ranks 0..shape.product()-1 in row-major
+  // order. REQUIRES: shape.product() <= world.size(); names empty or one per
+  // dim, distinct and non-empty.
+  DeviceMesh(World world, const Shape& shape, std::vector<std::string> names = {});
+  // A mesh of the given shape over explicit ranks (row-major), each distinct
+  // and in [0, world.size()).
+  DeviceMesh(World world, const Shape& shape, std::vector<int> ranks,
+             std::vector<std::string> names = {});
+
+  const World& world() const;
+  int ndim() const { return ndim_; }
+  // Size of mesh dim d (negative counts from the end), or of the named dim.
+  int64_t size(int d) const;
+  int64_t size(const std::string& name) const;
+  // Number of ranks in the mesh.
+  int64_t size() const;
+  Shape shape() const;
+  // Name of each dim ("" when unnamed).
+  std::vector<std::string> names() const;
+  // The dim with this name; throws naming the known names.
+  int dim_index(const std::string& name) const;
+
+  // The rank's index in this mesh, or nullopt when the rank is not in it.
+  std::optional<DimVector> coordinate(int rank) const;
+  // The ranks of mesh dim d's group containing `rank`, in order along d.
+  // REQUIRES: rank is in the mesh.
+  std::vector<int> group(int rank, int d) const;
+  // The rank's index within group(rank, d).
+  int64_t group_index(int rank, int d) const;
+  // All groups of mesh dim d (each ordered along d), ordered by their first rank.
+  std::vector<std::vector<int>> groups(int d) const;
+  // All ranks in the mesh, row-major.
+  std::vector<int> ranks() const;
+  bool contains(int rank) const;
+
+  // Sub-mesh of the named dims. REQUIRES: the names appear in mesh order.
+  DeviceMesh operator[](const std::string& name) const;
+  DeviceMesh operator[](const std::vector<std::string>& names) const;
+
+  // A 1-d mesh whose single dim covers the given dims of this mesh as one
+  // (row-major over them), registered on the root under `name` (default: the
+  // dim names joined by "_", or "d0_d2"). Flattening the same dims again
+  // returns the registered one. REQUIRES: at least one dim, ascending order.
+  DeviceMesh flatten(const std::vector<int>& dims, const std::string& name = "") const;
+  DeviceMesh flatten(const std::vector<std::string>& names, const std::string& name = "") const;
+  // The root dims flattened so far (by flatten() or by the planner), with names.
+  std::vector<std::pair<MeshDimMask, std::string>> flattened_dims() const;
+  // The registered flattened dim covering exactly these root dims, if any.
+  std::optional<std::string> find_flattened(MeshDimMask root_dims) const;
+
+  // The root dims that mesh dim d covers.
+  MeshDimMask root_dims(int d) const { return dims_[d]; }
+  // The root mesh (all its dims, unflattened).
+  DeviceMesh root() const;
+  bool is_root() const;
+
+  // "DeviceMesh([2, 2, 2], names=(dp, cp, tp))".
+  std::string to_string() const;
+
+  // Same root and same dims.
+  friend bool operator==(const DeviceMesh& a, const DeviceMesh& b);
+  friend bool operator!=(const DeviceMesh& a, const DeviceMesh& b) { return !(a == b); }
+  size_t hash() const;
+
+  struct Root;
+
+ private:
+  DeviceMesh(std::shared_ptr<Root> root, const std::vector<MeshDimMask>& dims);
+
+  // Copying a mesh must not allocate (specs hold one): the dims live inline
+  // and names are looked up on the root.
+  std::shared_ptr<Root> root_;
+  MeshDimMask dims_[kMaxDims] = {};  // root dims covered by each of this mesh's dims
+  int ndim_ = 0;
+};
+
+std::ostream& operator<<(std::ostream& os, const DeviceMesh& mesh);
+
+// Parses "2x2x2" (or "8") into a mesh shape; throws on anything else.
+Shape parse_mesh_shape(const std::string& text);
+
+}  // namespace dtensor

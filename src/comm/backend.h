@@ -1,0 +1,56 @@
+// Backend — the collectives, and the only place that knows whether ranks live
+// in this process (sim) or in other processes (MPI, a later issue).
+//
+// Every collective runs over the groups of one mesh dim (which may be a
+// flattened dim covering several root dims): for each held rank r of the
+// mesh, its group is mesh.group(r, mesh_dim) and its index in the group is
+// i = mesh.group_index(r, mesh_dim); n is the group size. Input and output
+// are LocalTensors holding one shard per held rank of the mesh. Shards may
+// differ in size along the dims named (uneven and empty shards are normal);
+// on every other dim they agree.
+//
+// Reductions combine the group's shards in group order (((s0 op s1) op s2) ...),
+// so results are deterministic and equal on every rank. Avg is the sum
+// divided by n (floating dtypes only).
+//
+// Each call records itself once with record_collective (debug.h).
+#pragma once
+
+#include <cstdint>
+
+#include "dtensor/local_tensor.h"
+#include "dtensor/mesh.h"
+#include "dtensor/placement.h"
+
+namespace dtensor {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Rank i gets cat(shard of group member 0, ..., member n-1) along gather_dim.
+  virtual LocalTensor all_gather(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                                 int64_t gather_dim) = 0;
+  // Every rank gets the reduction of the group's shards (same shape required).
+  virtual LocalTensor all_reduce(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                                 ReduceOp op) = 0;
+  // The reduction of the group's shards (same shape), of which rank i keeps
+  // chunk i of n along scatter_dim (Tensor::chunk: trailing chunks may be
+  // short or empty).
+  virtual LocalTensor reduce_scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                                     ReduceOp op, int64_t scatter_dim) = 0;
+  // Rank j splits its shard into n chunks along split_dim (Tensor::chunk) and
+  // sends chunk i to member i; rank i gets the chunks it received, in group
+  // order, concatenated along concat_dim. REQUIRES: split_dim != concat_dim.
+  virtual LocalTensor all_to_all(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                                 int64_t split_dim, int64_t concat_dim) = 0;
+  // Every rank gets the shard of group member `root`.
+  virtual LocalTensor broadcast(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                                int64_t root) = 0;
+  // Member `root`'s shard is chunked n ways along scatter_dim (Tensor::chunk);
+  // rank i gets chunk i. Other members' input shards are ignored (may be undefined).
+  virtual LocalTensor scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                              int64_t root, int64_t scatter_dim) = 0;
+};
+
+}  // namespace dtensor
