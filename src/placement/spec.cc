@@ -27,7 +27,7 @@ DTensorSpec::DTensorSpec(DeviceMesh mesh, const Placements& placements, const Te
 void DTensorSpec::validate_and_normalize() {
   DT_CHECK(placements_.size() == static_cast<size_t>(mesh_.ndim()), "expected ", mesh_.ndim(),
            " placements for a ", mesh_.ndim(), "-d mesh, got ", placements_.size(), ": ",
-           to_string(placements_));
+           dtensor::to_string(placements_));
   DT_CHECK(meta_.strides.size() == meta_.shape.size(), "tensor strides ", meta_.strides,
            " do not match shape ", meta_.shape);
   const int64_t nd = static_cast<int64_t>(meta_.shape.size());
@@ -35,17 +35,17 @@ void DTensorSpec::validate_and_normalize() {
   for (size_t i = 0; i < placements_.size(); ++i) {
     Placement& p = placements_[i];
     if (p.is_shard()) {
-      DT_CHECK(p.dim() >= -nd && p.dim() < nd, "placement ", to_string(p), " on mesh dim ", i,
+      DT_CHECK(p.dim() >= -nd && p.dim() < nd, "placement ", dtensor::to_string(p), " on mesh dim ", i,
                " names tensor dim ", p.dim(), " but the tensor has shape ", meta_.shape,
-               " (placements ", to_string(placements_), ")");
+               " (placements ", dtensor::to_string(placements_), ")");
       if (p.dim() < 0) p = Shard(p.dim() + nd);
     } else if (p.is_partial()) {
       const ReduceOp op = p.reduce_op();
       if (partial_op && *partial_op != op) {
         const bool sum_avg = (*partial_op == ReduceOp::Sum || *partial_op == ReduceOp::Avg) &&
                              (op == ReduceOp::Sum || op == ReduceOp::Avg);
-        DT_CHECK(sum_avg, "placements ", to_string(placements_), " mix Partial(",
-                 to_string(*partial_op), ") with Partial(", to_string(op),
+        DT_CHECK(sum_avg, "placements ", dtensor::to_string(placements_), " mix Partial(",
+                 dtensor::to_string(*partial_op), ") with Partial(", dtensor::to_string(op),
                  "); only sum and avg may be mixed");
       }
       partial_op = op;
