@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +38,12 @@ class DeviceMesh {
   // order. REQUIRES: shape.product() <= world.size(); names empty or one per
   // dim, distinct and non-empty.
   DeviceMesh(World world, const Shape& shape, std::vector<std::string> names = {});
+  // The initializer_list overloads below exist only so that braced literals
+  // resolve: {"dp", "tp"} also converts to std::vector<int> (as an iterator
+  // pair) and {1} to std::vector<std::string> (as a count), which would make
+  // DeviceMesh(w, {2, 2}, {"dp", "tp"}) and flatten({1}) ambiguous.
+  DeviceMesh(World world, const Shape& shape, std::initializer_list<const char*> names)
+      : DeviceMesh(std::move(world), shape, std::vector<std::string>(names.begin(), names.end())) {}
   // A mesh of the given shape over explicit ranks (row-major), each distinct
   // and in [0, world.size()).
   DeviceMesh(World world, const Shape& shape, std::vector<int> ranks,
@@ -64,13 +71,18 @@ class DeviceMesh {
   int64_t group_index(int rank, int d) const;
   // All groups of mesh dim d (each ordered along d), ordered by their first rank.
   std::vector<std::vector<int>> groups(int d) const;
-  // All ranks in the mesh, row-major.
+  // All ranks in the mesh, row-major (for a sub-mesh or flattened mesh: all
+  // ranks of the root, since every one of them sees its own view).
   std::vector<int> ranks() const;
   bool contains(int rank) const;
 
-  // Sub-mesh of the named dims. REQUIRES: the names appear in mesh order.
+  // Sub-mesh of the named dims. REQUIRES: the names appear in mesh order. A
+  // registered flattened dim may be named too (root["dp_cp", "tp"]).
   DeviceMesh operator[](const std::string& name) const;
   DeviceMesh operator[](const std::vector<std::string>& names) const;
+  DeviceMesh operator[](std::initializer_list<const char*> names) const {
+    return (*this)[std::vector<std::string>(names.begin(), names.end())];
+  }
 
   // A 1-d mesh whose single dim covers the given dims of this mesh as one
   // (row-major over them), registered on the root under `name` (default: the
@@ -78,6 +90,12 @@ class DeviceMesh {
   // returns the registered one. REQUIRES: at least one dim, ascending order.
   DeviceMesh flatten(const std::vector<int>& dims, const std::string& name = "") const;
   DeviceMesh flatten(const std::vector<std::string>& names, const std::string& name = "") const;
+  DeviceMesh flatten(std::initializer_list<int> dims, const std::string& name = "") const {
+    return flatten(std::vector<int>(dims), name);
+  }
+  DeviceMesh flatten(std::initializer_list<const char*> names, const std::string& name = "") const {
+    return flatten(std::vector<std::string>(names.begin(), names.end()), name);
+  }
   // The root dims flattened so far (by flatten() or by the planner), with names.
   std::vector<std::pair<MeshDimMask, std::string>> flattened_dims() const;
   // The registered flattened dim covering exactly these root dims, if any.

@@ -1,0 +1,91 @@
+// DTensor — one logical (global) tensor laid out over a DeviceMesh by one
+// placement per mesh dim, holding the local shards of the ranks this process
+// holds. This header is the umbrella: including it gives the whole API.
+//
+//   World world = World::simulated(4);
+//   DeviceMesh mesh(world, {2, 2}, {"dp", "tp"});
+//   DTensor d = distribute_tensor(Tensor::randn({8, 6}, 0), mesh, {Shard(0), Replicate()});
+//   DTensor r = d.redistribute({Replicate(), Shard(1)});   // all_gather, then local chunk
+//   Tensor full = r.full_tensor();                          // == the original
+//
+// Redistribution goes mesh dim by mesh dim through the elementary transforms
+// of SEMANTICS.md (S->R all_gather, S(i)->S(j) all_to_all, P->R all_reduce,
+// P->S reduce_scatter, R->S local chunk); a user may not introduce a Partial
+// that the source did not already have on that mesh dim.
+#pragma once
+
+#include <functional>
+#include <optional>
+
+#include "dtensor/debug.h"
+#include "dtensor/error.h"
+#include "dtensor/local_tensor.h"
+#include "dtensor/mesh.h"
+#include "dtensor/placement.h"
+#include "dtensor/spec.h"
+#include "dtensor/tensor.h"
+#include "dtensor/world.h"
+
+namespace dtensor {
+
+class DTensor {
+ public:
+  // REQUIRES: local holds, for every held rank of the mesh, the shard the
+  // spec assigns to it (from_local and distribute_tensor check this).
+  DTensor(DTensorSpec spec, LocalTensor local);
+
+  const DTensorSpec& spec() const { return spec_; }
+  const DeviceMesh& mesh() const { return spec_.mesh(); }
+  const Placements& placements() const { return spec_.placements(); }
+  // The global shape.
+  const Shape& shape() const { return spec_.shape(); }
+  DType dtype() const { return spec_.dtype(); }
+  int64_t dim() const { return spec_.ndim(); }
+
+  // The shards held by this process.
+  const LocalTensor& local() const { return local_; }
+  // The shard of `rank`. REQUIRES: this process holds it.
+  Tensor to_local(int rank) const { return local_.shard(rank); }
+  // The shard of the only rank this process holds (MPI); throws in a
+  // simulated world holding several ranks (use to_local(rank) there).
+  Tensor to_local() const;
+
+  // The global tensor (all-gathers and reduces as needed), as every rank sees it.
+  Tensor full_tensor() const;
+  // The same tensor with other placements. Throws for S->P, P(a)->P(b), or a
+  // Partial introduced on a mesh dim that was not already that Partial.
+  DTensor redistribute(const Placements& placements) const;
+  // REQUIRES: mesh == this->mesh() (redistributing across meshes is not supported yet).
+  DTensor redistribute(const DeviceMesh& mesh, const Placements& placements) const;
+
+ private:
+  DTensorSpec spec_;
+  LocalTensor local_;
+};
+
+// Every held rank keeps its part of `full`. Without src_rank each rank cuts
+// its part from its own `full` (no communication; all ranks must pass the
+// same tensor); with src_rank, `full` as held by src_rank is broadcast over
+// the mesh first. Partial placements split the value as R->P does.
+DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Placements& placements,
+                          std::optional<int> src_rank = std::nullopt);
+
+struct FromLocalOptions {
+  // The global shape / strides; needed for uneven shards. Without a shape,
+  // shards are assumed even: global size = local size x shards on that dim.
+  std::optional<Shape> shape;
+  std::optional<Shape> stride;
+  // Check that every shard has the shape and dtype the spec gives it.
+  bool run_check = true;
+};
+
+// A DTensor from the shards this process holds (one per held rank of the mesh).
+DTensor from_local(const LocalTensor& local, const DeviceMesh& mesh, const Placements& placements,
+                   const FromLocalOptions& options = {});
+// The same, with the shard of each held rank made by make_shard(rank).
+DTensor from_local(const std::function<Tensor(int rank)>& make_shard, const DeviceMesh& mesh,
+                   const Placements& placements, const FromLocalOptions& options = {});
+
+std::string visualize_sharding(const DTensor& d);
+
+}  // namespace dtensor

@@ -1,0 +1,144 @@
+// CommDebugMode and record_collective: counting the collectives the backends
+// run. Active modes sit in one global list behind a mutex; record_collective
+// adds to every active mode, which is what makes nesting work (an outer mode
+// sees everything an inner one sees). An atomic count of active modes lets
+// record_collective skip the lock entirely when no mode is alive, the normal
+// case in production. (visualize_sharding, also declared in debug.h, lives
+// elsewhere.)
+#include "dtensor/debug.h"
+
+#include <algorithm>
+#include <atomic>
+#include <iomanip>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+namespace dtensor {
+
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::vector<CommDebugMode*> active;
+  std::atomic<int> num_active{0};
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: modes may outlive statics
+  return *r;
+}
+
+constexpr CollectiveKind kAllKinds[kNumCollectiveKinds] = {
+    CollectiveKind::AllGather, CollectiveKind::AllReduce, CollectiveKind::ReduceScatter,
+    CollectiveKind::AllToAll,  CollectiveKind::Broadcast, CollectiveKind::Scatter};
+
+}  // namespace
+
+const char* to_string(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::AllGather: return "all_gather";
+    case CollectiveKind::AllReduce: return "all_reduce";
+    case CollectiveKind::ReduceScatter: return "reduce_scatter";
+    case CollectiveKind::AllToAll: return "all_to_all";
+    case CollectiveKind::Broadcast: return "broadcast";
+    case CollectiveKind::Scatter: return "scatter";
+  }
+  return "unknown";
+}
+
+CommDebugMode::CommDebugMode() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.active.push_back(this);
+  r.num_active.store(static_cast<int>(r.active.size()), std::memory_order_release);
+}
+
+CommDebugMode::~CommDebugMode() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.active.erase(std::remove(r.active.begin(), r.active.end(), this), r.active.end());
+  r.num_active.store(static_cast<int>(r.active.size()), std::memory_order_release);
+}
+
+void record_collective(CollectiveKind kind, int64_t bytes_per_rank) {
+  Registry& r = registry();
+  if (r.num_active.load(std::memory_order_acquire) == 0) return;
+  const auto k = static_cast<size_t>(kind);
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (CommDebugMode* mode : r.active) {
+    mode->counts_[k] += 1;
+    mode->bytes_[k] += bytes_per_rank;
+  }
+}
+
+// The readers take the registry lock too: another thread may be recording
+// into this mode at the same moment.
+int64_t CommDebugMode::count(CollectiveKind kind) const {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return counts_[static_cast<size_t>(kind)];
+}
+
+int64_t CommDebugMode::total_count() const {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  int64_t total = 0;
+  for (int64_t c : counts_) total += c;
+  return total;
+}
+
+int64_t CommDebugMode::bytes(CollectiveKind kind) const {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return bytes_[static_cast<size_t>(kind)];
+}
+
+std::string CommDebugMode::table() const {
+  std::array<int64_t, kNumCollectiveKinds> counts, bytes;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    counts = counts_;
+    bytes = bytes_;
+  }
+  int64_t total_count = 0, total_bytes = 0;
+  for (int i = 0; i < kNumCollectiveKinds; ++i) {
+    total_count += counts[i];
+    total_bytes += bytes[i];
+  }
+  // Column widths fit the widest entry, so the table stays aligned however
+  // large the byte counts grow.
+  const int count_w = std::max<int>(5, static_cast<int>(std::to_string(total_count).size()));
+  const int bytes_w = std::max<int>(5, static_cast<int>(std::to_string(total_bytes).size()));
+  std::ostringstream os;
+  auto line = [&](const std::string& name, const std::string& count, const std::string& b) {
+    os << std::left << std::setw(14) << name << "  " << std::right << std::setw(count_w) << count
+       << "  " << std::setw(bytes_w) << b << "\n";
+  };
+  line("collective", "count", "bytes");
+  for (CollectiveKind kind : kAllKinds) {
+    const auto k = static_cast<size_t>(kind);
+    line(to_string(kind), std::to_string(counts[k]), std::to_string(bytes[k]));
+  }
+  line("total", std::to_string(total_count), std::to_string(total_bytes));
+  return os.str();
+}
+
+std::string CommDebugMode::json() const {
+  std::array<int64_t, kNumCollectiveKinds> counts;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    counts = counts_;
+  }
+  // Hand-written: the keys are fixed identifiers and the values integers, so
+  // nothing needs escaping, and the library does not link nlohmann-json.
+  std::ostringstream os;
+  os << "{";
+  int64_t total = 0;
+  for (CollectiveKind kind : kAllKinds) {
+    const auto k = static_cast<size_t>(kind);
+    os << "\"" << to_string(kind) << "\":" << counts[k] << ",";
+    total += counts[k];
+  }
+  os << "\"total\":" << total << "}";
+  return os.str();
+}
+
+}  // namespace dtensor

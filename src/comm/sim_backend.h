@@ -1,0 +1,41 @@
+// SimBackend — the collectives of a simulated world, where every rank of the
+// mesh lives in this process. Each collective is computed from the shards
+// directly, group by group, in group order, so results are deterministic and
+// bit-identical on every rank of a group.
+//
+// Outputs never share memory with the inputs or with each other: every rank
+// gets its own contiguous tensor, so an in-place op on one rank's result can
+// never leak into another rank's (as it could not across real processes).
+// The output holds exactly the ranks of the mesh; input shards of ranks
+// outside the mesh are ignored.
+//
+// Bytes recorded per call (record_collective): the largest input shard, in
+// bytes, that any participating rank hands in — for broadcast and scatter
+// that is the root's shard. With uneven shards this is the padded size a
+// real backend moves per rank (ceil-chunked shards are padded to the largest
+// one), matching the cost model's "bytes per rank".
+#pragma once
+
+#include "comm/backend.h"
+
+namespace dtensor {
+
+class SimBackend final : public Backend {
+ public:
+  LocalTensor all_gather(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                         int64_t gather_dim) override;
+  LocalTensor all_reduce(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                         ReduceOp op) override;
+  LocalTensor reduce_scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                             ReduceOp op, int64_t scatter_dim) override;
+  LocalTensor all_to_all(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                         int64_t split_dim, int64_t concat_dim) override;
+  // Only the root's shard is read; the other members' shards may be missing
+  // or undefined (under MPI they would be receive buffers).
+  LocalTensor broadcast(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                        int64_t root) override;
+  LocalTensor scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim, int64_t root,
+                      int64_t scatter_dim) override;
+};
+
+}  // namespace dtensor

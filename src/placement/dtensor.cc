@@ -1,0 +1,130 @@
+// DTensor: construction (distribute_tensor, from_local), full_tensor and
+// redistribute. Data movement is delegated to the transforms in
+// src/redistribute/.
+#include "dtensor/dtensor.h"
+
+#include <sstream>
+
+#include "comm/backend.h"
+#include "redistribute/transforms.h"
+
+namespace dtensor {
+
+using redistribute_detail::redistribute_local;
+
+DTensor::DTensor(DTensorSpec spec, LocalTensor local)
+    : spec_(std::move(spec)), local_(std::move(local)) {}
+
+Tensor DTensor::to_local() const {
+  DT_CHECK(local_.size() == 1, "to_local: this process holds ", local_.size(),
+           " shards (a simulated world holds every rank); use to_local(rank)");
+  return local_.shards().front().second;
+}
+
+Tensor DTensor::full_tensor() const {
+  DT_CHECK(!local_.empty(), "full_tensor: this process holds no rank of mesh ", mesh());
+  Placements all_r(static_cast<size_t>(mesh().ndim()), Replicate());
+  LocalTensor full = redistribute_local(local_, spec_, all_r, /*allow_new_partial=*/false);
+  return full.shards().front().second;
+}
+
+DTensor DTensor::redistribute(const Placements& placements) const {
+  DTensorSpec target = spec_.with_placements(placements);
+  LocalTensor out = redistribute_local(local_, spec_, placements, /*allow_new_partial=*/false);
+  return DTensor(std::move(target), std::move(out));
+}
+
+DTensor DTensor::redistribute(const DeviceMesh& mesh, const Placements& placements) const {
+  DT_CHECK(mesh == this->mesh(), "redistribute: the DTensor lives on ", this->mesh(),
+           " but the target mesh is ", mesh, "; redistributing between meshes is not supported");
+  return redistribute(placements);
+}
+
+namespace {
+
+// Ranks of the mesh this process holds.
+std::vector<int> held_mesh_ranks(const DeviceMesh& mesh) {
+  std::vector<int> out;
+  for (int r : mesh.world().held_ranks())
+    if (mesh.contains(r)) out.push_back(r);
+  return out;
+}
+
+}  // namespace
+
+DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Placements& placements,
+                          std::optional<int> src_rank) {
+  DT_CHECK(full.defined(), "distribute_tensor: the tensor is undefined");
+  DTensorSpec spec(mesh, placements, full.shape(), full.dtype());  // validates
+  Placements all_r(static_cast<size_t>(mesh.ndim()), Replicate());
+  DTensorSpec replicated = spec.with_placements(all_r);
+  LocalTensor local;
+  for (int r : held_mesh_ranks(mesh)) local.set(r, full.contiguous());
+  if (src_rank) {
+    DT_CHECK(mesh.contains(*src_rank), "distribute_tensor: src_rank ", *src_rank,
+             " is not in mesh ", mesh);
+    // One broadcast over the whole mesh (all dims flattened) from src_rank.
+    std::vector<int> all_dims;
+    for (int i = 0; i < mesh.ndim(); ++i) all_dims.push_back(i);
+    DeviceMesh flat = mesh.ndim() == 1 ? mesh : mesh.flatten(all_dims);
+    local = mesh.world().backend().broadcast(local, flat, 0, flat.group_index(*src_rank, 0));
+  }
+  LocalTensor out = redistribute_local(local, replicated, spec.placements(),
+                                       /*allow_new_partial=*/true);
+  return DTensor(std::move(spec), std::move(out));
+}
+
+DTensor from_local(const LocalTensor& local, const DeviceMesh& mesh, const Placements& placements,
+                   const FromLocalOptions& options) {
+  const std::vector<int> ranks = held_mesh_ranks(mesh);
+  DT_CHECK(!ranks.empty() || !local.empty(), "from_local: this process holds no rank of ", mesh);
+  for (int r : ranks) {
+    DT_CHECK(local.holds(r), "from_local: no shard given for rank ", r, " of ", mesh,
+             " (this process holds it)");
+  }
+  for (int r : local.ranks()) {
+    DT_CHECK(mesh.contains(r), "from_local: a shard is given for rank ", r,
+             " which is not in ", mesh);
+  }
+  const Tensor& first = local.shard(ranks.front());
+  const DType dtype = first.dtype();
+  Shape shape;
+  if (options.shape) {
+    shape = *options.shape;
+  } else {
+    // Even shards: each sharding mesh dim multiplies the local size.
+    shape = first.shape();
+    Placements probe = placements;
+    DTensorSpec check(mesh, probe, shape, dtype);  // validates dims against the local rank
+    for (size_t i = 0; i < check.placements().size(); ++i) {
+      const Placement& p = check.placements()[i];
+      if (p.is_shard()) shape[p.dim()] *= mesh.size(static_cast<int>(i));
+    }
+  }
+  TensorMeta meta{shape, options.stride ? *options.stride : contiguous_strides(shape), dtype};
+  DTensorSpec spec(mesh, placements, meta);
+  if (options.run_check) {
+    for (int r : ranks) {
+      const Tensor& t = local.shard(r);
+      DT_CHECK(t.dtype() == dtype, "from_local: rank ", r, " has dtype ", t.dtype(), ", rank ",
+               ranks.front(), " has ", dtype);
+      const Shape want = spec.extent_of_rank(r)->local_shape;
+      DT_CHECK(t.shape() == want, "from_local: rank ", r, " (coordinate ", *mesh.coordinate(r),
+               ") holds a shard of shape ", t.shape(), " but ", to_string(spec.placements()),
+               " of a ", shape, " tensor gives it ", want,
+               options.shape ? "" : " (pass the global shape for uneven shards)");
+    }
+  }
+  return DTensor(std::move(spec), local);
+}
+
+DTensor from_local(const std::function<Tensor(int rank)>& make_shard, const DeviceMesh& mesh,
+                   const Placements& placements, const FromLocalOptions& options) {
+  LocalTensor local;
+  for (int r : held_mesh_ranks(mesh)) local.set(r, make_shard(r));
+  return from_local(local, mesh, placements, options);
+}
+
+std::string visualize_sharding(const DTensor& d) { return visualize_sharding(d.spec()); }
+
+}  // namespace dtensor

@@ -1,0 +1,29 @@
+# Runs a command-line program that should reject its arguments and checks the
+# contract scripts rely on: exit status exactly 2, nothing on stdout, and
+# exactly one line on stderr that starts with PREFIX (and matches EXPECT, a
+# regex, when given).
+#   cmake -DEXE=<program> -DARGS="visualize|--mesh|4y2" -DPREFIX="dtensor visualize: "
+#         [-DEXPECT=<regex>] -P expect_usage_error.cmake
+# ARGS separates arguments with '|' because ';' does not survive add_test.
+string(REPLACE "|" ";" args "${ARGS}")
+execute_process(COMMAND "${EXE}" ${args}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc STREQUAL "2")
+  message(FATAL_ERROR "expected exit status 2, got '${rc}'\nstdout: ${out}\nstderr: ${err}")
+endif()
+if(NOT out STREQUAL "")
+  message(FATAL_ERROR "expected nothing on stdout, got: ${out}")
+endif()
+string(REGEX MATCHALL "\n" newlines "${err}")
+list(LENGTH newlines n)
+if(NOT n EQUAL 1 OR NOT err MATCHES "\n$")
+  message(FATAL_ERROR "expected exactly one line on stderr, got ${n} newline(s): ${err}")
+endif()
+string(FIND "${err}" "${PREFIX}" at)
+if(NOT at EQUAL 0)
+  message(FATAL_ERROR "stderr does not start with '${PREFIX}': ${err}")
+endif()
+if(DEFINED EXPECT AND NOT err MATCHES "${EXPECT}")
+  message(FATAL_ERROR "stderr does not match '${EXPECT}': ${err}")
+endif()
+message(STATUS "ok: ${err}")

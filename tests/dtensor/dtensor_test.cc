@@ -1,0 +1,259 @@
+// DTensor tests: distribute/full_tensor round trips, every elementary
+// transform alone (uneven shapes), forbidden transforms, from_local checks,
+// and random-layout property tests of redistribute against the original.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "dtensor/dtensor.h"
+
+using namespace dtensor;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+// Integer-valued float data: sums of partial pieces are exact in any order.
+Tensor int_valued(const Shape& shape, uint64_t seed) {
+  return Tensor::randint(-50, 50, shape, seed).to(DType::Float32);
+}
+
+// A DTensor with the given (possibly Partial) placements whose full value is
+// `full`: Partial pieces are built from known random pieces that reduce to it.
+DTensor make_dtensor(const Tensor& full, const DeviceMesh& mesh, const Placements& pl,
+                     uint64_t seed) {
+  // Start replicated-or-sharded (Partial -> Replicate), then give each
+  // partial mesh dim random pieces with the right reduction.
+  Placements base = pl;
+  for (Placement& p : base)
+    if (p.is_partial()) p = Replicate();
+  DTensor d = distribute_tensor(full, mesh, base);
+  LocalTensor local = d.local();
+  for (size_t i = 0; i < pl.size(); ++i) {
+    if (!pl[i].is_partial()) continue;
+    const int md = static_cast<int>(i);
+    const ReduceOp op = pl[i].reduce_op();
+    local = local.map([&](int rank, const Tensor& t) {
+      const int64_t g = mesh.group_index(rank, md);
+      const int64_t n = mesh.size(md);
+      // Noise identical for the whole group except in the member index, so
+      // the pieces are known: piece_g = t + noise_g - (sum of others' noise)/...
+      if (op == ReduceOp::Sum) {
+        // pieces: t - (n-1)*k on member 0, +k on the others (k integer-valued)
+        Tensor k = int_valued(t.shape(), seed + 17 * i);
+        return g == 0 ? t - k * static_cast<double>(n - 1) : t + k - t;
+      }
+      if (op == ReduceOp::Avg) return t;  // every piece equal: avg is exact
+      // max/min: member 0 holds t, the others hold something below/above.
+      if (g == 0) return t;
+      return op == ReduceOp::Max ? t - 7.0 : t + 7.0;
+    });
+  }
+  return DTensor(DTensorSpec(mesh, pl, full.shape(), full.dtype()), local);
+}
+
+}  // namespace
+
+class DTensorTest : public ::testing::Test {
+ protected:
+  World world = World::simulated(8);
+};
+
+TEST_F(DTensorTest, DistributeAndFullTensorRoundTrip) {
+  DeviceMesh mesh(world, {4, 2}, {"dp", "tp"});
+  Tensor x = Tensor::randn({18, 5}, 1);
+  DTensor d = distribute_tensor(x, mesh, {Shard(0), Shard(0)});
+  EXPECT_EQ(d.to_local(7).shape(), (Shape{1, 5}));
+  EXPECT_EQ(d.to_local(0).shape(), (Shape{3, 5}));
+  EXPECT_TRUE(equal(d.to_local(1), x.narrow(0, 3, 2)));
+  EXPECT_TRUE(equal(d.full_tensor(), x));
+  EXPECT_THROW(d.to_local(), Error);  // 8 shards held here
+}
+
+TEST_F(DTensorTest, DistributeFromSourceRankBroadcasts) {
+  DeviceMesh mesh(world, {2, 4});
+  Tensor x = Tensor::randn({6, 4}, 2);
+  CommDebugMode comm;
+  DTensor d = distribute_tensor(x, mesh, {Replicate(), Shard(1)}, /*src_rank=*/5);
+  EXPECT_EQ(comm.count(CollectiveKind::Broadcast), 1);
+  EXPECT_TRUE(equal(d.full_tensor(), x));
+  EXPECT_THROW(distribute_tensor(x, DeviceMesh(world, {2}), {Shard(0)}, 5), Error);
+}
+
+// Each elementary transform alone, on an uneven shape (7 rows over 3 or 4).
+TEST_F(DTensorTest, EachElementaryTransformAlone) {
+  struct Case {
+    const char* from;
+    const char* to;
+    CollectiveKind kind;
+    int count;
+  };
+  const Case cases[] = {
+      {"S(0)", "R", CollectiveKind::AllGather, 1},
+      {"S(0)", "S(1)", CollectiveKind::AllToAll, 1},
+      {"S(1)", "S(0)", CollectiveKind::AllToAll, 1},
+      {"P(sum)", "R", CollectiveKind::AllReduce, 1},
+      {"P(avg)", "R", CollectiveKind::AllReduce, 1},
+      {"P(max)", "R", CollectiveKind::AllReduce, 1},
+      {"P(min)", "R", CollectiveKind::AllReduce, 1},
+      {"P(sum)", "S(0)", CollectiveKind::ReduceScatter, 1},
+      {"P(sum)", "S(1)", CollectiveKind::ReduceScatter, 1},
+      {"R", "S(0)", CollectiveKind::AllGather, 0},
+      {"R", "S(1)", CollectiveKind::AllGather, 0},
+  };
+  for (int64_t n : {3, 4}) {
+    DeviceMesh mesh(world, {n});
+    for (const Case& c : cases) {
+      Tensor x = int_valued({7, 5}, 3);
+      DTensor d = make_dtensor(x, mesh, parse_placements(c.from), 11);
+      CommDebugMode comm;
+      DTensor r = d.redistribute(parse_placements(c.to));
+      EXPECT_EQ(comm.count(c.kind), c.count) << c.from << " -> " << c.to;
+      EXPECT_EQ(comm.total_count(), c.count) << c.from << " -> " << c.to;
+      EXPECT_EQ(to_string(r.placements()), c.to);
+      // Each shard is exactly the piece the spec says.
+      for (int rank = 0; rank < n; ++rank) {
+        ShardExtent e = *r.spec().extent_of_rank(rank);
+        EXPECT_EQ(r.to_local(rank).shape(), e.local_shape) << c.from << " -> " << c.to;
+      }
+      EXPECT_TRUE(equal(r.full_tensor(), x)) << c.from << " -> " << c.to << " on " << n;
+    }
+  }
+}
+
+TEST_F(DTensorTest, ReplicateToPartialViaDistribute) {
+  DeviceMesh mesh(world, {4});
+  Tensor x = int_valued({5, 3}, 4);
+  DTensor p = distribute_tensor(x, mesh, {Partial()});
+  EXPECT_TRUE(allclose(p.to_local(2), x / 4.0));
+  EXPECT_TRUE(allclose(p.full_tensor(), x, 1e-6, 1e-6));
+  Tensor xi = Tensor::randint(0, 9, {5}, 5);
+  DTensor pi = distribute_tensor(xi, mesh, {Partial()});
+  EXPECT_TRUE(equal(pi.to_local(0), xi));
+  EXPECT_TRUE(equal(pi.to_local(3), zeros_like(xi)));
+  EXPECT_TRUE(equal(pi.full_tensor(), xi));
+  DTensor pm = distribute_tensor(x, mesh, {Partial(ReduceOp::Max)});
+  EXPECT_TRUE(equal(pm.full_tensor(), x));
+}
+
+TEST_F(DTensorTest, ForbiddenTransformsNameMeshDimAndPlacements) {
+  DeviceMesh mesh(world, {2, 2});
+  DTensor d = distribute_tensor(Tensor::randn({4, 4}, 1), mesh, {Shard(0), Replicate()});
+  std::string e = error_of([&] { d.redistribute({Shard(0), Partial()}); });
+  EXPECT_NE(e.find("from R to P(sum) on mesh dim 1"), std::string::npos) << e;
+  e = error_of([&] { d.redistribute({Partial(), Replicate()}); });
+  EXPECT_NE(e.find("from S(0) to P(sum) on mesh dim 0"), std::string::npos) << e;
+  DTensor p = make_dtensor(Tensor::randn({4, 4}, 1), mesh, {Partial(), Shard(0)}, 3);
+  e = error_of([&] { p.redistribute({Partial(ReduceOp::Max), Shard(0)}); });
+  EXPECT_NE(e.find("from P(sum) to P(max) on mesh dim 0"), std::string::npos) << e;
+  // Keeping an existing Partial while moving a shard is fine.
+  EXPECT_NO_THROW(p.redistribute({Partial(), Shard(1)}));
+  e = error_of([&] { d.redistribute({Shard(0)}); });
+  EXPECT_NE(e.find("expected 2 placements for a 2-d mesh, got 1"), std::string::npos) << e;
+  e = error_of([&] { d.redistribute(DeviceMesh(world, {2, 2}), {Replicate(), Replicate()}); });
+  EXPECT_NE(e.find("between meshes"), std::string::npos) << e;
+}
+
+TEST_F(DTensorTest, FromLocalChecksShapes) {
+  DeviceMesh mesh(world, {4});
+  Tensor x = Tensor::randn({7, 2}, 9);
+  std::vector<Tensor> pieces = x.chunk(4, 0);
+  // Uneven: needs the global shape.
+  DTensor d = from_local([&](int r) { return pieces[r].clone(); }, mesh, {Shard(0)},
+                         {.shape = Shape{7, 2}});
+  EXPECT_TRUE(equal(d.full_tensor(), x));
+  std::string e = error_of([&] {
+    from_local([&](int r) { return pieces[r].clone(); }, mesh, {Shard(0)});
+  });
+  EXPECT_NE(e.find("pass the global shape"), std::string::npos) << e;
+  // Even shards infer the global shape.
+  DTensor even = from_local([](int r) { return Tensor::full({2, 3}, r); }, mesh, {Shard(1)});
+  EXPECT_EQ(even.shape(), (Shape{2, 12}));
+  e = error_of([&] {
+    from_local([](int r) { return Tensor::zeros({2, r == 2 ? 4 : 3}); }, mesh, {Shard(1)});
+  });
+  EXPECT_NE(e.find("rank 2"), std::string::npos) << e;
+  LocalTensor missing;
+  missing.set(0, Tensor::zeros({2}));
+  EXPECT_NE(error_of([&] { from_local(missing, mesh, {Shard(0)}); }).find("no shard given for rank 1"),
+            std::string::npos);
+}
+
+TEST_F(DTensorTest, NestedShardsOfOneDimRedistribute) {
+  DeviceMesh mesh(world, {2, 2, 2});
+  Tensor x = int_valued({13, 6}, 6);
+  DTensor d = distribute_tensor(x, mesh, {Shard(0), Shard(0), Shard(1)});
+  for (const char* to : {"R,S(0),S(1)", "S(0),R,R", "S(1),S(0),S(0)", "R,R,R", "S(0),S(1),S(0)"}) {
+    DTensor r = d.redistribute(parse_placements(to));
+    EXPECT_TRUE(equal(r.full_tensor(), x)) << to;
+    for (int rank = 0; rank < 8; ++rank)
+      EXPECT_EQ(r.to_local(rank).shape(), r.spec().extent_of_rank(rank)->local_shape) << to;
+  }
+}
+
+// Property: random mesh (1-3 dims, sizes 1-4, at most 8 ranks), random shape
+// (rank 1-4, sizes 0-9), random placements: distribute then full_tensor is
+// exact; random source (with Partials built from known pieces) and target:
+// redistribute then full_tensor equals the original, and every shard has the
+// spec's shape.
+TEST_F(DTensorTest, RandomLayoutsRoundTripAndRedistribute) {
+  std::mt19937 rng(20261122);
+  auto random_placement = [&](int nd, bool allow_partial) {
+    const int k = static_cast<int>(rng() % (allow_partial ? 4 : 3));
+    if (k == 0) return Replicate();
+    if (k == 3) {
+      const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min};
+      return Partial(ops[rng() % 4]);
+    }
+    return Shard(static_cast<int64_t>(rng() % nd));
+  };
+  int cases = 0;
+  for (int iter = 0; iter < 400; ++iter) {
+    Shape mesh_shape;
+    const int mesh_nd = 1 + static_cast<int>(rng() % 3);
+    for (int i = 0; i < mesh_nd; ++i) mesh_shape.push_back(1 + rng() % 4);
+    if (mesh_shape.product() > 8) continue;
+    DeviceMesh mesh(world, mesh_shape);
+    Shape shape;
+    const int nd = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < nd; ++i) shape.push_back(rng() % 10);
+    Tensor x = int_valued(shape, iter);
+    // Source: partials of one kind family only (sum/avg mix allowed).
+    Placements from, to;
+    std::optional<ReduceOp> pk;
+    for (int i = 0; i < mesh_nd; ++i) {
+      Placement p = random_placement(nd, true);
+      if (p.is_partial()) {
+        if (!pk) pk = p.reduce_op();
+        else p = Partial(*pk);
+      }
+      from.push_back(p);
+    }
+    for (int i = 0; i < mesh_nd; ++i) {
+      Placement p = random_placement(nd, false);
+      if (from[i].is_partial() && rng() % 3 == 0) p = from[i];  // keep the partial
+      to.push_back(p);
+    }
+    DTensor d = make_dtensor(x, mesh, from, iter);
+    ASSERT_TRUE(equal(d.full_tensor(), x)) << mesh_shape << " " << shape << " " << to_string(from);
+    Placements plain = from;
+    for (Placement& p : plain)
+      if (p.is_partial()) p = Replicate();
+    ASSERT_TRUE(equal(distribute_tensor(x, mesh, plain).full_tensor(), x));
+    DTensor r = d.redistribute(to);
+    for (int rank = 0; rank < mesh.size(); ++rank)
+      ASSERT_EQ(r.to_local(rank).shape(), r.spec().extent_of_rank(rank)->local_shape)
+          << mesh_shape << " " << shape << " " << to_string(from) << " -> " << to_string(to);
+    ASSERT_TRUE(equal(r.full_tensor(), x))
+        << mesh_shape << " " << shape << " " << to_string(from) << " -> " << to_string(to);
+    ++cases;
+  }
+  EXPECT_GT(cases, 250);
+}
