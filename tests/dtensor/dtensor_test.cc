@@ -3,22 +3,17 @@
 // and random-layout property tests of redistribute against the original.
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include <random>
 
 #include "dtensor/dtensor.h"
 
 using namespace dtensor;
+using dtensor::testing::error_of;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 // Integer-valued float data: sums of partial pieces are exact in any order.
 Tensor int_valued(const Shape& shape, uint64_t seed) {

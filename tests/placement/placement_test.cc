@@ -2,22 +2,14 @@
 // validation and the chunking rules of SEMANTICS.md.
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include <random>
 
 #include "dtensor/spec.h"
 
 using namespace dtensor;
-
-namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-}  // namespace
+using dtensor::testing::error_of;
 
 TEST(Placement, TextFormRoundTrips) {
   Placements p{Shard(0), Replicate(), Partial(), Partial(ReduceOp::Avg)};

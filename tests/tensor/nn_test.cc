@@ -18,24 +18,15 @@
 #include <vector>
 
 #include "dtensor/tensor.h"
+#include "test_util.h"
 
 using namespace dtensor;
+using dtensor::testing::expect_error;
 
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& pieces) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected dtensor::Error containing '" << pieces.front() << "'";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : pieces)
-      EXPECT_NE(msg.find(p), std::string::npos) << "message '" << msg << "' lacks '" << p << "'";
-  }
-}
 
 // Relative-plus-absolute check; `rel_only` uses the softmax-style bound.
 void expect_near_all(const Tensor& got, const Shape& shape, const std::vector<double>& ref,

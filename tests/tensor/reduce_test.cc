@@ -18,25 +18,15 @@
 #include <vector>
 
 #include "dtensor/tensor.h"
+#include "test_util.h"
 
 using namespace dtensor;
+using dtensor::testing::expect_error;
 
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// Expects fn to throw dtensor::Error whose message contains every piece.
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& pieces) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected dtensor::Error containing '" << pieces.front() << "'";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& p : pieces)
-      EXPECT_NE(msg.find(p), std::string::npos) << "message '" << msg << "' lacks '" << p << "'";
-  }
-}
 
 bool close(double got, double ref, DType dtype) {
   if (std::isnan(ref)) return std::isnan(got);

@@ -2,21 +2,16 @@
 // indexing, checked against index arithmetic on arange tensors.
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include "dtensor/tensor.h"
 
 using namespace dtensor;
+using dtensor::testing::error_of;
 
 namespace {
 std::vector<int64_t> values(const Tensor& t) { return t.to_vector<int64_t>(); }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 }  // namespace
 
 TEST(View, ViewSharesStorageAndInfersMinusOne) {
