@@ -8,10 +8,11 @@
 //   DTensor r = d.redistribute({Replicate(), Shard(1)});   // all_gather, then local chunk
 //   Tensor full = r.full_tensor();                          // == the original
 //
-// Redistribution goes mesh dim by mesh dim through the elementary transforms
-// of SEMANTICS.md (S->R all_gather, S(i)->S(j) all_to_all, P->R all_reduce,
-// P->S reduce_scatter, R->S local chunk); a user may not introduce a Partial
-// that the source did not already have on that mesh dim.
+// Redistribution runs a min-cost plan (redistribute.h) of the elementary
+// transforms of SEMANTICS.md (S->R all_gather, S(i)->S(j) all_to_all, P->R
+// all_reduce, P->S reduce_scatter, R->S local chunk), merging collectives
+// over flattened mesh dims where that gives the same result; a user may not
+// introduce a Partial that the source did not already have on that mesh dim.
 #pragma once
 
 #include <functional>
@@ -22,6 +23,7 @@
 #include "dtensor/local_tensor.h"
 #include "dtensor/mesh.h"
 #include "dtensor/placement.h"
+#include "dtensor/redistribute.h"
 #include "dtensor/spec.h"
 #include "dtensor/tensor.h"
 #include "dtensor/world.h"
@@ -52,11 +54,15 @@ class DTensor {
 
   // The global tensor (all-gathers and reduces as needed), as every rank sees it.
   Tensor full_tensor() const;
-  // The same tensor with other placements. Throws for S->P, P(a)->P(b), or a
-  // Partial introduced on a mesh dim that was not already that Partial.
-  DTensor redistribute(const Placements& placements) const;
+  // The same tensor with other placements, moved by the cheapest plan under
+  // the mesh's cost model (see redistribute.h; plans are cached). Throws for
+  // S->P, P(a)->P(b), or a Partial introduced on a mesh dim that was not
+  // already that Partial.
+  DTensor redistribute(const Placements& placements,
+                       const RedistributeOptions& options = {}) const;
   // REQUIRES: mesh == this->mesh() (redistributing across meshes is not supported yet).
-  DTensor redistribute(const DeviceMesh& mesh, const Placements& placements) const;
+  DTensor redistribute(const DeviceMesh& mesh, const Placements& placements,
+                       const RedistributeOptions& options = {}) const;
 
  private:
   DTensorSpec spec_;

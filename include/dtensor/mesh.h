@@ -32,6 +32,30 @@ namespace dtensor {
 // A set of root mesh dims, as a bit mask (bit i = root dim i).
 using MeshDimMask = uint32_t;
 
+// The speed of the links a collective over a mesh dim uses.
+struct LinkCost {
+  double bandwidth_gbps = 87.7;
+  double latency_us = 0.6;
+};
+
+// Where the mesh's ranks sit on hardware, for the redistribution cost model
+// (SEMANTICS.md, "Cost model"). Ranks are packed onto hosts row-major:
+// walking root dims from the last to the first and multiplying their sizes,
+// once the product exceeds devices_per_host that dim and all outer ones
+// cross hosts and get the inter-host figures.
+struct Topology {
+  int64_t devices_per_host = 8;
+  // Fixed cost of any collective.
+  double base_us = 6.6;
+  LinkCost intra_host{87.7, 0.6};
+  // Inter-host bandwidth = intra-host bandwidth x this factor.
+  double inter_host_bandwidth_factor = 0.22;
+  double inter_host_latency_us = 2.7;
+  // Explicit figures, one per root mesh dim, replacing the derivation above
+  // (empty: derive).
+  std::vector<LinkCost> per_dim;
+};
+
 class DeviceMesh {
  public:
   // A mesh of the given shape over ranks 0..shape.product()-1 in row-major
@@ -100,6 +124,23 @@ class DeviceMesh {
   std::vector<std::pair<MeshDimMask, std::string>> flattened_dims() const;
   // The registered flattened dim covering exactly these root dims, if any.
   std::optional<std::string> find_flattened(MeshDimMask root_dims) const;
+
+  // The cost model's view of the hardware (shared by every view of the
+  // root). Default: Topology{}.
+  Topology topology() const;
+  void set_topology(Topology topology);
+  // The links of a collective over these root dims: the smallest bandwidth
+  // and the largest latency of the dims covered.
+  LinkCost link(MeshDimMask root_dims) const;
+  // Whether redistribution may create the flattened groups it wants to merge
+  // collectives over (default true); when false it only uses groups made by
+  // flatten(). Shared by every view of the root.
+  bool auto_flatten() const;
+  void set_auto_flatten(bool on);
+  // Bumped whenever the topology, auto_flatten, or the registered flattened
+  // dims change, so that caches of plans can tell when to re-plan.
+  uint64_t config_version() const;
+  uint64_t flatten_version() const;
 
   // The root dims that mesh dim d covers.
   MeshDimMask root_dims(int d) const { return dims_[d]; }

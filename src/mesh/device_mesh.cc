@@ -4,6 +4,7 @@
 // precomputed once in the Root, so it costs O(root ndim) plus the output size,
 // with no map lookups and no locks.
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <charconv>
 #include <functional>
@@ -36,6 +37,29 @@ struct DeviceMesh::Root {
   // printing or naming, never per rank.
   mutable std::mutex mu;
   std::map<MeshDimMask, std::string> flattened;
+  Topology topology;                    // guarded by mu
+  LinkCost links[kMaxDims];             // per root dim, derived from topology; guarded by mu
+  std::atomic<bool> auto_flatten{true};
+  std::atomic<uint64_t> config_version{0};
+  std::atomic<uint64_t> flatten_version{0};
+
+  // REQUIRES: mu held.
+  void derive_links() {
+    int64_t product = 1;
+    bool crossed = false;
+    for (int i = ndim - 1; i >= 0; --i) {
+      if (!topology.per_dim.empty()) {
+        links[i] = topology.per_dim[i];
+        continue;
+      }
+      product *= shape[i];
+      crossed = crossed || product > topology.devices_per_host;
+      links[i] = crossed ? LinkCost{topology.intra_host.bandwidth_gbps *
+                                        topology.inter_host_bandwidth_factor,
+                                    topology.inter_host_latency_us}
+                         : topology.intra_host;
+    }
+  }
 
   explicit Root(World w) : world(std::move(w)) {}
 
@@ -150,6 +174,7 @@ std::shared_ptr<DeviceMesh::Root> make_root(World world, const Shape& shape,
     }
   }
   root->ranks = std::move(ranks);
+  root->derive_links();
   return root;
 }
 
@@ -423,6 +448,7 @@ DeviceMesh DeviceMesh::flatten(const std::vector<int>& dims, const std::string& 
                ")");
     }
     root_->flattened.emplace(mask, wanted);
+    root_->flatten_version.fetch_add(1);
   }
   return DeviceMesh(root_, {mask});
 }
@@ -453,6 +479,53 @@ std::optional<std::string> DeviceMesh::find_flattened(MeshDimMask root_dims) con
   if (it == root_->flattened.end()) return std::nullopt;
   return it->second;
 }
+
+Topology DeviceMesh::topology() const {
+  std::lock_guard<std::mutex> lock(root_->mu);
+  return root_->topology;
+}
+
+void DeviceMesh::set_topology(Topology topology) {
+  DT_CHECK(topology.devices_per_host >= 1, "DeviceMesh::set_topology: devices_per_host must be ",
+           ">= 1, got ", topology.devices_per_host);
+  DT_CHECK(topology.per_dim.empty() || static_cast<int>(topology.per_dim.size()) == root_->ndim,
+           "DeviceMesh::set_topology: per_dim has ", topology.per_dim.size(),
+           " entries, expected one per root mesh dim (", root_->ndim, ")");
+  auto positive = [](const LinkCost& l) { return l.bandwidth_gbps > 0 && l.latency_us >= 0; };
+  DT_CHECK(positive(topology.intra_host) && topology.inter_host_bandwidth_factor > 0 &&
+               topology.inter_host_latency_us >= 0 && topology.base_us >= 0,
+           "DeviceMesh::set_topology: bandwidths must be positive and latencies non-negative");
+  for (const LinkCost& l : topology.per_dim)
+    DT_CHECK(positive(l), "DeviceMesh::set_topology: per_dim bandwidth ", l.bandwidth_gbps,
+             " GB/s / latency ", l.latency_us, " us is not positive / non-negative");
+  std::lock_guard<std::mutex> lock(root_->mu);
+  root_->topology = std::move(topology);
+  root_->derive_links();
+  root_->config_version.fetch_add(1);
+}
+
+LinkCost DeviceMesh::link(MeshDimMask root_dims) const {
+  DT_CHECK(root_dims != 0 && root_dims < (MeshDimMask{1} << root_->ndim),
+           "DeviceMesh::link: root dim mask ", root_dims, " is not a set of dims of ", to_string());
+  std::lock_guard<std::mutex> lock(root_->mu);
+  LinkCost out{1e300, 0};
+  for (MeshDimMask m = root_dims; m; m &= m - 1) {
+    const LinkCost& l = root_->links[std::countr_zero(m)];
+    out.bandwidth_gbps = std::min(out.bandwidth_gbps, l.bandwidth_gbps);
+    out.latency_us = std::max(out.latency_us, l.latency_us);
+  }
+  return out;
+}
+
+bool DeviceMesh::auto_flatten() const { return root_->auto_flatten.load(); }
+
+void DeviceMesh::set_auto_flatten(bool on) {
+  root_->auto_flatten.store(on);
+  root_->config_version.fetch_add(1);
+}
+
+uint64_t DeviceMesh::config_version() const { return root_->config_version.load(); }
+uint64_t DeviceMesh::flatten_version() const { return root_->flatten_version.load(); }
 
 DeviceMesh DeviceMesh::root() const {
   std::vector<MeshDimMask> dims;

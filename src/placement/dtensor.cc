@@ -6,11 +6,28 @@
 #include <sstream>
 
 #include "comm/backend.h"
-#include "redistribute/transforms.h"
+#include "redistribute/plan_internal.h"
 
 namespace dtensor {
 
-using redistribute_detail::redistribute_local;
+namespace {
+
+// Plans (through the cache) and runs the redistribution of `local` from `from` to `to`.
+LocalTensor redistribute_local(const LocalTensor& local, const DTensorSpec& from,
+                               const DTensorSpec& to, const RedistributeOptions& options) {
+  if (from == to) return local;
+  auto plan = plan_redistribute(from, to, options);
+  return redistribute_detail::execute_plan(*plan, local);
+}
+
+void check_placement_count(const DTensorSpec& spec, const Placements& placements) {
+  const int nd = spec.mesh().ndim();
+  DT_CHECK(placements.size() == static_cast<size_t>(nd), "redistribute: expected ", nd,
+           " placements for a ", nd, "-d mesh, got ", placements.size(), ": ",
+           to_string(placements));
+}
+
+}  // namespace
 
 DTensor::DTensor(DTensorSpec spec, LocalTensor local)
     : spec_(std::move(spec)), local_(std::move(local)) {}
@@ -24,20 +41,23 @@ Tensor DTensor::to_local() const {
 Tensor DTensor::full_tensor() const {
   DT_CHECK(!local_.empty(), "full_tensor: this process holds no rank of mesh ", mesh());
   Placements all_r(static_cast<size_t>(mesh().ndim()), Replicate());
-  LocalTensor full = redistribute_local(local_, spec_, all_r, /*allow_new_partial=*/false);
+  LocalTensor full = redistribute_local(local_, spec_, spec_.with_placements(all_r), {});
   return full.shards().front().second;
 }
 
-DTensor DTensor::redistribute(const Placements& placements) const {
+DTensor DTensor::redistribute(const Placements& placements,
+                              const RedistributeOptions& options) const {
+  check_placement_count(spec_, placements);
   DTensorSpec target = spec_.with_placements(placements);
-  LocalTensor out = redistribute_local(local_, spec_, placements, /*allow_new_partial=*/false);
+  LocalTensor out = redistribute_local(local_, spec_, target, options);
   return DTensor(std::move(target), std::move(out));
 }
 
-DTensor DTensor::redistribute(const DeviceMesh& mesh, const Placements& placements) const {
+DTensor DTensor::redistribute(const DeviceMesh& mesh, const Placements& placements,
+                              const RedistributeOptions& options) const {
   DT_CHECK(mesh == this->mesh(), "redistribute: the DTensor lives on ", this->mesh(),
            " but the target mesh is ", mesh, "; redistributing between meshes is not supported");
-  return redistribute(placements);
+  return redistribute(placements, options);
 }
 
 namespace {
@@ -69,8 +89,9 @@ DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Plac
     DeviceMesh flat = mesh.ndim() == 1 ? mesh : mesh.flatten(all_dims);
     local = mesh.world().backend().broadcast(local, flat, 0, flat.group_index(*src_rank, 0));
   }
-  LocalTensor out = redistribute_local(local, replicated, spec.placements(),
-                                       /*allow_new_partial=*/true);
+  RedistributeOptions options;
+  options.allow_new_partial = true;
+  LocalTensor out = redistribute_local(local, replicated, spec, options);
   return DTensor(std::move(spec), std::move(out));
 }
 

@@ -1,13 +1,25 @@
-// P(op) -> R on one mesh dim: all_reduce with the placement's reduce op.
+// P(op) -> R: all_reduce with the placement's reduce op. A merged sum+avg
+// group reduces with sum and then divides by the product of the avg dims'
+// sizes: avg over a dim is sum/n, and the sums commute, so
+// avg_A(sum_B(x)) = sum_{A,B}(x) / |A| exactly as the nested reductions.
 #include "comm/backend.h"
 #include "dtensor/world.h"
 #include "redistribute/transforms.h"
 
 namespace dtensor::redistribute_detail {
 
-LocalTensor partial_to_replicate(const LocalTensor& in, const DTensorSpec& from, int mesh_dim) {
-  const ReduceOp op = from.placements()[mesh_dim].reduce_op();
-  return from.mesh().world().backend().all_reduce(in, from.mesh(), mesh_dim, op);
+TransformCost partial_to_replicate_cost(double bytes, const Group& g, double base_us) {
+  return {all_reduce_cost(bytes, g.n, g.link, base_us), bytes, bytes};
+}
+
+LocalTensor partial_to_replicate(const LocalTensor& in, const Group& g, ReduceOp op,
+                                 double divisor) {
+  return divide_shards(g.mesh.world().backend().all_reduce(in, g.mesh, g.dim, op), divisor);
+}
+
+LocalTensor divide_shards(const LocalTensor& in, double divisor) {
+  if (divisor == 1) return in;
+  return in.map([&](int, const Tensor& t) { return div(t, Scalar(divisor)); });
 }
 
 }  // namespace dtensor::redistribute_detail

@@ -1,16 +1,24 @@
-// P(op) -> S(d) on one mesh dim: reduce_scatter along d — reduce, and each
-// rank keeps only its own chunk (half the traffic of all_reduce + chunk).
+// P(op) -> S(d): reduce_scatter along d — reduce, and each rank keeps only
+// its own chunk (half the traffic of all_reduce + chunk). Merged over a
+// flattened group only in ascending mesh-dim order: the flattened group is
+// row-major over its dims, so its chunk index a*n_b + b equals the nested
+// index only when the outer dim chunks first; and only when the flat
+// chunking of the length equals the nested one (the planner checks).
 #include "comm/backend.h"
 #include "dtensor/world.h"
 #include "redistribute/transforms.h"
 
 namespace dtensor::redistribute_detail {
 
-LocalTensor partial_to_shard(const LocalTensor& in, const DTensorSpec& from, int mesh_dim,
+TransformCost partial_to_shard_cost(double bytes, const Group& g, double base_us) {
+  return {reduce_scatter_cost(bytes, g.n, g.link, base_us), bytes,
+          bytes / static_cast<double>(g.n)};
+}
+
+LocalTensor partial_to_shard(const LocalTensor& in, const Group& g, ReduceOp op, double divisor,
                              int64_t to_dim) {
-  check_innermost(from, mesh_dim, to_dim, "P->S (reduce_scatter)");
-  const ReduceOp op = from.placements()[mesh_dim].reduce_op();
-  return from.mesh().world().backend().reduce_scatter(in, from.mesh(), mesh_dim, op, to_dim);
+  return divide_shards(g.mesh.world().backend().reduce_scatter(in, g.mesh, g.dim, op, to_dim),
+                       divisor);
 }
 
 }  // namespace dtensor::redistribute_detail

@@ -1,52 +1,70 @@
 // The elementary redistribution transforms: each changes the placement of
-// ONE mesh dim and is one small named unit (one file each) with its
-// collective. The straightforward planner (redistribute.cc) composes them.
+// one mesh dim (or, merged, of several mesh dims as one flattened group) and
+// is one small named unit, one file each, holding its cost under the model
+// of SEMANTICS.md and its execution side by side. The planner (plan.cc)
+// decides which transforms apply and composes them; the executor
+// (execute.cc) is the only caller of the execution functions.
 //
-// Every transform takes the shards laid out by `from` and returns the shards
-// of from.with_placements(placements with [mesh_dim] replaced). Nesting rule:
-// several mesh dims sharding the same tensor dim chunk it left to right, so
-// only the innermost (right-most) of them can be gathered, split or moved;
-// the transforms check this and throw when it is violated.
+// Bytes walk: a plan charges each collective for the bytes per rank of the
+// state it runs in, b = global bytes / number of shards; each cost function
+// returns the cost and the b of the state after the step.
+//
+// Nesting rule (checked by the planner, not here): several mesh dims
+// sharding the same tensor dim chunk it left to right, so only the innermost
+// (right-most) of them can be gathered, split or moved.
 #pragma once
 
 #include "dtensor/local_tensor.h"
-#include "dtensor/spec.h"
+#include "dtensor/mesh.h"
+#include "dtensor/redistribute.h"
 
 namespace dtensor::redistribute_detail {
 
-// S(d) -> R: all_gather along d.                               (s_to_r.cc)
-LocalTensor shard_to_replicate(const LocalTensor& in, const DTensorSpec& from, int mesh_dim);
-// S(a) -> S(b): all_to_all, split along b, concatenate along a. (s_to_s.cc)
-LocalTensor shard_to_shard(const LocalTensor& in, const DTensorSpec& from, int mesh_dim,
+// The ranks a step talks across: mesh dim `dim` of `mesh` (a flattened
+// group is dim 0 of the flattened 1-d mesh). n = mesh.size(dim).
+struct Group {
+  DeviceMesh mesh;
+  int dim = 0;
+  int64_t n = 1;
+  LinkCost link;
+};
+
+struct TransformCost {
+  double cost_us = 0;
+  double bytes_charged = 0;  // what the collective moves per rank
+  double bytes_after = 0;    // b of the state after the step
+};
+
+// S(d) -> R: all_gather along d; charged for the gathered bytes b*n.  (s_to_r.cc)
+TransformCost shard_to_replicate_cost(double bytes, const Group& g, double base_us);
+LocalTensor shard_to_replicate(const LocalTensor& in, const Group& g, int64_t dim);
+
+// S(a) -> S(b): all_to_all, split along b, concatenate along a.      (s_to_s.cc)
+TransformCost shard_to_shard_cost(double bytes, const Group& g, double base_us);
+LocalTensor shard_to_shard(const LocalTensor& in, const Group& g, int64_t from_dim,
                            int64_t to_dim);
-// P(op) -> R: all_reduce.                                      (p_to_r.cc)
-LocalTensor partial_to_replicate(const LocalTensor& in, const DTensorSpec& from, int mesh_dim);
-// P(op) -> S(d): reduce_scatter along d.                       (p_to_s.cc)
-LocalTensor partial_to_shard(const LocalTensor& in, const DTensorSpec& from, int mesh_dim,
+
+// P(op) -> R: all_reduce, then / divisor (merged sum+avg).            (p_to_r.cc)
+TransformCost partial_to_replicate_cost(double bytes, const Group& g, double base_us);
+LocalTensor partial_to_replicate(const LocalTensor& in, const Group& g, ReduceOp op,
+                                 double divisor);
+
+// P(op) -> S(d): reduce_scatter along d, then / divisor.             (p_to_s.cc)
+TransformCost partial_to_shard_cost(double bytes, const Group& g, double base_us);
+LocalTensor partial_to_shard(const LocalTensor& in, const Group& g, ReduceOp op, double divisor,
                              int64_t to_dim);
-// R -> S(d): keep the own chunk, no communication.             (r_to_s.cc)
-LocalTensor replicate_to_shard(const LocalTensor& in, const DTensorSpec& from, int mesh_dim,
-                               int64_t to_dim);
-// R -> P(op): sum keeps x/n (floating) or x on the group's first rank and
-// zeros elsewhere (integers, so the sum stays exact); avg/max/min keep x.
-//                                                              (r_to_p.cc)
-LocalTensor replicate_to_partial(const LocalTensor& in, const DTensorSpec& from, int mesh_dim,
-                                 ReduceOp op);
 
-// Applies the one transform from from.placements()[mesh_dim] to `to`
-// (identity when equal). Throws for S->P and P(a)->P(b), naming the mesh dim
-// and both placements.
-LocalTensor apply_transform(const LocalTensor& in, const DTensorSpec& from, int mesh_dim,
-                            Placement to);
+// R -> S(d): keep the own chunk; free.                               (r_to_s.cc)
+TransformCost replicate_to_shard_cost(double bytes, const Group& g);
+LocalTensor replicate_to_shard(const LocalTensor& in, const Group& g, int64_t to_dim);
 
-// Throws unless no mesh dim after mesh_dim shards tensor dim d (see the
-// nesting rule above). `what` names the transform for the message.
-void check_innermost(const DTensorSpec& spec, int mesh_dim, int64_t d, const char* what);
+// R -> P(op): local and free. Sum keeps x/n (floating) or x on the group's
+// first rank and zeros elsewhere (integers, so the sum stays exact);
+// avg/max/min keep x.                                                 (r_to_p.cc)
+TransformCost replicate_to_partial_cost(double bytes);
+LocalTensor replicate_to_partial(const LocalTensor& in, const Group& g, ReduceOp op);
 
-// Redistributes shards laid out by `from` to `to`, mesh dim by mesh dim.
-// allow_new_partial: whether R -> P may be used (distribute_tensor may, a
-// user's redistribute may not).
-LocalTensor redistribute_local(const LocalTensor& in, const DTensorSpec& from, const Placements& to,
-                               bool allow_new_partial);
+// Divides every shard by `divisor` (no-op for 1).
+LocalTensor divide_shards(const LocalTensor& in, double divisor);
 
 }  // namespace dtensor::redistribute_detail

@@ -1,0 +1,120 @@
+// Redistribution planning — how dtensor moves a DTensor from one layout to
+// another at the least cost (SEMANTICS.md, "Cost model" and "Planning").
+//
+// A plan is a list of steps, each one collective (or a local op) over one
+// mesh dim or over a flattened group of several. The planner searches the
+// placement states (one mesh-dim transform per edge, plus merged collectives
+// over flattened groups where SEMANTICS.md allows them) for the cheapest path
+// under the topology cost model of the mesh (DeviceMesh::topology()). Plans
+// are immutable, cached by (source spec, target spec, options, mesh
+// configuration) and shared; the cache is thread-safe.
+//
+//   auto plan = plan_redistribute(d.spec(), d.spec().with_placements({Replicate(), Shard(1)}));
+//   std::cout << plan->explain();        // one line per step and the total
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtensor/spec.h"
+
+namespace dtensor {
+
+// ---- Cost model (times in microseconds) ----
+//
+// bytes: bytes per rank the collective is charged for (b x 2^30 in the
+// formulas of SEMANTICS.md); n: ranks in the group; base: Topology::base_us.
+double all_gather_cost(double bytes, int64_t n, LinkCost link, double base_us = 6.6);
+double reduce_scatter_cost(double bytes, int64_t n, LinkCost link, double base_us = 6.6);
+double all_reduce_cost(double bytes, int64_t n, LinkCost link, double base_us = 6.6);
+double all_to_all_cost(double bytes, int64_t n, LinkCost link, double base_us = 6.6);
+
+// ---- Plans ----
+
+enum class StepKind : uint8_t { AllGather, AllReduce, ReduceScatter, AllToAll, Local };
+inline constexpr int kNumStepKinds = 5;
+// "all_gather", "all_reduce", "reduce_scatter", "all_to_all", "local"
+const char* to_string(StepKind kind);
+
+struct RedistributeStep {
+  StepKind kind = StepKind::Local;
+  // The mesh dims the step changes, ascending (several: a merged collective
+  // over the flattened group of those dims, row-major over them).
+  DimVector mesh_dims;
+  // The placements of those mesh dims before and after the step.
+  Placements from, to;
+  // all_gather / reduce_scatter / R->S: the tensor dim gathered or split;
+  // all_to_all: the tensor dim sharded before (concatenated) ...
+  int64_t tensor_dim = -1;
+  // ... and after (split). -1 when unused.
+  int64_t to_tensor_dim = -1;
+  // all_reduce / reduce_scatter: the reduction run (sum for a merged
+  // sum+avg), then the result divided by `divisor` (the product of the avg
+  // dims' sizes in a merged sum+avg; 1 otherwise).
+  ReduceOp op = ReduceOp::Sum;
+  double divisor = 1;
+  // Group size, and the bytes per rank the cost model charges.
+  int64_t group_size = 1;
+  double bytes = 0;
+  double cost_us = 0;
+  // Name of the flattened group a merged step runs over ("" for one mesh
+  // dim), and whether planning created it (auto-flattening).
+  std::string group;
+  bool created_group = false;
+};
+
+struct RedistributePlan {
+  DTensorSpec from;
+  DTensorSpec to;
+  std::vector<RedistributeStep> steps;
+  double cost_us = 0;
+  // Names of the flattened groups the plan runs collectives over.
+  std::vector<std::string> groups;
+  // Collectives by kind (index: StepKind; Local steps are not collectives).
+  std::array<int, kNumStepKinds> counts{};
+
+  int count(StepKind kind) const { return counts[static_cast<int>(kind)]; }
+  int num_collectives() const;
+  // Human-readable: a header, one line per step, and the total.
+  std::string explain() const;
+};
+
+struct RedistributeOptions {
+  // Whether the planner may create the flattened groups it merges
+  // collectives over; unset: the mesh's auto_flatten().
+  std::optional<bool> auto_flatten;
+  // Whether R -> P may be planned (distribute_tensor uses it; a user's
+  // redistribute may not introduce a Partial the source lacks).
+  bool allow_new_partial = false;
+  // Plan mesh dim by mesh dim in the fixed order of the core issue (unshard
+  // innermost first, then reshard outermost first), without search or
+  // merging. For comparisons; the planner never does worse than this.
+  bool per_dim_baseline = false;
+};
+
+// The cheapest plan from `from` to `to` under the mesh's cost model.
+// REQUIRES: same mesh and tensor meta. Throws dtensor::Error naming the mesh
+// dim and both placements for S->P, P(a)->P(b), or (unless allowed) a new
+// Partial.
+std::shared_ptr<const RedistributePlan> plan_redistribute(const DTensorSpec& from,
+                                                          const DTensorSpec& to,
+                                                          const RedistributeOptions& options = {});
+
+// The estimated cost (µs) of the cheapest plan; 0 when from == to.
+double redistribute_cost(const DTensorSpec& from, const DTensorSpec& to);
+
+struct PlanCacheInfo {
+  int64_t hits = 0;
+  int64_t misses = 0;
+  int64_t size = 0;
+  int64_t capacity = 0;
+};
+PlanCacheInfo redistribute_plan_cache_info();
+// Drops every cached plan and zeroes the counters.
+void clear_redistribute_plan_cache();
+
+}  // namespace dtensor

@@ -1,0 +1,44 @@
+// The plan executor: each step becomes the transform it names, over one mesh
+// dim or over the flattened group of several.
+#include "redistribute/plan_internal.h"
+#include "redistribute/transforms.h"
+
+namespace dtensor::redistribute_detail {
+
+namespace {
+
+Group group_of(const DeviceMesh& mesh, const RedistributeStep& s) {
+  if (s.mesh_dims.size() == 1) {
+    const int d = static_cast<int>(s.mesh_dims[0]);
+    return Group{mesh, d, mesh.size(d), {}};
+  }
+  std::vector<int> dims(s.mesh_dims.begin(), s.mesh_dims.end());
+  DeviceMesh flat = mesh.flatten(dims);
+  return Group{flat, 0, flat.size(0), {}};
+}
+
+LocalTensor run_step(const DeviceMesh& mesh, const RedistributeStep& s, const LocalTensor& in) {
+  if (s.group_size == 1) return in;  // a size-1 group moves nothing
+  const Group g = group_of(mesh, s);
+  switch (s.kind) {
+    case StepKind::AllGather: return shard_to_replicate(in, g, s.tensor_dim);
+    case StepKind::AllToAll: return shard_to_shard(in, g, s.tensor_dim, s.to_tensor_dim);
+    case StepKind::AllReduce: return partial_to_replicate(in, g, s.op, s.divisor);
+    case StepKind::ReduceScatter: return partial_to_shard(in, g, s.op, s.divisor, s.tensor_dim);
+    case StepKind::Local:
+      if (s.to[0].is_shard()) return replicate_to_shard(in, g, s.tensor_dim);
+      if (s.to[0].is_partial()) return replicate_to_partial(in, g, s.op);
+      return in;
+  }
+  return in;
+}
+
+}  // namespace
+
+LocalTensor execute_plan(const RedistributePlan& plan, const LocalTensor& in) {
+  LocalTensor local = in;
+  for (const RedistributeStep& s : plan.steps) local = run_step(plan.from.mesh(), s, local);
+  return local;
+}
+
+}  // namespace dtensor::redistribute_detail

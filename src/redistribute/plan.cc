@@ -1,0 +1,569 @@
+// The redistribution planner: a shortest-path search over placement states.
+//
+// A state is one placement per mesh dim; the data of every state is fully
+// determined by its placements, so a plan is any path from the source to the
+// target state whose edges are valid transforms. Edges:
+//   - one mesh dim changes (S->R all_gather, S->S all_to_all, P->R
+//     all_reduce, P->S reduce_scatter, R->S and R->P local), when the
+//     nesting rule allows it: only the innermost (right-most) mesh dim
+//     sharding a tensor dim may gather it, split it or take it;
+//   - several mesh dims change at once by one collective over their
+//     flattened group (all_reduce, reduce_scatter, all_gather; never
+//     all_to_all), when SEMANTICS.md's merge rules make the result identical
+//     and the group exists or may be created (auto-flattening).
+// Edge weights are the cost model's; a state's bytes per rank are
+// global bytes / number of shards. Dijkstra gives the cheapest path, ties
+// broken by fewer steps; since the per-dim baseline path is one of the
+// paths searched, the result is never costlier than it. Merging is thus
+// part of the search rather than a pass after it: every plan a post-pass
+// could produce is a path here, so this finds plans at least as cheap.
+//
+// Mesh dims of size 1 move no data: any change on them is a free local
+// step, and they are ignored by the nesting rule.
+#include <algorithm>
+#include <bit>
+#include <queue>
+#include <sstream>
+#include <unordered_map>
+
+#include "redistribute/plan_internal.h"
+#include "redistribute/transforms.h"
+
+namespace dtensor::redistribute_detail {
+
+namespace {
+
+// Beyond this many states the search falls back to the per-dim plan (only
+// reachable with many large mesh dims; realistic meshes have < 10^4).
+constexpr size_t kMaxStates = 200000;
+
+// 4 bits per mesh dim: 0 = R, 1..8 = S(0..7), 9..12 = P(sum, avg, max, min).
+uint32_t code(Placement p) {
+  if (p.is_shard()) return 1 + static_cast<uint32_t>(p.dim());
+  if (p.is_partial()) return 9 + static_cast<uint32_t>(p.reduce_op());
+  return 0;
+}
+
+uint32_t key_of(const Placements& p) {
+  uint32_t k = 0;
+  for (size_t i = 0; i < p.size(); ++i) k |= code(p[i]) << (4 * i);
+  return k;
+}
+
+[[noreturn]] void throw_not_allowed(const DTensorSpec& from, int mesh_dim, Placement to,
+                                    const char* why) {
+  DT_THROW("redistribute: cannot go from ", to_string(from.placements()[mesh_dim]), " to ",
+           to_string(to), " on mesh dim ", mesh_dim, " (", why, "); from ",
+           to_string(from.placements()), " on mesh ", from.mesh().shape());
+}
+
+// Sizes of the pieces of `length` chunked by ns[0], then each piece by
+// ns[1], ... (nested, left to right), in order.
+std::vector<int64_t> nested_sizes(int64_t length, const std::vector<int64_t>& ns) {
+  std::vector<int64_t> pieces{length};
+  for (int64_t n : ns) {
+    std::vector<int64_t> next;
+    for (int64_t len : pieces)
+      for (int64_t r = 0; r < n; ++r) next.push_back(chunk_range(len, n, r).size);
+    pieces = std::move(next);
+  }
+  return pieces;
+}
+
+bool is_sum_or_avg(ReduceOp op) { return op == ReduceOp::Sum || op == ReduceOp::Avg; }
+
+}  // namespace
+
+class Planner {
+ public:
+  Planner(const DTensorSpec& from, const DTensorSpec& to, const RedistributeOptions& options)
+      : from_(from), to_(to), mesh_(from.mesh()), options_(options) {
+    nd_ = mesh_.ndim();
+    auto_flatten_ = options.auto_flatten.value_or(mesh_.auto_flatten());
+    base_us_ = mesh_.topology().base_us;
+    for (int i = 0; i < nd_; ++i) {
+      size_[i] = mesh_.size(i);
+      link_[i] = mesh_.link(mesh_.root_dims(i));
+    }
+    global_bytes_ = static_cast<double>(from.global_bytes());
+    floating_ = is_floating(from.dtype());
+  }
+
+  RedistributePlan plan() {
+    validate();
+    RedistributePlan out{from_, to_, {}, 0, {}, {}};
+    std::vector<RedistributeStep> steps;
+    if (from_.placements() != to_.placements())
+      steps = options_.per_dim_baseline ? per_dim_steps() : search();
+    for (RedistributeStep& s : steps) {
+      if (s.mesh_dims.size() > 1) name_group(s);
+      if (s.kind != StepKind::Local) ++out.counts[static_cast<int>(s.kind)];
+      out.cost_us += s.cost_us;
+      if (!s.group.empty() &&
+          std::find(out.groups.begin(), out.groups.end(), s.group) == out.groups.end())
+        out.groups.push_back(s.group);
+    }
+    out.steps = std::move(steps);
+    return out;
+  }
+
+ private:
+  // ---- validation: the messages users see for forbidden moves ----
+  void validate() const {
+    DT_CHECK(from_.mesh() == to_.mesh(), "redistribute: source mesh ", from_.mesh(),
+             " differs from target mesh ", to_.mesh(),
+             "; redistributing between meshes is not supported");
+    DT_CHECK(from_.meta() == to_.meta(), "redistribute: source ", from_.to_string(),
+             " and target ", to_.to_string(), " describe different tensors");
+    const Placements& src = from_.placements();
+    const Placements& dst = to_.placements();
+    for (int i = 0; i < nd_; ++i) {
+      if (src[i] == dst[i]) continue;
+      if (src[i].is_shard() && dst[i].is_partial())
+        throw_not_allowed(from_, i, dst[i], "a shard cannot become a partial");
+      if (src[i].is_partial() && dst[i].is_partial())
+        throw_not_allowed(from_, i, dst[i], "a partial cannot change its reduce op");
+      if (dst[i].is_partial() && !options_.allow_new_partial)
+        throw_not_allowed(from_, i, dst[i],
+                          "redistribute may not introduce a Partial the source does not have");
+    }
+  }
+
+  // ---- state helpers ----
+  double bytes_of(const Placements& p) const {
+    double shards = 1;
+    for (int i = 0; i < nd_; ++i)
+      if (p[i].is_shard()) shards *= static_cast<double>(size_[i]);
+    return global_bytes_ / shards;
+  }
+
+  // No mesh dim after `mesh_dim` (other than those in `except`, a mask of
+  // mesh dims, and size-1 dims) shards tensor dim d.
+  bool innermost(const Placements& p, int mesh_dim, int64_t d, uint32_t except = 0) const {
+    for (int j = mesh_dim + 1; j < nd_; ++j)
+      if (!(except >> j & 1) && size_[j] > 1 && p[j].is_shard(d)) return false;
+    return true;
+  }
+
+  // Partials in one state must be of one kind, or sum mixed with avg.
+  static bool valid_partials(const Placements& p) {
+    std::optional<ReduceOp> seen;
+    for (const Placement& q : p) {
+      if (!q.is_partial()) continue;
+      if (!seen) seen = q.reduce_op();
+      else if (*seen != q.reduce_op() && !(is_sum_or_avg(*seen) && is_sum_or_avg(q.reduce_op())))
+        return false;
+    }
+    return true;
+  }
+
+  Group group_of(uint32_t dims) const {
+    Group g{mesh_, 0, 1, LinkCost{1e300, 0}};
+    MeshDimMask roots = 0;
+    for (int i = 0; i < nd_; ++i) {
+      if (!(dims >> i & 1)) continue;
+      g.n *= size_[i];
+      roots |= mesh_.root_dims(i);
+      g.dim = i;
+    }
+    g.link = mesh_.link(roots);
+    return g;
+  }
+
+  bool may_merge(uint32_t dims) const {
+    if (auto_flatten_) return true;
+    MeshDimMask roots = 0;
+    for (int i = 0; i < nd_; ++i)
+      if (dims >> i & 1) roots |= mesh_.root_dims(i);
+    return mesh_.find_flattened(roots).has_value();
+  }
+
+  // The pieces of tensor dim d entering mesh dim `first`: d's length chunked
+  // by every earlier mesh dim sharding it (distinct sizes only).
+  std::vector<int64_t> entering_lengths(const Placements& p, int first, int64_t d) const {
+    std::vector<int64_t> lens{from_.shape()[d]};
+    for (int j = 0; j < first; ++j) {
+      if (size_[j] == 1 || !p[j].is_shard(d)) continue;
+      std::vector<int64_t> next;
+      for (int64_t len : lens)
+        for (int64_t r = 0; r < size_[j]; ++r) next.push_back(chunk_range(len, size_[j], r).size);
+      std::sort(next.begin(), next.end());
+      next.erase(std::unique(next.begin(), next.end()), next.end());
+      lens = std::move(next);
+    }
+    return lens;
+  }
+
+  // Whether chunking tensor dim d over the mesh dims `dims` (ascending, as
+  // one flattened group) gives exactly the pieces nested chunking gives.
+  // Always true when the lengths divide evenly; PyTorch skips this check for
+  // all_gather and corrupts uneven shards.
+  bool same_chunking(const Placements& p, uint32_t dims, int64_t d) const {
+    std::vector<int64_t> ns;
+    int64_t total = 1;
+    for (int i = 0; i < nd_; ++i)
+      if (dims >> i & 1) {
+        ns.push_back(size_[i]);
+        total *= size_[i];
+      }
+    const int first = std::countr_zero(dims);
+    for (int64_t len : entering_lengths(p, first, d)) {
+      if (nested_sizes(len, ns) != nested_sizes(len, {total})) return false;
+    }
+    return true;
+  }
+
+  // ---- edges ----
+  // The step changing mesh dim i from cur[i] to q (validity checked by the caller).
+  RedistributeStep single_step(const Placements& cur, int i, Placement q) const {
+    RedistributeStep s;
+    s.mesh_dims.push_back(i);
+    s.from.push_back(cur[i]);
+    s.to.push_back(q);
+    s.group_size = size_[i];
+    const Placement p = cur[i];
+    if (p.is_shard()) s.tensor_dim = p.dim();
+    if (q.is_shard()) (p.is_shard() ? s.to_tensor_dim : s.tensor_dim) = q.dim();
+    if (p.is_partial()) s.op = p.reduce_op();
+    if (q.is_partial()) s.op = q.reduce_op();
+    if (size_[i] == 1) return s;  // Local, free: nothing moves
+    const Group g = group_of(1u << i);
+    const double b = bytes_of(cur);
+    TransformCost c;
+    if (p.is_shard() && q.is_replicate()) {
+      s.kind = StepKind::AllGather;
+      c = shard_to_replicate_cost(b, g, base_us_);
+    } else if (p.is_shard()) {
+      s.kind = StepKind::AllToAll;
+      c = shard_to_shard_cost(b, g, base_us_);
+    } else if (p.is_partial() && q.is_replicate()) {
+      s.kind = StepKind::AllReduce;
+      c = partial_to_replicate_cost(b, g, base_us_);
+    } else if (p.is_partial()) {
+      s.kind = StepKind::ReduceScatter;
+      c = partial_to_shard_cost(b, g, base_us_);
+    } else if (q.is_shard()) {
+      c = replicate_to_shard_cost(b, g);
+    } else {
+      c = replicate_to_partial_cost(b);
+    }
+    s.cost_us = c.cost_us;
+    s.bytes = c.bytes_charged;
+    return s;
+  }
+
+  // A collective of `kind` over the flattened group of `dims`, every one of
+  // them going from its cur placement to q.
+  RedistributeStep merged_step(const Placements& cur, uint32_t dims, StepKind kind,
+                               Placement q) const {
+    RedistributeStep s;
+    s.kind = kind;
+    const Group g = group_of(dims);
+    s.group_size = g.n;
+    bool sum_seen = false, avg_seen = false;
+    double avg_product = 1;
+    for (int i = 0; i < nd_; ++i) {
+      if (!(dims >> i & 1)) continue;
+      s.mesh_dims.push_back(i);
+      s.from.push_back(cur[i]);
+      s.to.push_back(q);
+      if (cur[i].is_shard()) s.tensor_dim = cur[i].dim();
+      if (cur[i].is_partial()) {
+        s.op = cur[i].reduce_op();
+        sum_seen |= s.op == ReduceOp::Sum;
+        if (s.op == ReduceOp::Avg) {
+          avg_seen = true;
+          avg_product *= static_cast<double>(size_[i]);
+        }
+      }
+    }
+    // sum+avg: reduce with sum over the whole group, then divide by the avg
+    // dims' sizes (avg over the flattened group alone would divide by all).
+    if (sum_seen && avg_seen) {
+      s.op = ReduceOp::Sum;
+      s.divisor = avg_product;
+    }
+    if (q.is_shard()) s.tensor_dim = q.dim();
+    const double b = bytes_of(cur);
+    TransformCost c = kind == StepKind::AllGather ? shard_to_replicate_cost(b, g, base_us_)
+                      : kind == StepKind::AllReduce ? partial_to_replicate_cost(b, g, base_us_)
+                                                    : partial_to_shard_cost(b, g, base_us_);
+    s.cost_us = c.cost_us;
+    s.bytes = c.bytes_charged;
+    return s;
+  }
+
+  struct Edge {
+    Placements next;
+    RedistributeStep step;
+  };
+
+  void single_edges(const Placements& cur, std::vector<Edge>& out) const {
+    const Placements& dst = to_.placements();
+    const int64_t ndim = from_.ndim();
+    auto add = [&](int i, Placement q) {
+      Placements next = cur;
+      next[i] = q;
+      if (!valid_partials(next)) return;
+      out.push_back({next, single_step(cur, i, q)});
+    };
+    for (int i = 0; i < nd_; ++i) {
+      const Placement p = cur[i];
+      if (size_[i] == 1) {
+        // Nothing moves: go straight to the target placement.
+        if (p != dst[i]) add(i, dst[i]);
+        continue;
+      }
+      if (p.is_shard()) {
+        if (!innermost(cur, i, p.dim())) continue;
+        add(i, Replicate());
+        for (int64_t e = 0; e < ndim; ++e)
+          if (e != p.dim() && innermost(cur, i, e)) add(i, Shard(e));
+      } else if (p.is_partial()) {
+        add(i, Replicate());
+        for (int64_t e = 0; e < ndim; ++e)
+          if (innermost(cur, i, e)) add(i, Shard(e));
+      } else {
+        for (int64_t e = 0; e < ndim; ++e)
+          if (innermost(cur, i, e)) add(i, Shard(e));
+        if (options_.allow_new_partial && dst[i].is_partial()) add(i, dst[i]);
+      }
+    }
+  }
+
+  // Whether the partial ops of `dims` can run as one reduction.
+  bool mergeable_ops(const Placements& cur, uint32_t dims) const {
+    std::optional<ReduceOp> first;
+    bool mixed = false;
+    for (int i = 0; i < nd_; ++i) {
+      if (!(dims >> i & 1)) continue;
+      const ReduceOp op = cur[i].reduce_op();
+      if (!first) first = op;
+      else if (op != *first) {
+        if (!is_sum_or_avg(op) || !is_sum_or_avg(*first)) return false;
+        mixed = true;
+      }
+    }
+    return !mixed || floating_;  // the sum+avg divisor needs a floating dtype
+  }
+
+  // Calls f(subset) for every subset of `candidates` with at least 2 dims.
+  template <typename F>
+  static void for_each_subset(uint32_t candidates, F&& f) {
+    for (uint32_t s = candidates; s; s = (s - 1) & candidates)
+      if (std::popcount(s) >= 2) f(s);
+  }
+
+  void merged_edges(const Placements& cur, std::vector<Edge>& out) const {
+    const int64_t ndim = from_.ndim();
+    auto add = [&](uint32_t dims, StepKind kind, Placement q) {
+      if (!may_merge(dims)) return;
+      Placements next = cur;
+      for (int i = 0; i < nd_; ++i)
+        if (dims >> i & 1) next[i] = q;
+      out.push_back({next, merged_step(cur, dims, kind, q)});
+    };
+    uint32_t partial = 0;
+    for (int i = 0; i < nd_; ++i)
+      if (size_[i] > 1 && cur[i].is_partial()) partial |= 1u << i;
+    for_each_subset(partial, [&](uint32_t dims) {
+      if (!mergeable_ops(cur, dims)) return;
+      add(dims, StepKind::AllReduce, Replicate());
+      // reduce_scatter: ascending, so the first dim chunks outermost; no
+      // other mesh dim after the first may shard e.
+      const int first = std::countr_zero(dims);
+      for (int64_t e = 0; e < ndim; ++e)
+        if (innermost(cur, first, e, dims) && same_chunking(cur, dims, e))
+          add(dims, StepKind::ReduceScatter, Shard(e));
+    });
+    // all_gather: the innermost k >= 2 shards of a tensor dim, gathered as
+    // one (the descending order of nested gathers, reversed into one group).
+    for (int64_t d = 0; d < ndim; ++d) {
+      uint32_t sharding = 0;
+      for (int i = 0; i < nd_; ++i)
+        if (size_[i] > 1 && cur[i].is_shard(d)) sharding |= 1u << i;
+      for (uint32_t suffix = sharding; std::popcount(suffix) >= 2;
+           suffix &= suffix - 1) {  // drop the outermost dim each round
+        if (same_chunking(cur, suffix, d)) add(suffix, StepKind::AllGather, Replicate());
+      }
+    }
+  }
+
+  // ---- search ----
+  struct Node {
+    double cost = 0;
+    int steps = 0;
+    uint32_t prev = 0;
+    bool done = false;
+    Placements state;
+    RedistributeStep step;  // the edge into this node
+  };
+
+  std::vector<RedistributeStep> search() const {
+    const Placements& src = from_.placements();
+    const uint32_t start = key_of(src), goal = key_of(to_.placements());
+    std::unordered_map<uint32_t, Node> nodes;
+    nodes[start] = Node{0, 0, start, false, src, {}};
+    using Item = std::tuple<double, int, uint64_t, uint32_t>;  // cost, steps, seq, key
+    std::priority_queue<Item, std::vector<Item>, std::greater<>> queue;
+    uint64_t seq = 0;
+    queue.emplace(0.0, 0, seq++, start);
+    std::vector<Edge> edges;
+    constexpr double kEps = 1e-9;
+    while (!queue.empty()) {
+      const auto [cost, steps, unused, key] = queue.top();
+      queue.pop();
+      Node& node = nodes[key];
+      if (node.done) continue;
+      node.done = true;
+      if (key == goal) break;
+      const Placements cur = node.state;
+      edges.clear();
+      single_edges(cur, edges);
+      merged_edges(cur, edges);
+      for (Edge& e : edges) {
+        const uint32_t k = key_of(e.next);
+        const double c = cost + e.step.cost_us;
+        auto [it, fresh] = nodes.try_emplace(k);
+        Node& n = it->second;
+        if (!fresh && (n.done || c > n.cost + kEps ||
+                       (c > n.cost - kEps && steps + 1 >= n.steps)))
+          continue;
+        n = Node{c, steps + 1, key, false, e.next, std::move(e.step)};
+        queue.emplace(c, steps + 1, seq++, k);
+      }
+      if (nodes.size() > kMaxStates) return per_dim_steps();
+    }
+    auto it = nodes.find(goal);
+    DT_CHECK(it != nodes.end() && it->second.done, "redistribute: internal error: no plan from ",
+             to_string(src), " to ", to_string(to_.placements()), " on ", mesh_);
+    std::vector<RedistributeStep> out;
+    for (uint32_t k = goal; k != start; k = nodes[k].prev) out.push_back(nodes[k].step);
+    std::reverse(out.begin(), out.end());
+    return out;
+  }
+
+  // ---- the per-dim baseline (the order of the core issue) ----
+  // Unshard from the innermost mesh dim out (with, transitively, every later
+  // mesh dim sharding a tensor dim that an earlier changing dim touches),
+  // reducing partials bound for Replicate; then reshard outermost first.
+  std::vector<RedistributeStep> per_dim_steps() const {
+    const Placements& src = from_.placements();
+    const Placements& dst = to_.placements();
+    bool via_replicate[kMaxDims] = {};
+    for (int i = 0; i < nd_; ++i) via_replicate[i] = src[i].is_shard() && dst[i].is_replicate();
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (int i = 0; i < nd_; ++i) {
+        const bool moves = src[i] != dst[i] || via_replicate[i];
+        if (!moves) continue;
+        for (int j = i + 1; j < nd_; ++j) {
+          if (via_replicate[j] || !src[j].is_shard()) continue;
+          const int64_t d = src[j].dim();
+          if (src[i].is_shard(d) || dst[i].is_shard(d)) {
+            via_replicate[j] = true;
+            changed = true;
+          }
+        }
+      }
+    }
+    std::vector<RedistributeStep> out;
+    Placements cur = src;
+    auto step = [&](int i, Placement q) {
+      out.push_back(single_step(cur, i, q));
+      cur[i] = q;
+    };
+    for (int i = nd_ - 1; i >= 0; --i) {
+      if (via_replicate[i] && cur[i].is_shard()) step(i, Replicate());
+      else if (cur[i].is_partial() && dst[i].is_replicate()) step(i, Replicate());
+    }
+    for (int i = 0; i < nd_; ++i)
+      if (cur[i] != dst[i]) step(i, dst[i]);
+    return out;
+  }
+
+  // Names (and, when auto-flattening, creates) the group of a merged step.
+  void name_group(RedistributeStep& s) const {
+    MeshDimMask roots = 0;
+    std::vector<int> dims;
+    for (int64_t i : s.mesh_dims) {
+      roots |= mesh_.root_dims(static_cast<int>(i));
+      dims.push_back(static_cast<int>(i));
+    }
+    if (auto found = mesh_.find_flattened(roots)) {
+      s.group = *found;
+      return;
+    }
+    DeviceMesh flat = mesh_.flatten(dims);  // auto-flattening: register it
+    s.group = flat.names()[0];
+    s.created_group = true;
+  }
+
+  const DTensorSpec& from_;
+  const DTensorSpec& to_;
+  const DeviceMesh& mesh_;
+  RedistributeOptions options_;
+  int nd_ = 0;
+  bool auto_flatten_ = true;
+  bool floating_ = true;
+  double base_us_ = 6.6;
+  double global_bytes_ = 0;
+  int64_t size_[kMaxDims] = {};
+  LinkCost link_[kMaxDims];
+};
+
+RedistributePlan build_plan(const DTensorSpec& from, const DTensorSpec& to,
+                            const RedistributeOptions& options) {
+  return Planner(from, to, options).plan();
+}
+
+}  // namespace dtensor::redistribute_detail
+
+namespace dtensor {
+
+int RedistributePlan::num_collectives() const {
+  int n = 0;
+  for (int c : counts) n += c;
+  return n;
+}
+
+std::string RedistributePlan::explain() const {
+  std::ostringstream os;
+  os << "redistribute " << to_string(from.placements()) << " -> " << to_string(to.placements())
+     << " of a " << from.shape() << ' ' << from.dtype() << " tensor on " << from.mesh() << '\n';
+  if (steps.empty()) os << "  (nothing to do)\n";
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const RedistributeStep& s = steps[k];
+    std::ostringstream dims;
+    if (s.mesh_dims.size() == 1) {
+      dims << "mesh dim " << s.mesh_dims[0];
+    } else {
+      dims << "mesh dims " << s.mesh_dims << " as " << s.group
+           << (s.created_group ? " (created)" : "");
+    }
+    char cost[32];
+    std::snprintf(cost, sizeof cost, "%.4f us", s.cost_us);
+    os << "  " << k + 1 << ". " << to_string(s.kind) << "  " << dims.str() << ": "
+       << to_string(s.from) << " -> " << to_string(s.to);
+    if (s.kind == StepKind::AllReduce || s.kind == StepKind::ReduceScatter) {
+      os << " (" << to_string(s.op);
+      if (s.divisor != 1) os << ", then / " << s.divisor;
+      os << ')';
+    }
+    if (s.kind != StepKind::Local) os << ", " << s.bytes << " bytes/rank, " << cost;
+    os << '\n';
+  }
+  char total[32];
+  std::snprintf(total, sizeof total, "%.4f us", cost_us);
+  os << "total " << total << ": " << count(StepKind::AllGather) << " all_gather, "
+     << count(StepKind::AllReduce) << " all_reduce, " << count(StepKind::ReduceScatter)
+     << " reduce_scatter, " << count(StepKind::AllToAll) << " all_to_all";
+  if (!groups.empty()) {
+    os << "; flattened groups:";
+    for (const std::string& g : groups) os << ' ' << g;
+  }
+  os << '\n';
+  return os.str();
+}
+
+}  // namespace dtensor

@@ -1,0 +1,118 @@
+// The plan cache: plans keyed by (source spec, target spec, options, mesh
+// configuration), least recently used evicted beyond the capacity. The key
+// carries the mesh's config_version (topology, auto-flattening) and, when
+// planning may not create groups, its flatten_version, since registering a
+// group then changes which merges are possible.
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "redistribute/plan_internal.h"
+
+namespace dtensor {
+
+namespace {
+
+struct Key {
+  DTensorSpec from;
+  DTensorSpec to;
+  uint8_t flags;
+  uint64_t config_version;
+  uint64_t flatten_version;
+  size_t hash;
+
+  friend bool operator==(const Key& a, const Key& b) {
+    return a.hash == b.hash && a.flags == b.flags && a.config_version == b.config_version &&
+           a.flatten_version == b.flatten_version && a.from == b.from && a.to == b.to;
+  }
+};
+
+struct KeyHash {
+  size_t operator()(const Key& k) const { return k.hash; }
+};
+
+class PlanCache {
+ public:
+  static constexpr int64_t kCapacity = 4096;
+
+  std::shared_ptr<const RedistributePlan> get(const DTensorSpec& from, const DTensorSpec& to,
+                                              const RedistributeOptions& options) {
+    const bool auto_flatten = options.auto_flatten.value_or(from.mesh().auto_flatten());
+    const uint8_t flags = static_cast<uint8_t>(auto_flatten | options.allow_new_partial << 1 |
+                                               options.per_dim_baseline << 2);
+    const uint64_t config = from.mesh().config_version();
+    const uint64_t flat = auto_flatten ? 0 : from.mesh().flatten_version();
+    size_t h = from.hash() * 0x9E3779B97F4A7C15ull ^ to.hash();
+    h = h * 31 + flags;
+    h = h * 31 + static_cast<size_t>(config);
+    h = h * 31 + static_cast<size_t>(flat);
+    Key key{from, to, flags, config, flat, h};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = index_.find(key);
+      if (it != index_.end()) {
+        ++hits_;
+        lru_.splice(lru_.begin(), lru_, it->second);
+        return it->second->second;
+      }
+      ++misses_;
+    }
+    // Plan outside the lock; two threads missing at once plan twice, harmlessly.
+    auto plan = std::make_shared<const RedistributePlan>(
+        redistribute_detail::build_plan(from, to, options));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (index_.find(key) == index_.end()) {
+      lru_.emplace_front(key, plan);
+      index_.emplace(key, lru_.begin());
+      if (static_cast<int64_t>(index_.size()) > kCapacity) {
+        index_.erase(lru_.back().first);
+        lru_.pop_back();
+      }
+    }
+    return plan;
+  }
+
+  PlanCacheInfo info() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {hits_, misses_, static_cast<int64_t>(index_.size()), kCapacity};
+  }
+
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    index_.clear();
+    lru_.clear();
+    hits_ = misses_ = 0;
+  }
+
+ private:
+  using Entry = std::pair<Key, std::shared_ptr<const RedistributePlan>>;
+  mutable std::mutex mu_;
+  std::list<Entry> lru_;
+  std::unordered_map<Key, std::list<Entry>::iterator, KeyHash> index_;
+  int64_t hits_ = 0;
+  int64_t misses_ = 0;
+};
+
+PlanCache& cache() {
+  static PlanCache* c = new PlanCache();  // never destroyed: usable during exit
+  return *c;
+}
+
+}  // namespace
+
+std::shared_ptr<const RedistributePlan> plan_redistribute(const DTensorSpec& from,
+                                                          const DTensorSpec& to,
+                                                          const RedistributeOptions& options) {
+  return cache().get(from, to, options);
+}
+
+double redistribute_cost(const DTensorSpec& from, const DTensorSpec& to) {
+  if (from == to) return 0;
+  return plan_redistribute(from, to)->cost_us;
+}
+
+PlanCacheInfo redistribute_plan_cache_info() { return cache().info(); }
+
+void clear_redistribute_plan_cache() { cache().clear(); }
+
+}  // namespace dtensor

@@ -1,0 +1,17 @@
+// Internals shared by the planner, its cache and the executor.
+#pragma once
+
+#include "dtensor/local_tensor.h"
+#include "dtensor/redistribute.h"
+
+namespace dtensor::redistribute_detail {
+
+// Plans from scratch (no cache). See plan.cc.
+RedistributePlan build_plan(const DTensorSpec& from, const DTensorSpec& to,
+                            const RedistributeOptions& options);
+
+// Runs the plan's steps on shards laid out by plan.from and returns the
+// shards of plan.to. The only place plan steps become Backend calls.
+LocalTensor execute_plan(const RedistributePlan& plan, const LocalTensor& in);
+
+}  // namespace dtensor::redistribute_detail
