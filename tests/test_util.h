@@ -1,9 +1,14 @@
-// Helpers shared by the test suites: reading the message of a dtensor::Error.
+// Helpers shared by the test suites: reading the message of a dtensor::Error,
+// and the number of cases a property test runs.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <functional>
+#include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -31,6 +36,23 @@ inline void expect_error(const std::function<void()>& fn, const std::vector<std:
     for (const auto& p : pieces)
       EXPECT_NE(msg.find(p), std::string::npos) << "message '" << msg << "' lacks '" << p << "'";
   }
+}
+
+// The number of random cases a property test runs: DTENSOR_PROPERTY_CASES
+// when set (e.g. DTENSOR_PROPERTY_CASES=100000 for a long soak), else
+// default_cases. Throws std::invalid_argument on anything but a positive
+// decimal integer that fits an int, so a typo fails the test instead of
+// silently running the default.
+inline int property_cases(int default_cases) {
+  const char* text = std::getenv("DTENSOR_PROPERTY_CASES");
+  if (text == nullptr || *text == '\0') return default_cases;
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text, &end, 10);
+  if (*end != '\0' || errno == ERANGE || value <= 0 || value > std::numeric_limits<int>::max())
+    throw std::invalid_argument("DTENSOR_PROPERTY_CASES must be a positive integer, got '" +
+                                std::string(text) + "'");
+  return static_cast<int>(value);
 }
 
 }  // namespace dtensor::testing

@@ -1,22 +1,23 @@
-// The redistribution planner: a shortest-path search over placement states.
+// The redistribution planner: a shortest-path search over placement states,
+// then flattened-mesh merging.
 //
 // A state is one placement per mesh dim; the data of every state is fully
 // determined by its placements, so a plan is any path from the source to the
-// target state whose edges are valid transforms. Edges:
-//   - one mesh dim changes (S->R all_gather, S->S all_to_all, P->R
-//     all_reduce, P->S reduce_scatter, R->S and R->P local), when the
-//     nesting rule allows it: only the innermost (right-most) mesh dim
-//     sharding a tensor dim may gather it, split it or take it;
-//   - several mesh dims change at once by one collective over their
-//     flattened group (all_reduce, reduce_scatter, all_gather; never
-//     all_to_all), when SEMANTICS.md's merge rules make the result identical
-//     and the group exists or may be created (auto-flattening).
-// Edge weights are the cost model's; a state's bytes per rank are
-// global bytes / number of shards. Dijkstra gives the cheapest path, ties
-// broken by fewer steps; since the per-dim baseline path is one of the
-// paths searched, the result is never costlier than it. Merging is thus
-// part of the search rather than a pass after it: every plan a post-pass
-// could produce is a path here, so this finds plans at least as cheap.
+// target state whose edges are valid transforms. An edge changes one mesh
+// dim (S->R all_gather, S->S all_to_all, P->R all_reduce, P->S
+// reduce_scatter, R->S and R->P local) when the nesting rule allows it: only
+// the innermost (right-most) mesh dim sharding a tensor dim may gather it,
+// split it or take it. Edge weights are the cost model's; a state's bytes
+// per rank are global bytes / number of shards. Dijkstra gives the cheapest
+// path, ties broken by fewer steps; the per-dim baseline path is one of the
+// paths searched, so the search never does worse than it.
+//
+// Merging then turns runs of consecutive same-kind collectives (all_reduce,
+// reduce_scatter, all_gather; never all_to_all) into one collective over the
+// flattened group of their mesh dims, when SEMANTICS.md's rules make the
+// result identical, the group exists or may be created, and the merge does
+// not cost more under the model. Merging is applied to the searched path and
+// to the per-dim path, and the cheaper result wins.
 //
 // Mesh dims of size 1 move no data: any change on them is a free local
 // step, and they are ignored by the nesting rule.
@@ -93,8 +94,15 @@ class Planner {
     validate();
     RedistributePlan out{from_, to_, {}, 0, {}, {}};
     std::vector<RedistributeStep> steps;
-    if (from_.placements() != to_.placements())
-      steps = options_.per_dim_baseline ? per_dim_steps() : search();
+    if (options_.per_dim_baseline) {
+      steps = per_dim_steps();
+    } else if (from_.placements() != to_.placements()) {
+      // The searched path, merged; or the per-dim path, merged, should that
+      // merge better (the search does not see merges).
+      steps = merge(search());
+      std::vector<RedistributeStep> baseline = merge(per_dim_steps());
+      if (total_cost(baseline) < total_cost(steps) - 1e-9) steps = std::move(baseline);
+    }
     for (RedistributeStep& s : steps) {
       if (s.mesh_dims.size() > 1) name_group(s);
       if (s.kind != StepKind::Local) ++out.counts[static_cast<int>(s.kind)];
@@ -347,46 +355,112 @@ class Planner {
     return !mixed || floating_;  // the sum+avg divisor needs a floating dtype
   }
 
-  // Calls f(subset) for every subset of `candidates` with at least 2 dims.
-  template <typename F>
-  static void for_each_subset(uint32_t candidates, F&& f) {
-    for (uint32_t s = candidates; s; s = (s - 1) & candidates)
-      if (std::popcount(s) >= 2) f(s);
+  // ---- merging (after the search) ----
+  // Whether steps `run` (single-dim steps of one kind, in execution order)
+  // may run as one collective from state `cur`.
+  bool mergeable(const Placements& cur, const std::vector<RedistributeStep>& run) const {
+    uint32_t dims = 0;
+    for (const RedistributeStep& s : run) dims |= 1u << s.mesh_dims[0];
+    if (!may_merge(dims)) return false;
+    const StepKind kind = run[0].kind;
+    if (kind == StepKind::AllReduce) return mergeable_ops(cur, dims);
+    const int64_t d = run[0].tensor_dim;
+    for (size_t k = 1; k < run.size(); ++k) {
+      if (run[k].tensor_dim != d) return false;
+      // reduce_scatter nests outer first (ascending); all_gather unnests
+      // inner first (descending). The flattened group is row-major over
+      // ascending dims either way.
+      const bool ascending = run[k].mesh_dims[0] > run[k - 1].mesh_dims[0];
+      if (ascending != (kind == StepKind::ReduceScatter)) return false;
+    }
+    if (kind == StepKind::ReduceScatter && !mergeable_ops(cur, dims)) return false;
+    // No other mesh dim after the outermost merged one may shard d.
+    return innermost(cur, std::countr_zero(dims), d, dims) && same_chunking(cur, dims, d);
   }
 
-  void merged_edges(const Placements& cur, std::vector<Edge>& out) const {
-    const int64_t ndim = from_.ndim();
-    auto add = [&](uint32_t dims, StepKind kind, Placement q) {
-      if (!may_merge(dims)) return;
-      Placements next = cur;
-      for (int i = 0; i < nd_; ++i)
-        if (dims >> i & 1) next[i] = q;
-      out.push_back({next, merged_step(cur, dims, kind, q)});
+  static void apply(Placements& cur, const RedistributeStep& s) {
+    for (size_t k = 0; k < s.mesh_dims.size(); ++k) cur[s.mesh_dims[k]] = s.to[k];
+  }
+
+  // Merges runs of consecutive all_reduce, reduce_scatter or all_gather
+  // steps into collectives over flattened groups where SEMANTICS.md's rules
+  // make the result identical, choosing per run the cheapest split into
+  // merged blocks (a merge over many ranks can cost more latency than it
+  // saves in base cost, and is then not made).
+  std::vector<RedistributeStep> merge(std::vector<RedistributeStep> steps) const {
+    std::vector<RedistributeStep> out;
+    Placements cur = from_.placements();
+    auto mergeable_kind = [&](const RedistributeStep& s) {
+      return s.group_size > 1 && (s.kind == StepKind::AllReduce ||
+                                  s.kind == StepKind::ReduceScatter ||
+                                  s.kind == StepKind::AllGather);
     };
-    uint32_t partial = 0;
-    for (int i = 0; i < nd_; ++i)
-      if (size_[i] > 1 && cur[i].is_partial()) partial |= 1u << i;
-    for_each_subset(partial, [&](uint32_t dims) {
-      if (!mergeable_ops(cur, dims)) return;
-      add(dims, StepKind::AllReduce, Replicate());
-      // reduce_scatter: ascending, so the first dim chunks outermost; no
-      // other mesh dim after the first may shard e.
-      const int first = std::countr_zero(dims);
-      for (int64_t e = 0; e < ndim; ++e)
-        if (innermost(cur, first, e, dims) && same_chunking(cur, dims, e))
-          add(dims, StepKind::ReduceScatter, Shard(e));
-    });
-    // all_gather: the innermost k >= 2 shards of a tensor dim, gathered as
-    // one (the descending order of nested gathers, reversed into one group).
-    for (int64_t d = 0; d < ndim; ++d) {
-      uint32_t sharding = 0;
-      for (int i = 0; i < nd_; ++i)
-        if (size_[i] > 1 && cur[i].is_shard(d)) sharding |= 1u << i;
-      for (uint32_t suffix = sharding; std::popcount(suffix) >= 2;
-           suffix &= suffix - 1) {  // drop the outermost dim each round
-        if (same_chunking(cur, suffix, d)) add(suffix, StepKind::AllGather, Replicate());
+    for (size_t i = 0; i < steps.size();) {
+      if (!mergeable_kind(steps[i])) {
+        apply(cur, steps[i]);
+        out.push_back(std::move(steps[i++]));
+        continue;
       }
+      size_t j = i + 1;
+      while (j < steps.size() && mergeable_kind(steps[j]) && steps[j].kind == steps[i].kind) ++j;
+      std::vector<RedistributeStep> run(steps.begin() + i, steps.begin() + j);
+      // all_reduces over different mesh dims commute and leave the bytes
+      // unchanged, so any order is the same plan: take ascending.
+      if (run[0].kind == StepKind::AllReduce)
+        std::sort(run.begin(), run.end(), [](const auto& a, const auto& b) {
+          return a.mesh_dims[0] < b.mesh_dims[0];
+        });
+      // best[b]: cheapest cover of run[0, b) by contiguous blocks.
+      const size_t m = run.size();
+      std::vector<Placements> before(m + 1, cur);
+      for (size_t k = 0; k < m; ++k) {
+        before[k + 1] = before[k];
+        apply(before[k + 1], run[k]);
+      }
+      std::vector<double> best(m + 1, 1e300);
+      std::vector<size_t> cut(m + 1, 0);
+      best[0] = 0;
+      for (size_t b = 1; b <= m; ++b) {
+        for (size_t a = 0; a < b; ++a) {
+          double c = best[a];
+          if (b - a == 1) {
+            c += run[a].cost_us;
+          } else {
+            std::vector<RedistributeStep> block(run.begin() + a, run.begin() + b);
+            if (!mergeable(before[a], block)) continue;
+            uint32_t dims = 0;
+            for (const RedistributeStep& s : block) dims |= 1u << s.mesh_dims[0];
+            c += merged_step(before[a], dims, block[0].kind, block[0].to[0]).cost_us;
+          }
+          // Ties go to the longer block: fewer collectives.
+          if (c < best[b] - 1e-9 || (c < best[b] + 1e-9 && a < cut[b])) {
+            best[b] = c;
+            cut[b] = a;
+          }
+        }
+      }
+      std::vector<std::pair<size_t, size_t>> blocks;
+      for (size_t b = m; b > 0; b = cut[b]) blocks.emplace_back(cut[b], b);
+      std::reverse(blocks.begin(), blocks.end());
+      for (const auto& [a, b] : blocks) {
+        if (b - a == 1) {
+          out.push_back(run[a]);
+        } else {
+          uint32_t dims = 0;
+          for (size_t k = a; k < b; ++k) dims |= 1u << run[k].mesh_dims[0];
+          out.push_back(merged_step(before[a], dims, run[a].kind, run[a].to[0]));
+        }
+      }
+      cur = before[m];
+      i = j;
     }
+    return out;
+  }
+
+  static double total_cost(const std::vector<RedistributeStep>& steps) {
+    double c = 0;
+    for (const RedistributeStep& s : steps) c += s.cost_us;
+    return c;
   }
 
   // ---- search ----
@@ -420,7 +494,6 @@ class Planner {
       const Placements cur = node.state;
       edges.clear();
       single_edges(cur, edges);
-      merged_edges(cur, edges);
       for (Edge& e : edges) {
         const uint32_t k = key_of(e.next);
         const double c = cost + e.step.cost_us;

@@ -1,0 +1,83 @@
+// Helpers for tests of layouts: DTensors with Partial placements built from
+// known pieces, and random placements.
+#pragma once
+
+#include <optional>
+#include <random>
+
+#include "dtensor/dtensor.h"
+
+namespace dtensor::testing {
+
+// Integer-valued float data: sums of partial pieces are exact in any order.
+inline Tensor int_valued(const Shape& shape, uint64_t seed) {
+  return Tensor::randint(-50, 50, shape, seed).to(DType::Float32);
+}
+
+// A DTensor with the given (possibly Partial) placements whose full value is
+// `full`. Partial pieces are known: for sum, member 0 of each group holds
+// full - (n-1)k and the others k (k integer-valued); avg: every member holds
+// full; max/min: member 0 holds full, the others full -/+ 7.
+inline DTensor make_dtensor(const Tensor& full, const DeviceMesh& mesh, const Placements& pl,
+                            uint64_t seed) {
+  Placements base = pl;
+  for (Placement& p : base)
+    if (p.is_partial()) p = Replicate();
+  DTensor d = distribute_tensor(full, mesh, base);
+  LocalTensor local = d.local();
+  for (size_t i = 0; i < pl.size(); ++i) {
+    if (!pl[i].is_partial()) continue;
+    const int md = static_cast<int>(i);
+    const ReduceOp op = pl[i].reduce_op();
+    local = local.map([&](int rank, const Tensor& t) {
+      const int64_t g = mesh.group_index(rank, md);
+      const int64_t n = mesh.size(md);
+      if (op == ReduceOp::Sum) {
+        Tensor k = int_valued(t.shape(), seed + 17 * i);
+        return g == 0 ? t - k * static_cast<double>(n - 1) : k.clone();
+      }
+      if (op == ReduceOp::Avg || g == 0) return t;
+      return op == ReduceOp::Max ? t - 7.0 : t + 7.0;
+    });
+  }
+  return DTensor(DTensorSpec(mesh, pl, full.shape(), full.dtype()), local);
+}
+
+// A random placement: R, S(d < ndim), or (allow_partial) P(random op).
+inline Placement random_placement(std::mt19937& rng, int64_t ndim, bool allow_partial) {
+  const int k = static_cast<int>(rng() % (allow_partial ? 4 : 3));
+  if (k == 0) return Replicate();
+  if (k == 3) {
+    const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min};
+    return Partial(ops[rng() % 4]);
+  }
+  return Shard(static_cast<int64_t>(rng() % ndim));
+}
+
+// Random source placements (Partials of one kind, or sum mixed with avg)
+// and targets that keep some of the source's Partials.
+inline std::pair<Placements, Placements> random_placement_pair(std::mt19937& rng, int mesh_ndim,
+                                                               int64_t ndim) {
+  Placements from, to;
+  std::optional<ReduceOp> kind;
+  for (int i = 0; i < mesh_ndim; ++i) {
+    Placement p = random_placement(rng, ndim, true);
+    if (p.is_partial()) {
+      const bool compatible =
+          !kind || *kind == p.reduce_op() ||
+          ((*kind == ReduceOp::Sum || *kind == ReduceOp::Avg) &&
+           (p.reduce_op() == ReduceOp::Sum || p.reduce_op() == ReduceOp::Avg));
+      if (!kind) kind = p.reduce_op();
+      if (!compatible) p = Partial(*kind);
+    }
+    from.push_back(p);
+  }
+  for (int i = 0; i < mesh_ndim; ++i) {
+    Placement p = random_placement(rng, ndim, false);
+    if (from[i].is_partial() && rng() % 3 == 0) p = from[i];
+    to.push_back(p);
+  }
+  return {from, to};
+}
+
+}  // namespace dtensor::testing
