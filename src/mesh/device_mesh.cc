@@ -292,8 +292,12 @@ int DeviceMesh::dim_index(const std::string& name) const {
   for (int i = 0; i < ndim_; ++i) {
     if (!name.empty() && root_->dim_name(dims_[i]) == name) return i;
   }
-  DT_THROW("DeviceMesh: no dim named '", name, "' in ", to_string(), " (known names: ",
-           join(names()), ")");
+  const std::vector<std::string> known = names();
+  const bool unnamed = std::all_of(known.begin(), known.end(), [](auto& n) { return n.empty(); });
+  DT_THROW("DeviceMesh: no dim named '", name, "' in ", to_string(),
+           unnamed ? " (its dims have no names; give names when making the mesh, or use dim "
+                     "indices)"
+                   : " (known names: " + join(known) + ")");
 }
 
 std::optional<DimVector> DeviceMesh::coordinate(int rank) const {
