@@ -6,7 +6,7 @@
 //
 // Every DeviceMesh is a view onto a root mesh: each of its dims covers one or
 // more root dims. A plain mesh's dim i covers root dim i; a sub-mesh
-// (mesh["dp","tp"]) covers a subset, kept in root order; a flattened dim
+// (mesh[{"dp", "tp"}]) covers a subset, kept in root order; a flattened dim
 // (mesh.flatten({"dp","cp"})) covers several root dims as one, ordered
 // row-major over them, e.g. on [[[0,1],[2,3]],[[4,5],[6,7]]] named (dp,cp,tp)
 // flattening dp,cp gives the groups [0,2,4,6] and [1,3,5,7]. Flattened dims
@@ -101,7 +101,8 @@ class DeviceMesh {
   bool contains(int rank) const;
 
   // Sub-mesh of the named dims. REQUIRES: the names appear in mesh order. A
-  // registered flattened dim may be named too (root["dp_cp", "tp"]).
+  // registered flattened dim may be named too (root[{"dp_cp", "tp"}]). Note the
+  // braces: mesh["dp", "tp"] is a comma expression meaning mesh["tp"].
   DeviceMesh operator[](const std::string& name) const;
   DeviceMesh operator[](const std::vector<std::string>& names) const;
   DeviceMesh operator[](std::initializer_list<const char*> names) const {

@@ -5,56 +5,16 @@
 
 #include "test_util.h"
 
+#include <cmath>
 #include <random>
 
 #include "dtensor/dtensor.h"
+#include "layout_util.h"
 
 using namespace dtensor;
 using dtensor::testing::error_of;
-
-namespace {
-
-
-// Integer-valued float data: sums of partial pieces are exact in any order.
-Tensor int_valued(const Shape& shape, uint64_t seed) {
-  return Tensor::randint(-50, 50, shape, seed).to(DType::Float32);
-}
-
-// A DTensor with the given (possibly Partial) placements whose full value is
-// `full`: Partial pieces are built from known random pieces that reduce to it.
-DTensor make_dtensor(const Tensor& full, const DeviceMesh& mesh, const Placements& pl,
-                     uint64_t seed) {
-  // Start replicated-or-sharded (Partial -> Replicate), then give each
-  // partial mesh dim random pieces with the right reduction.
-  Placements base = pl;
-  for (Placement& p : base)
-    if (p.is_partial()) p = Replicate();
-  DTensor d = distribute_tensor(full, mesh, base);
-  LocalTensor local = d.local();
-  for (size_t i = 0; i < pl.size(); ++i) {
-    if (!pl[i].is_partial()) continue;
-    const int md = static_cast<int>(i);
-    const ReduceOp op = pl[i].reduce_op();
-    local = local.map([&](int rank, const Tensor& t) {
-      const int64_t g = mesh.group_index(rank, md);
-      const int64_t n = mesh.size(md);
-      // Noise identical for the whole group except in the member index, so
-      // the pieces are known: piece_g = t + noise_g - (sum of others' noise)/...
-      if (op == ReduceOp::Sum) {
-        // pieces: t - (n-1)*k on member 0, +k on the others (k integer-valued)
-        Tensor k = int_valued(t.shape(), seed + 17 * i);
-        return g == 0 ? t - k * static_cast<double>(n - 1) : t + k - t;
-      }
-      if (op == ReduceOp::Avg) return t;  // every piece equal: avg is exact
-      // max/min: member 0 holds t, the others hold something below/above.
-      if (g == 0) return t;
-      return op == ReduceOp::Max ? t - 7.0 : t + 7.0;
-    });
-  }
-  return DTensor(DTensorSpec(mesh, pl, full.shape(), full.dtype()), local);
-}
-
-}  // namespace
+using dtensor::testing::int_valued;
+using dtensor::testing::make_dtensor;
 
 class DTensorTest : public ::testing::Test {
  protected:
@@ -201,16 +161,12 @@ TEST_F(DTensorTest, NestedShardsOfOneDimRedistribute) {
 TEST_F(DTensorTest, RandomLayoutsRoundTripAndRedistribute) {
   std::mt19937 rng(20261122);
   auto random_placement = [&](int nd, bool allow_partial) {
-    const int k = static_cast<int>(rng() % (allow_partial ? 4 : 3));
-    if (k == 0) return Replicate();
-    if (k == 3) {
-      const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min};
-      return Partial(ops[rng() % 4]);
-    }
-    return Shard(static_cast<int64_t>(rng() % nd));
+    return dtensor::testing::random_placement(rng, nd, allow_partial);
   };
+  // DTENSOR_PROPERTY_CASES=100000 runs a long soak; the default keeps ctest quick.
+  const int iterations = dtensor::testing::property_cases(400);
   int cases = 0;
-  for (int iter = 0; iter < 400; ++iter) {
+  for (int iter = 0; iter < iterations; ++iter) {
     Shape mesh_shape;
     const int mesh_nd = 1 + static_cast<int>(rng() % 3);
     for (int i = 0; i < mesh_nd; ++i) mesh_shape.push_back(1 + rng() % 4);
@@ -250,5 +206,12 @@ TEST_F(DTensorTest, RandomLayoutsRoundTripAndRedistribute) {
         << mesh_shape << " " << shape << " " << to_string(from) << " -> " << to_string(to);
     ++cases;
   }
-  EXPECT_GT(cases, 250);
+  // A random mesh has at most 8 ranks with probability p = 138/192 (every 1-d
+  // mesh, 12 of 16 2-d and 26 of 64 3-d ones). The case count must not fall
+  // more than 4 standard deviations below p x iterations (about 250 of 400,
+  // 2060 of 3000): proportional to the iterations, yet a small
+  // DTENSOR_PROPERTY_CASES cannot fail it by chance.
+  const double p = 138.0 / 192.0, expected = p * iterations;
+  EXPECT_GT(cases, expected - 4 * std::sqrt(expected * (1 - p)))
+      << cases << " of " << iterations << " iterations produced a case";
 }
