@@ -3,11 +3,12 @@
 //
 // A plan is a list of steps, each one collective (or a local op) over one
 // mesh dim or over a flattened group of several. The planner searches the
-// placement states (one mesh-dim transform per edge, plus merged collectives
-// over flattened groups where SEMANTICS.md allows them) for the cheapest path
-// under the topology cost model of the mesh (DeviceMesh::topology()). Plans
-// are immutable, cached by (source spec, target spec, options, mesh
-// configuration) and shared; the cache is thread-safe.
+// placement states (one mesh-dim transform per edge) for the cheapest path
+// under the topology cost model of the mesh (DeviceMesh::topology()), then
+// merges consecutive same-kind collectives into one over the flattened
+// group of their mesh dims where SEMANTICS.md allows it and it is not
+// costlier. Plans are immutable, cached by (source spec, target spec,
+// options, mesh configuration) and shared; the cache is thread-safe.
 //
 //   auto plan = plan_redistribute(d.spec(), d.spec().with_placements({Replicate(), Shard(1)}));
 //   std::cout << plan->explain();        // one line per step and the total
@@ -90,10 +91,12 @@ struct RedistributeOptions {
   // Whether R -> P may be planned (distribute_tensor uses it; a user's
   // redistribute may not introduce a Partial the source lacks).
   bool allow_new_partial = false;
-  // Plan mesh dim by mesh dim in the fixed order of the core issue (unshard
-  // innermost first, then reshard outermost first), without search or
-  // merging. For comparisons; the planner never does worse than this.
-  bool per_dim_baseline = false;
+  // false: plan mesh dim by mesh dim in the fixed order of the core issue
+  // (unshard innermost first, then reshard outermost first) instead of
+  // searching. For comparisons; the search never does worse than this.
+  bool search = true;
+  // false: never merge collectives over flattened groups.
+  bool merge = true;
 };
 
 // The cheapest plan from `from` to `to` under the mesh's cost model.

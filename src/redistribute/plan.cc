@@ -94,14 +94,17 @@ class Planner {
     validate();
     RedistributePlan out{from_, to_, {}, 0, {}, {}};
     std::vector<RedistributeStep> steps;
-    if (options_.per_dim_baseline) {
-      steps = per_dim_steps();
-    } else if (from_.placements() != to_.placements()) {
-      // The searched path, merged; or the per-dim path, merged, should that
-      // merge better (the search does not see merges).
-      steps = merge(search());
-      std::vector<RedistributeStep> baseline = merge(per_dim_steps());
-      if (total_cost(baseline) < total_cost(steps) - 1e-9) steps = std::move(baseline);
+    if (from_.placements() != to_.placements()) {
+      steps = options_.search ? search() : per_dim_steps();
+      if (options_.merge) {
+        steps = merge(std::move(steps));
+        // The search does not see merges: the per-dim path, merged, may
+        // come out cheaper.
+        if (options_.search) {
+          std::vector<RedistributeStep> baseline = merge(per_dim_steps());
+          if (total_cost(baseline) < total_cost(steps) - 1e-9) steps = std::move(baseline);
+        }
+      }
     }
     for (RedistributeStep& s : steps) {
       if (s.mesh_dims.size() > 1) name_group(s);

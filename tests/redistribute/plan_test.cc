@@ -383,7 +383,8 @@ TEST_F(PlanTest, RandomPlansAreCorrectAndNeverCostlierThanPerDim) {
                              " shape " + ::testing::PrintToString(shape);
     auto plan = plan_redistribute(d.spec(), target);
     RedistributeOptions baseline_options;
-    baseline_options.per_dim_baseline = true;
+    baseline_options.search = false;
+    baseline_options.merge = false;
     auto baseline = plan_redistribute(d.spec(), target, baseline_options);
     ASSERT_LE(plan->cost_us, baseline->cost_us + 1e-9) << what << "\n" << plan->explain()
                                                       << baseline->explain();
@@ -399,6 +400,12 @@ TEST_F(PlanTest, RandomPlansAreCorrectAndNeverCostlierThanPerDim) {
     }
     DTensor b = d.redistribute(to, baseline_options);
     ASSERT_TRUE(equal(b.full_tensor(), x)) << what << "\n" << baseline->explain();
+    // The per-dim path with merging: more merges happen along it.
+    RedistributeOptions merged_options;
+    merged_options.search = false;
+    DTensor m = d.redistribute(to, merged_options);
+    ASSERT_TRUE(equal(m.full_tensor(), x))
+        << what << "\n" << plan_redistribute(d.spec(), target, merged_options)->explain();
     ++cases;
   }
   EXPECT_GT(cases, iterations * 6 / 10);
