@@ -36,7 +36,7 @@ namespace {
 
 // Beyond this many states the search falls back to the per-dim plan (only
 // reachable with many large mesh dims; realistic meshes have < 10^4).
-constexpr size_t kMaxStates = 200000;
+constexpr size_t kMaxStates = 50000;
 
 // 4 bits per mesh dim: 0 = R, 1..8 = S(0..7), 9..12 = P(sum, avg, max, min).
 uint32_t code(Placement p) {
@@ -169,6 +169,10 @@ class Planner {
   }
 
   Group group_of(uint32_t dims) const {
+    if (std::has_single_bit(dims)) {
+      const int i = std::countr_zero(dims);
+      return Group{mesh_, i, size_[i], link_[i]};
+    }
     Group g{mesh_, 0, 1, LinkCost{1e300, 0}};
     MeshDimMask roots = 0;
     for (int i = 0; i < nd_; ++i) {

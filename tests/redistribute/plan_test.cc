@@ -412,3 +412,21 @@ TEST_F(PlanTest, RandomPlansAreCorrectAndNeverCostlierThanPerDim) {
   // The search must actually beat the baseline somewhere (merges, all_to_all).
   EXPECT_GT(cheaper, 0);
 }
+
+// An 8-d mesh has too many placement states to search exhaustively; the
+// planner falls back to the per-dim plan (merged) and stays correct.
+TEST_F(PlanTest, HugeStateSpacesFallBackToThePerDimPlan) {
+  World big = World::simulated(256);
+  DeviceMesh mesh(big, {2, 2, 2, 2, 2, 2, 2, 2});
+  const Placements from = parse_placements("S(0),S(1),S(2),S(3),S(0),S(1),S(2),S(3)");
+  const Placements to = parse_placements("S(3),S(2),S(1),S(0),R,R,S(3),S(2)");
+  Tensor x = int_valued({8, 8, 8, 8}, 21);
+  DTensor d = distribute_tensor(x, mesh, from);
+  auto plan = plan_redistribute(d.spec(), d.spec().with_placements(to));
+  RedistributeOptions per_dim;
+  per_dim.search = false;
+  EXPECT_EQ(plan->cost_us, plan_redistribute(d.spec(), d.spec().with_placements(to), per_dim)->cost_us)
+      << plan->explain();
+  DTensor r = d.redistribute(to);
+  EXPECT_TRUE(equal(r.full_tensor(), x)) << plan->explain();
+}
