@@ -95,3 +95,6 @@ DTensor from_local(const std::function<Tensor(int rank)>& make_shard, const Devi
 std::string visualize_sharding(const DTensor& d);
 
 }  // namespace dtensor
+
+// Ops on DTensors (add, mm, sum, ...), part of the umbrella.
+#include "dtensor/ops.h"

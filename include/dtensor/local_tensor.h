@@ -42,6 +42,18 @@ class LocalTensor {
     return out;
   }
 
+  // A LocalTensor of f(rank, const Tensor& mine, const Tensor& other's) for
+  // each held shard. REQUIRES: other holds the same ranks.
+  template <class F>
+  LocalTensor zip(const LocalTensor& other, F&& f) const {
+    LocalTensor out;
+    out.shards_.reserve(shards_.size());
+    for (size_t i = 0; i < shards_.size(); ++i)
+      out.shards_.emplace_back(shards_[i].first, f(shards_[i].first, shards_[i].second,
+                                                   other.shards_[i].second));
+    return out;
+  }
+
   const std::vector<std::pair<int, Tensor>>& shards() const { return shards_; }
 
  private:

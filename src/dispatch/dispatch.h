@@ -1,0 +1,96 @@
+// The DTensor op dispatcher: OpSchema (what determines an op's layout), the
+// per-op sharding rules, the cached propagation, and the helpers each op
+// family (src/ops/) uses to run its local kernel on every held shard.
+//
+// A call: build the OpSchema on the stack (op id, pointers to the input
+// specs, layout-relevant arguments; the hash is computed once) -> look it up
+// in the propagation cache (no allocation on a hit) -> redistribute the
+// inputs whose target spec differs (through the planner) -> run the kernel
+// on each held shard -> wrap the output with its spec.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "dtensor/ops.h"
+
+namespace dtensor::dispatch {
+
+enum class OpId : uint16_t {
+  Add, Sub, Mul, Div, AddScalar, SubScalar, MulScalar, DivScalar, Neg, Relu, Exp, Mm, Sum,
+};
+
+inline constexpr int kMaxInputs = 3;
+inline constexpr int kMaxArgs = kMaxDims + 2;
+
+struct OpSchema {
+  OpId op{};
+  int num_inputs = 0;
+  const DTensorSpec* inputs[kMaxInputs] = {};
+  int num_args = 0;
+  int64_t args[kMaxArgs] = {};
+  size_t hash = 0;
+
+  OpSchema(OpId id, std::initializer_list<const DTensorSpec*> specs,
+           std::initializer_list<int64_t> arguments = {});
+  void push_arg(int64_t a);  // before hash is read; rehashes
+  const DTensorSpec& input(int i) const { return *inputs[i]; }
+
+ private:
+  void rehash();
+};
+
+// One candidate for one mesh dim: the placement each input must have and
+// the output's.
+struct DimStrategy {
+  Placement in[kMaxInputs];
+  Placement out;
+};
+
+struct OpRule {
+  const char* name;
+  // The output's meta; throws the plain op's error on bad shapes.
+  TensorMeta (*output_meta)(const OpSchema&);
+  // Appends the candidates for one mesh dim (the same for every mesh dim),
+  // best first: ties in cost go to the earlier one.
+  void (*strategies)(const OpSchema&, const TensorMeta& out, std::vector<DimStrategy>&);
+};
+
+struct OutputSharding {
+  DTensorSpec output;
+  // The spec each input must have (equal to the input's when no move is needed).
+  std::optional<DTensorSpec> input_targets[kMaxInputs];
+  bool needs_redistribute = false;
+  double cost_us = 0;
+};
+
+// The cached propagation of `schema` under `rule`. Throws dtensor::Error
+// naming the op and placements for shape errors or inputs on different meshes.
+std::shared_ptr<const OutputSharding> propagate(const OpSchema& schema, const OpRule& rule);
+
+// The inputs moved to the layouts the sharding asks for.
+DTensor prepare_input(const DTensor& x, const OutputSharding& s, int i);
+
+// The output DTensor; checks that the kernel produced the dtype the rule
+// promised (a rule bug, never a user error).
+DTensor wrap(const OutputSharding& s, LocalTensor local);
+
+template <class F>
+DTensor run_unary(const OpSchema& schema, const OpRule& rule, const DTensor& x, F&& kernel) {
+  auto s = propagate(schema, rule);
+  if (!s->needs_redistribute) return wrap(*s, x.local().map(kernel));
+  return wrap(*s, prepare_input(x, *s, 0).local().map(kernel));
+}
+
+template <class F>
+DTensor run_binary(const OpSchema& schema, const OpRule& rule, const DTensor& a, const DTensor& b,
+                   F&& kernel) {
+  auto s = propagate(schema, rule);
+  if (!s->needs_redistribute) return wrap(*s, a.local().zip(b.local(), kernel));
+  const DTensor ra = prepare_input(a, *s, 0), rb = prepare_input(b, *s, 1);
+  return wrap(*s, ra.local().zip(rb.local(), kernel));
+}
+
+}  // namespace dtensor::dispatch

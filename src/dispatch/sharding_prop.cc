@@ -1,0 +1,261 @@
+// Sharding propagation: the candidate layouts of an op, expanded over the
+// mesh, the cheapest one chosen by the planner's redistribute cost, and the
+// result cached by OpSchema in a bounded LRU.
+//
+// Choosing: every combination of one per-mesh-dim candidate per mesh dim is
+// a candidate layout. Its cost is the sum of the cheapest plans moving each
+// input to the layout's input placements; a move the rules forbid (S->P, a
+// new Partial) rules the candidate out, and so does moving an input to a
+// layout that shards a dim over more ranks than it has elements. The first
+// candidate of least cost wins, and one of cost zero ends the search, so
+// a layout needing no communication is taken whenever one exists.
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "dispatch/dispatch.h"
+
+namespace dtensor::dispatch {
+
+OpSchema::OpSchema(OpId id, std::initializer_list<const DTensorSpec*> specs,
+                   std::initializer_list<int64_t> arguments)
+    : op(id) {
+  for (const DTensorSpec* s : specs) inputs[num_inputs++] = s;
+  for (int64_t a : arguments) args[num_args++] = a;
+  rehash();
+}
+
+void OpSchema::push_arg(int64_t a) {
+  DT_CHECK(num_args < kMaxArgs, "OpSchema: too many arguments");
+  args[num_args++] = a;
+  rehash();
+}
+
+void OpSchema::rehash() {
+  size_t h = static_cast<size_t>(op) * 0x9E3779B97F4A7C15ull;
+  for (int i = 0; i < num_inputs; ++i) h = (h ^ inputs[i]->hash()) * 0x100000001B3ull;
+  for (int i = 0; i < num_args; ++i) h = (h ^ static_cast<size_t>(args[i])) * 0x100000001B3ull;
+  hash = h;
+}
+
+namespace {
+
+// The owning form of an OpSchema, for the cache.
+struct Key {
+  OpId op;
+  int num_inputs;
+  std::optional<DTensorSpec> inputs[kMaxInputs];
+  int num_args;
+  int64_t args[kMaxArgs];
+  size_t hash;
+
+  explicit Key(const OpSchema& s) : op(s.op), num_inputs(s.num_inputs), num_args(s.num_args),
+                                    hash(s.hash) {
+    for (int i = 0; i < num_inputs; ++i) inputs[i] = *s.inputs[i];
+    for (int i = 0; i < num_args; ++i) args[i] = s.args[i];
+  }
+};
+
+bool same(const Key& k, const OpSchema& s) {
+  if (k.hash != s.hash || k.op != s.op || k.num_inputs != s.num_inputs ||
+      k.num_args != s.num_args)
+    return false;
+  for (int i = 0; i < s.num_args; ++i)
+    if (k.args[i] != s.args[i]) return false;
+  for (int i = 0; i < s.num_inputs; ++i)
+    if (!(*k.inputs[i] == *s.inputs[i])) return false;
+  return true;
+}
+
+struct Hash {
+  using is_transparent = void;
+  size_t operator()(const Key& k) const { return k.hash; }
+  size_t operator()(const OpSchema& s) const { return s.hash; }
+};
+
+struct Equal {
+  using is_transparent = void;
+  bool operator()(const Key& a, const Key& b) const {
+    if (a.hash != b.hash || a.op != b.op || a.num_inputs != b.num_inputs ||
+        a.num_args != b.num_args)
+      return false;
+    for (int i = 0; i < a.num_args; ++i)
+      if (a.args[i] != b.args[i]) return false;
+    for (int i = 0; i < a.num_inputs; ++i)
+      if (!(*a.inputs[i] == *b.inputs[i])) return false;
+    return true;
+  }
+  bool operator()(const Key& a, const OpSchema& b) const { return same(a, b); }
+  bool operator()(const OpSchema& a, const Key& b) const { return same(b, a); }
+};
+
+class PropagationCache {
+ public:
+  static constexpr int64_t kCapacity = 8192;
+
+  std::shared_ptr<const OutputSharding> find(const OpSchema& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = index_.find(s);
+    if (it == index_.end()) {
+      ++misses_;
+      return nullptr;
+    }
+    ++hits_;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->second;
+  }
+
+  void insert(const OpSchema& s, std::shared_ptr<const OutputSharding> value) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (index_.find(s) != index_.end()) return;
+    lru_.emplace_front(Key(s), std::move(value));
+    index_.emplace(lru_.front().first, lru_.begin());
+    if (static_cast<int64_t>(index_.size()) > kCapacity) {
+      index_.erase(lru_.back().first);
+      lru_.pop_back();
+    }
+  }
+
+  ShardingPropCacheInfo info() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {hits_, misses_, static_cast<int64_t>(index_.size()), kCapacity};
+  }
+
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    index_.clear();
+    lru_.clear();
+    hits_ = misses_ = 0;
+  }
+
+ private:
+  using Entry = std::pair<Key, std::shared_ptr<const OutputSharding>>;
+  mutable std::mutex mu_;
+  std::list<Entry> lru_;
+  std::unordered_map<Key, std::list<Entry>::iterator, Hash, Equal> index_;
+  int64_t hits_ = 0;
+  int64_t misses_ = 0;
+};
+
+PropagationCache& cache() {
+  static PropagationCache* c = new PropagationCache();  // never destroyed: usable during exit
+  return *c;
+}
+
+std::string placements_of(const OpSchema& s) {
+  std::string out;
+  for (int i = 0; i < s.num_inputs; ++i)
+    out += (i ? " and " : "") + to_string(s.input(i).placements());
+  return out;
+}
+
+// Whether some tensor dim is sharded over more ranks than it has elements.
+bool over_sharded(const DTensorSpec& spec) {
+  int64_t ways[kMaxDims];
+  for (int64_t d = 0; d < spec.ndim(); ++d) ways[d] = 1;
+  for (size_t i = 0; i < spec.placements().size(); ++i)
+    if (spec.placements()[i].is_shard())
+      ways[spec.placements()[i].dim()] *= spec.mesh().size(static_cast<int>(i));
+  for (int64_t d = 0; d < spec.ndim(); ++d)
+    if (ways[d] > 1 && ways[d] > spec.shape()[d]) return true;
+  return false;
+}
+
+OutputSharding choose(const OpSchema& schema, const OpRule& rule) {
+  const DeviceMesh& mesh = schema.input(0).mesh();
+  for (int i = 1; i < schema.num_inputs; ++i)
+    DT_CHECK(schema.input(i).mesh() == mesh, rule.name, ": inputs live on different meshes: ",
+             mesh, " and ", schema.input(i).mesh());
+  TensorMeta out_meta;
+  try {
+    out_meta = rule.output_meta(schema);
+  } catch (const Error& e) {
+    // The plain op's message, prefixed with the op's name as the plain op does.
+    const std::string msg = e.what();
+    const std::string prefix = std::string(rule.name) + ": ";
+    DT_THROW(msg.rfind(prefix, 0) == 0 ? "" : prefix, msg, " (DTensor placements ",
+             placements_of(schema), " on ", mesh, ")");
+  }
+  std::vector<DimStrategy> per_dim;
+  rule.strategies(schema, out_meta, per_dim);
+  const int nd = mesh.ndim();
+  const size_t c = per_dim.size();
+  std::optional<OutputSharding> best;
+  size_t pick[kMaxDims] = {};
+  std::string last_reason;
+  for (bool more = c > 0; more;) {
+    Placements in_pl[kMaxInputs], out_pl;
+    for (int m = 0; m < nd; ++m) {
+      const DimStrategy& s = per_dim[pick[m]];
+      for (int i = 0; i < schema.num_inputs; ++i) in_pl[i].push_back(s.in[i]);
+      out_pl.push_back(s.out);
+    }
+    try {
+      OutputSharding cand{DTensorSpec(mesh, out_pl, out_meta), {}, false, 0};
+      for (int i = 0; i < schema.num_inputs; ++i) {
+        const DTensorSpec& have = schema.input(i);
+        DTensorSpec want = have.with_placements(in_pl[i]);
+        if (!(want == have)) {
+          if (over_sharded(want)) throw Error("over-sharded");
+          cand.cost_us += plan_redistribute(have, want)->cost_us;
+          cand.needs_redistribute = true;
+        }
+        cand.input_targets[i] = std::move(want);
+      }
+      // Least cost; on a tie, a layout needing no redistribution, then the earlier one.
+      if (!best || cand.cost_us < best->cost_us - 1e-9 ||
+          (cand.cost_us < best->cost_us + 1e-9 && best->needs_redistribute &&
+           !cand.needs_redistribute))
+        best = std::move(cand);
+      if (!best->needs_redistribute) break;
+    } catch (const Error& e) {
+      // Not a valid layout, or a move the rules forbid: not a candidate.
+      last_reason = e.what();
+    }
+    // Odometer over the mesh dims.
+    more = false;
+    for (int m = nd - 1; m >= 0; --m) {
+      if (++pick[m] < c) {
+        more = true;
+        break;
+      }
+      pick[m] = 0;
+    }
+  }
+  DT_CHECK(best.has_value(), rule.name, ": no sharding strategy for placements ",
+           placements_of(schema), " on ", mesh, " (last candidate rejected: ", last_reason, ")");
+  return std::move(*best);
+}
+
+}  // namespace
+
+std::shared_ptr<const OutputSharding> propagate(const OpSchema& schema, const OpRule& rule) {
+  if (auto hit = cache().find(schema)) return hit;
+  auto value = std::make_shared<const OutputSharding>(choose(schema, rule));
+  cache().insert(schema, value);
+  return value;
+}
+
+DTensor wrap(const OutputSharding& s, LocalTensor local) {
+  if (!local.empty()) {
+    const DType got = local.shards().front().second.dtype();
+    DT_CHECK(got == s.output.dtype(), "internal error: the kernel made ", got,
+             " but the sharding rule promised ", s.output.dtype(), " for ", s.output);
+  }
+  return DTensor(s.output, std::move(local));
+}
+
+DTensor prepare_input(const DTensor& x, const OutputSharding& s, int i) {
+  const DTensorSpec& want = *s.input_targets[i];
+  if (want == x.spec()) return x;
+  return x.redistribute(want.placements());
+}
+
+}  // namespace dtensor::dispatch
+
+namespace dtensor {
+
+ShardingPropCacheInfo sharding_prop_cache_info() { return dispatch::cache().info(); }
+void clear_sharding_prop_cache() { dispatch::cache().clear(); }
+
+}  // namespace dtensor

@@ -1,0 +1,198 @@
+// Ops on DTensors: the strategies of the issue (which layouts need no
+// communication), cache counters, errors, and an op-by-op random test in the
+// spirit of PyTorch's OpInfo tests: full_tensor(op(dtensors)) == op(full).
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+#include "dtensor/dtensor.h"
+#include "layout_util.h"
+#include "test_util.h"
+
+using namespace dtensor;
+using dtensor::testing::error_of;
+using dtensor::testing::int_valued;
+using dtensor::testing::make_dtensor;
+
+class OpsTest : public ::testing::Test {
+ protected:
+  World world = World::simulated(8);
+};
+
+TEST_F(OpsTest, MatmulStrategiesOfTheIssue) {
+  DeviceMesh mesh(world, {2, 2});
+  Tensor a = int_valued({6, 5}, 1), b = int_valued({5, 4}, 2);
+  const Tensor want = mm(a, b);
+  {  // (S(0),R)·R -> S(0), no communication
+    DTensor da = distribute_tensor(a, mesh, {Shard(0), Replicate()});
+    DTensor db = distribute_tensor(b, mesh, {Replicate(), Replicate()});
+    CommDebugMode comm;
+    DTensor c = mm(da, db);
+    EXPECT_EQ(comm.total_count(), 0);
+    EXPECT_EQ(to_string(c.placements()), "S(0),R");
+    EXPECT_TRUE(equal(c.full_tensor(), want));
+  }
+  {  // R·(R,S(1)) -> (R,S(1)), no communication
+    DTensor da = distribute_tensor(a, mesh, {Replicate(), Replicate()});
+    DTensor db = distribute_tensor(b, mesh, {Replicate(), Shard(1)});
+    CommDebugMode comm;
+    DTensor c = mm(da, db);
+    EXPECT_EQ(comm.total_count(), 0);
+    EXPECT_EQ(to_string(c.placements()), "R,S(1)");
+    EXPECT_TRUE(equal(c.full_tensor(), want));
+  }
+  {  // S(1)·S(0) -> P(sum) on a 1-d mesh
+    DeviceMesh line(world, {4});
+    DTensor da = distribute_tensor(a, line, {Shard(1)});
+    DTensor db = distribute_tensor(b, line, {Shard(0)});
+    CommDebugMode comm;
+    DTensor c = mm(da, db);
+    EXPECT_EQ(comm.total_count(), 0);
+    EXPECT_EQ(to_string(c.placements()), "P(sum)");
+    EXPECT_TRUE(equal(c.full_tensor(), want));
+  }
+}
+
+TEST_F(OpsTest, SumOverAShardedDimIsPartial) {
+  DeviceMesh mesh(world, {4});
+  Tensor x = int_valued({7, 3}, 3);
+  DTensor d = distribute_tensor(x, mesh, {Shard(0)});
+  CommDebugMode comm;
+  DTensor s = sum(d, {0});
+  EXPECT_EQ(comm.total_count(), 0);
+  EXPECT_EQ(to_string(s.placements()), "P(sum)");
+  EXPECT_TRUE(equal(s.full_tensor(), sum(x, {0})));
+  DTensor k = sum(d, {1}, /*keepdim=*/true);
+  EXPECT_EQ(to_string(k.placements()), "S(0)");
+  EXPECT_TRUE(equal(k.full_tensor(), sum(x, {1}, true)));
+}
+
+TEST_F(OpsTest, RepeatedCallsHitThePropagationCache) {
+  DeviceMesh mesh(world, {2, 2});
+  DTensor a = distribute_tensor(int_valued({8, 8}, 4), mesh, {Shard(0), Replicate()});
+  DTensor b = distribute_tensor(int_valued({8, 8}, 5), mesh, {Shard(0), Replicate()});
+  clear_sharding_prop_cache();
+  DTensor c = a + b;  // warm-up: one miss
+  ShardingPropCacheInfo info = sharding_prop_cache_info();
+  EXPECT_EQ(info.misses, 1);
+  for (int i = 0; i < 10; ++i) c = a + b;
+  info = sharding_prop_cache_info();
+  EXPECT_EQ(info.misses, 1);
+  EXPECT_EQ(info.hits, 10);
+  EXPECT_EQ(info.size, 1);
+  EXPECT_GT(info.capacity, 1000);
+}
+
+TEST_F(OpsTest, PartialsStayPartialOnlyThroughLinearOps) {
+  DeviceMesh mesh(world, {4});
+  Tensor x = int_valued({5, 3}, 6), y = int_valued({5, 3}, 7);
+  DTensor px = make_dtensor(x, mesh, {Partial()}, 8);
+  DTensor py = make_dtensor(y, mesh, {Partial()}, 9);
+  CommDebugMode comm;
+  DTensor s = px + py;
+  DTensor m = px * 3.0;
+  DTensor n = neg(px);
+  EXPECT_EQ(comm.total_count(), 0);
+  EXPECT_EQ(to_string(s.placements()), "P(sum)");
+  EXPECT_EQ(to_string(m.placements()), "P(sum)");
+  EXPECT_EQ(to_string(n.placements()), "P(sum)");
+  EXPECT_TRUE(equal(s.full_tensor(), x + y));
+  EXPECT_TRUE(equal(m.full_tensor(), x * 3.0));
+  // Non-linear: reduce first.
+  DTensor r = relu(px);
+  EXPECT_FALSE(r.spec().has_partial());
+  EXPECT_TRUE(equal(r.full_tensor(), relu(x)));
+  DTensor a = px + 1.0;
+  EXPECT_FALSE(a.spec().has_partial());
+  EXPECT_TRUE(equal(a.full_tensor(), x + 1.0));
+}
+
+TEST_F(OpsTest, ErrorsNameTheOpAndPlacements) {
+  DeviceMesh mesh(world, {4});
+  DTensor a = distribute_tensor(Tensor::zeros({4, 3}), mesh, {Shard(0)});
+  DTensor b = distribute_tensor(Tensor::zeros({4, 5}), mesh, {Replicate()});
+  const std::string plain = error_of([] { Tensor::zeros({4, 3}) + Tensor::zeros({4, 5}); });
+  const std::string e = error_of([&] { a + b; });
+  EXPECT_NE(e.find(plain), std::string::npos) << e << " vs " << plain;
+  EXPECT_NE(e.find("S(0) and R"), std::string::npos) << e;
+  const std::string m = error_of([&] { mm(a, a); });
+  EXPECT_NE(m.find("mm: inner dimensions differ"), std::string::npos) << m;
+  DeviceMesh other(world, {2, 2});
+  DTensor c = distribute_tensor(Tensor::zeros({4, 3}), other, {Shard(0), Replicate()});
+  EXPECT_NE(error_of([&] { a + c; }).find("add: inputs live on different meshes"),
+            std::string::npos);
+}
+
+// Op-by-op: random placements (Partials included) on meshes 4, 2x2 and 2x3,
+// random shapes with uneven and empty shards. Integer-valued data keeps sums
+// exact, so the comparison is exact except for exp and div (rtol 1e-5).
+TEST_F(OpsTest, RandomLayoutsMatchThePlainOps) {
+  std::mt19937 rng(77);
+  const Shape meshes[] = {{4}, {2, 2}, {2, 3}};
+  struct Op {
+    const char* name;
+    int arity;  // 1, 2, or 3 = mm
+    std::function<Tensor(const Tensor&, const Tensor&)> plain;
+    std::function<DTensor(const DTensor&, const DTensor&)> dist;
+    bool exact;
+  };
+  const Op ops[] = {
+      {"add", 2, [](auto& x, auto& y) { return x + y; }, [](auto& x, auto& y) { return x + y; }, true},
+      {"sub", 2, [](auto& x, auto& y) { return x - y; }, [](auto& x, auto& y) { return x - y; }, true},
+      {"mul", 2, [](auto& x, auto& y) { return x * y; }, [](auto& x, auto& y) { return x * y; }, true},
+      {"div", 2, [](auto& x, auto& y) { return x / (y * y + 1.0); },
+       [](auto& x, auto& y) { return x / (y * y + 1.0); }, false},
+      {"add_scalar", 1, [](auto& x, auto&) { return x + 2.0; }, [](auto& x, auto&) { return x + 2.0; }, true},
+      {"mul_scalar", 1, [](auto& x, auto&) { return x * -3.0; }, [](auto& x, auto&) { return x * -3.0; }, true},
+      {"div_scalar", 1, [](auto& x, auto&) { return x / 4.0; }, [](auto& x, auto&) { return x / 4.0; }, true},
+      {"neg", 1, [](auto& x, auto&) { return neg(x); }, [](auto& x, auto&) { return neg(x); }, true},
+      {"relu", 1, [](auto& x, auto&) { return relu(x); }, [](auto& x, auto&) { return relu(x); }, true},
+      {"exp", 1, [](auto& x, auto&) { return exp(x / 50.0); }, [](auto& x, auto&) { return exp(x / 50.0); }, false},
+      {"sum0", 1, [](auto& x, auto&) { return sum(x, {0}); }, [](auto& x, auto&) { return sum(x, {0}); }, true},
+      {"sum_all", 1, [](auto& x, auto&) { return sum(x); }, [](auto& x, auto&) { return sum(x); }, true},
+      {"sum_last_keep", 1, [](auto& x, auto&) { return sum(x, {-1}, true); },
+       [](auto& x, auto&) { return sum(x, {-1}, true); }, true},
+      {"mm", 3, [](auto& x, auto& y) { return mm(x, y); }, [](auto& x, auto& y) { return mm(x, y); }, true},
+  };
+  const int iterations = dtensor::testing::property_cases(300);
+  for (int iter = 0; iter < iterations; ++iter) {
+    const Op& op = ops[iter % std::size(ops)];
+    const Shape mesh_shape = meshes[rng() % 3];
+    DeviceMesh mesh(world, mesh_shape);
+    const int mesh_nd = static_cast<int>(mesh_shape.size());
+    Shape sa, sb;
+    if (op.arity == 3) {
+      const int64_t m = rng() % 7, k = 1 + rng() % 6, n = rng() % 7;
+      sa = {m, k};
+      sb = {k, n};
+    } else {
+      const int nd = 1 + static_cast<int>(rng() % 3);
+      for (int i = 0; i < nd; ++i) sa.push_back(1 + rng() % 7);
+      sb = sa;
+      if (rng() % 3 == 0) sb[rng() % nd] = 1;  // broadcast one dim
+      if (rng() % 4 == 0 && nd > 1) {  // fewer dims
+        Shape tail;
+        for (int i = 1; i < nd; ++i) tail.push_back(sb[i]);
+        sb = tail;
+      }
+    }
+    Tensor x = int_valued(sa, 2 * iter), y = int_valued(sb, 2 * iter + 1);
+    auto [pa, ignored] =
+        dtensor::testing::random_placement_pair(rng, mesh_nd, static_cast<int64_t>(sa.size()));
+    auto [pb, ignored2] =
+        dtensor::testing::random_placement_pair(rng, mesh_nd, static_cast<int64_t>(sb.size()));
+    DTensor da = make_dtensor(x, mesh, pa, iter);
+    DTensor db = make_dtensor(y, mesh, pb, iter + 1);
+    const std::string what = std::string(op.name) + " on " + mesh.to_string() + " " +
+                             to_string(pa) + " / " + to_string(pb) + " shapes " +
+                             ::testing::PrintToString(sa) + " " + ::testing::PrintToString(sb);
+    Tensor want = op.plain(x, y);
+    DTensor got = op.dist(da, db);
+    for (int rank = 0; rank < mesh.size(); ++rank)
+      ASSERT_EQ(got.to_local(rank).shape(), got.spec().extent_of_rank(rank)->local_shape) << what;
+    Tensor full = got.full_tensor();
+    if (op.exact) ASSERT_TRUE(equal(full, want)) << what << "\n" << full << "\n" << want;
+    else ASSERT_TRUE(allclose(full, want, 1e-5, 1e-5)) << what;
+  }
+}
