@@ -53,12 +53,7 @@ DTensor mm(const DTensor& a, const DTensor& b);
 // Sum over dims (all when empty): a sharded summed dim gives Partial(sum).
 DTensor sum(const DTensor& x, const DimVector& dims = {}, bool keepdim = false);
 
-struct ShardingPropCacheInfo {
-  int64_t hits = 0;
-  int64_t misses = 0;
-  int64_t size = 0;
-  int64_t capacity = 0;
-};
+using ShardingPropCacheInfo = CacheInfo;
 // Counters of the sharding-propagation cache.
 ShardingPropCacheInfo sharding_prop_cache_info();
 void clear_sharding_prop_cache();

@@ -110,12 +110,14 @@ std::shared_ptr<const RedistributePlan> plan_redistribute(const DTensorSpec& fro
 // The estimated cost (µs) of the cheapest plan; 0 when from == to.
 double redistribute_cost(const DTensorSpec& from, const DTensorSpec& to);
 
-struct PlanCacheInfo {
+// The counters of a cache (plans here; sharding propagation in ops.h).
+struct CacheInfo {
   int64_t hits = 0;
   int64_t misses = 0;
   int64_t size = 0;
   int64_t capacity = 0;
 };
+using PlanCacheInfo = CacheInfo;
 PlanCacheInfo redistribute_plan_cache_info();
 // Drops every cached plan and zeroes the counters.
 void clear_redistribute_plan_cache();

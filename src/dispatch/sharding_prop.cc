@@ -9,10 +9,7 @@
 // layout that shards a dim over more ranks than it has elements. The first
 // candidate of least cost wins, and one of cost zero ends the search, so
 // a layout needing no communication is taken whenever one exists.
-#include <list>
-#include <mutex>
-#include <unordered_map>
-
+#include "common/lru_cache.h"
 #include "dispatch/dispatch.h"
 
 namespace dtensor::dispatch {
@@ -54,16 +51,19 @@ struct Key {
     for (int i = 0; i < num_inputs; ++i) inputs[i] = *s.inputs[i];
     for (int i = 0; i < num_args; ++i) args[i] = s.args[i];
   }
+  const DTensorSpec& input(int i) const { return *inputs[i]; }
 };
 
-bool same(const Key& k, const OpSchema& s) {
-  if (k.hash != s.hash || k.op != s.op || k.num_inputs != s.num_inputs ||
-      k.num_args != s.num_args)
+// Equality of schemas, owning (Key) or not (OpSchema), in any mix.
+template <class A, class B>
+bool same_schema(const A& a, const B& b) {
+  if (a.hash != b.hash || a.op != b.op || a.num_inputs != b.num_inputs ||
+      a.num_args != b.num_args)
     return false;
-  for (int i = 0; i < s.num_args; ++i)
-    if (k.args[i] != s.args[i]) return false;
-  for (int i = 0; i < s.num_inputs; ++i)
-    if (!(*k.inputs[i] == *s.inputs[i])) return false;
+  for (int i = 0; i < a.num_args; ++i)
+    if (a.args[i] != b.args[i]) return false;
+  for (int i = 0; i < a.num_inputs; ++i)
+    if (!(a.input(i) == b.input(i))) return false;
   return true;
 }
 
@@ -75,70 +75,14 @@ struct Hash {
 
 struct Equal {
   using is_transparent = void;
-  bool operator()(const Key& a, const Key& b) const {
-    if (a.hash != b.hash || a.op != b.op || a.num_inputs != b.num_inputs ||
-        a.num_args != b.num_args)
-      return false;
-    for (int i = 0; i < a.num_args; ++i)
-      if (a.args[i] != b.args[i]) return false;
-    for (int i = 0; i < a.num_inputs; ++i)
-      if (!(*a.inputs[i] == *b.inputs[i])) return false;
-    return true;
-  }
-  bool operator()(const Key& a, const OpSchema& b) const { return same(a, b); }
-  bool operator()(const OpSchema& a, const Key& b) const { return same(b, a); }
+  template <class A, class B>
+  bool operator()(const A& a, const B& b) const { return same_schema(a, b); }
 };
 
-class PropagationCache {
- public:
-  static constexpr int64_t kCapacity = 8192;
-
-  std::shared_ptr<const OutputSharding> find(const OpSchema& s) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = index_.find(s);
-    if (it == index_.end()) {
-      ++misses_;
-      return nullptr;
-    }
-    ++hits_;
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return it->second->second;
-  }
-
-  void insert(const OpSchema& s, std::shared_ptr<const OutputSharding> value) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (index_.find(s) != index_.end()) return;
-    lru_.emplace_front(Key(s), std::move(value));
-    index_.emplace(lru_.front().first, lru_.begin());
-    if (static_cast<int64_t>(index_.size()) > kCapacity) {
-      index_.erase(lru_.back().first);
-      lru_.pop_back();
-    }
-  }
-
-  ShardingPropCacheInfo info() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return {hits_, misses_, static_cast<int64_t>(index_.size()), kCapacity};
-  }
-
-  void clear() {
-    std::lock_guard<std::mutex> lock(mu_);
-    index_.clear();
-    lru_.clear();
-    hits_ = misses_ = 0;
-  }
-
- private:
-  using Entry = std::pair<Key, std::shared_ptr<const OutputSharding>>;
-  mutable std::mutex mu_;
-  std::list<Entry> lru_;
-  std::unordered_map<Key, std::list<Entry>::iterator, Hash, Equal> index_;
-  int64_t hits_ = 0;
-  int64_t misses_ = 0;
-};
+using PropagationCache = LruCache<Key, OutputSharding, Hash, Equal>;
 
 PropagationCache& cache() {
-  static PropagationCache* c = new PropagationCache();  // never destroyed: usable during exit
+  static PropagationCache* c = new PropagationCache(8192);  // never destroyed: usable during exit
   return *c;
 }
 
@@ -232,7 +176,7 @@ OutputSharding choose(const OpSchema& schema, const OpRule& rule) {
 std::shared_ptr<const OutputSharding> propagate(const OpSchema& schema, const OpRule& rule) {
   if (auto hit = cache().find(schema)) return hit;
   auto value = std::make_shared<const OutputSharding>(choose(schema, rule));
-  cache().insert(schema, value);
+  cache().insert(Key(schema), value);
   return value;
 }
 

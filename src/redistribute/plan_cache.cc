@@ -3,10 +3,9 @@
 // carries the mesh's config_version (topology, auto-flattening) and, when
 // planning may not create groups, its flatten_version, since registering a
 // group then changes which merges are possible.
-#include <list>
-#include <mutex>
-#include <unordered_map>
+#include <functional>
 
+#include "common/lru_cache.h"
 #include "redistribute/plan_internal.h"
 
 namespace dtensor {
@@ -31,71 +30,24 @@ struct KeyHash {
   size_t operator()(const Key& k) const { return k.hash; }
 };
 
-class PlanCache {
- public:
-  static constexpr int64_t kCapacity = 4096;
-
-  std::shared_ptr<const RedistributePlan> get(const DTensorSpec& from, const DTensorSpec& to,
-                                              const RedistributeOptions& options) {
-    const bool auto_flatten = options.auto_flatten.value_or(from.mesh().auto_flatten());
-    const uint8_t flags = static_cast<uint8_t>(auto_flatten | options.allow_new_partial << 1 |
-                                               !options.search << 2 | !options.merge << 3);
-    const uint64_t config = from.mesh().config_version();
-    const uint64_t flat = auto_flatten ? 0 : from.mesh().flatten_version();
-    size_t h = from.hash() * 0x9E3779B97F4A7C15ull ^ to.hash();
-    h = h * 31 + flags;
-    h = h * 31 + static_cast<size_t>(config);
-    h = h * 31 + static_cast<size_t>(flat);
-    Key key{from, to, flags, config, flat, h};
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = index_.find(key);
-      if (it != index_.end()) {
-        ++hits_;
-        lru_.splice(lru_.begin(), lru_, it->second);
-        return it->second->second;
-      }
-      ++misses_;
-    }
-    // Plan outside the lock; two threads missing at once plan twice, harmlessly.
-    auto plan = std::make_shared<const RedistributePlan>(
-        redistribute_detail::build_plan(from, to, options));
-    std::lock_guard<std::mutex> lock(mu_);
-    if (index_.find(key) == index_.end()) {
-      lru_.emplace_front(key, plan);
-      index_.emplace(key, lru_.begin());
-      if (static_cast<int64_t>(index_.size()) > kCapacity) {
-        index_.erase(lru_.back().first);
-        lru_.pop_back();
-      }
-    }
-    return plan;
-  }
-
-  PlanCacheInfo info() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return {hits_, misses_, static_cast<int64_t>(index_.size()), kCapacity};
-  }
-
-  void clear() {
-    std::lock_guard<std::mutex> lock(mu_);
-    index_.clear();
-    lru_.clear();
-    hits_ = misses_ = 0;
-  }
-
- private:
-  using Entry = std::pair<Key, std::shared_ptr<const RedistributePlan>>;
-  mutable std::mutex mu_;
-  std::list<Entry> lru_;
-  std::unordered_map<Key, std::list<Entry>::iterator, KeyHash> index_;
-  int64_t hits_ = 0;
-  int64_t misses_ = 0;
-};
+using PlanCache = LruCache<Key, RedistributePlan, KeyHash, std::equal_to<Key>>;
 
 PlanCache& cache() {
-  static PlanCache* c = new PlanCache();  // never destroyed: usable during exit
+  static PlanCache* c = new PlanCache(4096);  // never destroyed: usable during exit
   return *c;
+}
+
+Key make_key(const DTensorSpec& from, const DTensorSpec& to, const RedistributeOptions& options) {
+  const bool auto_flatten = options.auto_flatten.value_or(from.mesh().auto_flatten());
+  const uint8_t flags = static_cast<uint8_t>(auto_flatten | options.allow_new_partial << 1 |
+                                             !options.search << 2 | !options.merge << 3);
+  const uint64_t config = from.mesh().config_version();
+  const uint64_t flat = auto_flatten ? 0 : from.mesh().flatten_version();
+  size_t h = from.hash() * 0x9E3779B97F4A7C15ull ^ to.hash();
+  h = h * 31 + flags;
+  h = h * 31 + static_cast<size_t>(config);
+  h = h * 31 + static_cast<size_t>(flat);
+  return Key{from, to, flags, config, flat, h};
 }
 
 }  // namespace
@@ -103,7 +55,13 @@ PlanCache& cache() {
 std::shared_ptr<const RedistributePlan> plan_redistribute(const DTensorSpec& from,
                                                           const DTensorSpec& to,
                                                           const RedistributeOptions& options) {
-  return cache().get(from, to, options);
+  Key key = make_key(from, to, options);
+  if (auto hit = cache().find(key)) return hit;
+  // Plan outside the cache's lock; two threads missing at once plan twice, harmlessly.
+  auto plan = std::make_shared<const RedistributePlan>(
+      redistribute_detail::build_plan(from, to, options));
+  cache().insert(std::move(key), plan);
+  return plan;
 }
 
 double redistribute_cost(const DTensorSpec& from, const DTensorSpec& to) {
