@@ -43,6 +43,25 @@ inline DTensor make_dtensor(const Tensor& full, const DeviceMesh& mesh, const Pl
   return DTensor(DTensorSpec(mesh, pl, full.shape(), full.dtype()), local);
 }
 
+// A random mesh shape of 1-3 dims of sizes 1-4, or nullopt when it has more
+// than 8 ranks (138 of the 192 equally likely draws fit).
+inline std::optional<Shape> random_small_mesh(std::mt19937& rng) {
+  Shape mesh_shape;
+  const int mesh_nd = 1 + static_cast<int>(rng() % 3);
+  for (int i = 0; i < mesh_nd; ++i) mesh_shape.push_back(1 + rng() % 4);
+  if (mesh_shape.product() > 8) return std::nullopt;
+  return mesh_shape;
+}
+
+// A random tensor shape of rank 1-4 with sizes 0-9, so that uneven and empty
+// shards occur.
+inline Shape random_small_shape(std::mt19937& rng) {
+  Shape shape;
+  const int nd = 1 + static_cast<int>(rng() % 4);
+  for (int i = 0; i < nd; ++i) shape.push_back(rng() % 10);
+  return shape;
+}
+
 // A random placement: R, S(d < ndim), or (allow_partial) P(random op).
 inline Placement random_placement(std::mt19937& rng, int64_t ndim, bool allow_partial) {
   const int k = static_cast<int>(rng() % (allow_partial ? 4 : 3));

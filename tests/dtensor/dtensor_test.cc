@@ -160,40 +160,20 @@ TEST_F(DTensorTest, NestedShardsOfOneDimRedistribute) {
 // spec's shape.
 TEST_F(DTensorTest, RandomLayoutsRoundTripAndRedistribute) {
   std::mt19937 rng(20261122);
-  auto random_placement = [&](int nd, bool allow_partial) {
-    return dtensor::testing::random_placement(rng, nd, allow_partial);
-  };
   // DTENSOR_PROPERTY_CASES=100000 runs a long soak; the default keeps ctest quick.
   const int iterations = dtensor::testing::property_cases(400);
   int cases = 0;
   for (int iter = 0; iter < iterations; ++iter) {
-    Shape mesh_shape;
-    const int mesh_nd = 1 + static_cast<int>(rng() % 3);
-    for (int i = 0; i < mesh_nd; ++i) mesh_shape.push_back(1 + rng() % 4);
-    if (mesh_shape.product() > 8) continue;
-    DeviceMesh mesh(world, mesh_shape);
-    Shape shape;
-    const int nd = 1 + static_cast<int>(rng() % 4);
-    for (int i = 0; i < nd; ++i) shape.push_back(rng() % 10);
+    const std::optional<Shape> mesh_shape = dtensor::testing::random_small_mesh(rng);
+    if (!mesh_shape) continue;
+    DeviceMesh mesh(world, *mesh_shape);
+    const Shape shape = dtensor::testing::random_small_shape(rng);
     Tensor x = int_valued(shape, iter);
-    // Source: partials of one kind family only (sum/avg mix allowed).
-    Placements from, to;
-    std::optional<ReduceOp> pk;
-    for (int i = 0; i < mesh_nd; ++i) {
-      Placement p = random_placement(nd, true);
-      if (p.is_partial()) {
-        if (!pk) pk = p.reduce_op();
-        else p = Partial(*pk);
-      }
-      from.push_back(p);
-    }
-    for (int i = 0; i < mesh_nd; ++i) {
-      Placement p = random_placement(nd, false);
-      if (from[i].is_partial() && rng() % 3 == 0) p = from[i];  // keep the partial
-      to.push_back(p);
-    }
+    // Source: partials of one kind, or sum mixed with avg; targets may keep them.
+    const auto [from, to] = dtensor::testing::random_placement_pair(
+        rng, mesh.ndim(), static_cast<int64_t>(shape.size()));
     DTensor d = make_dtensor(x, mesh, from, iter);
-    ASSERT_TRUE(equal(d.full_tensor(), x)) << mesh_shape << " " << shape << " " << to_string(from);
+    ASSERT_TRUE(equal(d.full_tensor(), x)) << *mesh_shape << " " << shape << " " << to_string(from);
     Placements plain = from;
     for (Placement& p : plain)
       if (p.is_partial()) p = Replicate();
@@ -201,9 +181,9 @@ TEST_F(DTensorTest, RandomLayoutsRoundTripAndRedistribute) {
     DTensor r = d.redistribute(to);
     for (int rank = 0; rank < mesh.size(); ++rank)
       ASSERT_EQ(r.to_local(rank).shape(), r.spec().extent_of_rank(rank)->local_shape)
-          << mesh_shape << " " << shape << " " << to_string(from) << " -> " << to_string(to);
+          << *mesh_shape << " " << shape << " " << to_string(from) << " -> " << to_string(to);
     ASSERT_TRUE(equal(r.full_tensor(), x))
-        << mesh_shape << " " << shape << " " << to_string(from) << " -> " << to_string(to);
+        << *mesh_shape << " " << shape << " " << to_string(from) << " -> " << to_string(to);
     ++cases;
   }
   // A random mesh has at most 8 ranks with probability p = 138/192 (every 1-d

@@ -367,15 +367,12 @@ TEST_F(PlanTest, RandomPlansAreCorrectAndNeverCostlierThanPerDim) {
   const int iterations = dtensor::testing::property_cases(300);
   int cases = 0, cheaper = 0;
   for (int iter = 0; iter < iterations; ++iter) {
-    Shape mesh_shape;
-    const int mesh_nd = 1 + static_cast<int>(rng() % 3);
-    for (int i = 0; i < mesh_nd; ++i) mesh_shape.push_back(1 + rng() % 4);
-    if (mesh_shape.product() > 8) continue;
-    DeviceMesh mesh(world, mesh_shape);
-    Shape shape;
-    const int nd = 1 + static_cast<int>(rng() % 4);
-    for (int i = 0; i < nd; ++i) shape.push_back(rng() % 10);
-    const auto [from, to] = dtensor::testing::random_placement_pair(rng, mesh_nd, nd);
+    const std::optional<Shape> mesh_shape = dtensor::testing::random_small_mesh(rng);
+    if (!mesh_shape) continue;
+    DeviceMesh mesh(world, *mesh_shape);
+    const Shape shape = dtensor::testing::random_small_shape(rng);
+    const auto [from, to] = dtensor::testing::random_placement_pair(
+        rng, mesh.ndim(), static_cast<int64_t>(shape.size()));
     Tensor x = int_valued(shape, iter);
     DTensor d = make_dtensor(x, mesh, from, iter);
     const DTensorSpec target = d.spec().with_placements(to);
