@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dtensor/spec.h"
 
@@ -45,6 +46,15 @@ class CommDebugMode {
 
 // Called by backends for each collective they run.
 void record_collective(CollectiveKind kind, int64_t bytes_per_rank);
+
+// Notes the library leaves once per distinct text for someone debugging
+// layouts, e.g. "argmax: no sharding rule for placements S(0); computed on
+// Replicate". With the environment variable DTENSOR_DEBUG set they are also
+// printed to stderr as they happen. Thread-safe.
+std::vector<std::string> debug_notes();
+void clear_debug_notes();
+// Adds a note unless the same text was noted before.
+void note_once(const std::string& note);
 
 // A table of which rank (and mesh coordinate) holds which index range of
 // each tensor dim, e.g. for mesh 2, shape [4, 2], S(0):

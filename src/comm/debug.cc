@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <iostream>
 #include <iomanip>
 #include <mutex>
 #include <sstream>
@@ -139,6 +141,42 @@ std::string CommDebugMode::json() const {
   }
   os << "\"total\":" << total << "}";
   return os.str();
+}
+
+}  // namespace dtensor
+
+namespace dtensor {
+
+namespace {
+
+struct Notes {
+  std::mutex mu;
+  std::vector<std::string> notes;
+};
+
+Notes& notes() {
+  static Notes* n = new Notes();  // never destroyed: notes may come during exit
+  return *n;
+}
+
+}  // namespace
+
+std::vector<std::string> debug_notes() {
+  std::lock_guard<std::mutex> lock(notes().mu);
+  return notes().notes;
+}
+
+void clear_debug_notes() {
+  std::lock_guard<std::mutex> lock(notes().mu);
+  notes().notes.clear();
+}
+
+void note_once(const std::string& note) {
+  std::lock_guard<std::mutex> lock(notes().mu);
+  auto& all = notes().notes;
+  if (std::find(all.begin(), all.end(), note) != all.end()) return;
+  all.push_back(note);
+  if (std::getenv("DTENSOR_DEBUG") != nullptr) std::cerr << "dtensor: " << note << "\n";
 }
 
 }  // namespace dtensor

@@ -18,12 +18,29 @@
 
 namespace dtensor::dispatch {
 
+// One id per DTensor op (the schema's first field). Ops sharing a kernel
+// family still get their own id: the id is part of the cache key.
 enum class OpId : uint16_t {
-  Add, Sub, Mul, Div, AddScalar, SubScalar, MulScalar, DivScalar, Neg, Relu, Exp, Mm, Sum,
+  // pointwise
+  Add, Sub, Mul, Div, AddScalar, SubScalar, MulScalar, DivScalar, RSubScalar, RDivScalar, Neg,
+  Relu, Exp, Log, Abs, Sqrt, Rsqrt, Tanh, Sigmoid, Gelu, Pow, Maximum, Minimum, Eq, Ne, Lt, Le,
+  Gt, Ge, EqScalar, NeScalar, LtScalar, LeScalar, GtScalar, GeScalar, Where, WhereScalar,
+  MaskedFill, ToDtype,
+  // matmul family
+  Mm, Addmm, Bmm, Baddbmm, Matmul, Linear,
+  // reductions
+  Sum, Mean, Prod, Amax, Amin, Argmax, Argmin, Var,
+  // views
+  View, Permute, Expand, Narrow, Slice, Select,
+  // tensor ops
+  Cat, Stack, Clone, Contiguous, FullLike, IndexSelect,
+  // NN math
+  Softmax, LogSoftmax, LayerNorm, RmsNorm, NllLoss, Embedding, Dropout,
 };
 
-inline constexpr int kMaxInputs = 3;
-inline constexpr int kMaxArgs = kMaxDims + 2;
+// cat/stack of more tensors join them in groups of kMaxInputs.
+inline constexpr int kMaxInputs = 8;
+inline constexpr int kMaxArgs = kMaxDims + 4;
 
 struct OpSchema {
   OpId op{};
@@ -36,6 +53,7 @@ struct OpSchema {
   OpSchema(OpId id, std::initializer_list<const DTensorSpec*> specs,
            std::initializer_list<int64_t> arguments = {});
   void push_arg(int64_t a);  // before hash is read; rehashes
+  void push_input(const DTensorSpec* spec);  // likewise
   const DTensorSpec& input(int i) const { return *inputs[i]; }
 
  private:
@@ -55,7 +73,14 @@ struct OpRule {
   TensorMeta (*output_meta)(const OpSchema&);
   // Appends the candidates for one mesh dim (the same for every mesh dim),
   // best first: ties in cost go to the earlier one.
+  // nullptr: the op has no sharding rule; it runs on replicated inputs and
+  // gives a replicated output (correct, noted once in the debug notes).
   void (*strategies)(const OpSchema&, const TensorMeta& out, std::vector<DimStrategy>&);
+  // Optional check of a whole candidate (input placements, output
+  // placements) for what one mesh dim at a time cannot judge, e.g. whether
+  // a view keeps nested uneven chunking. nullptr accepts every candidate.
+  bool (*accepts)(const OpSchema&, const TensorMeta& out, const Placements* inputs,
+                  const Placements& output) = nullptr;
 };
 
 struct OutputSharding {
@@ -76,6 +101,34 @@ DTensor prepare_input(const DTensor& x, const OutputSharding& s, int i);
 // The output DTensor; checks that the kernel produced the dtype the rule
 // promised (a rule bug, never a user error).
 DTensor wrap(const OutputSharding& s, LocalTensor local);
+
+// The shape of `rank`'s shard of the output.
+Shape output_local_shape(const OutputSharding& s, int rank);
+
+// The general form: kernel(rank, locals) -> Tensor, where locals[i] is
+// input i's shard of `rank` (after redistribution).
+template <class F>
+DTensor run(const OpSchema& schema, const OpRule& rule, const DTensor* const* inputs, F&& kernel) {
+  auto s = propagate(schema, rule);
+  std::optional<DTensor> moved[kMaxInputs];
+  const LocalTensor* locals[kMaxInputs];
+  for (int i = 0; i < schema.num_inputs; ++i) {
+    locals[i] = &inputs[i]->local();
+    if (s->needs_redistribute && !(*s->input_targets[i] == inputs[i]->spec())) {
+      moved[i] = prepare_input(*inputs[i], *s, i);
+      locals[i] = &moved[i]->local();
+    }
+  }
+  size_t k = 0;
+  LocalTensor out = locals[0]->map([&](int rank, const Tensor& first) {
+    const Tensor* ts[kMaxInputs];
+    ts[0] = &first;
+    for (int i = 1; i < schema.num_inputs; ++i) ts[i] = &locals[i]->shards()[k].second;
+    ++k;
+    return kernel(rank, static_cast<const Tensor* const*>(ts), *s);
+  });
+  return wrap(*s, std::move(out));
+}
 
 template <class F>
 DTensor run_unary(const OpSchema& schema, const OpRule& rule, const DTensor& x, F&& kernel) {

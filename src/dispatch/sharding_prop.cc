@@ -8,7 +8,9 @@
 // new Partial) rules the candidate out, and so does moving an input to a
 // layout that shards a dim over more ranks than it has elements. The first
 // candidate of least cost wins, and one of cost zero ends the search, so
-// a layout needing no communication is taken whenever one exists.
+// a layout needing no communication is taken whenever one exists. An op
+// without a rule, or whose rule admits no candidate, runs on Replicate:
+// slower, never wrong, and noted once in the debug notes.
 #include "common/lru_cache.h"
 #include "dispatch/dispatch.h"
 
@@ -25,6 +27,12 @@ OpSchema::OpSchema(OpId id, std::initializer_list<const DTensorSpec*> specs,
 void OpSchema::push_arg(int64_t a) {
   DT_CHECK(num_args < kMaxArgs, "OpSchema: too many arguments");
   args[num_args++] = a;
+  rehash();
+}
+
+void OpSchema::push_input(const DTensorSpec* spec) {
+  DT_CHECK(num_inputs < kMaxInputs, "OpSchema: too many inputs");
+  inputs[num_inputs++] = spec;
   rehash();
 }
 
@@ -121,20 +129,17 @@ OutputSharding choose(const OpSchema& schema, const OpRule& rule) {
              placements_of(schema), " on ", mesh, ")");
   }
   std::vector<DimStrategy> per_dim;
-  rule.strategies(schema, out_meta, per_dim);
+  if (rule.strategies != nullptr) rule.strategies(schema, out_meta, per_dim);
   const int nd = mesh.ndim();
   const size_t c = per_dim.size();
   std::optional<OutputSharding> best;
   size_t pick[kMaxDims] = {};
-  std::string last_reason;
-  for (bool more = c > 0; more;) {
-    Placements in_pl[kMaxInputs], out_pl;
-    for (int m = 0; m < nd; ++m) {
-      const DimStrategy& s = per_dim[pick[m]];
-      for (int i = 0; i < schema.num_inputs; ++i) in_pl[i].push_back(s.in[i]);
-      out_pl.push_back(s.out);
-    }
+  std::string last_reason = "the op has no sharding rule";
+  // Input placements, output placements -> a candidate, or a reason it is none.
+  auto consider = [&](const Placements* in_pl, const Placements& out_pl) {
     try {
+      if (rule.accepts != nullptr && !rule.accepts(schema, out_meta, in_pl, out_pl))
+        throw Error("the layouts do not chunk alike");
       OutputSharding cand{DTensorSpec(mesh, out_pl, out_meta), {}, false, 0};
       for (int i = 0; i < schema.num_inputs; ++i) {
         const DTensorSpec& have = schema.input(i);
@@ -151,11 +156,20 @@ OutputSharding choose(const OpSchema& schema, const OpRule& rule) {
           (cand.cost_us < best->cost_us + 1e-9 && best->needs_redistribute &&
            !cand.needs_redistribute))
         best = std::move(cand);
-      if (!best->needs_redistribute) break;
     } catch (const Error& e) {
       // Not a valid layout, or a move the rules forbid: not a candidate.
       last_reason = e.what();
     }
+  };
+  for (bool more = c > 0; more;) {
+    Placements in_pl[kMaxInputs], out_pl;
+    for (int m = 0; m < nd; ++m) {
+      const DimStrategy& s = per_dim[pick[m]];
+      for (int i = 0; i < schema.num_inputs; ++i) in_pl[i].push_back(s.in[i]);
+      out_pl.push_back(s.out);
+    }
+    consider(in_pl, out_pl);
+    if (best && !best->needs_redistribute) break;
     // Odometer over the mesh dims.
     more = false;
     for (int m = nd - 1; m >= 0; --m) {
@@ -166,8 +180,18 @@ OutputSharding choose(const OpSchema& schema, const OpRule& rule) {
       pick[m] = 0;
     }
   }
-  DT_CHECK(best.has_value(), rule.name, ": no sharding strategy for placements ",
-           placements_of(schema), " on ", mesh, " (last candidate rejected: ", last_reason, ")");
+  if (!best) {
+    const Placements all_r(static_cast<size_t>(nd), Replicate());
+    Placements in_pl[kMaxInputs];
+    for (int i = 0; i < schema.num_inputs; ++i) in_pl[i] = all_r;
+    const std::string reason = last_reason;
+    consider(in_pl, all_r);
+    DT_CHECK(best.has_value(), rule.name, ": no sharding strategy for placements ",
+             placements_of(schema), " on ", mesh, " (", reason, ")");
+    note_once(std::string(rule.name) + ": no sharding rule for placements " +
+              placements_of(schema) + " on " + mesh.to_string() + " (" + reason +
+              "); computed on Replicate");
+  }
   return std::move(*best);
 }
 
@@ -187,6 +211,10 @@ DTensor wrap(const OutputSharding& s, LocalTensor local) {
              " but the sharding rule promised ", s.output.dtype(), " for ", s.output);
   }
   return DTensor(s.output, std::move(local));
+}
+
+Shape output_local_shape(const OutputSharding& s, int rank) {
+  return s.output.extent_of_rank(rank)->local_shape;
 }
 
 DTensor prepare_input(const DTensor& x, const OutputSharding& s, int i) {
