@@ -9,30 +9,49 @@
 //   DTensor y = mm(x, w);            // (S(0),R) x R -> S(0), no communication
 //   DTensor s = sum(y, {1});         // S(1) summed over dim 1 -> P(sum)
 //
-// Inputs must live on the same mesh. Shape errors carry the plain op's
-// message plus the placements. Ops not listed here are not supported on
-// DTensors yet.
+// Inputs must live on the same mesh. A plain Tensor next to a DTensor is
+// accepted only when it has one element (it is then a replicated value);
+// otherwise distribute it first. Shape errors carry the plain op's message
+// plus the placements. An op whose rule has no candidate for the given
+// layouts computes on Replicate and says so once in debug_notes().
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "dtensor/dtensor.h"
 
 namespace dtensor {
 
-// Pointwise, with broadcasting. add/sub keep Partial(sum|avg) when both
-// inputs have it; mul/div keep Partial(sum|avg) against a Replicate factor
-// (div: numerator only); other ops reduce Partials first.
+// ---- pointwise (broadcasting, type promotion as on Tensors) -------------------
+// add/sub keep Partial(sum|avg) when both inputs have it; mul/div keep
+// Partial(sum|avg) against a Replicate factor (div: numerator only);
+// maximum/minimum keep Partial(max)/Partial(min); other ops reduce first.
 DTensor add(const DTensor& a, const DTensor& b);
 DTensor sub(const DTensor& a, const DTensor& b);
 DTensor mul(const DTensor& a, const DTensor& b);
 DTensor div(const DTensor& a, const DTensor& b);
+DTensor maximum(const DTensor& a, const DTensor& b);
+DTensor minimum(const DTensor& a, const DTensor& b);
 // With a scalar: mul/div keep Partial(sum|avg); add/sub do not (adding c to
 // every piece of a sum adds n*c).
 DTensor add(const DTensor& a, Scalar b);
 DTensor sub(const DTensor& a, Scalar b);
+DTensor sub(Scalar a, const DTensor& b);
 DTensor mul(const DTensor& a, Scalar b);
 DTensor div(const DTensor& a, Scalar b);
+DTensor div(Scalar a, const DTensor& b);
+// With a plain one-element Tensor (a replicated value); other shapes throw.
+DTensor add(const DTensor& a, const Tensor& b);
+DTensor sub(const DTensor& a, const Tensor& b);
+DTensor mul(const DTensor& a, const Tensor& b);
+DTensor div(const DTensor& a, const Tensor& b);
+DTensor add(const Tensor& a, const DTensor& b);
+DTensor sub(const Tensor& a, const DTensor& b);
+DTensor mul(const Tensor& a, const DTensor& b);
+DTensor div(const Tensor& a, const DTensor& b);
+
 DTensor operator+(const DTensor& a, const DTensor& b);
 DTensor operator-(const DTensor& a, const DTensor& b);
 DTensor operator*(const DTensor& a, const DTensor& b);
@@ -41,17 +60,157 @@ DTensor operator+(const DTensor& a, Scalar b);
 DTensor operator-(const DTensor& a, Scalar b);
 DTensor operator*(const DTensor& a, Scalar b);
 DTensor operator/(const DTensor& a, Scalar b);
-// neg keeps Partial(sum|avg); relu and exp need the value, so they reduce first.
+DTensor operator+(Scalar a, const DTensor& b);
+DTensor operator-(Scalar a, const DTensor& b);
+DTensor operator*(Scalar a, const DTensor& b);
+DTensor operator/(Scalar a, const DTensor& b);
+DTensor operator+(const DTensor& a, const Tensor& b);
+DTensor operator-(const DTensor& a, const Tensor& b);
+DTensor operator*(const DTensor& a, const Tensor& b);
+DTensor operator/(const DTensor& a, const Tensor& b);
+DTensor operator+(const Tensor& a, const DTensor& b);
+DTensor operator-(const Tensor& a, const DTensor& b);
+DTensor operator*(const Tensor& a, const DTensor& b);
+DTensor operator/(const Tensor& a, const DTensor& b);
+DTensor operator-(const DTensor& x);
+
+// neg keeps Partial(sum|avg); the others need the value, so they reduce first.
 DTensor neg(const DTensor& x);
-DTensor relu(const DTensor& x);
+DTensor abs(const DTensor& x);
 DTensor exp(const DTensor& x);
+DTensor log(const DTensor& x);
+DTensor sqrt(const DTensor& x);
+DTensor rsqrt(const DTensor& x);
+DTensor tanh(const DTensor& x);
+DTensor sigmoid(const DTensor& x);
+DTensor relu(const DTensor& x);
+DTensor gelu(const DTensor& x, GeluApprox approximate = GeluApprox::None);
+DTensor pow(const DTensor& x, Scalar exponent);
 
-// Matrix product of 2-d DTensors: (S(0),R)·R -> S(0); R·S(1) -> S(1);
-// S(1)·S(0) -> Partial(sum); Partial(sum)·R -> Partial(sum).
+// Comparisons give bool DTensors.
+DTensor eq(const DTensor& a, const DTensor& b);
+DTensor ne(const DTensor& a, const DTensor& b);
+DTensor lt(const DTensor& a, const DTensor& b);
+DTensor le(const DTensor& a, const DTensor& b);
+DTensor gt(const DTensor& a, const DTensor& b);
+DTensor ge(const DTensor& a, const DTensor& b);
+DTensor eq(const DTensor& a, Scalar b);
+DTensor ne(const DTensor& a, Scalar b);
+DTensor lt(const DTensor& a, Scalar b);
+DTensor le(const DTensor& a, Scalar b);
+DTensor gt(const DTensor& a, Scalar b);
+DTensor ge(const DTensor& a, Scalar b);
+
+// cond ? a : b elementwise (broadcasting). Partial a and b of the same kind
+// stay Partial against a replicated cond (selection commutes with the sum).
+DTensor where(const DTensor& cond, const DTensor& a, const DTensor& b);
+DTensor where(const DTensor& cond, const DTensor& a, Scalar b);
+DTensor masked_fill(const DTensor& x, const DTensor& mask, Scalar value);
+
+// ---- matrix products -------------------------------------------------------------
+// (S(0),R)·R -> S(0); R·S(1) -> S(1); S(1)·S(0) -> Partial(sum);
+// Partial(sum)·R -> Partial(sum); batch dims sharded alike pass through.
 DTensor mm(const DTensor& a, const DTensor& b);
+DTensor addmm(const DTensor& bias, const DTensor& a, const DTensor& b, Scalar beta = 1,
+              Scalar alpha = 1);
+DTensor bmm(const DTensor& a, const DTensor& b);
+DTensor baddbmm(const DTensor& bias, const DTensor& a, const DTensor& b, Scalar beta = 1,
+                Scalar alpha = 1);
+DTensor matmul(const DTensor& a, const DTensor& b);
+// x @ weight^T (+ bias); weight (out, in) sharded on dim 0 is the column-
+// parallel layer (output sharded on its last dim), on dim 1 the row-parallel
+// one (output Partial(sum)).
+DTensor linear(const DTensor& x, const DTensor& weight);
+DTensor linear(const DTensor& x, const DTensor& weight, const DTensor& bias);
 
-// Sum over dims (all when empty): a sharded summed dim gives Partial(sum).
+// ---- reductions (dims: all when empty; negative allowed) --------------------------
+// Over a sharded dim: sum -> Partial(sum); mean -> Partial(avg) when the dim
+// splits evenly, else Partial(sum) of local sums divided by the global count;
+// amax/amin -> Partial(max/min). prod, var, argmax and argmin gather a
+// sharded reduced dim first. Kept dims stay sharded.
 DTensor sum(const DTensor& x, const DimVector& dims = {}, bool keepdim = false);
+DTensor mean(const DTensor& x, const DimVector& dims = {}, bool keepdim = false);
+DTensor prod(const DTensor& x, const DimVector& dims = {}, bool keepdim = false);
+DTensor amax(const DTensor& x, const DimVector& dims = {}, bool keepdim = false);
+DTensor amin(const DTensor& x, const DimVector& dims = {}, bool keepdim = false);
+DTensor var(const DTensor& x, const DimVector& dims = {}, int64_t correction = 1,
+            bool keepdim = false);
+DTensor argmax(const DTensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+DTensor argmin(const DTensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
+
+// ---- views -------------------------------------------------------------------------
+// view/reshape track which input dims become which output dims: a sharded
+// dim that is split or merged stays sharded when it is the outermost part
+// and the chunks line up (always when it splits evenly); otherwise it is
+// gathered first. Locally the shard is reshaped (copied when its strides
+// need it), so view never fails on strides.
+DTensor view(const DTensor& x, const Shape& shape);
+DTensor reshape(const DTensor& x, const Shape& shape);
+DTensor flatten(const DTensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
+DTensor squeeze(const DTensor& x);
+DTensor squeeze(const DTensor& x, int64_t dim);
+DTensor unsqueeze(const DTensor& x, int64_t dim);
+DTensor permute(const DTensor& x, const DimVector& dims);
+DTensor transpose(const DTensor& x, int64_t d0, int64_t d1);
+DTensor t(const DTensor& x);
+// Broadcast dims (size 1 -> n) must be replicated; others pass through.
+DTensor expand(const DTensor& x, const Shape& shape);
+// On a sharded dim these gather that dim first; other dims pass through.
+DTensor narrow(const DTensor& x, int64_t dim, int64_t start, int64_t length);
+DTensor slice(const DTensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+DTensor select(const DTensor& x, int64_t dim, int64_t index);
+std::vector<DTensor> chunk(const DTensor& x, int64_t n, int64_t dim = 0);
+std::vector<DTensor> split(const DTensor& x, int64_t split_size, int64_t dim = 0);
+
+// ---- joining, copies, indexing -------------------------------------------------------
+// Inputs sharded alike on a dim other than `dim` stay sharded; `dim` itself
+// is gathered. Partials of one kind stay Partial.
+DTensor cat(const std::vector<DTensor>& tensors, int64_t dim = 0);
+DTensor stack(const std::vector<DTensor>& tensors, int64_t dim = 0);
+DTensor clone(const DTensor& x);
+DTensor contiguous(const DTensor& x);
+// Same layout as x (a Partial x gives a replicated result).
+DTensor zeros_like(const DTensor& x);
+DTensor ones_like(const DTensor& x);
+DTensor full_like(const DTensor& x, Scalar value);
+// index is a 1-d int64 DTensor; sharded index -> output sharded on dim.
+DTensor index_select(const DTensor& x, int64_t dim, const DTensor& index);
+
+// ---- neural-network math ---------------------------------------------------------------
+// Sharded on a dim other than `dim`: stays sharded; `dim` is gathered.
+DTensor softmax(const DTensor& x, int64_t dim);
+DTensor log_softmax(const DTensor& x, int64_t dim);
+// Sharded on leading (batch, sequence) dims: stays sharded; the normalized
+// dims are gathered; weight and bias are replicated.
+DTensor layer_norm(const DTensor& x, const Shape& normalized_shape,
+                   const std::optional<DTensor>& weight = std::nullopt,
+                   const std::optional<DTensor>& bias = std::nullopt, double eps = 1e-5);
+DTensor rms_norm(const DTensor& x, const Shape& normalized_shape,
+                 const std::optional<DTensor>& weight = std::nullopt,
+                 std::optional<double> eps = std::nullopt);
+// Batch-sharded inputs: Reduction::None stays sharded, Sum gives
+// Partial(sum), Mean divides the reduced sum by the count of targets that
+// are not ignore_index.
+DTensor nll_loss(const DTensor& log_probs, const DTensor& target,
+                 Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
+DTensor cross_entropy(const DTensor& logits, const DTensor& target,
+                      Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
+// weight (V, D), indices int64 of any shape -> indices.shape + (D). A row-
+// sharded table gives a Partial(sum) output: each rank looks up the indices
+// in its own rows and leaves zeros for the others (PyTorch's masked partial).
+DTensor embedding(const DTensor& weight, const DTensor& indices);
+
+// ---- random (layout-invariant) -----------------------------------------------------------
+// Element i (row-major) of the global tensor is Tensor::rand(shape, seed)'s
+// element i whatever the placements: each rank makes only its own shard.
+// Placements must be Shard or Replicate.
+DTensor rand(const Shape& shape, const DeviceMesh& mesh, const Placements& placements,
+             uint64_t seed, DType dtype = DType::Float32);
+DTensor randn(const Shape& shape, const DeviceMesh& mesh, const Placements& placements,
+              uint64_t seed, DType dtype = DType::Float32);
+// x * mask / (1 - p) with mask = rand(x.shape, seed) >= p, the same global
+// mask whatever x's placements.
+DTensor dropout(const DTensor& x, double p, uint64_t seed);
 
 using ShardingPropCacheInfo = CacheInfo;
 // Counters of the sharding-propagation cache.
