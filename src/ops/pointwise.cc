@@ -4,10 +4,17 @@
 // Sharding: an output dim may be sharded when every input that has that dim
 // (right-aligned, broadcasting) is sharded on it the same way; an input that
 // broadcasts the dim (size 1) or lacks it must be replicated.
-// Partial: the op must commute with the reduction. Sums are linear, so
-// add/sub of two P(sum) and mul/div of a P(sum) by a replicated factor stay
-// P(sum) (same for avg); adding a scalar to a partial sum is not linear (n
-// pieces would each add it), nor are relu or exp.
+// Partial: the op must commute with the reduction over the mesh dim.
+//  - sum/avg: linear ops. add/sub of two P(sum); mul/div of a P(sum) by a
+//    replicated factor; neg; where() picking between two P(sum). Adding a
+//    scalar to a partial sum is not linear (n pieces would each add it),
+//    but it is for an average: avg(a_r + b) = avg(a_r) + b.
+//  - max/min: monotone ops. max(a_r + b) = max(a_r) + b, so adding a
+//    replicated value or a scalar keeps P(max); negating turns it into
+//    P(min); relu, exp, tanh and sigmoid are increasing and defined
+//    everywhere (log and sqrt are not: a negative piece would give NaN);
+//    maximum/minimum and where()/masked_fill selecting per element commute.
+// Everything else reduces the Partial first.
 #include "dispatch/dispatch.h"
 
 namespace dtensor {
@@ -15,40 +22,6 @@ namespace dtensor {
 using namespace dispatch;
 
 namespace {
-
-TensorMeta binary_meta(const OpSchema& s) {
-  const DTensorSpec& a = s.input(0);
-  const DTensorSpec& b = s.input(1);
-  const Shape shape = broadcast_shapes(a.shape(), b.shape());
-  DType dtype = promote_types(a.dtype(), b.dtype());
-  if (s.op == OpId::Div && !is_floating(dtype)) dtype = DType::Float32;
-  return {shape, contiguous_strides(shape), dtype};
-}
-
-// The placement an input of shape `in` takes when the output is S(d).
-Placement input_for_shard(const Shape& in, const Shape& out, int64_t d) {
-  const int64_t k = d - (static_cast<int64_t>(out.size()) - static_cast<int64_t>(in.size()));
-  if (k < 0 || (in[k] == 1 && out[d] != 1)) return Replicate();
-  return Shard(k);
-}
-
-void binary_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
-  const Shape& a = s.input(0).shape();
-  const Shape& b = s.input(1).shape();
-  for (int64_t d = 0; d < static_cast<int64_t>(out.shape.size()); ++d)
-    c.push_back({{input_for_shard(a, out.shape, d), input_for_shard(b, out.shape, d)}, Shard(d)});
-  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
-    const Placement p = Partial(op);
-    switch (s.op) {
-      case OpId::Add:
-      case OpId::Sub: c.push_back({{p, p}, p}); break;
-      case OpId::Mul: c.push_back({{p, Replicate()}, p}); c.push_back({{Replicate(), p}, p}); break;
-      case OpId::Div: c.push_back({{p, Replicate()}, p}); break;
-      default: break;
-    }
-  }
-  c.push_back({{Replicate(), Replicate()}, Replicate()});
-}
 
 // Scalars enter the schema by kind only: their value never changes the
 // layout, their kind (bool, integer, floating) may change the dtype.
@@ -63,95 +36,257 @@ Scalar representative(int64_t kind) {
   return Scalar(true);
 }
 
-TensorMeta unary_meta(const OpSchema& s) {
-  const DTensorSpec& x = s.input(0);
-  DType dtype = x.dtype();
+// The plain op behind each id. `s` is the scalar of the scalar forms;
+// `extra` an op's other argument (gelu's approximation).
+Tensor apply(OpId op, const Tensor* const* in, Scalar s, int64_t extra) {
+  const Tensor& x = *in[0];
+  switch (op) {
+    case OpId::Add: return add(x, *in[1]);
+    case OpId::Sub: return sub(x, *in[1]);
+    case OpId::Mul: return mul(x, *in[1]);
+    case OpId::Div: return div(x, *in[1]);
+    case OpId::Maximum: return maximum(x, *in[1]);
+    case OpId::Minimum: return minimum(x, *in[1]);
+    case OpId::Eq: return eq(x, *in[1]);
+    case OpId::Ne: return ne(x, *in[1]);
+    case OpId::Lt: return lt(x, *in[1]);
+    case OpId::Le: return le(x, *in[1]);
+    case OpId::Gt: return gt(x, *in[1]);
+    case OpId::Ge: return ge(x, *in[1]);
+    case OpId::Where: return where(x, *in[1], *in[2]);
+    case OpId::WhereScalar: return where(x, *in[1], s);
+    case OpId::MaskedFill: return masked_fill(x, *in[1], s);
+    case OpId::AddScalar: return add(x, s);
+    case OpId::SubScalar: return sub(x, s);
+    case OpId::RSubScalar: return sub(s, x);
+    case OpId::MulScalar: return mul(x, s);
+    case OpId::DivScalar: return div(x, s);
+    case OpId::RDivScalar: return div(s, x);
+    case OpId::EqScalar: return eq(x, s);
+    case OpId::NeScalar: return ne(x, s);
+    case OpId::LtScalar: return lt(x, s);
+    case OpId::LeScalar: return le(x, s);
+    case OpId::GtScalar: return gt(x, s);
+    case OpId::GeScalar: return ge(x, s);
+    case OpId::Pow: return pow(x, s);
+    case OpId::Neg: return neg(x);
+    case OpId::Abs: return abs(x);
+    case OpId::Exp: return exp(x);
+    case OpId::Log: return log(x);
+    case OpId::Sqrt: return sqrt(x);
+    case OpId::Rsqrt: return rsqrt(x);
+    case OpId::Tanh: return tanh(x);
+    case OpId::Sigmoid: return sigmoid(x);
+    case OpId::Relu: return relu(x);
+    case OpId::Gelu: return gelu(x, static_cast<GeluApprox>(extra));
+    default: break;
+  }
+  DT_THROW("internal error: op ", static_cast<int>(op), " is not pointwise");
+}
+
+// Schema args of the scalar forms: the scalar's kind first; gelu: the approximation.
+bool has_scalar(OpId op) {
+  switch (op) {
+    case OpId::WhereScalar: case OpId::MaskedFill: case OpId::AddScalar: case OpId::SubScalar:
+    case OpId::RSubScalar: case OpId::MulScalar: case OpId::DivScalar: case OpId::RDivScalar:
+    case OpId::EqScalar: case OpId::NeScalar: case OpId::LtScalar: case OpId::LeScalar:
+    case OpId::GtScalar: case OpId::GeScalar: case OpId::Pow: return true;
+    default: return false;
+  }
+}
+
+// Shape: the inputs broadcast; dtype: whatever the plain op gives on 0-d
+// tensors of the inputs' dtypes (so promotion rules live in one place).
+TensorMeta pointwise_meta(const OpSchema& s) {
+  Shape shape = s.input(0).shape();
+  for (int i = 1; i < s.num_inputs; ++i) shape = broadcast_shapes(shape, s.input(i).shape());
+  Tensor tiny[kMaxInputs];
+  const Tensor* ptrs[kMaxInputs];
+  for (int i = 0; i < s.num_inputs; ++i) {
+    tiny[i] = Tensor::zeros({}, s.input(i).dtype());
+    ptrs[i] = &tiny[i];
+  }
+  const Scalar scalar = has_scalar(s.op) ? representative(s.args[0]) : Scalar(0);
+  const int64_t extra = s.op == OpId::Gelu ? s.args[0] : 0;
+  const DType dtype = apply(s.op, ptrs, scalar, extra).dtype();
+  return {shape, contiguous_strides(shape), dtype};
+}
+
+// The placement an input of shape `in` takes when the output is S(d).
+Placement input_for_shard(const Shape& in, const Shape& out, int64_t d) {
+  const int64_t k = d - (static_cast<int64_t>(out.size()) - static_cast<int64_t>(in.size()));
+  if (k < 0 || (in[k] == 1 && out[d] != 1)) return Replicate();
+  return Shard(k);
+}
+
+void pointwise_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
+  const int n = s.num_inputs;
+  for (int64_t d = 0; d < static_cast<int64_t>(out.shape.size()); ++d) {
+    DimStrategy st;
+    for (int i = 0; i < n; ++i) st.in[i] = input_for_shard(s.input(i).shape(), out.shape, d);
+    st.out = Shard(d);
+    c.push_back(st);
+  }
+  const Placement r = Replicate();
+  const Placement sum = Partial(ReduceOp::Sum), avg = Partial(ReduceOp::Avg);
+  const Placement max = Partial(ReduceOp::Max), min = Partial(ReduceOp::Min);
+  auto both = [&](Placement a, Placement b, Placement o) { c.push_back({{a, b}, o}); };
+  auto one = [&](Placement a, Placement o) { c.push_back({{a}, o}); };
   switch (s.op) {
+    case OpId::Add:
+    case OpId::Sub:
+      for (Placement p : {sum, avg}) both(p, p, p);
+      for (Placement p : {avg, max, min}) both(p, r, p);
+      if (s.op == OpId::Add) {
+        for (Placement p : {avg, max, min}) both(r, p, p);
+      } else {
+        both(r, avg, avg), both(r, max, min), both(r, min, max);
+      }
+      break;
+    case OpId::Mul:
+      for (Placement p : {sum, avg}) both(p, r, p), both(r, p, p);
+      break;
+    case OpId::Div:
+      for (Placement p : {sum, avg}) both(p, r, p);
+      break;
+    case OpId::Maximum:
+      both(max, max, max), both(max, r, max), both(r, max, max);
+      break;
+    case OpId::Minimum:
+      both(min, min, min), both(min, r, min), both(r, min, min);
+      break;
+    case OpId::Where:
+      for (Placement p : {sum, avg, max, min}) c.push_back({{r, p, p}, p});
+      break;
+    case OpId::WhereScalar:
+      for (Placement p : {max, min}) c.push_back({{r, p}, p});
+      break;
+    case OpId::MaskedFill:
+      for (Placement p : {max, min}) both(p, r, p);
+      break;
+    case OpId::MulScalar:
+    case OpId::DivScalar:
+      for (Placement p : {sum, avg}) one(p, p);
+      break;
+    case OpId::Neg:
+      for (Placement p : {sum, avg}) one(p, p);
+      one(max, min), one(min, max);
+      break;
     case OpId::AddScalar:
     case OpId::SubScalar:
-    case OpId::MulScalar: dtype = representative(s.args[0]).result_type(dtype); break;
-    case OpId::DivScalar:
-      dtype = representative(s.args[0]).result_type(dtype);
-      if (!is_floating(dtype)) dtype = DType::Float32;
+      one(avg, avg), one(max, max), one(min, min);
       break;
+    case OpId::Relu:
     case OpId::Exp:
-      if (!is_floating(dtype)) dtype = DType::Float32;
+    case OpId::Tanh:
+    case OpId::Sigmoid:
+      one(max, max), one(min, min);
+      break;
+    case OpId::RSubScalar:
+      one(avg, avg), one(max, min), one(min, max);
       break;
     default: break;
   }
-  return {x.shape(), contiguous_strides(x.shape()), dtype};
+  DimStrategy all_r;
+  for (int i = 0; i < n; ++i) all_r.in[i] = r;
+  all_r.out = r;
+  c.push_back(all_r);
 }
 
-void unary_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
-  for (int64_t d = 0; d < static_cast<int64_t>(out.shape.size()); ++d)
-    c.push_back({{Shard(d)}, Shard(d)});
-  const bool linear = s.op == OpId::Neg || s.op == OpId::MulScalar || s.op == OpId::DivScalar;
-  if (linear)
-    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) c.push_back({{Partial(op)}, Partial(op)});
-  c.push_back({{Replicate()}, Replicate()});
-}
+// Rules differ only in the name their errors carry.
+#define DTENSOR_POINTWISE_RULE(var, name) \
+  constexpr OpRule var{name, pointwise_meta, pointwise_strategies}
+DTENSOR_POINTWISE_RULE(kAdd, "add");
+DTENSOR_POINTWISE_RULE(kSub, "sub");
+DTENSOR_POINTWISE_RULE(kMul, "mul");
+DTENSOR_POINTWISE_RULE(kDiv, "div");
+DTENSOR_POINTWISE_RULE(kMaximum, "maximum");
+DTENSOR_POINTWISE_RULE(kMinimum, "minimum");
+DTENSOR_POINTWISE_RULE(kEq, "eq");
+DTENSOR_POINTWISE_RULE(kNe, "ne");
+DTENSOR_POINTWISE_RULE(kLt, "lt");
+DTENSOR_POINTWISE_RULE(kLe, "le");
+DTENSOR_POINTWISE_RULE(kGt, "gt");
+DTENSOR_POINTWISE_RULE(kGe, "ge");
+DTENSOR_POINTWISE_RULE(kWhere, "where");
+DTENSOR_POINTWISE_RULE(kMaskedFill, "masked_fill");
+DTENSOR_POINTWISE_RULE(kPow, "pow");
+DTENSOR_POINTWISE_RULE(kNeg, "neg");
+DTENSOR_POINTWISE_RULE(kAbs, "abs");
+DTENSOR_POINTWISE_RULE(kExp, "exp");
+DTENSOR_POINTWISE_RULE(kLog, "log");
+DTENSOR_POINTWISE_RULE(kSqrt, "sqrt");
+DTENSOR_POINTWISE_RULE(kRsqrt, "rsqrt");
+DTENSOR_POINTWISE_RULE(kTanh, "tanh");
+DTENSOR_POINTWISE_RULE(kSigmoid, "sigmoid");
+DTENSOR_POINTWISE_RULE(kRelu, "relu");
+DTENSOR_POINTWISE_RULE(kGelu, "gelu");
+#undef DTENSOR_POINTWISE_RULE
 
-constexpr OpRule kAdd{"add", binary_meta, binary_strategies};
-constexpr OpRule kSub{"sub", binary_meta, binary_strategies};
-constexpr OpRule kMul{"mul", binary_meta, binary_strategies};
-constexpr OpRule kDiv{"div", binary_meta, binary_strategies};
-constexpr OpRule kAddScalar{"add", unary_meta, unary_strategies};
-constexpr OpRule kSubScalar{"sub", unary_meta, unary_strategies};
-constexpr OpRule kMulScalar{"mul", unary_meta, unary_strategies};
-constexpr OpRule kDivScalar{"div", unary_meta, unary_strategies};
-constexpr OpRule kNeg{"neg", unary_meta, unary_strategies};
-constexpr OpRule kRelu{"relu", unary_meta, unary_strategies};
-constexpr OpRule kExp{"exp", unary_meta, unary_strategies};
-
-template <class F>
-DTensor binary(OpId id, const OpRule& rule, const DTensor& a, const DTensor& b, F kernel) {
+DTensor binary(OpId id, const OpRule& rule, const DTensor& a, const DTensor& b) {
   const OpSchema schema(id, {&a.spec(), &b.spec()});
-  return run_binary(schema, rule, a, b,
-                    [&](int, const Tensor& x, const Tensor& y) { return kernel(x, y); });
+  return run_binary(schema, rule, a, b, [id](int, const Tensor& x, const Tensor& y) {
+    const Tensor* in[] = {&x, &y};
+    return apply(id, in, Scalar(0), 0);
+  });
 }
 
-template <class F>
-DTensor with_scalar(OpId id, const OpRule& rule, const DTensor& a, Scalar b, F kernel) {
+DTensor with_scalar(OpId id, const OpRule& rule, const DTensor& a, Scalar b) {
   const OpSchema schema(id, {&a.spec()}, {scalar_kind(b)});
-  return run_unary(schema, rule, a, [&](int, const Tensor& x) { return kernel(x, b); });
+  return run_unary(schema, rule, a, [id, b](int, const Tensor& x) {
+    const Tensor* in[] = {&x};
+    return apply(id, in, b, 0);
+  });
 }
 
-template <class F>
-DTensor unary(OpId id, const OpRule& rule, const DTensor& a, F kernel) {
-  const OpSchema schema(id, {&a.spec()});
-  return run_unary(schema, rule, a, [&](int, const Tensor& x) { return kernel(x); });
+DTensor unary(OpId id, const OpRule& rule, const DTensor& a, int64_t extra = 0) {
+  OpSchema schema(id, {&a.spec()});
+  if (id == OpId::Gelu) schema.push_arg(extra);
+  return run_unary(schema, rule, a, [id, extra](int, const Tensor& x) {
+    const Tensor* in[] = {&x};
+    return apply(id, in, Scalar(0), extra);
+  });
+}
+
+// A one-element plain Tensor next to a DTensor is a replicated value; any
+// other plain Tensor is an error: PyTorch would not know how it is laid out.
+DTensor replicated(const char* op, const Tensor& t, const DTensor& like) {
+  DT_CHECK(t.numel() == 1, op, ": cannot mix a DTensor (placements ", to_string(like.placements()),
+           " on ", like.mesh(), ") with a plain Tensor of shape ", t.shape(),
+           "; distribute it first (distribute_tensor), or pass a scalar or one-element tensor");
+  return distribute_tensor(t, like.mesh(),
+                           Placements(static_cast<size_t>(like.mesh().ndim()), Replicate()));
 }
 
 }  // namespace
 
-DTensor add(const DTensor& a, const DTensor& b) {
-  return binary(OpId::Add, kAdd, a, b, [](const Tensor& x, const Tensor& y) { return add(x, y); });
+DTensor add(const DTensor& a, const DTensor& b) { return binary(OpId::Add, kAdd, a, b); }
+DTensor sub(const DTensor& a, const DTensor& b) { return binary(OpId::Sub, kSub, a, b); }
+DTensor mul(const DTensor& a, const DTensor& b) { return binary(OpId::Mul, kMul, a, b); }
+DTensor div(const DTensor& a, const DTensor& b) { return binary(OpId::Div, kDiv, a, b); }
+DTensor maximum(const DTensor& a, const DTensor& b) {
+  return binary(OpId::Maximum, kMaximum, a, b);
 }
-DTensor sub(const DTensor& a, const DTensor& b) {
-  return binary(OpId::Sub, kSub, a, b, [](const Tensor& x, const Tensor& y) { return sub(x, y); });
+DTensor minimum(const DTensor& a, const DTensor& b) {
+  return binary(OpId::Minimum, kMinimum, a, b);
 }
-DTensor mul(const DTensor& a, const DTensor& b) {
-  return binary(OpId::Mul, kMul, a, b, [](const Tensor& x, const Tensor& y) { return mul(x, y); });
-}
-DTensor div(const DTensor& a, const DTensor& b) {
-  return binary(OpId::Div, kDiv, a, b, [](const Tensor& x, const Tensor& y) { return div(x, y); });
-}
-DTensor add(const DTensor& a, Scalar b) {
-  return with_scalar(OpId::AddScalar, kAddScalar, a, b,
-                     [](const Tensor& x, Scalar y) { return add(x, y); });
-}
-DTensor sub(const DTensor& a, Scalar b) {
-  return with_scalar(OpId::SubScalar, kSubScalar, a, b,
-                     [](const Tensor& x, Scalar y) { return sub(x, y); });
-}
-DTensor mul(const DTensor& a, Scalar b) {
-  return with_scalar(OpId::MulScalar, kMulScalar, a, b,
-                     [](const Tensor& x, Scalar y) { return mul(x, y); });
-}
-DTensor div(const DTensor& a, Scalar b) {
-  return with_scalar(OpId::DivScalar, kDivScalar, a, b,
-                     [](const Tensor& x, Scalar y) { return div(x, y); });
-}
+
+DTensor add(const DTensor& a, Scalar b) { return with_scalar(OpId::AddScalar, kAdd, a, b); }
+DTensor sub(const DTensor& a, Scalar b) { return with_scalar(OpId::SubScalar, kSub, a, b); }
+DTensor sub(Scalar a, const DTensor& b) { return with_scalar(OpId::RSubScalar, kSub, b, a); }
+DTensor mul(const DTensor& a, Scalar b) { return with_scalar(OpId::MulScalar, kMul, a, b); }
+DTensor div(const DTensor& a, Scalar b) { return with_scalar(OpId::DivScalar, kDiv, a, b); }
+DTensor div(Scalar a, const DTensor& b) { return with_scalar(OpId::RDivScalar, kDiv, b, a); }
+
+DTensor add(const DTensor& a, const Tensor& b) { return add(a, replicated("add", b, a)); }
+DTensor sub(const DTensor& a, const Tensor& b) { return sub(a, replicated("sub", b, a)); }
+DTensor mul(const DTensor& a, const Tensor& b) { return mul(a, replicated("mul", b, a)); }
+DTensor div(const DTensor& a, const Tensor& b) { return div(a, replicated("div", b, a)); }
+DTensor add(const Tensor& a, const DTensor& b) { return add(replicated("add", a, b), b); }
+DTensor sub(const Tensor& a, const DTensor& b) { return sub(replicated("sub", a, b), b); }
+DTensor mul(const Tensor& a, const DTensor& b) { return mul(replicated("mul", a, b), b); }
+DTensor div(const Tensor& a, const DTensor& b) { return div(replicated("div", a, b), b); }
+
 DTensor operator+(const DTensor& a, const DTensor& b) { return add(a, b); }
 DTensor operator-(const DTensor& a, const DTensor& b) { return sub(a, b); }
 DTensor operator*(const DTensor& a, const DTensor& b) { return mul(a, b); }
@@ -160,14 +295,71 @@ DTensor operator+(const DTensor& a, Scalar b) { return add(a, b); }
 DTensor operator-(const DTensor& a, Scalar b) { return sub(a, b); }
 DTensor operator*(const DTensor& a, Scalar b) { return mul(a, b); }
 DTensor operator/(const DTensor& a, Scalar b) { return div(a, b); }
-DTensor neg(const DTensor& x) {
-  return unary(OpId::Neg, kNeg, x, [](const Tensor& t) { return neg(t); });
+DTensor operator+(Scalar a, const DTensor& b) { return add(b, a); }
+DTensor operator-(Scalar a, const DTensor& b) { return sub(a, b); }
+DTensor operator*(Scalar a, const DTensor& b) { return mul(b, a); }
+DTensor operator/(Scalar a, const DTensor& b) { return div(a, b); }
+DTensor operator+(const DTensor& a, const Tensor& b) { return add(a, b); }
+DTensor operator-(const DTensor& a, const Tensor& b) { return sub(a, b); }
+DTensor operator*(const DTensor& a, const Tensor& b) { return mul(a, b); }
+DTensor operator/(const DTensor& a, const Tensor& b) { return div(a, b); }
+DTensor operator+(const Tensor& a, const DTensor& b) { return add(a, b); }
+DTensor operator-(const Tensor& a, const DTensor& b) { return sub(a, b); }
+DTensor operator*(const Tensor& a, const DTensor& b) { return mul(a, b); }
+DTensor operator/(const Tensor& a, const DTensor& b) { return div(a, b); }
+DTensor operator-(const DTensor& x) { return neg(x); }
+
+DTensor neg(const DTensor& x) { return unary(OpId::Neg, kNeg, x); }
+DTensor abs(const DTensor& x) { return unary(OpId::Abs, kAbs, x); }
+DTensor exp(const DTensor& x) { return unary(OpId::Exp, kExp, x); }
+DTensor log(const DTensor& x) { return unary(OpId::Log, kLog, x); }
+DTensor sqrt(const DTensor& x) { return unary(OpId::Sqrt, kSqrt, x); }
+DTensor rsqrt(const DTensor& x) { return unary(OpId::Rsqrt, kRsqrt, x); }
+DTensor tanh(const DTensor& x) { return unary(OpId::Tanh, kTanh, x); }
+DTensor sigmoid(const DTensor& x) { return unary(OpId::Sigmoid, kSigmoid, x); }
+DTensor relu(const DTensor& x) { return unary(OpId::Relu, kRelu, x); }
+DTensor gelu(const DTensor& x, GeluApprox approximate) {
+  return unary(OpId::Gelu, kGelu, x, static_cast<int64_t>(approximate));
 }
-DTensor relu(const DTensor& x) {
-  return unary(OpId::Relu, kRelu, x, [](const Tensor& t) { return relu(t); });
+DTensor pow(const DTensor& x, Scalar exponent) {
+  return with_scalar(OpId::Pow, kPow, x, exponent);
 }
-DTensor exp(const DTensor& x) {
-  return unary(OpId::Exp, kExp, x, [](const Tensor& t) { return exp(t); });
+
+DTensor eq(const DTensor& a, const DTensor& b) { return binary(OpId::Eq, kEq, a, b); }
+DTensor ne(const DTensor& a, const DTensor& b) { return binary(OpId::Ne, kNe, a, b); }
+DTensor lt(const DTensor& a, const DTensor& b) { return binary(OpId::Lt, kLt, a, b); }
+DTensor le(const DTensor& a, const DTensor& b) { return binary(OpId::Le, kLe, a, b); }
+DTensor gt(const DTensor& a, const DTensor& b) { return binary(OpId::Gt, kGt, a, b); }
+DTensor ge(const DTensor& a, const DTensor& b) { return binary(OpId::Ge, kGe, a, b); }
+DTensor eq(const DTensor& a, Scalar b) { return with_scalar(OpId::EqScalar, kEq, a, b); }
+DTensor ne(const DTensor& a, Scalar b) { return with_scalar(OpId::NeScalar, kNe, a, b); }
+DTensor lt(const DTensor& a, Scalar b) { return with_scalar(OpId::LtScalar, kLt, a, b); }
+DTensor le(const DTensor& a, Scalar b) { return with_scalar(OpId::LeScalar, kLe, a, b); }
+DTensor gt(const DTensor& a, Scalar b) { return with_scalar(OpId::GtScalar, kGt, a, b); }
+DTensor ge(const DTensor& a, Scalar b) { return with_scalar(OpId::GeScalar, kGe, a, b); }
+
+DTensor where(const DTensor& cond, const DTensor& a, const DTensor& b) {
+  const OpSchema schema(OpId::Where, {&cond.spec(), &a.spec(), &b.spec()});
+  const DTensor* inputs[] = {&cond, &a, &b};
+  return run(schema, kWhere, inputs, [](int, const Tensor* const* in, const OutputSharding&) {
+    return apply(OpId::Where, in, Scalar(0), 0);
+  });
+}
+
+DTensor where(const DTensor& cond, const DTensor& a, Scalar b) {
+  const OpSchema schema(OpId::WhereScalar, {&cond.spec(), &a.spec()}, {scalar_kind(b)});
+  return run_binary(schema, kWhere, cond, a, [b](int, const Tensor& c, const Tensor& x) {
+    const Tensor* in[] = {&c, &x};
+    return apply(OpId::WhereScalar, in, b, 0);
+  });
+}
+
+DTensor masked_fill(const DTensor& x, const DTensor& mask, Scalar value) {
+  const OpSchema schema(OpId::MaskedFill, {&x.spec(), &mask.spec()}, {scalar_kind(value)});
+  return run_binary(schema, kMaskedFill, x, mask, [value](int, const Tensor& t, const Tensor& m) {
+    const Tensor* in[] = {&t, &m};
+    return apply(OpId::MaskedFill, in, value, 0);
+  });
 }
 
 }  // namespace dtensor

@@ -196,3 +196,39 @@ TEST_F(OpsTest, RandomLayoutsMatchThePlainOps) {
     else ASSERT_TRUE(allclose(full, want, 1e-5, 1e-5)) << what;
   }
 }
+
+TEST_F(OpsTest, MaxAndMinPartialsPassThroughMonotoneOps) {
+  DeviceMesh mesh(world, {4});
+  Tensor x = int_valued({5, 3}, 10), y = int_valued({5, 3}, 11);
+  DTensor pmax = make_dtensor(x, mesh, {Partial(ReduceOp::Max)}, 12);
+  DTensor ry = distribute_tensor(y, mesh, {Replicate()});
+  CommDebugMode comm;
+  DTensor a = relu(pmax + ry);
+  DTensor b = -pmax;
+  DTensor c = maximum(pmax, ry);
+  EXPECT_EQ(comm.total_count(), 0);
+  EXPECT_EQ(to_string(a.placements()), "P(max)");
+  EXPECT_EQ(to_string(b.placements()), "P(min)");
+  EXPECT_EQ(to_string(c.placements()), "P(max)");
+  EXPECT_TRUE(equal(a.full_tensor(), relu(x + y)));
+  EXPECT_TRUE(equal(b.full_tensor(), -x));
+  EXPECT_TRUE(equal(c.full_tensor(), maximum(x, y)));
+  // A sum of two P(max) is not a P(max): one of them is reduced first.
+  CommDebugMode reduce;
+  DTensor d = pmax + pmax;
+  EXPECT_EQ(reduce.count(CollectiveKind::AllReduce), 1);
+  EXPECT_TRUE(equal(d.full_tensor(), x + x));
+}
+
+TEST_F(OpsTest, PlainTensorsMixOnlyWhenTheyHoldOneElement) {
+  DeviceMesh mesh(world, {4});
+  Tensor x = int_valued({6, 2}, 13);
+  DTensor d = distribute_tensor(x, mesh, {Shard(0)});
+  DTensor s = d * Tensor::scalar(3.0);
+  EXPECT_EQ(to_string(s.placements()), "S(0)");
+  EXPECT_TRUE(equal(s.full_tensor(), x * 3.0));
+  EXPECT_TRUE(equal((Tensor::from_vector(std::vector<float>{2.0f}) - d).full_tensor(), 2.0 - x));
+  const std::string e = error_of([&] { d + Tensor::ones({6, 2}); });
+  EXPECT_NE(e.find("add: cannot mix a DTensor (placements S(0)"), std::string::npos) << e;
+  EXPECT_NE(e.find("plain Tensor of shape [6, 2]"), std::string::npos) << e;
+}

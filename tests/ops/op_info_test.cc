@@ -1,0 +1,174 @@
+// Op-by-op tests in the spirit of PyTorch's OpInfo tests: for every op, random
+// input placements (Partials included where the input is a value) on meshes
+// 4, 2x2 and 2x3, random shapes with uneven and empty shards, and
+// full_tensor(op(dtensors)) == op(full tensors). Integer-valued data keeps
+// sums and products exact, so most ops compare exactly; the tolerance of the
+// others is stated in their case.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+#include "dtensor/dtensor.h"
+#include "layout_util.h"
+#include "test_util.h"
+
+using namespace dtensor;
+using dtensor::testing::int_valued;
+using dtensor::testing::make_dtensor;
+
+namespace {
+
+using Inputs = std::vector<Tensor>;
+using DInputs = std::vector<DTensor>;
+
+struct OpCase {
+  const char* name;
+  // The full inputs of one case.
+  std::function<Inputs(std::mt19937&, uint64_t seed)> inputs;
+  std::function<Tensor(const Inputs&)> plain;
+  std::function<DTensor(const DInputs&)> dist;
+  // 0: exact; else rtol = atol = tol.
+  double tol = 0;
+  // Which inputs may be Partial (bool masks and indices may not).
+  std::vector<bool> partial_ok = {true, true, true};
+};
+
+// 1-3 dims of sizes 1-7 (0 now and then, for empty tensors).
+Shape random_shape(std::mt19937& rng) {
+  Shape s;
+  const int nd = 1 + static_cast<int>(rng() % 3);
+  for (int i = 0; i < nd; ++i) s.push_back(rng() % 12 == 0 ? 0 : 1 + rng() % 7);
+  return s;
+}
+
+// A shape that broadcasts against s: some dims 1, maybe fewer leading dims.
+Shape broadcastable(std::mt19937& rng, const Shape& s) {
+  Shape b = s;
+  if (rng() % 3 == 0) b[rng() % b.size()] = 1;
+  if (rng() % 4 == 0 && b.size() > 1) {
+    Shape tail;
+    for (size_t i = 1; i < b.size(); ++i) tail.push_back(b[i]);
+    b = tail;
+  }
+  return b;
+}
+
+Inputs one(std::mt19937& rng, uint64_t seed) { return {int_valued(random_shape(rng), seed)}; }
+Inputs two(std::mt19937& rng, uint64_t seed) {
+  const Shape a = random_shape(rng);
+  return {int_valued(a, seed), int_valued(broadcastable(rng, a), seed + 1)};
+}
+Inputs mask_and_two(std::mt19937& rng, uint64_t seed) {
+  const Shape a = random_shape(rng);
+  return {gt(int_valued(broadcastable(rng, a), seed), 0.0), int_valued(a, seed + 1),
+          int_valued(broadcastable(rng, a), seed + 2)};
+}
+
+template <class F>
+OpCase unary_case(const char* name, F f, double tol = 0) {
+  return {name, one, [f](const Inputs& x) { return f(x[0]); },
+          [f](const DInputs& x) { return f(x[0]); }, tol};
+}
+
+template <class F>
+OpCase binary_case(const char* name, F f, double tol = 0) {
+  return {name, two, [f](const Inputs& x) { return f(x[0], x[1]); },
+          [f](const DInputs& x) { return f(x[0], x[1]); }, tol};
+}
+
+std::vector<OpCase> pointwise_cases() {
+  return {
+      binary_case("add", [](const auto& a, const auto& b) { return a + b; }),
+      binary_case("sub", [](const auto& a, const auto& b) { return a - b; }),
+      binary_case("mul", [](const auto& a, const auto& b) { return a * b; }),
+      binary_case("div", [](const auto& a, const auto& b) { return a / (b * b + 1.0); }, 1e-5),
+      binary_case("maximum", [](const auto& a, const auto& b) { return maximum(a, b); }),
+      binary_case("minimum", [](const auto& a, const auto& b) { return minimum(a, b); }),
+      binary_case("eq", [](const auto& a, const auto& b) { return eq(a, b); }),
+      binary_case("lt", [](const auto& a, const auto& b) { return lt(a, b); }),
+      binary_case("ge", [](const auto& a, const auto& b) { return ge(a, b); }),
+      unary_case("add_scalar", [](const auto& x) { return x + 2.0; }),
+      unary_case("scalar_sub", [](const auto& x) { return 2.0 - x; }),
+      unary_case("mul_scalar", [](const auto& x) { return x * -3.0; }),
+      unary_case("div_scalar", [](const auto& x) { return x / 4.0; }),
+      unary_case("scalar_div", [](const auto& x) { return 4.0 / (x * x + 1.0); }, 1e-5),
+      unary_case("neg", [](const auto& x) { return -x; }),
+      unary_case("abs", [](const auto& x) { return abs(x); }),
+      unary_case("relu", [](const auto& x) { return relu(x); }),
+      unary_case("exp", [](const auto& x) { return exp(x / 50.0); }, 1e-5),
+      unary_case("log", [](const auto& x) { return log(x * x + 1.0); }, 1e-5),
+      unary_case("sqrt", [](const auto& x) { return sqrt(abs(x)); }, 1e-5),
+      unary_case("rsqrt", [](const auto& x) { return rsqrt(abs(x) + 1.0); }, 1e-5),
+      unary_case("tanh", [](const auto& x) { return tanh(x / 10.0); }, 1e-5),
+      unary_case("sigmoid", [](const auto& x) { return sigmoid(x / 10.0); }, 1e-5),
+      unary_case("gelu", [](const auto& x) { return gelu(x / 10.0); }, 1e-5),
+      unary_case("gelu_tanh", [](const auto& x) { return gelu(x / 10.0, GeluApprox::Tanh); }, 1e-5),
+      unary_case("pow", [](const auto& x) { return pow(x, 2); }),
+      unary_case("ne_scalar", [](const auto& x) { return ne(x, 3); }),
+      unary_case("le_scalar", [](const auto& x) { return le(x, 0.5); }),
+      {"where", mask_and_two,
+       [](const Inputs& x) { return where(x[0], x[1], x[2]); },
+       [](const DInputs& x) { return where(x[0], x[1], x[2]); }, 0, {false, true, true}},
+      {"where_scalar", mask_and_two,
+       [](const Inputs& x) { return where(x[0], x[1], -1.5); },
+       [](const DInputs& x) { return where(x[0], x[1], -1.5); }, 0, {false, true, true}},
+      {"masked_fill",
+       [](std::mt19937& rng, uint64_t seed) {
+         const Shape a = random_shape(rng);
+         return Inputs{int_valued(a, seed), gt(int_valued(broadcastable(rng, a), seed + 1), 0.0)};
+       },
+       [](const Inputs& x) { return masked_fill(x[0], x[1], 9); },
+       [](const DInputs& x) { return masked_fill(x[0], x[1], 9); }, 0, {true, false}},
+  };
+}
+
+class OpInfoTest : public ::testing::Test {
+ protected:
+  World world = World::simulated(8);
+
+  void run_cases(const std::vector<OpCase>& cases, int iterations) {
+    std::mt19937 rng(2026);
+    const Shape meshes[] = {{4}, {2, 2}, {2, 3}};
+    for (int iter = 0; iter < iterations; ++iter) {
+      const OpCase& op = cases[iter % cases.size()];
+      const Shape mesh_shape = meshes[rng() % 3];
+      DeviceMesh mesh(world, mesh_shape);
+      const int mesh_nd = static_cast<int>(mesh_shape.size());
+      const Inputs full = op.inputs(rng, 3 * static_cast<uint64_t>(iter));
+      DInputs dist;
+      std::string what = std::string(op.name) + " on " + mesh.to_string() + ":";
+      for (size_t i = 0; i < full.size(); ++i) {
+        const int64_t nd = std::max<int64_t>(full[i].dim(), 1);
+        Placements pl = dtensor::testing::random_placement_pair(rng, mesh_nd, nd).first;
+        for (Placement& p : pl) {
+          const bool ok = i < op.partial_ok.size() && op.partial_ok[i];
+          if ((p.is_partial() && !ok) || (p.is_shard() && full[i].dim() == 0)) p = Replicate();
+        }
+        what += " " + to_string(pl) + " " + ::testing::PrintToString(full[i].shape());
+        dist.push_back(make_dtensor(full[i], mesh, pl, iter + 7 * i));
+      }
+      const Tensor want = op.plain(full);
+      const DTensor got = op.dist(dist);
+      what += " -> " + to_string(got.placements());
+      for (int rank = 0; rank < mesh.size(); ++rank)
+        ASSERT_EQ(got.to_local(rank).shape(), got.spec().extent_of_rank(rank)->local_shape)
+            << what;
+      ASSERT_EQ(got.dtype(), want.dtype()) << what;
+      const Tensor result = got.full_tensor();
+      if (op.tol == 0) {
+        ASSERT_TRUE(equal(result, want)) << what << "\n" << result << "\n" << want;
+      } else {
+        ASSERT_TRUE(allclose(result, want, op.tol, op.tol)) << what << "\n" << result << "\n"
+                                                            << want;
+      }
+    }
+  }
+};
+
+}  // namespace
+
+TEST_F(OpInfoTest, Pointwise) {
+  const auto cases = pointwise_cases();
+  run_cases(cases, dtensor::testing::property_cases(20 * static_cast<int>(cases.size())));
+}
