@@ -1,9 +1,17 @@
-// Matrix products on DTensors. For C = A·B with A [m, k] and B [k, n], per
-// mesh dim: rows of A sharded give rows of C (S(0)·R -> S(0)); columns of B
-// sharded give columns of C (R·S(1) -> S(1)); the contraction dim sharded on
-// both gives partial products to be summed (S(1)·S(0) -> P(sum)); and since
-// the product is linear in each factor, a P(sum) factor times a replicated
-// one stays P(sum).
+// Matrix products on DTensors: mm, addmm, bmm, baddbmm, matmul, linear.
+//
+// For C = A·B with A [.., m, k] and B [.., k, n], per mesh dim: rows of A
+// sharded give rows of C (S(0)·R -> S(0)); columns of B sharded give columns
+// of C (R·S(1) -> S(1)); the contraction dim sharded on both gives partial
+// products to be summed (S(1)·S(0) -> P(sum)); batch dims sharded alike give
+// batch-sharded output; and since the product is linear in each factor, a
+// P(sum) factor times a replicated one stays P(sum).
+//
+// With a bias (addmm, baddbmm, linear) and a P(sum) output, each term of
+// beta * bias + alpha * (A·B) must be counted once in the sum over the mesh
+// dim: a term that is replicated there is added only on the rank at
+// coordinate 0 of that mesh dim (what R -> P does), a partial term on every
+// rank. So a replicated bias costs nothing when the product is partial.
 #include "dispatch/dispatch.h"
 
 namespace dtensor {
@@ -12,27 +20,268 @@ using namespace dispatch;
 
 namespace {
 
-TensorMeta mm_meta(const OpSchema& s) {
-  const Shape& a = s.input(0).shape();
-  const Shape& b = s.input(1).shape();
-  DT_CHECK(a.size() == 2 && b.size() == 2, "mm: expected 2-d tensors, got ", a, " @ ", b);
-  DT_CHECK(a[1] == b[0], "mm: inner dimensions differ: ", a, " @ ", b,
-           " (expected a.size(1) == b.size(0), got ", a[1], " vs ", b[0], ")");
-  const Shape out{a[0], b[1]};
-  return {out, contiguous_strides(out), promote_types(s.input(0).dtype(), s.input(1).dtype())};
+constexpr Placement kR = Replicate();
+constexpr Placement kP = Partial(ReduceOp::Sum);
+
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  const size_t lead = to.size() - from.size();
+  for (size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[lead + i]) return false;
+  return true;
 }
 
-void mm_strategies(const OpSchema&, const TensorMeta&, std::vector<DimStrategy>& c) {
-  const Placement r = Replicate(), p = Partial();
-  c.push_back({{Shard(0), r}, Shard(0)});
-  c.push_back({{r, Shard(1)}, Shard(1)});
-  c.push_back({{Shard(1), Shard(0)}, p});
-  c.push_back({{p, r}, p});
-  c.push_back({{r, p}, p});
-  c.push_back({{r, r}, r});
+DType product_dtype(const char* op, DType a, DType b) {
+  const DType dtype = promote_types(a, b);
+  DT_CHECK(dtype != DType::Bool, op, ": bool is not supported (PyTorch refuses it too); convert "
+           "to int64 or a floating dtype first");
+  return dtype;
+}
+
+TensorMeta meta_of(const Shape& shape, DType dtype) { return {shape, contiguous_strides(shape), dtype}; }
+
+void check_bias(const char* op, const Shape& bias, const Shape& out) {
+  DT_CHECK(broadcasts_to(bias, out), op, ": bias of shape ", bias,
+           " cannot be broadcast to the result shape ", out);
+}
+
+// ---- mm / addmm ---------------------------------------------------------------------
+
+void check_mm(const char* op, const Shape& a, const Shape& b) {
+  DT_CHECK(a.size() == 2 && b.size() == 2, op, ": expected 2-d tensors, got ", a, " and ", b);
+  DT_CHECK(a[1] == b[0], op, ": inner dimensions differ: ", a, " @ ", b,
+           " (expected a.size(1) == b.size(0), got ", a[1], " vs ", b[0], ")");
+}
+
+TensorMeta mm_meta(const OpSchema& s) {
+  const DTensorSpec &a = s.input(0), &b = s.input(1);
+  check_mm("mm", a.shape(), b.shape());
+  return meta_of({a.shape()[0], b.shape()[1]}, product_dtype("mm", a.dtype(), b.dtype()));
+}
+
+TensorMeta addmm_meta(const OpSchema& s) {
+  const DTensorSpec &bias = s.input(0), &a = s.input(1), &b = s.input(2);
+  check_mm("addmm", a.shape(), b.shape());
+  const Shape out{a.shape()[0], b.shape()[1]};
+  check_bias("addmm", bias.shape(), out);
+  return meta_of(out, product_dtype("addmm", product_dtype("addmm", a.dtype(), b.dtype()),
+                                    bias.dtype()));
+}
+
+// The candidates of a product whose output has `batch` leading batch dims,
+// then m and n: `a_dim(d)` / `b_dim(d)` give the input placement for output
+// dim d sharded (R when the input lacks or broadcasts it); ka/kb are the
+// contraction dims. With a bias (input 0), it follows the output's
+// sharding, and is replicated or partial when the output is partial.
+template <class A, class B, class Bias>
+void product_strategies(int64_t out_ndim, A a_dim, B b_dim, int64_t ka, int64_t kb, bool bias,
+                        Bias bias_dim, std::vector<DimStrategy>& c) {
+  auto push = [&](Placement bp, Placement ap, Placement bq, Placement out) {
+    if (bias) c.push_back({{bp, ap, bq}, out});
+    else c.push_back({{ap, bq}, out});
+  };
+  for (int64_t d = 0; d < out_ndim; ++d) push(bias_dim(d), a_dim(d), b_dim(d), Shard(d));
+  push(kR, Shard(ka), Shard(kb), kP);
+  push(kR, kP, kR, kP);
+  push(kR, kR, kP, kP);
+  if (bias) {
+    push(kP, Shard(ka), Shard(kb), kP);
+    push(kP, kP, kR, kP);
+    push(kP, kR, kP, kP);
+    push(kP, kR, kR, kP);
+  }
+  push(kR, kR, kR, kR);
+}
+
+// The placement an input of shape `in` takes when output dim d (of `out`,
+// right-aligned) is sharded.
+Placement aligned(const Shape& in, const Shape& out, int64_t d) {
+  const int64_t k = d - (static_cast<int64_t>(out.size()) - static_cast<int64_t>(in.size()));
+  if (k < 0 || (in[k] == 1 && out[d] != 1)) return kR;
+  return Shard(k);
+}
+
+void mm_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
+  const bool bias = s.op == OpId::Addmm;
+  const Shape bias_shape = bias ? s.input(0).shape() : Shape{};
+  product_strategies(
+      2, [](int64_t d) { return d == 0 ? Shard(0) : kR; },
+      [](int64_t d) { return d == 1 ? Shard(1) : kR; }, 1, 0, bias,
+      [&](int64_t d) { return aligned(bias_shape, out.shape, d); }, c);
+}
+
+// ---- bmm / baddbmm ------------------------------------------------------------------
+
+void check_bmm(const char* op, const Shape& a, const Shape& b) {
+  DT_CHECK(a.size() == 3 && b.size() == 3, op, ": expected 3-d tensors, got ", a, " and ", b);
+  DT_CHECK(a[0] == b[0], op, ": batch sizes differ: ", a[0], " vs ", b[0], " (", a, " @ ", b, ")");
+  DT_CHECK(a[2] == b[1], op, ": inner dimensions differ: ", a, " @ ", b,
+           " (expected a.size(2) == b.size(1), got ", a[2], " vs ", b[1], ")");
+}
+
+TensorMeta bmm_meta(const OpSchema& s) {
+  const bool bias = s.op == OpId::Baddbmm;
+  const char* op = bias ? "baddbmm" : "bmm";
+  const DTensorSpec &a = s.input(bias ? 1 : 0), &b = s.input(bias ? 2 : 1);
+  check_bmm(op, a.shape(), b.shape());
+  const Shape out{a.shape()[0], a.shape()[1], b.shape()[2]};
+  DType dtype = product_dtype(op, a.dtype(), b.dtype());
+  if (bias) {
+    check_bias(op, s.input(0).shape(), out);
+    dtype = product_dtype(op, dtype, s.input(0).dtype());
+  }
+  return meta_of(out, dtype);
+}
+
+void bmm_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
+  const bool bias = s.op == OpId::Baddbmm;
+  const Shape bias_shape = bias ? s.input(0).shape() : Shape{};
+  product_strategies(
+      3, [](int64_t d) { return d < 2 ? Shard(d) : kR; },
+      [](int64_t d) { return d == 0 ? Shard(0) : d == 2 ? Shard(2) : kR; }, 2, 1, bias,
+      [&](int64_t d) { return aligned(bias_shape, out.shape, d); }, c);
+}
+
+// ---- matmul -------------------------------------------------------------------------
+
+// torch.matmul: a 1-d a is a row (its dim dropped), a 1-d b a column.
+TensorMeta matmul_meta(const OpSchema& s) {
+  const Shape &a = s.input(0).shape(), &b = s.input(1).shape();
+  const int64_t da = static_cast<int64_t>(a.size()), db = static_cast<int64_t>(b.size());
+  DT_CHECK(da >= 1 && db >= 1, "matmul: both arguments need at least 1 dim, got a 0-d tensor (",
+           a, " @ ", b, ")");
+  const int64_t a_inner = a[da - 1];
+  const int64_t b_inner = db == 1 ? b[0] : b[db - 2];
+  if (da == 1 && db == 1) {
+    DT_CHECK(a_inner == b_inner, "matmul: 1-d sizes differ: ", a, " @ ", b,
+             " (expected equal lengths, got ", a_inner, " vs ", b_inner, ")");
+  } else {
+    DT_CHECK(a_inner == b_inner, "matmul: inner dimensions differ: ", a, " @ ", b,
+             " (expected a.size(-1) == ", db == 1 ? "b.size(0)" : "b.size(-2)", ", got ",
+             a_inner, " vs ", b_inner, ")");
+  }
+  Shape a_batch, b_batch;
+  for (int64_t i = 0; i + 2 < da; ++i) a_batch.push_back(a[i]);
+  for (int64_t i = 0; i + 2 < db; ++i) b_batch.push_back(b[i]);
+  Shape out;
+  try {
+    out = broadcast_shapes(a_batch, b_batch);
+  } catch (const Error&) {
+    DT_THROW("matmul: batch dims ", a_batch, " and ", b_batch, " cannot be broadcast (", a, " @ ",
+             b, ")");
+  }
+  if (da > 1) out.push_back(a[da - 2]);
+  if (db > 1) out.push_back(b[db - 1]);
+  return meta_of(out, product_dtype("matmul", s.input(0).dtype(), s.input(1).dtype()));
+}
+
+void matmul_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
+  const Shape &a = s.input(0).shape(), &b = s.input(1).shape();
+  const int64_t da = static_cast<int64_t>(a.size()), db = static_cast<int64_t>(b.size());
+  const int64_t on = static_cast<int64_t>(out.shape.size());
+  // Output dims: batch..., then m (when a is not 1-d), then n (when b is not 1-d).
+  const int64_t m_dim = da > 1 ? on - (db > 1 ? 2 : 1) : -1;
+  const int64_t n_dim = db > 1 ? on - 1 : -1;
+  const int64_t batch = on - (da > 1) - (db > 1);
+  Shape out_batch;
+  for (int64_t i = 0; i < batch; ++i) out_batch.push_back(out.shape[i]);
+  auto batch_of = [&](const Shape& in, int64_t nd, int64_t d) -> Placement {
+    if (nd < 3) return kR;
+    Shape in_batch;
+    for (int64_t i = 0; i + 2 < nd; ++i) in_batch.push_back(in[i]);
+    return aligned(in_batch, out_batch, d);
+  };
+  auto a_dim = [&](int64_t d) -> Placement {
+    if (d == m_dim) return Shard(da - 2);
+    if (d < batch) return batch_of(a, da, d);
+    return kR;
+  };
+  auto b_dim = [&](int64_t d) -> Placement {
+    if (d == n_dim) return Shard(db - 1);
+    if (d < batch) return batch_of(b, db, d);
+    return kR;
+  };
+  product_strategies(on, a_dim, b_dim, da - 1, db == 1 ? 0 : db - 2, false,
+                     [](int64_t) { return kR; }, c);
+}
+
+// ---- linear -------------------------------------------------------------------------
+
+// Inputs: x, weight (out, in), and bias when given (schema arg 0 == 1).
+TensorMeta linear_meta(const OpSchema& s) {
+  const Shape &x = s.input(0).shape(), &w = s.input(1).shape();
+  DT_CHECK(w.size() == 2, "linear: weight must be 2-d (out_features, in_features), got ", w);
+  DT_CHECK(!x.empty(), "linear: input must have at least 1 dim, got a 0-d tensor");
+  DT_CHECK(x.back() == w[1], "linear: input's last dim ", x.back(), " != weight's in_features ",
+           w[1], " (input ", x, ", weight ", w, ")");
+  DType dtype = product_dtype("linear", s.input(0).dtype(), s.input(1).dtype());
+  if (s.num_inputs == 3) {
+    const Shape& bias = s.input(2).shape();
+    DT_CHECK(bias.size() <= 1 && broadcasts_to(bias, Shape{w[0]}),
+             "linear: bias must be 1-d of out_features = ", w[0], ", got ", bias);
+    dtype = product_dtype("linear", dtype, s.input(2).dtype());
+  }
+  Shape out = x;
+  out.back() = w[0];
+  return meta_of(out, dtype);
+}
+
+void linear_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
+  const bool bias = s.num_inputs == 3;
+  const int64_t on = static_cast<int64_t>(out.shape.size());
+  const bool bias_scalar = bias && (s.input(2).shape().empty() || s.input(2).shape()[0] == 1);
+  auto add = [&](Placement x, Placement w, Placement b, Placement o) {
+    if (bias) c.push_back({{x, w, b}, o});
+    else c.push_back({{x, w}, o});
+  };
+  for (int64_t d = 0; d + 1 < on; ++d) add(Shard(d), kR, kR, Shard(d));
+  // Column parallel: weight rows (out features) sharded.
+  add(kR, Shard(0), bias_scalar ? kR : Shard(0), Shard(on - 1));
+  // Row parallel: the contraction (in features) sharded.
+  add(Shard(on - 1), Shard(1), kR, kP);
+  add(kP, kR, kR, kP);
+  add(kR, kP, kR, kP);
+  if (bias) {
+    add(Shard(on - 1), Shard(1), kP, kP);
+    add(kP, kR, kP, kP);
+    add(kR, kR, kP, kP);
+  }
+  add(kR, kR, kR, kR);
 }
 
 constexpr OpRule kMm{"mm", mm_meta, mm_strategies};
+constexpr OpRule kAddmm{"addmm", addmm_meta, mm_strategies};
+constexpr OpRule kBmm{"bmm", bmm_meta, bmm_strategies};
+constexpr OpRule kBaddbmm{"baddbmm", bmm_meta, bmm_strategies};
+constexpr OpRule kMatmul{"matmul", matmul_meta, matmul_strategies};
+constexpr OpRule kLinear{"linear", linear_meta, linear_strategies};
+
+// Whether `rank` adds a term made of the given inputs: always, except on a
+// mesh dim where the output is Partial and every one of those inputs is
+// replicated; there only the rank at coordinate 0 adds it.
+bool adds_term(const OutputSharding& s, int rank, std::initializer_list<int> inputs) {
+  const Placements& out = s.output.placements();
+  for (size_t m = 0; m < out.size(); ++m) {
+    if (!out[m].is_partial()) continue;
+    bool replicated = true;
+    for (int i : inputs) replicated = replicated && s.input_targets[i]->placements()[m].is_replicate();
+    if (replicated && s.output.mesh().group_index(rank, static_cast<int>(m)) != 0) return false;
+  }
+  return true;
+}
+
+// beta * bias + alpha * product for this rank, each term counted once (see
+// the file comment). `full` computes both terms with the fused plain op.
+template <class Full, class Product>
+Tensor biased(const OutputSharding& s, int rank, int bias_input, std::initializer_list<int> terms,
+              const Tensor& bias, Scalar beta, Scalar alpha, Full full, Product product) {
+  const bool bias_in = adds_term(s, rank, {bias_input}), term_in = adds_term(s, rank, terms);
+  if (bias_in && term_in) return full();
+  Tensor out = term_in ? mul(product(), alpha).to(s.output.dtype())
+                       : Tensor::zeros(output_local_shape(s, rank), s.output.dtype());
+  if (bias_in && beta.to_double() != 0.0) out.add_(mul(bias, beta));
+  return out;
+}
 
 }  // namespace
 
@@ -40,6 +289,58 @@ DTensor mm(const DTensor& a, const DTensor& b) {
   const OpSchema schema(OpId::Mm, {&a.spec(), &b.spec()});
   return run_binary(schema, kMm, a, b,
                     [](int, const Tensor& x, const Tensor& y) { return mm(x, y); });
+}
+
+DTensor addmm(const DTensor& bias, const DTensor& a, const DTensor& b, Scalar beta,
+              Scalar alpha) {
+  const OpSchema schema(OpId::Addmm, {&bias.spec(), &a.spec(), &b.spec()});
+  const DTensor* inputs[] = {&bias, &a, &b};
+  return run(schema, kAddmm, inputs, [&](int rank, const Tensor* const* t, const OutputSharding& s) {
+    return biased(
+        s, rank, 0, {1, 2}, *t[0], beta, alpha,
+        [&] { return addmm(*t[0], *t[1], *t[2], beta, alpha); }, [&] { return mm(*t[1], *t[2]); });
+  });
+}
+
+DTensor bmm(const DTensor& a, const DTensor& b) {
+  const OpSchema schema(OpId::Bmm, {&a.spec(), &b.spec()});
+  return run_binary(schema, kBmm, a, b,
+                    [](int, const Tensor& x, const Tensor& y) { return bmm(x, y); });
+}
+
+DTensor baddbmm(const DTensor& bias, const DTensor& a, const DTensor& b, Scalar beta,
+                Scalar alpha) {
+  const OpSchema schema(OpId::Baddbmm, {&bias.spec(), &a.spec(), &b.spec()});
+  const DTensor* inputs[] = {&bias, &a, &b};
+  return run(schema, kBaddbmm, inputs,
+             [&](int rank, const Tensor* const* t, const OutputSharding& s) {
+               return biased(
+                   s, rank, 0, {1, 2}, *t[0], beta, alpha,
+                   [&] { return baddbmm(*t[0], *t[1], *t[2], beta, alpha); },
+                   [&] { return bmm(*t[1], *t[2]); });
+             });
+}
+
+DTensor matmul(const DTensor& a, const DTensor& b) {
+  const OpSchema schema(OpId::Matmul, {&a.spec(), &b.spec()});
+  return run_binary(schema, kMatmul, a, b,
+                    [](int, const Tensor& x, const Tensor& y) { return matmul(x, y); });
+}
+
+DTensor linear(const DTensor& x, const DTensor& weight) {
+  const OpSchema schema(OpId::Linear, {&x.spec(), &weight.spec()});
+  return run_binary(schema, kLinear, x, weight,
+                    [](int, const Tensor& a, const Tensor& w) { return linear(a, w); });
+}
+
+DTensor linear(const DTensor& x, const DTensor& weight, const DTensor& bias) {
+  const OpSchema schema(OpId::Linear, {&x.spec(), &weight.spec(), &bias.spec()});
+  const DTensor* inputs[] = {&x, &weight, &bias};
+  return run(schema, kLinear, inputs, [](int rank, const Tensor* const* t, const OutputSharding& s) {
+    return biased(
+        s, rank, 2, {0, 1}, *t[2], 1, 1, [&] { return linear(*t[0], *t[1], *t[2]); },
+        [&] { return linear(*t[0], *t[1]); });
+  });
 }
 
 }  // namespace dtensor

@@ -123,6 +123,79 @@ std::vector<OpCase> pointwise_cases() {
   };
 }
 
+int64_t dim_size(std::mt19937& rng, int64_t lo = 0) { return lo + static_cast<int64_t>(rng() % (7 - lo)); }
+
+// A shape that `out` broadcasts from (as a bias): a suffix of out, some dims 1.
+Shape bias_shape(std::mt19937& rng, const Shape& out) {
+  Shape b;
+  const size_t keep = rng() % (out.size() + 1);
+  for (size_t i = out.size() - keep; i < out.size(); ++i) b.push_back(rng() % 3 == 0 ? 1 : out[i]);
+  return b;
+}
+
+// 1-4 dims for matmul: batch dims that broadcast, inner dims that agree.
+Inputs matmul_inputs(std::mt19937& rng, uint64_t seed) {
+  const int da = 1 + static_cast<int>(rng() % 4), db = 1 + static_cast<int>(rng() % 4);
+  const int64_t k = dim_size(rng, 1);
+  Shape batch;
+  for (int i = 0; i < 2; ++i) batch.push_back(dim_size(rng, 1));
+  Shape a, b;
+  for (int i = 0; i + 2 < da; ++i) a.push_back(rng() % 3 == 0 ? 1 : batch[i + 4 - da]);
+  for (int i = 0; i + 2 < db; ++i) b.push_back(rng() % 3 == 0 ? 1 : batch[i + 4 - db]);
+  if (da > 1) a.push_back(dim_size(rng));
+  a.push_back(k);
+  b.push_back(k);
+  if (db > 1) b.push_back(dim_size(rng));
+  return {int_valued(a, seed), int_valued(b, seed + 1)};
+}
+
+std::vector<OpCase> matmul_cases() {
+  auto mm_inputs = [](std::mt19937& rng, uint64_t seed) {
+    const int64_t m = dim_size(rng), k = dim_size(rng, 1), n = dim_size(rng);
+    return Inputs{int_valued({m, k}, seed), int_valued({k, n}, seed + 1)};
+  };
+  auto bmm_inputs = [](std::mt19937& rng, uint64_t seed) {
+    const int64_t b = dim_size(rng, 1), m = dim_size(rng), k = dim_size(rng, 1), n = dim_size(rng);
+    return Inputs{int_valued({b, m, k}, seed), int_valued({b, k, n}, seed + 1)};
+  };
+  auto with_bias = [](auto inputs) {
+    return [inputs](std::mt19937& rng, uint64_t seed) {
+      Inputs ab = inputs(rng, seed);
+      Shape out = ab[0].shape();
+      out.back() = ab[1].shape().back();
+      return Inputs{int_valued(bias_shape(rng, out), seed + 2), ab[0], ab[1]};
+    };
+  };
+  auto linear_inputs = [](bool bias) {
+    return [bias](std::mt19937& rng, uint64_t seed) {
+      Shape x;
+      const int nd = 1 + static_cast<int>(rng() % 3);
+      for (int i = 0; i < nd; ++i) x.push_back(dim_size(rng, i + 1 == nd ? 1 : 0));
+      const int64_t out = dim_size(rng);
+      Inputs in{int_valued(x, seed), int_valued({out, x.back()}, seed + 1)};
+      if (bias) in.push_back(int_valued(rng() % 4 == 0 ? Shape{1} : Shape{out}, seed + 2));
+      return in;
+    };
+  };
+  return {
+      {"mm", mm_inputs, [](const Inputs& x) { return mm(x[0], x[1]); },
+       [](const DInputs& x) { return mm(x[0], x[1]); }},
+      {"addmm", with_bias(mm_inputs), [](const Inputs& x) { return addmm(x[0], x[1], x[2], 2, -1); },
+       [](const DInputs& x) { return addmm(x[0], x[1], x[2], 2, -1); }},
+      {"bmm", bmm_inputs, [](const Inputs& x) { return bmm(x[0], x[1]); },
+       [](const DInputs& x) { return bmm(x[0], x[1]); }},
+      {"baddbmm", with_bias(bmm_inputs),
+       [](const Inputs& x) { return baddbmm(x[0], x[1], x[2], -1, 3); },
+       [](const DInputs& x) { return baddbmm(x[0], x[1], x[2], -1, 3); }},
+      {"matmul", matmul_inputs, [](const Inputs& x) { return matmul(x[0], x[1]); },
+       [](const DInputs& x) { return matmul(x[0], x[1]); }},
+      {"linear", linear_inputs(false), [](const Inputs& x) { return linear(x[0], x[1]); },
+       [](const DInputs& x) { return linear(x[0], x[1]); }},
+      {"linear_bias", linear_inputs(true), [](const Inputs& x) { return linear(x[0], x[1], x[2]); },
+       [](const DInputs& x) { return linear(x[0], x[1], x[2]); }},
+  };
+}
+
 class OpInfoTest : public ::testing::Test {
  protected:
   World world = World::simulated(8);
@@ -171,4 +244,9 @@ class OpInfoTest : public ::testing::Test {
 TEST_F(OpInfoTest, Pointwise) {
   const auto cases = pointwise_cases();
   run_cases(cases, dtensor::testing::property_cases(20 * static_cast<int>(cases.size())));
+}
+
+TEST_F(OpInfoTest, MatrixProducts) {
+  const auto cases = matmul_cases();
+  run_cases(cases, dtensor::testing::property_cases(40 * static_cast<int>(cases.size())));
 }

@@ -232,3 +232,32 @@ TEST_F(OpsTest, PlainTensorsMixOnlyWhenTheyHoldOneElement) {
   EXPECT_NE(e.find("add: cannot mix a DTensor (placements S(0)"), std::string::npos) << e;
   EXPECT_NE(e.find("plain Tensor of shape [6, 2]"), std::string::npos) << e;
 }
+
+// Column- and row-parallel linear layers need no communication; a replicated
+// bias on a partial product is added once (on coordinate 0 of the mesh dim).
+TEST_F(OpsTest, ParallelLinearLayersNeedNoCommunication) {
+  DeviceMesh mesh(world, {4});
+  Tensor x = int_valued({5, 6}, 20), w1 = int_valued({8, 6}, 21), b1 = int_valued({8}, 22);
+  Tensor w2 = int_valued({3, 8}, 23), b2 = int_valued({3}, 24);
+  DTensor dx = distribute_tensor(x, mesh, {Replicate()});
+  DTensor dw1 = distribute_tensor(w1, mesh, {Shard(0)});
+  DTensor db1 = distribute_tensor(b1, mesh, {Shard(0)});
+  DTensor dw2 = distribute_tensor(w2, mesh, {Shard(1)});
+  DTensor db2 = distribute_tensor(b2, mesh, {Replicate()});
+  CommDebugMode comm;
+  DTensor h = relu(linear(dx, dw1, db1));
+  DTensor y = linear(h, dw2, db2);
+  EXPECT_EQ(comm.total_count(), 0);
+  EXPECT_EQ(to_string(h.placements()), "S(1)");
+  EXPECT_EQ(to_string(y.placements()), "P(sum)");
+  EXPECT_TRUE(equal(y.full_tensor(), linear(relu(linear(x, w1, b1)), w2, b2)));
+  // addmm with the contraction sharded and a replicated bias: P(sum), no communication.
+  DTensor a = distribute_tensor(int_valued({4, 6}, 25), mesh, {Shard(1)});
+  DTensor b = distribute_tensor(int_valued({6, 3}, 26), mesh, {Shard(0)});
+  DTensor bias = distribute_tensor(int_valued({3}, 27), mesh, {Replicate()});
+  CommDebugMode comm2;
+  DTensor c = addmm(bias, a, b, 2, 3);
+  EXPECT_EQ(comm2.total_count(), 0);
+  EXPECT_EQ(to_string(c.placements()), "P(sum)");
+  EXPECT_TRUE(equal(c.full_tensor(), addmm(bias.full_tensor(), a.full_tensor(), b.full_tensor(), 2, 3)));
+}
