@@ -1,8 +1,21 @@
-// Reductions on DTensors. Summing over a sharded dim leaves each rank with
-// the sum of its own rows: a Partial(sum) over that mesh dim. A dim that is
-// kept stays sharded (renumbered when earlier dims are dropped); partial
-// sums stay partial since a sum of sums is a sum.
+// Reductions on DTensors: sum, mean, prod, amax, amin, var, argmax, argmin.
+//
+// A kept dim stays sharded (renumbered when earlier dims are dropped). A
+// reduced dim that is sharded leaves each rank with the reduction of its
+// own rows, a Partial over that mesh dim when the reduction decomposes:
+//  - sum: Partial(sum). Partial(sum|avg) inputs stay partial (a sum of sums).
+//  - mean: Partial(avg) of the local means when every rank holds the same
+//    number of reduced elements; otherwise Partial(sum) of local sums
+//    divided by the global count (uneven shards would weigh wrongly in an
+//    average). In general rank r holds sum_r * K / N, where N is the global
+//    count and K the product of the sizes of the Partial(avg) mesh dims.
+//  - amax/amin: Partial(max/min); an empty shard holds the identity (the
+//    lowest / highest value of the dtype). Partial(max/min) inputs pass.
+//  - prod, var, argmax, argmin do not decompose this way: the reduced dims
+//    are gathered first (argmax/argmin without a dim has no rule at all and
+//    computes on Replicate).
 #include <algorithm>
+#include <limits>
 
 #include "dispatch/dispatch.h"
 
@@ -12,57 +25,215 @@ using namespace dispatch;
 
 namespace {
 
-// args: keepdim, then the reduced dims (normalised, ascending; none = all).
+// Schema args: keepdim, then the reduced dims as given (none = all; the
+// rule's meta validates them like the plain op). argmax/argmin: keepdim,
+// then the dim when one is given.
+bool keepdim_of(const OpSchema& s) { return s.args[0] != 0; }
+
 bool reduced(const OpSchema& s, int64_t d) {
   if (s.num_args == 1) return true;
+  const int64_t ndim = s.input(0).ndim();
   for (int i = 1; i < s.num_args; ++i)
-    if (s.args[i] == d) return true;
+    if (s.args[i] == d || s.args[i] + ndim == d) return true;
   return false;
 }
 
-TensorMeta sum_meta(const OpSchema& s) {
+DimVector dims_of(const OpSchema& s) {
+  DimVector dims;
+  for (int i = 1; i < s.num_args; ++i) dims.push_back(s.args[i]);
+  return dims;
+}
+
+// The plain reduction (var with its default correction; only the shape and
+// dtype of the result matter where this is called with a probe).
+Tensor plain(OpId op, const Tensor& x, const DimVector& dims, bool keepdim) {
+  switch (op) {
+    case OpId::Sum: return sum(x, dims, keepdim);
+    case OpId::Mean: return mean(x, dims, keepdim);
+    case OpId::Prod: return prod(x, dims, keepdim);
+    case OpId::Amax: return amax(x, dims, keepdim);
+    case OpId::Amin: return amin(x, dims, keepdim);
+    case OpId::Var: return var(x, dims, 1, keepdim);
+    case OpId::Argmax:
+      return argmax(x, dims.empty() ? std::nullopt : std::optional<int64_t>(dims[0]), keepdim);
+    case OpId::Argmin:
+      return argmin(x, dims.empty() ? std::nullopt : std::optional<int64_t>(dims[0]), keepdim);
+    default: break;
+  }
+  DT_THROW("internal error: op ", static_cast<int>(op), " is not a reduction");
+}
+
+// The plain op validates (dims, dtype, empty reductions) on a probe of at
+// most one element with the input's zero-size dims; the shape follows.
+TensorMeta reduce_meta(const OpSchema& s) {
   const DTensorSpec& x = s.input(0);
-  const bool keepdim = s.args[0] != 0;
+  Shape probe_shape;
+  for (int64_t n : x.shape()) probe_shape.push_back(std::min<int64_t>(n, 1));
+  const DType dtype =
+      plain(s.op, Tensor::zeros(probe_shape, x.dtype()), dims_of(s), keepdim_of(s)).dtype();
   Shape out;
   for (int64_t d = 0; d < x.ndim(); ++d) {
     if (!reduced(s, d)) out.push_back(x.shape()[d]);
-    else if (keepdim) out.push_back(1);
+    else if (keepdim_of(s)) out.push_back(1);
   }
-  DType dtype = x.dtype() == DType::Bool ? DType::Int64 : x.dtype();
   return {out, contiguous_strides(out), dtype};
 }
 
-void sum_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
+void reduce_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
   const DTensorSpec& x = s.input(0);
-  const bool keepdim = s.args[0] != 0;
+  const Placement sum = Partial(ReduceOp::Sum), avg = Partial(ReduceOp::Avg);
+  const Placement max = Partial(ReduceOp::Max), min = Partial(ReduceOp::Min);
   int64_t out_dim = 0;
   for (int64_t d = 0; d < x.ndim(); ++d) {
-    if (reduced(s, d)) {
-      c.push_back({{Shard(d)}, Partial(ReduceOp::Sum)});
-      if (keepdim) ++out_dim;
-    } else {
+    if (!reduced(s, d)) {
       c.push_back({{Shard(d)}, Shard(out_dim++)});
+      continue;
+    }
+    if (keepdim_of(s)) ++out_dim;
+    switch (s.op) {
+      case OpId::Sum: c.push_back({{Shard(d)}, sum}); break;
+      case OpId::Mean: c.push_back({{Shard(d)}, avg}), c.push_back({{Shard(d)}, sum}); break;
+      case OpId::Amax: c.push_back({{Shard(d)}, max}); break;
+      case OpId::Amin: c.push_back({{Shard(d)}, min}); break;
+      default: break;
     }
   }
-  c.push_back({{Partial(ReduceOp::Sum)}, Partial(ReduceOp::Sum)});
-  c.push_back({{Partial(ReduceOp::Avg)}, Partial(ReduceOp::Avg)});
+  switch (s.op) {
+    case OpId::Sum:
+    case OpId::Mean: c.push_back({{sum}, sum}), c.push_back({{avg}, avg}); break;
+    case OpId::Amax: c.push_back({{max}, max}); break;
+    case OpId::Amin: c.push_back({{min}, min}); break;
+    default: break;
+  }
   c.push_back({{Replicate()}, Replicate()});
 }
 
-constexpr OpRule kSum{"sum", sum_meta, sum_strategies};
+// Whether mesh dim m shards a reduced dim in `in`.
+bool shards_reduced(const OpSchema& s, const Placements& in, size_t m) {
+  return in[m].is_shard() && reduced(s, in[m].dim());
+}
+
+// The K of the file comment: product of the sizes of the mesh dims that
+// shard a reduced dim and give Partial(avg).
+int64_t avg_ways(const OpSchema& s, const Placements& in, const Placements& out,
+                 const DeviceMesh& mesh) {
+  int64_t k = 1;
+  for (size_t m = 0; m < in.size(); ++m)
+    if (shards_reduced(s, in, m) && out[m] == Partial(ReduceOp::Avg))
+      k *= mesh.size(static_cast<int>(m));
+  return k;
+}
+
+// mean: Partial(avg) from sharding only when every rank holds N / K reduced elements.
+bool mean_accepts(const OpSchema& s, const TensorMeta&, const Placements* in,
+                  const Placements& out) {
+  const DTensorSpec& x = s.input(0);
+  const int64_t k = avg_ways(s, in[0], out, x.mesh());
+  if (k == 1) return true;
+  int64_t n = 1;
+  for (int64_t d = 0; d < x.ndim(); ++d)
+    if (reduced(s, d)) n *= x.shape()[d];
+  const DTensorSpec spec = x.with_placements(in[0]);
+  for (int rank : x.mesh().ranks()) {
+    const Shape local = spec.extent_of_rank(rank)->local_shape;
+    int64_t count = 1;
+    for (int64_t d = 0; d < x.ndim(); ++d)
+      if (reduced(s, d)) count *= local[d];
+    if (count * k != n) return false;
+  }
+  return true;
+}
+
+constexpr OpRule kSum{"sum", reduce_meta, reduce_strategies};
+constexpr OpRule kMean{"mean", reduce_meta, reduce_strategies, mean_accepts};
+constexpr OpRule kProd{"prod", reduce_meta, reduce_strategies};
+constexpr OpRule kAmax{"amax", reduce_meta, reduce_strategies};
+constexpr OpRule kAmin{"amin", reduce_meta, reduce_strategies};
+constexpr OpRule kVar{"var", reduce_meta, reduce_strategies};
+constexpr OpRule kArgmax{"argmax", reduce_meta, reduce_strategies};
+constexpr OpRule kArgmin{"argmin", reduce_meta, reduce_strategies};
+constexpr OpRule kArgmaxAll{"argmax", reduce_meta, nullptr};
+constexpr OpRule kArgminAll{"argmin", reduce_meta, nullptr};
+
+// The schema of a reduction over `dims` (validated by the rule's meta).
+OpSchema reduce_schema(OpId op, const DTensor& x, const DimVector& dims, bool keepdim) {
+  OpSchema schema(op, {&x.spec()}, {keepdim ? 1 : 0});
+  for (int64_t d : dims) schema.push_arg(d);
+  return schema;
+}
+
+Tensor identity(OpId op, const Shape& shape, DType dtype) {
+  const bool max = op == OpId::Amax;
+  switch (dtype) {
+    case DType::Float32:
+    case DType::Float64: {
+      const double inf = std::numeric_limits<double>::infinity();
+      return Tensor::full(shape, max ? -inf : inf, dtype);
+    }
+    case DType::Int64:
+      return Tensor::full(shape, max ? std::numeric_limits<int64_t>::min()
+                                     : std::numeric_limits<int64_t>::max(), dtype);
+    case DType::Bool: break;
+  }
+  return Tensor::full(shape, !max, dtype);
+}
+
+DTensor reduce(OpId op, const OpRule& rule, const DTensor& x, const DimVector& dims, bool keepdim) {
+  const OpSchema schema = reduce_schema(op, x, dims, keepdim);
+  const DTensor* inputs[] = {&x};
+  return run(schema, rule, inputs, [&](int rank, const Tensor* const* t, const OutputSharding& s) {
+    const Tensor& local = *t[0];
+    const Placements& in = s.input_targets[0]->placements();
+    bool sharded = false;
+    for (size_t m = 0; m < in.size(); ++m) sharded = sharded || shards_reduced(schema, in, m);
+    if (!sharded) return plain(op, local, dims, keepdim);
+    if (op == OpId::Mean) {
+      int64_t n = 1;
+      for (int64_t d = 0; d < x.dim(); ++d)
+        if (reduced(schema, d)) n *= x.shape()[d];
+      const int64_t k = avg_ways(schema, in, s.output.placements(), x.mesh());
+      return div(sum(local, dims, keepdim), static_cast<double>(n) / static_cast<double>(k));
+    }
+    if (op == OpId::Amax || op == OpId::Amin) {
+      for (int64_t d = 0; d < local.dim(); ++d)
+        if (reduced(schema, d) && local.shape()[d] == 0)
+          return identity(op, output_local_shape(s, rank), s.output.dtype());
+    }
+    return plain(op, local, dims, keepdim);
+  });
+}
 
 }  // namespace
 
 DTensor sum(const DTensor& x, const DimVector& dims, bool keepdim) {
-  OpSchema schema(OpId::Sum, {&x.spec()}, {keepdim ? 1 : 0});
-  DimVector norm;
-  for (int64_t d : dims) norm.push_back(wrap_dim(d, x.dim(), "sum"));
-  std::sort(norm.begin(), norm.end());
-  for (size_t i = 0; i < norm.size(); ++i) {
-    DT_CHECK(i == 0 || norm[i] != norm[i - 1], "sum: dim ", norm[i], " is repeated in ", dims);
-    schema.push_arg(norm[i]);
-  }
-  return run_unary(schema, kSum, x, [&](int, const Tensor& t) { return sum(t, dims, keepdim); });
+  return reduce(OpId::Sum, kSum, x, dims, keepdim);
+}
+DTensor mean(const DTensor& x, const DimVector& dims, bool keepdim) {
+  return reduce(OpId::Mean, kMean, x, dims, keepdim);
+}
+DTensor prod(const DTensor& x, const DimVector& dims, bool keepdim) {
+  return reduce(OpId::Prod, kProd, x, dims, keepdim);
+}
+DTensor amax(const DTensor& x, const DimVector& dims, bool keepdim) {
+  return reduce(OpId::Amax, kAmax, x, dims, keepdim);
+}
+DTensor amin(const DTensor& x, const DimVector& dims, bool keepdim) {
+  return reduce(OpId::Amin, kAmin, x, dims, keepdim);
+}
+
+DTensor var(const DTensor& x, const DimVector& dims, int64_t correction, bool keepdim) {
+  const OpSchema schema = reduce_schema(OpId::Var, x, dims, keepdim);
+  return run_unary(schema, kVar, x,
+                   [&](int, const Tensor& t) { return var(t, dims, correction, keepdim); });
+}
+
+DTensor argmax(const DTensor& x, std::optional<int64_t> dim, bool keepdim) {
+  const DimVector dims = dim ? DimVector{*dim} : DimVector{};
+  return reduce(OpId::Argmax, dim ? kArgmax : kArgmaxAll, x, dims, keepdim);
+}
+DTensor argmin(const DTensor& x, std::optional<int64_t> dim, bool keepdim) {
+  const DimVector dims = dim ? DimVector{*dim} : DimVector{};
+  return reduce(OpId::Argmin, dim ? kArgmin : kArgminAll, x, dims, keepdim);
 }
 
 }  // namespace dtensor

@@ -196,6 +196,41 @@ std::vector<OpCase> matmul_cases() {
   };
 }
 
+// 1-3 dims of sizes 1-7: reductions without an identity need non-empty dims.
+Inputs one_nonempty(std::mt19937& rng, uint64_t seed) {
+  Shape s;
+  const int nd = 1 + static_cast<int>(rng() % 3);
+  for (int i = 0; i < nd; ++i) s.push_back(dim_size(rng, 1));
+  return {int_valued(s, seed)};
+}
+
+std::vector<OpCase> reduction_cases() {
+  std::vector<OpCase> cases;
+  auto add = [&](const char* name, auto f, double tol, bool nonempty) {
+    OpCase c = unary_case(name, f, tol);
+    if (nonempty) c.inputs = one_nonempty;
+    cases.push_back(c);
+  };
+  add("sum0", [](const auto& x) { return sum(x, {0}); }, 0, false);
+  add("sum_all", [](const auto& x) { return sum(x); }, 0, false);
+  add("sum_last_keep", [](const auto& x) { return sum(x, {-1}, true); }, 0, false);
+  add("mean0", [](const auto& x) { return mean(x, {0}); }, 1e-5, false);
+  add("mean_all_keep", [](const auto& x) { return mean(x, {}, true); }, 1e-5, false);
+  add("mean_first_last",
+      [](const auto& x) { return x.dim() > 1 ? mean(x, {0, -1}) : mean(x, {0}); }, 1e-5, true);
+  // Dividing by 16 is exact, also for the pieces of a P(sum).
+  add("prod_last", [](const auto& x) { return prod(x / 16.0, {-1}); }, 1e-5, false);
+  add("amax0", [](const auto& x) { return amax(x, {0}); }, 0, true);
+  add("amax_all", [](const auto& x) { return amax(x); }, 0, true);
+  add("amin_last_keep", [](const auto& x) { return amin(x, {-1}, true); }, 0, true);
+  add("var0", [](const auto& x) { return var(x, {0}); }, 1e-5, true);
+  add("var_all_biased", [](const auto& x) { return var(x, {}, 0); }, 1e-5, true);
+  add("argmax_last", [](const auto& x) { return argmax(x, -1); }, 0, true);
+  add("argmin0_keep", [](const auto& x) { return argmin(x, 0, true); }, 0, true);
+  add("argmax_flat", [](const auto& x) { return argmax(x); }, 0, true);
+  return cases;
+}
+
 class OpInfoTest : public ::testing::Test {
  protected:
   World world = World::simulated(8);
@@ -229,10 +264,11 @@ class OpInfoTest : public ::testing::Test {
             << what;
       ASSERT_EQ(got.dtype(), want.dtype()) << what;
       const Tensor result = got.full_tensor();
+      ASSERT_EQ(result.shape(), want.shape()) << what;
       if (op.tol == 0) {
         ASSERT_TRUE(equal(result, want)) << what << "\n" << result << "\n" << want;
       } else {
-        ASSERT_TRUE(allclose(result, want, op.tol, op.tol)) << what << "\n" << result << "\n"
+        ASSERT_TRUE(allclose(result, want, op.tol, op.tol, /*equal_nan=*/true)) << what << "\n" << result << "\n"
                                                             << want;
       }
     }
@@ -249,4 +285,9 @@ TEST_F(OpInfoTest, Pointwise) {
 TEST_F(OpInfoTest, MatrixProducts) {
   const auto cases = matmul_cases();
   run_cases(cases, dtensor::testing::property_cases(40 * static_cast<int>(cases.size())));
+}
+
+TEST_F(OpInfoTest, Reductions) {
+  const auto cases = reduction_cases();
+  run_cases(cases, dtensor::testing::property_cases(20 * static_cast<int>(cases.size())));
 }

@@ -124,79 +124,6 @@ TEST_F(OpsTest, ErrorsNameTheOpAndPlacements) {
             std::string::npos);
 }
 
-// Op-by-op: random placements (Partials included) on meshes 4, 2x2 and 2x3,
-// random shapes with uneven and empty shards. Integer-valued data keeps sums
-// exact, so the comparison is exact except for exp and div (rtol 1e-5).
-TEST_F(OpsTest, RandomLayoutsMatchThePlainOps) {
-  std::mt19937 rng(77);
-  const Shape meshes[] = {{4}, {2, 2}, {2, 3}};
-  struct Op {
-    const char* name;
-    int arity;  // 1, 2, or 3 = mm
-    std::function<Tensor(const Tensor&, const Tensor&)> plain;
-    std::function<DTensor(const DTensor&, const DTensor&)> dist;
-    bool exact;
-  };
-  const Op ops[] = {
-      {"add", 2, [](auto& x, auto& y) { return x + y; }, [](auto& x, auto& y) { return x + y; }, true},
-      {"sub", 2, [](auto& x, auto& y) { return x - y; }, [](auto& x, auto& y) { return x - y; }, true},
-      {"mul", 2, [](auto& x, auto& y) { return x * y; }, [](auto& x, auto& y) { return x * y; }, true},
-      {"div", 2, [](auto& x, auto& y) { return x / (y * y + 1.0); },
-       [](auto& x, auto& y) { return x / (y * y + 1.0); }, false},
-      {"add_scalar", 1, [](auto& x, auto&) { return x + 2.0; }, [](auto& x, auto&) { return x + 2.0; }, true},
-      {"mul_scalar", 1, [](auto& x, auto&) { return x * -3.0; }, [](auto& x, auto&) { return x * -3.0; }, true},
-      {"div_scalar", 1, [](auto& x, auto&) { return x / 4.0; }, [](auto& x, auto&) { return x / 4.0; }, true},
-      {"neg", 1, [](auto& x, auto&) { return neg(x); }, [](auto& x, auto&) { return neg(x); }, true},
-      {"relu", 1, [](auto& x, auto&) { return relu(x); }, [](auto& x, auto&) { return relu(x); }, true},
-      {"exp", 1, [](auto& x, auto&) { return exp(x / 50.0); }, [](auto& x, auto&) { return exp(x / 50.0); }, false},
-      {"sum0", 1, [](auto& x, auto&) { return sum(x, {0}); }, [](auto& x, auto&) { return sum(x, {0}); }, true},
-      {"sum_all", 1, [](auto& x, auto&) { return sum(x); }, [](auto& x, auto&) { return sum(x); }, true},
-      {"sum_last_keep", 1, [](auto& x, auto&) { return sum(x, {-1}, true); },
-       [](auto& x, auto&) { return sum(x, {-1}, true); }, true},
-      {"mm", 3, [](auto& x, auto& y) { return mm(x, y); }, [](auto& x, auto& y) { return mm(x, y); }, true},
-  };
-  const int iterations = dtensor::testing::property_cases(300);
-  for (int iter = 0; iter < iterations; ++iter) {
-    const Op& op = ops[iter % std::size(ops)];
-    const Shape mesh_shape = meshes[rng() % 3];
-    DeviceMesh mesh(world, mesh_shape);
-    const int mesh_nd = static_cast<int>(mesh_shape.size());
-    Shape sa, sb;
-    if (op.arity == 3) {
-      const int64_t m = rng() % 7, k = 1 + rng() % 6, n = rng() % 7;
-      sa = {m, k};
-      sb = {k, n};
-    } else {
-      const int nd = 1 + static_cast<int>(rng() % 3);
-      for (int i = 0; i < nd; ++i) sa.push_back(1 + rng() % 7);
-      sb = sa;
-      if (rng() % 3 == 0) sb[rng() % nd] = 1;  // broadcast one dim
-      if (rng() % 4 == 0 && nd > 1) {  // fewer dims
-        Shape tail;
-        for (int i = 1; i < nd; ++i) tail.push_back(sb[i]);
-        sb = tail;
-      }
-    }
-    Tensor x = int_valued(sa, 2 * iter), y = int_valued(sb, 2 * iter + 1);
-    auto [pa, ignored] =
-        dtensor::testing::random_placement_pair(rng, mesh_nd, static_cast<int64_t>(sa.size()));
-    auto [pb, ignored2] =
-        dtensor::testing::random_placement_pair(rng, mesh_nd, static_cast<int64_t>(sb.size()));
-    DTensor da = make_dtensor(x, mesh, pa, iter);
-    DTensor db = make_dtensor(y, mesh, pb, iter + 1);
-    const std::string what = std::string(op.name) + " on " + mesh.to_string() + " " +
-                             to_string(pa) + " / " + to_string(pb) + " shapes " +
-                             ::testing::PrintToString(sa) + " " + ::testing::PrintToString(sb);
-    Tensor want = op.plain(x, y);
-    DTensor got = op.dist(da, db);
-    for (int rank = 0; rank < mesh.size(); ++rank)
-      ASSERT_EQ(got.to_local(rank).shape(), got.spec().extent_of_rank(rank)->local_shape) << what;
-    Tensor full = got.full_tensor();
-    if (op.exact) ASSERT_TRUE(equal(full, want)) << what << "\n" << full << "\n" << want;
-    else ASSERT_TRUE(allclose(full, want, 1e-5, 1e-5)) << what;
-  }
-}
-
 TEST_F(OpsTest, MaxAndMinPartialsPassThroughMonotoneOps) {
   DeviceMesh mesh(world, {4});
   Tensor x = int_valued({5, 3}, 10), y = int_valued({5, 3}, 11);
@@ -260,4 +187,47 @@ TEST_F(OpsTest, ParallelLinearLayersNeedNoCommunication) {
   EXPECT_EQ(comm2.total_count(), 0);
   EXPECT_EQ(to_string(c.placements()), "P(sum)");
   EXPECT_TRUE(equal(c.full_tensor(), addmm(bias.full_tensor(), a.full_tensor(), b.full_tensor(), 2, 3)));
+}
+
+TEST_F(OpsTest, ReductionsOverAShardedDimArePartial) {
+  DeviceMesh mesh(world, {4});
+  Tensor even = int_valued({8, 3}, 30), uneven = int_valued({7, 3}, 31);
+  DTensor de = distribute_tensor(even, mesh, {Shard(0)});
+  DTensor du = distribute_tensor(uneven, mesh, {Shard(0)});
+  CommDebugMode comm;
+  DTensor me = mean(de, {0}), mu = mean(du, {0}), mx = amax(du, {0}), mn = amin(du, {0, 1});
+  EXPECT_EQ(comm.total_count(), 0);
+  EXPECT_EQ(to_string(me.placements()), "P(avg)");
+  // Uneven shards would weigh wrongly in an average: local sums / global count.
+  EXPECT_EQ(to_string(mu.placements()), "P(sum)");
+  EXPECT_EQ(to_string(mx.placements()), "P(max)");
+  EXPECT_EQ(to_string(mn.placements()), "P(min)");
+  EXPECT_TRUE(allclose(me.full_tensor(), mean(even, {0})));
+  EXPECT_TRUE(allclose(mu.full_tensor(), mean(uneven, {0})));
+  EXPECT_TRUE(equal(mx.full_tensor(), amax(uneven, {0})));
+  EXPECT_TRUE(equal(mn.full_tensor(), amin(uneven, {0, 1})));
+  // var and argmax gather the reduced dim; kept dims stay sharded.
+  DTensor v = var(de, {1});
+  EXPECT_EQ(to_string(v.placements()), "S(0)");
+  EXPECT_TRUE(allclose(v.full_tensor(), var(even, {1})));
+  DTensor am = argmax(de, 0);
+  EXPECT_EQ(to_string(am.placements()), "R");
+  EXPECT_TRUE(equal(am.full_tensor(), argmax(even, 0)));
+}
+
+TEST_F(OpsTest, OpsWithoutARuleComputeOnReplicateAndSaySoOnce) {
+  DeviceMesh mesh(world, {4});
+  Tensor x = int_valued({6, 5}, 32);
+  DTensor d = distribute_tensor(x, mesh, {Shard(1)});
+  clear_debug_notes();
+  clear_sharding_prop_cache();
+  DTensor a = argmax(d);
+  DTensor b = argmax(d);
+  EXPECT_EQ(to_string(a.placements()), "R");
+  EXPECT_TRUE(equal(a.full_tensor(), argmax(x)));
+  const std::vector<std::string> notes = debug_notes();
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("argmax: no sharding rule for placements S(1)"), std::string::npos)
+      << notes[0];
+  EXPECT_NE(notes[0].find("computed on Replicate"), std::string::npos) << notes[0];
 }
