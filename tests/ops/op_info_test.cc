@@ -231,6 +231,69 @@ std::vector<OpCase> reduction_cases() {
   return cases;
 }
 
+// n tensors agreeing on every dim but `dim` (of a random shape).
+auto joinable(int n, int64_t dim) {
+  return [n, dim](std::mt19937& rng, uint64_t seed) {
+    Shape base = random_shape(rng);
+    const int64_t d = dim < 0 ? dim + static_cast<int64_t>(base.size()) : dim;
+    Inputs in;
+    for (int i = 0; i < n; ++i) {
+      Shape s = base;
+      s[d] = dim_size(rng);
+      in.push_back(int_valued(s, seed + i));
+    }
+    return in;
+  };
+}
+
+std::vector<OpCase> tensor_op_cases() {
+  auto as_vector = [](const auto& x) { return std::vector<std::decay_t<decltype(x[0])>>(x.begin(), x.end()); };
+  auto same_shape = [](int n) {
+    return [n](std::mt19937& rng, uint64_t seed) {
+      const Shape s = random_shape(rng);
+      Inputs in;
+      for (int i = 0; i < n; ++i) in.push_back(int_valued(s, seed + i));
+      return in;
+    };
+  };
+  return {
+      {"cat0", joinable(3, 0), [=](const Inputs& x) { return cat(as_vector(x), 0); },
+       [=](const DInputs& x) { return cat(as_vector(x), 0); }},
+      {"cat_last", joinable(2, -1), [=](const Inputs& x) { return cat(as_vector(x), -1); },
+       [=](const DInputs& x) { return cat(as_vector(x), -1); }},
+      {"cat_many", joinable(11, 0), [=](const Inputs& x) { return cat(as_vector(x), 0); },
+       [=](const DInputs& x) { return cat(as_vector(x), 0); }},
+      {"cat_skips_empty",
+       [](std::mt19937& rng, uint64_t seed) {
+         Inputs in = joinable(2, 0)(rng, seed);
+         in.insert(in.begin(), Tensor::zeros({0}));
+         return in;
+       },
+       [=](const Inputs& x) { return cat(as_vector(x), 0); },
+       [=](const DInputs& x) { return cat(as_vector(x), 0); }},
+      {"stack1", same_shape(3), [=](const Inputs& x) { return stack(as_vector(x), 1 % (x[0].dim() + 1)); },
+       [=](const DInputs& x) { return stack(as_vector(x), 1 % (x[0].dim() + 1)); }},
+      {"stack_many", same_shape(10), [=](const Inputs& x) { return stack(as_vector(x), -1); },
+       [=](const DInputs& x) { return stack(as_vector(x), -1); }},
+      {"clone", one, [](const Inputs& x) { return x[0].clone(); },
+       [](const DInputs& x) { return clone(x[0]); }},
+      {"contiguous", one, [](const Inputs& x) { return x[0].contiguous(); },
+       [](const DInputs& x) { return contiguous(x[0]); }},
+      unary_case("zeros_like", [](const auto& x) { return zeros_like(x); }),
+      unary_case("ones_like", [](const auto& x) { return ones_like(x); }),
+      unary_case("full_like", [](const auto& x) { return full_like(x, 2.5); }),
+      {"index_select",
+       [](std::mt19937& rng, uint64_t seed) {
+         Inputs in = one_nonempty(rng, seed);
+         const int64_t n = in[0].shape().back();
+         in.push_back(Tensor::randint(-n, n, {dim_size(rng)}, seed + 1));
+         return in;
+       },
+       [](const Inputs& x) { return index_select(x[0], -1, x[1]); },
+       [](const DInputs& x) { return index_select(x[0], -1, x[1]); }, 0, {true, false}},
+  };
+}
+
 class OpInfoTest : public ::testing::Test {
  protected:
   World world = World::simulated(8);
@@ -289,5 +352,10 @@ TEST_F(OpInfoTest, MatrixProducts) {
 
 TEST_F(OpInfoTest, Reductions) {
   const auto cases = reduction_cases();
+  run_cases(cases, dtensor::testing::property_cases(20 * static_cast<int>(cases.size())));
+}
+
+TEST_F(OpInfoTest, JoiningCopyingIndexing) {
+  const auto cases = tensor_op_cases();
   run_cases(cases, dtensor::testing::property_cases(20 * static_cast<int>(cases.size())));
 }

@@ -3,8 +3,6 @@
 // spirit of PyTorch's OpInfo tests: full_tensor(op(dtensors)) == op(full).
 #include <gtest/gtest.h>
 
-#include <functional>
-#include <random>
 
 #include "dtensor/dtensor.h"
 #include "layout_util.h"
@@ -230,4 +228,28 @@ TEST_F(OpsTest, OpsWithoutARuleComputeOnReplicateAndSaySoOnce) {
   EXPECT_NE(notes[0].find("argmax: no sharding rule for placements S(1)"), std::string::npos)
       << notes[0];
   EXPECT_NE(notes[0].find("computed on Replicate"), std::string::npos) << notes[0];
+}
+
+TEST_F(OpsTest, JoiningKeepsShardsAndPartialsThatLineUp) {
+  DeviceMesh mesh(world, {2, 2});
+  Tensor x = int_valued({5, 3}, 40), y = int_valued({5, 4}, 41);
+  DTensor dx = make_dtensor(x, mesh, {Shard(0), Partial()}, 42);
+  DTensor dy = make_dtensor(y, mesh, {Shard(0), Partial()}, 43);
+  CommDebugMode comm;
+  DTensor c = cat({dx, dy}, 1);
+  DTensor z = zeros_like(dx);
+  EXPECT_EQ(comm.total_count(), 0);
+  EXPECT_EQ(to_string(c.placements()), "S(0),P(sum)");
+  EXPECT_EQ(to_string(z.placements()), "S(0),R");
+  EXPECT_TRUE(equal(c.full_tensor(), cat({x, y}, 1)));
+  EXPECT_TRUE(equal(z.full_tensor(), zeros_like(x)));
+  // A sharded index shards the result along the indexed dim.
+  DTensor table = distribute_tensor(y, mesh, {Replicate(), Replicate()});
+  Tensor idx = Tensor::from_vector(std::vector<int64_t>{3, 0, 2, 2, 1});
+  DTensor di = distribute_tensor(idx, mesh, {Replicate(), Shard(0)});
+  CommDebugMode comm2;
+  DTensor picked = index_select(table, 1, di);
+  EXPECT_EQ(comm2.total_count(), 0);
+  EXPECT_EQ(to_string(picked.placements()), "R,S(1)");
+  EXPECT_TRUE(equal(picked.full_tensor(), index_select(y, 1, idx)));
 }

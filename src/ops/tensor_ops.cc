@@ -1,0 +1,225 @@
+// Joining, copying, filling and indexing DTensors: cat, stack, clone,
+// contiguous, zeros_like/ones_like/full_like, index_select.
+//
+// cat/stack: inputs sharded alike on a dim other than the joined one stay
+// sharded (their shards line up: the inputs agree on every other dim);
+// the joined dim is gathered. Joining commutes with every reduction taken
+// elementwise, so inputs that are all Partial of one kind stay Partial.
+// clone/contiguous keep every placement. *_like keep shardings; a Partial
+// input gives a replicated output (every rank fills the whole value).
+// index_select picks rows: a sharded non-indexed dim passes, a sharded
+// index shards the result along the indexed dim, and picking commutes with
+// every Partial.
+#include <algorithm>
+
+#include "dispatch/dispatch.h"
+
+namespace dtensor {
+
+using namespace dispatch;
+
+namespace {
+
+constexpr ReduceOp kAllOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min};
+
+// Like PyTorch, cat skips 1-d empty inputs (a common "start" value).
+bool skipped(const Shape& s) { return s.size() == 1 && s[0] == 0; }
+
+// Schema args of cat/stack: the dim as given.
+TensorMeta cat_meta(const OpSchema& s) {
+  int ref = -1;
+  DType dtype = s.input(0).dtype();
+  for (int i = 0; i < s.num_inputs; ++i) {
+    dtype = promote_types(dtype, s.input(i).dtype());
+    if (ref < 0 && !skipped(s.input(i).shape())) ref = i;
+  }
+  if (ref < 0) return {Shape{0}, Shape{1}, dtype};
+  const Shape& r = s.input(ref).shape();
+  DT_CHECK(!r.empty(), "cat: zero-dimensional tensors cannot be concatenated");
+  const int64_t dim = wrap_dim(s.args[0], static_cast<int64_t>(r.size()), "cat");
+  Shape out = r;
+  int64_t total = 0;
+  for (int i = 0; i < s.num_inputs; ++i) {
+    const Shape& t = s.input(i).shape();
+    if (skipped(t)) continue;
+    DT_CHECK(t.size() == r.size(), "cat: tensor ", i, " has shape ", t, ", expected ", r.size(),
+             " dims like ", r);
+    for (size_t d = 0; d < t.size(); ++d)
+      DT_CHECK(static_cast<int64_t>(d) == dim || t[d] == r[d],
+               "cat: sizes must match except in dim ", dim, ": tensor ", i, " has shape ", t,
+               ", expected ", r);
+    total += t[dim];
+  }
+  out[dim] = total;
+  return {out, contiguous_strides(out), dtype};
+}
+
+void cat_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
+  const int64_t nd = static_cast<int64_t>(out.shape.size());
+  const int64_t dim = nd == 0 ? 0 : wrap_dim(s.args[0], nd, "cat");
+  auto each = [&](auto placement_of, Placement o) {
+    DimStrategy st;
+    for (int i = 0; i < s.num_inputs; ++i)
+      st.in[i] = skipped(s.input(i).shape()) ? Replicate() : placement_of();
+    st.out = o;
+    c.push_back(st);
+  };
+  for (int64_t d = 0; d < nd; ++d)
+    if (d != dim) each([d] { return Shard(d); }, Shard(d));
+  for (ReduceOp op : kAllOps) each([op] { return Partial(op); }, Partial(op));
+  each([] { return Replicate(); }, Replicate());
+}
+
+TensorMeta stack_meta(const OpSchema& s) {
+  const Shape& first = s.input(0).shape();
+  const int64_t dim = wrap_dim(s.args[0], static_cast<int64_t>(first.size()) + 1, "stack");
+  DType dtype = s.input(0).dtype();
+  for (int i = 0; i < s.num_inputs; ++i) {
+    DT_CHECK(s.input(i).shape() == first, "stack: tensor ", i, " has shape ", s.input(i).shape(),
+             ", expected ", first, " like tensor 0");
+    dtype = promote_types(dtype, s.input(i).dtype());
+  }
+  Shape out = first;
+  out.insert(static_cast<size_t>(dim), s.num_inputs);
+  return {out, contiguous_strides(out), dtype};
+}
+
+void stack_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
+  const int64_t nd = static_cast<int64_t>(out.shape.size());
+  const int64_t dim = wrap_dim(s.args[0], nd, "stack");
+  auto each = [&](Placement in, Placement o) {
+    DimStrategy st;
+    for (int i = 0; i < s.num_inputs; ++i) st.in[i] = in;
+    st.out = o;
+    c.push_back(st);
+  };
+  for (int64_t d = 0; d + 1 < nd; ++d) each(Shard(d), Shard(d >= dim ? d + 1 : d));
+  for (ReduceOp op : kAllOps) each(Partial(op), Partial(op));
+  each(Replicate(), Replicate());
+}
+
+TensorMeta same_meta(const OpSchema& s) {
+  const DTensorSpec& x = s.input(0);
+  return {x.shape(), contiguous_strides(x.shape()), x.dtype()};
+}
+
+// clone/contiguous (args empty) keep Partials; *_like (one arg) replicate them.
+void copy_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
+  for (int64_t d = 0; d < static_cast<int64_t>(out.shape.size()); ++d)
+    c.push_back({{Shard(d)}, Shard(d)});
+  for (ReduceOp op : kAllOps)
+    c.push_back({{Partial(op)}, s.op == OpId::FullLike ? Replicate() : Partial(op)});
+  c.push_back({{Replicate()}, Replicate()});
+}
+
+TensorMeta index_select_meta(const OpSchema& s) {
+  const DTensorSpec &x = s.input(0), &index = s.input(1);
+  DT_CHECK(index.dtype() == DType::Int64, "index_select: index must be int64, got ",
+           index.dtype());
+  DT_CHECK(index.ndim() <= 1, "index_select: index must be 0-d or 1-d, got shape ",
+           index.shape());
+  DT_CHECK(x.ndim() > 0, "index_select: input must have at least 1 dim, got a 0-d tensor");
+  const int64_t dim = wrap_dim(s.args[0], x.ndim(), "index_select");
+  Shape out = x.shape();
+  out[dim] = index.shape().product();
+  return {out, contiguous_strides(out), x.dtype()};
+}
+
+void index_select_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
+  const DTensorSpec& x = s.input(0);
+  const int64_t dim = wrap_dim(s.args[0], x.ndim(), "index_select");
+  const Placement r = Replicate();
+  for (int64_t d = 0; d < x.ndim(); ++d)
+    if (d != dim) c.push_back({{Shard(d), r}, Shard(d)});
+  if (s.input(1).ndim() == 1) c.push_back({{r, Shard(0)}, Shard(dim)});
+  for (ReduceOp op : kAllOps) c.push_back({{Partial(op), r}, Partial(op)});
+  c.push_back({{r, r}, r});
+}
+
+constexpr OpRule kCat{"cat", cat_meta, cat_strategies};
+constexpr OpRule kStack{"stack", stack_meta, stack_strategies};
+constexpr OpRule kClone{"clone", same_meta, copy_strategies};
+constexpr OpRule kContiguous{"contiguous", same_meta, copy_strategies};
+constexpr OpRule kZerosLike{"zeros_like", same_meta, copy_strategies};
+constexpr OpRule kOnesLike{"ones_like", same_meta, copy_strategies};
+constexpr OpRule kFullLike{"full_like", same_meta, copy_strategies};
+constexpr OpRule kIndexSelect{"index_select", index_select_meta, index_select_strategies};
+
+// Joins up to kMaxInputs tensors with `join` on the local shards.
+template <class F>
+DTensor join(OpId id, const OpRule& rule, const std::vector<DTensor>& tensors, int64_t dim,
+             F plain_join) {
+  DT_CHECK(!tensors.empty(), rule.name, ": expected a non-empty list of tensors");
+  OpSchema schema(id, {}, {dim});
+  const DTensor* inputs[kMaxInputs];
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    schema.push_input(&tensors[i].spec());
+    inputs[i] = &tensors[i];
+  }
+  return run(schema, rule, inputs, [&](int, const Tensor* const* t, const OutputSharding&) {
+    std::vector<Tensor> locals;
+    locals.reserve(tensors.size());
+    for (size_t i = 0; i < tensors.size(); ++i) locals.push_back(*t[i]);
+    return plain_join(locals, dim);
+  });
+}
+
+DTensor fill_like(const OpRule& rule, const DTensor& x, Scalar value) {
+  const OpSchema schema(OpId::FullLike, {&x.spec()}, {static_cast<int64_t>(value.kind())});
+  const DTensor* inputs[] = {&x};
+  return run(schema, rule, inputs, [&](int rank, const Tensor* const*, const OutputSharding& s) {
+    return Tensor::full(output_local_shape(s, rank), value, x.dtype());
+  });
+}
+
+}  // namespace
+
+DTensor cat(const std::vector<DTensor>& tensors, int64_t dim) {
+  if (tensors.size() <= static_cast<size_t>(kMaxInputs))
+    return join(OpId::Cat, kCat, tensors, dim,
+                [](const std::vector<Tensor>& t, int64_t d) { return cat(t, d); });
+  // More inputs than a schema holds: join them in groups, then the groups.
+  std::vector<DTensor> groups;
+  for (size_t i = 0; i < tensors.size(); i += kMaxInputs) {
+    const size_t end = std::min(tensors.size(), i + kMaxInputs);
+    groups.push_back(cat(std::vector<DTensor>(tensors.begin() + i, tensors.begin() + end), dim));
+  }
+  return cat(groups, dim);
+}
+
+DTensor stack(const std::vector<DTensor>& tensors, int64_t dim) {
+  if (tensors.size() <= static_cast<size_t>(kMaxInputs))
+    return join(OpId::Stack, kStack, tensors, dim,
+                [](const std::vector<Tensor>& t, int64_t d) { return stack(t, d); });
+  DT_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
+  const int64_t d = wrap_dim(dim, tensors[0].dim() + 1, "stack");
+  std::vector<DTensor> groups;
+  for (size_t i = 0; i < tensors.size(); i += kMaxInputs) {
+    const size_t end = std::min(tensors.size(), i + kMaxInputs);
+    groups.push_back(stack(std::vector<DTensor>(tensors.begin() + i, tensors.begin() + end), d));
+  }
+  return cat(groups, d);
+}
+
+DTensor clone(const DTensor& x) {
+  const OpSchema schema(OpId::Clone, {&x.spec()});
+  return run_unary(schema, kClone, x, [](int, const Tensor& t) { return t.clone(); });
+}
+
+DTensor contiguous(const DTensor& x) {
+  const OpSchema schema(OpId::Contiguous, {&x.spec()});
+  return run_unary(schema, kContiguous, x, [](int, const Tensor& t) { return t.contiguous(); });
+}
+
+DTensor zeros_like(const DTensor& x) { return fill_like(kZerosLike, x, 0); }
+DTensor ones_like(const DTensor& x) { return fill_like(kOnesLike, x, 1); }
+DTensor full_like(const DTensor& x, Scalar value) { return fill_like(kFullLike, x, value); }
+
+DTensor index_select(const DTensor& x, int64_t dim, const DTensor& index) {
+  const OpSchema schema(OpId::IndexSelect, {&x.spec(), &index.spec()}, {dim});
+  return run_binary(schema, kIndexSelect, x, index, [dim](int, const Tensor& t, const Tensor& i) {
+    return index_select(t, dim, i);
+  });
+}
+
+}  // namespace dtensor
