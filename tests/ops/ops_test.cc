@@ -253,3 +253,21 @@ TEST_F(OpsTest, JoiningKeepsShardsAndPartialsThatLineUp) {
   EXPECT_EQ(to_string(picked.placements()), "R,S(1)");
   EXPECT_TRUE(equal(picked.full_tensor(), index_select(y, 1, idx)));
 }
+
+// The tensor-parallel MLP of bench/dispatch_bench.cc on a (dp=2, tp=4) mesh:
+// one all_reduce over tp, nothing else.
+TEST_F(OpsTest, TensorParallelMlpNeedsOneAllReduce) {
+  DeviceMesh mesh(world, {2, 4}, {"dp", "tp"});
+  Tensor x = int_valued({6, 8}, 50), w1 = int_valued({12, 8}, 51), b1 = int_valued({12}, 52);
+  Tensor w2 = int_valued({8, 12}, 53), b2 = int_valued({8}, 54);
+  DTensor dx = distribute_tensor(x, mesh, {Shard(0), Replicate()});
+  DTensor dw1 = distribute_tensor(w1, mesh, {Replicate(), Shard(0)});
+  DTensor db1 = distribute_tensor(b1, mesh, {Replicate(), Shard(0)});
+  DTensor dw2 = distribute_tensor(w2, mesh, {Replicate(), Shard(1)});
+  DTensor db2 = distribute_tensor(b2, mesh, {Replicate(), Replicate()});
+  CommDebugMode comm;
+  DTensor y = linear(relu(linear(dx, dw1, db1)), dw2, db2).redistribute({Shard(0), Replicate()});
+  EXPECT_EQ(comm.total_count(), 1);
+  EXPECT_EQ(comm.count(CollectiveKind::AllReduce), 1);
+  EXPECT_TRUE(equal(y.full_tensor(), linear(relu(linear(x, w1, b1)), w2, b2)));
+}
