@@ -232,7 +232,7 @@ int64_t check_norm_shapes(const Tensor& x, const Shape& normalized_shape, const 
     ok = normalized_shape[i] == x.shape()[x.shape().size() - k + i];
   DT_CHECK(ok, op, ": normalized_shape ", normalized_shape,
            " does not match the trailing dims of the input of shape ", x.shape(),
-           " (expected an input of shape [*, ", to_string(normalized_shape).substr(1));
+           " (expected an input of shape [*, ", to_string(normalized_shape).substr(1), ")");
   DT_CHECK(!weight.defined() || weight.shape() == normalized_shape, op, ": weight of shape ",
            weight.shape(), " does not match normalized_shape ", normalized_shape);
   DT_CHECK(!bias.defined() || bias.shape() == normalized_shape, op, ": bias of shape ",

@@ -1,0 +1,372 @@
+// Neural-network math on DTensors: softmax, log_softmax, layer_norm,
+// rms_norm, nll_loss, cross_entropy and embedding. The local kernels are the
+// plain Tensor ops; the strategies say which dims may stay sharded.
+//
+// A row-wise op (softmax over `dim`, a norm over the trailing dims) needs
+// each row whole on one rank, so those dims are gathered and every other dim
+// passes through. The losses are per-target sums, so batch or spatial dims
+// sharded alike on input and target give sharded per-target losses, or
+// partial sums of them. A lookup is linear in the table, so a Partial table
+// gives a Partial output, and a row-sharded table gives a Partial(sum) in
+// which every rank fills only the rows it owns (PyTorch's MaskPartial).
+#include <algorithm>
+#include <string>
+
+#include "dispatch/dispatch.h"
+
+namespace dtensor {
+
+using namespace dispatch;
+
+namespace {
+
+const Placement kR = Replicate();
+
+// "input dtype must be floating point" as the plain NN ops word it.
+void check_floating(DType dtype, const char* op, const char* hint = "") {
+  DT_CHECK(is_floating(dtype), op, ": input dtype must be floating point (float32 or float64), got ",
+           dtype, hint);
+}
+
+// The plain op's shape error with the placements appended, the way the
+// dispatcher words errors of output_meta (for checks made outside it).
+template <class F>
+void with_placements(const char* op, const DTensor& a, const DTensor& b, F&& check) {
+  try {
+    check();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    const std::string prefix = std::string(op) + ": ";
+    DT_THROW(msg.rfind(prefix, 0) == 0 ? "" : prefix, msg, " (DTensor placements ",
+             to_string(a.placements()), " and ", to_string(b.placements()), " on ", a.mesh(),
+             ")");
+  }
+}
+
+// ---- softmax / log_softmax ------------------------------------------------------
+// args: dim (normalised when in range; output_meta raises the plain error otherwise).
+
+TensorMeta softmax_meta(const OpSchema& s) {
+  const DTensorSpec& x = s.input(0);
+  const char* op = s.op == OpId::Softmax ? "softmax" : "log_softmax";
+  check_floating(x.dtype(), op, "; convert the input with .to(DType::Float32) first");
+  wrap_dim(s.args[0], std::max<int64_t>(x.ndim(), 1), op);
+  return {x.shape(), contiguous_strides(x.shape()), x.dtype()};
+}
+
+void softmax_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
+  for (int64_t d = 0; d < static_cast<int64_t>(out.shape.size()); ++d)
+    if (d != s.args[0]) c.push_back({{Shard(d)}, Shard(d)});
+  c.push_back({{kR}, kR});
+}
+
+constexpr OpRule kSoftmax{"softmax", softmax_meta, softmax_strategies};
+constexpr OpRule kLogSoftmax{"log_softmax", softmax_meta, softmax_strategies};
+
+// dim normalised against x when valid, else as given (output_meta reports it).
+int64_t softmax_dim(const DTensor& x, int64_t dim) {
+  const int64_t n = std::max<int64_t>(x.dim(), 1);
+  return dim >= -n && dim < n ? (dim < 0 ? dim + n : dim) : dim;
+}
+
+// ---- layer_norm / rms_norm --------------------------------------------------------
+// args: k = len(normalized_shape), its k sizes, has_weight, has_bias.
+// Inputs: x, then weight and bias when given.
+
+struct NormArgs {
+  Shape normalized_shape;
+  bool has_weight = false, has_bias = false;
+};
+
+NormArgs norm_args(const OpSchema& s) {
+  NormArgs a;
+  const int64_t k = s.args[0];
+  for (int64_t i = 0; i < k; ++i) a.normalized_shape.push_back(s.args[1 + i]);
+  a.has_weight = s.args[1 + k] != 0;
+  a.has_bias = s.args[2 + k] != 0;
+  return a;
+}
+
+// The checks of the plain op's check_norm_shapes, on global shapes.
+TensorMeta norm_meta(const OpSchema& s) {
+  const char* op = s.op == OpId::LayerNorm ? "layer_norm" : "rms_norm";
+  const DTensorSpec& x = s.input(0);
+  const NormArgs a = norm_args(s);
+  const Shape& ns = a.normalized_shape;
+  check_floating(x.dtype(), op);
+  const size_t k = ns.size();
+  DT_CHECK(k >= 1, op, ": normalized_shape must have at least one dim, got ", ns);
+  bool ok = k <= x.shape().size();
+  for (size_t i = 0; ok && i < k; ++i) ok = ns[i] == x.shape()[x.shape().size() - k + i];
+  DT_CHECK(ok, op, ": normalized_shape ", ns,
+           " does not match the trailing dims of the input of shape ", x.shape(),
+           " (expected an input of shape [*, ", to_string(ns).substr(1), ")");
+  int next = 1;
+  if (a.has_weight) {
+    const Shape& w = s.input(next++).shape();
+    DT_CHECK(w == ns, op, ": weight of shape ", w, " does not match normalized_shape ", ns);
+  }
+  if (a.has_bias) {
+    const Shape& b = s.input(next).shape();
+    DT_CHECK(b == ns, op, ": bias of shape ", b, " does not match normalized_shape ", ns);
+  }
+  return {x.shape(), contiguous_strides(x.shape()), x.dtype()};
+}
+
+// Leading dims stay sharded; weight and bias (inputs 1, 2) are replicated
+// (DimStrategy's default placement).
+void norm_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
+  const int64_t lead = static_cast<int64_t>(out.shape.size()) - s.args[0];
+  for (int64_t d = 0; d < lead; ++d) c.push_back({{Shard(d)}, Shard(d)});
+  c.push_back({{kR}, kR});
+}
+
+constexpr OpRule kLayerNorm{"layer_norm", norm_meta, norm_strategies};
+constexpr OpRule kRmsNorm{"rms_norm", norm_meta, norm_strategies};
+
+// Runs a norm: builds the schema from x, the optional parameters and the
+// normalized shape; kernel(x, weight, bias) gets undefined tensors for
+// parameters not given.
+template <class F>
+DTensor run_norm(OpId id, const OpRule& rule, const DTensor& x, const Shape& normalized_shape,
+                 const std::optional<DTensor>& weight, const std::optional<DTensor>& bias,
+                 F&& kernel) {
+  OpSchema schema(id, {&x.spec()}, {static_cast<int64_t>(normalized_shape.size())});
+  for (int64_t n : normalized_shape) schema.push_arg(n);
+  schema.push_arg(weight ? 1 : 0);
+  schema.push_arg(bias ? 1 : 0);
+  const DTensor* inputs[3] = {&x};
+  int n = 1;
+  if (weight) {
+    schema.push_input(&weight->spec());
+    inputs[n++] = &*weight;
+  }
+  if (bias) {
+    schema.push_input(&bias->spec());
+    inputs[n++] = &*bias;
+  }
+  const bool has_w = weight.has_value(), has_b = bias.has_value();
+  return run(schema, rule, inputs, [&](int, const Tensor* const* t, const OutputSharding&) {
+    int i = 1;
+    const Tensor w = has_w ? *t[i++] : Tensor();
+    const Tensor b = has_b ? *t[i] : Tensor();
+    return kernel(*t[0], w, b);
+  });
+}
+
+// ---- nll_loss ------------------------------------------------------------------
+// args: reduction (None or Sum: Mean is composed from these), whether the
+// op is reached through cross_entropy (for its name in errors).
+
+// The checks of the plain op's check_loss_shapes, on global shapes.
+void check_loss_shapes(const Shape& is, DType in_dtype, const Shape& ts, DType t_dtype,
+                       const char* op) {
+  DT_CHECK(is_floating(in_dtype), op,
+           ": input dtype must be floating point (float32 or float64), got ", in_dtype);
+  DT_CHECK(t_dtype == DType::Int64, op, ": target must hold int64 class indices, got ", t_dtype);
+  if (is.size() == 1) {
+    DT_CHECK(ts.empty(), op, ": for an input of shape ", is,
+             " (a single sample of C classes) the target must be 0-d, got shape ", ts);
+    return;
+  }
+  DT_CHECK(is.size() >= 2, op, ": input must have shape (C), (N, C) or (N, C, d1, ...), got ",
+           is);
+  Shape expected;
+  expected.push_back(is[0]);
+  for (size_t k = 2; k < is.size(); ++k) expected.push_back(is[k]);
+  DT_CHECK(ts == expected, op, ": target of shape ", ts, " does not match input of shape ", is,
+           " (expected target shape ", expected, ")");
+}
+
+const char* loss_name(const OpSchema& s) { return s.args[1] != 0 ? "cross_entropy" : "nll_loss"; }
+
+TensorMeta nll_meta(const OpSchema& s) {
+  const DTensorSpec& lp = s.input(0);
+  const DTensorSpec& t = s.input(1);
+  check_loss_shapes(lp.shape(), lp.dtype(), t.shape(), t.dtype(), loss_name(s));
+  const Shape out = static_cast<Reduction>(s.args[0]) == Reduction::None ? t.shape() : Shape{};
+  return {out, contiguous_strides(out), lp.dtype()};
+}
+
+// Batch dim 0 and spatial dims k >= 2 of the input (k - 1 of the target)
+// sharded alike: per-target losses sharded (None) or partial sums (Sum). The
+// loss is linear in the log-probabilities, and an ignored target gives 0 on
+// every rank, so a Partial(sum|avg) input against a replicated target stays
+// Partial. The class dim is gathered.
+void nll_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
+  const bool none = static_cast<Reduction>(s.args[0]) == Reduction::None;
+  const int64_t nd = s.input(0).ndim();
+  for (int64_t k = 0; k < nd; ++k) {
+    if (k == 1 || nd < 2) continue;
+    const int64_t tk = k == 0 ? 0 : k - 1;
+    c.push_back({{Shard(k), Shard(tk)}, none ? Shard(tk) : Partial()});
+  }
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg})
+    c.push_back({{Partial(op), kR}, Partial(op)});
+  c.push_back({{kR, kR}, kR});
+}
+
+constexpr OpRule kNllLoss{"nll_loss", nll_meta, nll_strategies};
+constexpr OpRule kCrossEntropyNll{"cross_entropy", nll_meta, nll_strategies};
+
+// nll_loss with reduction None or Sum.
+DTensor nll_unreduced(const DTensor& log_probs, const DTensor& target, Reduction reduction,
+                      int64_t ignore_index, bool cross_entropy) {
+  const OpSchema schema(OpId::NllLoss, {&log_probs.spec(), &target.spec()},
+                        {static_cast<int64_t>(reduction), cross_entropy ? 1 : 0});
+  const DTensor* inputs[2] = {&log_probs, &target};
+  return run(schema, cross_entropy ? kCrossEntropyNll : kNllLoss, inputs,
+             [&](int, const Tensor* const* t, const OutputSharding&) {
+               try {
+                 return nll_loss(*t[0], *t[1], reduction, ignore_index);
+               } catch (const Error& e) {
+                 // An out-of-range target: name the op the user called.
+                 const std::string msg = e.what();
+                 if (!cross_entropy || msg.rfind("nll_loss: ", 0) != 0) throw;
+                 DT_THROW("cross_entropy: ", msg.substr(10));
+               }
+             });
+}
+
+DTensor nll_impl(const DTensor& log_probs, const DTensor& target, Reduction reduction,
+                 int64_t ignore_index, bool cross_entropy) {
+  if (reduction != Reduction::Mean)
+    return nll_unreduced(log_probs, target, reduction, ignore_index, cross_entropy);
+  // Mean = the summed loss over the number of targets that count: both
+  // reduce without communication when the batch is sharded (the sum stays a
+  // Partial(sum); the count, a small all_reduce). Zero counted targets give
+  // 0/0 = NaN, as the plain op does; float / int64 keeps the input's dtype.
+  const DTensor total = nll_unreduced(log_probs, target, Reduction::Sum, ignore_index,
+                                      cross_entropy);
+  const DTensor counted = sum(ne(target, ignore_index));
+  return div(total, counted);
+}
+
+// ---- embedding -----------------------------------------------------------------
+
+TensorMeta embedding_meta(const OpSchema& s) {
+  const DTensorSpec& w = s.input(0);
+  const DTensorSpec& idx = s.input(1);
+  DT_CHECK(w.ndim() == 2, "embedding: weight must be 2-d (num_embeddings, dim), got shape ",
+           w.shape());
+  DT_CHECK(idx.dtype() == DType::Int64, "embedding: indices must be int64, got ", idx.dtype());
+  Shape out = idx.shape();
+  out.push_back(w.shape()[1]);
+  return {out, contiguous_strides(out), w.dtype()};
+}
+
+// Per mesh dim: indices sharded -> output sharded alike; table sharded on
+// its columns -> output sharded on its last dim; table row-sharded ->
+// Partial(sum), each rank filling the indices in its own rows. A lookup only
+// selects rows, so it commutes with every reduction of a Partial table
+// (sum and avg by linearity, max and min elementwise).
+void embedding_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
+  const int64_t nd = s.input(1).ndim();
+  for (int64_t k = 0; k < nd; ++k) c.push_back({{kR, Shard(k)}, Shard(k)});
+  c.push_back({{Shard(1), kR}, Shard(static_cast<int64_t>(out.shape.size()) - 1)});
+  c.push_back({{Shard(0), kR}, Partial()});
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
+    c.push_back({{Partial(op), kR}, Partial(op)});
+  c.push_back({{kR, kR}, kR});
+}
+
+constexpr OpRule kEmbedding{"embedding", embedding_meta, embedding_strategies};
+
+// Indices out of range of the whole table raise the plain op's error (which
+// names the table's shape: the global one, not a shard's).
+void check_indices(const std::vector<int64_t>& idx, const Shape& table) {
+  for (int64_t v : idx)
+    DT_CHECK(v >= -table[0] && v < table[0], "index_select: index ", v,
+             " out of range for dim 0 of size ", table[0], " (shape ", table, ")");
+}
+
+// The lookup of a rank holding rows [first, first + rows) of the table:
+// indices owned elsewhere give zero rows.
+Tensor masked_embedding(const Tensor& weight, const Tensor& indices, int64_t first,
+                        const Shape& table) {
+  std::vector<int64_t> idx = indices.to_vector<int64_t>();
+  check_indices(idx, table);
+  const int64_t rows = weight.shape()[0];
+  std::vector<bool> others(idx.size());  // whether another rank owns index i
+  for (size_t i = 0; i < idx.size(); ++i) {
+    const int64_t v = idx[i] < 0 ? idx[i] + table[0] : idx[i];
+    others[i] = v < first || v >= first + rows;
+    idx[i] = others[i] ? 0 : v - first;
+  }
+  Shape out_shape = indices.shape();
+  out_shape.push_back(weight.shape()[1]);
+  if (rows == 0) return Tensor::zeros(out_shape, weight.dtype());
+  const Tensor out = embedding(weight, Tensor::from_vector(idx, indices.shape()));
+  // A fill, not a product: the stand-in row 0 may hold inf or NaN.
+  return masked_fill(out, Tensor::from_vector(others, indices.shape()).unsqueeze(-1), false);
+}
+
+}  // namespace
+
+DTensor softmax(const DTensor& x, int64_t dim) {
+  const OpSchema schema(OpId::Softmax, {&x.spec()}, {softmax_dim(x, dim)});
+  return run_unary(schema, kSoftmax, x, [&](int, const Tensor& t) { return softmax(t, dim); });
+}
+
+DTensor log_softmax(const DTensor& x, int64_t dim) {
+  const OpSchema schema(OpId::LogSoftmax, {&x.spec()}, {softmax_dim(x, dim)});
+  return run_unary(schema, kLogSoftmax, x,
+                   [&](int, const Tensor& t) { return log_softmax(t, dim); });
+}
+
+DTensor layer_norm(const DTensor& x, const Shape& normalized_shape,
+                   const std::optional<DTensor>& weight, const std::optional<DTensor>& bias,
+                   double eps) {
+  return run_norm(OpId::LayerNorm, kLayerNorm, x, normalized_shape, weight, bias,
+                  [&](const Tensor& t, const Tensor& w, const Tensor& b) {
+                    return layer_norm(t, normalized_shape, w, b, eps);
+                  });
+}
+
+DTensor rms_norm(const DTensor& x, const Shape& normalized_shape,
+                 const std::optional<DTensor>& weight, std::optional<double> eps) {
+  return run_norm(OpId::RmsNorm, kRmsNorm, x, normalized_shape, weight, std::nullopt,
+                  [&](const Tensor& t, const Tensor& w, const Tensor&) {
+                    return rms_norm(t, normalized_shape, w, eps);
+                  });
+}
+
+DTensor nll_loss(const DTensor& log_probs, const DTensor& target, Reduction reduction,
+                 int64_t ignore_index) {
+  return nll_impl(log_probs, target, reduction, ignore_index, false);
+}
+
+DTensor cross_entropy(const DTensor& logits, const DTensor& target, Reduction reduction,
+                      int64_t ignore_index) {
+  // The plain op checks the shapes before the log-softmax; so does this, so
+  // that errors name cross_entropy rather than the ops it is made of.
+  with_placements("cross_entropy", logits, target, [&] {
+    check_loss_shapes(logits.shape(), logits.dtype(), target.shape(), target.dtype(),
+                      "cross_entropy");
+  });
+  const DTensor log_probs = log_softmax(logits, logits.dim() == 1 ? 0 : 1);
+  return nll_impl(log_probs, target, reduction, ignore_index, true);
+}
+
+DTensor embedding(const DTensor& weight, const DTensor& indices) {
+  const OpSchema schema(OpId::Embedding, {&weight.spec(), &indices.spec()});
+  const DTensor* inputs[2] = {&weight, &indices};
+  return run(schema, kEmbedding, inputs,
+             [&](int rank, const Tensor* const* t, const OutputSharding& s) {
+               const DTensorSpec& w = *s.input_targets[0];
+               bool row_sharded = false, col_sharded = false;
+               for (const Placement& p : w.placements()) {
+                 row_sharded |= p.is_shard(0);
+                 col_sharded |= p.is_shard(1);
+               }
+               if (row_sharded) {
+                 // The rows this rank owns, from the table's (input) layout.
+                 const int64_t first = w.extent_of_rank(rank)->global_offset[0];
+                 return masked_embedding(*t[0], *t[1], first, w.shape());
+               }
+               if (col_sharded) check_indices(t[1]->to_vector<int64_t>(), w.shape());
+               return embedding(*t[0], *t[1]);
+             });
+}
+
+}  // namespace dtensor
