@@ -115,9 +115,15 @@ bool over_sharded(const DTensorSpec& spec) {
 
 OutputSharding choose(const OpSchema& schema, const OpRule& rule) {
   const DeviceMesh& mesh = schema.input(0).mesh();
-  for (int i = 1; i < schema.num_inputs; ++i)
-    DT_CHECK(schema.input(i).mesh() == mesh, rule.name, ": inputs live on different meshes: ",
-             mesh, " and ", schema.input(i).mesh());
+  for (int i = 1; i < schema.num_inputs; ++i) {
+    const DeviceMesh& other = schema.input(i).mesh();
+    DT_CHECK(other == mesh, rule.name, ": inputs live on different meshes: ", mesh, " and ",
+             other,
+             mesh.to_string() == other.to_string()
+                 ? " (two meshes built separately are different meshes even when they look "
+                   "alike: build the mesh once and share it)"
+                 : "");
+  }
   TensorMeta out_meta;
   try {
     out_meta = rule.output_meta(schema);
