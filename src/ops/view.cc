@@ -1,0 +1,479 @@
+// View ops on DTensors: view, reshape, flatten, squeeze, unsqueeze, permute,
+// transpose, t, expand, narrow, slice, select, chunk and split.
+//
+// Every view moves elements without changing them, so each Partial kind
+// passes through unchanged (the view of a sum of pieces is the sum of the
+// viewed pieces) and Replicate stays Replicate. What needs care is Shard:
+//   - view/reshape (and flatten, squeeze, unsqueeze, which are reshapes)
+//     group the input and output dims into the smallest runs holding the
+//     same elements in the same order ([8, 6] -> [48] is one group, [8, 6]
+//     -> [4, 2, 6] two). A shard of a group's outermost dim (of size > 1)
+//     may become a shard of the group's outermost output dim, but only when
+//     every rank's shard covers the same flat range of the group before and
+//     after; the chunks of ceil(L / n) do not line up in general ([5, 4] ->
+//     [20] on 4 ranks: rows 2,2,1,0 are 8,8,4,0 elements, not 5,5,5,5), so
+//     the rule checks the whole candidate rank by rank, nested shardings
+//     included, and otherwise gathers first. A shard of an inner dim of a
+//     group never stays (its elements are not contiguous in the result).
+//   - permute/transpose/t renumber the sharded dims.
+//   - expand keeps a shard of a dim whose size is kept; a broadcast dim
+//     (1 -> n) must be replicated.
+//   - narrow/slice/select gather the dim they cut (its chunks would no longer
+//     be the ceil(L / n) chunks of the result); other dims keep their shards.
+//
+// The output shape of each op comes from running the plain Tensor op on a
+// tensor that has a shape and no data (views only touch metadata), so the
+// shape rules and error messages are exactly the plain op's; the dispatcher
+// adds the placements. Locally, view and reshape both reshape (copying a
+// shard whose strides need it): unlike Tensor::view, DTensor view never fails
+// on strides, since a shard's strides are an accident of how it was made.
+// Output specs record contiguous strides, like every other DTensor op.
+#include <algorithm>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "dispatch/dispatch.h"
+
+namespace dtensor {
+
+using namespace dispatch;
+
+namespace {
+
+// ---- shared helpers ---------------------------------------------------------------
+
+// A tensor of x's shape and dtype without data, for running the plain view
+// ops' shape logic and checks.
+Tensor shape_only(const DTensorSpec& x) {
+  return Tensor(nullptr, x.dtype(), x.shape(), contiguous_strides(x.shape()), 0);
+}
+
+TensorMeta meta_of(const Tensor& t) { return {t.shape(), contiguous_strides(t.shape()), t.dtype()}; }
+
+// args[from..] of the schema as a shape or dim list.
+DimVector args_from(const OpSchema& s, int from) {
+  DimVector v;
+  v.assign(s.args + from, s.args + s.num_args);
+  return v;
+}
+
+// A candidate keeping each Partial kind the input has. Kinds the input lacks
+// are not offered: R -> P costs nothing locally, and the chooser would then
+// be free to turn a replicated input into a partial output for no gain.
+void partial_strategies(const DTensorSpec& x, std::vector<DimStrategy>& c) {
+  bool seen[4] = {};
+  for (const Placement& p : x.placements()) {
+    if (!p.is_partial() || seen[static_cast<int>(p.reduce_op())]) continue;
+    seen[static_cast<int>(p.reduce_op())] = true;
+    c.push_back({{p}, p});
+  }
+}
+
+// Runs checks that happen before dispatch (the plain op's own, on a
+// shape-only tensor) and rethrows a failure with x's placements, in the form
+// the dispatcher gives shape errors.
+template <class F>
+void check_like_plain(const DTensor& x, F&& checks) {
+  try {
+    checks();
+  } catch (const Error& e) {
+    DT_THROW(e.what(), " (DTensor placements ", to_string(x.placements()), " on ", x.mesh(), ")");
+  }
+}
+
+// ---- view, reshape, flatten, squeeze, unsqueeze (OpId::View) ----------------------
+
+// args[0] of an OpId::View schema: the public op that built it; the rest are
+// that op's arguments as given (a shape with its -1, or dims). The schema
+// thus differs whenever the result may, and each op checks with its own
+// messages.
+enum class ViewKind : int64_t { View, Reshape, Flatten, Squeeze, SqueezeDim, Unsqueeze };
+
+TensorMeta view_meta(const OpSchema& s) {
+  const Tensor x = shape_only(s.input(0));
+  switch (static_cast<ViewKind>(s.args[0])) {
+    case ViewKind::View: return meta_of(x.view(args_from(s, 1)));
+    case ViewKind::Reshape: return meta_of(x.reshape(args_from(s, 1)));
+    case ViewKind::Flatten: return meta_of(x.flatten(s.args[1], s.args[2]));
+    case ViewKind::Squeeze: return meta_of(x.squeeze());
+    case ViewKind::SqueezeDim: return meta_of(x.squeeze(s.args[1]));
+    case ViewKind::Unsqueeze: return meta_of(x.unsqueeze(s.args[1]));
+  }
+  DT_THROW("internal error: unknown view kind ", s.args[0]);
+}
+
+// Input dims [i0, i1) and output dims [j0, j1) that hold the same elements
+// in the same order. One side is empty for a size-1 dim that appears or
+// disappears.
+struct DimGroup {
+  int i0, i1, j0, j1;
+};
+
+struct DimGroups {
+  DimGroup at[2 * kMaxDims];
+  int size = 0;
+};
+
+// The minimal groups of a reshape of `in` to `out`.
+// REQUIRES: in.product() == out.product() > 0 (so every size is >= 1).
+DimGroups group_dims(const Shape& in, const Shape& out) {
+  DimGroups g;
+  const int a = static_cast<int>(in.size()), b = static_cast<int>(out.size());
+  int i = 0, j = 0;
+  while (i < a || j < b) {
+    // A size-1 dim facing a size > 1 dim (or nothing) is a group on its own.
+    if (i < a && in[i] == 1 && (j == b || out[j] != 1)) {
+      g.at[g.size++] = {i, i + 1, j, j};
+      ++i;
+      continue;
+    }
+    if (j < b && out[j] == 1 && (i == a || in[i] != 1)) {
+      g.at[g.size++] = {i, i, j, j + 1};
+      ++j;
+      continue;
+    }
+    // Both sides have a dim here: the products of what follows are equal,
+    // so growing the smaller side always ends on equal products.
+    const int i0 = i, j0 = j;
+    int64_t f = in[i++], t = out[j++];
+    while (f != t) {
+      if (f < t) f *= in[i++];
+      else t *= out[j++];
+    }
+    g.at[g.size++] = {i0, i, j0, j};
+  }
+  return g;
+}
+
+// The first dim of [lo, hi) with size > 1 (lo when all are 1).
+int outermost(const Shape& shape, int lo, int hi) {
+  for (int k = lo; k < hi; ++k)
+    if (shape[k] > 1) return k;
+  return lo;
+}
+
+// The flat (row-major) range of a group's elements that a shard covers.
+struct FlatRange {
+  int64_t start = 0, size = 0;
+  friend bool operator==(const FlatRange& a, const FlatRange& b) {
+    return a.start == b.start && a.size == b.size;
+  }
+};
+
+// The range that shard `e` covers within dims [lo, hi) of `shape`, or
+// nullopt when its elements are not one contiguous range there. An empty
+// shard gives {0, 0}; a group with no dims on this side, {0, 1}.
+std::optional<FlatRange> flat_range(const Shape& shape, const ShardExtent& e, int lo, int hi) {
+  FlatRange r{0, 1};
+  for (int k = lo; k < hi; ++k) r.size *= e.local_shape[k];
+  if (r.size == 0) return FlatRange{};
+  // Contiguous: inside the innermost cut dim everything is whole, outside it
+  // the shard is one index wide.
+  bool cut = false;
+  int64_t stride = 1;
+  for (int k = hi - 1; k >= lo; --k) {
+    if (cut && e.local_shape[k] != 1) return std::nullopt;
+    if (e.local_shape[k] != shape[k]) cut = true;
+    r.start += e.global_offset[k] * stride;
+    stride *= shape[k];
+  }
+  return r;
+}
+
+void view_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
+  const DTensorSpec& x = s.input(0);
+  const Shape& in = x.shape();
+  const int64_t a = x.ndim(), b = static_cast<int64_t>(out.shape.size());
+  if (in.product() == 0) {
+    // No elements, so every layout holds its (empty) shards alike: keep the
+    // shard on the dim that lines up (from the front, else from the back),
+    // and otherwise replicate the empty output.
+    for (int64_t d = 0; d < a; ++d) {
+      bool front = d < b, back = d + b - a >= 0;
+      for (int64_t k = 0; k <= d && front; ++k) front = in[k] == out.shape[k];
+      for (int64_t k = d; k < a && back; ++k) back = in[k] == out.shape[k + b - a];
+      c.push_back({{Shard(d)}, front ? Shard(d) : back ? Shard(d + b - a) : Replicate()});
+    }
+  } else {
+    const DimGroups g = group_dims(in, out.shape);
+    for (int k = 0; k < g.size; ++k) {
+      const DimGroup& grp = g.at[k];
+      if (grp.i0 == grp.i1 || grp.j0 == grp.j1) continue;
+      c.push_back({{Shard(outermost(in, grp.i0, grp.i1))}, Shard(outermost(out.shape, grp.j0, grp.j1))});
+    }
+  }
+  partial_strategies(x, c);
+  c.push_back({{Replicate()}, Replicate()});
+}
+
+// Whether every rank's input shard is, group by group, the same flat range
+// as its output shard, so that a local reshape gives the output shard. One
+// mesh dim at a time cannot tell: whether chunks line up depends on the
+// other mesh dims sharding the same group (nested chunking).
+bool view_accepts(const OpSchema& s, const TensorMeta& out, const Placements* in_pl,
+                  const Placements& out_pl) {
+  const DTensorSpec& x = s.input(0);
+  if (x.shape().product() == 0) return true;
+  bool sharded = false;
+  for (const Placement& p : in_pl[0]) sharded = sharded || p.is_shard();
+  for (const Placement& p : out_pl) sharded = sharded || p.is_shard();
+  if (!sharded) return true;
+  const DTensorSpec from = x.with_placements(in_pl[0]);
+  const DTensorSpec to(x.mesh(), out_pl, out);
+  const DimGroups g = group_dims(x.shape(), out.shape);
+  const Shape mesh_shape = x.mesh().shape();
+  DimVector coord(mesh_shape.size(), 0);
+  for (;;) {
+    const ShardExtent ea = from.extent(coord), eb = to.extent(coord);
+    for (int k = 0; k < g.size; ++k) {
+      const DimGroup& grp = g.at[k];
+      const auto ra = flat_range(x.shape(), ea, grp.i0, grp.i1);
+      const auto rb = flat_range(out.shape, eb, grp.j0, grp.j1);
+      if (!ra || !rb || !(*ra == *rb)) return false;
+    }
+    int m = static_cast<int>(mesh_shape.size()) - 1;
+    while (m >= 0 && ++coord[m] == mesh_shape[m]) coord[m--] = 0;
+    if (m < 0) return true;
+  }
+}
+
+constexpr OpRule kView{"view", view_meta, view_strategies, view_accepts};
+constexpr OpRule kReshape{"reshape", view_meta, view_strategies, view_accepts};
+constexpr OpRule kFlatten{"flatten", view_meta, view_strategies, view_accepts};
+constexpr OpRule kSqueeze{"squeeze", view_meta, view_strategies, view_accepts};
+constexpr OpRule kUnsqueeze{"unsqueeze", view_meta, view_strategies, view_accepts};
+
+// Reshapes each shard to the output's local shape.
+DTensor run_view(const OpSchema& schema, const OpRule& rule, const DTensor& x) {
+  const DTensor* inputs[] = {&x};
+  return run(schema, rule, inputs, [](int rank, const Tensor* const* t, const OutputSharding& s) {
+    return t[0]->reshape(output_local_shape(s, rank));
+  });
+}
+
+DTensor view_to(ViewKind kind, const OpRule& rule, const DTensor& x, const Shape& shape) {
+  OpSchema schema(OpId::View, {&x.spec()}, {static_cast<int64_t>(kind)});
+  for (int64_t v : shape) schema.push_arg(v);
+  return run_view(schema, rule, x);
+}
+
+// ---- permute, transpose, t (OpId::Permute) ----------------------------------------
+
+// args[0]: the public op; the rest its arguments as given.
+enum class PermuteKind : int64_t { Permute, Transpose, T };
+
+TensorMeta permute_meta(const OpSchema& s) {
+  const Tensor x = shape_only(s.input(0));
+  switch (static_cast<PermuteKind>(s.args[0])) {
+    case PermuteKind::Permute: return meta_of(x.permute(args_from(s, 1)));
+    case PermuteKind::Transpose: return meta_of(x.transpose(s.args[1], s.args[2]));
+    case PermuteKind::T: return meta_of(x.t());
+  }
+  DT_THROW("internal error: unknown permute kind ", s.args[0]);
+}
+
+// Output dim i is input dim perm[i]. REQUIRES: permute_meta accepted s.
+DimVector permutation(const OpSchema& s) {
+  const int64_t nd = s.input(0).ndim();
+  DimVector perm;
+  for (int64_t i = 0; i < nd; ++i) perm.push_back(i);
+  switch (static_cast<PermuteKind>(s.args[0])) {
+    case PermuteKind::Permute:
+      for (int64_t i = 0; i < nd; ++i) perm[i] = wrap_dim(s.args[1 + i], nd, "permute");
+      break;
+    case PermuteKind::Transpose:
+      if (nd > 0) std::swap(perm[wrap_dim(s.args[1], nd, "transpose")],
+                            perm[wrap_dim(s.args[2], nd, "transpose")]);
+      break;
+    case PermuteKind::T:
+      if (nd == 2) std::swap(perm[0], perm[1]);
+      break;
+  }
+  return perm;
+}
+
+void permute_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
+  const DimVector perm = permutation(s);
+  for (size_t i = 0; i < perm.size(); ++i) c.push_back({{Shard(perm[i])}, Shard(static_cast<int64_t>(i))});
+  partial_strategies(s.input(0), c);
+  c.push_back({{Replicate()}, Replicate()});
+}
+
+constexpr OpRule kPermute{"permute", permute_meta, permute_strategies};
+constexpr OpRule kTranspose{"transpose", permute_meta, permute_strategies};
+constexpr OpRule kT{"t", permute_meta, permute_strategies};
+
+// ---- expand (OpId::Expand) -----------------------------------------------------------
+
+// args: the target shape as given (-1 keeps a size).
+TensorMeta expand_meta(const OpSchema& s) {
+  return meta_of(shape_only(s.input(0)).expand(args_from(s, 0)));
+}
+
+// A dim keeping its size keeps its shard (renumbered past the new leading
+// dims); a broadcast dim has no shard candidate, so it is gathered: each
+// rank needs the one row to repeat it over its whole output.
+void expand_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
+  const Shape& in = s.input(0).shape();
+  const int64_t lead = static_cast<int64_t>(out.shape.size() - in.size());
+  for (int64_t k = 0; k < static_cast<int64_t>(in.size()); ++k)
+    if (in[k] == out.shape[k + lead]) c.push_back({{Shard(k)}, Shard(k + lead)});
+  // Copies of a partial piece sum (or max, ...) to copies of the value.
+  partial_strategies(s.input(0), c);
+  c.push_back({{Replicate()}, Replicate()});
+}
+
+constexpr OpRule kExpand{"expand", expand_meta, expand_strategies};
+
+// ---- narrow, slice, select (OpId::Narrow, Slice, Select) ---------------------------------
+
+// args: dim, then the op's numbers, as given.
+TensorMeta cut_meta(const OpSchema& s) {
+  const Tensor x = shape_only(s.input(0));
+  const int64_t* a = s.args;
+  switch (s.op) {
+    case OpId::Narrow: return meta_of(x.narrow(a[0], a[1], a[2]));
+    case OpId::Slice: return meta_of(x.slice(a[0], a[1], a[2], a[3]));
+    default: return meta_of(x.select(a[0], a[1]));
+  }
+}
+
+// The cut dim has no shard candidate (it is gathered); select drops it, so
+// later dims move down by one.
+void cut_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
+  const DTensorSpec& x = s.input(0);
+  const int64_t d = wrap_dim(s.args[0], x.ndim(), "narrow");
+  const bool drops = s.op == OpId::Select;
+  for (int64_t k = 0; k < x.ndim(); ++k)
+    if (k != d) c.push_back({{Shard(k)}, Shard(drops && k > d ? k - 1 : k)});
+  partial_strategies(x, c);
+  c.push_back({{Replicate()}, Replicate()});
+}
+
+constexpr OpRule kNarrow{"narrow", cut_meta, cut_strategies};
+constexpr OpRule kSlice{"slice", cut_meta, cut_strategies};
+constexpr OpRule kSelect{"select", cut_meta, cut_strategies};
+
+// Pieces [start, start + length) of x along dim d (normalised). x is moved
+// once to the layout narrow needs (the layout depends on d only), so the
+// pieces cost one gather of d at most, not one each.
+std::vector<DTensor> narrow_pieces(const DTensor& x, int64_t d,
+                                   const std::vector<std::pair<int64_t, int64_t>>& pieces) {
+  std::vector<DTensor> out;
+  if (pieces.empty()) return out;
+  const OpSchema first(OpId::Narrow, {&x.spec()}, {d, pieces[0].first, pieces[0].second});
+  auto s = propagate(first, kNarrow);
+  const DTensor src = s->needs_redistribute ? prepare_input(x, *s, 0) : x;
+  out.reserve(pieces.size());
+  for (const auto& [start, length] : pieces) out.push_back(narrow(src, d, start, length));
+  return out;
+}
+
+}  // namespace
+
+DTensor view(const DTensor& x, const Shape& shape) { return view_to(ViewKind::View, kView, x, shape); }
+
+DTensor reshape(const DTensor& x, const Shape& shape) {
+  return view_to(ViewKind::Reshape, kReshape, x, shape);
+}
+
+DTensor flatten(const DTensor& x, int64_t start_dim, int64_t end_dim) {
+  const OpSchema schema(OpId::View, {&x.spec()},
+                        {static_cast<int64_t>(ViewKind::Flatten), start_dim, end_dim});
+  return run_view(schema, kFlatten, x);
+}
+
+DTensor squeeze(const DTensor& x) {
+  const OpSchema schema(OpId::View, {&x.spec()}, {static_cast<int64_t>(ViewKind::Squeeze)});
+  return run_view(schema, kSqueeze, x);
+}
+
+DTensor squeeze(const DTensor& x, int64_t dim) {
+  const OpSchema schema(OpId::View, {&x.spec()}, {static_cast<int64_t>(ViewKind::SqueezeDim), dim});
+  return run_view(schema, kSqueeze, x);
+}
+
+DTensor unsqueeze(const DTensor& x, int64_t dim) {
+  const OpSchema schema(OpId::View, {&x.spec()}, {static_cast<int64_t>(ViewKind::Unsqueeze), dim});
+  return run_view(schema, kUnsqueeze, x);
+}
+
+DTensor permute(const DTensor& x, const DimVector& dims) {
+  OpSchema schema(OpId::Permute, {&x.spec()}, {static_cast<int64_t>(PermuteKind::Permute)});
+  for (int64_t d : dims) schema.push_arg(d);
+  return run_unary(schema, kPermute, x, [&](int, const Tensor& t) { return t.permute(dims); });
+}
+
+DTensor transpose(const DTensor& x, int64_t d0, int64_t d1) {
+  const OpSchema schema(OpId::Permute, {&x.spec()},
+                        {static_cast<int64_t>(PermuteKind::Transpose), d0, d1});
+  return run_unary(schema, kTranspose, x,
+                   [&](int, const Tensor& t) { return t.transpose(d0, d1); });
+}
+
+DTensor t(const DTensor& x) {
+  const OpSchema schema(OpId::Permute, {&x.spec()}, {static_cast<int64_t>(PermuteKind::T)});
+  return run_unary(schema, kT, x, [](int, const Tensor& t) { return t.t(); });
+}
+
+DTensor expand(const DTensor& x, const Shape& shape) {
+  OpSchema schema(OpId::Expand, {&x.spec()});
+  for (int64_t v : shape) schema.push_arg(v);
+  const DTensor* inputs[] = {&x};
+  return run(schema, kExpand, inputs, [](int rank, const Tensor* const* t, const OutputSharding& s) {
+    return t[0]->expand(output_local_shape(s, rank));
+  });
+}
+
+DTensor narrow(const DTensor& x, int64_t dim, int64_t start, int64_t length) {
+  const OpSchema schema(OpId::Narrow, {&x.spec()}, {dim, start, length});
+  return run_unary(schema, kNarrow, x,
+                   [&](int, const Tensor& t) { return t.narrow(dim, start, length); });
+}
+
+DTensor slice(const DTensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  const OpSchema schema(OpId::Slice, {&x.spec()}, {dim, start, end, step});
+  return run_unary(schema, kSlice, x,
+                   [&](int, const Tensor& t) { return t.slice(dim, start, end, step); });
+}
+
+DTensor select(const DTensor& x, int64_t dim, int64_t index) {
+  const OpSchema schema(OpId::Select, {&x.spec()}, {dim, index});
+  return run_unary(schema, kSelect, x, [&](int, const Tensor& t) { return t.select(dim, index); });
+}
+
+// The pieces of Tensor::chunk: n of ceil(L / n), trailing ones short or empty.
+std::vector<DTensor> chunk(const DTensor& x, int64_t n, int64_t dim) {
+  int64_t d = 0;
+  check_like_plain(x, [&] {
+    shape_only(x.spec()).chunk(n, dim);
+    d = wrap_dim(dim, x.dim(), "chunk");
+  });
+  const int64_t len = x.shape()[d], c = (len + n - 1) / n;
+  std::vector<std::pair<int64_t, int64_t>> pieces;
+  pieces.reserve(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t start = std::min(c * r, len);
+    pieces.emplace_back(start, std::min(len, start + c) - start);
+  }
+  return narrow_pieces(x, d, pieces);
+}
+
+// The pieces of Tensor::split: split_size each, the last may be shorter; an
+// empty dim gives x itself.
+std::vector<DTensor> split(const DTensor& x, int64_t split_size, int64_t dim) {
+  int64_t d = 0;
+  check_like_plain(x, [&] {
+    shape_only(x.spec()).split(split_size, dim);
+    d = wrap_dim(dim, x.dim(), "split");
+  });
+  const int64_t len = x.shape()[d];
+  if (len == 0) return {x};
+  std::vector<std::pair<int64_t, int64_t>> pieces;
+  for (int64_t start = 0; start < len; start += split_size)
+    pieces.emplace_back(start, std::min(split_size, len - start));
+  return narrow_pieces(x, d, pieces);
+}
+
+}  // namespace dtensor

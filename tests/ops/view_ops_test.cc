@@ -1,0 +1,523 @@
+// View ops on DTensors: which layouts pass through without communication
+// (splits and merges whose chunks line up, transposes, cuts of other dims,
+// Partials), which must gather (uneven chunks, cut or broadcast dims), the
+// errors, and an op-by-op random test: full_tensor(op(x)) == op(full) for
+// any placements, uneven and empty shards included.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+#include <sstream>
+
+#include "dtensor/dtensor.h"
+#include "layout_util.h"
+#include "test_util.h"
+
+using namespace dtensor;
+using dtensor::testing::error_of;
+using dtensor::testing::int_valued;
+using dtensor::testing::make_dtensor;
+
+namespace {
+
+class ViewOpsTest : public ::testing::Test {
+ protected:
+  World world = World::simulated(8);
+};
+
+// Every rank holds the shard its spec gives it.
+void expect_local_shapes(const DTensor& d) {
+  for (int rank : d.mesh().ranks())
+    EXPECT_EQ(d.to_local(rank).shape(), d.spec().extent_of_rank(rank)->local_shape)
+        << "rank " << rank << " of " << d.spec();
+}
+
+// view(x, from -> to) with x placed `pl` on `mesh`: the result equals the
+// plain reshape, keeps the local shapes of its spec, and has placements `want`
+// with no communication when `free`; otherwise it needs communication (the
+// chooser may gather or move the shard to another dim, whichever costs less)
+// and must not keep the input's placements, whose chunks do not line up.
+void check_view(const DeviceMesh& mesh, const Shape& from, const Shape& to, const Placements& pl,
+                const std::string& want, bool free) {
+  SCOPED_TRACE(to_string(from) + " -> " + to_string(to) + " " + to_string(pl) + " on " +
+               mesh.to_string());
+  const Tensor x = int_valued(from, 11);
+  const DTensor d = distribute_tensor(x, mesh, pl);
+  CommDebugMode comm;
+  const DTensor v = view(d, to);
+  if (free) {
+    EXPECT_EQ(comm.total_count(), 0);
+    EXPECT_EQ(to_string(v.placements()), want);
+  } else {
+    EXPECT_GT(comm.total_count(), 0);
+    EXPECT_NE(v.placements(), pl);
+  }
+  EXPECT_EQ(v.shape(), to);
+  expect_local_shapes(v);
+  EXPECT_TRUE(equal(v.full_tensor(), x.reshape(to)));
+}
+
+TEST_F(ViewOpsTest, SplitsAndMergesKeepAShardWhoseChunksLineUp) {
+  DeviceMesh line4(world, {4}), line2(world, {2}), square(world, {2, 2});
+  check_view(line4, {8, 6}, {48}, {Shard(0)}, "S(0)", true);
+  check_view(line4, {8, 6}, {4, 2, 6}, {Shard(0)}, "S(0)", true);
+  check_view(line2, {8, 6}, {2, 4, 6}, {Shard(0)}, "S(0)", true);
+  check_view(line4, {6, 8}, {6, 4, 2}, {Shard(1)}, "S(1)", true);
+  check_view(line2, {6, 8}, {6, 2, 4}, {Shard(1)}, "S(1)", true);
+  check_view(line4, {48}, {8, 6}, {Shard(0)}, "S(0)", true);
+  check_view(line4, {2, 8, 3}, {2, 24}, {Shard(1)}, "S(1)", true);
+  // Size-1 dims in the way: the shard follows the outermost dim of size > 1.
+  check_view(line4, {1, 8, 6}, {48, 1}, {Shard(1)}, "S(0)", true);
+  check_view(line4, {8, 6}, {1, 8, 1, 6}, {Shard(0)}, "S(1)", true);
+  // Nested sharding of one dim over both mesh dims lines up when even.
+  check_view(square, {8, 6}, {48}, {Shard(0), Shard(0)}, "S(0),S(0)", true);
+  check_view(square, {8, 6}, {4, 2, 6}, {Shard(0), Shard(1)}, "S(0),S(2)", true);
+  // Unrelated dims keep their shards.
+  check_view(square, {4, 6, 5}, {4, 30}, {Shard(0), Replicate()}, "S(0),R", true);
+}
+
+TEST_F(ViewOpsTest, ChunksThatDoNotLineUpAreGatheredFirst) {
+  DeviceMesh line4(world, {4}), line2(world, {2}), grid(world, {4, 2});
+  // Rows 2,2,1,0 are 8,8,4,0 elements, not the 5,5,5,5 of S(0) on [20].
+  check_view(line4, {5, 4}, {20}, {Shard(0)}, "", false);
+  // Two rows of the output cannot be shared by four ranks holding 2 input rows each.
+  check_view(line4, {8, 6}, {2, 4, 6}, {Shard(0)}, "", false);
+  // An inner dim of a group: its elements are not contiguous in the result.
+  check_view(line2, {4, 6}, {24}, {Shard(1)}, "", false);
+  // 18 rows nested over 4x2 chunk as (3,2),(3,2),(3,2),(2,1); 36 as (5,4),...
+  check_view(grid, {18, 2}, {36}, {Shard(0), Shard(0)}, "", false);
+}
+
+TEST_F(ViewOpsTest, ViewNeverFailsOnShardStrides) {
+  DeviceMesh line2(world, {2});
+  const Tensor x = int_valued({4, 6}, 3);
+  const DTensor d = distribute_tensor(x, line2, {Shard(1)});
+  const DTensor tr = transpose(d, 0, 1);  // S(0) of [6, 4], non-contiguous shards
+  EXPECT_EQ(to_string(tr.placements()), "S(0)");
+  EXPECT_NE(error_of([&] { x.t().view({24}); }), "<no error>");
+  CommDebugMode comm;
+  const DTensor v = view(tr, {24});
+  EXPECT_EQ(comm.total_count(), 0);
+  EXPECT_EQ(to_string(v.placements()), "S(0)");
+  EXPECT_TRUE(equal(v.full_tensor(), x.t().reshape({24})));
+}
+
+TEST_F(ViewOpsTest, PermutesRenumberShards) {
+  DeviceMesh mesh(world, {2, 2});
+  const Tensor x = int_valued({4, 6, 3}, 4);
+  const DTensor d = distribute_tensor(x, mesh, {Shard(0), Shard(2)});
+  CommDebugMode comm;
+  const DTensor a = transpose(d, 0, 1);
+  const DTensor b = permute(d, {2, 0, 1});
+  const DTensor c = t(distribute_tensor(int_valued({5, 7}, 5), mesh, {Shard(0), Replicate()}));
+  EXPECT_EQ(comm.total_count(), 0);
+  EXPECT_EQ(to_string(a.placements()), "S(1),S(2)");
+  EXPECT_EQ(to_string(b.placements()), "S(1),S(0)");
+  EXPECT_EQ(to_string(c.placements()), "S(1),R");
+  EXPECT_TRUE(equal(a.full_tensor(), x.transpose(0, 1)));
+  EXPECT_TRUE(equal(b.full_tensor(), x.permute({2, 0, 1})));
+  EXPECT_TRUE(equal(c.full_tensor(), int_valued({5, 7}, 5).t()));
+}
+
+TEST_F(ViewOpsTest, PartialsPassThroughEveryView) {
+  DeviceMesh mesh(world, {2, 2});
+  const Tensor x = int_valued({4, 6}, 6);
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min}) {
+    const DTensor d = make_dtensor(x, mesh, {Partial(op), Shard(0)}, 7);
+    const std::string p = to_string(Partial(op));
+    CommDebugMode comm;
+    const DTensor v = view(d, {2, 2, 6});
+    const DTensor tr = transpose(d, 0, 1);
+    const DTensor e = expand(unsqueeze(d, 0), {3, 4, 6});
+    const DTensor n = narrow(d, 1, 1, 3);
+    const DTensor s = select(d, 1, 2);
+    EXPECT_EQ(comm.total_count(), 0) << p;
+    EXPECT_EQ(to_string(v.placements()), p + ",S(0)");
+    EXPECT_EQ(to_string(tr.placements()), p + ",S(1)");
+    EXPECT_EQ(to_string(e.placements()), p + ",S(1)");
+    EXPECT_EQ(to_string(n.placements()), p + ",S(0)");
+    EXPECT_EQ(to_string(s.placements()), p + ",S(0)");
+    EXPECT_TRUE(equal(v.full_tensor(), x.view({2, 2, 6}))) << p;
+    EXPECT_TRUE(equal(tr.full_tensor(), x.t())) << p;
+    EXPECT_TRUE(equal(e.full_tensor(), x.expand({3, 4, 6}))) << p;
+    EXPECT_TRUE(equal(n.full_tensor(), x.narrow(1, 1, 3))) << p;
+    EXPECT_TRUE(equal(s.full_tensor(), x.select(1, 2))) << p;
+  }
+}
+
+TEST_F(ViewOpsTest, CutsKeepOtherDimsAndGatherTheCutDim) {
+  DeviceMesh line4(world, {4});
+  const Tensor x = int_valued({8, 6}, 8);
+  const DTensor d = distribute_tensor(x, line4, {Shard(0)});
+  {
+    CommDebugMode comm;
+    const DTensor n = narrow(d, 1, 2, 3);
+    const DTensor s = slice(d, -1, 1, 100, 2);
+    const DTensor sel = select(d, 1, -1);
+    EXPECT_EQ(comm.total_count(), 0);
+    EXPECT_EQ(to_string(n.placements()), "S(0)");
+    EXPECT_EQ(to_string(s.placements()), "S(0)");
+    EXPECT_EQ(to_string(sel.placements()), "S(0)");
+    EXPECT_TRUE(equal(n.full_tensor(), x.narrow(1, 2, 3)));
+    EXPECT_TRUE(equal(s.full_tensor(), x.slice(-1, 1, 100, 2)));
+    EXPECT_TRUE(equal(sel.full_tensor(), x.select(1, -1)));
+  }
+  {
+    CommDebugMode comm;
+    const DTensor n = narrow(d, 0, 3, 4);
+    EXPECT_GT(comm.total_count(), 0);
+    EXPECT_NE(to_string(n.placements()), "S(0)");
+    EXPECT_TRUE(equal(n.full_tensor(), x.narrow(0, 3, 4)));
+  }
+  {  // select drops the dim: a later shard moves down
+    const DTensor e = distribute_tensor(int_valued({3, 4, 8}, 9), line4, {Shard(2)});
+    CommDebugMode comm;
+    const DTensor sel = select(e, 0, 1);
+    EXPECT_EQ(comm.total_count(), 0);
+    EXPECT_EQ(to_string(sel.placements()), "S(1)");
+    EXPECT_TRUE(equal(sel.full_tensor(), int_valued({3, 4, 8}, 9).select(0, 1)));
+  }
+}
+
+TEST_F(ViewOpsTest, ExpandKeepsShardsOfKeptDimsAndReplicatesBroadcastOnes) {
+  DeviceMesh square(world, {2, 2});
+  const Tensor x = int_valued({1, 6}, 10);
+  const DTensor d = distribute_tensor(x, square, {Replicate(), Shard(1)});
+  {
+    CommDebugMode comm;
+    const DTensor e = expand(d, {2, 4, -1});
+    EXPECT_EQ(comm.total_count(), 0);
+    EXPECT_EQ(to_string(e.placements()), "R,S(2)");
+    expect_local_shapes(e);
+    EXPECT_TRUE(equal(e.full_tensor(), x.expand({2, 4, 6})));
+  }
+  {  // the size-1 dim is sharded (one rank holds it) and then broadcast
+    const DTensor s = distribute_tensor(x, square, {Shard(0), Shard(1)});
+    const DTensor e = expand(s, {5, 6});
+    EXPECT_EQ(to_string(e.placements()), "R,S(1)");
+    expect_local_shapes(e);
+    EXPECT_TRUE(equal(e.full_tensor(), x.expand({5, 6})));
+  }
+}
+
+TEST_F(ViewOpsTest, ChunkAndSplitGiveThePlainPiecesWithOneGather) {
+  DeviceMesh line4(world, {4});
+  const Tensor x = int_valued({7, 3}, 12);
+  const DTensor d = distribute_tensor(x, line4, {Shard(0)});
+  {
+    CommDebugMode comm;
+    const std::vector<DTensor> got = chunk(d, 4, 0);
+    EXPECT_EQ(comm.total_count(), 1);  // one all_gather for all the pieces
+    const std::vector<Tensor> want = x.chunk(4, 0);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(equal(got[i].full_tensor(), want[i])) << i;
+  }
+  {
+    CommDebugMode comm;
+    const std::vector<DTensor> got = split(d, 2, 1);  // sizes 2, 1 on the unsharded dim
+    EXPECT_EQ(comm.total_count(), 0);
+    const std::vector<Tensor> want = x.split(2, 1);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(to_string(got[i].placements()), "S(0)");
+      EXPECT_TRUE(equal(got[i].full_tensor(), want[i])) << i;
+    }
+  }
+  {  // more chunks than rows: trailing chunks are empty
+    const std::vector<DTensor> got = chunk(d, 9, 0);
+    ASSERT_EQ(got.size(), 9u);
+    EXPECT_EQ(got[8].shape(), Shape({0, 3}));
+  }
+}
+
+TEST_F(ViewOpsTest, RepeatedViewsHitThePropagationCache) {
+  DeviceMesh mesh(world, {2, 2});
+  const DTensor d = distribute_tensor(int_valued({8, 6}, 13), mesh, {Shard(0), Replicate()});
+  clear_sharding_prop_cache();
+  DTensor v = view(d, {4, 12});
+  DTensor f = flatten(d);
+  DTensor r = reshape(d, {-1});  // same shape as flatten, its own entry
+  EXPECT_EQ(sharding_prop_cache_info().misses, 3);
+  for (int i = 0; i < 5; ++i) {
+    v = view(d, {4, 12});
+    f = flatten(d);
+    r = reshape(d, {-1});
+  }
+  const ShardingPropCacheInfo info = sharding_prop_cache_info();
+  EXPECT_EQ(info.misses, 3);
+  EXPECT_EQ(info.hits, 15);
+  EXPECT_EQ(to_string(f.placements()), "S(0),R");
+}
+
+// The dispatched error holds the plain op's message and the placements.
+void expect_plain_error(const std::function<void()>& plain, const std::function<void()>& dist,
+                        const std::string& placements) {
+  const std::string want = error_of(plain);
+  const std::string got = error_of(dist);
+  ASSERT_NE(want, "<no error>");
+  EXPECT_NE(got.find(want), std::string::npos) << got << "\nvs plain: " << want;
+  EXPECT_NE(got.find(placements), std::string::npos) << got;
+}
+
+TEST_F(ViewOpsTest, ErrorsAreThePlainOpsWithThePlacements) {
+  DeviceMesh mesh(world, {4});
+  const Tensor x = Tensor::zeros({4, 3});
+  const DTensor d = distribute_tensor(x, mesh, {Shard(0)});
+  const std::string s0 = "placements S(0)";
+  expect_plain_error([&] { x.view({5, -1}); }, [&] { view(d, {5, -1}); }, s0);
+  expect_plain_error([&] { x.reshape({5, 2}); }, [&] { reshape(d, {5, 2}); }, s0);
+  expect_plain_error([&] { x.reshape({-1, -1}); }, [&] { reshape(d, {-1, -1}); }, s0);
+  expect_plain_error([&] { x.flatten(1, 0); }, [&] { flatten(d, 1, 0); }, s0);
+  expect_plain_error([&] { x.flatten(0, 2); }, [&] { flatten(d, 0, 2); }, s0);
+  expect_plain_error([&] { x.squeeze(2); }, [&] { squeeze(d, 2); }, s0);
+  expect_plain_error([&] { x.unsqueeze(-4); }, [&] { unsqueeze(d, -4); }, s0);
+  expect_plain_error([&] { x.permute({0}); }, [&] { permute(d, {0}); }, s0);
+  expect_plain_error([&] { x.permute({1, -1}); }, [&] { permute(d, {1, -1}); }, s0);
+  expect_plain_error([&] { x.transpose(0, 2); }, [&] { transpose(d, 0, 2); }, s0);
+  expect_plain_error([&] { x.unsqueeze(0).t(); }, [&] { t(unsqueeze(d, 0)); }, "S(1)");
+  expect_plain_error([&] { x.expand({4, 4}); }, [&] { expand(d, {4, 4}); }, s0);
+  expect_plain_error([&] { x.expand({3}); }, [&] { expand(d, {3}); }, s0);
+  expect_plain_error([&] { x.narrow(1, 2, 2); }, [&] { narrow(d, 1, 2, 2); }, s0);
+  expect_plain_error([&] { x.narrow(2, 0, 1); }, [&] { narrow(d, 2, 0, 1); }, s0);
+  expect_plain_error([&] { x.slice(0, 0, 2, 0); }, [&] { slice(d, 0, 0, 2, 0); }, s0);
+  expect_plain_error([&] { x.select(1, 3); }, [&] { select(d, 1, 3); }, s0);
+  expect_plain_error([&] { x.chunk(0, 0); }, [&] { chunk(d, 0, 0); }, s0);
+  expect_plain_error([&] { x.chunk(2, 3); }, [&] { chunk(d, 2, 3); }, s0);
+  expect_plain_error([&] { x.split(0, 1); }, [&] { split(d, 0, 1); }, s0);
+  const std::string e = error_of([&] { view(d, {5, -1}); });
+  EXPECT_EQ(e.rfind("view: ", 0), 0u) << e;
+  EXPECT_NE(e.find("[5, -1]"), std::string::npos) << e;
+}
+
+// ---- random layouts ------------------------------------------------------------------
+
+// Random ints in [lo, hi].
+int64_t uniform(std::mt19937& rng, int64_t lo, int64_t hi) {
+  return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+}
+
+// A random shape with the same number of elements as `shape`: a few random
+// merges of adjacent dims, splits of a dim into two factors, and inserted or
+// removed size-1 dims; sometimes one size given as -1.
+Shape random_reshape(std::mt19937& rng, const Shape& shape) {
+  Shape s = shape;
+  const int steps = 1 + static_cast<int>(rng() % 3);
+  for (int step = 0; step < steps; ++step) {
+    const int64_t nd = static_cast<int64_t>(s.size());
+    switch (rng() % 4) {
+      case 0:  // merge two adjacent dims
+        if (nd >= 2) {
+          const int64_t i = uniform(rng, 0, nd - 2);
+          s[i] *= s[i + 1];
+          s.erase(i + 1);
+        }
+        break;
+      case 1:  // split a dim into p * (n / p)
+        if (nd >= 1 && nd < kMaxDims) {
+          const int64_t i = uniform(rng, 0, nd - 1);
+          const int64_t n = s[i];
+          int64_t p = n == 0 ? uniform(rng, 0, 3) : 1;
+          if (n > 0) {
+            std::vector<int64_t> divisors;
+            for (int64_t k = 1; k <= n; ++k)
+              if (n % k == 0) divisors.push_back(k);
+            p = divisors[rng() % divisors.size()];
+          }
+          const int64_t q = n == 0 ? (p == 0 ? uniform(rng, 0, 3) : 0) : n / p;
+          s[i] = q;
+          s.insert(i, p);
+        }
+        break;
+      case 2:  // insert a size-1 dim
+        if (nd < kMaxDims) s.insert(uniform(rng, 0, nd), 1);
+        break;
+      default:  // remove a size-1 dim
+        for (int64_t i = 0; i < nd; ++i)
+          if (s[i] == 1) {
+            s.erase(i);
+            break;
+          }
+        break;
+    }
+  }
+  if (!s.empty() && rng() % 3 == 0) {
+    const int64_t i = uniform(rng, 0, static_cast<int64_t>(s.size()) - 1);
+    int64_t others = 1;
+    for (int64_t k = 0; k < static_cast<int64_t>(s.size()); ++k)
+      if (k != i) others *= s[k];
+    if (others != 0) s[i] = -1;
+  }
+  return s;
+}
+
+// A random dim of an nd-d tensor, negative half the time.
+int64_t random_dim(std::mt19937& rng, int64_t nd) {
+  const int64_t d = uniform(rng, 0, nd - 1);
+  return rng() % 2 ? d : d - nd;
+}
+
+// One op of the random test: its description, the plain result(s) and the
+// DTensor result(s).
+struct Case {
+  std::string what;
+  std::vector<Tensor> want;
+  std::function<std::vector<DTensor>()> got;
+};
+
+Case random_case(std::mt19937& rng, int which, const Tensor& x, const DTensor& d) {
+  const Shape& shape = x.shape();
+  const int64_t nd = x.dim();
+  std::ostringstream what;
+  auto one = [](DTensor v) { return std::vector<DTensor>{std::move(v)}; };
+  switch (which) {
+    case 0: {
+      const Shape to = random_reshape(rng, shape);
+      what << "view " << to;
+      return {what.str(), {x.reshape(to)}, [=] { return one(view(d, to)); }};
+    }
+    case 1: {
+      const Shape to = random_reshape(rng, shape);
+      what << "reshape " << to;
+      return {what.str(), {x.reshape(to)}, [=] { return one(reshape(d, to)); }};
+    }
+    case 2: {  // a view of non-contiguous shards
+      const int64_t a = random_dim(rng, nd), b = random_dim(rng, nd);
+      const Tensor tx = x.transpose(a, b);
+      const Shape to = random_reshape(rng, tx.shape());
+      what << "transpose " << a << "," << b << " then view " << to;
+      return {what.str(), {tx.reshape(to)}, [=] { return one(view(transpose(d, a, b), to)); }};
+    }
+    case 3: {
+      int64_t a = uniform(rng, 0, nd - 1), b = uniform(rng, a, nd - 1);
+      if (rng() % 2) a -= nd;
+      if (rng() % 2) b -= nd;
+      what << "flatten " << a << "," << b;
+      return {what.str(), {x.flatten(a, b)}, [=] { return one(flatten(d, a, b)); }};
+    }
+    case 4:
+      what << "squeeze";
+      return {what.str(), {x.squeeze()}, [=] { return one(squeeze(d)); }};
+    case 5: {
+      const int64_t a = random_dim(rng, nd);
+      what << "squeeze " << a;
+      return {what.str(), {x.squeeze(a)}, [=] { return one(squeeze(d, a)); }};
+    }
+    case 6: {
+      const int64_t a = random_dim(rng, nd + 1);
+      what << "unsqueeze " << a;
+      return {what.str(), {x.unsqueeze(a)}, [=] { return one(unsqueeze(d, a)); }};
+    }
+    case 7: {
+      std::vector<int64_t> p(static_cast<size_t>(nd));
+      for (int64_t i = 0; i < nd; ++i) p[i] = i;
+      std::shuffle(p.begin(), p.end(), rng);
+      for (int64_t& v : p)
+        if (rng() % 3 == 0) v -= nd;
+      const DimVector dims(p);
+      what << "permute " << dims;
+      return {what.str(), {x.permute(dims)}, [=] { return one(permute(d, dims)); }};
+    }
+    case 8: {
+      if (nd <= 2) {
+        what << "t";
+        return {what.str(), {x.t()}, [=] { return one(t(d)); }};
+      }
+      const int64_t a = random_dim(rng, nd), b = random_dim(rng, nd);
+      what << "transpose " << a << "," << b;
+      return {what.str(), {x.transpose(a, b)}, [=] { return one(transpose(d, a, b)); }};
+    }
+    case 9: {
+      Shape to;
+      const int64_t lead = uniform(rng, 0, 2);
+      for (int64_t i = 0; i < lead; ++i) to.push_back(uniform(rng, 0, 3));
+      for (int64_t i = 0; i < nd; ++i) {
+        const int64_t k = uniform(rng, 0, 2);
+        if (shape[i] == 1 && k == 0) to.push_back(uniform(rng, 0, 5));
+        else to.push_back(k == 1 ? -1 : shape[i]);
+      }
+      what << "expand " << to;
+      return {what.str(), {x.expand(to)}, [=] { return one(expand(d, to)); }};
+    }
+    case 10: {
+      const int64_t a = random_dim(rng, nd), n = shape[a < 0 ? a + nd : a];
+      const int64_t start = uniform(rng, 0, n), length = uniform(rng, 0, n - start);
+      const int64_t given = start < n && rng() % 2 ? start - n : start;
+      what << "narrow " << a << "," << given << "," << length;
+      return {what.str(), {x.narrow(a, given, length)},
+              [=] { return one(narrow(d, a, given, length)); }};
+    }
+    case 11: {
+      const int64_t a = random_dim(rng, nd), n = shape[a < 0 ? a + nd : a];
+      const int64_t start = uniform(rng, -n - 2, n + 2), end = uniform(rng, -n - 2, n + 2);
+      const int64_t step = uniform(rng, 1, 3);
+      what << "slice " << a << "," << start << "," << end << "," << step;
+      return {what.str(), {x.slice(a, start, end, step)},
+              [=] { return one(slice(d, a, start, end, step)); }};
+    }
+    case 12: {
+      const int64_t a = random_dim(rng, nd), n = shape[a < 0 ? a + nd : a];
+      if (n == 0) {
+        what << "narrow " << a << ",0,0";
+        return {what.str(), {x.narrow(a, 0, 0)}, [=] { return one(narrow(d, a, 0, 0)); }};
+      }
+      const int64_t index = uniform(rng, -n, n - 1);
+      what << "select " << a << "," << index;
+      return {what.str(), {x.select(a, index)}, [=] { return one(select(d, a, index)); }};
+    }
+    case 13: {
+      const int64_t a = random_dim(rng, nd), n = uniform(rng, 1, 5);
+      what << "chunk " << n << "," << a;
+      return {what.str(), x.chunk(n, a), [=] { return chunk(d, n, a); }};
+    }
+    default: {
+      const int64_t a = random_dim(rng, nd), size = uniform(rng, 1, 4);
+      what << "split " << size << "," << a;
+      return {what.str(), x.split(size, a), [=] { return split(d, size, a); }};
+    }
+  }
+}
+
+// Op-by-op: random placements (Partials included) on meshes 4, 2x2 and 2x3,
+// random shapes of sizes 0-7 (uneven and empty shards), random valid
+// arguments; the result must equal the plain op exactly.
+TEST_F(ViewOpsTest, RandomLayoutsMatchThePlainOps) {
+  std::mt19937 rng(2024);
+  const Shape meshes[] = {{4}, {2, 2}, {2, 3}};
+  constexpr int kOps = 15;
+  const int iterations = dtensor::testing::property_cases(300);
+  for (int iter = 0; iter < iterations; ++iter) {
+    const int which = iter % kOps;
+    const Shape mesh_shape = meshes[rng() % 3];
+    DeviceMesh mesh(world, mesh_shape);
+    Shape shape;
+    const int nd = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < nd; ++i) shape.push_back(rng() % 8);
+    if (rng() % 2) shape[rng() % nd] = 1;  // squeeze, expand and size-1 groups
+    const Placements pl = dtensor::testing::random_placement_pair(
+                              rng, static_cast<int>(mesh_shape.size()), nd).first;
+    const Tensor x = int_valued(shape, iter);
+    const DTensor d = make_dtensor(x, mesh, pl, iter);
+    const Case c = random_case(rng, which, x, d);
+    const std::string what = c.what + " of " + to_string(shape) + " placed " + to_string(pl) +
+                             " on " + mesh.to_string();
+    std::vector<DTensor> got;
+    try {
+      got = c.got();
+    } catch (const Error& e) {
+      FAIL() << what << ": " << e.what();
+    }
+    ASSERT_EQ(got.size(), c.want.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const std::string piece = what + " (piece " + std::to_string(i) + ", got " +
+                                to_string(got[i].placements()) + ")";
+      ASSERT_EQ(got[i].shape(), c.want[i].shape()) << piece;
+      for (int rank : mesh.ranks())
+        ASSERT_EQ(got[i].to_local(rank).shape(), got[i].spec().extent_of_rank(rank)->local_shape)
+            << piece << " rank " << rank;
+      const Tensor full = got[i].full_tensor();
+      ASSERT_TRUE(equal(full, c.want[i])) << piece << "\n" << full << "\n" << c.want[i];
+    }
+  }
+}
+
+}  // namespace
