@@ -6,11 +6,20 @@
 // a candidate layout. Its cost is the sum of the cheapest plans moving each
 // input to the layout's input placements; a move the rules forbid (S->P, a
 // new Partial) rules the candidate out, and so does moving an input to a
-// layout that shards a dim over more ranks than it has elements. The first
-// candidate of least cost wins, and one of cost zero ends the search, so
-// a layout needing no communication is taken whenever one exists. An op
-// without a rule, or whose rule admits no candidate, runs on Replicate:
-// slower, never wrong, and noted once in the debug notes.
+// layout that shards a dim over more ranks than it has elements.
+// Pricing every layout with the planner would cost microseconds each (a
+// 3-input op on a 3-d mesh has ~1000 layouts), so the layouts are first
+// ranked by a cheap per-mesh-dim estimate (each transform's collective on
+// the input's local bytes, keeping a placement ranked before a free local
+// chunk); then the best-ranked valid layouts, at most kMaxPriced of them,
+// are priced exactly, in rank order, and the least cost wins (the earlier
+// on a tie). A layout needing no redistribution ranks first and ends the
+// search, so it is taken whenever one exists. An op without a rule, or
+// whose rule admits no candidate, runs on Replicate: slower, never wrong,
+// and noted once in the debug notes.
+#include <algorithm>
+#include <limits>
+
 #include "common/lru_cache.h"
 #include "dispatch/dispatch.h"
 
@@ -113,6 +122,73 @@ bool over_sharded(const DTensorSpec& spec) {
   return false;
 }
 
+// How many valid layouts are priced exactly (planner calls) per choice.
+constexpr int kMaxPriced = 8;
+// At most this many whole-mesh layouts are ranked; beyond it each mesh dim
+// keeps only its best-estimated candidates.
+constexpr uint64_t kMaxLayouts = 4096;
+constexpr double kForbidden = std::numeric_limits<double>::infinity();
+// Free, but ranked after keeping the placement (a layout needing no
+// redistribution wins a tie).
+constexpr double kLocalMove = 1e-6;
+
+// An estimate of the cost of moving input `have` to placement `want` on mesh
+// dim m alone: the elementary transform's collective on the input's local
+// bytes (SEMANTICS.md's cost model), ignoring what the other mesh dims do.
+// Cheap, for ranking only; a move the rules forbid (a new Partial) is
+// infinite.
+double estimate_dim(const DTensorSpec& have, int m, Placement want, double base_us) {
+  const Placement p = have.placements()[m];
+  if (p == want) return 0;
+  const DeviceMesh& mesh = have.mesh();
+  const int64_t n = mesh.size(m);
+  if (n == 1) return 0;
+  if (want.is_partial()) return kForbidden;
+  if (p.is_replicate()) return kLocalMove;  // R -> S: a local chunk
+  const double bytes = static_cast<double>(have.global_bytes()) /
+                       static_cast<double>(std::max<int64_t>(have.num_shards(), 1));
+  const LinkCost link = mesh.link(mesh.root_dims(m));
+  if (p.is_shard())
+    return want.is_replicate() ? all_gather_cost(bytes * static_cast<double>(n), n, link, base_us)
+                               : all_to_all_cost(bytes, n, link, base_us);
+  return want.is_replicate() ? all_reduce_cost(bytes, n, link, base_us)
+                             : reduce_scatter_cost(bytes, n, link, base_us);
+}
+
+// Per mesh dim: the candidate indices, best estimate first (ties keep the
+// rule's order), and their estimates; trimmed so that at most kMaxLayouts
+// whole-mesh layouts remain.
+struct RankedOptions {
+  std::vector<size_t> index[kMaxDims];
+  std::vector<double> estimate[kMaxDims];
+};
+
+RankedOptions ranked_options(const OpSchema& schema, const std::vector<DimStrategy>& per_dim,
+                             int nd) {
+  const size_t c = per_dim.size();
+  const double base_us = schema.input(0).mesh().topology().base_us;
+  size_t keep = c;
+  while (keep > 1) {
+    uint64_t total = 1;
+    for (int m = 0; m < nd && total <= kMaxLayouts; ++m) total *= keep;
+    if (total <= kMaxLayouts) break;
+    --keep;
+  }
+  RankedOptions r;
+  for (int m = 0; m < nd; ++m) {
+    std::vector<double> est(c, 0);
+    for (size_t j = 0; j < c; ++j)
+      for (int i = 0; i < schema.num_inputs; ++i)
+        est[j] += estimate_dim(schema.input(i), m, per_dim[j].in[i], base_us);
+    std::vector<size_t>& idx = r.index[m];
+    for (size_t j = 0; j < c; ++j) idx.push_back(j);
+    std::stable_sort(idx.begin(), idx.end(), [&](size_t x, size_t y) { return est[x] < est[y]; });
+    idx.resize(std::min(keep, c));
+    for (size_t j : idx) r.estimate[m].push_back(est[j]);
+  }
+  return r;
+}
+
 OutputSharding choose(const OpSchema& schema, const OpRule& rule) {
   const DeviceMesh& mesh = schema.input(0).mesh();
   for (int i = 1; i < schema.num_inputs; ++i) {
@@ -139,10 +215,9 @@ OutputSharding choose(const OpSchema& schema, const OpRule& rule) {
   const int nd = mesh.ndim();
   const size_t c = per_dim.size();
   std::optional<OutputSharding> best;
-  size_t pick[kMaxDims] = {};
   std::string last_reason = "the op has no sharding rule";
   // Input placements, output placements -> a candidate, or a reason it is none.
-  auto consider = [&](const Placements* in_pl, const Placements& out_pl) {
+  auto consider = [&](const Placements* in_pl, const Placements& out_pl) -> bool {
     try {
       if (rule.accepts != nullptr && !rule.accepts(schema, out_meta, in_pl, out_pl))
         throw Error("the layouts do not chunk alike");
@@ -162,29 +237,49 @@ OutputSharding choose(const OpSchema& schema, const OpRule& rule) {
           (cand.cost_us < best->cost_us + 1e-9 && best->needs_redistribute &&
            !cand.needs_redistribute))
         best = std::move(cand);
+      return true;
     } catch (const Error& e) {
       // Not a valid layout, or a move the rules forbid: not a candidate.
       last_reason = e.what();
+      return false;
     }
   };
-  for (bool more = c > 0; more;) {
-    Placements in_pl[kMaxInputs], out_pl;
-    for (int m = 0; m < nd; ++m) {
-      const DimStrategy& s = per_dim[pick[m]];
-      for (int i = 0; i < schema.num_inputs; ++i) in_pl[i].push_back(s.in[i]);
-      out_pl.push_back(s.out);
-    }
-    consider(in_pl, out_pl);
-    if (best && !best->needs_redistribute) break;
-    // Odometer over the mesh dims.
-    more = false;
+  // Rank the layouts by a per-mesh-dim estimate, then price the most
+  // promising few exactly with the planner (see estimate_dim).
+  const RankedOptions options = ranked_options(schema, per_dim, nd);
+  std::vector<std::pair<double, uint64_t>> order;  // (estimate, odometer index)
+  uint64_t total = c == 0 ? 0 : 1;
+  for (int m = 0; m < nd; ++m) total *= options.index[m].size();
+  order.reserve(total);
+  for (uint64_t idx = 0; idx < total; ++idx) {
+    double est = 0;
+    uint64_t rest = idx;
     for (int m = nd - 1; m >= 0; --m) {
-      if (++pick[m] < c) {
-        more = true;
-        break;
-      }
-      pick[m] = 0;
+      const size_t k = options.index[m].size();
+      est += options.estimate[m][rest % k];
+      rest /= k;
     }
+    order.emplace_back(est, idx);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  int priced = 0;
+  for (const auto& [est, idx] : order) {
+    if (priced >= kMaxPriced || (best && !best->needs_redistribute)) break;
+    Placements in_pl[kMaxInputs], out_pl;
+    uint64_t rest = idx;
+    size_t pick[kMaxDims] = {};
+    for (int m = nd - 1; m >= 0; --m) {
+      const size_t k = options.index[m].size();
+      pick[m] = options.index[m][rest % k];
+      rest /= k;
+    }
+    for (int m = 0; m < nd; ++m) {
+      const DimStrategy& st = per_dim[pick[m]];
+      for (int i = 0; i < schema.num_inputs; ++i) in_pl[i].push_back(st.in[i]);
+      out_pl.push_back(st.out);
+    }
+    if (consider(in_pl, out_pl)) ++priced;
   }
   if (!best) {
     const Placements all_r(static_cast<size_t>(nd), Replicate());

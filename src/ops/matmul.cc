@@ -277,8 +277,14 @@ Tensor biased(const OutputSharding& s, int rank, int bias_input, std::initialize
               const Tensor& bias, Scalar beta, Scalar alpha, Full full, Product product) {
   const bool bias_in = adds_term(s, rank, {bias_input}), term_in = adds_term(s, rank, terms);
   if (bias_in && term_in) return full();
-  Tensor out = term_in ? mul(product(), alpha).to(s.output.dtype())
-                       : Tensor::zeros(output_local_shape(s, rank), s.output.dtype());
+  Tensor out;
+  if (term_in) {
+    out = product();
+    if (alpha.to_double() != 1.0) out = mul(out, alpha);
+    out = out.to(s.output.dtype());
+  } else {
+    out = Tensor::zeros(output_local_shape(s, rank), s.output.dtype());
+  }
   if (bias_in && beta.to_double() != 0.0) out.add_(mul(bias, beta));
   return out;
 }
