@@ -3,8 +3,8 @@
 //
 // World::simulated(n) holds all n ranks in this process (the "LocalTensor"
 // mode: every op runs on every rank's shard and collectives are computed from
-// the shards directly). An MPI world (a later issue) holds exactly one rank
-// per process. Everything above the Backend — meshes, specs, DTensors, the
+// the shards directly). World::mpi() holds exactly one rank per process, the
+// process's rank in an MPI job (mpirun -np N program). Everything above the Backend — meshes, specs, DTensors, the
 // planner — is written against World and never asks which kind it is, so the
 // same program runs on both.
 //
@@ -22,12 +22,24 @@ class World {
  public:
   // All `size` ranks held by this process. REQUIRES: size >= 1.
   static World simulated(int size);
+  // This process's rank of an MPI job: MPI_COMM_WORLD, initialised here
+  // unless the program already did (then it is also the program's to
+  // finalise; otherwise dtensor finalises it once, at exit). Calling it
+  // again returns the same world. From then on an exception that escapes
+  // main on any rank ends the whole job (MPI_Abort) with that rank's
+  // message instead of leaving the others waiting. To adopt another
+  // communicator, see dtensor/mpi.h. Throws when built without MPI.
+  static World mpi(int* argc = nullptr, char*** argv = nullptr);
+  // Whether this build has the MPI backend.
+  static bool mpi_available();
 
   int size() const;
   // The ranks this process holds, ascending (all ranks when simulated).
   const std::vector<int>& held_ranks() const;
   bool holds(int rank) const;
   bool is_simulated() const;
+  // This process's rank (MPI); 0 in a simulated world.
+  int rank() const;
   // The collectives of this world.
   Backend& backend() const;
 

@@ -1,9 +1,6 @@
-// World — the ranks a program runs on and which of them this process holds.
-//
-// World::Impl is the shared state behind every World handle: the size, the
-// held ranks (ascending) and the Backend that runs the collectives. Only the
-// simulated world exists so far; an MPI world will build an Impl holding its
-// one rank and an MPI backend (move Impl to a private header then).
+// World — the ranks a program runs on and which of them this process holds:
+// the simulated world, and what every world shares. The MPI world lives in
+// mpi_world.cc (built with MPI); without MPI, World::mpi says so.
 #include "dtensor/world.h"
 
 #include <algorithm>
@@ -12,21 +9,11 @@
 #include <utility>
 #include <vector>
 
-#include "comm/backend.h"
 #include "comm/sim_backend.h"
+#include "comm/world_impl.h"
 #include "dtensor/error.h"
 
 namespace dtensor {
-
-struct World::Impl {
-  Impl(int size, std::vector<int> held, std::unique_ptr<Backend> backend, bool simulated)
-      : size(size), held(std::move(held)), backend(std::move(backend)), simulated(simulated) {}
-
-  int size;
-  std::vector<int> held;  // ascending
-  std::unique_ptr<Backend> backend;
-  bool simulated;
-};
 
 World World::simulated(int size) {
   DT_CHECK(size >= 1, "World::simulated: size must be >= 1, got ", size);
@@ -48,5 +35,16 @@ bool World::holds(int rank) const {
 bool World::is_simulated() const { return impl_->simulated; }
 
 Backend& World::backend() const { return *impl_->backend; }
+
+int World::rank() const { return impl_->simulated ? 0 : impl_->held.front(); }
+
+#ifndef DTENSOR_HAVE_MPI
+bool World::mpi_available() { return false; }
+
+World World::mpi(int*, char***) {
+  DT_THROW("World::mpi: this dtensor was built without MPI; install libopenmpi-dev and "
+           "openmpi-bin and rebuild (CMake option DTENSOR_MPI=AUTO or ON)");
+}
+#endif
 
 }  // namespace dtensor

@@ -1,0 +1,521 @@
+// MpiBackend: each collective on the native MPI call over the calling rank's
+// group communicator (see mpi_backend.h).
+//
+// Buffers: MPI moves contiguous runs of elements, so a shard is made
+// contiguous first (free when it already is). Pieces along a dim other than
+// the leading one are packed into one buffer in member order (send side) or
+// cut out of the receive buffer as views and concatenated (receive side).
+// Counts are MPI ints: a piece of more than 2^31-1 elements is an error.
+#include "comm/mpi_backend.h"
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "dtensor/debug.h"
+#include "dtensor/error.h"
+
+namespace dtensor {
+
+namespace {
+
+MPI_Datatype mpi_type(DType d) {
+  switch (d) {
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+    case DType::Int64: return MPI_INT64_T;
+    case DType::Bool: break;
+  }
+  return MPI_C_BOOL;
+}
+
+// bool + bool is logical or (as in PyTorch and the simulated backend).
+MPI_Op mpi_op(ReduceOp op, DType d) {
+  if (d == DType::Bool) return op == ReduceOp::Min ? MPI_LAND : MPI_LOR;
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return MPI_SUM;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: break;
+  }
+  return MPI_MIN;
+}
+
+void check_mpi(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  DT_THROW(call, " failed: ", std::string(text, static_cast<size_t>(len)));
+}
+
+int count_of(int64_t n, const char* coll) {
+  DT_CHECK(n <= INT_MAX, coll, ": a piece of ", n,
+           " elements exceeds MPI's 32-bit count limit (", INT_MAX, ")");
+  return static_cast<int>(n);
+}
+
+// This process's shard of the input.
+const Tensor& own_shard(const LocalTensor& in, int rank, const char* coll) {
+  DT_CHECK(in.holds(rank), coll, ": no input shard for rank ", rank);
+  const Tensor& t = in.shard(rank);
+  DT_CHECK(t.defined(), coll, ": the input shard of rank ", rank, " is undefined");
+  return t;
+}
+
+int64_t check_dim(const Tensor& t, int64_t dim, const char* coll, const char* what) {
+  const int64_t nd = t.dim();
+  DT_CHECK(nd > 0 && dim >= -nd && dim < nd, coll, ": ", what, " ", dim,
+           " out of range for shards of shape ", t.shape(), " (expected ", -nd, " <= dim < ", nd,
+           ")");
+  return dim < 0 ? dim + nd : dim;
+}
+
+// A contiguous tensor of `shape` viewing `buffer` from element `offset`.
+Tensor view_into(const Tensor& buffer, const Shape& shape, int64_t offset) {
+  return Tensor(buffer.storage(), buffer.dtype(), shape, contiguous_strides(shape),
+                buffer.storage_offset() + offset);
+}
+
+// The n chunks of t along dim (Tensor::chunk) packed one after the other
+// into one contiguous buffer; counts[i] = elements of chunk i. No copy when
+// dim is the leading one and t is contiguous.
+Tensor pack_chunks(const Tensor& t, int64_t n, int64_t dim, std::vector<int>& counts,
+                   const char* coll) {
+  const std::vector<Tensor> chunks = t.chunk(n, dim);
+  counts.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) counts[i] = count_of(chunks[i].numel(), coll);
+  if (dim == 0 || t.numel() == 0) return t.contiguous();
+  Tensor packed = Tensor::empty({t.numel()}, t.dtype());
+  int64_t at = 0;
+  for (const Tensor& c : chunks) {
+    view_into(packed, c.shape(), at).copy_(c);
+    at += c.numel();
+  }
+  return packed;
+}
+
+std::vector<int> displacements(const std::vector<int>& counts) {
+  std::vector<int> displs(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) displs[i] = displs[i - 1] + counts[i - 1];
+  return displs;
+}
+
+// Pieces of a receive buffer (shapes[j], back to back) joined along dim;
+// the buffer itself when dim is the leading one.
+Tensor unpack_cat(const Tensor& buffer, const std::vector<Shape>& shapes, int64_t dim) {
+  Shape whole = shapes[0];
+  whole[dim] = 0;
+  for (const Shape& s : shapes) whole[dim] += s[dim];
+  if (dim == 0) return view_into(buffer, whole, 0);
+  std::vector<Tensor> parts;
+  int64_t at = 0;
+  for (const Shape& s : shapes) {
+    parts.push_back(view_into(buffer, s, at));
+    at += s.product();
+  }
+  return cat(parts, dim);
+}
+
+// ---- desync check ---------------------------------------------------------------
+
+enum class Kind : int32_t { AllGather, AllReduce, ReduceScatter, AllToAll, Broadcast, Scatter };
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::AllGather: return "all_gather";
+    case Kind::AllReduce: return "all_reduce";
+    case Kind::ReduceScatter: return "reduce_scatter";
+    case Kind::AllToAll: return "all_to_all";
+    case Kind::Broadcast: return "broadcast";
+    case Kind::Scatter: break;
+  }
+  return "scatter";
+}
+
+// What a member is about to call. -1 in dtype/ndim means "not known here"
+// (a non-root member of broadcast/scatter) and matches anything; a shape
+// entry of -1 is a dim allowed to differ (the gather or concat dim).
+struct Call {
+  int32_t kind = 0;
+  int32_t mesh_dim = 0;
+  int32_t group_size = 0;
+  int32_t dtype = -1;
+  int32_t ndim = -1;
+  int32_t reduce_op = -1;
+  int64_t dim_a = -1;  // gather / scatter / split dim, or the root
+  int64_t dim_b = -1;  // concat dim
+  int64_t first_rank = -1;  // the group's first rank: which group this is
+  int64_t shape[kMaxDims] = {};
+};
+
+Call make_call(Kind kind, int mesh_dim, int group_size, int64_t first_rank, const Tensor* t,
+               int64_t dim_a, int64_t dim_b, int64_t free_dim, int reduce_op = -1) {
+  Call c;
+  c.kind = static_cast<int32_t>(kind);
+  c.mesh_dim = mesh_dim;
+  c.group_size = group_size;
+  c.first_rank = first_rank;
+  c.dim_a = dim_a;
+  c.dim_b = dim_b;
+  c.reduce_op = reduce_op;
+  if (t != nullptr) {
+    c.dtype = static_cast<int32_t>(t->dtype());
+    c.ndim = static_cast<int32_t>(t->dim());
+    for (int64_t d = 0; d < t->dim(); ++d) c.shape[d] = d == free_dim ? -1 : t->shape()[d];
+  }
+  return c;
+}
+
+bool matches(const Call& a, const Call& b) {
+  if (a.kind != b.kind || a.mesh_dim != b.mesh_dim || a.group_size != b.group_size ||
+      a.first_rank != b.first_rank || a.dim_a != b.dim_a || a.dim_b != b.dim_b ||
+      a.reduce_op != b.reduce_op)
+    return false;
+  if (a.dtype < 0 || b.dtype < 0) return true;
+  if (a.dtype != b.dtype || a.ndim != b.ndim) return false;
+  for (int d = 0; d < a.ndim; ++d)
+    if (a.shape[d] != b.shape[d]) return false;
+  return true;
+}
+
+std::string describe(const Call& c) {
+  std::ostringstream os;
+  const Kind k = static_cast<Kind>(c.kind);
+  os << kind_name(k) << " over mesh dim " << c.mesh_dim << " (group of " << c.group_size
+     << " from rank " << c.first_rank << ")";
+  if (c.reduce_op >= 0) os << " op " << to_string(static_cast<ReduceOp>(c.reduce_op));
+  if (k == Kind::Broadcast || k == Kind::Scatter) os << " root " << c.dim_a;
+  if (k == Kind::AllGather || k == Kind::ReduceScatter || k == Kind::AllToAll ||
+      k == Kind::Scatter)
+    os << (k == Kind::AllToAll ? " split dim " : k == Kind::AllGather ? " gather dim "
+                                                                       : " scatter dim ")
+       << (k == Kind::Scatter ? c.dim_b : c.dim_a);
+  if (k == Kind::AllToAll) os << " concat dim " << c.dim_b;
+  if (c.dtype >= 0) {
+    os << " of " << dtype_name(static_cast<DType>(c.dtype)) << " [";
+    for (int d = 0; d < c.ndim; ++d) os << (d ? ", " : "") << (c.shape[d] < 0 ? "*" : std::to_string(c.shape[d]));
+    os << "]";
+  }
+  return os.str();
+}
+
+}  // namespace
+
+MpiBackend::MpiBackend(MPI_Comm comm) : world_(comm) {
+  check_mpi(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank");
+  const char* env = std::getenv("DTENSOR_MPI_CHECK");
+  check_ = env != nullptr && *env != '\0' && std::string(env) != "0";
+}
+
+MpiBackend::~MpiBackend() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (auto& [ranks, comm] : comms_) MPI_Comm_free(&comm);
+}
+
+MpiBackend::Group MpiBackend::group_of(const DeviceMesh& mesh, int mesh_dim) {
+  const int ndim = mesh.ndim();
+  DT_CHECK(mesh_dim >= -ndim && mesh_dim < ndim, "mesh dim ", mesh_dim, " out of range for ",
+           mesh.to_string());
+  if (mesh_dim < 0) mesh_dim += ndim;
+  if (!mesh.contains(rank_)) return {MPI_COMM_NULL, 0, 0};
+  std::vector<int> ranks = mesh.group(rank_, mesh_dim);
+  const int index = static_cast<int>(mesh.group_index(rank_, mesh_dim));
+  const int size = static_cast<int>(ranks.size());
+  if (size == 1) return {MPI_COMM_SELF, 0, 1};
+  auto it = comms_.find(ranks);
+  if (it == comms_.end()) {
+    // Collective over the group's members only: they all reach this call
+    // for the same collective, since every rank runs the same plan.
+    MPI_Group world_group, group;
+    check_mpi(MPI_Comm_group(world_, &world_group), "MPI_Comm_group");
+    check_mpi(MPI_Group_incl(world_group, size, ranks.data(), &group), "MPI_Group_incl");
+    MPI_Comm comm = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_create_group(world_, group, /*tag=*/0, &comm), "MPI_Comm_create_group");
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    it = comms_.emplace(std::move(ranks), comm).first;
+  }
+  return {it->second, index, size};
+}
+
+namespace {
+
+// Exchanges the members' calls over the group and raises on every member
+// when they differ.
+void check_same_call(const MpiBackend::Group& g, const Call& mine, const DeviceMesh& mesh,
+                     int rank) {
+  std::vector<Call> all(static_cast<size_t>(g.size));
+  check_mpi(MPI_Allgather(&mine, sizeof(Call), MPI_BYTE, all.data(), sizeof(Call), MPI_BYTE,
+                          g.comm),
+            "MPI_Allgather");
+  for (int j = 0; j < g.size; ++j) {
+    if (matches(mine, all[j])) continue;
+    const std::vector<int> ranks = mesh.group(rank, mine.mesh_dim);
+    DT_THROW("collective desync on ", mesh.to_string(), ": rank ", rank, " calls ",
+             describe(mine), " but rank ", ranks[j], " of its group calls ", describe(all[j]));
+  }
+}
+
+}  // namespace
+
+LocalTensor MpiBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                                   int64_t gather_dim) {
+  const Group g = group_of(mesh, mesh_dim);
+  if (g.size == 0) return {};
+  const Tensor& t = own_shard(in, rank_, "all_gather");
+  gather_dim = check_dim(t, gather_dim, "all_gather", "gather dim");
+  if (check_)
+    check_same_call(g, make_call(Kind::AllGather, mesh_dim, g.size, mesh.group(rank_, mesh_dim)[0],
+                                 &t, gather_dim, -1, gather_dim),
+                    mesh, rank_);
+  record_collective(CollectiveKind::AllGather, static_cast<int64_t>(t.nbytes()));
+  LocalTensor out;
+  if (g.size == 1) {
+    out.set(rank_, t.clone());
+    return out;
+  }
+  // The members' lengths along the gather dim (shards may be uneven).
+  const int64_t len = t.shape()[gather_dim];
+  std::vector<int64_t> lens(static_cast<size_t>(g.size));
+  check_mpi(MPI_Allgather(&len, 1, MPI_INT64_T, lens.data(), 1, MPI_INT64_T, g.comm),
+            "MPI_Allgather");
+  std::vector<Shape> shapes;
+  std::vector<int> counts;
+  int64_t total = 0;
+  for (int64_t l : lens) {
+    Shape s = t.shape();
+    s[gather_dim] = l;
+    counts.push_back(count_of(s.product(), "all_gather"));
+    total += s.product();
+    shapes.push_back(s);
+  }
+  const std::vector<int> displs = displacements(counts);
+  const Tensor src = t.contiguous();
+  Tensor buffer = Tensor::empty({total}, t.dtype());
+  const MPI_Datatype type = mpi_type(t.dtype());
+  check_mpi(MPI_Allgatherv(src.raw_data(), counts[g.index], type, buffer.raw_data(), counts.data(),
+                           displs.data(), type, g.comm),
+            "MPI_Allgatherv");
+  out.set(rank_, unpack_cat(buffer, shapes, gather_dim));
+  return out;
+}
+
+LocalTensor MpiBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                                   ReduceOp op) {
+  const Group g = group_of(mesh, mesh_dim);
+  if (g.size == 0) return {};
+  const Tensor& t = own_shard(in, rank_, "all_reduce");
+  DT_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), "all_reduce over mesh dim ", mesh_dim,
+           ": reduce op avg needs a floating dtype, got ", t.dtype(), " shards of shape ",
+           t.shape());
+  if (check_)
+    check_same_call(g, make_call(Kind::AllReduce, mesh_dim, g.size, mesh.group(rank_, mesh_dim)[0],
+                                 &t, -1, -1, -1, static_cast<int>(op)),
+                    mesh, rank_);
+  record_collective(CollectiveKind::AllReduce, static_cast<int64_t>(t.nbytes()));
+  LocalTensor out;
+  const Tensor src = t.contiguous();
+  Tensor result = Tensor::empty(t.shape(), t.dtype());
+  if (g.size == 1) {
+    result.copy_(src);
+  } else {
+    check_mpi(MPI_Allreduce(src.raw_data(), result.raw_data(), count_of(t.numel(), "all_reduce"),
+                            mpi_type(t.dtype()), mpi_op(op, t.dtype()), g.comm),
+              "MPI_Allreduce");
+    if (op == ReduceOp::Avg) result.div_(static_cast<double>(g.size));
+  }
+  out.set(rank_, std::move(result));
+  return out;
+}
+
+LocalTensor MpiBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                                       ReduceOp op, int64_t scatter_dim) {
+  const Group g = group_of(mesh, mesh_dim);
+  if (g.size == 0) return {};
+  const Tensor& t = own_shard(in, rank_, "reduce_scatter");
+  DT_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), "reduce_scatter over mesh dim ",
+           mesh_dim, ": reduce op avg needs a floating dtype, got ", t.dtype(),
+           " shards of shape ", t.shape());
+  scatter_dim = check_dim(t, scatter_dim, "reduce_scatter", "scatter dim");
+  if (check_)
+    check_same_call(g, make_call(Kind::ReduceScatter, mesh_dim, g.size,
+                                 mesh.group(rank_, mesh_dim)[0], &t, scatter_dim, -1, -1,
+                                 static_cast<int>(op)),
+                    mesh, rank_);
+  record_collective(CollectiveKind::ReduceScatter, static_cast<int64_t>(t.nbytes()));
+  std::vector<int> counts;
+  const Tensor send = pack_chunks(t, g.size, scatter_dim, counts, "reduce_scatter");
+  Tensor result = Tensor::empty(t.chunk(g.size, scatter_dim)[g.index].shape(), t.dtype());
+  if (g.size == 1) {
+    result.copy_(t);
+  } else {
+    check_mpi(MPI_Reduce_scatter(send.raw_data(), result.raw_data(), counts.data(),
+                                 mpi_type(t.dtype()), mpi_op(op, t.dtype()), g.comm),
+              "MPI_Reduce_scatter");
+    if (op == ReduceOp::Avg) result.div_(static_cast<double>(g.size));
+  }
+  LocalTensor out;
+  out.set(rank_, std::move(result));
+  return out;
+}
+
+LocalTensor MpiBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                                   int64_t split_dim, int64_t concat_dim) {
+  const Group g = group_of(mesh, mesh_dim);
+  if (g.size == 0) return {};
+  const Tensor& t = own_shard(in, rank_, "all_to_all");
+  split_dim = check_dim(t, split_dim, "all_to_all", "split dim");
+  concat_dim = check_dim(t, concat_dim, "all_to_all", "concat dim");
+  DT_CHECK(split_dim != concat_dim, "all_to_all over mesh dim ", mesh_dim,
+           ": split dim and concat dim must differ, both are ", split_dim, " (shards of shape ",
+           t.shape(), ")");
+  if (check_)
+    check_same_call(g, make_call(Kind::AllToAll, mesh_dim, g.size, mesh.group(rank_, mesh_dim)[0],
+                                 &t, split_dim, concat_dim, concat_dim),
+                    mesh, rank_);
+  record_collective(CollectiveKind::AllToAll, static_cast<int64_t>(t.nbytes()));
+  LocalTensor out;
+  if (g.size == 1) {
+    out.set(rank_, t.clone());
+    return out;
+  }
+  std::vector<int> send_counts;
+  const Tensor send = pack_chunks(t, g.size, split_dim, send_counts, "all_to_all");
+  const std::vector<int> send_displs = displacements(send_counts);
+  // What arrives from member j: j's shard (its own concat length) cut to
+  // this member's chunk of the split dim.
+  const int64_t concat_len = t.shape()[concat_dim];
+  std::vector<int64_t> lens(static_cast<size_t>(g.size));
+  check_mpi(MPI_Allgather(&concat_len, 1, MPI_INT64_T, lens.data(), 1, MPI_INT64_T, g.comm),
+            "MPI_Allgather");
+  const int64_t my_split = t.chunk(g.size, split_dim)[g.index].shape()[split_dim];
+  std::vector<Shape> shapes;
+  std::vector<int> recv_counts;
+  int64_t total = 0;
+  for (int64_t l : lens) {
+    Shape s = t.shape();
+    s[concat_dim] = l;
+    s[split_dim] = my_split;
+    recv_counts.push_back(count_of(s.product(), "all_to_all"));
+    total += s.product();
+    shapes.push_back(s);
+  }
+  const std::vector<int> recv_displs = displacements(recv_counts);
+  Tensor buffer = Tensor::empty({total}, t.dtype());
+  const MPI_Datatype type = mpi_type(t.dtype());
+  check_mpi(MPI_Alltoallv(send.raw_data(), send_counts.data(), send_displs.data(), type,
+                          buffer.raw_data(), recv_counts.data(), recv_displs.data(), type, g.comm),
+            "MPI_Alltoallv");
+  out.set(rank_, unpack_cat(buffer, shapes, concat_dim));
+  return out;
+}
+
+namespace {
+
+// The root's dtype and shape, sent to every member: [dtype, ndim, sizes...].
+struct Header {
+  int64_t dtype = 0;
+  int64_t ndim = 0;
+  int64_t shape[kMaxDims] = {};
+};
+
+Header share_header(const Tensor* root_shard, int root, MPI_Comm comm) {
+  Header h;
+  if (root_shard != nullptr) {
+    h.dtype = static_cast<int64_t>(root_shard->dtype());
+    h.ndim = root_shard->dim();
+    for (int64_t d = 0; d < h.ndim; ++d) h.shape[d] = root_shard->shape()[d];
+  }
+  check_mpi(MPI_Bcast(&h, sizeof(Header), MPI_BYTE, root, comm), "MPI_Bcast");
+  return h;
+}
+
+Shape shape_of(const Header& h) {
+  Shape s;
+  for (int64_t d = 0; d < h.ndim; ++d) s.push_back(h.shape[d]);
+  return s;
+}
+
+}  // namespace
+
+LocalTensor MpiBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                                  int64_t root) {
+  const Group g = group_of(mesh, mesh_dim);
+  if (g.size == 0) return {};
+  DT_CHECK(root >= 0 && root < g.size, "broadcast over mesh dim ", mesh_dim, ": root ", root,
+           " out of range for a group of ", g.size, " ranks (expected 0 <= root < ", g.size, ")");
+  const bool is_root = g.index == root;
+  const Tensor* mine = is_root ? &own_shard(in, rank_, "broadcast") : nullptr;
+  if (check_)
+    check_same_call(g, make_call(Kind::Broadcast, mesh_dim, g.size, mesh.group(rank_, mesh_dim)[0],
+                                 mine, root, -1, -1),
+                    mesh, rank_);
+  const Header h = share_header(mine, static_cast<int>(root), g.comm);
+  const DType dtype = static_cast<DType>(h.dtype);
+  Tensor result = is_root ? mine->contiguous().clone() : Tensor::empty(shape_of(h), dtype);
+  record_collective(CollectiveKind::Broadcast, static_cast<int64_t>(result.nbytes()));
+  if (g.size > 1)
+    check_mpi(MPI_Bcast(result.raw_data(), count_of(result.numel(), "broadcast"), mpi_type(dtype),
+                        static_cast<int>(root), g.comm),
+              "MPI_Bcast");
+  LocalTensor out;
+  out.set(rank_, std::move(result));
+  return out;
+}
+
+LocalTensor MpiBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                                int64_t root, int64_t scatter_dim) {
+  const Group g = group_of(mesh, mesh_dim);
+  if (g.size == 0) return {};
+  DT_CHECK(root >= 0 && root < g.size, "scatter over mesh dim ", mesh_dim, ": root ", root,
+           " out of range for a group of ", g.size, " ranks (expected 0 <= root < ", g.size, ")");
+  const bool is_root = g.index == root;
+  const Tensor* mine = is_root ? &own_shard(in, rank_, "scatter") : nullptr;
+  if (check_)  // the dim as given: only the root knows the shape to normalise it
+    check_same_call(g, make_call(Kind::Scatter, mesh_dim, g.size, mesh.group(rank_, mesh_dim)[0],
+                                 mine, root, scatter_dim, -1),
+                    mesh, rank_);
+  if (is_root) scatter_dim = check_dim(*mine, scatter_dim, "scatter", "scatter dim");
+  const Header h = share_header(mine, static_cast<int>(root), g.comm);
+  const DType dtype = static_cast<DType>(h.dtype);
+  const Shape whole = shape_of(h);
+  if (!is_root) {
+    DT_CHECK(scatter_dim >= -h.ndim && scatter_dim < h.ndim, "scatter: scatter dim ",
+             scatter_dim, " out of range for the root's shard of shape ", whole);
+    if (scatter_dim < 0) scatter_dim += h.ndim;
+  }
+  // Every member computes the chunking of the root's shape.
+  std::vector<int> counts;
+  Shape my_shape;
+  for (int64_t i = 0; i < g.size; ++i) {
+    const ChunkRange r = chunk_range(whole[scatter_dim], g.size, i);
+    Shape s = whole;
+    s[scatter_dim] = r.size;
+    counts.push_back(count_of(s.product(), "scatter"));
+    if (i == g.index) my_shape = s;
+  }
+  record_collective(CollectiveKind::Scatter,
+                    whole.product() * static_cast<int64_t>(itemsize(dtype)));
+  Tensor result = Tensor::empty(my_shape, dtype);
+  if (g.size == 1) {
+    result.copy_(*mine);
+  } else {
+    std::vector<int> unused;
+    const Tensor send = is_root ? pack_chunks(*mine, g.size, scatter_dim, unused, "scatter") : Tensor();
+    const std::vector<int> displs = displacements(counts);
+    check_mpi(MPI_Scatterv(is_root ? send.raw_data() : nullptr, counts.data(), displs.data(),
+                           mpi_type(dtype), result.raw_data(), counts[g.index], mpi_type(dtype),
+                           static_cast<int>(root), g.comm),
+              "MPI_Scatterv");
+  }
+  LocalTensor out;
+  out.set(rank_, std::move(result));
+  return out;
+}
+
+}  // namespace dtensor

@@ -1,0 +1,46 @@
+// mpi_world_tests: the tests of tests/worlds/ on MPI, one rank per process
+// (`mpirun -np 4 mpi_world_tests`). Every rank runs every test; the job
+// fails when any rank fails. Rank 0 prints the progress; the others print
+// only their failures.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "worlds/world_util.h"
+
+namespace dtensor::testing {
+
+World test_world() { return World::mpi(); }
+
+namespace {
+
+// Prints the failures of a rank other than 0, prefixed with the rank.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::fprintf(stderr, "[rank %d] %s.%s failed at %s:%d\n%s\n", rank_,
+                 info ? info->test_suite_name() : "?", info ? info->name() : "?",
+                 r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+
+}  // namespace dtensor::testing
+
+int main(int argc, char** argv) {
+  dtensor::World world = dtensor::World::mpi(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  if (world.rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new dtensor::testing::FailurePrinter(world.rank()));
+  }
+  return RUN_ALL_TESTS();
+}

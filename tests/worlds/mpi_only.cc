@@ -1,0 +1,42 @@
+// Tests that only make sense with one rank per process (built into
+// mpi_world_tests only): the desync check, and the world's basics.
+#include <gtest/gtest.h>
+
+#include "comm/mpi_backend.h"
+#include "dtensor/dtensor.h"
+#include "test_util.h"
+#include "worlds/world_util.h"
+
+using namespace dtensor;
+
+TEST(MpiWorld, HoldsItsOwnRank) {
+  World world = dtensor::testing::test_world();
+  EXPECT_FALSE(world.is_simulated());
+  ASSERT_EQ(world.held_ranks().size(), 1u);
+  EXPECT_EQ(world.held_ranks()[0], world.rank());
+  EXPECT_TRUE(World::mpi_available());
+  EXPECT_EQ(World::mpi(), world);  // one world per process
+}
+
+// Ranks calling all_reduce with different shapes would hang or exchange
+// garbage; with the check on, every rank raises an error naming both sides.
+TEST(MpiWorld, DesyncCheckCatchesAMismatchedCall) {
+  World world = dtensor::testing::test_world();
+  auto& backend = static_cast<MpiBackend&>(world.backend());
+  DeviceMesh mesh(world, {world.size()});
+  backend.set_desync_check(true);
+  LocalTensor in;
+  in.set(world.rank(), Tensor::zeros({2, world.rank() == 1 ? 4 : 3}));
+  const std::string e =
+      dtensor::testing::error_of([&] { backend.all_reduce(in, mesh, 0, ReduceOp::Sum); });
+  EXPECT_NE(e.find("collective desync"), std::string::npos) << e;
+  EXPECT_NE(e.find("all_reduce over mesh dim 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("[2, 4]"), std::string::npos) << e;
+  EXPECT_NE(e.find("[2, 3]"), std::string::npos) << e;
+  // Matching calls pass the check and compute.
+  LocalTensor ok;
+  ok.set(world.rank(), Tensor::ones({2, 3}));
+  const LocalTensor sum = backend.all_reduce(ok, mesh, 0, ReduceOp::Sum);
+  EXPECT_TRUE(equal(sum.shard(world.rank()), Tensor::full({2, 3}, world.size())));
+  backend.set_desync_check(false);
+}
