@@ -19,8 +19,13 @@ run: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# mpi_bench (built with MPI) runs on 4 processes.
+MPIRUN ?= OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_vader_single_copy_mechanism=none \
+  mpirun --oversubscribe --allow-run-as-root -np 4
 bench: build
-	@for b in $(BUILD)/bin/*_bench; do echo "== $$b"; $$b --benchmark_min_time=0.2 || exit 1; done
+	@for b in $(BUILD)/bin/*_bench; do echo "== $$b"; \
+	  case $$b in *mpi_bench) $(MPIRUN) $$b || exit 1;; \
+	  *) $$b --benchmark_min_time=0.2 || exit 1;; esac; done
 
 asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDTENSOR_SANITIZE=ON -DDTENSOR_BUILD_BENCH=OFF >/dev/null
