@@ -14,6 +14,20 @@ inline Tensor int_valued(const Shape& shape, uint64_t seed) {
   return Tensor::randint(-50, 50, shape, seed).to(DType::Float32);
 }
 
+// Small multiples of 1/8: exact in float32, and so are the sums of the
+// Partial pieces make_dtensor builds from them.
+inline Tensor small_valued(const Shape& shape, uint64_t seed) {
+  return int_valued(shape, seed) / 8.0;
+}
+
+// Class indices in [0, classes), with about one in five set to ignore_index.
+inline Tensor class_targets(const Shape& shape, int64_t classes, int64_t ignore_index,
+                            uint64_t seed) {
+  Tensor t = Tensor::randint(0, classes, shape, seed);
+  Tensor drop = lt(Tensor::rand(shape, seed + 1), 0.2);
+  return masked_fill(t, drop, ignore_index);
+}
+
 // A DTensor with the given (possibly Partial) placements whose full value is
 // `full`. Partial pieces are known: for sum, member 0 of each group holds
 // full - (n-1)k and the others k (k integer-valued); avg: every member holds

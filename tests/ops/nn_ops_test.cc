@@ -1,7 +1,6 @@
 // NN math, embedding and random ops on DTensors: the layouts that need no
 // communication, layout-invariant random numbers, errors carrying the plain
-// op's message, and a random test of every op against the plain op on the
-// full tensors (Partials, uneven and empty shards included).
+// op's message. The random test of every op is tests/worlds/nn_random_test.cc.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,19 +15,9 @@ using namespace dtensor;
 using dtensor::testing::error_of;
 using dtensor::testing::int_valued;
 using dtensor::testing::make_dtensor;
+using dtensor::testing::small_valued;
 
 namespace {
-
-// Small multiples of 1/8: exact in float32, and so are the sums of the
-// Partial pieces make_dtensor builds from them.
-Tensor small_valued(const Shape& shape, uint64_t seed) { return int_valued(shape, seed) / 8.0; }
-
-// Class indices in [0, classes), with about one in five set to ignore_index.
-Tensor targets(const Shape& shape, int64_t classes, int64_t ignore_index, uint64_t seed) {
-  Tensor t = Tensor::randint(0, classes, shape, seed);
-  Tensor drop = lt(Tensor::rand(shape, seed + 1), 0.2);
-  return masked_fill(t, drop, ignore_index);
-}
 
 bool contains(const std::string& text, const std::string& piece) {
   return text.find(piece) != std::string::npos;
@@ -141,7 +130,7 @@ TEST_F(NnOpsTest, EmbeddingLayoutsPassThrough) {
 TEST_F(NnOpsTest, BatchShardedCrossEntropy) {
   DeviceMesh mesh(world, {4});
   const Tensor logits = small_valued({9, 6}, 9);
-  const Tensor t = targets({9}, 6, -100, 10);
+  const Tensor t = dtensor::testing::class_targets({9}, 6, -100, 10);
   DTensor dl = distribute_tensor(logits, mesh, {Shard(0)});
   DTensor dt = distribute_tensor(t, mesh, {Shard(0)});
   {
@@ -183,7 +172,7 @@ TEST_F(NnOpsTest, NllLossMeanOfOnlyIgnoredTargetsIsNanLikeThePlainOp) {
 TEST_F(NnOpsTest, SpatialLossDimsStaySharded) {
   DeviceMesh mesh(world, {2, 3});
   const Tensor lp = log_softmax(small_valued({4, 5, 7}, 12), 1);
-  const Tensor t = targets({4, 7}, 5, 2, 13);
+  const Tensor t = dtensor::testing::class_targets({4, 7}, 5, 2, 13);
   DTensor dl = distribute_tensor(lp, mesh, {Shard(0), Shard(2)});
   DTensor dt = distribute_tensor(t, mesh, {Shard(0), Shard(1)});
   CommDebugMode comm;
@@ -315,145 +304,4 @@ TEST_F(NnOpsTest, ErrorsCarryThePlainMessageAndThePlacements) {
   EXPECT_TRUE(contains(error_of([&] { dropout(dx, 1.0, 1); }), "dropout: p must be in [0, 1)"));
   EXPECT_TRUE(contains(error_of([&] { dropout(dxi, 0.5, 1); }),
                        "dropout: input dtype must be floating point"));
-}
-
-// ---- random layouts ----------------------------------------------------------------
-
-namespace {
-
-// A placement list for an index tensor (never Partial; 0-d: replicated).
-Placements index_placements(std::mt19937& rng, int mesh_nd, int64_t ndim) {
-  Placements pl;
-  for (int i = 0; i < mesh_nd; ++i)
-    pl.push_back(ndim == 0 ? Replicate() : dtensor::testing::random_placement(rng, ndim, false));
-  return pl;
-}
-
-Placements float_placements(std::mt19937& rng, int mesh_nd, int64_t ndim) {
-  if (ndim == 0) return Placements(static_cast<size_t>(mesh_nd), Replicate());
-  return dtensor::testing::random_placement_pair(rng, mesh_nd, ndim).first;
-}
-
-}  // namespace
-
-// Every op on random layouts (Partials of float inputs included) against the
-// plain op on the full tensors, on meshes 4, 2x2 and 2x3 with shapes that
-// give uneven and empty shards. The inputs are multiples of 1/8, so Partial
-// pieces add up exactly; the tolerances cover the ops' own rounding (a
-// summed loss is added in another order).
-TEST_F(NnOpsTest, RandomLayoutsMatchThePlainOps) {
-  std::mt19937 rng(2024);
-  const Shape meshes[] = {{4}, {2, 2}, {2, 3}};
-  const char* names[] = {"softmax",  "log_softmax",   "layer_norm", "rms_norm", "nll_loss",
-                         "cross_entropy", "embedding", "dropout"};
-  const int iterations = dtensor::testing::property_cases(300);
-  for (int iter = 0; iter < iterations; ++iter) {
-    const int op = iter % 8;
-    DeviceMesh mesh(world, meshes[rng() % 3]);
-    const int mnd = mesh.ndim();
-    Shape shape = dtensor::testing::random_small_shape(rng);
-    const int64_t nd = static_cast<int64_t>(shape.size());
-    std::string what = std::string(names[op]) + " on " + mesh.to_string() + " shape " +
-                       to_string(shape);
-    Tensor want;
-    std::optional<DTensor> got;
-    auto dist = [&](const Tensor& t, const Placements& pl, uint64_t seed) {
-      what += ' ';
-      what += to_string(pl);
-      return make_dtensor(t, mesh, pl, seed);
-    };
-    double rtol = 1e-5, atol = 1e-5;
-    switch (op) {
-      case 0:
-      case 1: {
-        const int64_t dim = static_cast<int64_t>(rng() % (2 * nd)) - nd;
-        const Tensor x = small_valued(shape, iter);
-        const DTensor dx = dist(x, float_placements(rng, mnd, nd), iter);
-        what += " dim " + std::to_string(dim);
-        want = op == 0 ? softmax(x, dim) : log_softmax(x, dim);
-        got = op == 0 ? softmax(dx, dim) : log_softmax(dx, dim);
-        break;
-      }
-      case 2:
-      case 3: {
-        const int64_t k = 1 + static_cast<int64_t>(rng() % std::min<int64_t>(nd, 2));
-        Shape ns;
-        for (int64_t i = nd - k; i < nd; ++i) ns.push_back(shape[i]);
-        const Tensor x = small_valued(shape, iter);
-        const DTensor dx = dist(x, float_placements(rng, mnd, nd), iter);
-        const bool with_w = rng() % 2 == 0, with_b = op == 2 && rng() % 2 == 0;
-        const Tensor w = small_valued(ns, iter + 1), b = small_valued(ns, iter + 2);
-        std::optional<DTensor> dw, db;
-        if (with_w) dw = dist(w, float_placements(rng, mnd, k), iter + 3);
-        if (with_b) db = dist(b, float_placements(rng, mnd, k), iter + 4);
-        what += " normalized " + to_string(ns);
-        if (op == 2) {
-          want = layer_norm(x, ns, with_w ? w : Tensor(), with_b ? b : Tensor());
-          got = layer_norm(dx, ns, dw, db);
-        } else {
-          want = rms_norm(x, ns, with_w ? w : Tensor(), 1e-5);
-          got = rms_norm(dx, ns, dw, 1e-5);
-        }
-        rtol = 1e-4;
-        atol = 1e-4;
-        break;
-      }
-      case 4:
-      case 5: {
-        // (C), (N, C) or (N, C, d1[, d2]) with C >= 1.
-        if (nd >= 2) shape[1] = 1 + shape[1] % 6;
-        else shape[0] = 1 + shape[0] % 6;
-        Shape ts;
-        if (nd >= 2) {
-          ts.push_back(shape[0]);
-          for (int64_t i = 2; i < nd; ++i) ts.push_back(shape[i]);
-        }
-        const int64_t classes = nd >= 2 ? shape[1] : shape[0];
-        const int64_t ignore = (rng() % 2 == 0) ? -100 : static_cast<int64_t>(rng() % classes);
-        const Reduction red = static_cast<Reduction>(rng() % 3);
-        const Tensor x = small_valued(shape, iter);
-        const Tensor t = targets(ts, classes, ignore, iter);
-        const DTensor dx = dist(x, float_placements(rng, mnd, nd), iter);
-        const DTensor dt = dist(t, index_placements(rng, mnd, static_cast<int64_t>(ts.size())), 0);
-        what += " reduction " + std::to_string(static_cast<int>(red)) + " ignore " +
-                std::to_string(ignore);
-        if (op == 4) {
-          want = nll_loss(x, t, red, ignore);
-          got = nll_loss(dx, dt, red, ignore);
-        } else {
-          want = cross_entropy(x, t, red, ignore);
-          got = cross_entropy(dx, dt, red, ignore);
-        }
-        atol = 1e-4;
-        break;
-      }
-      case 6: {
-        const int64_t v = 1 + static_cast<int64_t>(rng() % 9), d = rng() % 5;
-        const Tensor w = small_valued({v, d}, iter);
-        Shape is = shape;
-        if (is.size() > 3) is.pop_back();
-        const Tensor idx = Tensor::randint(-v, v, is, iter + 1);
-        const DTensor dw = dist(w, float_placements(rng, mnd, 2), iter);
-        const DTensor di = dist(idx, index_placements(rng, mnd, static_cast<int64_t>(is.size())), 0);
-        want = embedding(w, idx);
-        got = embedding(dw, di);
-        break;
-      }
-      default: {
-        const Tensor x = small_valued(shape, iter);
-        const double p = (rng() % 3) * 0.3;
-        want = x * ge(Tensor::rand(shape, iter), p) / (1 - p);
-        got = dropout(dist(x, float_placements(rng, mnd, nd), iter), p, iter);
-        atol = 1e-4;
-        break;
-      }
-    }
-    for (int rank = 0; rank < mesh.size(); ++rank)
-      ASSERT_EQ(got->to_local(rank).shape(), got->spec().extent_of_rank(rank)->local_shape)
-          << what;
-    const Tensor full = got->full_tensor();
-    ASSERT_EQ(full.dtype(), want.dtype()) << what;
-    ASSERT_TRUE(allclose(full, want, rtol, atol, /*equal_nan=*/true))
-        << what << "\n" << full << "\n" << want;
-  }
 }
