@@ -215,6 +215,7 @@ MpiBackend::~MpiBackend() {
   MPI_Finalized(&finalized);
   if (finalized) return;
   for (auto& [ranks, comm] : comms_) MPI_Comm_free(&comm);
+  MPI_Comm_free(&world_);
 }
 
 MpiBackend::Group MpiBackend::group_of(const DeviceMesh& mesh, int mesh_dim) {

@@ -36,7 +36,8 @@ namespace dtensor {
 
 class MpiBackend final : public Backend {
  public:
-  // comm: the world's communicator (owned by the caller, outlives this).
+  // comm: the world's communicator; freed with the backend (a dtensor-made
+  // duplicate, never the program's own).
   explicit MpiBackend(MPI_Comm comm);
   ~MpiBackend() override;
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/mpi_backend.h"
+#include "dtensor/mpi.h"
 #include "dtensor/dtensor.h"
 #include "test_util.h"
 #include "worlds/world_util.h"
@@ -39,4 +40,26 @@ TEST(MpiWorld, DesyncCheckCatchesAMismatchedCall) {
   const LocalTensor sum = backend.all_reduce(ok, mesh, 0, ReduceOp::Sum);
   EXPECT_TRUE(equal(sum.shard(world.rank()), Tensor::full({2, 3}, world.size())));
   backend.set_desync_check(false);
+}
+
+// A World over a communicator the program made: each half of the job is a
+// world of its own, with its own ranks 0..n/2-1.
+TEST(MpiWorld, AdoptsAnExistingCommunicator) {
+  World world = dtensor::testing::test_world();
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 or more processes";
+  const int half = world.rank() < world.size() / 2 ? 0 : 1;
+  MPI_Comm comm;
+  MPI_Comm_split(MPI_COMM_WORLD, half, world.rank(), &comm);
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  {
+    World sub = world_from_mpi_comm(comm);
+    EXPECT_EQ(sub.size(), size);
+    EXPECT_EQ(sub.rank(), half == 0 ? world.rank() : world.rank() - world.size() / 2);
+    DeviceMesh mesh(sub, {size});
+    const DTensor d = distribute_tensor(Tensor::full({3}, half + 1), mesh, {Partial()});
+    // R -> P keeps the value on coordinate 0 only (floating: x / n each); the sum is the value.
+    EXPECT_TRUE(allclose(d.full_tensor(), Tensor::full({3}, half + 1)));
+  }
+  MPI_Comm_free(&comm);
 }
