@@ -7,8 +7,9 @@
 // (MPI_Reduce_scatter_block) and S(0)->S(1) (MPI_Alltoall). The raw call
 // runs on the shard's own buffer into a preallocated output; the DTensor
 // path also plans (cached), allocates its output, exchanges the shard
-// lengths where shards may be uneven (all_gather, all_to_all), and packs the
-// pieces of a non-leading dim (S(0)->S(1)). Counters: raw_us and dtensor_us
+// lengths where shards may be uneven (all_gather, all_to_all), and for
+// S(0)->S(1) moves strided column blocks (subarray datatypes) where the raw
+// call moves contiguous rows. Counters: raw_us and dtensor_us
 // per call, ratio = dtensor / raw, overhead_us = dtensor - raw.
 //
 // BM_PP_to_RR_2x2: (P, P) -> (R, R) on a 2x2 mesh: one all_reduce over the

@@ -97,6 +97,31 @@ Tensor pack_chunks(const Tensor& t, int64_t n, int64_t dim, std::vector<int>& co
   return packed;
 }
 
+// A committed datatype for the block [start, start + len) along dim of a
+// contiguous tensor of `whole` shape (a subarray; one element's type when
+// the block is empty, with count 0 at the call).
+MPI_Datatype block_type(const Shape& whole, int64_t dim, int64_t start, int64_t len,
+                        MPI_Datatype base) {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  bool empty = len == 0;
+  for (int64_t n : whole) empty = empty || n == 0;
+  if (empty) {
+    MPI_Type_dup(base, &type);
+    return type;
+  }
+  int sizes[kMaxDims], subsizes[kMaxDims], starts[kMaxDims];
+  const int nd = static_cast<int>(whole.size());
+  for (int d = 0; d < nd; ++d) {
+    sizes[d] = count_of(whole[d], "all_to_all");
+    subsizes[d] = d == dim ? static_cast<int>(len) : sizes[d];
+    starts[d] = d == dim ? static_cast<int>(start) : 0;
+  }
+  check_mpi(MPI_Type_create_subarray(nd, sizes, subsizes, starts, MPI_ORDER_C, base, &type),
+            "MPI_Type_create_subarray");
+  check_mpi(MPI_Type_commit(&type), "MPI_Type_commit");
+  return type;
+}
+
 std::vector<int> displacements(const std::vector<int>& counts) {
   std::vector<int> displs(counts.size(), 0);
   for (size_t i = 1; i < counts.size(); ++i) displs[i] = displs[i - 1] + counts[i - 1];
@@ -385,34 +410,43 @@ LocalTensor MpiBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
     out.set(rank_, t.clone());
     return out;
   }
-  std::vector<int> send_counts;
-  const Tensor send = pack_chunks(t, g.size, split_dim, send_counts, "all_to_all");
-  const std::vector<int> send_displs = displacements(send_counts);
   // What arrives from member j: j's shard (its own concat length) cut to
   // this member's chunk of the split dim.
   const int64_t concat_len = t.shape()[concat_dim];
   std::vector<int64_t> lens(static_cast<size_t>(g.size));
   check_mpi(MPI_Allgather(&concat_len, 1, MPI_INT64_T, lens.data(), 1, MPI_INT64_T, g.comm),
             "MPI_Allgather");
-  const int64_t my_split = t.chunk(g.size, split_dim)[g.index].shape()[split_dim];
-  std::vector<Shape> shapes;
-  std::vector<int> recv_counts;
-  int64_t total = 0;
-  for (int64_t l : lens) {
-    Shape s = t.shape();
-    s[concat_dim] = l;
-    s[split_dim] = my_split;
-    recv_counts.push_back(count_of(s.product(), "all_to_all"));
-    total += s.product();
-    shapes.push_back(s);
+  const Tensor src = t.contiguous();
+  const int64_t split_len = t.shape()[split_dim];
+  const int64_t my_split = chunk_range(split_len, g.size, g.index).size;
+  Shape out_shape = t.shape();
+  out_shape[split_dim] = my_split;
+  out_shape[concat_dim] = 0;
+  for (int64_t l : lens) out_shape[concat_dim] += l;
+  Tensor result = Tensor::empty(out_shape, t.dtype());
+  // Each piece is described in place by a subarray datatype, so MPI reads
+  // the chunks straight from the shard and writes them straight into the
+  // result: no packing copy on either side.
+  const MPI_Datatype base = mpi_type(t.dtype());
+  std::vector<MPI_Datatype> send_types, recv_types;
+  std::vector<int> ones(static_cast<size_t>(g.size), 1), zeros(static_cast<size_t>(g.size), 0);
+  std::vector<int> send_counts = ones, recv_counts = ones;
+  int64_t at = 0;
+  for (int j = 0; j < g.size; ++j) {
+    const ChunkRange piece = chunk_range(split_len, g.size, j);
+    send_types.push_back(block_type(t.shape(), split_dim, piece.start, piece.size, base));
+    recv_types.push_back(block_type(out_shape, concat_dim, at, lens[j], base));
+    if (piece.size == 0 || src.numel() == 0) send_counts[j] = 0;
+    if (lens[j] == 0 || result.numel() == 0) recv_counts[j] = 0;
+    at += lens[j];
   }
-  const std::vector<int> recv_displs = displacements(recv_counts);
-  Tensor buffer = Tensor::empty({total}, t.dtype());
-  const MPI_Datatype type = mpi_type(t.dtype());
-  check_mpi(MPI_Alltoallv(send.raw_data(), send_counts.data(), send_displs.data(), type,
-                          buffer.raw_data(), recv_counts.data(), recv_displs.data(), type, g.comm),
-            "MPI_Alltoallv");
-  out.set(rank_, unpack_cat(buffer, shapes, concat_dim));
+  const int rc = MPI_Alltoallw(src.raw_data(), send_counts.data(), zeros.data(), send_types.data(),
+                               result.raw_data(), recv_counts.data(), zeros.data(),
+                               recv_types.data(), g.comm);
+  for (MPI_Datatype& type : send_types) MPI_Type_free(&type);
+  for (MPI_Datatype& type : recv_types) MPI_Type_free(&type);
+  check_mpi(rc, "MPI_Alltoallw");
+  out.set(rank_, std::move(result));
   return out;
 }
 

@@ -7,12 +7,14 @@
 // the life of the world. A flattened mesh dim is one more group: since every
 // rank runs the same plan, all members create it at the same call.
 //
-// Every call maps to the native MPI collective on contiguous buffers:
-// all_gather -> MPI_Allgatherv, all_reduce -> MPI_Allreduce (avg: sum, then
-// divide), reduce_scatter -> MPI_Reduce_scatter, all_to_all ->
-// MPI_Alltoallv, broadcast -> MPI_Bcast, scatter -> MPI_Scatterv. When the
-// dim moved is the leading one the data goes straight from the shard into
-// the result; otherwise the pieces are packed or unpacked with one copy.
+// Every call maps to the native MPI collective: all_gather ->
+// MPI_Allgatherv, all_reduce -> MPI_Allreduce (avg: sum, then divide),
+// reduce_scatter -> MPI_Reduce_scatter, all_to_all -> MPI_Alltoallw,
+// broadcast -> MPI_Bcast, scatter -> MPI_Scatterv. When the dim moved is
+// the leading one the data goes straight from the shard into the result;
+// otherwise all_gather, reduce_scatter and scatter pack or unpack the pieces
+// with one copy, and all_to_all describes them in place with subarray
+// datatypes (no copy).
 // Uneven shards need their sizes: all_gather and all_to_all first exchange
 // one int64 per member (MPI_Allgather); broadcast and scatter send the
 // root's shape first.
