@@ -1,8 +1,9 @@
 // Redistribution over MPI against the raw MPI call on the same buffers.
 // Run it under MPI: `mpirun -np 4 build/bin/mpi_bench` (make bench does).
 //
-// BM_<move>/<MiB per rank>: a float32 DTensor of 1024 columns on a 1-d mesh
-// of the 4 processes, `MiB per rank` of it in each process's input shard,
+// BM_<move>/<KiB per rank>: a float32 DTensor of 1024 columns on a 1-d mesh
+// of the 4 processes, `KiB per rank` of it in each process's input shard
+// (16 KiB, 1 MiB, 64 MiB; the small size shows the per-call overhead),
 // redistributed S(0)->R (MPI_Allgather), P->R (MPI_Allreduce), P->S(0)
 // (MPI_Reduce_scatter_block) and S(0)->S(1) (MPI_Alltoall). The raw call
 // runs on the shard's own buffer into a preallocated output; the DTensor
@@ -67,7 +68,7 @@ std::pair<double, double> best_of(A&& a, B&& b, int calls) {
   return {best_a, best_b};
 }
 
-int calls_for(int64_t mib) { return mib >= 64 ? 5 : 50; }
+int calls_for(int64_t kib) { return kib >= 64 * 1024 ? 5 : kib >= 1024 ? 50 : 1000; }
 
 void report(benchmark::State& state, double raw_us, double dtensor_us) {
   state.counters["raw_us"] = raw_us;
@@ -79,10 +80,10 @@ void report(benchmark::State& state, double raw_us, double dtensor_us) {
 enum class Move { ShardToReplicate, PartialToReplicate, PartialToShard, ShardToShard };
 
 void BM_Redistribute(benchmark::State& state, Move move) {
-  const int64_t mib = state.range(0);
+  const int64_t kib = state.range(0);
   const int n = world().size();
   DeviceMesh mesh(world(), {n});
-  const int64_t rows = mib * (1 << 20) / 4 / kCols;  // per rank
+  const int64_t rows = kib * 1024 / 4 / kCols;  // per rank
   const bool partial = move == Move::PartialToReplicate || move == Move::PartialToShard;
   const Shape global{partial ? rows : rows * n, kCols};
   const Tensor local = Tensor::rand({rows, kCols}, 7 + world().rank());
@@ -120,7 +121,7 @@ void BM_Redistribute(benchmark::State& state, Move move) {
     }
   };
   auto dist = [&] { return d.redistribute(to); };
-  const int calls = calls_for(mib);
+  const int calls = calls_for(kib);
   for (auto _ : state) benchmark::DoNotOptimize(dist());
   const auto [raw_us, dtensor_us] = best_of(raw, dist, calls);
   report(state, raw_us, dtensor_us);
@@ -129,8 +130,8 @@ void BM_Redistribute(benchmark::State& state, Move move) {
 // Counters: merged_us and unmerged_us per call, ratio = merged / unmerged.
 void BM_AllReduce2x2(benchmark::State& state) {
   DeviceMesh mesh(world(), {2, 2});
-  const int64_t mib = state.range(0);
-  const int64_t rows = mib * (1 << 20) / 4 / kCols;
+  const int64_t kib = state.range(0);
+  const int64_t rows = kib * 1024 / 4 / kCols;
   LocalTensor shards;
   shards.set(world().rank(), Tensor::rand({rows, kCols}, 3 + world().rank()));
   const DTensor d(DTensorSpec(mesh, {Partial(), Partial()}, Shape{rows, kCols}), shards);
@@ -140,13 +141,13 @@ void BM_AllReduce2x2(benchmark::State& state) {
   auto run_merged = [&] { return d.redistribute({Replicate(), Replicate()}, merged); };
   auto run_unmerged = [&] { return d.redistribute({Replicate(), Replicate()}, unmerged); };
   for (auto _ : state) benchmark::DoNotOptimize(run_merged());
-  const auto [m, u] = best_of(run_merged, run_unmerged, calls_for(mib));
+  const auto [m, u] = best_of(run_merged, run_unmerged, calls_for(kib));
   state.counters["merged_us"] = m;
   state.counters["unmerged_us"] = u;
   state.counters["ratio"] = m / u;
 }
 
-const int64_t kSizes[] = {1, 64};
+const int64_t kSizesKiB[] = {16, 1024, 64 * 1024};
 
 void register_all() {
   const std::pair<const char*, Move> moves[] = {
@@ -155,12 +156,12 @@ void register_all() {
       {"BM_P_to_S0", Move::PartialToShard},
       {"BM_S0_to_S1", Move::ShardToShard}};
   for (const auto& [name, move] : moves)
-    for (int64_t mib : kSizes)
+    for (int64_t kib : kSizesKiB)
       benchmark::RegisterBenchmark(name, BM_Redistribute, move)
-          ->Arg(mib)->Iterations(calls_for(mib))->Unit(benchmark::kMicrosecond);
-  for (int64_t mib : kSizes)
+          ->Arg(kib)->Iterations(calls_for(kib))->Unit(benchmark::kMicrosecond);
+  for (int64_t kib : kSizesKiB)
     benchmark::RegisterBenchmark("BM_PP_to_RR_2x2", BM_AllReduce2x2)
-        ->Arg(mib)->Iterations(calls_for(mib))->Unit(benchmark::kMicrosecond);
+        ->Arg(kib)->Iterations(calls_for(kib))->Unit(benchmark::kMicrosecond);
 }
 
 // Rank 0 prints; the others run silently.
