@@ -20,8 +20,9 @@ const char* to_string(CollectiveKind kind);
 
 // While alive, counts every collective the backends run (one per call, as a
 // single rank would see it, however many ranks the process holds) and the
-// bytes each rank sends into it. Modes nest: each counts what runs in its
-// lifetime. Thread-safe.
+// bytes each rank sends into it, and adds up the estimated cost of every
+// redistribution plan run (the cost model of redistribute.h). Modes nest:
+// each counts what runs in its lifetime. Thread-safe.
 class CommDebugMode {
  public:
   CommDebugMode();
@@ -33,6 +34,10 @@ class CommDebugMode {
   int64_t total_count() const;
   // Bytes per rank handed to collectives of this kind.
   int64_t bytes(CollectiveKind kind) const;
+  // The planner's estimate (µs) summed over the plans run, and their number
+  // (redistribute calls and the redistributions ops make of their inputs).
+  double planned_cost_us() const;
+  int64_t plans_run() const;
   // A table: one line per kind with its count and bytes.
   std::string table() const;
   // {"all_gather":1,"all_reduce":0,...,"total":1}
@@ -40,12 +45,17 @@ class CommDebugMode {
 
  private:
   friend void record_collective(CollectiveKind kind, int64_t bytes_per_rank);
+  friend void record_plan_run(double cost_us);
   std::array<int64_t, kNumCollectiveKinds> counts_{};
   std::array<int64_t, kNumCollectiveKinds> bytes_{};
+  double planned_cost_us_ = 0;
+  int64_t plans_run_ = 0;
 };
 
 // Called by backends for each collective they run.
 void record_collective(CollectiveKind kind, int64_t bytes_per_rank);
+// Called by the plan executor for each plan it runs.
+void record_plan_run(double cost_us);
 
 // Notes the library leaves once per distinct text for someone debugging
 // layouts, e.g. "argmax: no sharding rule for placements S(0); computed on

@@ -74,6 +74,16 @@ void record_collective(CollectiveKind kind, int64_t bytes_per_rank) {
   }
 }
 
+void record_plan_run(double cost_us) {
+  Registry& r = registry();
+  if (r.num_active.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (CommDebugMode* mode : r.active) {
+    mode->planned_cost_us_ += cost_us;
+    mode->plans_run_ += 1;
+  }
+}
+
 // The readers take the registry lock too: another thread may be recording
 // into this mode at the same moment.
 int64_t CommDebugMode::count(CollectiveKind kind) const {
@@ -91,6 +101,16 @@ int64_t CommDebugMode::total_count() const {
 int64_t CommDebugMode::bytes(CollectiveKind kind) const {
   std::lock_guard<std::mutex> lock(registry().mu);
   return bytes_[static_cast<size_t>(kind)];
+}
+
+double CommDebugMode::planned_cost_us() const {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return planned_cost_us_;
+}
+
+int64_t CommDebugMode::plans_run() const {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return plans_run_;
 }
 
 std::string CommDebugMode::table() const {

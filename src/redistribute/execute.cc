@@ -1,5 +1,6 @@
 // The plan executor: each step becomes the transform it names, over one mesh
 // dim or over the flattened group of several.
+#include "dtensor/debug.h"
 #include "redistribute/plan_internal.h"
 #include "redistribute/transforms.h"
 
@@ -36,6 +37,7 @@ LocalTensor run_step(const DeviceMesh& mesh, const RedistributeStep& s, const Lo
 }  // namespace
 
 LocalTensor execute_plan(const RedistributePlan& plan, const LocalTensor& in) {
+  record_plan_run(plan.cost_us);
   LocalTensor local = in;
   for (const RedistributeStep& s : plan.steps) local = run_step(plan.from.mesh(), s, local);
   return local;

@@ -357,6 +357,32 @@ TEST_F(PlanTest, ExplainListsStepsAndTotal) {
   EXPECT_TRUE(equal(r.full_tensor(), x)) << text;
 }
 
+// CommDebugMode adds up the planner's estimate of every plan run in its
+// lifetime: one redistribute, then one op whose input must move.
+TEST_F(PlanTest, CommDebugModeSumsThePlannedCostOfWhatRan) {
+  DeviceMesh mesh(world, {2, 4}, {"dp", "tp"});
+  Tensor x = int_valued({8, 12}, 3);
+  DTensor d = make_dtensor(x, mesh, {Shard(0), Shard(1)}, 4);
+  const double to_r = redistribute_cost(d.spec(), d.spec().with_placements({Replicate(), Replicate()}));
+  ASSERT_GT(to_r, 0);
+  CommDebugMode comm;
+  EXPECT_EQ(comm.plans_run(), 0);
+  EXPECT_EQ(comm.planned_cost_us(), 0);
+  DTensor r = d.redistribute({Replicate(), Replicate()});
+  EXPECT_EQ(comm.plans_run(), 1);
+  EXPECT_DOUBLE_EQ(comm.planned_cost_us(), to_r);
+  {
+    CommDebugMode inner;
+    DTensor s = sum(d, {1});  // S(1) over tp: the op's own result is Partial, no plan runs
+    EXPECT_EQ(inner.plans_run(), 0);
+    DTensor full = s.redistribute({Replicate(), Replicate()});
+    EXPECT_EQ(inner.plans_run(), 1);
+    EXPECT_GT(inner.planned_cost_us(), 0);
+  }
+  EXPECT_EQ(comm.plans_run(), 2);
+  EXPECT_GT(comm.planned_cost_us(), to_r);
+}
+
 // Property: random meshes (1-3 dims, sizes 1-4), shapes (rank 1-4, sizes
 // 0-9: uneven and empty shards) and placement pairs: the plan's result is the
 // original tensor, each shard has the spec's shape, CommDebugMode counts
