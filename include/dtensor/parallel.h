@@ -1,0 +1,138 @@
+// Tensor-parallel layers: the parallel styles of PyTorch's
+// torch.distributed.tensor.parallel (ColwiseParallel, RowwiseParallel,
+// SequenceParallel, loss_parallel) and Megatron-LM's layers, as small
+// classes that own their sharded parameters and call the DTensor ops.
+//
+// Every layer is built on a mesh and the index of its tensor-parallel mesh
+// dim `tp`. Parameters are given as full tensors (every process passes the
+// same values, e.g. from one seed) and laid out Replicate on every other
+// mesh dim, so a second mesh dim is data parallel: shard the batch there and
+// the layers leave it alone. Inputs may arrive in any layout; each layer
+// moves only the tp mesh dim to the placement it computes on, which is a
+// no-op when consecutive layers agree (the Megatron pairing below).
+//
+// The Megatron MLP on a (dp, tp) mesh, activations [batch, seq, hidden]:
+//
+//   ColumnParallelLinear up(mesh, 1, w1, b1);     // W1 S(0): out features split
+//   RowParallelLinear down(mesh, 1, w2, b2);      // W2 S(1): in features split
+//   DTensor y = down(gelu(up(x)));                // x (S(0), R) -> y (S(0), R)
+//   // up's output is S(-1) on tp, exactly what down wants: one all_reduce.
+//
+// With sequence parallelism the activations between blocks are sharded on
+// the sequence dim on tp: SequenceParallelLayerNorm runs on those slices,
+// ColumnParallelLinear all-gathers its input, and RowParallelLinear with
+// output Shard(1) reduce-scatters instead of all-reducing.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "dtensor/dtensor.h"
+#include "dtensor/ops.h"
+
+namespace dtensor {
+
+// x redistributed so that mesh dim `mesh_dim` has placement `p` (a negative
+// shard dim counts from the end); the other mesh dims keep theirs. Returns x
+// itself when it is already so.
+DTensor with_placement(const DTensor& x, int mesh_dim, Placement p);
+
+// Column-parallel Linear (ColwiseParallel; Megatron's ColumnParallelLinear):
+// y = x W^T + b with W (out, in) as Shard(0) on tp and b as Shard(0): each
+// rank computes its slice of the output features.
+// Input: made Replicate on tp first (an all_gather when it arrives sharded,
+// e.g. on the sequence dim from a sequence-parallel region).
+// Output: on tp, `output` (Shard(-1), the default: the local features, what
+// a RowParallelLinear or a per-head attention wants; Replicate gathers them).
+class ColumnParallelLinear {
+ public:
+  ColumnParallelLinear(const DeviceMesh& mesh, int tp, const Tensor& weight,
+                       const std::optional<Tensor>& bias = std::nullopt,
+                       Placement output = Shard(-1));
+  DTensor operator()(const DTensor& x) const;
+  const DTensor& weight() const { return weight_; }
+  const std::optional<DTensor>& bias() const { return bias_; }
+
+ private:
+  int tp_;
+  Placement output_;
+  DTensor weight_;
+  std::optional<DTensor> bias_;
+};
+
+// Row-parallel Linear (RowwiseParallel; Megatron's RowParallelLinear):
+// W (out, in) as Shard(1) on tp, so each rank multiplies its slice of the
+// input features; the products are Partial(sum) on tp. The bias is
+// replicated and added once (on tp coordinate 0, before the reduction).
+// Input: made Shard(-1) on tp (nothing to do after a ColumnParallelLinear; a
+// local chunk from Replicate).
+// Output: on tp, `output`: Replicate (the default: an all_reduce), Shard(d)
+// (a reduce_scatter onto dim d: the entry of a sequence-parallel region), or
+// Partial() to leave the reduction to the caller.
+class RowParallelLinear {
+ public:
+  RowParallelLinear(const DeviceMesh& mesh, int tp, const Tensor& weight,
+                    const std::optional<Tensor>& bias = std::nullopt,
+                    Placement output = Replicate());
+  DTensor operator()(const DTensor& x) const;
+  const DTensor& weight() const { return weight_; }
+  const std::optional<DTensor>& bias() const { return bias_; }
+
+ private:
+  int tp_;
+  Placement output_;
+  DTensor weight_;
+  std::optional<DTensor> bias_;
+};
+
+// Vocabulary-parallel embedding (Megatron's VocabParallelEmbedding;
+// RowwiseParallel on nn.Embedding): the table (V, D) as Shard(0) on tp; each
+// rank looks the ids up in its own rows and leaves zeros for the others,
+// a masked Partial(sum). Ids (int64, any shape) are made Replicate on tp.
+// Output: on tp, `output`: Replicate (an all_reduce, the default), Shard(d)
+// (a reduce_scatter: sequence parallel), or Partial().
+class VocabParallelEmbedding {
+ public:
+  VocabParallelEmbedding(const DeviceMesh& mesh, int tp, const Tensor& table,
+                         Placement output = Replicate());
+  DTensor operator()(const DTensor& ids) const;
+  const DTensor& weight() const { return table_; }
+
+ private:
+  int tp_;
+  Placement output_;
+  DTensor table_;
+};
+
+// A sequence-parallel LayerNorm (SequenceParallel on a norm): weight and
+// bias (D) replicated; the input is made Shard(sequence_dim) on tp (nothing
+// to do after a reduce-scattering RowParallelLinear; a free local chunk from
+// Replicate) and each rank normalises its slice of the sequence, so the
+// output stays Shard(sequence_dim). The last dim is the normalised one.
+class SequenceParallelLayerNorm {
+ public:
+  SequenceParallelLayerNorm(const DeviceMesh& mesh, int tp, const Tensor& weight,
+                            const Tensor& bias, int64_t sequence_dim = 1, double eps = 1e-5);
+  DTensor operator()(const DTensor& x) const;
+  const DTensor& weight() const { return weight_; }
+  const DTensor& bias() const { return bias_; }
+
+ private:
+  int tp_;
+  int64_t sequence_dim_;
+  double eps_;
+  DTensor weight_;
+  DTensor bias_;
+};
+
+// Cross-entropy on logits sharded on the class (last) dim over tp without
+// gathering them (loss_parallel; Megatron's vocab-parallel cross entropy):
+// logits (..., V) with Shard(-1) on tp, target int64 (...) of class indices.
+// Each rank works on its slice of the classes; the max, the sum of
+// exponentials and the target's logit are reduced over tp as tensors of the
+// target's shape (three small all_reduces) instead of all-gathering the
+// logits. Returns the mean over all targets (Replicate), equal to
+// cross_entropy(logits.full_tensor().reshape({-1, V}), target.full_tensor().reshape({-1})).
+DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& target, int tp);
+
+}  // namespace dtensor

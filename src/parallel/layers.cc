@@ -1,0 +1,168 @@
+// The tensor-parallel layers of parallel.h: each one lays out its
+// parameters once, then per call moves its input's tp placement to the one
+// it computes on, runs the DTensor ops, and moves the output's tp placement
+// to the one asked for. The ops' sharding propagation does the rest (and
+// needs no communication for the pairings the layers are designed for).
+#include "dtensor/parallel.h"
+
+#include <string>
+
+#include "dtensor/error.h"
+
+namespace dtensor {
+
+namespace {
+
+void check_tp(const DeviceMesh& mesh, int tp, const char* layer) {
+  DT_CHECK(tp >= 0 && tp < mesh.ndim(), layer, ": tensor-parallel mesh dim ", tp,
+           " is out of range for a mesh of ", mesh.ndim(), " dims (", mesh.to_string(), ")");
+}
+
+// Replicate on every mesh dim but tp, `on_tp` there.
+Placements param_placements(const DeviceMesh& mesh, int tp, Placement on_tp) {
+  Placements p(static_cast<size_t>(mesh.ndim()), Replicate());
+  p[static_cast<size_t>(tp)] = on_tp;
+  return p;
+}
+
+void check_rank(const Tensor& t, int64_t ndim, const char* layer, const char* what,
+                const char* expected) {
+  DT_CHECK(t.dim() == ndim, layer, ": ", what, " must be ", expected, ", got shape ", t.shape());
+}
+
+void check_output(Placement p, const char* layer) {
+  DT_CHECK(p.is_replicate() || p.is_shard() || p == Partial(), layer,
+           ": output placement must be Replicate, Shard(d) or Partial(sum), got ", to_string(p));
+}
+
+}  // namespace
+
+DTensor with_placement(const DTensor& x, int mesh_dim, Placement p) {
+  DT_CHECK(mesh_dim >= 0 && mesh_dim < x.mesh().ndim(), "with_placement: mesh dim ", mesh_dim,
+           " is out of range for a mesh of ", x.mesh().ndim(), " dims (", x.mesh().to_string(), ")");
+  if (p.is_shard() && p.dim() < 0) {
+    DT_CHECK(p.dim() + x.dim() >= 0, "with_placement: ", to_string(p), " names no dim of a ",
+             x.dim(), "-d tensor of shape ", x.shape());
+    p = Shard(p.dim() + x.dim());
+  }
+  if (x.placements()[static_cast<size_t>(mesh_dim)] == p) return x;
+  Placements to = x.placements();
+  to[static_cast<size_t>(mesh_dim)] = p;
+  return x.redistribute(to);
+}
+
+// ---- ColumnParallelLinear ----
+
+ColumnParallelLinear::ColumnParallelLinear(const DeviceMesh& mesh, int tp, const Tensor& weight,
+                                           const std::optional<Tensor>& bias, Placement output)
+    : tp_((check_tp(mesh, tp, "ColumnParallelLinear"), tp)),
+      output_((check_output(output, "ColumnParallelLinear"), output)),
+      weight_((check_rank(weight, 2, "ColumnParallelLinear", "weight", "(out, in)"),
+               distribute_tensor(weight, mesh, param_placements(mesh, tp, Shard(0))))) {
+  if (bias) {
+    DT_CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0),
+             "ColumnParallelLinear: bias must be (out) = (", weight.size(0), "), got shape ",
+             bias->shape());
+    bias_ = distribute_tensor(*bias, mesh, param_placements(mesh, tp, Shard(0)));
+  }
+}
+
+DTensor ColumnParallelLinear::operator()(const DTensor& x) const {
+  const DTensor in = with_placement(x, tp_, Replicate());
+  const DTensor y = bias_ ? linear(in, weight_, *bias_) : linear(in, weight_);
+  return with_placement(y, tp_, output_);
+}
+
+// ---- RowParallelLinear ----
+
+RowParallelLinear::RowParallelLinear(const DeviceMesh& mesh, int tp, const Tensor& weight,
+                                     const std::optional<Tensor>& bias, Placement output)
+    : tp_((check_tp(mesh, tp, "RowParallelLinear"), tp)),
+      output_((check_output(output, "RowParallelLinear"), output)),
+      weight_((check_rank(weight, 2, "RowParallelLinear", "weight", "(out, in)"),
+               distribute_tensor(weight, mesh, param_placements(mesh, tp, Shard(1))))) {
+  if (bias) {
+    DT_CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0),
+             "RowParallelLinear: bias must be (out) = (", weight.size(0), "), got shape ",
+             bias->shape());
+    bias_ = distribute_tensor(*bias, mesh, param_placements(mesh, tp, Replicate()));
+  }
+}
+
+DTensor RowParallelLinear::operator()(const DTensor& x) const {
+  const DTensor in = with_placement(x, tp_, Shard(-1));
+  const DTensor y = bias_ ? linear(in, weight_, *bias_) : linear(in, weight_);
+  return with_placement(y, tp_, output_);
+}
+
+// ---- VocabParallelEmbedding ----
+
+VocabParallelEmbedding::VocabParallelEmbedding(const DeviceMesh& mesh, int tp,
+                                               const Tensor& table, Placement output)
+    : tp_((check_tp(mesh, tp, "VocabParallelEmbedding"), tp)),
+      output_((check_output(output, "VocabParallelEmbedding"), output)),
+      table_((check_rank(table, 2, "VocabParallelEmbedding", "table", "(vocab, dim)"),
+              distribute_tensor(table, mesh, param_placements(mesh, tp, Shard(0))))) {}
+
+DTensor VocabParallelEmbedding::operator()(const DTensor& ids) const {
+  DT_CHECK(ids.dtype() == DType::Int64, "VocabParallelEmbedding: ids must be int64, got ",
+           dtype_short_name(ids.dtype()), " of shape ", ids.shape());
+  const DTensor y = embedding(table_, with_placement(ids, tp_, Replicate()));
+  return with_placement(y, tp_, output_);
+}
+
+// ---- SequenceParallelLayerNorm ----
+
+SequenceParallelLayerNorm::SequenceParallelLayerNorm(const DeviceMesh& mesh, int tp,
+                                                     const Tensor& weight, const Tensor& bias,
+                                                     int64_t sequence_dim, double eps)
+    : tp_((check_tp(mesh, tp, "SequenceParallelLayerNorm"), tp)),
+      sequence_dim_(sequence_dim),
+      eps_(eps),
+      weight_((check_rank(weight, 1, "SequenceParallelLayerNorm", "weight", "(dim)"),
+               distribute_tensor(weight, mesh, param_placements(mesh, tp, Replicate())))),
+      bias_((check_rank(bias, 1, "SequenceParallelLayerNorm", "bias", "(dim)"),
+             distribute_tensor(bias, mesh, param_placements(mesh, tp, Replicate())))) {
+  DT_CHECK(bias.shape() == weight.shape(), "SequenceParallelLayerNorm: bias shape ", bias.shape(),
+           " differs from weight shape ", weight.shape());
+}
+
+DTensor SequenceParallelLayerNorm::operator()(const DTensor& x) const {
+  DT_CHECK(x.dim() >= 2 && sequence_dim_ >= -x.dim() && sequence_dim_ < x.dim() - 1 &&
+               sequence_dim_ != -1,
+           "SequenceParallelLayerNorm: sequence dim ", sequence_dim_,
+           " must be a dim before the normalised last dim of the input of shape ", x.shape());
+  const DTensor in = with_placement(x, tp_, Shard(sequence_dim_));
+  return layer_norm(in, {weight_.shape()[0]}, weight_, bias_, eps_);
+}
+
+// ---- vocab_parallel_cross_entropy ----
+
+DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& target, int tp) {
+  const char* op = "vocab_parallel_cross_entropy";
+  check_tp(logits.mesh(), tp, op);
+  DT_CHECK(logits.dim() >= 1 && target.dim() == logits.dim() - 1, op,
+           ": logits (..., classes) and target (...) must differ by the class dim, got logits ",
+           logits.shape(), " and target ", target.shape());
+  DT_CHECK(target.dtype() == DType::Int64, op, ": target must be int64 class indices, got ",
+           dtype_short_name(target.dtype()));
+  const int64_t c = logits.dim() - 1;
+  const int64_t classes = logits.shape()[c];
+  // log softmax over the sharded class dim, in the numerically stable form:
+  // z = logits - max, loss = log(sum(exp(z))) - z[target].
+  const DTensor z_in = with_placement(logits, tp, Shard(c));
+  const DTensor max = with_placement(amax(z_in, {c}, /*keepdim=*/true), tp, Replicate());
+  const DTensor z = z_in - max;
+  const DTensor log_sum =
+      log(with_placement(sum(exp(z), {c}, /*keepdim=*/true), tp, Replicate()));
+  // z[target]: every rank compares the class indices it holds with the
+  // targets; only the owner of a target's class contributes a non-zero.
+  const Placements class_layout = param_placements(logits.mesh(), tp, Shard(0));
+  const DTensor class_ids = distribute_tensor(Tensor::arange(classes), logits.mesh(), class_layout);
+  const DTensor hit = eq(class_ids, unsqueeze(with_placement(target, tp, Replicate()), -1));
+  const DTensor picked = with_placement(sum(where(hit, z, 0.0), {c}, true), tp, Replicate());
+  const DTensor loss = mean(squeeze(log_sum - picked, c));
+  return loss.redistribute(Placements(static_cast<size_t>(loss.mesh().ndim()), Replicate()));
+}
+
+}  // namespace dtensor
