@@ -9,6 +9,7 @@
 
 #include "dtensor/mesh.h"
 #include "dtensor/tensor.h"
+#include "demo_model.h"
 
 namespace dtensor::cli {
 
@@ -19,13 +20,25 @@ Shape parse_shape_list(const std::string& text);
 // A mesh of the --mesh shape ("4x2") over a simulated world of exactly its
 // ranks, with the --names (comma-separated, may be empty); `what` names the
 // subcommand's limit in the message.
-DeviceMesh make_mesh(const std::string& mesh_text, const std::string& names_text);
+// With `world` given, the mesh is over that world instead (its size must
+// match; the caller checks with a message of its own).
+DeviceMesh make_mesh(const std::string& mesh_text, const std::string& names_text,
+                     const World* world = nullptr);
 nlohmann::ordered_json dims_json(const DimVector& v);
 // Error messages go on one line so scripts can rely on a single stderr line.
 std::string one_line(std::string text);
 
 // The subcommands.
-int run_demo(int64_t batch, int64_t hidden, int64_t classes);
+struct DemoArgs {
+  std::string mesh = "2x4";
+  std::string names;  // empty: dp,tp (tp for a 1-d mesh)
+  ModelConfig model;
+  int steps = 3;
+  std::string world = "auto";  // auto | sim | mpi
+  double tolerance = 1e-4;
+  bool json = false;
+};
+int run_demo(const DemoArgs& args);
 
 struct VisualizeArgs {
   std::string mesh;

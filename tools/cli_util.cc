@@ -44,7 +44,8 @@ Shape parse_shape_list(const std::string& text) {
   return shape;
 }
 
-DeviceMesh make_mesh(const std::string& mesh_text, const std::string& names_text) {
+DeviceMesh make_mesh(const std::string& mesh_text, const std::string& names_text,
+                     const World* world) {
   const Shape mesh_shape = parse_mesh_shape(mesh_text);
   // The simulated world holds one entry per rank; refuse absurd sizes before
   // building it.
@@ -61,6 +62,7 @@ DeviceMesh make_mesh(const std::string& mesh_text, const std::string& names_text
     DT_CHECK(names.size() == mesh_shape.size(), "--names gives ", names.size(), " name(s) ('",
              names_text, "') for a ", mesh_shape.size(), "-d mesh ", mesh_text);
   }
+  if (world != nullptr) return DeviceMesh(*world, mesh_shape, names);
   return DeviceMesh(World::simulated(static_cast<int>(ranks)), mesh_shape, names);
 }
 
