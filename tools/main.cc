@@ -15,6 +15,16 @@ int main(int argc, char** argv) {
   using namespace dtensor::cli;
   CLI::App app{"dtensor: distributed tensors over a device mesh (Shard / Replicate / Partial)."};
   app.require_subcommand(1);
+  app.footer(
+      "Run 'dtensor <command> --help' for a command's options and examples. Placements are\n"
+      "written S(d) (shard tensor dim d), R (replicate), P(sum|avg|max|min) (partial).\n"
+      "\n"
+      "Examples:\n"
+      "  dtensor demo\n"
+      "  dtensor visualize --mesh 4x2 --names dp,tp --shape 13,2 --placements 'S(0),S(0)'\n"
+      "  dtensor plan --mesh 4 --shape 10,10 --from 'S(0)' --to R\n"
+      "\n"
+      "Guides: docs/README.md in the source tree.");
   DemoArgs demo_args;
   ModelConfig& model = demo_args.model;
   auto* demo = app.add_subcommand(
@@ -57,10 +67,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{256}));
   demo->add_option("--vocab", model.vocab, "vocabulary size (embedding rows, logits)")
       ->capture_default_str()->check(positive);
-  demo->add_flag("--sequence-parallel,!--no-sequence-parallel", model.sequence_parallel,
-                 "shard activations between blocks on the sequence dim over tp (default on)");
-  demo->add_flag("--loss-parallel,!--no-loss-parallel", model.loss_parallel,
-                 "cross-entropy on vocab-sharded logits without gathering them (default on)");
+  bool no_sequence_parallel = false, no_loss_parallel = false;
+  demo->add_flag("--no-sequence-parallel", no_sequence_parallel,
+                 "keep activations replicated over tp between blocks (all_reduce after each\n"
+                 "row-parallel linear) instead of sharding them on the sequence dim\n"
+                 "(all_gather + reduce_scatter; norms on sequence slices)");
+  demo->add_flag("--no-loss-parallel", no_loss_parallel,
+                 "compute cross_entropy on the logits (the planner moves them) instead of\n"
+                 "vocab_parallel_cross_entropy on the vocabulary-sharded logits");
   demo->add_option("--steps", demo_args.steps, "forward passes to run and time")
       ->capture_default_str()->check(CLI::Range(1, 1000));
   demo->add_option("--world", demo_args.world,
@@ -159,6 +173,16 @@ int main(int argc, char** argv) {
                  "also run the plan on random data in a simulated world and check the result\n"
                  "(adds \"verified\" to the JSON; exit 1 on a mismatch)");
 
+  // An unknown command gets a message naming the commands (CLI11 would only
+  // say that one is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string first = argv[1];
+    if (first != "demo" && first != "visualize" && first != "plan") {
+      std::cerr << "dtensor: unknown command '" << first
+                << "'; expected demo, visualize or plan (see dtensor --help)\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help
@@ -170,6 +194,8 @@ int main(int argc, char** argv) {
                                             : nullptr) {
       std::cerr << "dtensor " << cmd->get_name() << ": " << one_line(e.what()) << " (see dtensor "
                 << cmd->get_name() << " --help)\n";
+    } else if (argc == 1) {
+      std::cerr << "dtensor: a command is required: demo, visualize or plan (see dtensor --help)\n";
     } else {
       std::cerr << "dtensor: " << one_line(e.what()) << " (see dtensor --help)\n";
     }
@@ -180,7 +206,11 @@ int main(int argc, char** argv) {
   for (CLI::App* cmd : {demo, visualize, plan}) {
     if (!cmd->parsed()) continue;
     try {
-      if (cmd == demo) return run_demo(demo_args);
+      if (cmd == demo) {
+        model.sequence_parallel = !no_sequence_parallel;
+        model.loss_parallel = !no_loss_parallel;
+        return run_demo(demo_args);
+      }
       return cmd == visualize ? run_visualize(vis) : run_plan(pl);
     } catch (const dtensor::Error& e) {
       std::cerr << "dtensor " << cmd->get_name() << ": " << one_line(e.what()) << "\n";
