@@ -113,7 +113,9 @@ std::ostream& operator<<(std::ostream& os, const Placement& p);
 std::ostream& operator<<(std::ostream& os, const Placements& p);
 
 // Parses one placement: S(d) (d may be negative), R, P, P(sum|avg|max|min);
-// spaces are ignored and the letters may be lower case. Throws naming the text.
+// spaces are ignored and the letters may be lower case. PyTorch's spellings
+// are accepted too: Shard(d), Replicate(), Partial(), Partial(avg). Throws
+// naming the text.
 Placement parse_placement(const std::string& text);
 // Parses a comma-separated list, e.g. "S(0),R,P(avg)".
 Placements parse_placements(const std::string& text);

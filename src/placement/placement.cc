@@ -48,10 +48,20 @@ std::string strip(const std::string& text) {
   return s;
 }
 
+// PyTorch's spellings, Shard(0), Replicate(), Partial() and Partial(avg),
+// as the short forms.
+std::string short_form(std::string s) {
+  if (s == "replicate" || s == "replicate()") return "r";
+  if (s == "partial" || s == "partial()") return "p";
+  if (s.rfind("shard(", 0) == 0) return "s" + s.substr(5);
+  if (s.rfind("partial(", 0) == 0) return "p" + s.substr(7);
+  return s;
+}
+
 }  // namespace
 
 Placement parse_placement(const std::string& text) {
-  const std::string s = strip(text);
+  const std::string s = short_form(strip(text));
   if (s == "r") return Replicate();
   if (s == "p") return Partial(ReduceOp::Sum);
   const bool bracketed = s.size() >= 4 && s[1] == '(' && s.back() == ')';

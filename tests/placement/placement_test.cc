@@ -17,6 +17,10 @@ TEST(Placement, TextFormRoundTrips) {
   EXPECT_EQ(parse_placements("S(0),R,P(sum),P(avg)"), p);
   EXPECT_EQ(parse_placements(" s(0) , r, P ,p(AVG)"), p);
   EXPECT_EQ(parse_placement("S(-1)"), Shard(-1));
+  // PyTorch's spellings.
+  EXPECT_EQ(parse_placements("Shard(0), Replicate(), Partial(), Partial(avg)"), p);
+  EXPECT_EQ(parse_placements("shard(0),replicate,partial,partial(AVG)"), p);
+  EXPECT_EQ(parse_placement("Shard(-1)"), Shard(-1));
   EXPECT_EQ(parse_placement("P(max)"), Partial(ReduceOp::Max));
   EXPECT_EQ(parse_placement("P(min)"), Partial(ReduceOp::Min));
   EXPECT_NE(Shard(0), Shard(1));
@@ -26,6 +30,12 @@ TEST(Placement, TextFormRoundTrips) {
 }
 
 TEST(Placement, ParseErrorsNameTheText) {
+  EXPECT_NE(error_of([] { parse_placement("Shard(x)"); }).find("'Shard(x)': shard dim 'x'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_placement("Partial(mean)"); }).find("unknown reduce op 'mean'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_placement("Replicated"); }).find("bad placement 'Replicated'"),
+            std::string::npos);
   EXPECT_NE(error_of([] { parse_placements("S(0),X"); }).find("'X'"), std::string::npos);
   EXPECT_NE(error_of([] { parse_placement("S(a)"); }).find("not an integer"), std::string::npos);
   EXPECT_NE(error_of([] { parse_placement("P(prod)"); }).find("unknown reduce op 'prod'"),
