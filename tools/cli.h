@@ -25,6 +25,8 @@ Shape parse_shape_list(const std::string& text);
 DeviceMesh make_mesh(const std::string& mesh_text, const std::string& names_text,
                      const World* world = nullptr);
 nlohmann::ordered_json dims_json(const DimVector& v);
+// The mesh's dim names for JSON, one per dim; an unnamed dim i is "d<i>".
+nlohmann::ordered_json mesh_names_json(const DeviceMesh& mesh);
 // Error messages go on one line so scripts can rely on a single stderr line.
 std::string one_line(std::string text);
 

@@ -72,6 +72,13 @@ nlohmann::ordered_json dims_json(const DimVector& v) {
   return out;
 }
 
+nlohmann::ordered_json mesh_names_json(const DeviceMesh& mesh) {
+  std::vector<std::string> names = mesh.names();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i].empty()) names[i] = "d" + std::to_string(i);
+  return names;
+}
+
 // Error messages go on one line so scripts can rely on a single stderr line.
 std::string one_line(std::string text) {
   std::replace(text.begin(), text.end(), '\n', ' ');

@@ -78,9 +78,11 @@ World make_world(const DemoArgs& args, int64_t mesh_ranks) {
            " needs the MPI backend, but this dtensor was built without MPI (configure with "
            "-DDTENSOR_MPI=ON and install libopenmpi-dev)");
   World world = World::mpi();
+  const bool one = world.size() == 1;
   DT_CHECK(world.size() == mesh_ranks, "--mesh ", args.mesh, " has ", mesh_ranks,
-           " ranks, but this MPI job has ", world.size(), " processes; run mpirun -np ",
-           mesh_ranks, " or pass a --mesh of ", world.size(), " ranks");
+           " ranks, but this MPI job has ", world.size(), one ? " process" : " processes",
+           "; run mpirun -np ", mesh_ranks, " or pass a --mesh of ", world.size(),
+           one ? " rank" : " ranks");
   return world;
 }
 

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   using namespace dtensor::cli;
   CLI::App app{"dtensor: distributed tensors over a device mesh (Shard / Replicate / Partial)."};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "dtensor " DTENSOR_VERSION);
   app.footer(
       "Run 'dtensor <command> --help' for a command's options and examples. Placements are\n"
       "written S(d) (shard tensor dim d), R (replicate), P(sum|avg|max|min) (partial).\n"
@@ -78,14 +79,25 @@ int main(int argc, char** argv) {
   demo->add_option("--steps", demo_args.steps, "forward passes to run and time")
       ->capture_default_str()->check(CLI::Range(1, 1000));
   demo->add_option("--world", demo_args.world,
-                   "auto (MPI when launched by mpirun, else simulated), sim or mpi")
+                   "auto (MPI when launched by mpirun, else simulated), sim or mpi;\n"
+                   "sim under mpirun runs the whole simulation in every process")
       ->capture_default_str()->check(CLI::IsMember({"auto", "sim", "mpi"}));
+  // CLI::PositiveNumber's own message prints the largest double in full.
+  const CLI::Validator above_zero(
+      [](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v) || !(v > 0))
+          return "must be a number > 0, got " + text;
+        return {};
+      },
+      "> 0");
   demo->add_option("--tolerance", demo_args.tolerance,
                    "largest accepted |difference| of loss and logits from the reference")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(above_zero);
   demo->add_flag("--json", demo_args.json,
-                 "print JSON: world, mesh, model, weights, collectives_per_layer, steps,\n"
-                 "propagation_cache, loss, reference_loss, logits_max_diff, verified");
+                 "print JSON: world, ranks, mesh, names, dp, tp, model, weights,\n"
+                 "collectives_per_layer, steps, propagation_cache, loss, reference_loss,\n"
+                 "loss_diff, logits_max_diff, tolerance, verified");
 
   VisualizeArgs vis;
   auto* visualize = app.add_subcommand(
@@ -154,13 +166,16 @@ int main(int argc, char** argv) {
   plan->add_option("--from", pl.from,
                    "source placements, one per mesh dim: S(d), R, P(sum|avg|max|min) ('P' = sum)")
       ->required();
-  plan->add_option("--to", pl.to, "target placements (a Partial only where the source has it)")
+  plan->add_option("--to", pl.to,
+                   "target placements (a Partial only on a mesh dim where the source has the\n"
+                   "same Partial)")
       ->required();
   plan->add_option("--flatten", pl.flatten,
-                   "declare a flattened group of mesh dims, by names (A,B) or dims (0,1);\n"
-                   "repeatable")
+                   "declare one flattened group of mesh dims, by names (A,B) or dims (0,1);\n"
+                   "repeat --flatten for more groups")
       ->take_all()
-      ->allow_extra_args(false);
+      ->allow_extra_args(false)
+      ->type_name("DIMS");
   plan->add_flag("--no-auto-flatten", pl.no_auto_flatten,
                  "merge collectives only over groups declared with --flatten");
   plan->add_option("--devices-per-host", pl.devices_per_host,

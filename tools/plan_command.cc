@@ -84,10 +84,7 @@ bool verify(const DTensorSpec& from, const DTensorSpec& to, const RedistributePl
 nlohmann::ordered_json plan_json(const DeviceMesh& mesh, const RedistributePlan& plan) {
   nlohmann::ordered_json out;
   out["mesh"] = dims_json(mesh.shape());
-  std::vector<std::string> names = mesh.names();
-  for (size_t i = 0; i < names.size(); ++i)
-    if (names[i].empty()) names[i] = "d" + std::to_string(i);
-  out["names"] = names;
+  out["names"] = mesh_names_json(mesh);
   out["shape"] = dims_json(plan.from.shape());
   out["dtype"] = dtype_short_name(plan.from.dtype());
   out["from"] = to_string(plan.from.placements());

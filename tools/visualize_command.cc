@@ -31,7 +31,7 @@ int run_visualize(const VisualizeArgs& args) {
   const DeviceMesh& mesh = spec.mesh();
   nlohmann::ordered_json out;
   out["mesh"] = dims_json(mesh.shape());
-  if (!args.names.empty()) out["names"] = mesh.names();
+  out["names"] = mesh_names_json(mesh);
   out["shape"] = dims_json(spec.shape());
   out["dtype"] = dtype_short_name(spec.dtype());
   out["placements"] = to_string(spec.placements());

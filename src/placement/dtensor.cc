@@ -23,8 +23,8 @@ LocalTensor redistribute_local(const LocalTensor& local, const DTensorSpec& from
 void check_placement_count(const DTensorSpec& spec, const Placements& placements) {
   const int nd = spec.mesh().ndim();
   DT_CHECK(placements.size() == static_cast<size_t>(nd), "redistribute: expected ", nd,
-           " placements for a ", nd, "-d mesh, got ", placements.size(), ": ",
-           to_string(placements));
+           nd == 1 ? " placement" : " placements", " for a ", nd,
+           "-d mesh, got ", placements.size(), ": ", to_string(placements));
 }
 
 }  // namespace

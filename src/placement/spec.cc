@@ -26,7 +26,8 @@ DTensorSpec::DTensorSpec(DeviceMesh mesh, const Placements& placements, const Te
 
 void DTensorSpec::validate_and_normalize() {
   DT_CHECK(placements_.size() == static_cast<size_t>(mesh_.ndim()), "expected ", mesh_.ndim(),
-           " placements for a ", mesh_.ndim(), "-d mesh, got ", placements_.size(), ": ",
+           mesh_.ndim() == 1 ? " placement" : " placements", " for a ", mesh_.ndim(),
+           "-d mesh, got ", placements_.size(), ": ",
            dtensor::to_string(placements_));
   DT_CHECK(meta_.strides.size() == meta_.shape.size(), "tensor strides ", meta_.strides,
            " do not match shape ", meta_.shape);
@@ -41,6 +42,11 @@ void DTensorSpec::validate_and_normalize() {
       if (p.dim() < 0) p = Shard(p.dim() + nd);
     } else if (p.is_partial()) {
       const ReduceOp op = p.reduce_op();
+      // An average of integers is not an integer: the reduction that would
+      // resolve the Partial could not run, so the layout is refused here.
+      DT_CHECK(op != ReduceOp::Avg || is_floating(meta_.dtype), "placement P(avg) on mesh dim ",
+               i, " needs a floating dtype, got ", meta_.dtype, " (placements ",
+               dtensor::to_string(placements_), ")");
       if (partial_op && *partial_op != op) {
         const bool sum_avg = (*partial_op == ReduceOp::Sum || *partial_op == ReduceOp::Avg) &&
                              (op == ReduceOp::Sum || op == ReduceOp::Avg);

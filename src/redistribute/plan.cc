@@ -22,6 +22,7 @@
 // Mesh dims of size 1 move no data: any change on them is a free local
 // step, and they are ignored by the nesting rule.
 #include <algorithm>
+#include <cmath>
 #include <bit>
 #include <queue>
 #include <sstream>
@@ -55,7 +56,7 @@ uint32_t key_of(const Placements& p) {
                                     const char* why) {
   DT_THROW("redistribute: cannot go from ", to_string(from.placements()[mesh_dim]), " to ",
            to_string(to), " on mesh dim ", mesh_dim, " (", why, "); from ",
-           to_string(from.placements()), " on mesh ", from.mesh().shape());
+           to_string(from.placements()), " on ", from.mesh());
 }
 
 // Sizes of the pieces of `length` chunked by ns[0], then each piece by
@@ -630,7 +631,10 @@ std::string RedistributePlan::explain() const {
       if (s.divisor != 1) os << ", then / " << s.divisor;
       os << ')';
     }
-    if (s.kind != StepKind::Local) os << ", " << s.bytes << " bytes/rank, " << cost;
+    // The bytes the cost model charges each rank (for an all_gather, the
+    // gathered size), printed whole rather than in 6 significant digits.
+    if (s.kind != StepKind::Local)
+      os << ", " << static_cast<int64_t>(std::llround(s.bytes)) << " bytes/rank, " << cost;
     os << '\n';
   }
   char total[32];

@@ -126,6 +126,12 @@ TEST_F(SpecTest, ValidationErrorsNameTheProblem) {
             std::string::npos);
   // sum with avg is allowed.
   EXPECT_NO_THROW(DTensorSpec(mesh, {Partial(ReduceOp::Sum), Partial(ReduceOp::Avg)}, {4}));
+  // An average of integers has no integer value to reduce to.
+  EXPECT_NE(error_of([&] {
+              DTensorSpec(mesh, {Partial(ReduceOp::Avg), Replicate()}, {4}, DType::Int64);
+            }).find("placement P(avg) on mesh dim 0 needs a floating dtype, got int64"),
+            std::string::npos);
+  EXPECT_NO_THROW(DTensorSpec(mesh, {Partial(ReduceOp::Max), Replicate()}, {4}, DType::Int64));
 }
 
 TEST_F(SpecTest, HashAndEquality) {
