@@ -424,39 +424,10 @@ LocalTensor MpiBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
   out_shape[concat_dim] = 0;
   for (int64_t l : lens) out_shape[concat_dim] += l;
   Tensor result = Tensor::empty(out_shape, t.dtype());
+  // Each piece is described in place by a subarray datatype, so MPI reads
+  // the chunks straight from the shard and writes them straight into the
+  // result: no packing copy on either side.
   const MPI_Datatype base = mpi_type(t.dtype());
-  // When what arrives from each member is one contiguous block of the
-  // result (no dim before the concat dim has more than one index), the
-  // pieces to send are packed one after the other (no copy when they are
-  // contiguous already) and MPI_Alltoallv runs on plain counts: Open MPI's
-  // tuned all-to-all is much faster than its Alltoallw on strided types.
-  // Every member must take the same branch (the two calls do not match), so
-  // the test uses only sizes the whole group shares: the split dim counts
-  // with its largest chunk, not this member's own (which may be empty).
-  const int64_t largest_split = chunk_range(split_len, g.size, 0).size;
-  bool one_block = true;
-  int64_t inner = 1;
-  for (int64_t d = 0; d < static_cast<int64_t>(out_shape.size()); ++d) {
-    const int64_t shared = d == split_dim ? largest_split : out_shape[d];
-    if (d < concat_dim && shared > 1) one_block = false;
-    if (d != concat_dim) inner *= out_shape[d];
-  }
-  if (one_block) {
-    std::vector<int> send_counts, recv_counts(static_cast<size_t>(g.size));
-    const Tensor packed = pack_chunks(src, g.size, split_dim, send_counts, "all_to_all");
-    for (int j = 0; j < g.size; ++j) recv_counts[j] = count_of(lens[j] * inner, "all_to_all");
-    const std::vector<int> send_displs = displacements(send_counts);
-    const std::vector<int> recv_displs = displacements(recv_counts);
-    check_mpi(MPI_Alltoallv(packed.raw_data(), send_counts.data(), send_displs.data(), base,
-                            result.raw_data(), recv_counts.data(), recv_displs.data(), base,
-                            g.comm),
-              "MPI_Alltoallv");
-    out.set(rank_, std::move(result));
-    return out;
-  }
-  // Otherwise each piece is described in place by a subarray datatype, so
-  // MPI reads the chunks straight from the shard and writes them straight
-  // into the result: no packing copy on either side.
   std::vector<MPI_Datatype> send_types, recv_types;
   std::vector<int> ones(static_cast<size_t>(g.size), 1), zeros(static_cast<size_t>(g.size), 0);
   std::vector<int> send_counts = ones, recv_counts = ones;
