@@ -1,5 +1,5 @@
 // Backend — the collectives, and the only place that knows whether ranks live
-// in this process (sim) or in other processes (MPI, a later issue).
+// in this process (sim) or in other processes (MPI: src/comm/mpi_backend.h).
 //
 // Every collective runs over the groups of one mesh dim (which may be a
 // flattened dim covering several root dims): for each held rank r of the
@@ -9,9 +9,12 @@
 // differ in size along the dims named (uneven and empty shards are normal);
 // on every other dim they agree.
 //
-// Reductions combine the group's shards in group order (((s0 op s1) op s2) ...),
-// so results are deterministic and equal on every rank. Avg is the sum
-// divided by n (floating dtypes only).
+// Reductions give the same result on every rank of the group. The simulated
+// backend combines the shards in group order (((s0 op s1) op s2) ...), so
+// its results are deterministic; under MPI the order is the MPI library's
+// choice, so floating-point sums may differ from the simulated world's in
+// the last bits (compare such results within a tolerance). Avg is
+// the sum divided by n (floating dtypes only).
 //
 // Each call records itself once with record_collective (debug.h).
 #pragma once

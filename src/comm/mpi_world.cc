@@ -53,6 +53,13 @@ void finalize_at_exit() {
   std::abort();
 }
 
+// MPI's default handler aborts the job inside the MPI library on any error,
+// so the return codes the backend checks would never be seen. With
+// MPI_ERRORS_RETURN on dtensor's communicator (and the group communicators
+// made from it, which inherit it) a failed call becomes a dtensor::Error
+// naming the call; escaping main, it still ends the job with that message.
+void return_errors(MPI_Comm comm) { MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN); }
+
 std::shared_ptr<World::Impl> make_impl(MPI_Comm comm) {
   int size = 0, rank = 0;
   MPI_Comm_size(comm, &size);
@@ -81,6 +88,7 @@ World World::mpi(int* argc, char*** argv) {
     std::set_terminate(abort_job);
     MPI_Comm comm = MPI_COMM_NULL;
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    return_errors(comm);
     world = new std::shared_ptr<Impl>(make_impl(comm));
   }
   return World(*world);
@@ -95,6 +103,7 @@ World world_from_mpi_comm(MPI_Comm comm) {
   std::set_terminate(abort_job);
   MPI_Comm dup = MPI_COMM_NULL;
   MPI_Comm_dup(comm, &dup);
+  return_errors(dup);
   return World(make_impl(dup));
 }
 
