@@ -65,14 +65,8 @@ class SectionTracker {
   std::vector<CommRecord> records_;
 };
 
-bool launched_by_mpi() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
-    if (std::getenv(var) != nullptr) return true;
-  return false;
-}
-
 World make_world(const DemoArgs& args, int64_t mesh_ranks) {
-  const bool mpi = args.world == "mpi" || (args.world == "auto" && launched_by_mpi());
+  const bool mpi = args.world == "mpi" || (args.world == "auto" && World::launched_by_mpi());
   if (!mpi) return World::simulated(static_cast<int>(mesh_ranks));
   DT_CHECK(World::mpi_available(), "--world ", args.world,
            " needs the MPI backend, but this dtensor was built without MPI (configure with "

@@ -32,6 +32,14 @@ class World {
   static World mpi(int* argc = nullptr, char*** argv = nullptr);
   // Whether this build has the MPI backend.
   static bool mpi_available();
+  // Whether an MPI launcher started this process (mpirun, srun: the
+  // variables they set, read without initialising MPI).
+  static bool launched_by_mpi();
+  // World::mpi when launched by mpirun (and built with MPI), otherwise
+  // World::simulated(simulated_size): one program for both ways of running,
+  // `./prog` and `mpirun -np N ./prog`. The caller checks that the size it
+  // got is the one its mesh needs.
+  static World from_launcher(int simulated_size, int* argc = nullptr, char*** argv = nullptr);
 
   int size() const;
   // The ranks this process holds, ascending (all ranks when simulated).

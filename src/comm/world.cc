@@ -4,6 +4,7 @@
 #include "dtensor/world.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <numeric>
 #include <utility>
@@ -21,6 +22,18 @@ World World::simulated(int size) {
   std::iota(held.begin(), held.end(), 0);
   return World(std::make_shared<Impl>(size, std::move(held), std::make_unique<SimBackend>(),
                                       /*simulated=*/true));
+}
+
+bool World::launched_by_mpi() {
+  // Open MPI's mpirun, and PMI/PMIx launchers (MPICH's hydra, Slurm's srun).
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(var) != nullptr) return true;
+  return false;
+}
+
+World World::from_launcher(int simulated_size, int* argc, char*** argv) {
+  if (launched_by_mpi() && mpi_available()) return mpi(argc, argv);
+  return simulated(simulated_size);
 }
 
 int World::size() const { return impl_->size; }
