@@ -138,8 +138,10 @@ class DeviceMesh {
   // flatten(). Shared by every view of the root.
   bool auto_flatten() const;
   void set_auto_flatten(bool on);
-  // Bumped whenever the topology, auto_flatten, or the registered flattened
-  // dims change, so that caches of plans can tell when to re-plan.
+  // Counters that caches of plans key on to tell when to re-plan:
+  // config_version is bumped when the topology or auto_flatten changes,
+  // flatten_version when a flattened dim is registered (which matters only
+  // to plans that may not create groups themselves).
   uint64_t config_version() const;
   uint64_t flatten_version() const;
 

@@ -19,4 +19,13 @@ namespace dtensor {
 // program's); comm itself stays the program's. REQUIRES: MPI is initialised.
 World world_from_mpi_comm(MPI_Comm comm);
 
+// The desync check of an MPI world (also on when DTENSOR_MPI_CHECK=1 is set
+// at start): before each collective the members of its group exchange what
+// they are about to call (kind, mesh dim, group, shapes, dtype, op) and, on
+// a mismatch, every member raises a dtensor::Error naming both sides
+// instead of hanging or exchanging garbage. Costs one small allgather per
+// collective; for debugging. REQUIRES: world is an MPI world.
+void set_mpi_desync_check(const World& world, bool on);
+bool mpi_desync_check(const World& world);
+
 }  // namespace dtensor

@@ -107,4 +107,23 @@ World world_from_mpi_comm(MPI_Comm comm) {
   return World(make_impl(dup));
 }
 
+namespace {
+
+MpiBackend& mpi_backend_of(const World& world, const char* fn) {
+  auto* backend = dynamic_cast<MpiBackend*>(&world.backend());
+  DT_CHECK(backend != nullptr, fn, ": the world is simulated (", world.size(),
+           " ranks in this process); the desync check is for MPI worlds (World::mpi)");
+  return *backend;
+}
+
+}  // namespace
+
+void set_mpi_desync_check(const World& world, bool on) {
+  mpi_backend_of(world, "set_mpi_desync_check").set_desync_check(on);
+}
+
+bool mpi_desync_check(const World& world) {
+  return mpi_backend_of(world, "mpi_desync_check").desync_check();
+}
+
 }  // namespace dtensor

@@ -25,7 +25,8 @@ TEST(MpiWorld, DesyncCheckCatchesAMismatchedCall) {
   World world = dtensor::testing::test_world();
   auto& backend = static_cast<MpiBackend&>(world.backend());
   DeviceMesh mesh(world, {world.size()});
-  backend.set_desync_check(true);
+  set_mpi_desync_check(world, true);
+  EXPECT_TRUE(mpi_desync_check(world));
   LocalTensor in;
   in.set(world.rank(), Tensor::zeros({2, world.rank() == 1 ? 4 : 3}));
   const std::string e =
@@ -39,7 +40,12 @@ TEST(MpiWorld, DesyncCheckCatchesAMismatchedCall) {
   ok.set(world.rank(), Tensor::ones({2, 3}));
   const LocalTensor sum = backend.all_reduce(ok, mesh, 0, ReduceOp::Sum);
   EXPECT_TRUE(equal(sum.shard(world.rank()), Tensor::full({2, 3}, world.size())));
-  backend.set_desync_check(false);
+  set_mpi_desync_check(world, false);
+  EXPECT_FALSE(backend.desync_check());
+  // A simulated world has no such check, and says so.
+  EXPECT_NE(dtensor::testing::error_of([] { set_mpi_desync_check(World::simulated(2), true); })
+                .find("the world is simulated (2 ranks in this process)"),
+            std::string::npos);
 }
 
 // A World over a communicator the program made: each half of the job is a
