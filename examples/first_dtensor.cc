@@ -6,7 +6,7 @@
 // The PyTorch spelling of the same thing:
 //   mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
 //   d = distribute_tensor(x, mesh, [Shard(0), Shard(1)])
-//   r = (d * 2).redistribute(mesh, [Replicate(), Shard(1)])
+//   r = (d * 2 + 1).redistribute(mesh, [Replicate(), Shard(1)])
 #include <dtensor/dtensor.h>
 
 #include <iostream>

@@ -9,7 +9,7 @@
 //   Tensor full = r.full_tensor();                          // == the original
 //
 // Redistribution runs a min-cost plan (redistribute.h) of the elementary
-// transforms of SEMANTICS.md (S->R all_gather, S(i)->S(j) all_to_all, P->R
+// transforms of docs/redistribution.md (S->R all_gather, S(i)->S(j) all_to_all, P->R
 // all_reduce, P->S reduce_scatter, R->S local chunk), merging collectives
 // over flattened mesh dims where that gives the same result; a user may not
 // introduce a Partial that the source did not already have on that mesh dim.

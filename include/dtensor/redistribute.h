@@ -1,12 +1,13 @@
 // Redistribution planning — how dtensor moves a DTensor from one layout to
-// another at the least cost (SEMANTICS.md, "Cost model" and "Planning").
+// another at the least cost (docs/redistribution.md: the cost model, the
+// search and merging, with worked examples).
 //
 // A plan is a list of steps, each one collective (or a local op) over one
 // mesh dim or over a flattened group of several. The planner searches the
 // placement states (one mesh-dim transform per edge) for the cheapest path
 // under the topology cost model of the mesh (DeviceMesh::topology()), then
 // merges consecutive same-kind collectives into one over the flattened
-// group of their mesh dims where SEMANTICS.md allows it and it is not
+// group of their mesh dims where the result is identical and it is not
 // costlier. Plans are immutable, cached by (source spec, target spec,
 // options, mesh configuration) and shared; the cache is thread-safe.
 //
@@ -28,7 +29,7 @@ namespace dtensor {
 // ---- Cost model (times in microseconds) ----
 //
 // bytes: bytes per rank the collective is charged for (b x 2^30 in the
-// formulas of SEMANTICS.md); n: ranks in the group; base: Topology::base_us.
+// formulas of docs/redistribution.md); n: ranks in the group; base: Topology::base_us.
 double all_gather_cost(double bytes, int64_t n, LinkCost link, double base_us = 6.6);
 double reduce_scatter_cost(double bytes, int64_t n, LinkCost link, double base_us = 6.6);
 double all_reduce_cost(double bytes, int64_t n, LinkCost link, double base_us = 6.6);

@@ -38,7 +38,8 @@ class World {
   // World::mpi when launched by mpirun (and built with MPI), otherwise
   // World::simulated(simulated_size): one program for both ways of running,
   // `./prog` and `mpirun -np N ./prog`. The caller checks that the size it
-  // got is the one its mesh needs.
+  // got is the one its mesh needs. In a build without MPI, every process
+  // mpirun starts runs its own simulated world.
   static World from_launcher(int simulated_size, int* argc = nullptr, char*** argv = nullptr);
 
   int size() const;
