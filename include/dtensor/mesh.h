@@ -40,9 +40,9 @@ struct LinkCost {
 
 // Where the mesh's ranks sit on hardware, for the redistribution cost model
 // (docs/redistribution.md, "The cost model"). Ranks are packed onto hosts
-// row-major: walking root dims from the last to the first and multiplying their sizes,
-// once the product exceeds devices_per_host that dim and all outer ones
-// cross hosts and get the inter-host figures.
+// row-major: walking root dims from the last to the first and multiplying
+// their sizes, once the product exceeds devices_per_host that dim and all
+// outer ones cross hosts and get the inter-host figures.
 struct Topology {
   int64_t devices_per_host = 8;
   // Fixed cost of any collective.
