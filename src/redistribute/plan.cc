@@ -7,23 +7,29 @@
 // dim (S->R all_gather, S->S all_to_all, P->R all_reduce, P->S
 // reduce_scatter, R->S and R->P local) when the nesting rule allows it: only
 // the innermost (right-most) mesh dim sharding a tensor dim may gather it,
-// split it or take it. Edge weights are the cost model's; a state's bytes
-// per rank are global bytes / number of shards. Dijkstra gives the cheapest
-// path, ties broken by fewer steps; the per-dim baseline path is one of the
-// paths searched, so the search never does worse than it.
+// split it or take it. With merging on, an edge may also be one collective
+// over the flattened group of several mesh dims (all_reduce, reduce_scatter
+// or all_gather, under the merge rules below), so the search prices merges
+// instead of finding them only afterwards. Edge weights are the cost
+// model's; a state's bytes per rank are global bytes / number of shards.
+// Dijkstra gives the cheapest path, ties broken by fewer steps; the per-dim
+// baseline path is one of the paths searched, so the search never does
+// worse than it.
 //
 // Merging then turns runs of consecutive same-kind collectives (all_reduce,
 // reduce_scatter, all_gather; never all_to_all) into one collective over the
-// flattened group of their mesh dims, when SEMANTICS.md's rules make the
-// result identical, the group exists or may be created, and the merge does
-// not cost more under the model. Merging is applied to the searched path and
-// to the per-dim path, and the cheaper result wins.
+// flattened group of their mesh dims, when the result is identical (same
+// reduce op or sum with avg; reduce_scatter outer dim first and all_gather
+// inner dim first; the flattened chunking equal to the nested one), the
+// group exists or may be created, and the merge does not cost more under
+// the model. Merging is applied to the searched path and to the per-dim
+// path, and the cheaper result wins.
 //
 // Mesh dims of size 1 move no data: any change on them is a free local
 // step, and they are ignored by the nesting rule.
 #include <algorithm>
-#include <cmath>
 #include <bit>
+#include <cmath>
 #include <queue>
 #include <sstream>
 #include <unordered_map>
@@ -99,8 +105,8 @@ class Planner {
       steps = options_.search ? search() : per_dim_steps();
       if (options_.merge) {
         steps = merge(std::move(steps));
-        // The search does not see merges: the per-dim path, merged, may
-        // come out cheaper.
+        // The per-dim path, merged, is the fallback the search must beat
+        // (and what it returns past kMaxStates).
         if (options_.search) {
           std::vector<RedistributeStep> baseline = merge(per_dim_steps());
           if (total_cost(baseline) < total_cost(steps) - 1e-9) steps = std::move(baseline);
@@ -347,6 +353,62 @@ class Planner {
     }
   }
 
+  // Edges that run one collective over the flattened group of several mesh
+  // dims at once (the merges of merge(), as single edges), so the search
+  // prices them: a merged all_reduce may beat a reduce_scatter +
+  // all_gather path only when the search sees both. Each edge is checked
+  // as the run of single steps it replaces (all_gather inner dims first,
+  // reduce_scatter outer first), with the same rules merge() applies.
+  void merged_edges(const Placements& cur, std::vector<Edge>& out) const {
+    uint32_t partial_dims = 0;
+    for (int i = 0; i < nd_; ++i)
+      if (size_[i] > 1 && cur[i].is_partial()) partial_dims |= 1u << i;
+    // Every subset of `dims` with two or more members.
+    auto for_subsets = [](uint32_t dims, auto&& f) {
+      for (uint32_t sub = dims; sub != 0; sub = (sub - 1) & dims)
+        if (!std::has_single_bit(sub)) f(sub);
+    };
+    // The single steps of `sub` to q in the given order, or false when one
+    // of them breaks the nesting rule on the way.
+    auto run_of = [&](uint32_t sub, Placement q, int64_t d, bool descending,
+                      std::vector<RedistributeStep>& run, Placements& next) {
+      run.clear();
+      next = cur;
+      for (int k = 0; k < nd_; ++k) {
+        const int i = descending ? nd_ - 1 - k : k;
+        if (!(sub >> i & 1)) continue;
+        if (!innermost(next, i, d)) return false;
+        run.push_back(single_step(next, i, q));
+        next[i] = q;
+      }
+      return true;
+    };
+    std::vector<RedistributeStep> run;
+    Placements next;
+    for_subsets(partial_dims, [&](uint32_t sub) {
+      if (!may_merge(sub) || !mergeable_ops(cur, sub)) return;
+      next = cur;
+      for (int i = 0; i < nd_; ++i)
+        if (sub >> i & 1) next[i] = Replicate();
+      out.push_back({next, merged_step(cur, sub, StepKind::AllReduce, Replicate())});
+    });
+    for (int64_t d = 0; d < from_.ndim(); ++d) {
+      for_subsets(partial_dims, [&](uint32_t sub) {
+        if (!run_of(sub, Shard(d), d, /*descending=*/false, run, next)) return;
+        if (!valid_partials(next) || !mergeable(cur, run)) return;
+        out.push_back({next, merged_step(cur, sub, StepKind::ReduceScatter, Shard(d))});
+      });
+      uint32_t shard_dims = 0;
+      for (int i = 0; i < nd_; ++i)
+        if (size_[i] > 1 && cur[i].is_shard(d)) shard_dims |= 1u << i;
+      for_subsets(shard_dims, [&](uint32_t sub) {
+        if (!run_of(sub, Replicate(), d, /*descending=*/true, run, next)) return;
+        if (!mergeable(cur, run)) return;
+        out.push_back({next, merged_step(cur, sub, StepKind::AllGather, Replicate())});
+      });
+    }
+  }
+
   // Whether the partial ops of `dims` can run as one reduction.
   bool mergeable_ops(const Placements& cur, uint32_t dims) const {
     std::optional<ReduceOp> first;
@@ -502,6 +564,7 @@ class Planner {
       const Placements cur = node.state;
       edges.clear();
       single_edges(cur, edges);
+      if (options_.merge) merged_edges(cur, edges);
       for (Edge& e : edges) {
         const uint32_t k = key_of(e.next);
         const double c = cost + e.step.cost_us;

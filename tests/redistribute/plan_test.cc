@@ -117,7 +117,9 @@ TEST_F(PlanTest, FlattenedGroupCountsOnTwoByTwoByTwo) {
   const Case cases[] = {
       {"P,P,P", "R,R,R", 0, 1, 0, 0, 3},
       {"P,R,P", "R,R,R", 0, 1, 0, 0, 2},
-      {"P,P,R", "S(0),S(1),R", 0, 0, 2, 0, 2},
+      // Small: one merged all_reduce and two local chunks cost less latency
+      // than two reduce_scatters (the search prices merged edges too).
+      {"P,P,R", "S(0),S(1),R", 0, 1, 0, 0, 2},
   };
   Tensor x = int_valued({16, 16, 16}, 1);
   for (const Case& c : cases) {
@@ -143,6 +145,13 @@ TEST_F(PlanTest, FlattenedGroupCountsOnTwoByTwoByTwo) {
     DTensor r = d.redistribute(parse_placements(c.to));
     expect_counts_match(comm, *plan, plan->explain());
     EXPECT_TRUE(equal(r.full_tensor(), x)) << plan->explain();
+  }
+  // Large: bandwidth dominates and the reduce_scatters win.
+  {
+    DTensorSpec big(mesh, parse_placements("P,P,R"), Shape{1024, 1024, 256});
+    auto plan = plan_redistribute(big, big.with_placements(parse_placements("S(0),S(1),R")));
+    EXPECT_EQ(plan->count(StepKind::ReduceScatter), 2) << plan->explain();
+    EXPECT_EQ(plan->count(StepKind::AllReduce), 0) << plan->explain();
   }
   // The merged plans name the declared groups and create none.
   DTensor d = make_dtensor(x, mesh, parse_placements("P,R,P"), 2);
@@ -243,10 +252,21 @@ TEST_F(PlanTest, UnevenShardsMergeOnlyWhenTheChunkingIsIdentical) {
     EXPECT_TRUE(equal(r.full_tensor(), x)) << plan->explain();
     for (int rank = 0; rank < 4; ++rank)
       EXPECT_EQ(r.to_local(rank).shape(), r.spec().extent_of_rank(rank)->local_shape);
-    return plan->count(StepKind::ReduceScatter);
+    int merged = 0;
+    for (const RedistributeStep& st : plan->steps)
+      merged += st.kind == StepKind::ReduceScatter && st.mesh_dims.size() > 1;
+    return merged;
   };
   EXPECT_EQ(scatters(8), 1);
-  EXPECT_EQ(scatters(5), 2);
+  EXPECT_EQ(scatters(5), 0);
+  // Where bandwidth dominates, reduce_scatters are the plan, and on the
+  // uneven length they stay two.
+  for (int64_t length : {8, 5}) {
+    DTensorSpec big(mesh, {Partial(), Partial()}, Shape{length, 1 << 24});
+    auto plan = plan_redistribute(big, big.with_placements({Shard(0), Shard(0)}));
+    EXPECT_EQ(plan->count(StepKind::ReduceScatter), length == 8 ? 1 : 2) << plan->explain();
+    EXPECT_EQ(plan->num_collectives(), length == 8 ? 1 : 2) << plan->explain();
+  }
 }
 
 // A mix of sum and avg reduces as one sum over the flattened group, then
@@ -434,6 +454,30 @@ TEST_F(PlanTest, RandomPlansAreCorrectAndNeverCostlierThanPerDim) {
   EXPECT_GT(cases, iterations * 6 / 10);
   // The search must actually beat the baseline somewhere (merges, all_to_all).
   EXPECT_GT(cheaper, 0);
+}
+
+// The search prices merged collectives as edges of their own, so it finds
+// paths that merging a per-mesh-dim path afterwards cannot: for
+// (P,R,P) -> (R,R,R) of 4 MiB on 2x2x2, chunk locally on B, all_reduce half
+// the bytes over the flattened A_C group, then all_gather over B, instead of
+// one merged all_reduce of all the bytes.
+TEST_F(PlanTest, SearchPricesMergedCollectives) {
+  DeviceMesh mesh(world, {2, 2, 2}, {"A", "B", "C"});
+  Tensor x = int_valued({64, 256, 64}, 31);
+  DTensor d = make_dtensor(x, mesh, parse_placements("P,R,P"), 31);
+  const DTensorSpec target = d.spec().with_placements(parse_placements("R,R,R"));
+  auto plan = plan_redistribute(d.spec(), target);
+  RedistributeOptions merged_per_dim;
+  merged_per_dim.search = false;
+  auto one_all_reduce = plan_redistribute(d.spec(), target, merged_per_dim);
+  ASSERT_EQ(one_all_reduce->num_collectives(), 1) << one_all_reduce->explain();
+  EXPECT_LT(plan->cost_us, one_all_reduce->cost_us - 1) << plan->explain();
+  EXPECT_EQ(plan->count(StepKind::AllReduce), 1) << plan->explain();
+  EXPECT_EQ(plan->count(StepKind::AllGather), 1) << plan->explain();
+  CommDebugMode comm;
+  DTensor r = d.redistribute(target.placements());
+  expect_counts_match(comm, *plan, plan->explain());
+  EXPECT_TRUE(equal(r.full_tensor(), x)) << plan->explain();
 }
 
 // An 8-d mesh has too many placement states to search exhaustively; the
