@@ -71,8 +71,10 @@ class DTensor {
 
 // Every held rank keeps its part of `full`. Without src_rank each rank cuts
 // its part from its own `full` (no communication; all ranks must pass the
-// same tensor); with src_rank, `full` as held by src_rank is broadcast over
-// the mesh first. Partial placements split the value as R->P does.
+// same tensor); with src_rank, `full` as held by src_rank is sent out a mesh
+// dim at a time (a scatter over each Shard dim, then a broadcast of the
+// pieces over the others), so each rank receives only its part. Partial
+// placements split the value as R->P does.
 DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Placements& placements,
                           std::optional<int> src_rank = std::nullopt);
 

@@ -83,11 +83,31 @@ DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Plac
   if (src_rank) {
     DT_CHECK(mesh.contains(*src_rank), "distribute_tensor: src_rank ", *src_rank,
              " is not in mesh ", mesh);
-    // One broadcast over the whole mesh (all dims flattened) from src_rank.
-    std::vector<int> all_dims;
-    for (int i = 0; i < mesh.ndim(); ++i) all_dims.push_back(i);
-    DeviceMesh flat = mesh.ndim() == 1 ? mesh : mesh.flatten(all_dims);
-    local = mesh.world().backend().broadcast(local, flat, 0, flat.group_index(*src_rank, 0));
+    // The data spreads out from src_rank one mesh dim at a time: a scatter
+    // over each Shard dim, then a broadcast over each other dim, so every
+    // rank receives only its own part (not the whole tensor) and the
+    // broadcasts carry the smallest pieces. The member of a group with
+    // src_rank's coordinate on that dim is its root. Once a dim is done,
+    // the ranks holding correct data are those agreeing with src_rank on
+    // the dims still to do; a group without such a root moves garbage that
+    // a later step overwrites. Shard dims go in ascending order, which is
+    // the nested chunking of the spec.
+    const DimVector src = *mesh.coordinate(*src_rank);
+    Backend& backend = mesh.world().backend();
+    Placements reached = all_r;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int k = 0; k < mesh.ndim(); ++k) {
+        const Placement p = spec.placements()[k];
+        if (mesh.size(k) == 1 || p.is_shard() != (pass == 0)) continue;
+        if (p.is_shard()) {
+          local = backend.scatter(local, mesh, k, src[k], p.dim());
+          reached[k] = p;
+        } else {
+          local = backend.broadcast(local, mesh, k, src[k]);
+        }
+      }
+    }
+    replicated = spec.with_placements(reached);
   }
   RedistributeOptions options;
   options.allow_new_partial = true;

@@ -32,13 +32,25 @@ TEST_F(DTensorTest, DistributeAndFullTensorRoundTrip) {
   EXPECT_THROW(d.to_local(), Error);  // 8 shards held here
 }
 
-TEST_F(DTensorTest, DistributeFromSourceRankBroadcasts) {
+// From one rank, the data spreads a mesh dim at a time: a scatter over each
+// Shard dim, then a broadcast of the pieces over the others.
+TEST_F(DTensorTest, DistributeFromSourceRankScattersThenBroadcasts) {
   DeviceMesh mesh(world, {2, 4});
   Tensor x = Tensor::randn({6, 4}, 2);
   CommDebugMode comm;
   DTensor d = distribute_tensor(x, mesh, {Replicate(), Shard(1)}, /*src_rank=*/5);
+  EXPECT_EQ(comm.count(CollectiveKind::Scatter), 1);
   EXPECT_EQ(comm.count(CollectiveKind::Broadcast), 1);
+  // Each rank is sent a [6, 1] piece, not the [6, 4] whole.
+  EXPECT_EQ(comm.bytes(CollectiveKind::Broadcast), 6 * 1 * 4);
   EXPECT_TRUE(equal(d.full_tensor(), x));
+  for (const char* text : {"S(0),S(0)", "S(1),P", "P,S(0)", "R,R", "S(0),S(1)"}) {
+    Tensor y = Tensor::randn({7, 5}, 3);  // uneven on both dims
+    DTensor e = distribute_tensor(y, mesh, parse_placements(text), /*src_rank=*/6);
+    DTensor plain = distribute_tensor(y, mesh, parse_placements(text));
+    for (int r = 0; r < 8; ++r)
+      EXPECT_TRUE(equal(e.to_local(r), plain.to_local(r))) << text << " rank " << r;
+  }
   EXPECT_THROW(distribute_tensor(x, DeviceMesh(world, {2}), {Shard(0)}, 5), Error);
 }
 

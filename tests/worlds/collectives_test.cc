@@ -127,8 +127,11 @@ TEST_F(WorldsTest, RandomRedistributionsKeepTheTensor) {
 TEST_F(WorldsTest, DistributeFromASourceRank) {
   DeviceMesh mesh(world, {2, 2});
   if (!takes_part(mesh)) return;
-  const Tensor mine = Tensor::full({6, 2}, world.rank() + 1);
-  const Tensor from_rank_3 = Tensor::full({6, 2}, world.is_simulated() ? 1 : 4);
-  const DTensor d = distribute_tensor(mine, mesh, {Shard(0), Replicate()}, /*src_rank=*/3);
-  EXPECT_TRUE(equal(d.full_tensor(), from_rank_3));
+  const Tensor mine = Tensor::arange(0, 15, 1, DType::Float32).view({5, 3}) + world.rank();
+  const Tensor from_rank_3 =
+      Tensor::arange(0, 15, 1, DType::Float32).view({5, 3}) + (world.is_simulated() ? 0 : 3);
+  for (const char* text : {"S(0),R", "R,S(0)", "S(1),S(0)", "S(0),S(0)", "P,S(1)", "R,R"}) {
+    const DTensor d = distribute_tensor(mine, mesh, parse_placements(text), /*src_rank=*/3);
+    EXPECT_TRUE(equal(d.full_tensor(), from_rank_3)) << text;
+  }
 }
