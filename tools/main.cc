@@ -3,6 +3,7 @@
 //   demo       a tensor-parallel transformer on a (dp, tp) mesh, verified
 //   visualize  which rank holds which part of a tensor
 //   plan       the cheapest redistribution plan between two layouts
+#include <cstdlib>
 #include <iostream>
 #include <string>
 
@@ -85,9 +86,9 @@ int main(int argc, char** argv) {
   // CLI::PositiveNumber's own message prints the largest double in full.
   const CLI::Validator above_zero(
       [](std::string& text) -> std::string {
-        double v = 0;
-        if (!CLI::detail::lexical_cast(text, v) || !(v > 0))
-          return "must be a number > 0, got " + text;
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !(v > 0)) return "must be a number > 0, got " + text;
         return {};
       },
       "> 0");
