@@ -4,16 +4,21 @@ JOBS  ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 
-.PHONY: run test bench asan deps build clean
+.PHONY: run test bench asan deps configure build clean
 
 deps:
 	@scripts/install-deps
 
-build: deps
+configure: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+
+build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-run: build
+# The demo needs only the library and the dtensor program, not the tests
+# and benchmarks: a first `make run` builds half as much.
+run: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target dtensor_cli
 	$(BUILD)/bin/dtensor demo
 
 test: build
