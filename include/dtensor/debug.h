@@ -1,5 +1,7 @@
 // Debugging aids: CommDebugMode counts the collectives run while it is alive;
-// visualize_sharding shows which rank holds which part of a tensor.
+// VerifyMode checks every op and redistribution against the same computation
+// on replicated data; visualize_sharding shows which rank holds which part of
+// a tensor.
 #pragma once
 
 #include <array>
@@ -56,6 +58,39 @@ class CommDebugMode {
 void record_collective(CollectiveKind kind, int64_t bytes_per_rank);
 // Called by the plan executor for each plan it runs.
 void record_plan_run(double cost_us);
+
+// While alive (or for the whole program when the environment variable
+// DTENSOR_VERIFY is set), every DTensor op and every redistribute checks
+// its result against the single-process reference: an op is run again on
+// its inputs redistributed to Replicate (its kernel on the full tensors),
+// a redistribution must keep the tensor's value. A mismatch throws
+// dtensor::Error naming the op, the input placements and the largest
+// difference. Floating-point results agree within |got - want| <= 1e-5 +
+// 1e-4·|want| (reductions may sum in another order); others exactly.
+// Costs a full_tensor() of every input and output, so it is for tests and
+// debugging. The checks' own collectives are not counted by CommDebugMode
+// and leave no debug notes; their sharding-propagation lookups do count in
+// sharding_prop_cache_info(). Modes nest. Under MPI every rank must verify
+// the same ops (they do when every rank makes the same VerifyMode or sets
+// the same environment); a mismatch throws on the ranks that see it, which
+// ends the job unless caught.
+class VerifyMode {
+ public:
+  VerifyMode();
+  ~VerifyMode();
+  VerifyMode(const VerifyMode&) = delete;
+  VerifyMode& operator=(const VerifyMode&) = delete;
+  // How many ops and redistributions were checked while this mode was
+  // alive (this thread's and others').
+  int64_t checks() const;
+
+ private:
+  friend void record_verification();
+  int64_t checks_ = 0;
+};
+
+// Whether a VerifyMode is alive or DTENSOR_VERIFY is set.
+bool verify_enabled();
 
 // Notes the library leaves once per distinct text for someone debugging
 // layouts, e.g. "argmax: no sharding rule for placements S(0); computed on

@@ -7,6 +7,9 @@
 // elsewhere.)
 #include "dtensor/debug.h"
 
+#include "comm/verify.h"
+#include "dtensor/error.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -65,7 +68,7 @@ CommDebugMode::~CommDebugMode() {
 
 void record_collective(CollectiveKind kind, int64_t bytes_per_rank) {
   Registry& r = registry();
-  if (r.num_active.load(std::memory_order_acquire) == 0) return;
+  if (r.num_active.load(std::memory_order_acquire) == 0 || verify_detail::inside_check()) return;
   const auto k = static_cast<size_t>(kind);
   std::lock_guard<std::mutex> lock(r.mu);
   for (CommDebugMode* mode : r.active) {
@@ -76,7 +79,7 @@ void record_collective(CollectiveKind kind, int64_t bytes_per_rank) {
 
 void record_plan_run(double cost_us) {
   Registry& r = registry();
-  if (r.num_active.load(std::memory_order_acquire) == 0) return;
+  if (r.num_active.load(std::memory_order_acquire) == 0 || verify_detail::inside_check()) return;
   std::lock_guard<std::mutex> lock(r.mu);
   for (CommDebugMode* mode : r.active) {
     mode->planned_cost_us_ += cost_us;
@@ -181,6 +184,85 @@ Notes& notes() {
 
 }  // namespace
 
+// ---- VerifyMode ----
+
+namespace {
+
+struct VerifyRegistry {
+  std::mutex mu;
+  std::vector<VerifyMode*> active;
+};
+
+bool verify_env() {
+  const char* v = std::getenv("DTENSOR_VERIFY");
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
+VerifyRegistry& verify_registry() {
+  static VerifyRegistry* r = new VerifyRegistry();  // never destroyed, as above
+  return *r;
+}
+
+thread_local bool in_check = false;
+
+}  // namespace
+
+VerifyMode::VerifyMode() {
+  VerifyRegistry& r = verify_registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.active.push_back(this);
+  verify_detail::active.fetch_add(1);
+}
+
+VerifyMode::~VerifyMode() {
+  VerifyRegistry& r = verify_registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.active.erase(std::remove(r.active.begin(), r.active.end(), this), r.active.end());
+  verify_detail::active.fetch_sub(1);
+}
+
+int64_t VerifyMode::checks() const {
+  std::lock_guard<std::mutex> lock(verify_registry().mu);
+  return checks_;
+}
+
+bool verify_enabled() { return verify_detail::active.load() != 0; }
+
+void record_verification() {
+  VerifyRegistry& r = verify_registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (VerifyMode* mode : r.active) mode->checks_ += 1;
+}
+
+namespace verify_detail {
+
+// Read before main; an op run during static initialisation elsewhere sees 0
+// (off), which is harmless.
+std::atomic<int> active{verify_env() ? 1 : 0};
+
+bool inside_check() { return in_check; }
+
+CheckScope::CheckScope() : outer_(in_check) { in_check = true; }
+CheckScope::~CheckScope() { in_check = outer_; }
+
+void expect_match(const Tensor& got, const Tensor& want, const std::string& what,
+                  const char* reference) {
+  DT_CHECK(got.shape() == want.shape() && got.dtype() == want.dtype(), "verify: ", what,
+           ": the result is a ", got.dtype(), " tensor of shape ", got.shape(),
+           " but ", reference, " is a ", want.dtype(), " tensor of shape ", want.shape());
+  if (got.numel() == 0) return;
+  const bool floating = is_floating(got.dtype());
+  // NaN where the reference has NaN is a match (a 0/0 both ways).
+  const bool same = floating ? allclose(got, want, /*rtol=*/1e-4, /*atol=*/1e-5, /*equal_nan=*/true)
+                             : equal(got, want);
+  if (same) return;
+  DT_THROW("verify: ", what, ": the result differs from ", reference, " (largest |difference| ",
+           max_abs_diff(got.to(DType::Float64), want.to(DType::Float64)),
+           floating ? ", tolerance 1e-5 + 1e-4·|reference|)" : ", expected an exact match)");
+}
+
+}  // namespace verify_detail
+
 std::vector<std::string> debug_notes() {
   std::lock_guard<std::mutex> lock(notes().mu);
   return notes().notes;
@@ -192,6 +274,8 @@ void clear_debug_notes() {
 }
 
 void note_once(const std::string& note) {
+  // A check's rerun on replicated inputs is not the user's op: no notes.
+  if (verify_detail::inside_check()) return;
   std::lock_guard<std::mutex> lock(notes().mu);
   auto& all = notes().notes;
   if (std::find(all.begin(), all.end(), note) != all.end()) return;

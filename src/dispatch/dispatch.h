@@ -10,10 +10,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "comm/verify.h"
 #include "dtensor/ops.h"
 
 namespace dtensor::dispatch {
@@ -54,6 +56,7 @@ struct OpSchema {
            std::initializer_list<int64_t> arguments = {});
   void push_arg(int64_t a);  // before hash is read; rehashes
   void push_input(const DTensorSpec* spec);  // likewise
+  void set_input(int i, const DTensorSpec* spec);  // likewise
   const DTensorSpec& input(int i) const { return *inputs[i]; }
 
  private:
@@ -105,10 +108,18 @@ DTensor wrap(const OutputSharding& s, LocalTensor local);
 // The shape of `rank`'s shard of the output.
 Shape output_local_shape(const OutputSharding& s, int rank);
 
-// The general form: kernel(rank, locals) -> Tensor, where locals[i] is
-// input i's shard of `rank` (after redistribution).
+// VerifyMode: `got` (the op's result) against `rerun` of the same op on the
+// inputs redistributed to Replicate, compared as full tensors. Throws naming
+// the op and the input placements on a mismatch. The helpers below call it
+// when verify_detail::should_verify().
+void verify_op(const OpSchema& schema, const OpRule& rule, const DTensor* const* inputs,
+               const DTensor& got,
+               const std::function<DTensor(const OpSchema&, const DTensor* const*)>& rerun);
+
+// run() without the check.
 template <class F>
-DTensor run(const OpSchema& schema, const OpRule& rule, const DTensor* const* inputs, F&& kernel) {
+DTensor run_unchecked(const OpSchema& schema, const OpRule& rule, const DTensor* const* inputs,
+                      F&& kernel) {
   auto s = propagate(schema, rule);
   std::optional<DTensor> moved[kMaxInputs];
   const LocalTensor* locals[kMaxInputs];
@@ -130,20 +141,49 @@ DTensor run(const OpSchema& schema, const OpRule& rule, const DTensor* const* in
   return wrap(*s, std::move(out));
 }
 
+// The general form: kernel(rank, locals) -> Tensor, where locals[i] is
+// input i's shard of `rank` (after redistribution).
+template <class F>
+DTensor run(const OpSchema& schema, const OpRule& rule, const DTensor* const* inputs, F&& kernel) {
+  if (!verify_detail::should_verify()) return run_unchecked(schema, rule, inputs, kernel);
+  DTensor got = run_unchecked(schema, rule, inputs, kernel);
+  verify_op(schema, rule, inputs, got, [&](const OpSchema& sc, const DTensor* const* in) {
+    return run_unchecked(sc, rule, in, kernel);
+  });
+  return got;
+}
+
 template <class F>
 DTensor run_unary(const OpSchema& schema, const OpRule& rule, const DTensor& x, F&& kernel) {
-  auto s = propagate(schema, rule);
-  if (!s->needs_redistribute) return wrap(*s, x.local().map(kernel));
-  return wrap(*s, prepare_input(x, *s, 0).local().map(kernel));
+  auto compute = [&](const OpSchema& sc, const DTensor& in) {
+    auto s = propagate(sc, rule);
+    if (!s->needs_redistribute) return wrap(*s, in.local().map(kernel));
+    return wrap(*s, prepare_input(in, *s, 0).local().map(kernel));
+  };
+  if (!verify_detail::should_verify()) return compute(schema, x);
+  DTensor got = compute(schema, x);
+  const DTensor* inputs[] = {&x};
+  verify_op(schema, rule, inputs, got,
+            [&](const OpSchema& sc, const DTensor* const* in) { return compute(sc, *in[0]); });
+  return got;
 }
 
 template <class F>
 DTensor run_binary(const OpSchema& schema, const OpRule& rule, const DTensor& a, const DTensor& b,
                    F&& kernel) {
-  auto s = propagate(schema, rule);
-  if (!s->needs_redistribute) return wrap(*s, a.local().zip(b.local(), kernel));
-  const DTensor ra = prepare_input(a, *s, 0), rb = prepare_input(b, *s, 1);
-  return wrap(*s, ra.local().zip(rb.local(), kernel));
+  auto compute = [&](const OpSchema& sc, const DTensor& x, const DTensor& y) {
+    auto s = propagate(sc, rule);
+    if (!s->needs_redistribute) return wrap(*s, x.local().zip(y.local(), kernel));
+    const DTensor rx = prepare_input(x, *s, 0), ry = prepare_input(y, *s, 1);
+    return wrap(*s, rx.local().zip(ry.local(), kernel));
+  };
+  if (!verify_detail::should_verify()) return compute(schema, a, b);
+  DTensor got = compute(schema, a, b);
+  const DTensor* inputs[] = {&a, &b};
+  verify_op(schema, rule, inputs, got, [&](const OpSchema& sc, const DTensor* const* in) {
+    return compute(sc, *in[0], *in[1]);
+  });
+  return got;
 }
 
 }  // namespace dtensor::dispatch

@@ -45,6 +45,12 @@ void OpSchema::push_input(const DTensorSpec* spec) {
   rehash();
 }
 
+void OpSchema::set_input(int i, const DTensorSpec* spec) {
+  DT_CHECK(i >= 0 && i < num_inputs, "OpSchema: no input ", i);
+  inputs[i] = spec;
+  rehash();
+}
+
 void OpSchema::rehash() {
   size_t h = static_cast<size_t>(op) * 0x9E3779B97F4A7C15ull;
   for (int i = 0; i < num_inputs; ++i) h = (h ^ inputs[i]->hash()) * 0x100000001B3ull;
@@ -332,3 +338,32 @@ ShardingPropCacheInfo sharding_prop_cache_info() { return dispatch::cache().info
 void clear_sharding_prop_cache() { dispatch::cache().clear(); }
 
 }  // namespace dtensor
+
+namespace dtensor::dispatch {
+
+void verify_op(const OpSchema& schema, const OpRule& rule, const DTensor* const* inputs,
+               const DTensor& got,
+               const std::function<DTensor(const OpSchema&, const DTensor* const*)>& rerun) {
+  // A process holding no rank of the mesh has nothing to compare.
+  if (got.local().empty()) return;
+  verify_detail::CheckScope scope;
+  const Placements all_r(static_cast<size_t>(got.mesh().ndim()), Replicate());
+  std::optional<DTensor> replicated[kMaxInputs];
+  const DTensor* ptrs[kMaxInputs];
+  OpSchema reference = schema;
+  std::string layouts;
+  for (int i = 0; i < schema.num_inputs; ++i) {
+    replicated[i] = inputs[i]->redistribute(all_r);
+    ptrs[i] = &*replicated[i];
+    reference.set_input(i, &replicated[i]->spec());
+    layouts += (i ? "; " : "") + to_string(inputs[i]->placements());
+  }
+  const DTensor want = rerun(reference, ptrs);
+  verify_detail::expect_match(got.full_tensor(), want.full_tensor(),
+                              std::string(rule.name) + " on inputs " + layouts + " -> " +
+                                  to_string(got.placements()),
+                              "the same op on replicated inputs");
+  record_verification();
+}
+
+}  // namespace dtensor::dispatch

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "comm/backend.h"
+#include "comm/verify.h"
 #include "redistribute/plan_internal.h"
 
 namespace dtensor {
@@ -50,7 +51,17 @@ DTensor DTensor::redistribute(const Placements& placements,
   check_placement_count(spec_, placements);
   DTensorSpec target = spec_.with_placements(placements);
   LocalTensor out = redistribute_local(local_, spec_, target, options);
-  return DTensor(std::move(target), std::move(out));
+  DTensor result(std::move(target), std::move(out));
+  if (verify_detail::should_verify() && !local_.empty()) {
+    // VerifyMode: moving data must keep the tensor's value.
+    verify_detail::CheckScope scope;
+    verify_detail::expect_match(result.full_tensor(), full_tensor(),
+                                "redistribute " + to_string(spec_.placements()) + " -> " +
+                                    to_string(placements) + " of " + spec_.to_string(),
+                                "the tensor before the move");
+    record_verification();
+  }
+  return result;
 }
 
 DTensor DTensor::redistribute(const DeviceMesh& mesh, const Placements& placements,

@@ -207,3 +207,43 @@ TEST_F(DTensorTest, RandomLayoutsRoundTripAndRedistribute) {
   EXPECT_GT(cases, expected - 4 * std::sqrt(expected * (1 - p)))
       << cases << " of " << iterations << " iterations produced a case";
 }
+
+// VerifyMode checks ops and redistributions against the same computation on
+// replicated data; its own collectives are not counted.
+TEST_F(DTensorTest, VerifyModeChecksOpsAndRedistributions) {
+  DeviceMesh mesh(world, {4, 2}, {"dp", "tp"});
+  Tensor x = Tensor::randn({9, 6}, 11);  // uneven over dp
+  Tensor w = Tensor::randn({5, 6}, 12);
+  DTensor d = distribute_tensor(x, mesh, {Shard(0), Shard(1)});
+  DTensor dw = distribute_tensor(w, mesh, {Replicate(), Shard(1)});
+  CommDebugMode plain;
+  DTensor unchecked = sum(relu(linear(d, dw)), {1}).redistribute({Replicate(), Replicate()});
+  const int64_t collectives = plain.total_count();
+  VerifyMode verify;
+  EXPECT_TRUE(verify_enabled());
+  CommDebugMode comm;
+  DTensor checked = sum(relu(linear(d, dw)), {1}).redistribute({Replicate(), Replicate()});
+  EXPECT_GE(verify.checks(), 4);  // linear, relu, sum, redistribute (+ input moves)
+  EXPECT_EQ(comm.total_count(), collectives);
+  EXPECT_TRUE(equal(checked.full_tensor(), unchecked.full_tensor()));
+}
+
+// Replicas that disagree (a bug a user can make with from_local) are caught
+// by the first op or redistribution that exposes them.
+TEST_F(DTensorTest, VerifyModeCatchesDivergedReplicas) {
+  DeviceMesh mesh(world, {8});
+  LocalTensor diverged;
+  for (int r = 0; r < 8; ++r) diverged.set(r, Tensor::full({8, 2}, r == 3 ? 1.5 : 1.0));
+  DTensor bad = from_local(diverged, mesh, {Replicate()});
+  DTensor good = distribute_tensor(Tensor::ones({8, 2}), mesh, {Shard(0)});
+  // Without the mode the wrong answer goes unnoticed.
+  EXPECT_NO_THROW(bad.redistribute({Shard(0)}));
+  VerifyMode verify;
+  const std::string moved = dtensor::testing::error_of([&] { bad.redistribute({Shard(0)}); });
+  EXPECT_NE(moved.find("verify: redistribute R -> S(0)"), std::string::npos) << moved;
+  EXPECT_NE(moved.find("largest |difference| 0.5"), std::string::npos) << moved;
+  EXPECT_NE(moved.find("differs from the tensor before the move"), std::string::npos) << moved;
+  // An op that has to move them is caught at the move.
+  const std::string added = dtensor::testing::error_of([&] { good + bad; });
+  EXPECT_NE(added.find("verify: redistribute R -> S(0)"), std::string::npos) << added;
+}

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 
+#include "dispatch/dispatch.h"
 #include "dtensor/dtensor.h"
 #include "layout_util.h"
 #include "test_util.h"
@@ -270,4 +271,39 @@ TEST_F(OpsTest, TensorParallelMlpNeedsOneAllReduce) {
   EXPECT_EQ(comm.total_count(), 1);
   EXPECT_EQ(comm.count(CollectiveKind::AllReduce), 1);
   EXPECT_TRUE(equal(y.full_tensor(), linear(relu(linear(x, w1, b1)), w2, b2)));
+}
+
+// VerifyMode catches a wrong sharding rule: an op whose kernel depends on
+// the rank (a bug no layout can make right) disagrees with itself on
+// replicated inputs.
+namespace {
+
+dtensor::TensorMeta same_meta(const dtensor::dispatch::OpSchema& s) { return s.input(0).meta(); }
+
+void shard_or_replicate(const dtensor::dispatch::OpSchema&, const dtensor::TensorMeta&,
+                        std::vector<dtensor::dispatch::DimStrategy>& c) {
+  c.push_back({{dtensor::Shard(0)}, dtensor::Shard(0)});
+  c.push_back({{dtensor::Replicate()}, dtensor::Replicate()});
+}
+
+}  // namespace
+
+TEST(VerifyModeOps, CatchesARuleThatGivesAWrongAnswer) {
+  using namespace dtensor;
+  World world = World::simulated(4);
+  DeviceMesh mesh(world, {4});
+  static const dispatch::OpRule kWrong{"wrong_op", same_meta, shard_or_replicate};
+  DTensor x = distribute_tensor(Tensor::zeros({8, 2}), mesh, {Shard(0)});
+  auto wrong_op = [&](const DTensor& in) {
+    dispatch::OpSchema schema(dispatch::OpId::Clone, {&in.spec()}, {/*not clone's key*/ 4242});
+    return dispatch::run_unary(schema, kWrong, in,
+                               [](int rank, const Tensor& t) { return t + double(rank); });
+  };
+  EXPECT_NO_THROW(wrong_op(x));
+  VerifyMode verify;
+  const std::string e = dtensor::testing::error_of([&] { wrong_op(x); });
+  EXPECT_NE(e.find("verify: wrong_op on inputs S(0) -> S(0): the result differs from the same op "
+                   "on replicated inputs (largest |difference| 3"),
+            std::string::npos)
+      << e;
 }
