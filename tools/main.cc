@@ -50,6 +50,10 @@ int main(int argc, char** argv) {
       "  mpirun -np 8 dtensor demo            (as root add --allow-run-as-root;\n"
       "                                        on 2 cores add --oversubscribe)\n"
       "\n"
+      "With DTENSOR_VERIFY=1 in the environment every op and redistribution is also\n"
+      "checked against the same computation on replicated inputs (slower; an error\n"
+      "names the first op that disagrees).\n"
+      "\n"
       "Exit status: 0 when verified, 1 when the model differs from the reference beyond\n"
       "--tolerance, 2 on a bad argument (one line on stderr says which).");
   demo->add_option("--mesh", demo_args.mesh,
