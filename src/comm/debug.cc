@@ -3,12 +3,10 @@
 // adds to every active mode, which is what makes nesting work (an outer mode
 // sees everything an inner one sees). An atomic count of active modes lets
 // record_collective skip the lock entirely when no mode is alive, the normal
-// case in production. (visualize_sharding, also declared in debug.h, lives
-// elsewhere.)
+// case in production. VerifyMode is kept the same way, with the
+// comparison its checks use (src/comm/verify.h). (visualize_sharding, also
+// declared in debug.h, lives elsewhere.)
 #include "dtensor/debug.h"
-
-#include "comm/verify.h"
-#include "dtensor/error.h"
 
 #include <algorithm>
 #include <atomic>
@@ -17,7 +15,11 @@
 #include <iomanip>
 #include <mutex>
 #include <sstream>
+#include <string>
 #include <vector>
+
+#include "comm/verify.h"
+#include "dtensor/error.h"
 
 namespace dtensor {
 
