@@ -102,16 +102,16 @@ class Planner {
     RedistributePlan out{from_, to_, {}, 0, {}, {}};
     std::vector<RedistributeStep> steps;
     if (from_.placements() != to_.placements()) {
-      steps = options_.search ? search() : per_dim_steps();
-      if (options_.merge) {
-        steps = merge(std::move(steps));
-        // The per-dim path, merged, is the fallback the search must beat
-        // (and what it returns past kMaxStates).
-        if (options_.search) {
-          std::vector<RedistributeStep> baseline = merge(per_dim_steps());
-          if (total_cost(baseline) < total_cost(steps) - 1e-9) steps = std::move(baseline);
-        }
-      }
+      // The search has merged collectives among its edges, so its path is
+      // already the cheapest with or without merges: the per-dim path,
+      // merged, is one of the paths it weighs, and need not be planned
+      // again to compare. Past kMaxStates it gives up and the per-dim path
+      // is the plan. merge() then also puts runs of commuting all_reduces in
+      // ascending mesh-dim order, so equal plans come out alike.
+      std::optional<std::vector<RedistributeStep>> found;
+      if (options_.search) found = search();
+      steps = found ? std::move(*found) : per_dim_steps();
+      if (options_.merge) steps = merge(std::move(steps));
     }
     for (RedistributeStep& s : steps) {
       if (s.mesh_dims.size() > 1) name_group(s);
@@ -527,12 +527,6 @@ class Planner {
     return out;
   }
 
-  static double total_cost(const std::vector<RedistributeStep>& steps) {
-    double c = 0;
-    for (const RedistributeStep& s : steps) c += s.cost_us;
-    return c;
-  }
-
   // ---- search ----
   struct Node {
     double cost = 0;
@@ -543,7 +537,8 @@ class Planner {
     RedistributeStep step;  // the edge into this node
   };
 
-  std::vector<RedistributeStep> search() const {
+  // The cheapest path, or nullopt past kMaxStates states.
+  std::optional<std::vector<RedistributeStep>> search() const {
     const Placements& src = from_.placements();
     const uint32_t start = key_of(src), goal = key_of(to_.placements());
     std::unordered_map<uint32_t, Node> nodes;
@@ -576,7 +571,7 @@ class Planner {
         n = Node{c, steps + 1, key, false, e.next, std::move(e.step)};
         queue.emplace(c, steps + 1, seq++, k);
       }
-      if (nodes.size() > kMaxStates) return per_dim_steps();
+      if (nodes.size() > kMaxStates) return std::nullopt;
     }
     auto it = nodes.find(goal);
     DT_CHECK(it != nodes.end() && it->second.done, "redistribute: internal error: no plan from ",
