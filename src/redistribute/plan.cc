@@ -22,8 +22,9 @@
 // reduce op or sum with avg; reduce_scatter outer dim first and all_gather
 // inner dim first; the flattened chunking equal to the nested one), the
 // group exists or may be created, and the merge does not cost more under
-// the model. Merging is applied to the searched path and to the per-dim
-// path, and the cheaper result wins.
+// the model. Merging runs over the per-dim path (search off, or the search
+// past kMaxStates) and over the searched path, where it finds nothing
+// cheaper but puts runs of commuting all_reduces in mesh-dim order.
 //
 // Mesh dims of size 1 move no data: any change on them is a free local
 // step, and they are ignored by the nesting rule.
