@@ -387,10 +387,9 @@ class Planner {
     std::vector<RedistributeStep> run;
     Placements next;
     for_subsets(partial_dims, [&](uint32_t sub) {
-      if (!may_merge(sub) || !mergeable_ops(cur, sub)) return;
-      next = cur;
-      for (int i = 0; i < nd_; ++i)
-        if (sub >> i & 1) next[i] = Replicate();
+      // Reductions have no nesting rule: tensor dim -1 is sharded nowhere.
+      if (!run_of(sub, Replicate(), -1, /*descending=*/false, run, next)) return;
+      if (!mergeable(cur, run)) return;
       out.push_back({next, merged_step(cur, sub, StepKind::AllReduce, Replicate())});
     });
     for (int64_t d = 0; d < from_.ndim(); ++d) {
