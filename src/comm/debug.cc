@@ -25,14 +25,30 @@ namespace dtensor {
 
 namespace {
 
-struct Registry {
+// The live modes of one kind, behind a mutex, and a count readable without
+// it. Never destroyed: modes may outlive statics.
+template <class Mode>
+struct ModeList {
   std::mutex mu;
-  std::vector<CommDebugMode*> active;
+  std::vector<Mode*> active;
   std::atomic<int> num_active{0};
+
+  void add(Mode* mode) {
+    std::lock_guard<std::mutex> lock(mu);
+    active.push_back(mode);
+    num_active.store(static_cast<int>(active.size()), std::memory_order_release);
+  }
+  void remove(Mode* mode) {
+    std::lock_guard<std::mutex> lock(mu);
+    active.erase(std::remove(active.begin(), active.end(), mode), active.end());
+    num_active.store(static_cast<int>(active.size()), std::memory_order_release);
+  }
 };
 
+using Registry = ModeList<CommDebugMode>;
+
 Registry& registry() {
-  static Registry* r = new Registry();  // never destroyed: modes may outlive statics
+  static Registry* r = new Registry();
   return *r;
 }
 
@@ -54,19 +70,9 @@ const char* to_string(CollectiveKind kind) {
   return "unknown";
 }
 
-CommDebugMode::CommDebugMode() {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  r.active.push_back(this);
-  r.num_active.store(static_cast<int>(r.active.size()), std::memory_order_release);
-}
+CommDebugMode::CommDebugMode() { registry().add(this); }
 
-CommDebugMode::~CommDebugMode() {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  r.active.erase(std::remove(r.active.begin(), r.active.end(), this), r.active.end());
-  r.num_active.store(static_cast<int>(r.active.size()), std::memory_order_release);
-}
+CommDebugMode::~CommDebugMode() { registry().remove(this); }
 
 void record_collective(CollectiveKind kind, int64_t bytes_per_rank) {
   Registry& r = registry();
@@ -190,10 +196,7 @@ Notes& notes() {
 
 namespace {
 
-struct VerifyRegistry {
-  std::mutex mu;
-  std::vector<VerifyMode*> active;
-};
+using VerifyRegistry = ModeList<VerifyMode>;
 
 bool verify_env() {
   const char* v = std::getenv("DTENSOR_VERIFY");
@@ -201,7 +204,7 @@ bool verify_env() {
 }
 
 VerifyRegistry& verify_registry() {
-  static VerifyRegistry* r = new VerifyRegistry();  // never destroyed, as above
+  static VerifyRegistry* r = new VerifyRegistry();
   return *r;
 }
 
@@ -209,17 +212,15 @@ thread_local bool in_check = false;
 
 }  // namespace
 
+// verify_detail::active counts the modes too (plus the environment's), so
+// that an op tests one atomic.
 VerifyMode::VerifyMode() {
-  VerifyRegistry& r = verify_registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  r.active.push_back(this);
+  verify_registry().add(this);
   verify_detail::active.fetch_add(1);
 }
 
 VerifyMode::~VerifyMode() {
-  VerifyRegistry& r = verify_registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  r.active.erase(std::remove(r.active.begin(), r.active.end(), this), r.active.end());
+  verify_registry().remove(this);
   verify_detail::active.fetch_sub(1);
 }
 
