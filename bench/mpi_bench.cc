@@ -135,8 +135,7 @@ void BM_AllReduce2x2(benchmark::State& state) {
   LocalTensor shards;
   shards.set(world().rank(), Tensor::rand({rows, kCols}, 3 + world().rank()));
   const DTensor d(DTensorSpec(mesh, {Partial(), Partial()}, Shape{rows, kCols}), shards);
-  RedistributeOptions merged, unmerged;
-  merged.search = unmerged.search = false;
+  RedistributeOptions merged, unmerged;  // the planner's choice: one merged all_reduce
   unmerged.merge = false;
   auto run_merged = [&] { return d.redistribute({Replicate(), Replicate()}, merged); };
   auto run_unmerged = [&] { return d.redistribute({Replicate(), Replicate()}, unmerged); };

@@ -1,5 +1,4 @@
-// The redistribution planner: a shortest-path search over placement states,
-// then flattened-mesh merging.
+// The redistribution planner: a shortest-path search over placement states.
 //
 // A state is one placement per mesh dim; the data of every state is fully
 // determined by its placements, so a plan is any path from the source to the
@@ -9,22 +8,20 @@
 // the innermost (right-most) mesh dim sharding a tensor dim may gather it,
 // split it or take it. With merging on, an edge may also be one collective
 // over the flattened group of several mesh dims (all_reduce, reduce_scatter
-// or all_gather, under the merge rules below), so the search prices merges
-// instead of finding them only afterwards. Edge weights are the cost
-// model's; a state's bytes per rank are global bytes / number of shards.
-// Dijkstra gives the cheapest path, ties broken by fewer steps; the per-dim
-// baseline path is one of the paths searched, so the search never does
-// worse than it.
+// or all_gather) when the result is identical: same reduce op or sum with
+// avg; reduce_scatter outer dim first and all_gather inner dim first; the
+// flattened chunking equal to the nested one; the group exists or may be
+// created. Edge weights are the cost model's; a state's bytes per rank are
+// global bytes / number of shards. Dijkstra gives the cheapest path, ties
+// broken by fewer steps; the per-dim baseline path is one of the paths
+// searched, so the search never does worse than it.
 //
-// Merging then turns runs of consecutive same-kind collectives (all_reduce,
-// reduce_scatter, all_gather; never all_to_all) into one collective over the
-// flattened group of their mesh dims, when the result is identical (same
-// reduce op or sum with avg; reduce_scatter outer dim first and all_gather
-// inner dim first; the flattened chunking equal to the nested one), the
-// group exists or may be created, and the merge does not cost more under
-// the model. Merging runs over the per-dim path (search off, or the search
-// past kMaxStates) and over the searched path, where it finds nothing
-// cheaper but puts runs of commuting all_reduces in mesh-dim order.
+// The search is the one place that decides merging: an earlier design also
+// merged runs of steps after the search, and once the search returned
+// merged steps that pass read them as single-dim ones and built wrong plans
+// on meshes of 3+ dims. Every plan is then replayed on the shard boxes of
+// every mesh coordinate (plan_check.cc) before it is returned, so a planner
+// bug is an error, never a wrong tensor.
 //
 // Mesh dims of size 1 move no data: any change on them is a free local
 // step, and they are ignored by the nesting rule.
@@ -103,16 +100,13 @@ class Planner {
     RedistributePlan out{from_, to_, {}, 0, {}, {}};
     std::vector<RedistributeStep> steps;
     if (from_.placements() != to_.placements()) {
-      // The search has merged collectives among its edges, so its path is
-      // already the cheapest with or without merges: the per-dim path,
-      // merged, is one of the paths it weighs, and need not be planned
-      // again to compare. Past kMaxStates it gives up and the per-dim path
-      // is the plan. merge() then also puts runs of commuting all_reduces in
-      // ascending mesh-dim order, so equal plans come out alike.
+      // Merging is decided in one place, the search: merged collectives are
+      // edges of it, priced like the others. Past kMaxStates, or with the
+      // search off, the plan is the per-dim path, unmerged.
       std::optional<std::vector<RedistributeStep>> found;
       if (options_.search) found = search();
       steps = found ? std::move(*found) : per_dim_steps();
-      if (options_.merge) steps = merge(std::move(steps));
+      order_all_reduces(steps);
     }
     for (RedistributeStep& s : steps) {
       if (s.mesh_dims.size() > 1) name_group(s);
@@ -355,11 +349,10 @@ class Planner {
   }
 
   // Edges that run one collective over the flattened group of several mesh
-  // dims at once (the merges of merge(), as single edges), so the search
-  // prices them: a merged all_reduce may beat a reduce_scatter +
-  // all_gather path only when the search sees both. Each edge is checked
-  // as the run of single steps it replaces (all_gather inner dims first,
-  // reduce_scatter outer first), with the same rules merge() applies.
+  // dims at once, so the search prices merges like any other step: a merged
+  // all_reduce may beat a reduce_scatter + all_gather path only when the
+  // search sees both. Each edge is checked as the run of single steps it
+  // replaces (all_gather inner dims first, reduce_scatter outer first).
   void merged_edges(const Placements& cur, std::vector<Edge>& out) const {
     uint32_t partial_dims = 0;
     for (int i = 0; i < nd_; ++i)
@@ -425,9 +418,9 @@ class Planner {
     return !mixed || floating_;  // the sum+avg divisor needs a floating dtype
   }
 
-  // ---- merging (after the search) ----
-  // Whether steps `run` (single-dim steps of one kind, in execution order)
-  // may run as one collective from state `cur`.
+  // Whether the single-dim steps `run` (of one kind, in execution order)
+  // may run as one collective over the flattened group of their mesh dims
+  // from state `cur`: the merge rules of docs/redistribution.md.
   bool mergeable(const Placements& cur, const std::vector<RedistributeStep>& run) const {
     uint32_t dims = 0;
     for (const RedistributeStep& s : run) dims |= 1u << s.mesh_dims[0];
@@ -452,79 +445,19 @@ class Planner {
     for (size_t k = 0; k < s.mesh_dims.size(); ++k) cur[s.mesh_dims[k]] = s.to[k];
   }
 
-  // Merges runs of consecutive all_reduce, reduce_scatter or all_gather
-  // steps into collectives over flattened groups where SEMANTICS.md's rules
-  // make the result identical, choosing per run the cheapest split into
-  // merged blocks (a merge over many ranks can cost more latency than it
-  // saves in base cost, and is then not made).
-  std::vector<RedistributeStep> merge(std::vector<RedistributeStep> steps) const {
-    std::vector<RedistributeStep> out;
-    Placements cur = from_.placements();
-    auto mergeable_kind = [&](const RedistributeStep& s) {
-      return s.group_size > 1 && (s.kind == StepKind::AllReduce ||
-                                  s.kind == StepKind::ReduceScatter ||
-                                  s.kind == StepKind::AllGather);
-    };
+  // all_reduces over disjoint mesh dims commute and leave the bytes
+  // unchanged, so a run of them is one plan in any order: put each run in
+  // ascending mesh-dim order, so that equal plans read alike whichever the
+  // search happened to settle first.
+  static void order_all_reduces(std::vector<RedistributeStep>& steps) {
     for (size_t i = 0; i < steps.size();) {
-      if (!mergeable_kind(steps[i])) {
-        apply(cur, steps[i]);
-        out.push_back(std::move(steps[i++]));
-        continue;
-      }
-      size_t j = i + 1;
-      while (j < steps.size() && mergeable_kind(steps[j]) && steps[j].kind == steps[i].kind) ++j;
-      std::vector<RedistributeStep> run(steps.begin() + i, steps.begin() + j);
-      // all_reduces over different mesh dims commute and leave the bytes
-      // unchanged, so any order is the same plan: take ascending.
-      if (run[0].kind == StepKind::AllReduce)
-        std::sort(run.begin(), run.end(), [](const auto& a, const auto& b) {
-          return a.mesh_dims[0] < b.mesh_dims[0];
-        });
-      // best[b]: cheapest cover of run[0, b) by contiguous blocks.
-      const size_t m = run.size();
-      std::vector<Placements> before(m + 1, cur);
-      for (size_t k = 0; k < m; ++k) {
-        before[k + 1] = before[k];
-        apply(before[k + 1], run[k]);
-      }
-      std::vector<double> best(m + 1, 1e300);
-      std::vector<size_t> cut(m + 1, 0);
-      best[0] = 0;
-      for (size_t b = 1; b <= m; ++b) {
-        for (size_t a = 0; a < b; ++a) {
-          double c = best[a];
-          if (b - a == 1) {
-            c += run[a].cost_us;
-          } else {
-            std::vector<RedistributeStep> block(run.begin() + a, run.begin() + b);
-            if (!mergeable(before[a], block)) continue;
-            uint32_t dims = 0;
-            for (const RedistributeStep& s : block) dims |= 1u << s.mesh_dims[0];
-            c += merged_step(before[a], dims, block[0].kind, block[0].to[0]).cost_us;
-          }
-          // Ties go to the longer block: fewer collectives.
-          if (c < best[b] - 1e-9 || (c < best[b] + 1e-9 && a < cut[b])) {
-            best[b] = c;
-            cut[b] = a;
-          }
-        }
-      }
-      std::vector<std::pair<size_t, size_t>> blocks;
-      for (size_t b = m; b > 0; b = cut[b]) blocks.emplace_back(cut[b], b);
-      std::reverse(blocks.begin(), blocks.end());
-      for (const auto& [a, b] : blocks) {
-        if (b - a == 1) {
-          out.push_back(run[a]);
-        } else {
-          uint32_t dims = 0;
-          for (size_t k = a; k < b; ++k) dims |= 1u << run[k].mesh_dims[0];
-          out.push_back(merged_step(before[a], dims, run[a].kind, run[a].to[0]));
-        }
-      }
-      cur = before[m];
-      i = j;
+      size_t j = i;
+      while (j < steps.size() && steps[j].kind == StepKind::AllReduce) ++j;
+      std::stable_sort(steps.begin() + i, steps.begin() + j, [](const auto& a, const auto& b) {
+        return a.mesh_dims[0] < b.mesh_dims[0];
+      });
+      i = j == i ? i + 1 : j;
     }
-    return out;
   }
 
   // ---- search ----
@@ -653,7 +586,9 @@ class Planner {
 
 RedistributePlan build_plan(const DTensorSpec& from, const DTensorSpec& to,
                             const RedistributeOptions& options) {
-  return Planner(from, to, options).plan();
+  RedistributePlan plan = Planner(from, to, options).plan();
+  check_plan(plan);
+  return plan;
 }
 
 }  // namespace dtensor::redistribute_detail
