@@ -57,14 +57,18 @@ inline DTensor make_dtensor(const Tensor& full, const DeviceMesh& mesh, const Pl
   return DTensor(DTensorSpec(mesh, pl, full.shape(), full.dtype()), local);
 }
 
-// A random mesh shape of 1-3 dims of sizes 1-4, or nullopt when it has more
-// than 8 ranks (138 of the 192 equally likely draws fit).
-inline std::optional<Shape> random_small_mesh(std::mt19937& rng) {
-  Shape mesh_shape;
-  const int mesh_nd = 1 + static_cast<int>(rng() % 3);
-  for (int i = 0; i < mesh_nd; ++i) mesh_shape.push_back(1 + rng() % 4);
-  if (mesh_shape.product() > 8) return std::nullopt;
-  return mesh_shape;
+// A random mesh shape of 1-4 dims with at most max_ranks ranks: sizes 1-4
+// mostly, sometimes up to 8, so that 3-d and 4-d meshes of 12-64 ranks
+// (2x2x4, 3x2x2, 2x2x2x2, 4x4x4, 2x3x4, ...) come up as often as small ones.
+// Draws again until the shape fits.
+inline Shape random_mesh(std::mt19937& rng, int64_t max_ranks) {
+  for (;;) {
+    Shape mesh_shape;
+    const int mesh_nd = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < mesh_nd; ++i)
+      mesh_shape.push_back(rng() % 8 == 0 ? 1 + rng() % 8 : 1 + rng() % 4);
+    if (mesh_shape.product() <= max_ranks) return mesh_shape;
+  }
 }
 
 // A random tensor shape of rank 1-4 with sizes 0-9, so that uneven and empty
@@ -73,6 +77,17 @@ inline Shape random_small_shape(std::mt19937& rng) {
   Shape shape;
   const int nd = 1 + static_cast<int>(rng() % 4);
   for (int i = 0; i < nd; ++i) shape.push_back(rng() % 10);
+  return shape;
+}
+
+// A random tensor shape of rank 1-4 for a mesh of mesh_ranks ranks: sizes
+// 0-9, and on big meshes sometimes up to 2-3x the mesh's rank count, so that
+// deep nested chunkings are uneven without being mostly empty.
+inline Shape random_shape_for(std::mt19937& rng, int64_t mesh_ranks) {
+  Shape shape = random_small_shape(rng);
+  for (int64_t& s : shape)
+    if (mesh_ranks > 8 && rng() % 3 == 0) s = static_cast<int64_t>(rng() % (3 * mesh_ranks + 1));
+  if (shape.product() > 4096) shape[0] = std::min<int64_t>(shape[0], 3);
   return shape;
 }
 

@@ -148,8 +148,12 @@ double estimate_dim(const DTensorSpec& have, int m, Placement want, double base_
   if (p == want) return 0;
   const DeviceMesh& mesh = have.mesh();
   const int64_t n = mesh.size(m);
-  if (n == 1) return 0;
   if (want.is_partial()) return kForbidden;
+  // Nothing moves on a size-1 dim, but keeping the placement it has is
+  // still better: the estimate ranks (and trims) the candidates, and a free
+  // change ranked alike could push the unchanged layout out of the priced
+  // few, leaving a needless S(0) on a size-1 dim in the output.
+  if (n == 1) return kLocalMove / 2;
   if (p.is_replicate()) return kLocalMove;  // R -> S: a local chunk
   const double bytes = static_cast<double>(have.global_bytes()) /
                        static_cast<double>(std::max<int64_t>(have.num_shards(), 1));

@@ -1,6 +1,7 @@
 // The tests of tests/worlds/ are written once and run on both worlds: in
-// `world_tests` on World::simulated(8), in `mpi_world_tests` on the calling
-// process's rank of `mpirun -np N` (4 and 8 in ctest). A test body must
+// `world_tests` on World::simulated(64) (DTENSOR_TEST_WORLD_SIZE changes
+// it), in `mpi_world_tests` on the calling process's rank of `mpirun -np N`
+// (4, 8 and 12 in ctest). A test body must
 // therefore only read the shards this process holds, and skip meshes it
 // takes no part in (after drawing the same random numbers as every rank).
 #pragma once
@@ -14,12 +15,16 @@ namespace dtensor::testing {
 // The world of this test program (defined by sim_world.cc or mpi_main.cc).
 World test_world();
 
-// Mesh shapes that fit the world: {4}, {2, 2}, and with 6 or more ranks
-// {2, 3}; with 8, {2, 4} too.
+// Mesh shapes of 1-4 dims that fit the world, from {4} and {2, 2} up to
+// 3-d and 4-d meshes of 12-64 ranks: bugs that show only on meshes of 3+
+// dims and more than 8 ranks have happened.
 inline std::vector<Shape> test_meshes(const World& world) {
-  std::vector<Shape> out = {{4}, {2, 2}};
-  if (world.size() >= 6) out.push_back({2, 3});
-  if (world.size() >= 8) out.push_back({2, 4});
+  const std::vector<Shape> all = {{4},       {2, 2},    {2, 3},       {2, 4},       {2, 2, 2},
+                                  {3, 2, 2}, {2, 3, 2}, {2, 2, 4},    {2, 2, 2, 2}, {4, 4},
+                                  {2, 3, 4}, {4, 4, 4}, {2, 2, 4, 4}, {3, 1, 4, 5}};
+  std::vector<Shape> out;
+  for (const Shape& s : all)
+    if (s.product() <= world.size()) out.push_back(s);
   return out;
 }
 
