@@ -4,12 +4,14 @@
 //
 // A plan is a list of steps, each one collective (or a local op) over one
 // mesh dim or over a flattened group of several. The planner searches the
-// placement states (one mesh-dim transform per edge) for the cheapest path
-// under the topology cost model of the mesh (DeviceMesh::topology()), then
-// merges consecutive same-kind collectives into one over the flattened
-// group of their mesh dims where the result is identical and it is not
-// costlier. Plans are immutable, cached by (source spec, target spec,
-// options, mesh configuration) and shared; the cache is thread-safe.
+// placement states for the cheapest path under the topology cost model of
+// the mesh (DeviceMesh::topology()); an edge is one mesh-dim transform, or
+// one collective over the flattened group of several mesh dims where the
+// result is identical to the steps it replaces. Every plan is replayed on
+// the shard boxes of every mesh coordinate before it is returned, so a
+// planner bug throws instead of moving data wrongly. Plans are immutable,
+// cached by (source spec, target spec, options, mesh configuration) and
+// shared; the cache is thread-safe.
 //
 //   auto plan = plan_redistribute(d.spec(), d.spec().with_placements({Replicate(), Shard(1)}));
 //   std::cout << plan->explain();        // one line per step and the total
@@ -92,9 +94,9 @@ struct RedistributeOptions {
   // Whether R -> P may be planned (distribute_tensor uses it; a user's
   // redistribute may not introduce a Partial the source lacks).
   bool allow_new_partial = false;
-  // false: plan mesh dim by mesh dim in the fixed order of the core issue
-  // (unshard innermost first, then reshard outermost first) instead of
-  // searching. For comparisons; the search never does worse than this.
+  // false: plan mesh dim by mesh dim in a fixed order (unshard innermost
+  // first, then reshard outermost first), unmerged, instead of searching.
+  // For comparisons; the search never does worse than this.
   bool search = true;
   // false: never merge collectives over flattened groups.
   bool merge = true;
