@@ -1,19 +1,26 @@
-// MpiBackend: each collective on the native MPI call over the calling rank's
-// group communicator (see mpi_backend.h).
+// MpiBackend: each collective over the calling rank's group communicator
+// (see mpi_backend.h).
 //
 // Buffers: MPI moves contiguous runs of elements, so a shard is made
 // contiguous first (free when it already is). Pieces along a dim other than
 // the leading one are packed into one buffer in member order (send side) or
-// cut out of the receive buffer as views and concatenated (receive side).
-// Counts are MPI ints: a piece of more than 2^31-1 elements is an error.
+// copied out of the receive buffer into place (receive side), both with the
+// tiled block copy below.
+// Reductions fold what arrived with reduce_kernel.h in member order, the
+// kernel the simulated backend uses, so both worlds give the same bits.
+// Counts and displacements are MPI ints: more than 2^31-1 elements in a
+// piece (or before one, in a buffer) is an error.
 #include "comm/mpi_backend.h"
 
+#include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string>
 
+#include "comm/reduce_kernel.h"
 #include "dtensor/debug.h"
 #include "dtensor/error.h"
 
@@ -79,47 +86,117 @@ Tensor view_into(const Tensor& buffer, const Shape& shape, int64_t offset) {
                 buffer.storage_offset() + offset);
 }
 
-// The n chunks of t along dim (Tensor::chunk) packed one after the other
-// into one contiguous buffer; counts[i] = elements of chunk i. No copy when
-// dim is the leading one and t is contiguous.
-Tensor pack_chunks(const Tensor& t, int64_t n, int64_t dim, std::vector<int>& counts,
-                   const char* coll) {
-  const std::vector<Tensor> chunks = t.chunk(n, dim);
-  counts.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) counts[i] = count_of(chunks[i].numel(), coll);
-  if (dim == 0 || t.numel() == 0) return t.contiguous();
-  Tensor packed = Tensor::empty({t.numel()}, t.dtype());
-  int64_t at = 0;
-  for (const Tensor& c : chunks) {
-    view_into(packed, c.shape(), at).copy_(c);
-    at += c.numel();
-  }
-  return packed;
+// DTENSOR_MPI_NATIVE_REDUCE=1 (read once): all_reduce and reduce_scatter
+// on MPI_Allreduce / MPI_Reduce_scatter, whose order of terms is the MPI
+// library's, instead of the deterministic exchange plus ordered fold.
+bool native_reduce() {
+  static const bool on = [] {
+    const char* env = std::getenv("DTENSOR_MPI_NATIVE_REDUCE");
+    return env != nullptr && *env != '\0' && std::string(env) != "0";
+  }();
+  return on;
 }
 
-// A committed datatype for the block [start, start + len) along dim of a
-// contiguous tensor of `whole` shape (a subarray; one element's type when
-// the block is empty, with count 0 at the call).
-MPI_Datatype block_type(const Shape& whole, int64_t dim, int64_t start, int64_t len,
-                        MPI_Datatype base) {
-  MPI_Datatype type = MPI_DATATYPE_NULL;
-  bool empty = len == 0;
-  for (int64_t n : whole) empty = empty || n == 0;
-  if (empty) {
-    MPI_Type_dup(base, &type);
-    return type;
+// A contiguous shape seen around one dim as [outer, len, inner].
+struct Around {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+Around around(const Shape& shape, int64_t dim) {
+  Around a;
+  a.len = shape[dim];
+  for (int64_t d = 0; d < dim; ++d) a.outer *= shape[d];
+  for (int64_t d = dim + 1; d < static_cast<int64_t>(shape.size()); ++d) a.inner *= shape[d];
+  return a;
+}
+
+template <size_t kRun>
+void copy_rows_fixed(std::byte* dst, int64_t dst_stride, const std::byte* src,
+                     int64_t src_stride, int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dst_stride, src + r * src_stride, kRun);
+}
+
+// `rows` runs of `run` bytes from src (row stride src_stride) to dst (row
+// stride dst_stride). Runs of one element are fixed-size moves, not calls.
+void copy_rows(std::byte* dst, int64_t dst_stride, const std::byte* src, int64_t src_stride,
+               int64_t rows, int64_t run) {
+  if (rows <= 0 || run <= 0) return;
+  if (dst_stride == run && src_stride == run) {
+    std::memcpy(dst, src, static_cast<size_t>(rows * run));
+    return;
   }
-  int sizes[kMaxDims], subsizes[kMaxDims], starts[kMaxDims];
-  const int nd = static_cast<int>(whole.size());
-  for (int d = 0; d < nd; ++d) {
-    sizes[d] = count_of(whole[d], "all_to_all");
-    subsizes[d] = d == dim ? static_cast<int>(len) : sizes[d];
-    starts[d] = d == dim ? static_cast<int>(start) : 0;
+  switch (run) {
+    case 1: return copy_rows_fixed<1>(dst, dst_stride, src, src_stride, rows);
+    case 4: return copy_rows_fixed<4>(dst, dst_stride, src, src_stride, rows);
+    case 8: return copy_rows_fixed<8>(dst, dst_stride, src, src_stride, rows);
+    case 16: return copy_rows_fixed<16>(dst, dst_stride, src, src_stride, rows);
+    default: break;
   }
-  check_mpi(MPI_Type_create_subarray(nd, sizes, subsizes, starts, MPI_ORDER_C, base, &type),
-            "MPI_Type_create_subarray");
-  check_mpi(MPI_Type_commit(&type), "MPI_Type_commit");
-  return type;
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst + r * dst_stride, src + r * src_stride, static_cast<size_t>(run));
+}
+
+// One side of a block transpose between a strided buffer of `rows` rows of
+// `wide` bytes and n contiguous pieces: piece j holds bytes [off[j], off[j]
+// + run[j]) of every row, row after row. pack: rows -> pieces; otherwise
+// pieces -> rows. A null piece is skipped. The rows go by in tiles of about
+// 256 KiB, each tile visited once per piece: the tile stays in cache while
+// every piece gets its run of it, and each piece is written (or read) as
+// one long stream instead of n interleaved short ones.
+void block_copy(std::byte* rows_buf, int64_t rows, int64_t wide, const std::vector<int64_t>& off,
+                const std::vector<int64_t>& run, const std::vector<std::byte*>& pieces,
+                bool pack) {
+  constexpr int64_t kTileBytes = 256 * 1024;
+  const int64_t tile = std::max<int64_t>(1, kTileBytes / std::max<int64_t>(wide, 1));
+  for (int64_t r0 = 0; r0 < rows; r0 += tile) {
+    const int64_t rn = std::min(tile, rows - r0);
+    for (size_t j = 0; j < pieces.size(); ++j) {
+      if (pieces[j] == nullptr || run[j] == 0) continue;
+      std::byte* strided = rows_buf + r0 * wide + off[j];
+      std::byte* piece = pieces[j] + r0 * run[j];
+      if (pack) copy_rows(piece, run[j], strided, wide, rn, run[j]);
+      else copy_rows(strided, wide, piece, run[j], rn, run[j]);
+    }
+  }
+}
+
+std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(t.raw_data()); }
+
+// Chunks `ranges` of a contiguous tensor along dim, copied to dst[j] (null:
+// skipped), each as a contiguous block of shape [outer, ranges[j].size, inner].
+void pack_ranges(const Tensor& src, int64_t dim, const std::vector<ChunkRange>& ranges,
+                 const std::vector<std::byte*>& dst) {
+  const Around a = around(src.shape(), dim);
+  const int64_t isz = static_cast<int64_t>(itemsize(src.dtype()));
+  std::vector<int64_t> off, run;
+  for (const ChunkRange& r : ranges) {
+    off.push_back(r.start * a.inner * isz);
+    run.push_back(r.size * a.inner * isz);
+  }
+  block_copy(bytes_of(src), a.outer, a.len * a.inner * isz, off, run, dst, /*pack=*/true);
+}
+
+// The n chunks of t along dim (Tensor::chunk) packed one after the other
+// into one contiguous buffer; counts[i] = elements of chunk i. No copy when
+// each chunk is one block of t already (nothing before dim) and t is contiguous.
+Tensor pack_chunks(const Tensor& t, int64_t n, int64_t dim, std::vector<int>& counts,
+                   const char* coll) {
+  const Tensor src = t.contiguous();
+  const Around a = around(src.shape(), dim);
+  const int64_t isz = static_cast<int64_t>(itemsize(src.dtype()));
+  std::vector<ChunkRange> ranges;
+  std::vector<std::byte*> dst;
+  counts.resize(static_cast<size_t>(n));
+  Tensor packed = a.outer == 1 ? src : Tensor::empty({src.numel()}, src.dtype());
+  int64_t at = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ranges.push_back(chunk_range(a.len, n, i));
+    const int64_t elems = a.outer * ranges.back().size * a.inner;
+    counts[i] = count_of(elems, coll);
+    dst.push_back(bytes_of(packed) + at * isz);
+    at += elems;
+  }
+  if (a.outer != 1) pack_ranges(src, dim, ranges, dst);
+  return packed;
 }
 
 std::vector<int> displacements(const std::vector<int>& counts) {
@@ -142,6 +219,48 @@ Tensor unpack_cat(const Tensor& buffer, const std::vector<Shape>& shapes, int64_
     at += s.product();
   }
   return cat(parts, dim);
+}
+
+// ---- deterministic reductions ---------------------------------------------------
+
+// Where this member's n inputs of a reduction lie: piece k (k != index) of
+// `count` elements from member k arrives in `recv`, in slot k (or k - 1
+// after this member's own, which is never sent to itself and is read where
+// it lies, `own`).
+struct Arrivals {
+  Tensor recv;
+  std::vector<const void*> in;  // in[k]: member k's piece, in group order
+};
+
+// Member j sends piece j of its buffer (send + displs[j], counts[j]
+// elements) to member j; every member receives its own piece's count from
+// each other member. counts are the same on every member, so both sides of
+// every pair agree, empty pieces included.
+Arrivals exchange_pieces(const void* send, const std::vector<int64_t>& counts,
+                         const std::vector<int64_t>& displs, DType dtype, const MpiBackend::Group& g,
+                         const char* coll) {
+  const int n = g.size, me = g.index;
+  const int64_t mine = counts[me];
+  const size_t isz = itemsize(dtype);
+  Arrivals a;
+  a.recv = Tensor::empty({(n - 1) * mine}, dtype);
+  std::vector<int> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
+  for (int k = 0; k < n; ++k) {
+    const int slot = k < me ? k : k - 1;
+    send_counts[k] = k == me ? 0 : count_of(counts[k], coll);
+    send_displs[k] = count_of(displs[k], coll);
+    recv_counts[k] = k == me ? 0 : count_of(mine, coll);
+    recv_displs[k] = k == me ? 0 : count_of(slot * mine, coll);
+    a.in.push_back(k == me ? static_cast<const std::byte*>(send) + displs[me] * isz
+                           : static_cast<const std::byte*>(a.recv.raw_data()) + slot * mine * isz);
+  }
+  if (n > 1) {
+    const MPI_Datatype type = mpi_type(dtype);
+    check_mpi(MPI_Alltoallv(send, send_counts.data(), send_displs.data(), type, a.recv.raw_data(),
+                            recv_counts.data(), recv_displs.data(), type, g.comm),
+              "MPI_Alltoallv");
+  }
+  return a;
 }
 
 // ---- desync check ---------------------------------------------------------------
@@ -344,17 +463,42 @@ LocalTensor MpiBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh
                                  &t, -1, -1, -1, static_cast<int>(op)),
                     mesh, rank_);
   record_collective(CollectiveKind::AllReduce, static_cast<int64_t>(t.nbytes()));
-  LocalTensor out;
   const Tensor src = t.contiguous();
   Tensor result = Tensor::empty(t.shape(), t.dtype());
-  if (g.size == 1) {
-    result.copy_(src);
-  } else {
+  if (native_reduce() && g.size > 1) {
     check_mpi(MPI_Allreduce(src.raw_data(), result.raw_data(), count_of(t.numel(), "all_reduce"),
                             mpi_type(t.dtype()), mpi_op(op, t.dtype()), g.comm),
               "MPI_Allreduce");
     if (op == ReduceOp::Avg) result.div_(static_cast<double>(g.size));
+  } else {
+    // A reduce_scatter of n flat pieces as equal as can be (member j folds
+    // piece j of every member's shard in member order, straight into its
+    // place in the result), then an all_gather of the folded pieces in
+    // place: the bytes of a ring all-reduce, in a fixed order of terms.
+    const int64_t total = src.numel(), n = g.size;
+    std::vector<int64_t> counts, displs;
+    for (int64_t j = 0, at = 0; j < n; ++j) {
+      counts.push_back(total / n + (j < total % n ? 1 : 0));
+      displs.push_back(at);
+      at += counts.back();
+    }
+    const Arrivals a = exchange_pieces(src.raw_data(), counts, displs, t.dtype(), g, "all_reduce");
+    const size_t isz = itemsize(t.dtype());
+    reduce_kernel::fold(t.dtype(), op, a.in.data(), a.in.size(),
+                        bytes_of(result) + displs[g.index] * isz, counts[g.index]);
+    if (g.size > 1) {
+      std::vector<int> gather_counts, gather_displs;
+      for (int64_t j = 0; j < n; ++j) {
+        gather_counts.push_back(count_of(counts[j], "all_reduce"));
+        gather_displs.push_back(count_of(displs[j], "all_reduce"));
+      }
+      const MPI_Datatype type = mpi_type(t.dtype());
+      check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, type, result.raw_data(), gather_counts.data(),
+                               gather_displs.data(), type, g.comm),
+                "MPI_Allgatherv");
+    }
   }
+  LocalTensor out;
   out.set(rank_, std::move(result));
   return out;
 }
@@ -377,13 +521,24 @@ LocalTensor MpiBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& 
   std::vector<int> counts;
   const Tensor send = pack_chunks(t, g.size, scatter_dim, counts, "reduce_scatter");
   Tensor result = Tensor::empty(t.chunk(g.size, scatter_dim)[g.index].shape(), t.dtype());
-  if (g.size == 1) {
-    result.copy_(t);
-  } else {
+  if (native_reduce() && g.size > 1) {
     check_mpi(MPI_Reduce_scatter(send.raw_data(), result.raw_data(), counts.data(),
                                  mpi_type(t.dtype()), mpi_op(op, t.dtype()), g.comm),
               "MPI_Reduce_scatter");
     if (op == ReduceOp::Avg) result.div_(static_cast<double>(g.size));
+  } else {
+    // Chunk j of every member goes to member j (MPI_Alltoallv), which folds
+    // the n chunks in member order: the bytes of a ring reduce-scatter, in
+    // a fixed order of terms. The own chunk is read where it was packed.
+    std::vector<int64_t> counts64(counts.begin(), counts.end()), displs;
+    for (int64_t c = 0, at = 0; c < g.size; ++c) {
+      displs.push_back(at);
+      at += counts64[c];
+    }
+    const Arrivals a =
+        exchange_pieces(send.raw_data(), counts64, displs, t.dtype(), g, "reduce_scatter");
+    reduce_kernel::fold(t.dtype(), op, a.in.data(), a.in.size(), result.raw_data(),
+                        counts64[g.index]);
   }
   LocalTensor out;
   out.set(rank_, std::move(result));
@@ -417,35 +572,74 @@ LocalTensor MpiBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
   check_mpi(MPI_Allgather(&concat_len, 1, MPI_INT64_T, lens.data(), 1, MPI_INT64_T, g.comm),
             "MPI_Allgather");
   const Tensor src = t.contiguous();
+  const int n = g.size, me = g.index;
+  const int64_t isz = static_cast<int64_t>(itemsize(t.dtype()));
   const int64_t split_len = t.shape()[split_dim];
-  const int64_t my_split = chunk_range(split_len, g.size, g.index).size;
   Shape out_shape = t.shape();
-  out_shape[split_dim] = my_split;
+  out_shape[split_dim] = chunk_range(split_len, n, me).size;
   out_shape[concat_dim] = 0;
   for (int64_t l : lens) out_shape[concat_dim] += l;
   Tensor result = Tensor::empty(out_shape, t.dtype());
-  // Each piece is described in place by a subarray datatype, so MPI reads
-  // the chunks straight from the shard and writes them straight into the
-  // result: no packing copy on either side.
-  const MPI_Datatype base = mpi_type(t.dtype());
-  std::vector<MPI_Datatype> send_types, recv_types;
-  std::vector<int> ones(static_cast<size_t>(g.size), 1), zeros(static_cast<size_t>(g.size), 0);
-  std::vector<int> send_counts = ones, recv_counts = ones;
-  int64_t at = 0;
-  for (int j = 0; j < g.size; ++j) {
-    const ChunkRange piece = chunk_range(split_len, g.size, j);
-    send_types.push_back(block_type(t.shape(), split_dim, piece.start, piece.size, base));
-    recv_types.push_back(block_type(out_shape, concat_dim, at, lens[j], base));
-    if (piece.size == 0 || src.numel() == 0) send_counts[j] = 0;
-    if (lens[j] == 0 || result.numel() == 0) recv_counts[j] = 0;
-    at += lens[j];
+  // The shard seen around the split dim, the result around the concat dim.
+  const Around s = around(src.shape(), split_dim), r = around(out_shape, concat_dim);
+  // Piece j to send: chunk j of the split dim, packed as [s.outer, size,
+  // s.inner]. Piece j received: [r.outer, lens[j], r.inner], which is also
+  // what member j computes for its send to this member (same split length
+  // on every member, j's own concat length), so the counts of every pair
+  // agree even when a chunk or a shard is empty.
+  std::vector<ChunkRange> ranges;
+  std::vector<int64_t> send_off, recv_off, concat_at;
+  std::vector<int> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
+  for (int64_t j = 0, sat = 0, rat = 0, cat_at = 0; j < n; ++j) {
+    ranges.push_back(chunk_range(split_len, n, j));
+    const int64_t sc = s.outer * ranges[j].size * s.inner, rc = r.outer * lens[j] * r.inner;
+    send_off.push_back(sat);
+    recv_off.push_back(rat);
+    concat_at.push_back(cat_at);
+    // The own piece is copied locally, not sent to itself.
+    send_counts[j] = j == me ? 0 : count_of(sc, "all_to_all");
+    recv_counts[j] = j == me ? 0 : count_of(rc, "all_to_all");
+    send_displs[j] = count_of(sat, "all_to_all");
+    recv_displs[j] = count_of(rat, "all_to_all");
+    sat += sc;
+    rat += rc;
+    cat_at += lens[j];
   }
-  const int rc = MPI_Alltoallw(src.raw_data(), send_counts.data(), zeros.data(), send_types.data(),
-                               result.raw_data(), recv_counts.data(), zeros.data(),
-                               recv_types.data(), g.comm);
-  for (MPI_Datatype& type : send_types) MPI_Type_free(&type);
-  for (MPI_Datatype& type : recv_types) MPI_Type_free(&type);
-  check_mpi(rc, "MPI_Alltoallw");
+  // Send side: the shard itself when every chunk is one block of it (s.outer
+  // == 1, e.g. splitting dim 0), else the chunks packed in member order.
+  // Receive side: straight into the result when every piece is one block
+  // of it (r.outer == 1, e.g. concatenating along dim 0, as S(0)->S(1)
+  // does), else into a buffer that is then copied into place.
+  const bool pack = s.outer != 1, unpack = r.outer != 1;
+  const Tensor send = pack ? Tensor::empty({src.numel()}, t.dtype()) : src;
+  const Tensor recv = unpack ? Tensor::empty({result.numel()}, t.dtype()) : result;
+  std::vector<std::byte*> send_pieces(n, nullptr), own(n, nullptr);
+  for (int j = 0; j < n; ++j)
+    if (pack && (j != me || unpack)) send_pieces[j] = bytes_of(send) + send_off[j] * isz;
+  if (pack) pack_ranges(src, split_dim, ranges, send_pieces);
+  if (!unpack) {
+    // The own chunk from the shard straight to its block of the result.
+    own[me] = bytes_of(result) + recv_off[me] * isz;
+    pack_ranges(src, split_dim, ranges, own);
+  }
+  check_mpi(MPI_Alltoallv(send.raw_data(), send_counts.data(), send_displs.data(),
+                          mpi_type(t.dtype()), recv.raw_data(), recv_counts.data(),
+                          recv_displs.data(), mpi_type(t.dtype()), g.comm),
+            "MPI_Alltoallv");
+  if (unpack) {
+    // Piece j (the own one where it was packed or lies in the shard) to
+    // rows [concat_at[j], + lens[j]) of the result's concat dim.
+    std::vector<int64_t> off, run;
+    std::vector<std::byte*> pieces;
+    for (int j = 0; j < n; ++j) {
+      off.push_back(concat_at[j] * r.inner * isz);
+      run.push_back(lens[j] * r.inner * isz);
+      pieces.push_back(j != me ? bytes_of(recv) + recv_off[j] * isz
+                               : bytes_of(send) + send_off[j] * isz);
+    }
+    block_copy(bytes_of(result), r.outer, r.len * r.inner * isz, off, run, pieces,
+               /*pack=*/false);
+  }
   out.set(rank_, std::move(result));
   return out;
 }

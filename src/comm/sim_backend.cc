@@ -12,23 +12,19 @@
 // moving on and copies the finished block to the other members' outputs
 // while it is still in cache, so an all_reduce touches each input once and
 // each output once. The fold order is still ((s0 op s1) op s2)..., so it is
-// bit-identical to the naive loop.
+// bit-identical to the naive loop, and the kernel (reduce_kernel.h) is the
+// one the MPI backend folds with, so both worlds give the same bits.
 #include "comm/sim_backend.h"
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <optional>
 #include <ostream>
-#include <type_traits>
 #include <vector>
 
+#include "comm/reduce_kernel.h"
 #include "dtensor/debug.h"
 #include "dtensor/error.h"
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 namespace dtensor {
 
@@ -142,100 +138,9 @@ void check_group_shapes(const Prepared& p, int64_t free_dim, const char* free_na
   }
 }
 
-// ---- the fused reduction kernel -----------------------------------------------
+// ---- the fused reduction kernel (reduce_kernel.h, shared with MPI) ----------
 
-template <class T>
-struct SumOp {
-  T operator()(T a, T b) const {
-    if constexpr (std::is_same_v<T, bool>) {
-      return a || b;  // bool + bool is logical or, as in PyTorch
-    } else if constexpr (std::is_integral_v<T>) {
-      // Wraps on overflow (as every real backend does) instead of being UB.
-      using U = std::make_unsigned_t<T>;
-      return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-    } else {
-      return a + b;
-    }
-  }
-};
-// NaN-propagating like torch.maximum / torch.minimum.
-template <class T>
-struct MaxOp {
-  T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) return a > b || a != a ? a : b;
-    else return a > b ? a : b;
-  }
-};
-template <class T>
-struct MinOp {
-  T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) return a < b || a != a ? a : b;
-    else return a < b ? a : b;
-  }
-};
-
-// Copies a finished block to another member's output. The copies are never
-// read again by the kernel, so on x86 they bypass the cache (streaming
-// stores): that saves the read-for-ownership of every destination line and
-// keeps the block being folded in L1. Falls back to memcpy when unaligned.
-inline void copy_block(void* dst, const void* src, size_t bytes) {
-#if defined(__SSE2__)
-  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | bytes) % 16 == 0) {
-    auto* d = static_cast<__m128i*>(dst);
-    const auto* s = static_cast<const __m128i*>(src);
-    for (size_t i = 0; i < bytes / 16; ++i) _mm_stream_si128(d + i, _mm_load_si128(s + i));
-    _mm_sfence();  // streaming stores are weakly ordered; publish them to other threads
-    return;
-  }
-#endif
-  std::memcpy(dst, src, bytes);
-}
-
-// out[0][i] = (((in[0][i] op in[1][i]) op in[2][i]) ...) [/ n for avg], for
-// i < count, copied to out[1..]. The block is small enough to stay in L1
-// while all n inputs are folded into it.
-template <class T, class Op>
-void reduce_run(const T* const* in, size_t n, T* const* out, size_t nout, int64_t count,
-                bool avg) {
-  constexpr int64_t kBlock = 16384 / sizeof(T);  // 16 KiB: half of a typical L1d
-  const Op op;
-  for (int64_t b = 0; b < count; b += kBlock) {
-    const int64_t m = std::min(kBlock, count - b);
-    T* __restrict o = out[0] + b;
-    if (n == 1) {
-      std::memcpy(o, in[0] + b, static_cast<size_t>(m) * sizeof(T));
-    } else {
-      const T* __restrict a = in[0] + b;
-      const T* __restrict c = in[1] + b;
-      for (int64_t i = 0; i < m; ++i) o[i] = op(a[i], c[i]);
-      for (size_t k = 2; k < n; ++k) {
-        const T* __restrict s = in[k] + b;
-        for (int64_t i = 0; i < m; ++i) o[i] = op(o[i], s[i]);
-      }
-    }
-    if constexpr (std::is_floating_point_v<T>) {
-      if (avg) {
-        const T d = static_cast<T>(n);
-        for (int64_t i = 0; i < m; ++i) o[i] = o[i] / d;
-      }
-    }
-    for (size_t j = 1; j < nout; ++j) copy_block(out[j] + b, o, static_cast<size_t>(m) * sizeof(T));
-  }
-#if defined(__SSE2__)
-  _mm_sfence();  // order the streaming stores before the outputs are handed out
-#endif
-}
-
-template <class T>
-void reduce_run_op(ReduceOp op, const T* const* in, size_t n, T* const* out, size_t nout,
-                   int64_t count) {
-  switch (op) {
-    case ReduceOp::Sum: return reduce_run<T, SumOp<T>>(in, n, out, nout, count, false);
-    case ReduceOp::Avg: return reduce_run<T, SumOp<T>>(in, n, out, nout, count, true);
-    case ReduceOp::Max: return reduce_run<T, MaxOp<T>>(in, n, out, nout, count, false);
-    case ReduceOp::Min: return reduce_run<T, MinOp<T>>(in, n, out, nout, count, false);
-  }
-}
+using reduce_kernel::reduce_run_op;
 
 // Reduces the group's shards (same shape, contiguous) along `dim`, viewed as
 // [outer, L, inner]: rank i's output gets the reduction of rows
