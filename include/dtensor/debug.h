@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dtensor/spec.h"
@@ -24,7 +25,10 @@ const char* to_string(CollectiveKind kind);
 // single rank would see it, however many ranks the process holds) and the
 // bytes each rank sends into it, and adds up the estimated cost of every
 // redistribution plan run (the cost model of redistribute.h). Modes nest:
-// each counts what runs in its lifetime. Thread-safe.
+// each counts what runs in its lifetime. A mode counts only what the thread
+// that made it runs (as PyTorch's CommDebugMode, a thread-local dispatch
+// mode): collectives of other threads, e.g. another simulated job in the
+// same process, are not its own. Its readers may be called from any thread.
 class CommDebugMode {
  public:
   CommDebugMode();
@@ -48,6 +52,7 @@ class CommDebugMode {
  private:
   friend void record_collective(CollectiveKind kind, int64_t bytes_per_rank);
   friend void record_plan_run(double cost_us);
+  std::thread::id owner_;  // the thread whose collectives this mode counts
   std::array<int64_t, kNumCollectiveKinds> counts_{};
   std::array<int64_t, kNumCollectiveKinds> bytes_{};
   double planned_cost_us_ = 0;

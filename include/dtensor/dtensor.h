@@ -74,20 +74,30 @@ class DTensor {
 // same tensor); with src_rank, `full` as held by src_rank is sent out a mesh
 // dim at a time (a scatter over each Shard dim, then a broadcast of the
 // pieces over the others), so each rank receives only its part. Partial
-// placements split the value as R->P does.
+// placements split the value as R->P does. The DTensor's shards are its own:
+// no shard shares memory with `full` or with another rank's shard.
 DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Placements& placements,
                           std::optional<int> src_rank = std::nullopt);
 
 struct FromLocalOptions {
-  // The global shape / strides; needed for uneven shards. Without a shape,
-  // shards are assumed even: global size = local size x shards on that dim.
+  // The global shape; needed for uneven shards. Without a shape, shards are
+  // assumed even: global size = local size x shards on that dim.
   std::optional<Shape> shape;
+  // The global strides. Only the contiguous (row-major) strides of the
+  // global shape are supported; anything else throws.
   std::optional<Shape> stride;
-  // Check that every shard has the shape and dtype the spec gives it.
+  // Check that every shard has the shape and dtype the spec gives it. When
+  // false the shards are trusted here, and a wrong shape is caught (as an
+  // Error naming the rank, its shape and the expected one) when the data is
+  // used: by full_tensor, redistribute and ops that move their inputs.
   bool run_check = true;
 };
 
-// A DTensor from the shards this process holds (one per held rank of the mesh).
+// A DTensor from the shards this process holds (one per held rank of the
+// mesh). As in PyTorch the shard of a rank is not copied: it aliases the
+// tensor given for that rank (as under MPI, where it is the process's own
+// tensor). A tensor given for several ranks is copied for all but the
+// lowest, so that ranks never share memory.
 DTensor from_local(const LocalTensor& local, const DeviceMesh& mesh, const Placements& placements,
                    const FromLocalOptions& options = {});
 // The same, with the shard of each held rank made by make_shard(rank).

@@ -56,6 +56,13 @@ class LocalTensor {
 
   const std::vector<std::pair<int, Tensor>>& shards() const { return shards_; }
 
+  // Gives every shard memory of its own, as separate processes have: a shard
+  // whose storage a lower rank's shard (or `also`, when given) uses is
+  // replaced by a clone. Returns how many shards were cloned. Costs a scan
+  // of the storage pointers when nothing is shared. DTensor's constructor
+  // calls it, so no two ranks of a DTensor ever share a Storage.
+  int unshare(const Storage* also = nullptr);
+
  private:
   std::vector<std::pair<int, Tensor>> shards_;  // sorted by rank
 };

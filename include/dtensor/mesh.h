@@ -95,9 +95,18 @@ class DeviceMesh {
   int64_t group_index(int rank, int d) const;
   // All groups of mesh dim d (each ordered along d), ordered by their first rank.
   std::vector<std::vector<int>> groups(int d) const;
-  // All ranks in the mesh, row-major (for a sub-mesh or flattened mesh: all
-  // ranks of the root, since every one of them sees its own view).
+  // The size() ranks of this mesh, row-major over shape() (ranks()[k] has
+  // coordinate k unravelled). For a sub-mesh or flattened mesh, which every
+  // rank of the root sees as its own view, these are the ranks of the view
+  // containing this process's first held rank of the root: under MPI the
+  // calling process's own sub-mesh (as in PyTorch); in a simulated world,
+  // which holds every rank, the sub-mesh of the root's lowest rank. Use
+  // ranks(rank) for another rank's sub-mesh.
   std::vector<int> ranks() const;
+  // The ranks of the view containing `rank`, row-major over shape().
+  // REQUIRES: contains(rank).
+  std::vector<int> ranks(int rank) const;
+  // Whether the rank is in the root mesh (and so has its own view of this one).
   bool contains(int rank) const;
 
   // Sub-mesh of the named dims. REQUIRES: the names appear in mesh order. A
@@ -112,7 +121,9 @@ class DeviceMesh {
   // A 1-d mesh whose single dim covers the given dims of this mesh as one
   // (row-major over them), registered on the root under `name` (default: the
   // dim names joined by "_", or "d0_d2"). Flattening the same dims again
-  // returns the registered one. REQUIRES: at least one dim, ascending order.
+  // returns the registered one. The default name never clashes: when it is
+  // already a dim or flattened dim name, "_1", "_2", ... is appended (the
+  // planner flattens with default names). REQUIRES: at least one dim, ascending order.
   DeviceMesh flatten(const std::vector<int>& dims, const std::string& name = "") const;
   DeviceMesh flatten(const std::vector<std::string>& names, const std::string& name = "") const;
   DeviceMesh flatten(std::initializer_list<int> dims, const std::string& name = "") const {
@@ -159,16 +170,33 @@ class DeviceMesh {
   friend bool operator!=(const DeviceMesh& a, const DeviceMesh& b) { return !(a == b); }
   size_t hash() const;
 
+  // Handles count their root's users (see the note on caches below).
+  DeviceMesh(const DeviceMesh& other);
+  DeviceMesh(DeviceMesh&& other) noexcept;
+  DeviceMesh& operator=(const DeviceMesh& other);
+  DeviceMesh& operator=(DeviceMesh&& other) noexcept;
+  ~DeviceMesh();
+
   struct Root;
 
  private:
+  friend struct MeshCacheAccess;  // src/mesh/mesh_cache.h
   DeviceMesh(std::shared_ptr<Root> root, const std::vector<MeshDimMask>& dims);
+  // Drops this handle's count of its root's users.
+  void release() noexcept;
 
   // Copying a mesh must not allocate (specs hold one): the dims live inline
   // and names are looked up on the root.
   std::shared_ptr<Root> root_;
   MeshDimMask dims_[kMaxDims] = {};  // root dims covered by each of this mesh's dims
   int ndim_ = 0;
+  // The process-wide caches (plans, sharding propagation) keep specs, and so
+  // meshes, of the layouts they saw. Their handles are marked `cached_` and
+  // do not count as users of the root; when the last other handle goes, the
+  // caches drop their entries on the root, which then dies with its World
+  // (otherwise every mesh ever used would stay alive). A copy of a cached
+  // handle is an ordinary one; a move keeps the mark.
+  mutable bool cached_ = false;
 };
 
 std::ostream& operator<<(std::ostream& os, const DeviceMesh& mesh);

@@ -131,8 +131,11 @@ class SequenceParallelLayerNorm {
 // Each rank works on its slice of the classes; the max, the sum of
 // exponentials and the target's logit are reduced over tp as tensors of the
 // target's shape (three small all_reduces) instead of all-gathering the
-// logits. Returns the mean over all targets (Replicate), equal to
-// cross_entropy(logits.full_tensor().reshape({-1, V}), target.full_tensor().reshape({-1})).
-DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& target, int tp);
+// logits. Returns the mean over the targets that are not ignore_index
+// (Replicate), equal to cross_entropy(logits.full_tensor().reshape({-1, V}),
+// target.full_tensor().reshape({-1}), Reduction::Mean, ignore_index). A
+// target outside [0, V) that is not ignore_index throws dtensor::Error.
+DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& target, int tp,
+                                     int64_t ignore_index = -100);
 
 }  // namespace dtensor

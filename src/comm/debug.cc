@@ -1,6 +1,6 @@
 // CommDebugMode and record_collective: counting the collectives the backends
 // run. Active modes sit in one global list behind a mutex; record_collective
-// adds to every active mode, which is what makes nesting work (an outer mode
+// adds to every active mode of the calling thread, which is what makes nesting work (an outer mode
 // sees everything an inner one sees). An atomic count of active modes lets
 // record_collective skip the lock entirely when no mode is alive, the normal
 // case in production. VerifyMode is kept the same way, with the
@@ -16,6 +16,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/verify.h"
@@ -70,7 +71,7 @@ const char* to_string(CollectiveKind kind) {
   return "unknown";
 }
 
-CommDebugMode::CommDebugMode() { registry().add(this); }
+CommDebugMode::CommDebugMode() : owner_(std::this_thread::get_id()) { registry().add(this); }
 
 CommDebugMode::~CommDebugMode() { registry().remove(this); }
 
@@ -78,8 +79,10 @@ void record_collective(CollectiveKind kind, int64_t bytes_per_rank) {
   Registry& r = registry();
   if (r.num_active.load(std::memory_order_acquire) == 0 || verify_detail::inside_check()) return;
   const auto k = static_cast<size_t>(kind);
+  const std::thread::id self = std::this_thread::get_id();
   std::lock_guard<std::mutex> lock(r.mu);
   for (CommDebugMode* mode : r.active) {
+    if (mode->owner_ != self) continue;
     mode->counts_[k] += 1;
     mode->bytes_[k] += bytes_per_rank;
   }
@@ -88,8 +91,10 @@ void record_collective(CollectiveKind kind, int64_t bytes_per_rank) {
 void record_plan_run(double cost_us) {
   Registry& r = registry();
   if (r.num_active.load(std::memory_order_acquire) == 0 || verify_detail::inside_check()) return;
+  const std::thread::id self = std::this_thread::get_id();
   std::lock_guard<std::mutex> lock(r.mu);
   for (CommDebugMode* mode : r.active) {
+    if (mode->owner_ != self) continue;
     mode->planned_cost_us_ += cost_us;
     mode->plans_run_ += 1;
   }

@@ -37,15 +37,41 @@ class LruCache {
   // Adds the value unless the key is already there (two threads that missed
   // at once both computed it; the first one stays), evicting the least
   // recently used entry beyond the capacity.
+  // `hold` is called on both stored copies of the key (the list's and the
+  // index's), e.g. to mark the meshes they hold as the cache's.
   void insert(Key key, std::shared_ptr<const Value> value) {
+    insert(std::move(key), std::move(value), [](const Key&) {});
+  }
+  template <class Hold>
+  void insert(Key key, std::shared_ptr<const Value> value, Hold&& hold) {
     std::lock_guard<std::mutex> lock(mu_);
     if (index_.find(key) != index_.end()) return;
     lru_.emplace_front(std::move(key), std::move(value));
-    index_.emplace(lru_.front().first, lru_.begin());
+    hold(lru_.front().first);
+    hold(index_.emplace(lru_.front().first, lru_.begin()).first->first);
     if (static_cast<int64_t>(index_.size()) > capacity_) {
       index_.erase(lru_.back().first);
       lru_.pop_back();
     }
+  }
+
+  // Drops the entries for which pred(key, value) holds; returns how many.
+  // The entries are destroyed after the lock is released.
+  template <class Pred>
+  int64_t erase_if(Pred pred) {
+    std::list<Entry> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = lru_.begin(); it != lru_.end();) {
+        auto next = std::next(it);
+        if (pred(it->first, *it->second)) {
+          index_.erase(it->first);
+          dropped.splice(dropped.end(), lru_, it);
+        }
+        it = next;
+      }
+    }
+    return static_cast<int64_t>(dropped.size());
   }
 
   CacheInfo info() const {

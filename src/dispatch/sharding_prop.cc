@@ -22,6 +22,7 @@
 
 #include "common/lru_cache.h"
 #include "dispatch/dispatch.h"
+#include "mesh/mesh_cache.h"
 
 namespace dtensor::dispatch {
 
@@ -104,8 +105,22 @@ struct Equal {
 
 using PropagationCache = LruCache<Key, OutputSharding, Hash, Equal>;
 
+PropagationCache& cache();
+
+// A mesh root lost its last user: no schema on it can be asked for again.
+void drop_root(const void* root) {
+  cache().erase_if([root](const Key& k, const OutputSharding& s) {
+    for (int i = 0; i < k.num_inputs; ++i)
+      if (MeshCacheAccess::root_id(k.inputs[i]->mesh()) == root) return true;
+    return MeshCacheAccess::root_id(s.output.mesh()) == root;
+  });
+}
+
 PropagationCache& cache() {
-  static PropagationCache* c = new PropagationCache(8192);  // never destroyed: usable during exit
+  static PropagationCache* c = [] {
+    on_root_released(drop_root);
+    return new PropagationCache(8192);  // never destroyed: usable during exit
+  }();
   return *c;
 }
 
@@ -311,7 +326,13 @@ OutputSharding choose(const OpSchema& schema, const OpRule& rule) {
 std::shared_ptr<const OutputSharding> propagate(const OpSchema& schema, const OpRule& rule) {
   if (auto hit = cache().find(schema)) return hit;
   auto value = std::make_shared<const OutputSharding>(choose(schema, rule));
-  cache().insert(Key(schema), value);
+  // The cache's handles must not keep the meshes (and their World) alive.
+  MeshCacheAccess::hold(value->output.mesh());
+  for (const std::optional<DTensorSpec>& t : value->input_targets)
+    if (t) MeshCacheAccess::hold(t->mesh());
+  cache().insert(Key(schema), value, [](const Key& k) {
+    for (int i = 0; i < k.num_inputs; ++i) MeshCacheAccess::hold(k.inputs[i]->mesh());
+  });
   return value;
 }
 

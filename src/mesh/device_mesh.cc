@@ -15,8 +15,13 @@
 
 #include "dtensor/error.h"
 #include "dtensor/mesh.h"
+#include "mesh/mesh_cache.h"
 
 namespace dtensor {
+
+namespace {
+std::atomic<int64_t> live_root_count{0};  // Roots alive in the process, for tests of the caches
+}  // namespace
 
 struct DeviceMesh::Root {
   World world;
@@ -42,6 +47,10 @@ struct DeviceMesh::Root {
   std::atomic<bool> auto_flatten{true};
   std::atomic<uint64_t> config_version{0};
   std::atomic<uint64_t> flatten_version{0};
+  // Handles of this root not held by a cache (see DeviceMesh::cached_), and
+  // handles that are.
+  std::atomic<int64_t> users{0};
+  std::atomic<int64_t> cached{0};
 
   // REQUIRES: mu held.
   void derive_links() {
@@ -61,7 +70,8 @@ struct DeviceMesh::Root {
     }
   }
 
-  explicit Root(World w) : world(std::move(w)) {}
+  explicit Root(World w) : world(std::move(w)) { live_root_count.fetch_add(1); }
+  ~Root() { live_root_count.fetch_sub(1); }
 
   // The rank's root coordinates, or nullptr when it is not in the mesh.
   const int32_t* coords_of(int rank) const {
@@ -121,6 +131,22 @@ struct DeviceMesh::Root {
       if (it != flattened.end()) return it->second;
     }
     return default_name(mask);
+  }
+
+  // Whether `name` is a root dim's or a registered flattened dim's name.
+  // REQUIRES: mu held.
+  bool name_taken(const std::string& name) const {
+    if (std::find(names.begin(), names.end(), name) != names.end()) return true;
+    for (const auto& entry : flattened)
+      if (entry.second == name) return true;
+    return false;
+  }
+
+  // `base`, or base_1, base_2, ... the first that is not taken. REQUIRES: mu held.
+  std::string unused_name(const std::string& base) const {
+    std::string out = base;
+    for (int k = 1; name_taken(out); ++k) out = base + "_" + std::to_string(k);
+    return out;
   }
 
   // "dp_cp" from the root dim names, "d0_d2" for unnamed root dims.
@@ -215,6 +241,7 @@ DeviceMesh::DeviceMesh(World world, const Shape& shape, std::vector<std::string>
   std::vector<int> ranks(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) ranks[i] = static_cast<int>(i);
   root_ = make_root(std::move(world), shape, std::move(ranks), std::move(names));
+  root_->users.store(1, std::memory_order_relaxed);
   ndim_ = root_->ndim;
   for (int i = 0; i < ndim_; ++i) dims_[i] = MeshDimMask{1} << i;
 }
@@ -244,6 +271,7 @@ DeviceMesh::DeviceMesh(World world, const Shape& shape, std::vector<int> ranks,
     seen[r] = 1;
   }
   root_ = make_root(std::move(world), shape, std::move(ranks), std::move(names));
+  root_->users.store(1, std::memory_order_relaxed);
   ndim_ = root_->ndim;
   for (int i = 0; i < ndim_; ++i) dims_[i] = MeshDimMask{1} << i;
 }
@@ -251,7 +279,89 @@ DeviceMesh::DeviceMesh(World world, const Shape& shape, std::vector<int> ranks,
 DeviceMesh::DeviceMesh(std::shared_ptr<Root> root, const std::vector<MeshDimMask>& dims)
     : root_(std::move(root)), ndim_(static_cast<int>(dims.size())) {
   for (int i = 0; i < ndim_; ++i) dims_[i] = dims[i];
+  root_->users.fetch_add(1, std::memory_order_relaxed);
 }
+
+// ---- handles and the caches -------------------------------------------------------
+
+namespace {
+
+constexpr int kMaxReleaseHooks = 8;
+std::atomic<RootReleasedFn> release_hooks[kMaxReleaseHooks];
+std::atomic<int> num_release_hooks{0};
+
+}  // namespace
+
+void on_root_released(RootReleasedFn fn) {
+  const int k = num_release_hooks.fetch_add(1);
+  DT_CHECK(k < kMaxReleaseHooks, "on_root_released: more than ", kMaxReleaseHooks, " hooks");
+  release_hooks[k].store(fn);
+}
+
+void MeshCacheAccess::hold(const DeviceMesh& mesh) {
+  if (mesh.cached_ || !mesh.root_) return;
+  mesh.root_->cached.fetch_add(1, std::memory_order_relaxed);
+  mesh.cached_ = true;
+  // Unreachable in practice (whoever caches a spec holds a handle of their
+  // own), but a cache must never be the last user: it would keep the root.
+  if (mesh.root_->users.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    for (int k = 0; k < num_release_hooks.load(); ++k) release_hooks[k].load()(mesh.root_.get());
+  }
+}
+
+const void* MeshCacheAccess::root_id(const DeviceMesh& mesh) { return mesh.root_.get(); }
+
+int64_t MeshCacheAccess::live_roots() { return live_root_count.load(); }
+
+void DeviceMesh::release() noexcept {
+  if (!root_) return;
+  if (cached_) {
+    root_->cached.fetch_sub(1, std::memory_order_relaxed);
+    return;
+  }
+  // The last user's handle: no one can look this root up in a cache any
+  // more, so the caches drop its entries (while this handle keeps it alive).
+  if (root_->users.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
+      root_->cached.load(std::memory_order_acquire) > 0) {
+    for (int k = 0; k < num_release_hooks.load(); ++k) release_hooks[k].load()(root_.get());
+  }
+}
+
+DeviceMesh::DeviceMesh(const DeviceMesh& other)
+    : root_(other.root_), ndim_(other.ndim_) {
+  std::copy(other.dims_, other.dims_ + kMaxDims, dims_);
+  if (root_) root_->users.fetch_add(1, std::memory_order_relaxed);
+}
+
+DeviceMesh::DeviceMesh(DeviceMesh&& other) noexcept
+    : root_(std::move(other.root_)), ndim_(other.ndim_), cached_(other.cached_) {
+  std::copy(other.dims_, other.dims_ + kMaxDims, dims_);
+  other.cached_ = false;
+}
+
+DeviceMesh& DeviceMesh::operator=(const DeviceMesh& other) {
+  if (this == &other) return *this;
+  if (other.root_) other.root_->users.fetch_add(1, std::memory_order_relaxed);
+  release();
+  root_ = other.root_;
+  cached_ = false;
+  ndim_ = other.ndim_;
+  std::copy(other.dims_, other.dims_ + kMaxDims, dims_);
+  return *this;
+}
+
+DeviceMesh& DeviceMesh::operator=(DeviceMesh&& other) noexcept {
+  if (this == &other) return *this;
+  release();
+  root_ = std::move(other.root_);
+  cached_ = other.cached_;
+  other.cached_ = false;
+  ndim_ = other.ndim_;
+  std::copy(other.dims_, other.dims_ + kMaxDims, dims_);
+  return *this;
+}
+
+DeviceMesh::~DeviceMesh() { release(); }
 
 const World& DeviceMesh::world() const { return root_->world; }
 
@@ -352,7 +462,61 @@ std::vector<std::vector<int>> DeviceMesh::groups(int d) const {
   return out;
 }
 
-std::vector<int> DeviceMesh::ranks() const { return root_->ranks; }
+std::vector<int> DeviceMesh::ranks() const {
+  MeshDimMask covered = 0;
+  bool plain = true;  // dims are the root dims, one each, in order
+  for (int i = 0; i < ndim_; ++i) {
+    covered |= dims_[i];
+    plain = plain && dims_[i] == MeshDimMask{1} << i;
+  }
+  if (plain && ndim_ == root_->ndim) return root_->ranks;
+  // A view over fewer root dims: the sub-mesh of this process's first held
+  // rank of the mesh (under MPI, the calling process's own), as PyTorch's
+  // mesh["tp"].mesh is the sub-mesh containing the current rank.
+  for (int r : root_->world.held_ranks())
+    if (root_->coords_of(r)) return ranks(r);
+  // This process holds no rank of the mesh: the sub-mesh at root position 0.
+  return ranks(root_->ranks[0]);
+}
+
+std::vector<int> DeviceMesh::ranks(int rank) const {
+  const int32_t* c = root_->coords_of(rank);
+  DT_CHECK(c, "DeviceMesh::ranks: rank ", rank, " is not in ", to_string());
+  MeshDimMask covered = 0;
+  for (int i = 0; i < ndim_; ++i) covered |= dims_[i];
+  // The position of the sub-mesh's first member: `rank` with its coordinates
+  // on the covered root dims set to 0.
+  int64_t base = 0;
+  for (int i = 0; i < root_->ndim; ++i)
+    if (!(covered >> i & 1)) base += c[i] * root_->strides[i];
+  // Row-major over this mesh's dims; a flattened dim counts its root dims
+  // row-major (ascending), as index_along does, so that ranks(r)[k] is the
+  // rank whose coordinate is k unravelled over shape().
+  int k = 0;
+  int64_t len[kMaxDims], stride[kMaxDims], idx[kMaxDims] = {};
+  for (int i = 0; i < ndim_; ++i) {
+    for (MeshDimMask m = dims_[i]; m; m &= m - 1) {
+      const int b = std::countr_zero(m);
+      len[k] = root_->shape[b];
+      stride[k] = root_->strides[b];
+      ++k;
+    }
+  }
+  const int64_t n = size();
+  std::vector<int> out;
+  out.reserve(static_cast<size_t>(n));
+  int64_t off = 0;
+  for (int64_t p = 0; p < n; ++p) {
+    out.push_back(root_->ranks[base + off]);
+    for (int j = k - 1; j >= 0; --j) {  // odometer step, last dim fastest
+      off += stride[j];
+      if (++idx[j] < len[j]) break;
+      off -= len[j] * stride[j];
+      idx[j] = 0;
+    }
+  }
+  return out;
+}
 
 bool DeviceMesh::contains(int rank) const { return root_->coords_of(rank) != nullptr; }
 
@@ -433,7 +597,6 @@ DeviceMesh DeviceMesh::flatten(const std::vector<int>& dims, const std::string& 
              " flattened alone keeps its name, cannot call it '", name, "'");
     return DeviceMesh(root_, {mask});
   }
-  const std::string wanted = name.empty() ? root_->default_name(mask) : name;
   {
     std::lock_guard<std::mutex> lock(root_->mu);
     auto it = root_->flattened.find(mask);
@@ -442,6 +605,10 @@ DeviceMesh DeviceMesh::flatten(const std::vector<int>& dims, const std::string& 
                "flattened as '", it->second, "', cannot also name them '", name, "'");
       return DeviceMesh(root_, {mask});
     }
+    // An auto-generated name (ours or the planner's) must never fail: when
+    // "a_b" is already a dim or another flattened dim, take "a_b_1", "a_b_2", ...
+    // A name the caller chose is theirs, so a clash is reported instead.
+    const std::string wanted = name.empty() ? root_->unused_name(root_->default_name(mask)) : name;
     for (const std::string& n : root_->names) {
       DT_CHECK(n != wanted, "DeviceMesh::flatten: name '", wanted,
                "' is already a dim of the root mesh ", join(root_->names));

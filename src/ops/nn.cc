@@ -273,11 +273,13 @@ void embedding_strategies(const OpSchema& s, const TensorMeta& out, std::vector<
 constexpr OpRule kEmbedding{"embedding", embedding_meta, embedding_strategies};
 
 // Indices out of range of the whole table raise the plain op's error (which
-// names the table's shape: the global one, not a shard's).
+// names the table's shape: the global one, not a shard's). Negative ids
+// are out of range, as in PyTorch.
 void check_indices(const std::vector<int64_t>& idx, const Shape& table) {
   for (int64_t v : idx)
-    DT_CHECK(v >= -table[0] && v < table[0], "index_select: index ", v,
-             " out of range for dim 0 of size ", table[0], " (shape ", table, ")");
+    DT_CHECK(v >= 0 && v < table[0], "embedding: index ", v,
+             " is out of range: expected an id in [0, ", table[0], ") for a table of shape ",
+             table);
 }
 
 // The lookup of a rank holding rows [first, first + rows) of the table:
@@ -289,7 +291,7 @@ Tensor masked_embedding(const Tensor& weight, const Tensor& indices, int64_t fir
   const int64_t rows = weight.shape()[0];
   std::vector<bool> others(idx.size());  // whether another rank owns index i
   for (size_t i = 0; i < idx.size(); ++i) {
-    const int64_t v = idx[i] < 0 ? idx[i] + table[0] : idx[i];
+    const int64_t v = idx[i];
     others[i] = v < first || v >= first + rows;
     idx[i] = others[i] ? 0 : v - first;
   }
@@ -364,6 +366,8 @@ DTensor embedding(const DTensor& weight, const DTensor& indices) {
                  const int64_t first = w.extent_of_rank(rank)->global_offset[0];
                  return masked_embedding(*t[0], *t[1], first, w.shape());
                }
+               // Checked against the whole table, so that the error names
+               // its shape rather than a column shard's.
                if (col_sharded) check_indices(t[1]->to_vector<int64_t>(), w.shape());
                return embedding(*t[0], *t[1]);
              });

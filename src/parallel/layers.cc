@@ -138,7 +138,8 @@ DTensor SequenceParallelLayerNorm::operator()(const DTensor& x) const {
 
 // ---- vocab_parallel_cross_entropy ----
 
-DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& target, int tp) {
+DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& target, int tp,
+                                     int64_t ignore_index) {
   const char* op = "vocab_parallel_cross_entropy";
   check_tp(logits.mesh(), tp, op);
   DT_CHECK(logits.dim() >= 1 && target.dim() == logits.dim() - 1, op,
@@ -148,6 +149,15 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
            dtype_short_name(target.dtype()));
   const int64_t c = logits.dim() - 1;
   const int64_t classes = logits.shape()[c];
+  // Every rank of a tp group sees the same targets (Replicate on tp), so a
+  // bad one is reported by the whole group, as cross_entropy would report it.
+  const DTensor tgt = with_placement(target, tp, Replicate());
+  tgt.local().for_each([&](int, const Tensor& t) {
+    for (int64_t v : t.contiguous().to_vector<int64_t>())
+      DT_CHECK(v == ignore_index || (v >= 0 && v < classes), op, ": target ", v,
+               " is out of bounds: expected a class index in [0, ", classes,
+               ") or ignore_index (", ignore_index, ")");
+  });
   // log softmax over the sharded class dim, in the numerically stable form:
   // z = logits - max, loss = log(sum(exp(z))) - z[target].
   const DTensor z_in = with_placement(logits, tp, Shard(c));
@@ -156,13 +166,25 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
   const DTensor log_sum =
       log(with_placement(sum(exp(z), {c}, /*keepdim=*/true), tp, Replicate()));
   // z[target]: every rank compares the class indices it holds with the
-  // targets; only the owner of a target's class contributes a non-zero.
+  // targets; only the owner of a target's class contributes a non-zero (an
+  // ignored target, outside [0, classes), matches no class).
   const Placements class_layout = param_placements(logits.mesh(), tp, Shard(0));
   const DTensor class_ids = distribute_tensor(Tensor::arange(classes), logits.mesh(), class_layout);
-  const DTensor hit = eq(class_ids, unsqueeze(with_placement(target, tp, Replicate()), -1));
+  const DTensor hit = eq(class_ids, unsqueeze(tgt, -1));
   const DTensor picked = with_placement(sum(where(hit, z, 0.0), {c}, true), tp, Replicate());
-  const DTensor loss = mean(squeeze(log_sum - picked, c));
-  return loss.redistribute(Placements(static_cast<size_t>(loss.mesh().ndim()), Replicate()));
+  // As cross_entropy's mean: ignored targets add nothing and are not
+  // counted (all ignored: 0/0 = NaN, as in PyTorch). The summed losses and
+  // the count travel in one tensor of two elements, so a batch sharded over
+  // other mesh dims costs one all_reduce, as a plain mean does.
+  const DTensor counts = ne(tgt, ignore_index);
+  const DTensor losses = squeeze(log_sum - picked, c);
+  const DTensor parts = stack({where(counts, losses, 0.0), where(counts, ones_like(losses), 0.0)});
+  DimVector token_dims;
+  for (int64_t d = 1; d < parts.dim(); ++d) token_dims.push_back(d);
+  const DTensor totals =
+      (token_dims.empty() ? parts : sum(parts, token_dims))
+          .redistribute(Placements(static_cast<size_t>(logits.mesh().ndim()), Replicate()));
+  return div(select(totals, 0, 0), select(totals, 0, 1));
 }
 
 }  // namespace dtensor

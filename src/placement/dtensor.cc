@@ -13,9 +13,30 @@ namespace dtensor {
 
 namespace {
 
+// Every held shard has the shape `spec` gives its rank. from_local with
+// run_check = false trusts its caller; a bad shard found here would
+// otherwise come out as a tensor of the wrong shape (an all_gather of rows
+// of the wrong count), so it is checked wherever data is consumed: a shape
+// comparison per held rank, cheap next to moving the data.
+void check_local_shapes(const LocalTensor& local, const DTensorSpec& spec, const char* what) {
+  for (const auto& [rank, t] : local.shards()) {
+    const std::optional<ShardExtent> e = spec.extent_of_rank(rank);
+    DT_CHECK(e.has_value(), what, ": a shard is held for rank ", rank, " which is not in ",
+             spec.mesh());
+    DT_CHECK(t.shape() == e->local_shape, what, ": rank ", rank, " (coordinate ",
+             *spec.mesh().coordinate(rank), ") holds a shard of shape ", t.shape(), " but ",
+             to_string(spec.placements()), " of a ", spec.shape(), " tensor gives it ",
+             e->local_shape, " (was it made by from_local with run_check = false?)");
+    DT_CHECK(t.dtype() == spec.dtype(), what, ": rank ", rank, " holds a shard of dtype ",
+             t.dtype(), " but the DTensor's dtype is ", spec.dtype());
+  }
+}
+
 // Plans (through the cache) and runs the redistribution of `local` from `from` to `to`.
 LocalTensor redistribute_local(const LocalTensor& local, const DTensorSpec& from,
-                               const DTensorSpec& to, const RedistributeOptions& options) {
+                               const DTensorSpec& to, const RedistributeOptions& options,
+                               const char* what) {
+  check_local_shapes(local, from, what);
   if (from == to) return local;
   auto plan = plan_redistribute(from, to, options);
   return redistribute_detail::execute_plan(*plan, local);
@@ -30,8 +51,16 @@ void check_placement_count(const DTensorSpec& spec, const Placements& placements
 
 }  // namespace
 
+// Simulated ranks must behave as separate processes: an in-place change to
+// one rank's shard may never show on another's. Paths that hand the same
+// tensor to several ranks (a replicated input, a no-op step, an op that
+// returns its input, a user passing one tensor for every rank) are many, so
+// the rule is kept here, where every DTensor is made, at the cost a real
+// world pays anyway: one copy per replica. Under MPI there is one shard.
 DTensor::DTensor(DTensorSpec spec, LocalTensor local)
-    : spec_(std::move(spec)), local_(std::move(local)) {}
+    : spec_(std::move(spec)), local_(std::move(local)) {
+  local_.unshare();
+}
 
 Tensor DTensor::to_local() const {
   DT_CHECK(local_.size() == 1, "to_local: this process holds ", local_.size(),
@@ -42,7 +71,8 @@ Tensor DTensor::to_local() const {
 Tensor DTensor::full_tensor() const {
   DT_CHECK(!local_.empty(), "full_tensor: this process holds no rank of mesh ", mesh());
   Placements all_r(static_cast<size_t>(mesh().ndim()), Replicate());
-  LocalTensor full = redistribute_local(local_, spec_, spec_.with_placements(all_r), {});
+  LocalTensor full =
+      redistribute_local(local_, spec_, spec_.with_placements(all_r), {}, "full_tensor");
   return full.shards().front().second;
 }
 
@@ -50,7 +80,7 @@ DTensor DTensor::redistribute(const Placements& placements,
                               const RedistributeOptions& options) const {
   check_placement_count(spec_, placements);
   DTensorSpec target = spec_.with_placements(placements);
-  LocalTensor out = redistribute_local(local_, spec_, target, options);
+  LocalTensor out = redistribute_local(local_, spec_, target, options, "redistribute");
   DTensor result(std::move(target), std::move(out));
   if (verify_detail::should_verify() && !local_.empty()) {
     // VerifyMode: moving data must keep the tensor's value.
@@ -122,7 +152,11 @@ DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Plac
   }
   RedistributeOptions options;
   options.allow_new_partial = true;
-  LocalTensor out = redistribute_local(local, replicated, spec, options);
+  LocalTensor out = redistribute_local(local, replicated, spec, options, "distribute_tensor");
+  // The DTensor owns its data (the caller may change `full` afterwards),
+  // in both worlds: a shard still sharing full's storage (a Replicate, or
+  // a Partial(max) kept as is) becomes a copy.
+  out.unshare(full.storage().get());
   return DTensor(std::move(spec), std::move(out));
 }
 
@@ -153,7 +187,13 @@ DTensor from_local(const LocalTensor& local, const DeviceMesh& mesh, const Place
       if (p.is_shard()) shape[p.dim()] *= mesh.size(static_cast<int>(i));
     }
   }
-  TensorMeta meta{shape, options.stride ? *options.stride : contiguous_strides(shape), dtype};
+  const Shape strides = contiguous_strides(shape);
+  // Strides only matter to a global view of the data, which the shards never
+  // form; accepting others would promise a layout nothing honours.
+  DT_CHECK(!options.stride || *options.stride == strides, "from_local: stride ",
+           options.stride ? *options.stride : Shape{}, " is not supported; only the contiguous ",
+           "strides ", strides, " of the global shape ", shape, " are");
+  TensorMeta meta{shape, strides, dtype};
   DTensorSpec spec(mesh, placements, meta);
   if (options.run_check) {
     for (int r : ranks) {

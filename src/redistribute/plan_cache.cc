@@ -2,10 +2,12 @@
 // configuration), least recently used evicted beyond the capacity. The key
 // carries the mesh's config_version (topology, auto-flattening) and, when
 // planning may not create groups, its flatten_version, since registering a
-// group then changes which merges are possible.
+// group then changes which merges are possible. Entries go with their mesh:
+// when the last user handle of a mesh root is dropped (mesh/mesh_cache.h).
 #include <functional>
 
 #include "common/lru_cache.h"
+#include "mesh/mesh_cache.h"
 #include "redistribute/plan_internal.h"
 
 namespace dtensor {
@@ -32,8 +34,22 @@ struct KeyHash {
 
 using PlanCache = LruCache<Key, RedistributePlan, KeyHash, std::equal_to<Key>>;
 
+PlanCache& cache();
+
+// A mesh root lost its last user: its plans can never be asked for again.
+void drop_root(const void* root) {
+  cache().erase_if([root](const Key& k, const RedistributePlan& plan) {
+    return MeshCacheAccess::root_id(k.from.mesh()) == root ||
+           MeshCacheAccess::root_id(k.to.mesh()) == root ||
+           MeshCacheAccess::root_id(plan.from.mesh()) == root;
+  });
+}
+
 PlanCache& cache() {
-  static PlanCache* c = new PlanCache(4096);  // never destroyed: usable during exit
+  static PlanCache* c = [] {
+    on_root_released(drop_root);
+    return new PlanCache(4096);  // never destroyed: usable during exit
+  }();
   return *c;
 }
 
@@ -60,7 +76,13 @@ std::shared_ptr<const RedistributePlan> plan_redistribute(const DTensorSpec& fro
   // Plan outside the cache's lock; two threads missing at once plan twice, harmlessly.
   auto plan = std::make_shared<const RedistributePlan>(
       redistribute_detail::build_plan(from, to, options));
-  cache().insert(std::move(key), plan);
+  // The cache's handles must not keep the mesh (and its World) alive.
+  MeshCacheAccess::hold(plan->from.mesh());
+  MeshCacheAccess::hold(plan->to.mesh());
+  cache().insert(std::move(key), plan, [](const Key& k) {
+    MeshCacheAccess::hold(k.from.mesh());
+    MeshCacheAccess::hold(k.to.mesh());
+  });
   return plan;
 }
 

@@ -375,6 +375,12 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
            weight.shape());
   DT_CHECK(indices.dtype() == DType::Int64, "embedding: indices must be int64, got ",
            indices.dtype());
+  // Unlike index_select, embedding takes no negative ids (as in PyTorch): an
+  // id of -1 is a bug in the caller's vocabulary, not "the last row".
+  const int64_t rows = weight.shape()[0];
+  for (int64_t id : indices.contiguous().to_vector<int64_t>())
+    DT_CHECK(id >= 0 && id < rows, "embedding: index ", id, " is out of range: expected an id in [0, ",
+             rows, ") for a table of shape ", weight.shape());
   Shape out_shape = indices.shape();
   out_shape.push_back(weight.shape()[1]);
   return index_select(weight, 0, indices.reshape({-1})).view(out_shape);

@@ -14,6 +14,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <array>
 #include <thread>
 #include <vector>
 
@@ -945,20 +946,32 @@ TEST(CommDebugMode, TableAndJson) {
   EXPECT_EQ(fields(all[7]), (std::vector<std::string>{"total", "3", "1234597"}));
 }
 
-TEST(CommDebugMode, ThreadSafe) {
-  CommDebugMode mode;
+// A mode counts its own thread's collectives only (as PyTorch's thread-local
+// mode): threads recording at once each see exactly their own, and a mode
+// on the main thread sees none of theirs, while modes come and go.
+TEST(CommDebugMode, CountsOnlyItsOwnThread) {
+  CommDebugMode outer;
   std::vector<std::thread> threads;
+  std::vector<std::array<int64_t, 3>> seen(4);  // all_to_all, scatter, bytes
   for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([t] {
+    threads.emplace_back([t, &seen] {
+      CommDebugMode mine;
       for (int i = 0; i < 2000; ++i) {
         record_collective(t % 2 ? CollectiveKind::AllToAll : CollectiveKind::Scatter, 3);
         if (i % 500 == 0) CommDebugMode transient;  // modes come and go meanwhile
       }
+      seen[t] = {mine.count(CollectiveKind::AllToAll), mine.count(CollectiveKind::Scatter),
+                 mine.bytes(t % 2 ? CollectiveKind::AllToAll : CollectiveKind::Scatter)};
     });
   }
+  record_collective(CollectiveKind::Broadcast, 5);
   for (std::thread& th : threads) th.join();
-  EXPECT_EQ(mode.count(CollectiveKind::AllToAll), 4000);
-  EXPECT_EQ(mode.count(CollectiveKind::Scatter), 4000);
-  EXPECT_EQ(mode.bytes(CollectiveKind::Scatter), 12000);
-  EXPECT_EQ(mode.total_count(), 8000);
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_EQ(seen[t][0], t % 2 ? 2000 : 0) << "thread " << t;
+    EXPECT_EQ(seen[t][1], t % 2 ? 0 : 2000) << "thread " << t;
+    EXPECT_EQ(seen[t][2], 6000) << "thread " << t;
+  }
+  EXPECT_EQ(outer.total_count(), 1);
+  EXPECT_EQ(outer.count(CollectiveKind::Broadcast), 1);
+  EXPECT_EQ(outer.bytes(CollectiveKind::Broadcast), 5);
 }

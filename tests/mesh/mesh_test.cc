@@ -374,6 +374,75 @@ TEST(DeviceMesh, FlattenNamingAndErrors) {
   EXPECT_FALSE(mesh.find_flattened(0b110).has_value());
 }
 
+// The default name of a flattened dim must not collide: dims named a, b and
+// a_b flattened over (a, b) take "a_b_1" (the planner flattens with default
+// names, so a clash there made a valid redistribution throw).
+TEST(DeviceMesh, FlattenDefaultNameNeverCollides) {
+  World world = World::simulated(8);
+  DeviceMesh mesh(world, {2, 2, 2}, {"a", "b", "a_b"});
+  DeviceMesh ab = mesh.flatten({0, 1});
+  EXPECT_EQ(ab.names(), (std::vector<std::string>{"a_b_1"}));
+  EXPECT_EQ(ab.groups(0), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  EXPECT_EQ(mesh.flatten({"a", "b"}), ab);  // registered: found again, same name
+  EXPECT_EQ(mesh["a_b"].size(), 2);         // the root dim keeps its name
+  EXPECT_EQ(mesh["a_b_1"], ab);
+  // A user's flattened dim taking "a_b_2" pushes the next default further.
+  DeviceMesh other(world, {2, 2, 2, 1}, {"a", "b", "a_b", "a_b_1"});
+  other.flatten({1, 2}, "a_b_2");
+  EXPECT_EQ(other.flatten({0, 1}).names(), (std::vector<std::string>{"a_b_3"}));
+  // A name the caller chose still may not clash.
+  expect_error([&] { mesh.flatten({1, 2}, "a_b_1"); }, {"'a_b_1'"});
+  // Unnamed dims: a user's "d0_d2" on other dims moves the default aside.
+  DeviceMesh unnamed(world, {2, 2, 2});
+  unnamed.flatten({1, 2}, "d0_d2");
+  EXPECT_EQ(unnamed.flatten({0, 2}).names(), (std::vector<std::string>{"d0_d2_1"}));
+}
+
+// size(), shape() and ranks() agree for every view: a sub-mesh's ranks()
+// are those of one sub-mesh (the lowest rank's in a simulated world), and
+// ranks(r) those of the sub-mesh containing r, row-major over shape().
+TEST(DeviceMesh, SubMeshRanksAreOneSubMesh) {
+  World world = World::simulated(8);
+  DeviceMesh mesh(world, {2, 2}, {"dp", "tp"});
+  EXPECT_EQ(mesh["tp"].size(), 2);
+  EXPECT_EQ(mesh["tp"].ranks(), (std::vector<int>{0, 1}));
+  EXPECT_EQ(mesh["dp"].ranks(), (std::vector<int>{0, 2}));
+  EXPECT_EQ(mesh["tp"].ranks(3), (std::vector<int>{2, 3}));
+  EXPECT_EQ(mesh["dp"].ranks(3), (std::vector<int>{1, 3}));
+  EXPECT_EQ(mesh.ranks(), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(mesh.ranks(2), (std::vector<int>{0, 1, 2, 3}));
+  expect_error([&] { mesh["tp"].ranks(5); }, {"rank 5", "not in"});
+
+  // Every view of a 2x3x4 mesh over explicit, shuffled ranks: ranks(r) is
+  // the group structure's own answer, consistent with coordinate().
+  World w24 = World::simulated(24);
+  std::vector<int> perm(24);
+  for (int i = 0; i < 24; ++i) perm[i] = (i * 7 + 5) % 24;
+  DeviceMesh big(w24, {2, 3, 4}, perm, {"dp", "cp", "tp"});
+  big.flatten({0, 2}, "dp_tp");
+  const std::vector<DeviceMesh> views = {big,           big["dp"],          big["cp"],
+                                         big["tp"],     big[{"dp", "tp"}],  big[{"cp", "tp"}],
+                                         big["dp_tp"],  big[{"dp_tp", "cp"}], big.flatten({1, 2})};
+  for (const DeviceMesh& v : views) {
+    const Shape shape = v.shape();
+    int64_t product = 1;
+    for (int64_t s : shape) product *= s;
+    EXPECT_EQ(v.size(), product) << v;
+    EXPECT_EQ(static_cast<int64_t>(v.ranks().size()), v.size()) << v;
+    EXPECT_EQ(v.ranks(), v.ranks(0)) << v;  // simulated: the sub-mesh of rank 0
+    for (int r = 0; r < 24; ++r) {
+      const std::vector<int> sub = v.ranks(r);
+      ASSERT_EQ(static_cast<int64_t>(sub.size()), v.size()) << v << " rank " << r;
+      EXPECT_NE(std::find(sub.begin(), sub.end(), r), sub.end()) << v << " rank " << r;
+      for (size_t k = 0; k < sub.size(); ++k) {
+        EXPECT_EQ(v.coordinate(sub[k])->vec(), unravel(static_cast<int64_t>(k), shape.vec()))
+            << v << " rank " << r << " member " << k;
+        EXPECT_EQ(v.ranks(sub[k]), sub) << v;  // the members share one sub-mesh
+      }
+    }
+  }
+}
+
 TEST(DeviceMesh, FlattenFromManyThreads) {
   DeviceMesh mesh(World::simulated(16), {2, 2, 2, 2}, {"a", "b", "c", "d"});
   std::vector<std::thread> threads;
@@ -431,7 +500,7 @@ TEST(DeviceMesh, EqualityHashAndCopy) {
   const std::vector<int> ranks = c1.ranks();
   counting = false;
   EXPECT_GT(allocations, 0);
-  EXPECT_EQ(ranks.size(), 8u);
+  EXPECT_EQ(ranks, (std::vector<int>{0, 1, 2, 3}));  // the sub-mesh of rank 0
   EXPECT_EQ(&c1.world(), &a.world());
   EXPECT_EQ(c1.world(), world);
 }

@@ -80,7 +80,7 @@ TEST_F(NnOpsTest, LayerNormOfSequenceShardedActivationsNeedsNoCommunication) {
 TEST_F(NnOpsTest, RowShardedEmbeddingIsAMaskedPartialSum) {
   DeviceMesh mesh(world, {4});
   const Tensor w = small_valued({10, 3}, 5);  // rows 3,3,3,1
-  const Tensor idx = Tensor::from_vector(std::vector<int64_t>{0, 9, 3, -1, 5, 2, 8, 8}, Shape{2, 4});
+  const Tensor idx = Tensor::from_vector(std::vector<int64_t>{0, 9, 3, 9, 5, 2, 8, 8}, Shape{2, 4});
   DTensor dw = distribute_tensor(w, mesh, {Shard(0)});
   DTensor di = distribute_tensor(idx, mesh, {Replicate()});
   CommDebugMode comm;

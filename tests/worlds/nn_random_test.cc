@@ -141,7 +141,7 @@ TEST_F(NnRandomTest, RandomLayoutsMatchThePlainOps) {
         const Tensor w = small_valued({v, d}, iter);
         Shape is = shape;
         if (is.size() > 3) is.pop_back();
-        const Tensor idx = Tensor::randint(-v, v, is, iter + 1);
+        const Tensor idx = Tensor::randint(0, v, is, iter + 1);
         const DTensor dw = dist(w, float_placements(rng, mnd, 2), iter);
         const DTensor di = dist(idx, index_placements(rng, mnd, static_cast<int64_t>(is.size())), 0);
         want = embedding(w, idx);
