@@ -251,24 +251,22 @@ MpiBackend::Group MpiBackend::group_of(const DeviceMesh& mesh, int mesh_dim, Kin
   DT_CHECK(mesh_dim >= -ndim && mesh_dim < ndim, "mesh dim ", mesh_dim, " out of range for ",
            mesh.to_string());
   if (mesh_dim < 0) mesh_dim += ndim;
-  if (!mesh.contains(rank_)) return Group{MPI_COMM_NULL, 0, 0, nullptr, 0, 0, nullptr};
+  if (!mesh.contains(rank_)) return Group{MPI_COMM_NULL, 0, 0, nullptr, 0, 0, {}};
   std::vector<int> ranks = mesh.group(rank_, mesh_dim);
   const int index = static_cast<int>(mesh.group_index(rank_, mesh_dim));
   const int size = static_cast<int>(ranks.size());
-  if (size == 1) return Group{MPI_COMM_SELF, 0, 1, nullptr, 0, 0, nullptr};
+  if (size == 1) return Group{MPI_COMM_SELF, 0, 1, nullptr, 0, 0, {}};
   auto it = comms_.find(ranks);
   if (it == comms_.end()) {
     const uint64_t hash = group_hash(ranks);
     it = comms_.emplace(std::move(ranks), GroupState{MPI_COMM_NULL, 0, hash}).first;
   }
   GroupState& state = it->second;
-  Group g{state.comm, index, size, &it->first, ++state.seq, state.hash, nullptr};
+  Group g{state.comm, index, size, &it->first, ++state.seq, state.hash, {}};
   // Watched from here (communicator creation and the desync check
   // included) until the collective returns and drops its Group.
-  monitor_->enter(static_cast<int>(kind), &mesh, mesh_dim, g.ranks, g.hash, g.seq);
-  g.watch = std::shared_ptr<void>(monitor_.get(), [](void* m) {
-    static_cast<CollectiveMonitor*>(m)->leave();
-  });
+  monitor_->enter(static_cast<int>(kind), mesh_dim, g.ranks, g.hash, g.seq);
+  g.watch = Group::Watch(monitor_.get());
   if (g.comm == MPI_COMM_NULL) {
     if (check_) {
       // Before MPI_Comm_create_group, which waits for every member of the

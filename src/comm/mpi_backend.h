@@ -43,6 +43,7 @@
 #include <map>
 #include <memory>
 #include <mpi.h>
+#include <utility>
 #include <vector>
 
 #include "comm/backend.h"
@@ -109,7 +110,20 @@ class MpiBackend final : public Backend {
     const std::vector<int>* ranks = nullptr;
     int64_t seq = 0;
     uint64_t hash = 0;
-    std::shared_ptr<void> watch;  // ends the watched span when the last copy goes
+    // Ends the watched span when the Group goes (move-only).
+    struct Watch {
+      CollectiveMonitor* monitor = nullptr;
+      Watch() = default;
+      explicit Watch(CollectiveMonitor* m) : monitor(m) {}
+      Watch(Watch&& o) noexcept : monitor(o.monitor) { o.monitor = nullptr; }
+      Watch& operator=(Watch&& o) noexcept {
+        std::swap(monitor, o.monitor);
+        return *this;
+      }
+      ~Watch() {
+        if (monitor != nullptr) monitor->leave();
+      }
+    } watch;
   };
 
  private:

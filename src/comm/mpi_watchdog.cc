@@ -14,10 +14,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
-#include "dtensor/mesh.h"
 
 namespace dtensor {
 
@@ -184,23 +184,24 @@ CollectiveMonitor::~CollectiveMonitor() {
   if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
 }
 
-void CollectiveMonitor::publish(int64_t state) {
+void CollectiveMonitor::publish(int64_t state, int kind, int mesh_dim,
+                                const std::vector<int>* ranks, uint64_t group, int64_t seq) {
   RankSlot& s = *mine_;
   const uint64_t v = s.version.load(std::memory_order_relaxed);
   s.version.store(v + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   s.state.store(state, std::memory_order_relaxed);
   if (state == kInCollective) {
-    s.kind.store(kind_, std::memory_order_relaxed);
-    s.mesh_dim.store(mesh_dim_, std::memory_order_relaxed);
-    s.seq.store(seq_, std::memory_order_relaxed);
-    if (s.group.load(std::memory_order_relaxed) != group_) {
+    s.kind.store(kind, std::memory_order_relaxed);
+    s.mesh_dim.store(mesh_dim, std::memory_order_relaxed);
+    s.seq.store(seq, std::memory_order_relaxed);
+    if (s.group.load(std::memory_order_relaxed) != group) {
       // The member list changes only with the group.
-      const int n = static_cast<int>(ranks_->size());
+      const int n = static_cast<int>(ranks->size());
       s.group_size.store(n, std::memory_order_relaxed);
       for (int i = 0; i < std::min(n, RankSlot::kMaxRanks); ++i)
-        s.ranks[i].store((*ranks_)[i], std::memory_order_relaxed);
-      s.group.store(group_, std::memory_order_relaxed);
+        s.ranks[i].store((*ranks)[i], std::memory_order_relaxed);
+      s.group.store(group, std::memory_order_relaxed);
     }
   }
   s.version.store(v + 2, std::memory_order_release);
@@ -227,31 +228,27 @@ bool CollectiveMonitor::read_slot(int r, Snapshot& out) const {
   return false;
 }
 
-void CollectiveMonitor::enter(int kind, const DeviceMesh* mesh, int mesh_dim,
-                              const std::vector<int>* ranks, uint64_t group, int64_t seq) {
-  std::lock_guard<std::mutex> lock(mu_);
-  active_ = true;
-  kind_ = kind;
-  mesh_ = mesh;
-  mesh_dim_ = mesh_dim;
-  ranks_ = ranks;
-  group_ = group;
-  seq_ = seq;
-  start_ = std::chrono::steady_clock::now();
-  publish(kInCollective);
+void CollectiveMonitor::enter(int kind, int mesh_dim, const std::vector<int>* ranks,
+                              uint64_t group, int64_t seq) {
+  active_.store(false, std::memory_order_relaxed);
+  kind_.store(kind, std::memory_order_relaxed);
+  mesh_dim_.store(mesh_dim, std::memory_order_relaxed);
+  ranks_.store(ranks, std::memory_order_relaxed);
+  group_.store(group, std::memory_order_relaxed);
+  seq_.store(seq, std::memory_order_relaxed);
+  gen_.fetch_add(1, std::memory_order_release);
+  active_.store(true, std::memory_order_release);
+  publish(kInCollective, kind, mesh_dim, ranks, group, seq);
 }
 
 void CollectiveMonitor::leave() {
-  std::lock_guard<std::mutex> lock(mu_);
-  active_ = false;
-  mesh_ = nullptr;
-  publish(kIdle);
+  active_.store(false, std::memory_order_release);
+  publish(kIdle, 0, 0, nullptr, 0, 0);
 }
 
 void CollectiveMonitor::mark_exited() {
-  std::lock_guard<std::mutex> lock(mu_);
-  active_ = false;
-  publish(kExited);
+  active_.store(false, std::memory_order_release);
+  publish(kExited, 0, 0, nullptr, 0, 0);
 }
 
 std::string CollectiveMonitor::member_state(int r, int kind_here, uint64_t group, int64_t seq,
@@ -292,21 +289,35 @@ std::string CollectiveMonitor::member_state(int r, int kind_here, uint64_t group
 
 std::string CollectiveMonitor::overdue(std::chrono::steady_clock::time_point now,
                                        double timeout_s) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!active_) return "";
-  const double waited = std::chrono::duration<double>(now - start_).count();
+  if (!active_.load(std::memory_order_acquire)) {
+    seen_gen_ = 0;
+    return "";
+  }
+  const uint64_t gen = gen_.load(std::memory_order_acquire);
+  if (gen != seen_gen_) {  // a collective not seen before: time it from now
+    seen_gen_ = gen;
+    seen_since_ = now;
+    return "";
+  }
+  const double waited = std::chrono::duration<double>(now - seen_since_).count();
   if (waited < timeout_s) return "";
+  const int kind = kind_.load(std::memory_order_relaxed);
+  const int mesh_dim = mesh_dim_.load(std::memory_order_relaxed);
+  const std::vector<int>* ranks = ranks_.load(std::memory_order_relaxed);
+  const uint64_t group = group_.load(std::memory_order_relaxed);
+  const int64_t seq = seq_.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (gen_.load(std::memory_order_relaxed) != gen || ranks == nullptr) return "";  // it moved on
   std::ostringstream os;
-  os << "collective timeout: " << collective_kind_name(kind_) << " over mesh dim " << mesh_dim_;
-  if (mesh_ != nullptr) os << " of " << mesh_->to_string();
-  os << " (group of ranks " << ranks_text(*ranks_) << ", call #" << seq_
+  os << "collective timeout: " << collective_kind_name(kind) << " over mesh dim " << mesh_dim
+     << " (group of ranks " << ranks_text(*ranks) << ", call #" << seq
      << " on it) has not completed after " << seconds_text(waited)
      << " s (DTENSOR_COLLECTIVE_TIMEOUT=" << seconds_text(timeout_s) << ")";
   std::vector<std::string> missing;
   bool all_known = true;
-  for (int r : *ranks_) {
+  for (int r : *ranks) {
     bool arrived = false;
-    const std::string what = member_state(r, kind_, group_, seq_, &arrived);
+    const std::string what = member_state(r, kind, group, seq, &arrived);
     if (!arrived) missing.push_back("rank " + std::to_string(r) + ": " + what);
     if (slots_[r] == nullptr) all_known = false;
   }

@@ -21,13 +21,10 @@
 #include <chrono>
 #include <cstdint>
 #include <mpi.h>
-#include <mutex>
 #include <string>
 #include <vector>
 
 namespace dtensor {
-
-class DeviceMesh;
 
 // One rank's published state (in shared memory; written only by its rank,
 // read by the others of its node under a sequence lock).
@@ -62,10 +59,10 @@ class CollectiveMonitor {
   CollectiveMonitor& operator=(const CollectiveMonitor&) = delete;
 
   // The calling rank enters collective #seq of the group `ranks` (hash
-  // `group`); `mesh` outlives the matching leave(). Cheap: a lock and a few
-  // stores.
-  void enter(int kind, const DeviceMesh* mesh, int mesh_dim, const std::vector<int>* ranks,
-             uint64_t group, int64_t seq);
+  // `group`; the vector outlives the monitor). Cheap: a few atomic stores,
+  // no lock and no clock (the watchdog thread times the collective from
+  // when it first sees it, so a timeout fires up to a tenth late).
+  void enter(int kind, int mesh_dim, const std::vector<int>* ranks, uint64_t group, int64_t seq);
   void leave();
   // This rank has exited (the watchdog and the exit check of peers see it).
   void mark_exited();
@@ -89,7 +86,8 @@ class CollectiveMonitor {
   bool read_slot(int r, Snapshot& out) const;
 
  private:
-  void publish(int64_t state);
+  void publish(int64_t state, int kind, int mesh_dim, const std::vector<int>* ranks,
+               uint64_t group, int64_t seq);
 
   MPI_Comm node_ = MPI_COMM_NULL;
   MPI_Win win_ = MPI_WIN_NULL;
@@ -98,15 +96,19 @@ class CollectiveMonitor {
   std::vector<RankSlot*> slots_;      // by world rank; nullptr: not on this node
   RankSlot own_;
 
-  std::mutex mu_;  // the current collective, for the watchdog thread
-  bool active_ = false;
-  int kind_ = -1;
-  const DeviceMesh* mesh_ = nullptr;
-  int mesh_dim_ = -1;
-  const std::vector<int>* ranks_ = nullptr;
-  uint64_t group_ = 0;
-  int64_t seq_ = 0;
-  std::chrono::steady_clock::time_point start_;
+  // The current collective, written by the calling thread and read by the
+  // watchdog thread: gen_ changes at every enter, so the watchdog can tell
+  // a collective that lasts from a new one in the same place.
+  std::atomic<uint64_t> gen_{0};
+  std::atomic<bool> active_{false};
+  std::atomic<int> kind_{-1};
+  std::atomic<int> mesh_dim_{-1};
+  std::atomic<const std::vector<int>*> ranks_{nullptr};
+  std::atomic<uint64_t> group_{0};
+  std::atomic<int64_t> seq_{0};
+  // The watchdog thread's own: the collective it last saw, and since when.
+  uint64_t seen_gen_ = 0;
+  std::chrono::steady_clock::time_point seen_since_;
 };
 
 // The collective timeout in seconds, process-wide (<= 0: no timeout).
