@@ -16,6 +16,7 @@
 //   skip_full_tensor  rank 1 skips one full_tensor() of a [6] tensor
 //   sleep             rank 1 sleeps 60 s before its all_reduce (the watchdog
 //                     ends the job after DTENSOR_COLLECTIVE_TIMEOUT)
+//   sigstop           rank 1 stops itself (SIGSTOP) before its all_reduce
 //   ok                every rank does the same: must exit 0
 #include <unistd.h>
 
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
     if (mode == "sigkill") std::raise(SIGKILL);
     if (mode == "sigsegv") std::raise(SIGSEGV);
     if (mode == "sleep") sleep(60);
+    if (mode == "sigstop") std::raise(SIGSTOP);
   }
   const Tensor t = sum_over_world(mesh, 4);
   std::cout << "rank " << rank << ": " << t.shape() << "\n";
