@@ -14,6 +14,8 @@
 //   mismatch_later    after a good all_reduce, rank 1 all_gathers while the
 //                     others all_reduce, over the same group
 //   skip_full_tensor  rank 1 skips one full_tensor() of a [6] tensor
+//   swap_full_tensor  rank 1 gathers a [7] tensor then a [6] one, the others
+//                     the [6] one first (shards differ only along the gather dim)
 //   sleep             rank 1 sleeps 60 s before its all_reduce (the watchdog
 //                     ends the job after DTENSOR_COLLECTIVE_TIMEOUT)
 //   sigstop           rank 1 stops itself (SIGSTOP) before its all_reduce
@@ -66,6 +68,14 @@ int main(int argc, char** argv) {
         odd_one ? distribute_tensor(Tensor::ones({4}), mesh, {Shard(0)}).full_tensor()
                 : sum_over_world(mesh, 4);
     std::cout << "rank " << rank << ": " << t.shape() << "\n";
+    return 0;
+  }
+  if (mode == "swap_full_tensor") {
+    DTensor a = distribute_tensor(Tensor::arange(6), mesh, {Shard(0)});
+    DTensor b = distribute_tensor(Tensor::arange(7), mesh, {Shard(0)});
+    const Tensor first = odd_one ? b.full_tensor() : a.full_tensor();
+    const Tensor second = odd_one ? a.full_tensor() : b.full_tensor();
+    std::cout << "rank " << rank << ": " << first.shape() << " " << second.shape() << "\n";
     return 0;
   }
   if (mode == "skip_full_tensor") {
