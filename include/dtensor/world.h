@@ -24,10 +24,18 @@ class World {
   static World simulated(int size);
   // This process's rank of an MPI job: MPI_COMM_WORLD, initialised here
   // unless the program already did (then it is also the program's to
-  // finalise; otherwise dtensor finalises it once, at exit). Calling it
-  // again returns the same world. From then on an exception that escapes
-  // main on any rank ends the whole job (MPI_Abort) with that rank's
-  // message instead of leaving the others waiting. To adopt another
+  // finalise; otherwise dtensor finalises it once, at exit, after every
+  // rank has reached exit). Calling it again returns the same world.
+  // From then on a rank that ends abnormally ends the whole job within
+  // seconds, with a "dtensor: rank R: ..." line, instead of leaving the
+  // others waiting in a collective: an exception escaping main
+  // (MPI_Abort), exit(n) or return n from main with n != 0 (MPI is not
+  // finalised, so mpirun ends the job), an exit with status 0 while a
+  // rank of this node waits for this one in a collective, and SIGSEGV,
+  // SIGBUS, SIGFPE, SIGILL, SIGABRT (printed, then handed on). A
+  // collective that has not completed after DTENSOR_COLLECTIVE_TIMEOUT
+  // seconds (default 600; set_mpi_collective_timeout in dtensor/mpi.h)
+  // ends the job naming the ranks that did not arrive. To adopt another
   // communicator, see dtensor/mpi.h. Throws when built without MPI.
   static World mpi(int* argc = nullptr, char*** argv = nullptr);
   // Whether this build has the MPI backend.

@@ -265,39 +265,18 @@ Arrivals exchange_pieces(const void* send, const std::vector<int64_t>& counts,
 
 // ---- desync check ---------------------------------------------------------------
 
-enum class Kind : int32_t { AllGather, AllReduce, ReduceScatter, AllToAll, Broadcast, Scatter };
+using Kind = MpiBackend::Kind;
+using Call = MpiBackend::Call;
 
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::AllGather: return "all_gather";
-    case Kind::AllReduce: return "all_reduce";
-    case Kind::ReduceScatter: return "reduce_scatter";
-    case Kind::AllToAll: return "all_to_all";
-    case Kind::Broadcast: return "broadcast";
-    case Kind::Scatter: break;
-  }
-  return "scatter";
-}
+constexpr int32_t kCallMagic = 0x64744331;  // "dtC1"
+constexpr int kCheckTag = 7301;
 
-// What a member is about to call. -1 in dtype/ndim means "not known here"
-// (a non-root member of broadcast/scatter) and matches anything; a shape
-// entry of -1 is a dim allowed to differ (the gather or concat dim).
-struct Call {
-  int32_t kind = 0;
-  int32_t mesh_dim = 0;
-  int32_t group_size = 0;
-  int32_t dtype = -1;
-  int32_t ndim = -1;
-  int32_t reduce_op = -1;
-  int64_t dim_a = -1;  // gather / scatter / split dim, or the root
-  int64_t dim_b = -1;  // concat dim
-  int64_t first_rank = -1;  // the group's first rank: which group this is
-  int64_t shape[kMaxDims] = {};
-};
+const char* kind_name(Kind k) { return collective_kind_name(static_cast<int>(k)); }
 
 Call make_call(Kind kind, int mesh_dim, int group_size, int64_t first_rank, const Tensor* t,
                int64_t dim_a, int64_t dim_b, int64_t free_dim, int reduce_op = -1) {
   Call c;
+  c.magic = kCallMagic;
   c.kind = static_cast<int32_t>(kind);
   c.mesh_dim = mesh_dim;
   c.group_size = group_size;
@@ -309,14 +288,25 @@ Call make_call(Kind kind, int mesh_dim, int group_size, int64_t first_rank, cons
     c.dtype = static_cast<int32_t>(t->dtype());
     c.ndim = static_cast<int32_t>(t->dim());
     for (int64_t d = 0; d < t->dim(); ++d) c.shape[d] = d == free_dim ? -1 : t->shape()[d];
+    if (free_dim >= 0 && free_dim < t->dim()) c.free_len = t->shape()[free_dim];
   }
   return c;
 }
 
+// Whether the bytes that arrived are a record some member could have sent
+// (describe() trusts its fields: a stray or truncated message must never
+// index past the shape).
+bool well_formed(const Call& c) {
+  return c.magic == kCallMagic && c.kind >= 0 && c.kind <= static_cast<int32_t>(Kind::Scatter) &&
+         c.ndim >= -1 && c.ndim <= kMaxDims && c.dtype >= -1 &&
+         c.dtype <= static_cast<int32_t>(DType::Float64) && c.reduce_op >= -1 &&
+         c.reduce_op <= static_cast<int32_t>(ReduceOp::Min);
+}
+
 bool matches(const Call& a, const Call& b) {
   if (a.kind != b.kind || a.mesh_dim != b.mesh_dim || a.group_size != b.group_size ||
-      a.first_rank != b.first_rank || a.dim_a != b.dim_a || a.dim_b != b.dim_b ||
-      a.reduce_op != b.reduce_op)
+      a.first_rank != b.first_rank || a.group != b.group || a.seq != b.seq ||
+      a.dim_a != b.dim_a || a.dim_b != b.dim_b || a.reduce_op != b.reduce_op)
     return false;
   if (a.dtype < 0 || b.dtype < 0) return true;
   if (a.dtype != b.dtype || a.ndim != b.ndim) return false;
@@ -329,7 +319,7 @@ std::string describe(const Call& c) {
   std::ostringstream os;
   const Kind k = static_cast<Kind>(c.kind);
   os << kind_name(k) << " over mesh dim " << c.mesh_dim << " (group of " << c.group_size
-     << " from rank " << c.first_rank << ")";
+     << " from rank " << c.first_rank << ", call #" << c.seq << " on it)";
   if (c.reduce_op >= 0) os << " op " << to_string(static_cast<ReduceOp>(c.reduce_op));
   if (k == Kind::Broadcast || k == Kind::Scatter) os << " root " << c.dim_a;
   if (k == Kind::AllGather || k == Kind::ReduceScatter || k == Kind::AllToAll ||
@@ -350,6 +340,10 @@ std::string describe(const Call& c) {
 
 MpiBackend::MpiBackend(MPI_Comm comm) : world_(comm) {
   check_mpi(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank");
+  // Collective over the world, like the constructor's caller (World::mpi,
+  // world_from_mpi_comm): every rank makes its backend at the same point.
+  check_mpi(MPI_Comm_dup(comm, &ctrl_), "MPI_Comm_dup");
+  monitor_ = std::make_unique<CollectiveMonitor>(comm);
   const char* env = std::getenv("DTENSOR_MPI_CHECK");
   check_ = env != nullptr && *env != '\0' && std::string(env) != "0";
 }
@@ -358,59 +352,132 @@ MpiBackend::~MpiBackend() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  for (auto& [ranks, comm] : comms_) MPI_Comm_free(&comm);
+  monitor_.reset();
+  for (auto& [ranks, state] : comms_)
+    if (state.comm != MPI_COMM_NULL) MPI_Comm_free(&state.comm);
+  MPI_Comm_free(&ctrl_);
   MPI_Comm_free(&world_);
 }
 
-MpiBackend::Group MpiBackend::group_of(const DeviceMesh& mesh, int mesh_dim) {
+int64_t MpiBackend::calls_on(uint64_t h) const {
+  for (const auto& [ranks, state] : comms_)
+    if (state.hash == h) return state.seq;
+  return 0;
+}
+
+MpiBackend::Group MpiBackend::group_of(const DeviceMesh& mesh, int mesh_dim, Kind kind) {
   const int ndim = mesh.ndim();
   DT_CHECK(mesh_dim >= -ndim && mesh_dim < ndim, "mesh dim ", mesh_dim, " out of range for ",
            mesh.to_string());
   if (mesh_dim < 0) mesh_dim += ndim;
-  if (!mesh.contains(rank_)) return {MPI_COMM_NULL, 0, 0};
+  if (!mesh.contains(rank_)) return Group{MPI_COMM_NULL, 0, 0, nullptr, 0, 0, {}};
   std::vector<int> ranks = mesh.group(rank_, mesh_dim);
   const int index = static_cast<int>(mesh.group_index(rank_, mesh_dim));
   const int size = static_cast<int>(ranks.size());
-  if (size == 1) return {MPI_COMM_SELF, 0, 1};
+  if (size == 1) return Group{MPI_COMM_SELF, 0, 1, nullptr, 0, 0, {}};
   auto it = comms_.find(ranks);
   if (it == comms_.end()) {
+    const uint64_t hash = group_hash(ranks);
+    it = comms_.emplace(std::move(ranks), GroupState{MPI_COMM_NULL, 0, hash}).first;
+  }
+  GroupState& state = it->second;
+  Group g{state.comm, index, size, &it->first, ++state.seq, state.hash, {}};
+  // Watched from here (communicator creation and the desync check
+  // included) until the collective returns and drops its Group.
+  monitor_->enter(static_cast<int>(kind), mesh_dim, g.ranks, g.hash, g.seq);
+  g.watch = Group::Watch(monitor_.get());
+  if (g.comm == MPI_COMM_NULL) {
+    if (check_) {
+      // Before MPI_Comm_create_group, which waits for every member of the
+      // group: members that disagree on the group would wait there forever.
+      check_same_call(g, make_call(kind, mesh_dim, size, (*g.ranks)[0], nullptr, -1, -1, -1),
+                      mesh, rank_);
+    }
     // Collective over the group's members only: they all reach this call
-    // for the same collective, since every rank runs the same plan.
+    // for the same collective, since every rank runs the same plan. The tag
+    // tells apart creations of overlapping groups in flight at once.
     MPI_Group world_group, group;
     check_mpi(MPI_Comm_group(world_, &world_group), "MPI_Comm_group");
-    check_mpi(MPI_Group_incl(world_group, size, ranks.data(), &group), "MPI_Group_incl");
+    check_mpi(MPI_Group_incl(world_group, size, g.ranks->data(), &group), "MPI_Group_incl");
     MPI_Comm comm = MPI_COMM_NULL;
-    check_mpi(MPI_Comm_create_group(world_, group, /*tag=*/0, &comm), "MPI_Comm_create_group");
+    const int tag = static_cast<int>(state.hash % 32000);
+    check_mpi(MPI_Comm_create_group(world_, group, tag, &comm), "MPI_Comm_create_group");
     MPI_Group_free(&group);
     MPI_Group_free(&world_group);
-    it = comms_.emplace(std::move(ranks), comm).first;
+    state.comm = comm;
+    g.comm = comm;
   }
-  return {it->second, index, size};
+  return g;
 }
 
-namespace {
-
-// Exchanges the members' calls over the group and raises on every member
-// when they differ.
-void check_same_call(const MpiBackend::Group& g, const Call& mine, const DeviceMesh& mesh,
-                     int rank) {
+std::vector<Call> MpiBackend::exchange_calls(const Group& g, const Call& mine) {
+  const std::vector<int>& members = *g.ranks;
   std::vector<Call> all(static_cast<size_t>(g.size));
-  check_mpi(MPI_Allgather(&mine, sizeof(Call), MPI_BYTE, all.data(), sizeof(Call), MPI_BYTE,
-                          g.comm),
-            "MPI_Allgather");
+  all[g.index] = mine;
+  std::vector<MPI_Request> reqs;
+  reqs.reserve(2 * members.size());
   for (int j = 0; j < g.size; ++j) {
-    if (matches(mine, all[j])) continue;
-    const std::vector<int> ranks = mesh.group(rank, mine.mesh_dim);
-    DT_THROW("collective desync on ", mesh.to_string(), ": rank ", rank, " calls ",
-             describe(mine), " but rank ", ranks[j], " of its group calls ", describe(all[j]));
+    if (j == g.index) continue;
+    reqs.emplace_back();
+    check_mpi(MPI_Irecv(&all[j], sizeof(Call), MPI_BYTE, members[j], kCheckTag, ctrl_,
+                        &reqs.back()),
+              "MPI_Irecv");
   }
+  for (int j = 0; j < g.size; ++j) {
+    if (j == g.index) continue;
+    reqs.emplace_back();
+    check_mpi(MPI_Isend(&mine, sizeof(Call), MPI_BYTE, members[j], kCheckTag, ctrl_,
+                        &reqs.back()),
+              "MPI_Isend");
+  }
+  std::vector<MPI_Status> statuses(reqs.size());
+  const int rc = MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), statuses.data());
+  if (rc == MPI_ERR_IN_STATUS)
+    for (const MPI_Status& st : statuses) check_mpi(st.MPI_ERROR, "MPI_Waitall (desync check)");
+  check_mpi(rc, "MPI_Waitall (desync check)");
+  return all;
 }
 
-}  // namespace
+void MpiBackend::check_same_call(const Group& g, const Call& call, const DeviceMesh& mesh,
+                                 int rank) {
+  if (g.size <= 1 || g.ranks == nullptr) return;
+  Call mine = call;
+  mine.magic = kCallMagic;
+  mine.seq = g.seq;
+  mine.group = g.hash;
+  mine.created = g.comm != MPI_COMM_NULL ? 1 : 0;
+  std::vector<Call> all = exchange_calls(g, mine);
+  const std::vector<int>& ranks = *g.ranks;
+  for (int j = 0; j < g.size; ++j) {
+    DT_CHECK(well_formed(all[j]), "collective desync on ", mesh.to_string(), ": rank ", rank,
+             " calls ", describe(mine), " but rank ", ranks[j],
+             " of its group sent a malformed desync-check record (not a dtensor call record)");
+    // A member whose communicator exists meets one about to create it: the
+    // call numbers differ as well, but this says it more plainly.
+    if (matches(mine, all[j]) && mine.created == all[j].created) continue;
+    DT_THROW("collective desync on ", mesh.to_string(), ": rank ", rank, " calls ",
+             describe(mine), mine.created ? "" : " (first use of the group)", " but rank ",
+             ranks[j], " of its group calls ", describe(all[j]),
+             all[j].created ? "" : " (first use of the group)");
+  }
+  last_calls_ = std::move(all);
+}
+
+void MpiBackend::check_received_lengths(const Group& g, const std::vector<int64_t>& lens,
+                                        const DeviceMesh& mesh, const char* coll,
+                                        const char* what) const {
+  if (g.ranks == nullptr || last_calls_.size() != static_cast<size_t>(g.size)) return;
+  for (int j = 0; j < g.size; ++j) {
+    if (lens[j] == last_calls_[j].free_len) continue;
+    DT_THROW(coll, " on ", mesh.to_string(), ": rank ", rank_, " received a length of ", lens[j],
+             " along the ", what, " from rank ", (*g.ranks)[j], ", which announced ",
+             last_calls_[j].free_len, " in the desync check (collective traffic crossed: a desync)");
+  }
+}
 
 LocalTensor MpiBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                    int64_t gather_dim) {
-  const Group g = group_of(mesh, mesh_dim);
+  const Group g = group_of(mesh, mesh_dim, Kind::AllGather);
   if (g.size == 0) return {};
   const Tensor& t = own_shard(in, rank_, "all_gather");
   gather_dim = check_dim(t, gather_dim, "all_gather", "gather dim");
@@ -429,6 +496,7 @@ LocalTensor MpiBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
   std::vector<int64_t> lens(static_cast<size_t>(g.size));
   check_mpi(MPI_Allgather(&len, 1, MPI_INT64_T, lens.data(), 1, MPI_INT64_T, g.comm),
             "MPI_Allgather");
+  if (check_) check_received_lengths(g, lens, mesh, "all_gather", "gather dim");
   std::vector<Shape> shapes;
   std::vector<int> counts;
   int64_t total = 0;
@@ -452,7 +520,7 @@ LocalTensor MpiBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
 
 LocalTensor MpiBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                    ReduceOp op) {
-  const Group g = group_of(mesh, mesh_dim);
+  const Group g = group_of(mesh, mesh_dim, Kind::AllReduce);
   if (g.size == 0) return {};
   const Tensor& t = own_shard(in, rank_, "all_reduce");
   DT_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), "all_reduce over mesh dim ", mesh_dim,
@@ -505,7 +573,7 @@ LocalTensor MpiBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh
 
 LocalTensor MpiBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                        ReduceOp op, int64_t scatter_dim) {
-  const Group g = group_of(mesh, mesh_dim);
+  const Group g = group_of(mesh, mesh_dim, Kind::ReduceScatter);
   if (g.size == 0) return {};
   const Tensor& t = own_shard(in, rank_, "reduce_scatter");
   DT_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), "reduce_scatter over mesh dim ",
@@ -547,7 +615,7 @@ LocalTensor MpiBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& 
 
 LocalTensor MpiBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                    int64_t split_dim, int64_t concat_dim) {
-  const Group g = group_of(mesh, mesh_dim);
+  const Group g = group_of(mesh, mesh_dim, Kind::AllToAll);
   if (g.size == 0) return {};
   const Tensor& t = own_shard(in, rank_, "all_to_all");
   split_dim = check_dim(t, split_dim, "all_to_all", "split dim");
@@ -664,6 +732,26 @@ Header share_header(const Tensor* root_shard, int root, MPI_Comm comm) {
   return h;
 }
 
+// With the desync check on: the header that arrived is the shard the root
+// announced in its check record.
+void check_header_against(const Header& h, const MpiBackend::Call& root_call, int root_rank,
+                          int rank, const DeviceMesh& mesh, const char* coll) {
+  bool same = root_call.dtype == h.dtype && root_call.ndim == h.ndim;
+  for (int64_t d = 0; same && d < h.ndim; ++d) same = root_call.shape[d] == h.shape[d];
+  if (same) return;
+  std::ostringstream got, announced;
+  got << dtype_name(static_cast<DType>(h.dtype)) << " [";
+  for (int64_t d = 0; d < h.ndim && d < kMaxDims; ++d) got << (d ? ", " : "") << h.shape[d];
+  got << "]";
+  announced << (root_call.dtype >= 0 ? dtype_name(static_cast<DType>(root_call.dtype)) : "?")
+            << " [";
+  for (int d = 0; d < root_call.ndim; ++d) announced << (d ? ", " : "") << root_call.shape[d];
+  announced << "]";
+  DT_THROW(coll, " on ", mesh.to_string(), ": rank ", rank, " received a root shard of ",
+           got.str(), " from rank ", root_rank, ", which announced ", announced.str(),
+           " in the desync check (collective traffic crossed: a desync)");
+}
+
 Shape shape_of(const Header& h) {
   Shape s;
   for (int64_t d = 0; d < h.ndim; ++d) s.push_back(h.shape[d]);
@@ -672,9 +760,16 @@ Shape shape_of(const Header& h) {
 
 }  // namespace
 
+template <class H>
+void MpiBackend::check_received_header(const Group& g, const H& h, int root,
+                                       const DeviceMesh& mesh, const char* coll) const {
+  if (g.ranks == nullptr || last_calls_.size() != static_cast<size_t>(g.size)) return;
+  check_header_against(h, last_calls_[root], (*g.ranks)[root], rank_, mesh, coll);
+}
+
 LocalTensor MpiBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                   int64_t root) {
-  const Group g = group_of(mesh, mesh_dim);
+  const Group g = group_of(mesh, mesh_dim, Kind::Broadcast);
   if (g.size == 0) return {};
   DT_CHECK(root >= 0 && root < g.size, "broadcast over mesh dim ", mesh_dim, ": root ", root,
            " out of range for a group of ", g.size, " ranks (expected 0 <= root < ", g.size, ")");
@@ -685,6 +780,7 @@ LocalTensor MpiBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh,
                                  mine, root, -1, -1),
                     mesh, rank_);
   const Header h = share_header(mine, static_cast<int>(root), g.comm);
+  if (check_) check_received_header(g, h, static_cast<int>(root), mesh, "broadcast");
   const DType dtype = static_cast<DType>(h.dtype);
   Tensor result = is_root ? mine->contiguous().clone() : Tensor::empty(shape_of(h), dtype);
   record_collective(CollectiveKind::Broadcast, static_cast<int64_t>(result.nbytes()));
@@ -699,7 +795,7 @@ LocalTensor MpiBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh,
 
 LocalTensor MpiBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                 int64_t root, int64_t scatter_dim) {
-  const Group g = group_of(mesh, mesh_dim);
+  const Group g = group_of(mesh, mesh_dim, Kind::Scatter);
   if (g.size == 0) return {};
   DT_CHECK(root >= 0 && root < g.size, "scatter over mesh dim ", mesh_dim, ": root ", root,
            " out of range for a group of ", g.size, " ranks (expected 0 <= root < ", g.size, ")");
@@ -711,6 +807,7 @@ LocalTensor MpiBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, i
                     mesh, rank_);
   if (is_root) scatter_dim = check_dim(*mine, scatter_dim, "scatter", "scatter dim");
   const Header h = share_header(mine, static_cast<int>(root), g.comm);
+  if (check_) check_received_header(g, h, static_cast<int>(root), mesh, "scatter");
   const DType dtype = static_cast<DType>(h.dtype);
   const Shape whole = shape_of(h);
   if (!is_root) {

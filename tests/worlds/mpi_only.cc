@@ -69,3 +69,47 @@ TEST(MpiWorld, AdoptsAnExistingCommunicator) {
   }
   MPI_Comm_free(&comm);
 }
+
+// At the first use of a group the members compare their calls before
+// creating its communicator (MPI_Comm_create_group waits for every member),
+// on a communicator of their own, and the records carry the call's number
+// on the group.
+TEST(MpiWorld, DesyncCheckRunsBeforeAGroupIsCreated) {
+  World world = dtensor::testing::test_world();
+  if (world.size() < 2) GTEST_SKIP() << "needs 2 or more processes";
+  auto& backend = static_cast<MpiBackend&>(world.backend());
+  // Ranks in reverse order: a group no other test has used.
+  std::vector<int> ranks;
+  for (int r = world.size() - 1; r >= 0; --r) ranks.push_back(r);
+  DeviceMesh mesh(world, {world.size()}, ranks);
+  set_mpi_desync_check(world, true);
+  LocalTensor in;
+  in.set(world.rank(), Tensor::ones({2, 3}));
+  const std::string e = dtensor::testing::error_of([&] {
+    if (world.rank() == 0)
+      backend.all_gather(in, mesh, 0, 0);
+    else
+      backend.all_reduce(in, mesh, 0, ReduceOp::Sum);
+  });
+  EXPECT_NE(e.find("collective desync"), std::string::npos) << e;
+  EXPECT_NE(e.find("(first use of the group)"), std::string::npos) << e;
+  EXPECT_NE(e.find(world.rank() == 0 ? "calls all_reduce over mesh dim 0"
+                                     : "calls all_gather over mesh dim 0"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("call #1 on it"), std::string::npos) << e;
+  // The group is still usable: the next matching call is call #2 for all.
+  const LocalTensor sum = backend.all_reduce(in, mesh, 0, ReduceOp::Sum);
+  EXPECT_TRUE(equal(sum.shard(world.rank()), Tensor::full({2, 3}, world.size())));
+  set_mpi_desync_check(world, false);
+}
+
+TEST(MpiWorld, CollectiveTimeoutIsSettable) {
+  const double before = mpi_collective_timeout();
+  set_mpi_collective_timeout(2.5);
+  EXPECT_DOUBLE_EQ(mpi_collective_timeout(), 2.5);
+  set_mpi_collective_timeout(0);  // off
+  EXPECT_DOUBLE_EQ(mpi_collective_timeout(), 0);
+  set_mpi_collective_timeout(before);
+  EXPECT_DOUBLE_EQ(mpi_collective_timeout(), before);
+}
