@@ -9,12 +9,14 @@
 // differ in size along the dims named (uneven and empty shards are normal);
 // on every other dim they agree.
 //
-// Reductions give the same result on every rank of the group. The simulated
-// backend combines the shards in group order (((s0 op s1) op s2) ...), so
-// its results are deterministic; under MPI the order is the MPI library's
-// choice, so floating-point sums may differ from the simulated world's in
-// the last bits (compare such results within a tolerance). Avg is
-// the sum divided by n (floating dtypes only).
+// Reductions give the same result on every rank of the group, combined in
+// group order (((s0 op s1) op s2) ...) element by element, by both backends
+// with one kernel (src/comm/reduce_kernel.h): a reduction gives the same
+// bits in the simulated world and under MPI at any process count. Avg is
+// the sum divided by n (floating dtypes only); max and min propagate NaN;
+// integer sums wrap; bool sum is logical or. (Under MPI,
+// DTENSOR_MPI_NATIVE_REDUCE=1 trades this for the MPI library's own
+// reduction, whose order of terms is its own; see mpi_backend.h.)
 //
 // Each call records itself once with record_collective (debug.h).
 #pragma once

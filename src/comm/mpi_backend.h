@@ -7,14 +7,21 @@
 // the life of the world. A flattened mesh dim is one more group: since every
 // rank runs the same plan, all members create it at the same call.
 //
-// Every call maps to the native MPI collective: all_gather ->
-// MPI_Allgatherv, all_reduce -> MPI_Allreduce (avg: sum, then divide),
-// reduce_scatter -> MPI_Reduce_scatter, all_to_all -> MPI_Alltoallw,
-// broadcast -> MPI_Bcast, scatter -> MPI_Scatterv. When the dim moved is
-// the leading one the data goes straight from the shard into the result;
-// otherwise all_gather, reduce_scatter and scatter pack or unpack the pieces
-// with one copy, and all_to_all describes them in place with subarray
-// datatypes (no copy).
+// The MPI calls: all_gather -> MPI_Allgatherv, all_to_all -> MPI_Alltoallw,
+// broadcast -> MPI_Bcast, scatter -> MPI_Scatterv. Reductions are not left
+// to MPI_Allreduce / MPI_Reduce_scatter, whose order of terms is the
+// library's (and whose MPI_MAX / MPI_MIN drop NaN): reduce_scatter sends
+// chunk j of every member's shard to member j (MPI_Alltoallv), which folds
+// the n chunks in member order with the simulated backend's kernel
+// (reduce_kernel.h); all_reduce is that over n flat pieces of the shard,
+// then MPI_Allgatherv of the folded pieces in place. The bytes moved are a
+// ring algorithm's, and the results are bit for bit the simulated world's.
+// DTENSOR_MPI_NATIVE_REDUCE=1 in the environment (read once) uses the
+// native calls instead (avg: sum, then divide).
+// When the dim moved is the leading one the data goes straight from the
+// shard into MPI and from MPI into the result; otherwise all_gather,
+// reduce_scatter and scatter pack or unpack the pieces with one copy, and
+// all_to_all describes them in place with subarray datatypes (no copy).
 // Uneven shards need their sizes: all_gather and all_to_all first exchange
 // one int64 per member (MPI_Allgather); broadcast and scatter send the
 // root's shape first.

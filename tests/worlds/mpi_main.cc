@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <string>
 
 #include "worlds/world_util.h"
 
@@ -14,20 +15,26 @@ World test_world() { return World::mpi(); }
 
 namespace {
 
-// Prints the failures of a rank other than 0, prefixed with the rank.
+// Prints the failures of a rank other than 0, prefixed with the rank. The
+// test's name is kept from OnTestStart: OnTestPartResult runs with
+// GoogleTest's lock held, and asking UnitTest::current_test_info() there
+// takes it again, which deadlocked the rank (and so the job) at its first
+// failure.
 class FailurePrinter : public ::testing::EmptyTestEventListener {
  public:
   explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestStart(const ::testing::TestInfo& info) override {
+    test_ = std::string(info.test_suite_name()) + "." + info.name();
+  }
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
     if (!r.failed()) return;
-    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::fprintf(stderr, "[rank %d] %s.%s failed at %s:%d\n%s\n", rank_,
-                 info ? info->test_suite_name() : "?", info ? info->name() : "?",
+    std::fprintf(stderr, "[rank %d] %s failed at %s:%d\n%s\n", rank_, test_.c_str(),
                  r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
   }
 
  private:
   int rank_;
+  std::string test_ = "?";
 };
 
 }  // namespace
