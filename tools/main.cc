@@ -81,16 +81,24 @@ std::string rewrite_parse_error(const CLI::ParseError& e) {
                         : to != std::string::npos ? m.substr(to + 4, m.find(',', to) - to - 4) : "";
     if (!name.empty()) return name + ": expected a value after it, got none";
   }
-  if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && !option.empty()) {
-    return "missing required option " + option;
+  if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+    if (!option.empty()) return "missing required option " + option;
+    if (m.rfind("A subcommand", 0) == 0) return "a command is required: demo, visualize or plan";
   }
   if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
     const size_t colon = m.find(": ");
     const std::string extras = colon == std::string::npos ? m : m.substr(colon + 2);
     return "unexpected argument " + quote(extras) + " (expected options of the form --name value)";
   }
-  if (dynamic_cast<const CLI::ConversionError*>(&e) != nullptr && !option.empty()) {
-    return option + ": " + m.substr(option.size() + (m[option.size()] == ':' ? 2 : 1));
+  if (dynamic_cast<const CLI::ConversionError*>(&e) != nullptr) {
+    // Values are validated before conversion, so this is a flag given a
+    // value: "Could not convert: --json = foo" or "--json: too many inputs".
+    const size_t eq = m.find(" = ");
+    if (m.rfind("Could not convert: ", 0) == 0 && eq != std::string::npos) {
+      return m.substr(19, eq - 19) + " is a flag: expected no value (or true/false), got " +
+             quote(m.substr(eq + 3));
+    }
+    if (!option.empty()) return option + " is a flag: expected no value (or true/false)";
   }
   return m;
 }
@@ -334,16 +342,19 @@ int run(int argc, char** argv) {
   } catch (const CLI::Success& e) {  // --help
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    if (CLI::App* cmd = visualize->parsed() ? visualize
+    const std::string message = rewrite_parse_error(e);
+    if (message.rfind("a command is required", 0) == 0) {
+      std::cerr << "dtensor: " << message << " (see dtensor --help)\n";
+    } else if (CLI::App* cmd = visualize->parsed() ? visualize
                         : plan->parsed()    ? plan
                         : demo->parsed()    ? demo
                                             : nullptr) {
-      std::cerr << "dtensor " << cmd->get_name() << ": " << one_line(rewrite_parse_error(e))
-                << " (see dtensor " << cmd->get_name() << " --help)\n";
+      std::cerr << "dtensor " << cmd->get_name() << ": " << one_line(message) << " (see dtensor "
+                << cmd->get_name() << " --help)\n";
     } else if (argc == 1) {
       std::cerr << "dtensor: a command is required: demo, visualize or plan (see dtensor --help)\n";
     } else {
-      std::cerr << "dtensor: " << one_line(rewrite_parse_error(e)) << " (see dtensor --help)\n";
+      std::cerr << "dtensor: " << one_line(message) << " (see dtensor --help)\n";
     }
     return 2;
   }

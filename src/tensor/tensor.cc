@@ -234,15 +234,31 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape
       dtype_(dtype) {
   DT_CHECK(shape.size() == strides.size(), "Tensor: shape ", shape, " and strides ", strides,
            " differ in length");
-  if (checked_numel(shape, "Tensor") == 0 || storage_ == nullptr) return;
-  // The lowest and highest element the view reaches, checked against the
-  // storage: a view computed from wrapped sizes must fail here, not read or
-  // write outside the block.
-  int64_t lo = storage_offset, hi = storage_offset;
+  // Every view goes through here, so the common case is one pass that only
+  // gathers overflow flags; the checked helpers below rerun it to name the
+  // failure when a flag is set.
+  int64_t n = 1, lo = storage_offset, hi = storage_offset;
+  bool suspect = false;
   for (size_t i = 0; i < shape.size(); ++i) {
-    const int64_t reach = checked_mul(shape[i] - 1, strides[i], "Tensor: view extent");
-    (reach < 0 ? lo : hi) = checked_add(reach < 0 ? lo : hi, reach, "Tensor: view extent");
+    int64_t reach = 0;
+    suspect |= shape[i] <= 0;
+    suspect |= __builtin_mul_overflow(n, shape[i], &n);
+    suspect |= __builtin_mul_overflow(shape[i] - 1, strides[i], &reach);
+    suspect |= reach < 0 ? __builtin_add_overflow(lo, reach, &lo) : __builtin_add_overflow(hi, reach, &hi);
   }
+  if (suspect) {
+    if (checked_numel(shape, "Tensor") == 0 || storage_ == nullptr) return;
+    // The lowest and highest element the view reaches.
+    lo = hi = storage_offset;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      const int64_t reach = checked_mul(shape[i] - 1, strides[i], "Tensor: view extent");
+      (reach < 0 ? lo : hi) = checked_add(reach < 0 ? lo : hi, reach, "Tensor: view extent");
+    }
+  } else if (storage_ == nullptr) {
+    return;
+  }
+  // Checked against the storage: a view computed from wrapped sizes must
+  // fail here, not read or write outside the block.
   const int64_t item = static_cast<int64_t>(dtensor::itemsize(dtype));
   const int64_t end_bytes = checked_mul(checked_add(hi, 1, "Tensor: view extent"), item,
                                         "Tensor: view extent in bytes");
