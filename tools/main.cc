@@ -120,18 +120,19 @@ int run(int argc, char** argv);
 // (exit 1 is kept for a verification mismatch, reported by the command).
 int main(int argc, char** argv) {
   const std::string program = program_name(argc, argv);
-  const char* message = nullptr;
-  std::string text;
+  std::string message;
   try {
     return run(argc, argv);
   } catch (const std::bad_alloc&) {
     message = "out of memory: an allocation failed (try smaller sizes)";
+  } catch (const dtensor::Error& e) {
+    message = e.what();  // bad input found outside a command's own checks
   } catch (const std::exception& e) {
-    text = std::string("internal error: ") + e.what();
+    message = std::string("internal error: ") + e.what();
   } catch (...) {
     message = "internal error: an unknown exception";
   }
-  std::cerr << program << ": " << dtensor::cli::one_line(message ? message : text) << "\n";
+  std::cerr << program << ": " << dtensor::cli::one_line(message) << "\n";
   return 2;
 }
 
