@@ -504,7 +504,8 @@ void print_rec(std::ostream& os, const Tensor& t, size_t d, const char* p, bool 
     return;
   }
   const int64_t n = t.shape()[d];
-  const int64_t step = t.strides()[d] * static_cast<int64_t>(sizeof(T));
+  // An empty tensor's strides may overflow in bytes; nothing is read from it.
+  const int64_t step = t.numel() == 0 ? 0 : t.strides()[d] * static_cast<int64_t>(sizeof(T));
   const bool last = d + 1 == t.shape().size();
   os << '[';
   for (int64_t i = 0; i < n; ++i) {

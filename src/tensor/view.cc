@@ -133,7 +133,6 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
            " exceeds dim ", d, " of size ", n, " (shape ", shape_, ")");
   Shape s = shape_;
   s[d] = length;
-  if (length == 0) start = 0;  // an empty view needs no offset (and must not overflow one)
   return Tensor(storage_, dtype_, s, strides_,
                 checked_add(offset_, checked_mul(start, strides_[d], "narrow: offset"),
                             "narrow: offset"));
@@ -152,7 +151,6 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   // Written so that no step, however large, overflows.
   s[d] = (end - start) / step + ((end - start) % step != 0 ? 1 : 0);
   if (s[d] > 1) st[d] = checked_mul(strides_[d], step, "slice: stride");
-  if (s[d] == 0) start = 0;
   return Tensor(storage_, dtype_, s, st,
                 checked_add(offset_, checked_mul(start, strides_[d], "slice: offset"),
                             "slice: offset"));

@@ -181,7 +181,7 @@ class Generator {
     switch (pick(7)) {
       case 0: return std::string(1 + pick(100000), 'a');  // Linux takes at most 128 KiB an argument
       case 1: return std::string("\xff\xfe\xc3\x28", 4);
-      case 2: return std::string("a\nb\tc\x01\x7f", 9);
+      case 2: return std::string("a\nb\tc\x01\x7f");
       case 3: return "\xe2\x82\xac,\xf0\x9f\x98\x80";  // valid UTF-8: euro sign, emoji
       case 4: {
         std::string s;

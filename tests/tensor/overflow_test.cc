@@ -158,3 +158,21 @@ TEST(TensorOverflow, BroadcastResultsThatOverflowThrow) {
   const Tensor b = Tensor::zeros({1}).expand({k2to32}).reshape({1, k2to32});
   expect_error([&] { add(a, b); }, {"more elements than int64"});
 }
+
+TEST(TensorOverflow, EmptyTensorsWithHugeDims) {
+  // [0, 2^63-1] is empty, but its stride 2^63-1 overflows once counted in
+  // bytes: the loops must not compute byte strides of tensors they never read.
+  const Tensor e = Tensor::zeros({0, kMax});
+  EXPECT_EQ(e.numel(), 0);
+  EXPECT_EQ(e.nbytes(), 0u);
+  EXPECT_EQ(add(e, e).shape(), e.shape());
+  EXPECT_EQ(e.clone().shape(), e.shape());
+  EXPECT_EQ(e.to(DType::Float64).shape(), e.shape());
+  EXPECT_EQ(sum(e, {1}).shape(), (Shape{0}));
+  // Reducing the empty dim leaves 2^63-1 zeros: too many bytes, refused.
+  expect_error([&] { sum(e, {0}); }, {"overflows int64"});
+  Tensor f = Tensor::zeros({0, kMax});
+  f.add_(1.0);
+  EXPECT_EQ(sum(e).item<double>(), 0.0);
+  EXPECT_FALSE(to_string(e).empty());
+}
