@@ -13,6 +13,11 @@
 
 namespace dtensor::cli {
 
+// Parses --mesh ("4x2"); throws dtensor::Error naming the option.
+Shape parse_mesh_arg(const std::string& mesh_text);
+// Throws dtensor::Error naming --shape when the element or byte count of a
+// tensor of `shape` and `dtype` overflows int64.
+void check_shape_fits(const Shape& shape, DType dtype, const std::string& shape_text);
 // Splits "a,b,c" at commas, trimming spaces around each item.
 std::vector<std::string> split_list(const std::string& text);
 // "18,2" (brackets allowed: "[18, 2]"; "" or "[]" is a 0-d tensor) -> [18, 2].
@@ -27,8 +32,26 @@ DeviceMesh make_mesh(const std::string& mesh_text, const std::string& names_text
 nlohmann::ordered_json dims_json(const DimVector& v);
 // The mesh's dim names for JSON, one per dim; an unnamed dim i is "d<i>".
 nlohmann::ordered_json mesh_names_json(const DeviceMesh& mesh);
-// Error messages go on one line so scripts can rely on a single stderr line.
+// Error messages go on one line so scripts can rely on a single stderr line:
+// newlines become spaces, other control bytes and bytes that are not UTF-8
+// are escaped (\xff), and any run of more than 120 non-space characters (a
+// huge argument echoed back) is cut to its start and its length.
 std::string one_line(std::string text);
+// User text for a message: 'text' quoted, escaped like one_line and cut to
+// 60 characters plus "... (N bytes)" when longer.
+std::string quote(const std::string& text);
+// Whether text is well-formed UTF-8 without control characters.
+bool is_clean_utf8(const std::string& text);
+// The number of ranks of a --mesh shape; throws dtensor::Error naming
+// mesh_text when it exceeds kMaxRanks (the simulated world holds every rank
+// in this process) or overflows.
+inline constexpr int64_t kMaxRanks = int64_t{1} << 16;
+int64_t mesh_rank_count(const Shape& mesh_shape, const std::string& mesh_text);
+// "4294967296 bytes (4.0 GiB)" for an estimate in bytes.
+std::string bytes_text(double bytes);
+// Throws dtensor::Error naming `option` and `what_for` when an operation is
+// estimated to need more memory than is available now.
+void check_memory_estimate(double bytes, const std::string& what_for, const std::string& advice);
 
 // The subcommands.
 struct DemoArgs {

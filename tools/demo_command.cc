@@ -133,15 +133,38 @@ nlohmann::ordered_json comm_json(const CommRecord& r) {
   return j;
 }
 
+// Refuses a model that would not fit in memory before building any of it.
+// A rough upper bound: the weights exist once as full tensors (the
+// reference) and once laid out, replicated over dp; the activations of one
+// block (x, q, k, v, MLP input of 4 * hidden, logits over the vocabulary,
+// attention scores per head) a few times over for the reference, the
+// distributed run and their gradients-free temporaries.
+void check_demo_memory(const ModelConfig& c, const Shape& mesh_shape) {
+  const double h = static_cast<double>(c.hidden), v = static_cast<double>(c.vocab);
+  const double tokens = static_cast<double>(c.batch) * static_cast<double>(c.seq);
+  const double dp = mesh_shape.size() == 2 ? static_cast<double>(mesh_shape[0]) : 1;
+  const double weights = 2 * v * h + static_cast<double>(c.seq) * h +
+                         static_cast<double>(c.layers) * (12 * h * h + 13 * h);
+  const double activations = tokens * (12 * h + 2 * v) +
+                             static_cast<double>(c.batch) * static_cast<double>(c.heads) *
+                                 static_cast<double>(c.seq) * static_cast<double>(c.seq) * 2;
+  const double bytes = 4 * (weights * (1 + dp) + 4 * activations);
+  check_memory_estimate(bytes, "the demo model (batch " + std::to_string(c.batch) + ", seq " +
+                                   std::to_string(c.seq) + ", hidden " + std::to_string(c.hidden) +
+                                   ", heads " + std::to_string(c.heads) + ", layers " +
+                                   std::to_string(c.layers) + ", vocab " + std::to_string(c.vocab) + ")",
+                        "give smaller --batch, --seq, --hidden, --layers or --vocab");
+}
+
 }  // namespace
 
 int run_demo(const DemoArgs& args) {
   ModelConfig config = args.model;
-  const Shape mesh_shape = parse_mesh_shape(args.mesh);
+  const Shape mesh_shape = parse_mesh_arg(args.mesh);
   DT_CHECK(mesh_shape.size() == 1 || mesh_shape.size() == 2, "--mesh ", args.mesh, " has ",
            mesh_shape.size(), " dims; expected 1 (tp) or 2 (dp x tp), e.g. 2x4");
-  int64_t ranks = 1;
-  for (int64_t s : mesh_shape) ranks *= s;
+  const int64_t ranks = mesh_rank_count(mesh_shape, args.mesh);
+  check_demo_memory(config, mesh_shape);
   World world = make_world(args, ranks);
   const std::string names =
       !args.names.empty() ? args.names : mesh_shape.size() == 1 ? "tp" : "dp,tp";

@@ -3,8 +3,12 @@
 //   demo       a tensor-parallel transformer on a (dp, tp) mesh, verified
 //   visualize  which rank holds which part of a tensor
 //   plan       the cheapest redistribution plan between two layouts
+#include <charconv>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
+#include <new>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -12,8 +16,138 @@
 #include "cli.h"
 #include "dtensor/error.h"
 
+namespace {
+
+using dtensor::cli::quote;
+
+// No argument a user types is this long; longer ones are refused before
+// parsing so that no message can echo megabytes back.
+constexpr size_t kMaxArgBytes = 4096;
+
+// An integer option in [lo, hi], with the project's message (CLI11's Range
+// says "Value abc not in range 1 to 65536").
+CLI::Validator int_range(int64_t lo, int64_t hi) {
+  const std::string expected =
+      "expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, expected](std::string& text) -> std::string {
+        int64_t v = 0;
+        const char* first = text.data();
+        const char* last = first + text.size();
+        if (first != last && *first == '+') ++first;
+        const auto [next, ec] = std::from_chars(first, last, v);
+        if (first == last || next != last || ec != std::errc() || v < lo || v > hi)
+          return expected + ", got " + quote(text);
+        return {};
+      },
+      "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+// One of the listed words.
+CLI::Validator one_of(std::vector<std::string> words) {
+  std::string list;
+  for (const std::string& w : words) list += (list.empty() ? "" : ", ") + w;
+  return CLI::Validator(
+      [words, list](std::string& text) -> std::string {
+        for (const std::string& w : words)
+          if (text == w) return {};
+        return "expected one of " + list + ", got " + quote(text);
+      },
+      "one of " + list);
+}
+
+// The option a CLI11 message starts with ("--from: ..." or "--from is ..."), if any.
+std::string leading_option(const std::string& message) {
+  if (message.rfind("--", 0) != 0) return {};
+  const size_t end = message.find_first_of(": ");
+  return message.substr(0, end);
+}
+
+// CLI11's messages in the project's style: the option, what was given, what
+// is expected.
+std::string rewrite_parse_error(const CLI::ParseError& e) {
+  const std::string m = e.what();
+  const std::string option = leading_option(m);
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr) {
+    // "--from: At Most 1 required but received 2": the option was repeated.
+    if (m.find("At Most") != std::string::npos && !option.empty()) {
+      const size_t at = m.rfind(' ');
+      return option + " was given " + m.substr(at + 1) + " values; expected it once with one value";
+    }
+    // "--mesh: 1 required TEXT missing" / "Expected exactly 1 arguments to --mesh, got 0".
+    const size_t to = m.find(" to --");
+    const std::string name =
+        !option.empty() ? option
+                        : to != std::string::npos ? m.substr(to + 4, m.find(',', to) - to - 4) : "";
+    if (!name.empty()) return name + ": expected a value after it, got none";
+  }
+  if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+    if (!option.empty()) return "missing required option " + option;
+    if (m.rfind("A subcommand", 0) == 0) return "a command is required: demo, visualize or plan";
+  }
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    const size_t colon = m.find(": ");
+    const std::string extras = colon == std::string::npos ? m : m.substr(colon + 2);
+    return "unexpected argument " + quote(extras) + " (expected options of the form --name value)";
+  }
+  if (dynamic_cast<const CLI::ConversionError*>(&e) != nullptr) {
+    // Values are validated before conversion, so this is a flag given a
+    // value: "Could not convert: --json = foo" or "--json: too many inputs".
+    const size_t eq = m.find(" = ");
+    if (m.rfind("Could not convert: ", 0) == 0 && eq != std::string::npos) {
+      return m.substr(19, eq - 19) + " is a flag: expected no value (or true/false), got " +
+             quote(m.substr(eq + 3));
+    }
+    if (!option.empty()) return option + " is a flag: expected no value (or true/false)";
+  }
+  return m;
+}
+
+// "dtensor demo" when argv[1] is a command, else "dtensor".
+std::string program_name(int argc, char** argv) {
+  if (argc > 1) {
+    const std::string first = argv[1];
+    if (first == "demo" || first == "visualize" || first == "plan") return "dtensor " + first;
+  }
+  return "dtensor";
+}
+
+int run(int argc, char** argv);
+
+}  // namespace
+
+// Every failure ends here as exit 2 and one line "dtensor <command>: ..."
+// (exit 1 is kept for a verification mismatch, reported by the command).
 int main(int argc, char** argv) {
+  const std::string program = program_name(argc, argv);
+  std::string message;
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    message = "out of memory: an allocation failed (try smaller sizes)";
+  } catch (const dtensor::Error& e) {
+    message = e.what();  // bad input found outside a command's own checks
+  } catch (const std::exception& e) {
+    message = std::string("internal error: ") + e.what();
+  } catch (...) {
+    message = "internal error: an unknown exception";
+  }
+  std::cerr << program << ": " << dtensor::cli::one_line(message) << "\n";
+  return 2;
+}
+
+namespace {
+
+int run(int argc, char** argv) {
   using namespace dtensor::cli;
+  for (int i = 1; i < argc; ++i) {
+    const size_t n = std::strlen(argv[i]);
+    if (n > kMaxArgBytes) {
+      std::cerr << program_name(argc, argv) << ": argument " << i << " " << quote(argv[i])
+                << " is too long (at most " << kMaxArgBytes << " bytes)\n";
+      return 2;
+    }
+  }
   CLI::App app{"dtensor: distributed tensors over a device mesh (Shard / Replicate / Partial)."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "dtensor " DTENSOR_VERSION);
@@ -61,7 +195,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   demo->add_option("--names", demo_args.names,
                    "mesh dim names, comma-separated (default dp,tp; tp for a 1-d mesh)");
-  auto positive = CLI::Range(int64_t{1}, int64_t{1} << 16);
+  auto positive = int_range(1, int64_t{1} << 16);
   demo->add_option("--batch", model.batch, "sequences per step (sharded over dp)")
       ->capture_default_str()->check(positive);
   demo->add_option("--seq", model.seq, "tokens per sequence")->capture_default_str()->check(positive);
@@ -70,7 +204,7 @@ int main(int argc, char** argv) {
   demo->add_option("--heads", model.heads, "attention heads (a multiple of the tp size)")
       ->capture_default_str()->check(positive);
   demo->add_option("--layers", model.layers, "transformer blocks")
-      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{256}));
+      ->capture_default_str()->check(int_range(0, 256));
   demo->add_option("--vocab", model.vocab, "vocabulary size (embedding rows, logits)")
       ->capture_default_str()->check(positive);
   bool no_sequence_parallel = false, no_loss_parallel = false;
@@ -82,17 +216,18 @@ int main(int argc, char** argv) {
                  "compute cross_entropy on the logits (the planner moves them) instead of\n"
                  "vocab_parallel_cross_entropy on the vocabulary-sharded logits");
   demo->add_option("--steps", demo_args.steps, "forward passes to run and time")
-      ->capture_default_str()->check(CLI::Range(1, 1000));
+      ->capture_default_str()->check(int_range(1, 1000));
   demo->add_option("--world", demo_args.world,
                    "auto (MPI when launched by mpirun, else simulated), sim or mpi;\n"
                    "sim under mpirun runs the whole simulation in every process")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "sim", "mpi"}));
+      ->capture_default_str()->check(one_of({"auto", "sim", "mpi"}));
   // CLI::PositiveNumber's own message prints the largest double in full.
   const CLI::Validator above_zero(
       [](std::string& text) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || *end != '\0' || !(v > 0)) return "must be a number > 0, got " + text;
+        if (text.empty() || *end != '\0' || !(v > 0) || !std::isfinite(v))
+          return "must be a finite number > 0, got " + quote(text);
         return {};
       },
       "> 0");
@@ -186,7 +321,7 @@ int main(int argc, char** argv) {
   plan->add_option("--devices-per-host", pl.devices_per_host,
                    "ranks per host for the cost model: mesh dims spanning more cross hosts")
       ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+      ->check(int_range(1, int64_t{1} << 30));
   plan->add_flag("--json", pl.json,
                  "print JSON: mesh, names, shape, dtype, from, to, steps, counts, groups, cost_us");
   plan->add_flag("--verify", pl.verify,
@@ -198,8 +333,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-') {
     const std::string first = argv[1];
     if (first != "demo" && first != "visualize" && first != "plan") {
-      std::cerr << "dtensor: unknown command '" << first
-                << "'; expected demo, visualize or plan (see dtensor --help)\n";
+      std::cerr << "dtensor: unknown command " << quote(first)
+                << "; expected demo, visualize or plan (see dtensor --help)\n";
       return 2;
     }
   }
@@ -208,16 +343,19 @@ int main(int argc, char** argv) {
   } catch (const CLI::Success& e) {  // --help
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    if (CLI::App* cmd = visualize->parsed() ? visualize
+    const std::string message = rewrite_parse_error(e);
+    if (message.rfind("a command is required", 0) == 0) {
+      std::cerr << "dtensor: " << message << " (see dtensor --help)\n";
+    } else if (CLI::App* cmd = visualize->parsed() ? visualize
                         : plan->parsed()    ? plan
                         : demo->parsed()    ? demo
                                             : nullptr) {
-      std::cerr << "dtensor " << cmd->get_name() << ": " << one_line(e.what()) << " (see dtensor "
+      std::cerr << "dtensor " << cmd->get_name() << ": " << one_line(message) << " (see dtensor "
                 << cmd->get_name() << " --help)\n";
     } else if (argc == 1) {
       std::cerr << "dtensor: a command is required: demo, visualize or plan (see dtensor --help)\n";
     } else {
-      std::cerr << "dtensor: " << one_line(e.what()) << " (see dtensor --help)\n";
+      std::cerr << "dtensor: " << one_line(message) << " (see dtensor --help)\n";
     }
     return 2;
   }
@@ -239,3 +377,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace

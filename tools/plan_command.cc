@@ -1,8 +1,11 @@
 // `dtensor plan`: the redistribution plan between two layouts, its steps and
 // estimated cost under the topology cost model; --verify also runs it on a
 // simulated world and checks the result against the original tensor.
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <iostream>
+#include <sstream>
 
 #include "cli.h"
 #include "dtensor/dtensor.h"
@@ -26,7 +29,14 @@ void declare_flattened(const DeviceMesh& mesh, const std::vector<std::string>& g
       numeric = numeric && !it.empty() && it.find_first_not_of("0123456789") == std::string::npos;
     if (numeric) {
       std::vector<int> dims;
-      for (const std::string& it : items) dims.push_back(std::stoi(it));
+      for (const std::string& it : items) {
+        int64_t d = 0;
+        const auto [next, ec] = std::from_chars(it.data(), it.data() + it.size(), d);
+        DT_CHECK(ec == std::errc() && next == it.data() + it.size() && d < mesh.ndim(),
+                 "--flatten ", quote(g), ": mesh dim ", quote(it), " out of range for the ",
+                 mesh.ndim(), "-d mesh (expected 0 <= dim < ", mesh.ndim(), ")");
+        dims.push_back(static_cast<int>(d));
+      }
       mesh.flatten(dims);
     } else {
       mesh.flatten(items);
@@ -41,10 +51,41 @@ Tensor random_full(const Shape& shape, DType dtype) {
   return t.to(dtype);
 }
 
+// The bytes a layout holds over all ranks: every mesh dim that does not
+// shard the tensor holds a full copy per rank (Replicate) or a full-size
+// piece (Partial).
+double layout_bytes(const DTensorSpec& spec) {
+  double copies = 1;
+  for (size_t i = 0; i < spec.placements().size(); ++i)
+    if (!spec.placements()[i].is_shard()) copies *= static_cast<double>(spec.mesh().size(static_cast<int>(i)));
+  return static_cast<double>(spec.global_bytes()) * copies;
+}
+
+// Refuses a --verify that would not fit in memory, before allocating any of
+// it: the random source (int64, then the dtype), the two layouts, one
+// intermediate layout of the plan, the gathered result and the comparison's
+// temporaries (float64).
+void check_verify_memory(const DTensorSpec& from, const DTensorSpec& to) {
+  const double numel = static_cast<double>(from.shape().product());
+  const double item = static_cast<double>(itemsize(from.dtype()));
+  const double layouts = layout_bytes(from) + layout_bytes(to);
+  const double estimate = numel * (8 + 3 * item + 16) + layouts + std::max(layout_bytes(from), layout_bytes(to));
+  check_memory_estimate(estimate, "--verify of shape " + to_string(from.shape()) + " (" +
+                                      dtype_short_name(from.dtype()) + ") on mesh " +
+                                      to_string(from.mesh().shape()),
+                        "drop --verify or give a smaller --shape");
+}
+
 // Runs the plan on random data and checks full_tensor, every shard's shape,
-// and that the collectives run are the plan's. Prints what differs.
+// and that the collectives run are the plan's. Prints what differs, on one
+// line of stderr.
 bool verify(const DTensorSpec& from, const DTensorSpec& to, const RedistributePlan& plan,
             const RedistributeOptions& options) {
+  check_verify_memory(from, to);
+  std::ostringstream problems;
+  const auto problem = [&problems]() -> std::ostream& {
+    return problems << (problems.tellp() > 0 ? "; " : "");
+  };
   const Tensor full = random_full(from.shape(), from.dtype());
   // distribute_tensor splits Partial placements as R->P does (x/n for sum).
   const DTensor source = distribute_tensor(full, from.mesh(), from.placements());
@@ -58,26 +99,27 @@ bool verify(const DTensorSpec& from, const DTensorSpec& to, const RedistributePl
       {StepKind::AllToAll, CollectiveKind::AllToAll}};
   for (const auto& [step, coll] : kinds) {
     if (comm.count(coll) != plan.count(step)) {
-      std::cerr << "verify: ran " << comm.count(coll) << ' ' << to_string(coll) << " but the plan has "
-                << plan.count(step) << "\n";
+      problem() << "ran " << comm.count(coll) << ' ' << to_string(coll) << " but the plan has "
+                << plan.count(step);
       ok = false;
     }
   }
   for (int rank : to.mesh().ranks()) {
     const Shape want = to.extent_of_rank(rank)->local_shape;
     if (out.to_local(rank).shape() != want) {
-      std::cerr << "verify: rank " << rank << " holds a shard of shape " << out.to_local(rank).shape()
-                << ", the target layout gives it " << want << "\n";
+      problem() << "rank " << rank << " holds a shard of shape " << out.to_local(rank).shape()
+                << ", the target layout gives it " << want;
       ok = false;
     }
   }
   const Tensor got = out.full_tensor();
   const bool same = is_floating(full.dtype()) ? allclose(got, full, 1e-5, 1e-5) : equal(got, full);
   if (!same) {
-    std::cerr << "verify: full_tensor differs from the original (max |diff| "
-              << max_abs_diff(got.to(DType::Float64), full.to(DType::Float64)) << ")\n";
+    problem() << "full_tensor differs from the original (max |diff| "
+              << max_abs_diff(got.to(DType::Float64), full.to(DType::Float64)) << ")";
     ok = false;
   }
+  if (!ok) std::cerr << "dtensor plan: verify failed: " << one_line(problems.str()) << "\n";
   return ok;
 }
 
@@ -130,6 +172,7 @@ int run_plan(const PlanArgs& args) {
   declare_flattened(mesh, args.flatten);
   const Shape shape = parse_shape_list(args.shape);
   const DType dtype = parse_dtype(args.dtype);
+  check_shape_fits(shape, dtype, args.shape);
   const DTensorSpec from(mesh, parse_placements(args.from), shape, dtype);
   const DTensorSpec to(mesh, parse_placements(args.to), shape, dtype);
   RedistributeOptions options;

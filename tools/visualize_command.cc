@@ -17,6 +17,7 @@ DTensorSpec visualize_spec(const VisualizeArgs& args) {
   const Shape shape = parse_shape_list(args.shape);
   const Placements placements = parse_placements(args.placements);
   const DType dtype = parse_dtype(args.dtype);
+  check_shape_fits(shape, dtype, args.shape);
   return DTensorSpec(mesh, placements, shape, dtype);
 }
 

@@ -30,7 +30,11 @@ class Placement {
 
   constexpr Placement() = default;  // Replicate
   static constexpr Placement replicate() { return Placement(Kind::Replicate, 0, ReduceOp::Sum); }
+  // Shard(d) with -kMaxDims < d < kMaxDims (a tensor has at most kMaxDims
+  // dims; negative d counts from the end); throws dtensor::Error otherwise
+  // rather than storing a wrapped dim (Shard(256) is not Shard(0)).
   static constexpr Placement shard(int64_t dim) {
+    if (dim <= -kMaxDims || dim >= kMaxDims) throw_bad_shard_dim(dim);
     return Placement(Kind::Shard, static_cast<int8_t>(dim), ReduceOp::Sum);
   }
   static constexpr Placement partial(ReduceOp op = ReduceOp::Sum) {
@@ -59,6 +63,7 @@ class Placement {
 
  private:
   constexpr Placement(Kind kind, int8_t dim, ReduceOp op) : kind_(kind), dim_(dim), op_(op) {}
+  [[noreturn]] static void throw_bad_shard_dim(int64_t dim);
   Kind kind_ = Kind::Replicate;
   int8_t dim_ = 0;
   ReduceOp op_ = ReduceOp::Sum;

@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "dtensor/checked.h"
 #include "dtensor/error.h"
 
 namespace dtensor {
@@ -68,7 +69,8 @@ class DimVector {
   const int64_t* begin() const { return data_; }
   const int64_t* end() const { return data_ + size_; }
 
-  // Product of the values (1 when empty).
+  // Product of the values (1 when empty); throws dtensor::Error when it
+  // overflows int64.
   int64_t product() const;
   std::vector<int64_t> vec() const { return std::vector<int64_t>(begin(), end()); }
 
@@ -147,6 +149,10 @@ std::ostream& operator<<(std::ostream& os, const Scalar& s);
 // Reference-counted, 64-byte aligned, uninitialised memory. Blocks of 1 MiB
 // or more are kept in a bounded cache when freed and reused for the next
 // allocation of the same size (see release_cached_memory).
+// A request larger than the machine's physical memory is refused with a
+// dtensor::Error naming the bytes requested and available: with Linux's
+// overcommit it would otherwise "succeed" and the process be killed later,
+// when the pages are touched.
 class Storage {
  public:
   explicit Storage(size_t nbytes);
@@ -164,15 +170,31 @@ class Storage {
 // Frees the cached large blocks of freed storages; returns the bytes released.
 size_t release_cached_memory();
 
+// The machine's physical memory in bytes (the most one Storage may hold).
+size_t physical_memory_bytes();
+// The memory a new allocation can get now without swapping, in bytes
+// (MemAvailable on Linux, bounded by a cgroup memory limit; the physical
+// memory where neither is known). For estimates before big jobs.
+size_t available_memory_bytes();
+
+// The number of elements of `shape`; throws dtensor::Error naming `op` and
+// the shape when a size is negative or the product overflows int64.
+int64_t checked_numel(const Shape& shape, const char* op);
+
 class Tensor {
  public:
   // An undefined tensor (defined() is false); used for "no bias" and the like.
   Tensor() = default;
-  // A view onto existing storage. REQUIRES: the view stays inside storage.
+  // A view onto existing storage. Throws dtensor::Error when a size is
+  // negative, the element count or an offset overflows int64, or a non-empty
+  // view reaches outside the storage.
   Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape, const Shape& strides,
          int64_t storage_offset);
 
   // ---- creation -----------------------------------------------------------
+  // Every creation function throws dtensor::Error on a negative size, on a
+  // shape whose element count or byte count overflows int64, and on a size
+  // beyond physical memory (see Storage).
   // Uninitialised memory, contiguous.
   static Tensor empty(const Shape& shape, DType dtype = DType::Float32);
   static Tensor zeros(const Shape& shape, DType dtype = DType::Float32);
@@ -212,7 +234,9 @@ class Tensor {
   int64_t stride(int64_t d) const;
   int64_t numel() const { return shape_.product(); }
   size_t itemsize() const { return dtensor::itemsize(dtype_); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * itemsize(); }
+  size_t nbytes() const {
+    return static_cast<size_t>(checked_bytes(numel(), itemsize(), "nbytes"));
+  }
   int64_t storage_offset() const { return offset_; }
   bool is_contiguous() const;
   const std::shared_ptr<Storage>& storage() const { return storage_; }

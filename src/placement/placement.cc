@@ -2,6 +2,7 @@
 #include "dtensor/placement.h"
 
 #include <cctype>
+#include <charconv>
 #include <ostream>
 
 namespace dtensor {
@@ -32,6 +33,11 @@ std::string to_string(const Placements& ps) {
     out += to_string(ps[i]);
   }
   return out;
+}
+
+void Placement::throw_bad_shard_dim(int64_t dim) {
+  DT_THROW("Shard(", dim, "): shard dim out of range (expected ", -kMaxDims + 1, " <= dim <= ",
+           kMaxDims - 1, ": tensors have at most ", kMaxDims, " dims)");
 }
 
 std::ostream& operator<<(std::ostream& os, const Placement& p) { return os << to_string(p); }
@@ -74,18 +80,18 @@ Placement parse_placement(const std::string& text) {
     DT_THROW("bad placement '", text, "': unknown reduce op '", inner, "' (", kExpected, ")");
   }
   if (bracketed && s[0] == 's') {
-    size_t pos = 0;
     int64_t dim = 0;
-    bool ok = true;
-    try {
-      dim = std::stoll(inner, &pos);
-    } catch (const std::exception&) {
-      ok = false;
-    }
-    DT_CHECK(ok && pos == inner.size(), "bad placement '", text, "': shard dim '", inner,
+    const char* first = inner.data();
+    const char* last = first + inner.size();
+    if (first != last && *first == '+') ++first;
+    const auto [next, ec] = std::from_chars(first, last, dim);
+    const bool is_integer = first != last && next == last &&
+                            (ec == std::errc() || ec == std::errc::result_out_of_range);
+    DT_CHECK(is_integer, "bad placement '", text, "': shard dim '", inner,
              "' is not an integer (", kExpected, ")");
-    DT_CHECK(dim > -kMaxDims && dim < kMaxDims, "bad placement '", text, "': shard dim ", dim,
-             " out of range (tensors have at most ", kMaxDims, " dims)");
+    DT_CHECK(ec == std::errc() && dim > -kMaxDims && dim < kMaxDims, "bad placement '", text,
+             "': shard dim ", inner, " out of range (expected ", -kMaxDims + 1, " <= d <= ",
+             kMaxDims - 1, ": tensors have at most ", kMaxDims, " dims)");
     return Shard(dim);
   }
   DT_THROW("bad placement '", text, "' (", kExpected, ")");

@@ -9,10 +9,12 @@
 namespace dtensor {
 
 ChunkRange chunk_range(int64_t length, int64_t n, int64_t r) {
-  const int64_t c = (length + n - 1) / n;
-  const int64_t start = c * r;
-  if (start >= length) return {0, length};
-  return {std::min(length, start + c) - start, start};
+  // ceil(length / n) and c * r, written so that no length near INT64_MAX
+  // overflows: (length + n - 1) would.
+  const int64_t c = length / n + (length % n != 0 ? 1 : 0);
+  if (c == 0 || r > (length - 1) / c) return {0, length};
+  const int64_t start = c * r;  // < length by the test above
+  return {std::min(c, length - start), start};
 }
 
 DTensorSpec::DTensorSpec(DeviceMesh mesh, const Placements& placements, const Shape& shape,
@@ -31,6 +33,10 @@ void DTensorSpec::validate_and_normalize() {
            dtensor::to_string(placements_));
   DT_CHECK(meta_.strides.size() == meta_.shape.size(), "tensor strides ", meta_.strides,
            " do not match shape ", meta_.shape);
+  // Every size the planner and the chunking derive from the shape is at most
+  // its element or byte count, so checking these two here keeps them in int64.
+  checked_bytes(checked_numel(meta_.shape, "DTensorSpec"), itemsize(meta_.dtype),
+                "DTensorSpec: bytes of the global tensor");
   const int64_t nd = static_cast<int64_t>(meta_.shape.size());
   std::optional<ReduceOp> partial_op;
   for (size_t i = 0; i < placements_.size(); ++i) {
@@ -127,12 +133,12 @@ bool DTensorSpec::is_sharded(int64_t tensor_dim) const {
 int64_t DTensorSpec::num_shards() const {
   int64_t n = 1;
   for (size_t i = 0; i < placements_.size(); ++i)
-    if (placements_[i].is_shard()) n *= mesh_.size(static_cast<int>(i));
+    if (placements_[i].is_shard()) n = checked_mul(n, mesh_.size(static_cast<int>(i)), "num_shards");
   return n;
 }
 
 int64_t DTensorSpec::global_bytes() const {
-  return meta_.shape.product() * static_cast<int64_t>(itemsize(meta_.dtype));
+  return checked_bytes(meta_.shape.product(), itemsize(meta_.dtype), "global_bytes");
 }
 
 std::string DTensorSpec::to_string() const {

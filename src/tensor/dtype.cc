@@ -33,8 +33,14 @@ void DimVector::resize(size_t n, int64_t value) {
 }
 
 int64_t DimVector::product() const {
+  for (size_t i = 0; i < size_; ++i)
+    if (data_[i] == 0) return 0;  // [2^40, 2^40, 0] is empty, not an overflow
   int64_t p = 1;
-  for (size_t i = 0; i < size_; ++i) p *= data_[i];
+  for (size_t i = 0; i < size_; ++i) {
+    if (__builtin_mul_overflow(p, data_[i], &p)) [[unlikely]] {
+      DT_THROW("the product of ", *this, " overflows int64 (at most ", INT64_MAX, ")");
+    }
+  }
   return p;
 }
 

@@ -163,6 +163,7 @@ void check_inplace(const char* op, const Tensor& self, const Shape& other_shape,
 // The byte range [lo, hi) a tensor's elements span.
 std::pair<const char*, const char*> byte_range(const Tensor& t) {
   const char* base = static_cast<const char*>(t.raw_data());
+  if (t.numel() == 0) return {base, base};  // its strides may overflow in bytes
   const int64_t item = static_cast<int64_t>(t.itemsize());
   int64_t lo = 0, hi = item;
   for (size_t d = 0; d < t.shape().size(); ++d) {

@@ -93,10 +93,13 @@ void for_each_strided(const Shape& shape, const StridedOperands<N>& ops, Kernel&
 // Describes tensor t as operand k of ops, broadcast to `shape` (t's dims are
 // right-aligned; missing or size-1 dims get stride 0).
 // REQUIRES: t's shape broadcasts to shape.
+// An empty tensor may carry strides whose byte value overflows ([0, 2^63-1]
+// has stride 2^63-1); its elements are never touched, so its byte strides
+// are 0.
 template <size_t N>
 void set_operand(StridedOperands<N>& ops, size_t k, const Tensor& t, const Shape& shape) {
   ops.base[k] = static_cast<char*>(t.raw_data());
-  const int64_t item = static_cast<int64_t>(t.itemsize());
+  const int64_t item = t.numel() == 0 ? 0 : static_cast<int64_t>(t.itemsize());
   const size_t lead = shape.size() - t.shape().size();
   for (size_t d = 0; d < shape.size(); ++d) {
     if (d < lead) {

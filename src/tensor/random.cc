@@ -47,7 +47,9 @@ double to_unit(uint32_t hi, uint32_t lo) {
 }
 
 template <class T, class Gen>
-Tensor generate(const Shape& shape, DType dtype, uint64_t seed, uint64_t offset, Gen gen) {
+Tensor generate(const char* op, const Shape& shape, DType dtype, uint64_t seed, uint64_t offset,
+                Gen gen) {
+  checked_bytes(checked_numel(shape, op), itemsize(dtype), op);
   Tensor t = Tensor::empty(shape, dtype);
   T* p = t.data_ptr<T>();
   const int64_t n = t.numel();
@@ -59,7 +61,7 @@ Tensor generate(const Shape& shape, DType dtype, uint64_t seed, uint64_t offset,
 
 Tensor Tensor::rand(const Shape& shape, uint64_t seed, uint64_t offset, DType dtype) {
   return detail::dispatch_floating(dtype, "rand", [&]<class T>() {
-    return generate<T>(shape, dtype, seed, offset, [](const Philox4x32& r) {
+    return generate<T>("rand", shape, dtype, seed, offset, [](const Philox4x32& r) {
       if constexpr (std::is_same_v<T, float>) {
         return static_cast<float>(r.x[0] >> 8) * 0x1.0p-24f;  // exact in float, < 1
       } else {
@@ -71,7 +73,7 @@ Tensor Tensor::rand(const Shape& shape, uint64_t seed, uint64_t offset, DType dt
 
 Tensor Tensor::randn(const Shape& shape, uint64_t seed, uint64_t offset, DType dtype) {
   return detail::dispatch_floating(dtype, "randn", [&]<class T>() {
-    return generate<T>(shape, dtype, seed, offset, [](const Philox4x32& r) {
+    return generate<T>("randn", shape, dtype, seed, offset, [](const Philox4x32& r) {
       // Box-Muller on two uniforms from the same counter; u1 in (0, 1].
       const double u1 = 1.0 - to_unit(r.x[0], r.x[1]);
       const double u2 = to_unit(r.x[2], r.x[3]);
@@ -84,7 +86,7 @@ Tensor Tensor::randint(int64_t low, int64_t high, const Shape& shape, uint64_t s
                        uint64_t offset) {
   DT_CHECK(low < high, "randint: expected low < high, got low=", low, " high=", high);
   const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
-  return generate<int64_t>(shape, DType::Int64, seed, offset, [=](const Philox4x32& r) {
+  return generate<int64_t>("randint", shape, DType::Int64, seed, offset, [=](const Philox4x32& r) {
     const uint64_t bits = (static_cast<uint64_t>(r.x[0]) << 32) | r.x[1];
     return static_cast<int64_t>(static_cast<uint64_t>(low) + bits % range);
   });

@@ -91,6 +91,7 @@ void set_accumulator(detail::StridedOperands<N>& ops, size_t k, void* base, cons
                      int64_t item) {
   ops.base[k] = static_cast<char*>(base);
   const Shape strides = contiguous_strides(plan.keep_shape);
+  if (plan.keep_shape.product() == 0) item = 0;  // empty: strides may overflow in bytes
   for (size_t d = 0; d < plan.keep_shape.size(); ++d)
     ops.strides[k][d] = plan.reduced[d] ? 0 : strides[d] * item;
 }
@@ -98,7 +99,8 @@ void set_accumulator(detail::StridedOperands<N>& ops, size_t k, void* base, cons
 template <size_t N>
 void set_input(detail::StridedOperands<N>& ops, size_t k, const Tensor& x) {
   ops.base[k] = static_cast<char*>(x.raw_data());
-  const int64_t item = static_cast<int64_t>(x.itemsize());
+  // An empty input may have strides that overflow in bytes; none is used.
+  const int64_t item = x.numel() == 0 ? 0 : static_cast<int64_t>(x.itemsize());
   for (size_t d = 0; d < x.shape().size(); ++d) ops.strides[k][d] = x.strides()[d] * item;
 }
 

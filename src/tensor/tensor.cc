@@ -1,7 +1,13 @@
 // Tensor basics: storage, metadata, creation, conversion, copy and printing.
 #include "dtensor/tensor.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <optional>
 #include <cstdlib>
 #include <cstring>
 #include <iomanip>
@@ -82,13 +88,77 @@ size_t rounded_size(size_t nbytes) { return (std::max<size_t>(nbytes, 1) + 63) /
 
 size_t release_cached_memory() { return block_cache().release(); }
 
+namespace {
+
+// "4294967296 bytes (4.0 GiB)"
+std::string bytes_text(size_t bytes) {
+  std::ostringstream os;
+  os << bytes << " bytes (" << std::fixed << std::setprecision(1)
+     << static_cast<double>(bytes) / static_cast<double>(size_t{1} << 30) << " GiB)";
+  return os.str();
+}
+
+// The first number on the line of /proc/meminfo starting with `key`, in bytes.
+std::optional<size_t> meminfo_bytes(const char* key) {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  const size_t key_len = std::strlen(key);
+  while (std::getline(in, line)) {
+    if (line.compare(0, key_len, key) != 0) continue;
+    unsigned long long kib = 0;
+    if (std::sscanf(line.c_str() + key_len, " %llu", &kib) == 1) return kib * 1024;
+  }
+  return std::nullopt;
+}
+
+// The cgroup (v2, then v1) memory limit of this process, if any.
+std::optional<size_t> cgroup_limit_bytes() {
+  for (const char* path : {"/sys/fs/cgroup/memory.max",
+                           "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    unsigned long long v = 0;
+    if (in >> v && v > 0) return v;  // "max" fails to parse: no limit
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+size_t physical_memory_bytes() {
+  static const size_t bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return SIZE_MAX;  // unknown: no limit
+    size_t b = static_cast<size_t>(pages) * static_cast<size_t>(page);
+    if (auto limit = cgroup_limit_bytes()) b = std::min(b, *limit);
+    return b;
+  }();
+  return bytes;
+}
+
+size_t available_memory_bytes() {
+  const size_t physical = physical_memory_bytes();
+  const std::optional<size_t> available = meminfo_bytes("MemAvailable:");
+  return available ? std::min(*available, physical) : physical;
+}
+
 Storage::Storage(size_t nbytes) : data_(nullptr), nbytes_(nbytes) {
+  // Refused before asking the allocator: Linux overcommits, so a block far
+  // beyond the machine would be handed out and the process killed once its
+  // pages are touched, with no message at all.
+  const size_t physical = physical_memory_bytes();
+  DT_CHECK(nbytes <= physical, "out of memory: a tensor of ", bytes_text(nbytes),
+           " was requested but the machine has ", bytes_text(physical), " of physical memory (",
+           bytes_text(available_memory_bytes()), " available)");
   // 64-byte alignment suits AVX-512 loads and cache lines; aligned_alloc
   // needs a size that is a multiple of the alignment.
   const size_t rounded = rounded_size(nbytes);
   if (kCacheEnabled && rounded >= kCacheMinBlock) data_ = block_cache().take(rounded);
   if (data_ == nullptr) data_ = std::aligned_alloc(64, rounded);
-  if (data_ == nullptr) DT_THROW("out of memory allocating ", nbytes, " bytes");
+  if (data_ == nullptr) {
+    DT_THROW("out of memory: allocating a tensor of ", bytes_text(nbytes), " failed (",
+             bytes_text(available_memory_bytes()), " available)");
+  }
 }
 
 Storage::~Storage() {
@@ -104,10 +174,35 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<int64_t>(shape[i], 1);
+    // The stride of dim 0 is never multiplied by its size.
+    if (i > 0) s = checked_mul(s, std::max<int64_t>(shape[i], 1), "contiguous strides");
   }
   return strides;
 }
+
+int64_t checked_numel(const Shape& shape, const char* op) {
+  bool empty = false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    DT_CHECK(shape[i] >= 0, op, ": negative size ", shape[i], " at dim ", i, " of shape ", shape,
+             " (sizes must be >= 0)");
+    empty = empty || shape[i] == 0;
+  }
+  if (empty) return 0;  // [2^40, 2^40, 0] holds no elements: not an overflow
+  int64_t n = 1;
+  for (int64_t s : shape) {
+    if (__builtin_mul_overflow(n, s, &n)) [[unlikely]] {
+      DT_THROW(op, ": shape ", shape, " has more elements than int64 can count (at most ",
+               INT64_MAX, ")");
+    }
+  }
+  return n;
+}
+
+namespace detail {
+void throw_overflow(const std::string& what, const char* op, int64_t a, int64_t b) {
+  DT_THROW(what, ": ", a, ' ', op, ' ', b, " overflows int64 (at most ", INT64_MAX, ")");
+}
+}  // namespace detail
 
 Shape broadcast_shapes(const Shape& a, const Shape& b) {
   const size_t n = std::max(a.size(), b.size());
@@ -139,7 +234,38 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape
       dtype_(dtype) {
   DT_CHECK(shape.size() == strides.size(), "Tensor: shape ", shape, " and strides ", strides,
            " differ in length");
-  for (int64_t s : shape) DT_CHECK(s >= 0, "Tensor: negative size in shape ", shape);
+  // Every view goes through here, so the common case is one pass that only
+  // gathers overflow flags; the checked helpers below rerun it to name the
+  // failure when a flag is set.
+  int64_t n = 1, lo = storage_offset, hi = storage_offset;
+  bool suspect = false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    int64_t reach = 0;
+    suspect |= shape[i] <= 0;
+    suspect |= __builtin_mul_overflow(n, shape[i], &n);
+    suspect |= __builtin_mul_overflow(shape[i] - 1, strides[i], &reach);
+    suspect |= reach < 0 ? __builtin_add_overflow(lo, reach, &lo) : __builtin_add_overflow(hi, reach, &hi);
+  }
+  if (suspect) {
+    if (checked_numel(shape, "Tensor") == 0 || storage_ == nullptr) return;
+    // The lowest and highest element the view reaches.
+    lo = hi = storage_offset;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      const int64_t reach = checked_mul(shape[i] - 1, strides[i], "Tensor: view extent");
+      (reach < 0 ? lo : hi) = checked_add(reach < 0 ? lo : hi, reach, "Tensor: view extent");
+    }
+  } else if (storage_ == nullptr) {
+    return;
+  }
+  // Checked against the storage: a view computed from wrapped sizes must
+  // fail here, not read or write outside the block.
+  const int64_t item = static_cast<int64_t>(dtensor::itemsize(dtype));
+  const int64_t end_bytes = checked_mul(checked_add(hi, 1, "Tensor: view extent"), item,
+                                        "Tensor: view extent in bytes");
+  DT_CHECK(lo >= 0 && static_cast<uint64_t>(end_bytes) <= storage_->nbytes(), "Tensor: view of shape ",
+           shape, ", strides ", strides, " and offset ", storage_offset, " reaches elements ", lo,
+           " to ", hi, " but the storage holds ", storage_->nbytes() / static_cast<size_t>(item),
+           " ", dtype_name(dtype), " elements");
 }
 
 int64_t Tensor::size(int64_t d) const { return shape_[wrap_dim(d, dim(), "size")]; }
@@ -163,21 +289,26 @@ void* Tensor::raw_data() const {
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
-  for (int64_t s : shape) DT_CHECK(s >= 0, "empty: negative size in shape ", shape);
-  const size_t n = static_cast<size_t>(shape.product());
-  return Tensor(std::make_shared<Storage>(n * dtensor::itemsize(dtype)), dtype, shape,
+  const int64_t n = checked_numel(shape, "empty");
+  const int64_t bytes = checked_bytes(n, dtensor::itemsize(dtype), "empty: bytes of the tensor");
+  return Tensor(std::make_shared<Storage>(static_cast<size_t>(bytes)), dtype, shape,
                 contiguous_strides(shape), 0);
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype) {
+  checked_bytes(checked_numel(shape, "zeros"), dtensor::itemsize(dtype), "zeros: bytes of the tensor");
   Tensor t = empty(shape, dtype);
   std::memset(t.raw_data(), 0, t.nbytes());
   return t;
 }
 
-Tensor Tensor::ones(const Shape& shape, DType dtype) { return full(shape, 1, dtype); }
+Tensor Tensor::ones(const Shape& shape, DType dtype) {
+  checked_bytes(checked_numel(shape, "ones"), dtensor::itemsize(dtype), "ones: bytes of the tensor");
+  return full(shape, 1, dtype);
+}
 
 Tensor Tensor::full(const Shape& shape, Scalar value, DType dtype) {
+  checked_bytes(checked_numel(shape, "full"), dtensor::itemsize(dtype), "full: bytes of the tensor");
   Tensor t = empty(shape, dtype);
   t.fill_(value);
   return t;
@@ -199,6 +330,9 @@ Tensor Tensor::arange(double start, double end, double step, DType dtype) {
            start, " and ", end);
   DT_CHECK(dtype != DType::Bool, "arange: bool dtype is not supported");
   const double span = (end - start) / step;
+  // Converting a double beyond int64 is undefined: refuse it by name.
+  DT_CHECK(span < 9.2e18, "arange: [", start, ", ", end, ") by step ", step,
+           " has more elements than int64 can count");
   const int64_t n = span > 0 ? static_cast<int64_t>(std::ceil(span)) : 0;
   Tensor t = empty({n}, dtype);
   detail::dispatch_numeric(dtype, "arange", [&]<class T>() {
@@ -370,7 +504,8 @@ void print_rec(std::ostream& os, const Tensor& t, size_t d, const char* p, bool 
     return;
   }
   const int64_t n = t.shape()[d];
-  const int64_t step = t.strides()[d] * static_cast<int64_t>(sizeof(T));
+  // An empty tensor's strides may overflow in bytes; nothing is read from it.
+  const int64_t step = t.numel() == 0 ? 0 : t.strides()[d] * static_cast<int64_t>(sizeof(T));
   const bool last = d + 1 == t.shape().size();
   os << '[';
   for (int64_t i = 0; i < n; ++i) {

@@ -13,7 +13,7 @@ namespace {
 // Replaces a single -1 in `shape` by the size that makes numel match.
 Shape infer_size(const Shape& shape, int64_t numel, const char* op, const Shape& from) {
   Shape out = shape;
-  int64_t known = 1;
+  Shape known_dims;
   int infer_at = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
@@ -21,9 +21,10 @@ Shape infer_size(const Shape& shape, int64_t numel, const char* op, const Shape&
       infer_at = static_cast<int>(i);
     } else {
       DT_CHECK(shape[i] >= 0, op, ": invalid size ", shape[i], " in shape ", shape);
-      known *= shape[i];
+      known_dims.push_back(shape[i]);
     }
   }
+  const int64_t known = checked_numel(known_dims, op);
   if (infer_at >= 0) {
     DT_CHECK(known != 0 && numel % known == 0, op, ": shape ", shape, " is invalid for input ",
              from, " of ", numel, " elements");
@@ -47,13 +48,16 @@ std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strid
   int64_t chunk_base = old_strides.back();
   int64_t tensor_numel = 1, view_numel = 1;
   for (int64_t d = static_cast<int64_t>(old_shape.size()) - 1; d >= 0; --d) {
-    tensor_numel *= old_shape[d];
-    const bool boundary = d == 0 || (old_shape[d - 1] != 1 &&
-                                     old_strides[d - 1] != tensor_numel * chunk_base);
+    tensor_numel = checked_mul(tensor_numel, old_shape[d], "view: element count");
+    int64_t chunk_extent = 0;
+    const bool boundary =
+        d == 0 || (old_shape[d - 1] != 1 &&
+                   (__builtin_mul_overflow(tensor_numel, chunk_base, &chunk_extent) ||
+                    old_strides[d - 1] != chunk_extent));
     if (!boundary) continue;
     while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
-      new_strides[view_d] = view_numel * chunk_base;
-      view_numel *= new_shape[view_d];
+      new_strides[view_d] = checked_mul(view_numel, chunk_base, "view: stride");
+      view_numel = checked_mul(view_numel, new_shape[view_d], "view: element count");
       --view_d;
     }
     if (view_numel != tensor_numel) return std::nullopt;
@@ -125,11 +129,13 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   if (start < 0) start += n;
   DT_CHECK(start >= 0 && start <= n, "narrow: start ", start, " out of range for dim ", d,
            " of size ", n);
-  DT_CHECK(length >= 0 && start + length <= n, "narrow: start ", start, " + length ", length,
+  DT_CHECK(length >= 0 && length <= n - start, "narrow: start ", start, " + length ", length,
            " exceeds dim ", d, " of size ", n, " (shape ", shape_, ")");
   Shape s = shape_;
   s[d] = length;
-  return Tensor(storage_, dtype_, s, strides_, offset_ + start * strides_[d]);
+  return Tensor(storage_, dtype_, s, strides_,
+                checked_add(offset_, checked_mul(start, strides_[d], "narrow: offset"),
+                            "narrow: offset"));
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
@@ -142,9 +148,12 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
   Shape s = shape_, st = strides_;
-  s[d] = (end - start + step - 1) / step;
-  st[d] = strides_[d] * step;
-  return Tensor(storage_, dtype_, s, st, offset_ + start * strides_[d]);
+  // Written so that no step, however large, overflows.
+  s[d] = (end - start) / step + ((end - start) % step != 0 ? 1 : 0);
+  if (s[d] > 1) st[d] = checked_mul(strides_[d], step, "slice: stride");
+  return Tensor(storage_, dtype_, s, st,
+                checked_add(offset_, checked_mul(start, strides_[d], "slice: offset"),
+                            "slice: offset"));
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
@@ -186,7 +195,7 @@ Tensor Tensor::squeeze(int64_t d) const {
 Tensor Tensor::unsqueeze(int64_t d) const {
   d = wrap_dim(d, dim() + 1, "unsqueeze");
   Shape s = shape_, st = strides_;
-  const int64_t stride = d < dim() ? strides_[d] * shape_[d] : 1;
+  const int64_t stride = d < dim() ? checked_mul(strides_[d], shape_[d], "unsqueeze: stride") : 1;
   s.insert(d, 1);
   st.insert(d, stride);
   return Tensor(storage_, dtype_, s, st, offset_);
@@ -201,7 +210,8 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   Shape s;
   for (int64_t i = 0; i < start_dim; ++i) s.push_back(shape_[i]);
   int64_t merged = 1;
-  for (int64_t i = start_dim; i <= end_dim; ++i) merged *= shape_[i];
+  for (int64_t i = start_dim; i <= end_dim; ++i)
+    merged = checked_mul(merged, shape_[i], "flatten: merged size");
   s.push_back(merged);
   for (int64_t i = end_dim + 1; i < dim(); ++i) s.push_back(shape_[i]);
   return reshape(s);
@@ -214,13 +224,15 @@ Tensor Tensor::expand(const Shape& shape) const {
   Shape s(shape.size(), 0), st(shape.size(), 0);
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i < lead) {
-      DT_CHECK(shape[i] >= 0, "expand: size -1 is not allowed for the new leading dim ", i,
-               " of ", shape);
+      DT_CHECK(shape[i] >= 0, "expand: size ", shape[i], " is not allowed for the new leading dim ",
+               i, " of ", shape, " (sizes must be >= 0)");
       s[i] = shape[i];
       st[i] = 0;
       continue;
     }
     const int64_t have = shape_[i - lead];
+    DT_CHECK(shape[i] >= -1, "expand: invalid size ", shape[i], " at dim ", i, " of ", shape,
+             " (sizes must be >= 0, or -1 to keep one)");
     const int64_t want = shape[i] == -1 ? have : shape[i];
     if (have == want) {
       s[i] = have;
@@ -240,12 +252,13 @@ std::vector<Tensor> Tensor::chunk(int64_t n, int64_t d) const {
   DT_CHECK(dim() > 0, "chunk: cannot chunk a 0-d tensor");
   d = wrap_dim(d, dim(), "chunk");
   const int64_t len = shape_[d];
-  const int64_t c = (len + n - 1) / n;
+  // ceil(len / n) and c * r, written so that neither can overflow.
+  const int64_t c = len / n + (len % n != 0 ? 1 : 0);
   std::vector<Tensor> out;
-  out.reserve(static_cast<size_t>(n));
+  out.reserve(static_cast<size_t>(std::min<int64_t>(n, 1024)));
   for (int64_t r = 0; r < n; ++r) {
-    const int64_t start = std::min(c * r, len);
-    out.push_back(narrow(d, start, std::min(len, start + c) - start));
+    const int64_t start = r != 0 && c > len / r ? len : std::min(c * r, len);
+    out.push_back(narrow(d, start, std::min(c, len - start)));
   }
   return out;
 }
@@ -261,8 +274,10 @@ std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const {
     out.push_back(*this);
     return out;
   }
-  for (int64_t start = 0; start < len; start += split_size) {
-    out.push_back(narrow(d, start, std::min(split_size, len - start)));
+  for (int64_t start = 0; start < len;) {
+    const int64_t piece = std::min(split_size, len - start);
+    out.push_back(narrow(d, start, piece));
+    start += piece;
   }
   return out;
 }
@@ -273,7 +288,7 @@ std::vector<Tensor> Tensor::split_with_sizes(const std::vector<int64_t>& sizes, 
   int64_t total = 0;
   for (int64_t s : sizes) {
     DT_CHECK(s >= 0, "split_with_sizes: negative size ", s);
-    total += s;
+    total = checked_add(total, s, "split_with_sizes: total size");
   }
   DT_CHECK(total == shape_[d], "split_with_sizes: sizes sum to ", total, " but dim ", d,
            " has size ", shape_[d]);
@@ -312,7 +327,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
       DT_CHECK(d == dim || t.shape()[d] == out_shape[d], "cat: sizes must match except in dim ",
                dim, ": tensor ", i, " has shape ", t.shape(), ", expected ", ref->shape());
     }
-    total += t.shape()[dim];
+    total = checked_add(total, t.shape()[dim], "cat: size of the joined dim");
   }
   out_shape[dim] = total;
   Tensor out = Tensor::empty(out_shape, dtype);
