@@ -155,7 +155,8 @@ struct DeviceMesh::Root {
     for (MeshDimMask m = mask; m; m &= m - 1) {
       const int b = std::countr_zero(m);
       if (!out.empty()) out += '_';
-      out += names[b].empty() ? "d" + std::to_string(b) : names[b];
+      if (names[b].empty()) out.append("d").append(std::to_string(b));  // "d" + s trips GCC 12's -Wrestrict
+      else out += names[b];
     }
     return out;
   }

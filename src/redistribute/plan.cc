@@ -626,8 +626,13 @@ std::string RedistributePlan::explain() const {
     }
     // The bytes the cost model charges each rank (for an all_gather, the
     // gathered size), printed whole rather than in 6 significant digits.
-    if (s.kind != StepKind::Local)
-      os << ", " << static_cast<int64_t>(std::llround(s.bytes)) << " bytes/rank, " << cost;
+    if (s.kind != StepKind::Local) {
+      // Past 2^63 (a model of a tensor no machine holds) llround is undefined.
+      char bytes[40];
+      if (s.bytes < 9.2e18) std::snprintf(bytes, sizeof bytes, "%lld", std::llround(s.bytes));
+      else std::snprintf(bytes, sizeof bytes, "%.6g", s.bytes);
+      os << ", " << bytes << " bytes/rank, " << cost;
+    }
     os << '\n';
   }
   char total[32];
