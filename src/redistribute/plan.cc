@@ -441,10 +441,6 @@ class Planner {
     return innermost(cur, std::countr_zero(dims), d, dims) && same_chunking(cur, dims, d);
   }
 
-  static void apply(Placements& cur, const RedistributeStep& s) {
-    for (size_t k = 0; k < s.mesh_dims.size(); ++k) cur[s.mesh_dims[k]] = s.to[k];
-  }
-
   // all_reduces over disjoint mesh dims commute and leave the bytes
   // unchanged, so a run of them is one plan in any order: put each run in
   // ascending mesh-dim order, so that equal plans read alike whichever the
