@@ -25,6 +25,7 @@
 #include "comm/reduce_kernel.h"
 #include "dtensor/debug.h"
 #include "dtensor/error.h"
+#include "dtensor/spec.h"
 
 namespace dtensor {
 
@@ -257,18 +258,16 @@ LocalTensor SimBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& 
     const std::vector<Tensor> shards = contiguous_shards(p.shards[g]);
     const int64_t n = static_cast<int64_t>(shards.size());
     const int64_t len = shards[0].size(scatter_dim);
-    // Tensor::chunk's rule: pieces of ceil(L/n), trailing ones short or empty.
-    const int64_t c = (len + n - 1) / n;
     std::vector<Tensor> results;
     std::vector<OutRange> ranges;
     results.reserve(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t start = std::min(c * i, len);
-      const int64_t size = std::min(len, start + c) - start;
+      // Tensor::chunk's rule: pieces of ceil(L/n), trailing ones short or empty.
+      const ChunkRange piece = chunk_range(len, n, i);
       Shape shape = shards[0].shape();
-      shape[scatter_dim] = size;
+      shape[scatter_dim] = piece.size;
       results.push_back(Tensor::empty(shape, shards[0].dtype()));
-      ranges.push_back(OutRange{start, size, {}});
+      ranges.push_back(OutRange{piece.start, piece.size, {}});
     }
     for (int64_t i = 0; i < n; ++i) ranges[i].outs.push_back(&results[i]);
     reduce_ranges_any(shards[0].dtype(), op, shards, scatter_dim, ranges);

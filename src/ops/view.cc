@@ -450,12 +450,11 @@ std::vector<DTensor> chunk(const DTensor& x, int64_t n, int64_t dim) {
     shape_only(x.spec()).chunk(n, dim);
     d = wrap_dim(dim, x.dim(), "chunk");
   });
-  const int64_t len = x.shape()[d], c = (len + n - 1) / n;
   std::vector<std::pair<int64_t, int64_t>> pieces;
   pieces.reserve(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) {
-    const int64_t start = std::min(c * r, len);
-    pieces.emplace_back(start, std::min(len, start + c) - start);
+    const ChunkRange piece = chunk_range(x.shape()[d], n, r);
+    pieces.emplace_back(piece.start, piece.size);
   }
   return narrow_pieces(x, d, pieces);
 }
