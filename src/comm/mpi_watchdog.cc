@@ -18,6 +18,8 @@
 #include <sstream>
 #include <thread>
 
+#include "dtensor/error.h"
+
 
 namespace dtensor {
 
@@ -26,15 +28,28 @@ namespace {
 const char* const kKindNames[] = {"all_gather", "all_reduce", "reduce_scatter",
                                   "all_to_all", "broadcast",  "scatter"};
 
+// Milliseconds from seconds; throws naming `what` unless a finite number
+// >= 0 that fits (a typo must not silently leave the default in force).
+int64_t checked_ms(double seconds, const std::string& what) {
+  DT_CHECK(std::isfinite(seconds) && seconds >= 0 && seconds < 9.2e15, what,
+           ": expected a number of seconds >= 0 (0 turns the timeout off)");
+  return static_cast<int64_t>(seconds * 1000);
+}
+
+// Read from DTENSOR_COLLECTIVE_TIMEOUT on first use, which is the main
+// thread's CollectiveMonitor: a malformed value is an error there, on every
+// rank alike, before any collective.
 std::atomic<int64_t>& timeout_ms() {
   static std::atomic<int64_t>* ms = [] {
-    double s = 600;
+    int64_t value = 600 * 1000;
     if (const char* env = std::getenv("DTENSOR_COLLECTIVE_TIMEOUT"); env != nullptr && *env) {
       char* end = nullptr;
       const double v = std::strtod(env, &end);
-      if (end != env && std::isfinite(v)) s = v;
+      const std::string what = "DTENSOR_COLLECTIVE_TIMEOUT='" + std::string(env).substr(0, 40) + "'";
+      DT_CHECK(end != env && *end == '\0', what, ": expected a number of seconds >= 0 (0 turns the timeout off)");
+      value = checked_ms(v, what);
     }
-    return new std::atomic<int64_t>(static_cast<int64_t>(s * 1000));
+    return new std::atomic<int64_t>(value);
   }();
   return *ms;
 }
@@ -95,7 +110,8 @@ std::string seconds_text(double s) {
 double collective_timeout_seconds() { return static_cast<double>(timeout_ms().load()) / 1000; }
 
 void set_collective_timeout_seconds(double seconds) {
-  timeout_ms().store(std::isfinite(seconds) ? static_cast<int64_t>(seconds * 1000) : 0);
+  timeout_ms().store(
+      checked_ms(seconds, "set_mpi_collective_timeout(" + std::to_string(seconds) + ")"));
 }
 
 const char* collective_kind_name(int k) {
@@ -123,6 +139,7 @@ void print_rank_message(int rank, const std::string& text) {
 }
 
 CollectiveMonitor::CollectiveMonitor(MPI_Comm comm) {
+  collective_timeout_seconds();  // reads (and checks) DTENSOR_COLLECTIVE_TIMEOUT here, not later
   MPI_Comm_rank(comm, &rank_);
   int size = 1;
   MPI_Comm_size(comm, &size);

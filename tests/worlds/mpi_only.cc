@@ -2,6 +2,8 @@
 // mpi_world_tests only): the desync check, and the world's basics.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "comm/mpi_backend.h"
 #include "dtensor/mpi.h"
 #include "dtensor/dtensor.h"
@@ -111,5 +113,11 @@ TEST(MpiWorld, CollectiveTimeoutIsSettable) {
   set_mpi_collective_timeout(0);  // off
   EXPECT_DOUBLE_EQ(mpi_collective_timeout(), 0);
   set_mpi_collective_timeout(before);
+  EXPECT_DOUBLE_EQ(mpi_collective_timeout(), before);
+  // A negative or non-finite timeout is refused, and the setting kept.
+  dtensor::testing::expect_error([] { set_mpi_collective_timeout(-1); },
+                                 {"set_mpi_collective_timeout(-1", "expected a number of seconds >= 0"});
+  dtensor::testing::expect_error([] { set_mpi_collective_timeout(std::nan("")); },
+                                 {"expected a number of seconds >= 0"});
   EXPECT_DOUBLE_EQ(mpi_collective_timeout(), before);
 }
