@@ -17,8 +17,10 @@ namespace {
 // run_check = false trusts its caller; a bad shard found here would
 // otherwise come out as a tensor of the wrong shape (an all_gather of rows
 // of the wrong count), so it is checked wherever data is consumed: a shape
-// comparison per held rank, cheap next to moving the data.
-void check_local_shapes(const LocalTensor& local, const DTensorSpec& spec, const char* what) {
+// comparison per held rank, cheap next to moving the data. `hint` ends the
+// shape message (what the caller may have done wrong).
+void check_local_shapes(const LocalTensor& local, const DTensorSpec& spec, const char* what,
+                        const char* hint = " (was it made by from_local with run_check = false?)") {
   for (const auto& [rank, t] : local.shards()) {
     const std::optional<ShardExtent> e = spec.extent_of_rank(rank);
     DT_CHECK(e.has_value(), what, ": a shard is held for rank ", rank, " which is not in ",
@@ -26,7 +28,7 @@ void check_local_shapes(const LocalTensor& local, const DTensorSpec& spec, const
     DT_CHECK(t.shape() == e->local_shape, what, ": rank ", rank, " (coordinate ",
              *spec.mesh().coordinate(rank), ") holds a shard of shape ", t.shape(), " but ",
              to_string(spec.placements()), " of a ", spec.shape(), " tensor gives it ",
-             e->local_shape, " (was it made by from_local with run_check = false?)");
+             e->local_shape, hint);
     DT_CHECK(t.dtype() == spec.dtype(), what, ": rank ", rank, " holds a shard of dtype ",
              t.dtype(), " but the DTensor's dtype is ", spec.dtype());
   }
@@ -195,18 +197,9 @@ DTensor from_local(const LocalTensor& local, const DeviceMesh& mesh, const Place
            "strides ", strides, " of the global shape ", shape, " are");
   TensorMeta meta{shape, strides, dtype};
   DTensorSpec spec(mesh, placements, meta);
-  if (options.run_check) {
-    for (int r : ranks) {
-      const Tensor& t = local.shard(r);
-      DT_CHECK(t.dtype() == dtype, "from_local: rank ", r, " has dtype ", t.dtype(), ", rank ",
-               ranks.front(), " has ", dtype);
-      const Shape want = spec.extent_of_rank(r)->local_shape;
-      DT_CHECK(t.shape() == want, "from_local: rank ", r, " (coordinate ", *mesh.coordinate(r),
-               ") holds a shard of shape ", t.shape(), " but ", to_string(spec.placements()),
-               " of a ", shape, " tensor gives it ", want,
-               options.shape ? "" : " (pass the global shape for uneven shards)");
-    }
-  }
+  if (options.run_check)
+    check_local_shapes(local, spec, "from_local",
+                       options.shape ? "" : " (pass the global shape for uneven shards)");
   return DTensor(std::move(spec), local);
 }
 
