@@ -16,8 +16,10 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 
+#include "dtensor/autograd.h"
 #include "dtensor/debug.h"
 #include "dtensor/error.h"
 #include "dtensor/local_tensor.h"
@@ -29,6 +31,11 @@
 #include "dtensor/world.h"
 
 namespace dtensor {
+
+namespace autograd {
+struct Meta;
+struct MetaAccess;
+}  // namespace autograd
 
 class DTensor {
  public:
@@ -64,9 +71,40 @@ class DTensor {
   DTensor redistribute(const DeviceMesh& mesh, const Placements& placements,
                        const RedistributeOptions& options = {}) const;
 
+  // ---- autograd (autograd.h) ------------------------------------------------------
+  // Copies of a DTensor share its gradient state (a copy is the same tensor,
+  // as a second Python name is), provided requires_grad_ ran before the copy.
+  bool requires_grad() const;
+  // Makes this leaf require (or stop requiring) gradients; only leaves,
+  // and only floating dtypes, may. Returns *this.
+  DTensor& requires_grad_(bool requires_grad = true);
+  // Not made by a recorded op (a tensor that does not require grad is a leaf too).
+  bool is_leaf() const;
+  // The gradient accumulated by backward() (leaves, and tensors that
+  // retain_grad()); nullopt before the first backward or after zero_grad().
+  std::optional<DTensor> grad() const;
+  // Replaces the gradient (nullopt clears it); its shape, dtype and mesh
+  // must be this tensor's.
+  void set_grad(std::optional<DTensor> grad);
+  // Clears the gradient (set_to_none, PyTorch's default).
+  void zero_grad() { set_grad(std::nullopt); }
+  // A non-leaf that requires grad keeps its gradient in grad() too.
+  void retain_grad() const;
+  // The same data, out of the graph (does not require grad).
+  DTensor detach() const;
+  // The name of the op that made this tensor ("" for a leaf).
+  const char* grad_fn_name() const;
+  // Gradients of this tensor with respect to the leaves that made it, added
+  // into their grad(). `gradient` defaults to ones for a one-element tensor
+  // (anything else needs one). The graph is freed unless retain_graph.
+  void backward(const std::optional<DTensor>& gradient = std::nullopt,
+                bool retain_graph = false) const;
+
  private:
+  friend struct autograd::MetaAccess;
   DTensorSpec spec_;
   LocalTensor local_;
+  std::shared_ptr<autograd::Meta> autograd_;  // null until it requires grad
 };
 
 // Every held rank keeps its part of `full`. Without src_rank each rank cuts
@@ -91,6 +129,14 @@ struct FromLocalOptions {
   // Error naming the rank, its shape and the expected one) when the data is
   // used: by full_tensor, redistribute and ops that move their inputs.
   bool run_check = true;
+  // Autograd: the result is a leaf that requires grad, and its gradient is
+  // moved to `grad_placements` before it is added into grad(), so that
+  // grad().local() is the gradient of the shards given. Unset: the
+  // placements given, with Partial as Replicate (PyTorch's from_local
+  // backward: Shard stays Shard, Replicate stays Replicate - an all_reduce
+  // when the gradient arrives Partial - and Partial becomes Replicate).
+  bool requires_grad = false;
+  std::optional<Placements> grad_placements;
 };
 
 // A DTensor from the shards this process holds (one per held rank of the

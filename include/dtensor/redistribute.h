@@ -100,6 +100,10 @@ struct RedistributeOptions {
   bool search = true;
   // false: never merge collectives over flattened groups.
   bool merge = true;
+  // Autograd: the placements the gradient is moved to on its way back to
+  // the source. Unset: the source's, with Partial as Replicate (PyTorch's
+  // rule; backward never makes a Partial). Planning ignores it.
+  std::optional<Placements> grad_placements;
 };
 
 // The cheapest plan from `from` to `to` under the mesh's cost model.

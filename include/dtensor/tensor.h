@@ -161,10 +161,16 @@ class Storage {
   Storage& operator=(const Storage&) = delete;
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
+  // Counts the in-place ops (fill_, copy_, add_, ...) that wrote to this
+  // storage: autograd compares it to refuse a saved tensor changed since it
+  // was saved. Writes through data<T>() are not counted.
+  uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
 
  private:
   void* data_;
   size_t nbytes_;
+  uint64_t version_ = 0;
 };
 
 // Frees the cached large blocks of freed storages; returns the bytes released.

@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include "autograd/graph.h"
 #include "comm/backend.h"
 #include "comm/verify.h"
 #include "redistribute/plan_internal.h"
@@ -81,9 +82,32 @@ Tensor DTensor::full_tensor() const {
 DTensor DTensor::redistribute(const Placements& placements,
                               const RedistributeOptions& options) const {
   check_placement_count(spec_, placements);
+  if (options.grad_placements) check_placement_count(spec_, *options.grad_placements);
   DTensorSpec target = spec_.with_placements(placements);
+  // A no-op is the tensor itself, for autograd too (its backward is a no-op).
+  if (target == spec_) {
+    check_local_shapes(local_, spec_, "redistribute");
+    return *this;
+  }
   LocalTensor out = redistribute_local(local_, spec_, target, options, "redistribute");
   DTensor result(std::move(target), std::move(out));
+  if (autograd::recording({this})) {
+    // The gradient goes back to the source's placements, a Partial source
+    // getting a Replicate gradient: turning a Replicate gradient into a
+    // Partial only postpones a reduction (PyTorch's rule). Explicit
+    // grad_placements are taken as given, a new Partial included.
+    const bool explicit_placements = options.grad_placements.has_value();
+    Placements to = options.grad_placements.value_or(spec_.placements());
+    if (!explicit_placements)
+      for (Placement& p : to)
+        if (p.is_partial()) p = Replicate();
+    autograd::record(result, "redistribute", {this}, {},
+                     [to, explicit_placements](const autograd::Context& c) {
+                       RedistributeOptions o;
+                       o.allow_new_partial = explicit_placements;
+                       return autograd::Grads{c.grad.redistribute(to, o)};
+                     });
+  }
   if (verify_detail::should_verify() && !local_.empty()) {
     // VerifyMode: moving data must keep the tensor's value.
     verify_detail::CheckScope scope;
@@ -200,7 +224,21 @@ DTensor from_local(const LocalTensor& local, const DeviceMesh& mesh, const Place
   if (options.run_check)
     check_local_shapes(local, spec, "from_local",
                        options.shape ? "" : " (pass the global shape for uneven shards)");
-  return DTensor(std::move(spec), local);
+  Placements grad_placements = options.grad_placements.value_or(placements);
+  if (options.grad_placements) {
+    DT_CHECK(grad_placements.size() == placements.size(), "from_local: grad_placements ",
+             to_string(grad_placements), " must have one placement per mesh dim, like ",
+             to_string(placements));
+  } else {
+    for (Placement& p : grad_placements)
+      if (p.is_partial()) p = Replicate();
+  }
+  DTensor out(std::move(spec), local);
+  auto& grad_meta = autograd::MetaAccess::of(out);
+  grad_meta = std::make_shared<autograd::Meta>();
+  grad_meta->grad_placements = grad_placements;
+  out.requires_grad_(options.requires_grad);
+  return out;
 }
 
 DTensor from_local(const std::function<Tensor(int rank)>& make_shard, const DeviceMesh& mesh,

@@ -158,6 +158,8 @@ void check_inplace(const char* op, const Tensor& self, const Shape& other_shape,
              ": cannot write in place to a tensor whose elements share memory (shape ",
              self.shape(), ", strides ", self.strides(), "); clone() it first");
   }
+  // Autograd refuses to use a saved tensor changed since it was saved.
+  if (self.storage()) self.storage()->bump_version();
 }
 
 // The byte range [lo, hi) a tensor's elements span.

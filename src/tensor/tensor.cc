@@ -410,6 +410,7 @@ Tensor Tensor::to(DType dtype) const {
 }
 
 Tensor& Tensor::fill_(Scalar value) {
+  if (storage_) storage_->bump_version();
   detail::dispatch_all(dtype_, "fill_", [&]<class T>() {
     const T v = value.to<T>();
     detail::StridedOperands<1> ops;
@@ -456,6 +457,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   DT_CHECK(b == shape_, "copy_: source ", src.shape_, " cannot be broadcast to destination ",
            shape_);
   if (numel() == 0) return *this;
+  storage_->bump_version();
   if (dtype_ == src.dtype_ && shape_ == src.shape_ && is_contiguous() && src.is_contiguous()) {
     std::memmove(raw_data(), src.raw_data(), nbytes());
     return *this;

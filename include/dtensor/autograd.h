@@ -1,0 +1,70 @@
+// Reverse-mode automatic differentiation of DTensor programs (PyTorch's
+// autograd, for DTensors).
+//
+//   DTensor w = distribute_tensor(Tensor::randn({16, 8}, 0), mesh, {Shard(0)});
+//   w.requires_grad_();                       // a leaf: gradients accumulate in w.grad()
+//   DTensor loss = sum(relu(mm(x, w)));       // ops record their backward
+//   loss.backward();                          // w.grad(): d loss / d w, a DTensor
+//
+// Every op on a DTensor that requires grad records a node holding what its
+// backward needs; backward() runs the nodes in reverse, each a small DTensor
+// computation (its layouts are propagated, cached, verified and counted by
+// CommDebugMode like any forward op), and adds each leaf's gradient into its
+// grad(). A gradient has whatever placements its backward produced: a
+// replicated weight used with batch-sharded activations gets a Partial(sum)
+// gradient (its all_reduce is the data-parallel step), as in PyTorch. The
+// placement rules of redistribute, from_local, to_local and full_tensor are
+// PyTorch's (docs/autograd.md).
+//
+// Thread safety: grad mode is per thread; one graph must not be run
+// backward from two threads at once.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+namespace dtensor {
+
+class DTensor;
+
+// Whether ops record their backward on this thread (true unless a
+// NoGradGuard is alive).
+bool is_grad_enabled();
+
+// While alive, ops on this thread record nothing: their outputs do not
+// require grad (torch.no_grad()). Nests.
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Sets grad mode while alive, restoring the previous mode after
+// (torch.set_grad_enabled).
+class GradModeGuard {
+ public:
+  explicit GradModeGuard(bool enabled);
+  ~GradModeGuard();
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Runs backward from several outputs at once (torch.autograd.backward):
+// grads[i] is the gradient of outputs[i]; a missing or nullopt entry is
+// ones for a one-element output and an error otherwise. The graph is freed
+// as it runs unless retain_graph. Throws dtensor::Error for an output that
+// does not require grad, a gradient of another shape, dtype or mesh, a
+// graph already freed, or a saved tensor changed in place since it was
+// saved.
+void backward(const std::vector<DTensor>& outputs,
+              const std::vector<std::optional<DTensor>>& grads = {}, bool retain_graph = false);
+
+}  // namespace dtensor

@@ -1,0 +1,382 @@
+// The autograd engine: grad mode, recording nodes, the DTensor gradient
+// methods and backward().
+//
+// backward() runs each node once all the nodes that feed it gradients have
+// run (a count of dependencies found by a walk from the roots), latest
+// created first among the ready ones, so the order - and the order in
+// which gradients of one tensor are added - is a function of the program
+// alone: the same in the simulated world and on every MPI rank.
+#include <algorithm>
+#include <queue>
+#include <unordered_map>
+
+#include "autograd/graph.h"
+#include "comm/verify.h"
+
+namespace dtensor {
+
+namespace autograd {
+
+namespace detail {
+constinit thread_local bool grad_enabled = true;
+}
+
+namespace {
+
+std::atomic<uint64_t> next_sequence_nr{0};
+
+// The sum of the in-place-op counters of the storages of t's shards: any
+// in-place change to a shard changes it.
+uint64_t version_of(const DTensor& t) {
+  uint64_t v = 0;
+  for (const auto& [rank, shard] : t.local().shards())
+    if (shard.storage()) v += shard.storage()->version();
+  return v;
+}
+
+std::string describe(const DTensor& t) { return t.spec().to_string(); }
+
+// A tensor saved for backward, detached (a saved output must not keep its
+// own node alive) with the version it had.
+struct SavedTensor {
+  DTensor value;
+  uint64_t version;
+};
+
+// The node of an op recorded with record(): a BackwardFn over saved tensors.
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(const char* name, std::vector<DTensor> saved, BackwardFn fn)
+      : name_(name), fn_(std::move(fn)) {
+    saved_.reserve(saved.size());
+    for (DTensor& t : saved) {
+      const uint64_t v = version_of(t);
+      saved_.push_back({t.detach(), v});
+    }
+  }
+  const char* name() const override { return name_; }
+
+  Grads apply(const DTensor& grad) override {
+    DT_CHECK(!released_, "backward: the graph through ", name_,
+             " was freed by an earlier backward(); pass retain_graph = true to the first "
+             "backward() to run backward through it again");
+    std::vector<DTensor> values;
+    values.reserve(saved_.size());
+    for (size_t i = 0; i < saved_.size(); ++i) {
+      const uint64_t now = version_of(saved_[i].value);
+      DT_CHECK(now == saved_[i].version, "backward: tensor ", i, " that ", name_,
+               " saved for backward (", describe(saved_[i].value),
+               ") was changed in place after it was saved (version ", now, ", saved at ",
+               saved_[i].version, "); clone() it before changing it, or change it after backward()");
+      values.push_back(saved_[i].value);
+    }
+    std::vector<bool> needs(next.size());
+    for (size_t i = 0; i < next.size(); ++i) needs[i] = next[i] != nullptr;
+    Grads out = fn_(Context(grad, values, needs));
+    DT_CHECK(out.size() == next.size(), "internal error: backward of ", name_, " gave ",
+             out.size(), " gradients for ", next.size(), " inputs");
+    if (verify_detail::should_verify()) verify(grad, values, needs, out);
+    return out;
+  }
+
+  void release() override {
+    saved_.clear();
+    saved_.shrink_to_fit();
+    fn_ = nullptr;
+    released_ = true;
+  }
+
+ private:
+  // VerifyMode: the same backward on replicated copies of the gradient and
+  // the saved tensors must give the same gradients (as full tensors).
+  void verify(const DTensor& grad, const std::vector<DTensor>& values,
+              const std::vector<bool>& needs, const Grads& got) const {
+    verify_detail::CheckScope scope;
+    auto replicated = [](const DTensor& t) {
+      return t.redistribute(Placements(static_cast<size_t>(t.mesh().ndim()), Replicate()));
+    };
+    if (grad.local().empty()) return;  // this process holds no rank of the mesh
+    std::vector<DTensor> rvalues;
+    for (const DTensor& v : values) rvalues.push_back(replicated(v));
+    const Grads want = fn_(Context(replicated(grad), rvalues, needs));
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!got[i] || !want[i]) continue;
+      verify_detail::expect_match(got[i]->full_tensor(), want[i]->full_tensor(),
+                                  std::string("backward of ") + name_ + ", gradient of input " +
+                                      std::to_string(i) + " (" + describe(*got[i]) + ")",
+                                  "the same backward on replicated tensors");
+    }
+    record_verification();
+  }
+
+  const char* name_;
+  std::vector<SavedTensor> saved_;
+  BackwardFn fn_;
+  bool released_ = false;
+};
+
+// The sink of a leaf: adds the gradient into the leaf's grad().
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<Meta> leaf) : leaf_(std::move(leaf)) {}
+  const char* name() const override { return "AccumulateGrad"; }
+  Grads apply(const DTensor& given) override {
+    DTensor grad = given;
+    if (leaf_->grad_placements) {
+      RedistributeOptions o;
+      o.allow_new_partial = true;  // asked for explicitly
+      grad = grad.redistribute(*leaf_->grad_placements, o);
+    }
+    if (leaf_->grad) leaf_->grad = add(*leaf_->grad, grad);
+    else leaf_->grad = grad;
+    return {};
+  }
+
+ private:
+  std::shared_ptr<Meta> leaf_;
+};
+
+// The node a gradient for `t` goes to: its grad_fn, or its leaf's
+// accumulator (one per leaf while a graph uses it, so that the gradients
+// of several uses add up before they reach grad()).
+std::shared_ptr<Node> edge_to(const DTensor& t) {
+  const std::shared_ptr<Meta>& m = meta_of(t);
+  if (!m || !m->requires_grad) return nullptr;
+  if (m->grad_fn) return m->grad_fn;
+  std::shared_ptr<Node> acc = m->accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(m);
+    acc->inputs.push_back(t.spec().meta());
+    m->accumulator = acc;
+  }
+  return acc;
+}
+
+void connect(Node& node, DTensor& out, const std::vector<const DTensor*>& inputs) {
+  node.sequence_nr = next_sequence_nr.fetch_add(1, std::memory_order_relaxed);
+  node.next.reserve(inputs.size());
+  node.inputs.reserve(inputs.size());
+  for (const DTensor* t : inputs) {
+    node.next.push_back(t ? edge_to(*t) : nullptr);
+    node.inputs.push_back(t ? t->spec().meta() : TensorMeta{});
+  }
+}
+
+// A gradient the formula gave for an input with meta `want`: the shape
+// must match (a formula bug otherwise); a dtype that differs (an input of
+// lower precision than the op computed in) is cast shard by shard, which
+// keeps the placements.
+DTensor conform(DTensor g, const TensorMeta& want, const Node& node, size_t i) {
+  DT_CHECK(g.shape() == want.shape, "internal error: backward of ", node.name(),
+           " gave a gradient of shape ", g.shape(), " for input ", i, " of shape ", want.shape);
+  if (g.dtype() == want.dtype) return g;
+  DTensorSpec spec(g.mesh(), g.placements(), want.shape, want.dtype);
+  return DTensor(std::move(spec), g.local().map([&](int, const Tensor& s) { return s.to(want.dtype); }));
+}
+
+}  // namespace
+
+bool recording(const std::vector<const DTensor*>& inputs) {
+  if (!detail::grad_enabled) return false;
+  return std::any_of(inputs.begin(), inputs.end(), [](const DTensor* t) { return requires_grad(t); });
+}
+
+void attach(DTensor& out, std::shared_ptr<Node> node, const std::vector<const DTensor*>& inputs) {
+  connect(*node, out, inputs);
+  auto m = std::make_shared<Meta>();
+  m->requires_grad = true;
+  m->grad_fn = std::move(node);
+  // out's Meta is replaced, not changed: a copy of an input returned as
+  // the output keeps the input's own state.
+  MetaAccess::of(out) = std::move(m);
+}
+
+void record(DTensor& out, const char* name, const std::vector<const DTensor*>& inputs,
+            std::vector<DTensor> saved, BackwardFn fn) {
+  attach(out, std::make_shared<FunctionNode>(name, std::move(saved), std::move(fn)), inputs);
+}
+
+void record(DTensor& out, const char* name, std::initializer_list<const DTensor*> inputs,
+            std::vector<DTensor> saved, BackwardFn fn) {
+  record(out, name, std::vector<const DTensor*>(inputs), std::move(saved), std::move(fn));
+}
+
+DTensor sum_to(const DTensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  const int64_t lead = g.dim() - static_cast<int64_t>(shape.size());
+  DimVector dims;
+  for (int64_t d = 0; d < g.dim(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && g.shape()[d] != 1)) dims.push_back(d);
+  DTensor s = dims.empty() ? g : sum(g, dims, /*keepdim=*/true);
+  return s.shape() == shape ? s : reshape(s, shape);
+}
+
+}  // namespace autograd
+
+// ---- grad mode -------------------------------------------------------------------------
+
+bool is_grad_enabled() { return autograd::detail::grad_enabled; }
+
+NoGradGuard::NoGradGuard() : previous_(autograd::detail::grad_enabled) {
+  autograd::detail::grad_enabled = false;
+}
+NoGradGuard::~NoGradGuard() { autograd::detail::grad_enabled = previous_; }
+
+GradModeGuard::GradModeGuard(bool enabled) : previous_(autograd::detail::grad_enabled) {
+  autograd::detail::grad_enabled = enabled;
+}
+GradModeGuard::~GradModeGuard() { autograd::detail::grad_enabled = previous_; }
+
+// ---- DTensor's gradient methods --------------------------------------------------------
+
+bool DTensor::requires_grad() const { return autograd_ && autograd_->requires_grad; }
+
+DTensor& DTensor::requires_grad_(bool requires_grad) {
+  DT_CHECK(is_leaf(), "requires_grad_: only leaves can change whether they require grad; this ",
+           "tensor was made by ", grad_fn_name(), " (use detach() for a leaf of the same data)");
+  DT_CHECK(!requires_grad || dtype() == DType::Float32 || dtype() == DType::Float64,
+           "requires_grad_: only floating-point tensors can require gradients, got ",
+           dtype_name(dtype()), " ", spec_.to_string());
+  if (!autograd_) {
+    if (!requires_grad) return *this;
+    autograd_ = std::make_shared<autograd::Meta>();
+  }
+  autograd_->requires_grad = requires_grad;
+  return *this;
+}
+
+bool DTensor::is_leaf() const { return !autograd_ || !autograd_->grad_fn; }
+
+std::optional<DTensor> DTensor::grad() const {
+  if (!autograd_) return std::nullopt;
+  return autograd_->grad;
+}
+
+void DTensor::set_grad(std::optional<DTensor> grad) {
+  if (grad) {
+    DT_CHECK(grad->shape() == shape() && grad->dtype() == dtype() && grad->mesh() == mesh(),
+             "set_grad: the gradient ", grad->spec().to_string(), " must have the shape, dtype ",
+             "and mesh of the tensor ", spec_.to_string());
+    if (!autograd_) autograd_ = std::make_shared<autograd::Meta>();
+    autograd_->grad = grad->detach();
+  } else if (autograd_) {
+    autograd_->grad.reset();
+  }
+}
+
+void DTensor::retain_grad() const {
+  DT_CHECK(requires_grad(), "retain_grad: the tensor ", spec_.to_string(),
+           " does not require grad");
+  if (is_leaf()) return;  // leaves keep their gradient anyway
+  autograd_->retains_grad = true;
+  autograd_->grad_fn->retained = autograd_;
+}
+
+DTensor DTensor::detach() const {
+  DTensor out = *this;
+  out.autograd_.reset();
+  return out;
+}
+
+const char* DTensor::grad_fn_name() const {
+  return autograd_ && autograd_->grad_fn ? autograd_->grad_fn->name() : "";
+}
+
+void DTensor::backward(const std::optional<DTensor>& gradient, bool retain_graph) const {
+  dtensor::backward({*this}, {gradient}, retain_graph);
+}
+
+// ---- backward() --------------------------------------------------------------------------
+
+void backward(const std::vector<DTensor>& outputs, const std::vector<std::optional<DTensor>>& grads,
+              bool retain_graph) {
+  using autograd::Node;
+  DT_CHECK(grads.empty() || grads.size() == outputs.size(), "backward: ", outputs.size(),
+           " outputs but ", grads.size(), " gradients");
+  NoGradGuard no_grad;  // backward functions record nothing (no higher-order gradients)
+
+  // The gradient each root starts with.
+  std::vector<std::pair<std::shared_ptr<Node>, DTensor>> roots;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const DTensor& out = outputs[i];
+    DT_CHECK(out.requires_grad(), "backward: output ", i, " (", out.spec().to_string(),
+             ") does not require grad: no input of the ops that made it requires grad (call "
+             "requires_grad_() on the parameters first) or it was made under a NoGradGuard");
+    const std::optional<DTensor>& given = grads.empty() ? std::nullopt : grads[i];
+    DTensor g = [&] {
+      if (!given) {
+        DT_CHECK(out.shape().product() == 1, "backward: a gradient can be implied only for a "
+                 "one-element output, but output ", i, " has shape ", out.shape(),
+                 "; pass backward(gradient)");
+        return ones_like(out);
+      }
+      DT_CHECK(given->shape() == out.shape() && given->dtype() == out.dtype() &&
+                   given->mesh() == out.mesh(),
+               "backward: the gradient ", given->spec().to_string(), " of output ", i,
+               " must have the output's shape, dtype and mesh: ", out.spec().to_string());
+      return given->detach();
+    }();
+    std::shared_ptr<Node> node = autograd::edge_to(out);
+    roots.emplace_back(std::move(node), std::move(g));
+  }
+
+  // Dependencies: how many edges lead into each node from the graph reachable from the roots.
+  std::unordered_map<Node*, int> deps;
+  std::vector<Node*> stack;
+  for (auto& [node, g] : roots) {
+    if (deps.emplace(node.get(), 0).second) stack.push_back(node.get());
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const auto& next : n->next) {
+      if (!next) continue;
+      auto [it, fresh] = deps.emplace(next.get(), 0);
+      ++it->second;
+      if (fresh) stack.push_back(next.get());
+    }
+  }
+
+  // Gradients waiting for their node, summed in arrival order.
+  std::unordered_map<Node*, DTensor> pending;
+  auto give = [&](Node* n, DTensor g) {
+    auto it = pending.find(n);
+    if (it == pending.end()) pending.emplace(n, std::move(g));
+    else it->second = add(it->second, g);
+  };
+  auto later_first = [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; };
+  std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)> ready(later_first);
+  for (auto& [node, g] : roots) give(node.get(), std::move(g));
+  for (auto& [node, g] : roots)
+    if (deps[node.get()] == 0) {
+      deps[node.get()] = -1;  // queued
+      ready.push(node.get());
+    }
+
+  std::vector<Node*> ran;
+  while (!ready.empty()) {
+    Node* n = ready.top();
+    ready.pop();
+    ran.push_back(n);
+    auto it = pending.find(n);
+    autograd::Grads out;
+    if (it != pending.end()) {
+      const DTensor g = std::move(it->second);
+      pending.erase(it);
+      if (auto kept = n->retained.lock()) {
+        kept->grad = kept->grad ? add(*kept->grad, g) : g;
+      }
+      out = n->apply(g);
+    }
+    for (size_t i = 0; i < n->next.size(); ++i) {
+      Node* next = n->next[i].get();
+      if (!next) continue;
+      if (i < out.size() && out[i]) give(next, autograd::conform(std::move(*out[i]), n->inputs[i], *n, i));
+      if (--deps[next] == 0) ready.push(next);
+    }
+  }
+  if (!retain_graph)
+    for (Node* n : ran) n->release();
+}
+
+}  // namespace dtensor

@@ -1,0 +1,134 @@
+// Gradient checks for tests of autograd: analytic gradients (backward())
+// against central finite differences of the full tensors, and the
+// gradients of a sharded computation against those of the same
+// computation on replicated inputs. Every rank of a world runs the same
+// calls (they are collectives), so the helpers work in both worlds.
+#pragma once
+
+#include <cmath>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dtensor/dtensor.h"
+
+namespace dtensor::testing {
+
+using GradFn = std::function<DTensor(const std::vector<DTensor>&)>;
+
+struct GradCheckOptions {
+  double eps = 1e-6;   // the finite-difference step
+  double atol = 1e-5;  // |analytic - numeric| <= atol + rtol * |numeric|
+  double rtol = 1e-4;
+};
+
+namespace grad_detail {
+
+// The scalar the checks differentiate: sum(f(x) * w), w a fixed random
+// replicated tensor of f's output shape, so that every output element gets
+// its own upstream gradient.
+inline DTensor weighted_loss(const DTensor& out, uint64_t seed) {
+  const Tensor w = Tensor::randn(out.shape(), seed, 0, out.dtype());
+  const DTensor wd = distribute_tensor(
+      w, out.mesh(), Placements(static_cast<size_t>(out.mesh().ndim()), Replicate()));
+  return sum(mul(out, wd));
+}
+
+inline double value_of(const DTensor& scalar) { return scalar.full_tensor().item<double>(); }
+
+}  // namespace grad_detail
+
+// The leaves' gradients of sum(f(inputs) * w) as full tensors (an
+// undefined Tensor for an input that requires grad but got none). Clears
+// the inputs' gradients first.
+inline std::vector<Tensor> full_gradients(const GradFn& f, std::vector<DTensor> inputs,
+                                          uint64_t seed) {
+  for (DTensor& x : inputs)
+    if (x.requires_grad()) x.zero_grad();
+  const DTensor loss = grad_detail::weighted_loss(f(inputs), seed);
+  loss.backward();
+  std::vector<Tensor> out;
+  for (const DTensor& x : inputs) {
+    const std::optional<DTensor> g = x.requires_grad() ? x.grad() : std::nullopt;
+    out.push_back(g ? g->full_tensor() : Tensor());
+  }
+  return out;
+}
+
+// Checks backward() of f at `inputs` (float64; those that require grad are
+// checked) against central differences: each element of each input's full
+// tensor is moved by ±eps, the input laid out again with its placements
+// (Partials split as distribute_tensor does), and the loss recomputed.
+// Returns "" when every gradient matches, else what differs.
+inline std::string check_gradients(const GradFn& f, const std::vector<DTensor>& inputs,
+                                   uint64_t seed, const GradCheckOptions& options = {}) {
+  const std::vector<Tensor> analytic = full_gradients(f, inputs, seed);
+  NoGradGuard no_grad;
+  std::ostringstream problems;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].requires_grad()) continue;
+    const Tensor full = inputs[i].full_tensor().contiguous();
+    std::vector<double> values = full.to_vector<double>();
+    std::vector<DTensor> moved(inputs.begin(), inputs.end());
+    auto loss_at = [&](double delta, size_t j) {
+      std::vector<double> v = values;
+      v[j] += delta;
+      moved[i] = distribute_tensor(Tensor::from_vector(v, full.shape()), inputs[i].mesh(),
+                                   inputs[i].placements());
+      return grad_detail::value_of(grad_detail::weighted_loss(f(moved), seed));
+    };
+    const std::vector<double> got =
+        analytic[i].defined() ? analytic[i].contiguous().to_vector<double>()
+                              : std::vector<double>(values.size(), 0.0);
+    for (size_t j = 0; j < values.size(); ++j) {
+      const double numeric = (loss_at(options.eps, j) - loss_at(-options.eps, j)) / (2 * options.eps);
+      if (!(std::abs(got[j] - numeric) <= options.atol + options.rtol * std::abs(numeric))) {
+        problems << "input " << i << " (" << inputs[i].spec().to_string() << ") element " << j
+                 << ": backward gives " << got[j] << ", finite differences " << numeric
+                 << (analytic[i].defined() ? "" : " (no gradient reached the input)") << "\n";
+        break;
+      }
+    }
+  }
+  return problems.str();
+}
+
+// The gradients of f at `inputs` against those of f at the same values laid
+// out Replicate on every mesh dim. Exact (tolerance 0) for data movement;
+// reductions may add in another order. Returns "" or what differs.
+inline std::string check_matches_replicated(const GradFn& f, const std::vector<DTensor>& inputs,
+                                            uint64_t seed, double atol = 0, double rtol = 0) {
+  std::vector<DTensor> replicated;
+  for (const DTensor& x : inputs) {
+    DTensor r = distribute_tensor(x.full_tensor(), x.mesh(),
+                                  Placements(static_cast<size_t>(x.mesh().ndim()), Replicate()));
+    if (x.requires_grad()) r.requires_grad_();
+    replicated.push_back(r);
+  }
+  const std::vector<Tensor> got = full_gradients(f, inputs, seed);
+  const std::vector<Tensor> want = full_gradients(f, replicated, seed);
+  std::ostringstream problems;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].requires_grad()) continue;
+    if (got[i].defined() != want[i].defined()) {
+      problems << "input " << i << ": a gradient reached only one of the two\n";
+      continue;
+    }
+    if (!got[i].defined()) continue;
+    const std::vector<double> a = got[i].contiguous().to_vector<double>();
+    const std::vector<double> b = want[i].contiguous().to_vector<double>();
+    for (size_t j = 0; j < a.size(); ++j) {
+      const bool same = std::isnan(a[j]) ? std::isnan(b[j])
+                                          : std::abs(a[j] - b[j]) <= atol + rtol * std::abs(b[j]);
+      if (!same) {
+        problems << "input " << i << " (" << inputs[i].spec().to_string() << ") element " << j
+                 << ": sharded gives " << a[j] << ", replicated " << b[j] << "\n";
+        break;
+      }
+    }
+  }
+  return problems.str();
+}
+
+}  // namespace dtensor::testing
