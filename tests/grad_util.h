@@ -12,16 +12,42 @@
 #include <vector>
 
 #include "dtensor/dtensor.h"
+#include "layout_util.h"
 
 namespace dtensor::testing {
 
 using GradFn = std::function<DTensor(const std::vector<DTensor>&)>;
+
+// The meshes gradient checks run on: 1-3 dims, up to 16 ranks, those that
+// fit a world of `world_size` ranks.
+inline std::vector<Shape> grad_meshes(int64_t world_size) {
+  const std::vector<Shape> all = {{1},    {4},       {2, 2},    {2, 3},    {2, 4},    {2, 1, 2},
+                                  {4, 4}, {2, 2, 2}, {3, 2, 2}, {2, 2, 4}, {2, 3, 2}, {16}};
+  std::vector<Shape> out;
+  for (const Shape& s : all)
+    if (s.product() <= world_size) out.push_back(s);
+  return out;
+}
 
 struct GradCheckOptions {
   double eps = 1e-6;   // the finite-difference step
   double atol = 1e-5;  // |analytic - numeric| <= atol + rtol * |numeric|
   double rtol = 1e-4;
 };
+
+// Random valid placements of a tensor of `ndim` dims for a mesh of
+// `mesh_ndim` dims: Shard, Replicate and (allow_partial) Partials of one
+// kind or sum mixed with avg. 0-d tensors get Replicate or Partial.
+inline Placements random_input_placements(std::mt19937& rng, int mesh_ndim, int64_t ndim,
+                                          bool allow_partial = true) {
+  if (ndim > 0 && allow_partial) return random_placement_pair(rng, mesh_ndim, ndim).first;
+  Placements pl;
+  for (int i = 0; i < mesh_ndim; ++i) {
+    if (ndim == 0) pl.push_back(allow_partial && rng() % 3 == 0 ? Partial() : Replicate());
+    else pl.push_back(random_placement(rng, ndim, false));
+  }
+  return pl;
+}
 
 namespace grad_detail {
 

@@ -47,7 +47,7 @@ inline DTensor make_dtensor(const Tensor& full, const DeviceMesh& mesh, const Pl
       const int64_t g = mesh.group_index(rank, md);
       const int64_t n = mesh.size(md);
       if (op == ReduceOp::Sum) {
-        Tensor k = int_valued(t.shape(), seed + 17 * i);
+        Tensor k = int_valued(t.shape(), seed + 17 * i).to(t.dtype());
         return g == 0 ? t - k * static_cast<double>(n - 1) : k.clone();
       }
       if (op == ReduceOp::Avg || g == 0) return t;

@@ -20,6 +20,7 @@
 // backward from two threads at once.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -66,5 +67,14 @@ class GradModeGuard {
 // saved.
 void backward(const std::vector<DTensor>& outputs,
               const std::vector<std::optional<DTensor>>& grads = {}, bool retain_graph = false);
+
+// The bytes of the tensors the graph behind `output` holds for its
+// backward (each storage counted once; its shards on every held rank), and
+// the number of nodes. For measuring what training keeps alive.
+struct GraphMemory {
+  int64_t saved_bytes = 0;
+  int64_t nodes = 0;
+};
+GraphMemory graph_memory(const DTensor& output);
 
 }  // namespace dtensor

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "autograd/graph.h"
 #include "comm/verify.h"
@@ -77,6 +78,10 @@ class FunctionNode final : public Node {
              out.size(), " gradients for ", next.size(), " inputs");
     if (verify_detail::should_verify()) verify(grad, values, needs, out);
     return out;
+  }
+
+  void for_each_saved(const std::function<void(const DTensor&)>& f) const override {
+    for (const SavedTensor& s : saved_) f(s.value);
   }
 
   void release() override {
@@ -211,6 +216,19 @@ DTensor sum_to(const DTensor& g, const Shape& shape) {
   return s.shape() == shape ? s : reshape(s, shape);
 }
 
+DTensor expand_reduced(const DTensor& g, const Shape& shape, const DimVector& dims,
+                       bool keepdim) {
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  DTensor out = g;
+  if (!keepdim) {
+    std::vector<bool> reduced(static_cast<size_t>(nd), dims.empty());
+    for (int64_t d : dims) reduced[static_cast<size_t>(d < 0 ? d + nd : d)] = true;
+    for (int64_t d = 0; d < nd; ++d)
+      if (reduced[static_cast<size_t>(d)]) out = unsqueeze(out, d);
+  }
+  return out.shape() == shape ? out : expand(out, shape);
+}
+
 }  // namespace autograd
 
 // ---- grad mode -------------------------------------------------------------------------
@@ -284,6 +302,28 @@ const char* DTensor::grad_fn_name() const {
 
 void DTensor::backward(const std::optional<DTensor>& gradient, bool retain_graph) const {
   dtensor::backward({*this}, {gradient}, retain_graph);
+}
+
+GraphMemory graph_memory(const DTensor& output) {
+  GraphMemory m;
+  const auto& meta = autograd::meta_of(output);
+  if (!meta || !meta->grad_fn) return m;
+  std::unordered_set<const autograd::Node*> seen{meta->grad_fn.get()};
+  std::unordered_set<const Storage*> storages;
+  std::vector<const autograd::Node*> stack{meta->grad_fn.get()};
+  while (!stack.empty()) {
+    const autograd::Node* n = stack.back();
+    stack.pop_back();
+    ++m.nodes;
+    n->for_each_saved([&](const DTensor& t) {
+      for (const auto& [rank, shard] : t.local().shards())
+        if (shard.storage() && storages.insert(shard.storage().get()).second)
+          m.saved_bytes += static_cast<int64_t>(shard.storage()->nbytes());
+    });
+    for (const auto& next : n->next)
+      if (next && seen.insert(next.get()).second) stack.push_back(next.get());
+  }
+  return m;
 }
 
 // ---- backward() --------------------------------------------------------------------------

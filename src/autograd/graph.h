@@ -64,6 +64,8 @@ class Node {
   virtual Grads apply(const DTensor& grad) = 0;
   // Frees the saved tensors (a backward without retain_graph ran).
   virtual void release() {}
+  // Calls f(tensor) for each tensor saved for backward.
+  virtual void for_each_saved(const std::function<void(const DTensor&)>& f) const {}
 
   std::vector<std::shared_ptr<Node>> next;  // null where the input needs no gradient
   std::vector<TensorMeta> inputs;           // each input's shape and dtype, for the checks
@@ -124,5 +126,9 @@ inline const std::shared_ptr<Meta>& meta_of(const DTensor& t) { return MetaAcces
 // `g` summed over the dims broadcasting added to make it from `shape`
 // (leading dims, and dims of size 1 in `shape`), then viewed as `shape`.
 DTensor sum_to(const DTensor& g, const Shape& shape);
+// The gradient `g` of a reduction of an input of shape `shape` over `dims`
+// (all when empty; negative allowed) brought back to `shape`: the reduced
+// dims unsqueezed (unless keepdim) and expanded.
+DTensor expand_reduced(const DTensor& g, const Shape& shape, const DimVector& dims, bool keepdim);
 
 }  // namespace dtensor::autograd

@@ -15,6 +15,7 @@
 //    everywhere (log and sqrt are not: a negative piece would give NaN);
 //    maximum/minimum and where()/masked_fill selecting per element commute.
 // Everything else reduces the Partial first.
+#include "autograd/graph.h"
 #include "dispatch/dispatch.h"
 
 namespace dtensor {
@@ -260,9 +261,41 @@ DTensor replicated(const char* op, const Tensor& t, const DTensor& like) {
 
 }  // namespace
 
-DTensor add(const DTensor& a, const DTensor& b) { return binary(OpId::Add, kAdd, a, b); }
-DTensor sub(const DTensor& a, const DTensor& b) { return binary(OpId::Sub, kSub, a, b); }
-DTensor mul(const DTensor& a, const DTensor& b) { return binary(OpId::Mul, kMul, a, b); }
+DTensor add(const DTensor& a, const DTensor& b) {
+  DTensor out = binary(OpId::Add, kAdd, a, b);
+  if (autograd::recording({&a, &b}))
+    autograd::record(out, "add", {&a, &b}, {},
+                     [sa = a.shape(), sb = b.shape()](const autograd::Context& c) {
+                       autograd::Grads g(2);
+                       if (c.needs(0)) g[0] = autograd::sum_to(c.grad, sa);
+                       if (c.needs(1)) g[1] = autograd::sum_to(c.grad, sb);
+                       return g;
+                     });
+  return out;
+}
+DTensor sub(const DTensor& a, const DTensor& b) {
+  DTensor out = binary(OpId::Sub, kSub, a, b);
+  if (autograd::recording({&a, &b}))
+    autograd::record(out, "sub", {&a, &b}, {},
+                     [sa = a.shape(), sb = b.shape()](const autograd::Context& c) {
+                       autograd::Grads g(2);
+                       if (c.needs(0)) g[0] = autograd::sum_to(c.grad, sa);
+                       if (c.needs(1)) g[1] = autograd::sum_to(neg(c.grad), sb);
+                       return g;
+                     });
+  return out;
+}
+DTensor mul(const DTensor& a, const DTensor& b) {
+  DTensor out = binary(OpId::Mul, kMul, a, b);
+  if (autograd::recording({&a, &b}))
+    autograd::record(out, "mul", {&a, &b}, {a, b}, [](const autograd::Context& c) {
+      autograd::Grads g(2);
+      if (c.needs(0)) g[0] = autograd::sum_to(mul(c.grad, c.saved(1)), c.saved(0).shape());
+      if (c.needs(1)) g[1] = autograd::sum_to(mul(c.grad, c.saved(0)), c.saved(1).shape());
+      return g;
+    });
+  return out;
+}
 DTensor div(const DTensor& a, const DTensor& b) { return binary(OpId::Div, kDiv, a, b); }
 DTensor maximum(const DTensor& a, const DTensor& b) {
   return binary(OpId::Maximum, kMaximum, a, b);

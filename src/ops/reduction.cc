@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "autograd/graph.h"
 #include "dispatch/dispatch.h"
 
 namespace dtensor {
@@ -206,7 +207,12 @@ DTensor reduce(OpId op, const OpRule& rule, const DTensor& x, const DimVector& d
 }  // namespace
 
 DTensor sum(const DTensor& x, const DimVector& dims, bool keepdim) {
-  return reduce(OpId::Sum, kSum, x, dims, keepdim);
+  DTensor out = reduce(OpId::Sum, kSum, x, dims, keepdim);
+  if (autograd::recording({&x}))
+    autograd::record(out, "sum", {&x}, {}, [shape = x.shape(), dims, keepdim](const autograd::Context& c) {
+      return autograd::Grads{autograd::expand_reduced(c.grad, shape, dims, keepdim)};
+    });
+  return out;
 }
 DTensor mean(const DTensor& x, const DimVector& dims, bool keepdim) {
   return reduce(OpId::Mean, kMean, x, dims, keepdim);
