@@ -44,6 +44,9 @@ DTensor with_placement(const DTensor& x, int mesh_dim, Placement p);
 // e.g. on the sequence dim from a sequence-parallel region).
 // Output: on tp, `output` (Shard(-1), the default: the local features, what
 // a RowParallelLinear or a per-head attention wants; Replicate gathers them).
+// Backward: each rank's slice gives a partial input gradient; they are
+// summed into x's own layout on tp (one all_reduce, or one reduce_scatter
+// when x arrived sequence-sharded), as Megatron's layer does.
 class ColumnParallelLinear {
  public:
   ColumnParallelLinear(const DeviceMesh& mesh, int tp, const Tensor& weight,
@@ -69,6 +72,9 @@ class ColumnParallelLinear {
 // Output: on tp, `output`: Replicate (the default: an all_reduce), Shard(d)
 // (a reduce_scatter onto dim d: the entry of a sequence-parallel region), or
 // Partial() to leave the reduction to the caller.
+// Backward: the input gradient needs no collective (after a
+// ColumnParallelLinear it is already Shard(-1)); a Shard(d) output's
+// gradient is all-gathered back.
 class RowParallelLinear {
  public:
   RowParallelLinear(const DeviceMesh& mesh, int tp, const Tensor& weight,

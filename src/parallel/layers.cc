@@ -19,6 +19,14 @@ void check_tp(const DeviceMesh& mesh, int tp, const char* layer) {
 }
 
 // Replicate on every mesh dim but tp, `on_tp` there.
+// A parameter: `full` laid out by `placements`, a leaf that requires grad
+// (as an nn.Parameter). A floating parameter only: integer tables cannot.
+DTensor parameter(const Tensor& full, const DeviceMesh& mesh, const Placements& placements) {
+  DTensor p = distribute_tensor(full, mesh, placements);
+  if (full.dtype() == DType::Float32 || full.dtype() == DType::Float64) p.requires_grad_();
+  return p;
+}
+
 Placements param_placements(const DeviceMesh& mesh, int tp, Placement on_tp) {
   Placements p(static_cast<size_t>(mesh.ndim()), Replicate());
   p[static_cast<size_t>(tp)] = on_tp;
@@ -58,17 +66,36 @@ ColumnParallelLinear::ColumnParallelLinear(const DeviceMesh& mesh, int tp, const
     : tp_((check_tp(mesh, tp, "ColumnParallelLinear"), tp)),
       output_((check_output(output, "ColumnParallelLinear"), output)),
       weight_((check_rank(weight, 2, "ColumnParallelLinear", "weight", "(out, in)"),
-               distribute_tensor(weight, mesh, param_placements(mesh, tp, Shard(0))))) {
+               parameter(weight, mesh, param_placements(mesh, tp, Shard(0))))) {
   if (bias) {
     DT_CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0),
              "ColumnParallelLinear: bias must be (out) = (", weight.size(0), "), got shape ",
              bias->shape());
-    bias_ = distribute_tensor(*bias, mesh, param_placements(mesh, tp, Shard(0)));
+    bias_ = parameter(*bias, mesh, param_placements(mesh, tp, Shard(0)));
   }
 }
 
+namespace {
+
+// x made Replicate on mesh dim `tp` for a layer that computes on the full
+// input, with its gradient brought back to x's own layout on tp (Partial as
+// Replicate): the partial input gradients of the ranks' slices are summed
+// there - Megatron's all_reduce in backward, or its reduce_scatter when x
+// arrives sequence-sharded - even when the forward had nothing to move.
+DTensor replicated_with_reduced_grad(const DTensor& x, int tp) {
+  Placements to = x.placements();
+  to[static_cast<size_t>(tp)] = Replicate();
+  RedistributeOptions options;
+  options.grad_placements = x.placements();
+  for (Placement& p : *options.grad_placements)
+    if (p.is_partial()) p = Replicate();
+  return x.redistribute(to, options);
+}
+
+}  // namespace
+
 DTensor ColumnParallelLinear::operator()(const DTensor& x) const {
-  const DTensor in = with_placement(x, tp_, Replicate());
+  const DTensor in = replicated_with_reduced_grad(x, tp_);
   const DTensor y = bias_ ? linear(in, weight_, *bias_) : linear(in, weight_);
   return with_placement(y, tp_, output_);
 }
@@ -80,12 +107,12 @@ RowParallelLinear::RowParallelLinear(const DeviceMesh& mesh, int tp, const Tenso
     : tp_((check_tp(mesh, tp, "RowParallelLinear"), tp)),
       output_((check_output(output, "RowParallelLinear"), output)),
       weight_((check_rank(weight, 2, "RowParallelLinear", "weight", "(out, in)"),
-               distribute_tensor(weight, mesh, param_placements(mesh, tp, Shard(1))))) {
+               parameter(weight, mesh, param_placements(mesh, tp, Shard(1))))) {
   if (bias) {
     DT_CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0),
              "RowParallelLinear: bias must be (out) = (", weight.size(0), "), got shape ",
              bias->shape());
-    bias_ = distribute_tensor(*bias, mesh, param_placements(mesh, tp, Replicate()));
+    bias_ = parameter(*bias, mesh, param_placements(mesh, tp, Replicate()));
   }
 }
 
@@ -102,7 +129,7 @@ VocabParallelEmbedding::VocabParallelEmbedding(const DeviceMesh& mesh, int tp,
     : tp_((check_tp(mesh, tp, "VocabParallelEmbedding"), tp)),
       output_((check_output(output, "VocabParallelEmbedding"), output)),
       table_((check_rank(table, 2, "VocabParallelEmbedding", "table", "(vocab, dim)"),
-              distribute_tensor(table, mesh, param_placements(mesh, tp, Shard(0))))) {}
+              parameter(table, mesh, param_placements(mesh, tp, Shard(0))))) {}
 
 DTensor VocabParallelEmbedding::operator()(const DTensor& ids) const {
   DT_CHECK(ids.dtype() == DType::Int64, "VocabParallelEmbedding: ids must be int64, got ",
@@ -120,9 +147,9 @@ SequenceParallelLayerNorm::SequenceParallelLayerNorm(const DeviceMesh& mesh, int
       sequence_dim_(sequence_dim),
       eps_(eps),
       weight_((check_rank(weight, 1, "SequenceParallelLayerNorm", "weight", "(dim)"),
-               distribute_tensor(weight, mesh, param_placements(mesh, tp, Replicate())))),
+               parameter(weight, mesh, param_placements(mesh, tp, Replicate())))),
       bias_((check_rank(bias, 1, "SequenceParallelLayerNorm", "bias", "(dim)"),
-             distribute_tensor(bias, mesh, param_placements(mesh, tp, Replicate())))) {
+             parameter(bias, mesh, param_placements(mesh, tp, Replicate())))) {
   DT_CHECK(bias.shape() == weight.shape(), "SequenceParallelLayerNorm: bias shape ", bias.shape(),
            " differs from weight shape ", weight.shape());
 }
@@ -161,7 +188,11 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
   // log softmax over the sharded class dim, in the numerically stable form:
   // z = logits - max, loss = log(sum(exp(z))) - z[target].
   const DTensor z_in = with_placement(logits, tp, Shard(c));
-  const DTensor max = with_placement(amax(z_in, {c}, /*keepdim=*/true), tp, Replicate());
+  // The max only shifts the logits for stability: the loss does not depend
+  // on it, so it is a constant for autograd (Megatron's choice too), which
+  // spares backward an amax gradient that sums to zero.
+  const DTensor max =
+      with_placement(amax(z_in.detach(), {c}, /*keepdim=*/true), tp, Replicate());
   const DTensor z = z_in - max;
   const DTensor log_sum =
       log(with_placement(sum(exp(z), {c}, /*keepdim=*/true), tp, Replicate()));

@@ -84,8 +84,10 @@ DTensor DTensor::redistribute(const Placements& placements,
   check_placement_count(spec_, placements);
   if (options.grad_placements) check_placement_count(spec_, *options.grad_placements);
   DTensorSpec target = spec_.with_placements(placements);
-  // A no-op is the tensor itself, for autograd too (its backward is a no-op).
-  if (target == spec_) {
+  // A no-op is the tensor itself, for autograd too (its backward is a
+  // no-op), unless grad_placements asks the gradient to move.
+  const bool noop = target == spec_;
+  if (noop && (!options.grad_placements || !autograd::recording({this}))) {
     check_local_shapes(local_, spec_, "redistribute");
     return *this;
   }
