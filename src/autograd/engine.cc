@@ -8,7 +8,6 @@
 // alone: the same in the simulated world and on every MPI rank.
 #include <algorithm>
 #include <queue>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "autograd/graph.h"
@@ -54,6 +53,8 @@ class FunctionNode final : public Node {
       const uint64_t v = version_of(t);
       saved_.push_back({t.detach(), v});
     }
+    pointers_.reserve(saved_.size());
+    for (const SavedTensor& t : saved_) pointers_.push_back(&t.value);
   }
   const char* name() const override { return name_; }
 
@@ -61,22 +62,17 @@ class FunctionNode final : public Node {
     DT_CHECK(!released_, "backward: the graph through ", name_,
              " was freed by an earlier backward(); pass retain_graph = true to the first "
              "backward() to run backward through it again");
-    std::vector<DTensor> values;
-    values.reserve(saved_.size());
     for (size_t i = 0; i < saved_.size(); ++i) {
       const uint64_t now = version_of(saved_[i].value);
       DT_CHECK(now == saved_[i].version, "backward: tensor ", i, " that ", name_,
                " saved for backward (", describe(saved_[i].value),
                ") was changed in place after it was saved (version ", now, ", saved at ",
                saved_[i].version, "); clone() it before changing it, or change it after backward()");
-      values.push_back(saved_[i].value);
     }
-    std::vector<bool> needs(next.size());
-    for (size_t i = 0; i < next.size(); ++i) needs[i] = next[i] != nullptr;
-    Grads out = fn_(Context(grad, values, needs));
+    Grads out = fn_(Context(grad, pointers_.data(), *this));
     DT_CHECK(out.size() == next.size(), "internal error: backward of ", name_, " gave ",
              out.size(), " gradients for ", next.size(), " inputs");
-    if (verify_detail::should_verify()) verify(grad, values, needs, out);
+    if (verify_detail::should_verify()) verify(grad, out);
     return out;
   }
 
@@ -85,6 +81,7 @@ class FunctionNode final : public Node {
   }
 
   void release() override {
+    pointers_.clear();
     saved_.clear();
     saved_.shrink_to_fit();
     fn_ = nullptr;
@@ -94,16 +91,18 @@ class FunctionNode final : public Node {
  private:
   // VerifyMode: the same backward on replicated copies of the gradient and
   // the saved tensors must give the same gradients (as full tensors).
-  void verify(const DTensor& grad, const std::vector<DTensor>& values,
-              const std::vector<bool>& needs, const Grads& got) const {
+  void verify(const DTensor& grad, const Grads& got) const {
+    if (grad.local().empty()) return;  // this process holds no rank of the mesh
     verify_detail::CheckScope scope;
     auto replicated = [](const DTensor& t) {
       return t.redistribute(Placements(static_cast<size_t>(t.mesh().ndim()), Replicate()));
     };
-    if (grad.local().empty()) return;  // this process holds no rank of the mesh
-    std::vector<DTensor> rvalues;
-    for (const DTensor& v : values) rvalues.push_back(replicated(v));
-    const Grads want = fn_(Context(replicated(grad), rvalues, needs));
+    std::vector<DTensor> values;
+    values.reserve(saved_.size());
+    for (const SavedTensor& v : saved_) values.push_back(replicated(v.value));
+    std::vector<const DTensor*> pointers;
+    for (const DTensor& v : values) pointers.push_back(&v);
+    const Grads want = fn_(Context(replicated(grad), pointers.data(), *this));
     for (size_t i = 0; i < got.size(); ++i) {
       if (!got[i] || !want[i]) continue;
       verify_detail::expect_match(got[i]->full_tensor(), want[i]->full_tensor(),
@@ -116,6 +115,7 @@ class FunctionNode final : public Node {
 
   const char* name_;
   std::vector<SavedTensor> saved_;
+  std::vector<const DTensor*> pointers_;  // into saved_, for the Context
   BackwardFn fn_;
   bool released_ = false;
 };
@@ -360,63 +360,74 @@ void backward(const std::vector<DTensor>& outputs, const std::vector<std::option
     roots.emplace_back(std::move(node), std::move(g));
   }
 
-  // Dependencies: how many edges lead into each node from the graph reachable from the roots.
-  std::unordered_map<Node*, int> deps;
+  // Each node reachable from the roots counts the edges that lead into it
+  // (the nodes that must run first); `pass` marks the nodes of this run.
+  static std::atomic<uint64_t> passes{0};
+  const uint64_t pass = passes.fetch_add(1, std::memory_order_relaxed) + 1;
+  std::vector<Node*> reached;
+  auto reach = [&](Node* n) {
+    if (n->pass == pass) return false;
+    n->pass = pass;
+    n->waiting = 0;
+    n->pending.reset();
+    reached.push_back(n);
+    return true;
+  };
   std::vector<Node*> stack;
-  for (auto& [node, g] : roots) {
-    if (deps.emplace(node.get(), 0).second) stack.push_back(node.get());
-  }
+  for (auto& [node, g] : roots)
+    if (reach(node.get())) stack.push_back(node.get());
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const auto& next : n->next) {
       if (!next) continue;
-      auto [it, fresh] = deps.emplace(next.get(), 0);
-      ++it->second;
-      if (fresh) stack.push_back(next.get());
+      if (reach(next.get())) stack.push_back(next.get());
+      ++next->waiting;
     }
   }
 
-  // Gradients waiting for their node, summed in arrival order.
-  std::unordered_map<Node*, DTensor> pending;
-  auto give = [&](Node* n, DTensor g) {
-    auto it = pending.find(n);
-    if (it == pending.end()) pending.emplace(n, std::move(g));
-    else it->second = add(it->second, g);
+  // Gradients for one node add up in arrival order (a fixed order: the
+  // nodes run in a fixed order).
+  auto give = [](Node* n, DTensor g) {
+    if (n->pending) n->pending = add(*n->pending, g);
+    else n->pending = std::move(g);
   };
   auto later_first = [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; };
   std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)> ready(later_first);
   for (auto& [node, g] : roots) give(node.get(), std::move(g));
   for (auto& [node, g] : roots)
-    if (deps[node.get()] == 0) {
-      deps[node.get()] = -1;  // queued
+    if (node->waiting == 0) {
+      node->waiting = -1;  // queued once, however often it is a root
       ready.push(node.get());
     }
 
-  std::vector<Node*> ran;
+  // Leaves the engine's state clean whatever happens (a backward function may throw).
+  struct Cleanup {
+    std::vector<Node*>& nodes;
+    ~Cleanup() {
+      for (Node* n : nodes) n->pending.reset();
+    }
+  } cleanup{reached};
   while (!ready.empty()) {
     Node* n = ready.top();
     ready.pop();
-    ran.push_back(n);
-    auto it = pending.find(n);
     autograd::Grads out;
-    if (it != pending.end()) {
-      const DTensor g = std::move(it->second);
-      pending.erase(it);
-      if (auto kept = n->retained.lock()) {
-        kept->grad = kept->grad ? add(*kept->grad, g) : g;
-      }
+    if (n->pending) {
+      const DTensor g = std::move(*n->pending);
+      n->pending.reset();
+      if (auto kept = n->retained.lock()) kept->grad = kept->grad ? add(*kept->grad, g) : g;
       out = n->apply(g);
     }
     for (size_t i = 0; i < n->next.size(); ++i) {
       Node* next = n->next[i].get();
       if (!next) continue;
-      if (i < out.size() && out[i]) give(next, autograd::conform(std::move(*out[i]), n->inputs[i], *n, i));
-      if (--deps[next] == 0) ready.push(next);
+      if (i < out.size() && out[i])
+        give(next, autograd::conform(std::move(*out[i]), n->inputs[i], *n, i));
+      if (--next->waiting == 0) ready.push(next);
     }
   }
   if (!retain_graph)
-    for (Node* n : ran) n->release();
+    for (Node* n : reached) n->release();
 }
 
 }  // namespace dtensor

@@ -71,23 +71,30 @@ class Node {
   std::vector<TensorMeta> inputs;           // each input's shape and dtype, for the checks
   uint64_t sequence_nr = 0;                 // creation order: later nodes run first
   std::weak_ptr<Meta> retained;             // the output's Meta when it retains its grad
+
+  // The engine's state during one backward() (a graph runs on one thread
+  // at a time): the pass that last reached the node, how many of the
+  // nodes feeding it have still to run, and the gradient summed so far.
+  uint64_t pass = 0;
+  int waiting = 0;
+  std::optional<DTensor> pending;
 };
 
 // What a backward function sees.
 class Context {
  public:
-  Context(const DTensor& grad, const std::vector<DTensor>& saved, const std::vector<bool>& needs)
-      : grad(grad), saved_(saved), needs_(needs) {}
+  Context(const DTensor& grad, const DTensor* const* saved, const Node& node)
+      : grad(grad), saved_(saved), node_(node) {}
   // The gradient of the op's output.
   const DTensor& grad;
   // The i-th tensor given to record() to save.
-  const DTensor& saved(size_t i) const { return saved_[i]; }
+  const DTensor& saved(size_t i) const { return *saved_[i]; }
   // Whether input i wants a gradient.
-  bool needs(size_t i) const { return needs_[i]; }
+  bool needs(size_t i) const { return node_.next[i] != nullptr; }
 
  private:
-  const std::vector<DTensor>& saved_;
-  const std::vector<bool>& needs_;
+  const DTensor* const* saved_;
+  const Node& node_;
 };
 
 using BackwardFn = std::function<Grads(const Context&)>;
