@@ -36,40 +36,33 @@ uint64_t version_of(const DTensor& t) {
 
 std::string describe(const DTensor& t) { return t.spec().to_string(); }
 
-// A tensor saved for backward, detached (a saved output must not keep its
-// own node alive) with the version it had.
-struct SavedTensor {
-  DTensor value;
-  uint64_t version;
-};
-
 // The node of an op recorded with record(): a BackwardFn over saved tensors.
 class FunctionNode final : public Node {
  public:
+  // The saved tensors are detached (a saved output must not keep its own
+  // node alive) and their versions noted.
   FunctionNode(const char* name, std::vector<DTensor> saved, BackwardFn fn)
-      : name_(name), fn_(std::move(fn)) {
-    saved_.reserve(saved.size());
-    for (DTensor& t : saved) {
-      const uint64_t v = version_of(t);
-      saved_.push_back({t.detach(), v});
+      : name_(name), saved_(std::move(saved)), fn_(std::move(fn)) {
+    versions_.reserve(saved_.size());
+    for (DTensor& t : saved_) {
+      MetaAccess::of(t).reset();
+      versions_.push_back(version_of(t));
     }
-    pointers_.reserve(saved_.size());
-    for (const SavedTensor& t : saved_) pointers_.push_back(&t.value);
   }
   const char* name() const override { return name_; }
 
-  Grads apply(const DTensor& grad) override {
+  Grads apply(DTensor grad) override {
     DT_CHECK(!released_, "backward: the graph through ", name_,
              " was freed by an earlier backward(); pass retain_graph = true to the first "
              "backward() to run backward through it again");
     for (size_t i = 0; i < saved_.size(); ++i) {
-      const uint64_t now = version_of(saved_[i].value);
-      DT_CHECK(now == saved_[i].version, "backward: tensor ", i, " that ", name_,
-               " saved for backward (", describe(saved_[i].value),
+      const uint64_t now = version_of(saved_[i]);
+      DT_CHECK(now == versions_[i], "backward: tensor ", i, " that ", name_,
+               " saved for backward (", describe(saved_[i]),
                ") was changed in place after it was saved (version ", now, ", saved at ",
-               saved_[i].version, "); clone() it before changing it, or change it after backward()");
+               versions_[i], "); clone() it before changing it, or change it after backward()");
     }
-    Grads out = fn_(Context(grad, pointers_.data(), *this));
+    Grads out = fn_(Context(grad, saved_.data(), *this));
     DT_CHECK(out.size() == next.size(), "internal error: backward of ", name_, " gave ",
              out.size(), " gradients for ", next.size(), " inputs");
     if (verify_detail::should_verify()) verify(grad, out);
@@ -77,11 +70,10 @@ class FunctionNode final : public Node {
   }
 
   void for_each_saved(const std::function<void(const DTensor&)>& f) const override {
-    for (const SavedTensor& s : saved_) f(s.value);
+    for (const DTensor& t : saved_) f(t);
   }
 
   void release() override {
-    pointers_.clear();
     saved_.clear();
     saved_.shrink_to_fit();
     fn_ = nullptr;
@@ -99,10 +91,8 @@ class FunctionNode final : public Node {
     };
     std::vector<DTensor> values;
     values.reserve(saved_.size());
-    for (const SavedTensor& v : saved_) values.push_back(replicated(v.value));
-    std::vector<const DTensor*> pointers;
-    for (const DTensor& v : values) pointers.push_back(&v);
-    const Grads want = fn_(Context(replicated(grad), pointers.data(), *this));
+    for (const DTensor& v : saved_) values.push_back(replicated(v));
+    const Grads want = fn_(Context(replicated(grad), values.data(), *this));
     for (size_t i = 0; i < got.size(); ++i) {
       if (!got[i] || !want[i]) continue;
       verify_detail::expect_match(got[i]->full_tensor(), want[i]->full_tensor(),
@@ -114,8 +104,8 @@ class FunctionNode final : public Node {
   }
 
   const char* name_;
-  std::vector<SavedTensor> saved_;
-  std::vector<const DTensor*> pointers_;  // into saved_, for the Context
+  std::vector<DTensor> saved_;
+  std::vector<uint64_t> versions_;  // of saved_, when saved
   BackwardFn fn_;
   bool released_ = false;
 };
@@ -125,15 +115,14 @@ class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(std::shared_ptr<Meta> leaf) : leaf_(std::move(leaf)) {}
   const char* name() const override { return "AccumulateGrad"; }
-  Grads apply(const DTensor& given) override {
-    DTensor grad = given;
+  Grads apply(DTensor grad) override {
     if (leaf_->grad_placements) {
       RedistributeOptions o;
       o.allow_new_partial = true;  // asked for explicitly
       grad = grad.redistribute(*leaf_->grad_placements, o);
     }
     if (leaf_->grad) leaf_->grad = add(*leaf_->grad, grad);
-    else leaf_->grad = grad;
+    else leaf_->grad = std::move(grad);
     return {};
   }
 
@@ -157,26 +146,38 @@ std::shared_ptr<Node> edge_to(const DTensor& t) {
   return acc;
 }
 
-void connect(Node& node, DTensor& out, const std::vector<const DTensor*>& inputs) {
+void connect(Node& node, const DTensor* const* inputs, size_t n) {
   node.sequence_nr = next_sequence_nr.fetch_add(1, std::memory_order_relaxed);
-  node.next.reserve(inputs.size());
-  node.inputs.reserve(inputs.size());
-  for (const DTensor* t : inputs) {
+  node.next.reserve(n);
+  node.inputs.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const DTensor* t = inputs[i];
     node.next.push_back(t ? edge_to(*t) : nullptr);
     node.inputs.push_back(t ? t->spec().meta() : TensorMeta{});
   }
+}
+
+void attach(DTensor& out, std::shared_ptr<Node> node, const DTensor* const* inputs, size_t n) {
+  connect(*node, inputs, n);
+  auto m = std::make_shared<Meta>();
+  m->requires_grad = true;
+  m->grad_fn = std::move(node);
+  // out's Meta is replaced, not changed: a copy of an input returned as
+  // the output keeps the input's own state.
+  MetaAccess::of(out) = std::move(m);
 }
 
 // A gradient the formula gave for an input with meta `want`: the shape
 // must match (a formula bug otherwise); a dtype that differs (an input of
 // lower precision than the op computed in) is cast shard by shard, which
 // keeps the placements.
-DTensor conform(DTensor g, const TensorMeta& want, const Node& node, size_t i) {
+void conform(DTensor& g, const TensorMeta& want, const Node& node, size_t i) {
   DT_CHECK(g.shape() == want.shape, "internal error: backward of ", node.name(),
            " gave a gradient of shape ", g.shape(), " for input ", i, " of shape ", want.shape);
-  if (g.dtype() == want.dtype) return g;
+  if (g.dtype() == want.dtype) return;
   DTensorSpec spec(g.mesh(), g.placements(), want.shape, want.dtype);
-  return DTensor(std::move(spec), g.local().map([&](int, const Tensor& s) { return s.to(want.dtype); }));
+  g = DTensor(std::move(spec),
+              g.local().map([&](int, const Tensor& s) { return s.to(want.dtype); }));
 }
 
 }  // namespace
@@ -187,23 +188,23 @@ bool recording(const std::vector<const DTensor*>& inputs) {
 }
 
 void attach(DTensor& out, std::shared_ptr<Node> node, const std::vector<const DTensor*>& inputs) {
-  connect(*node, out, inputs);
-  auto m = std::make_shared<Meta>();
-  m->requires_grad = true;
-  m->grad_fn = std::move(node);
-  // out's Meta is replaced, not changed: a copy of an input returned as
-  // the output keeps the input's own state.
-  MetaAccess::of(out) = std::move(m);
+  attach(out, std::move(node), inputs.data(), inputs.size());
+}
+
+void record(DTensor& out, const char* name, const DTensor* const* inputs, size_t num_inputs,
+            std::vector<DTensor> saved, BackwardFn fn) {
+  attach(out, std::make_shared<FunctionNode>(name, std::move(saved), std::move(fn)), inputs,
+         num_inputs);
 }
 
 void record(DTensor& out, const char* name, const std::vector<const DTensor*>& inputs,
             std::vector<DTensor> saved, BackwardFn fn) {
-  attach(out, std::make_shared<FunctionNode>(name, std::move(saved), std::move(fn)), inputs);
+  record(out, name, inputs.data(), inputs.size(), std::move(saved), std::move(fn));
 }
 
 void record(DTensor& out, const char* name, std::initializer_list<const DTensor*> inputs,
             std::vector<DTensor> saved, BackwardFn fn) {
-  record(out, name, std::vector<const DTensor*>(inputs), std::move(saved), std::move(fn));
+  record(out, name, inputs.begin(), inputs.size(), std::move(saved), std::move(fn));
 }
 
 DTensor sum_to(const DTensor& g, const Shape& shape) {
@@ -300,49 +301,51 @@ const char* DTensor::grad_fn_name() const {
   return autograd_ && autograd_->grad_fn ? autograd_->grad_fn->name() : "";
 }
 
-void DTensor::backward(const std::optional<DTensor>& gradient, bool retain_graph) const {
-  dtensor::backward({*this}, {gradient}, retain_graph);
-}
+namespace {
 
-GraphMemory graph_memory(const DTensor& output) {
-  GraphMemory m;
-  const auto& meta = autograd::meta_of(output);
-  if (!meta || !meta->grad_fn) return m;
-  std::unordered_set<const autograd::Node*> seen{meta->grad_fn.get()};
-  std::unordered_set<const Storage*> storages;
-  std::vector<const autograd::Node*> stack{meta->grad_fn.get()};
-  while (!stack.empty()) {
-    const autograd::Node* n = stack.back();
-    stack.pop_back();
-    ++m.nodes;
-    n->for_each_saved([&](const DTensor& t) {
-      for (const auto& [rank, shard] : t.local().shards())
-        if (shard.storage() && storages.insert(shard.storage().get()).second)
-          m.saved_bytes += static_cast<int64_t>(shard.storage()->nbytes());
-    });
-    for (const auto& next : n->next)
-      if (next && seen.insert(next.get()).second) stack.push_back(next.get());
-  }
-  return m;
+void run_backward(const DTensor* const* outputs, const std::optional<DTensor>* const* grads,
+                  size_t n, bool retain_graph);
+
+}  // namespace
+
+void DTensor::backward(const std::optional<DTensor>& gradient, bool retain_graph) const {
+  const DTensor* outputs[] = {this};
+  const std::optional<DTensor>* grads[] = {&gradient};
+  run_backward(outputs, grads, 1, retain_graph);
 }
 
 // ---- backward() --------------------------------------------------------------------------
 
 void backward(const std::vector<DTensor>& outputs, const std::vector<std::optional<DTensor>>& grads,
               bool retain_graph) {
-  using autograd::Node;
   DT_CHECK(grads.empty() || grads.size() == outputs.size(), "backward: ", outputs.size(),
            " outputs but ", grads.size(), " gradients");
+  static const std::optional<DTensor> none;
+  std::vector<const DTensor*> out_ptrs;
+  std::vector<const std::optional<DTensor>*> grad_ptrs;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    out_ptrs.push_back(&outputs[i]);
+    grad_ptrs.push_back(grads.empty() ? &none : &grads[i]);
+  }
+  run_backward(out_ptrs.data(), grad_ptrs.data(), outputs.size(), retain_graph);
+}
+
+namespace {
+
+void run_backward(const DTensor* const* outputs, const std::optional<DTensor>* const* grads,
+                  size_t count, bool retain_graph) {
+  using autograd::Node;
   NoGradGuard no_grad;  // backward functions record nothing (no higher-order gradients)
 
   // The gradient each root starts with.
   std::vector<std::pair<std::shared_ptr<Node>, DTensor>> roots;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    const DTensor& out = outputs[i];
+  roots.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    const DTensor& out = *outputs[i];
     DT_CHECK(out.requires_grad(), "backward: output ", i, " (", out.spec().to_string(),
              ") does not require grad: no input of the ops that made it requires grad (call "
              "requires_grad_() on the parameters first) or it was made under a NoGradGuard");
-    const std::optional<DTensor>& given = grads.empty() ? std::nullopt : grads[i];
+    const std::optional<DTensor>& given = *grads[i];
     DTensor g = [&] {
       if (!given) {
         DT_CHECK(out.shape().product() == 1, "backward: a gradient can be implied only for a "
@@ -356,8 +359,7 @@ void backward(const std::vector<DTensor>& outputs, const std::vector<std::option
                " must have the output's shape, dtype and mesh: ", out.spec().to_string());
       return given->detach();
     }();
-    std::shared_ptr<Node> node = autograd::edge_to(out);
-    roots.emplace_back(std::move(node), std::move(g));
+    roots.emplace_back(autograd::edge_to(out), std::move(g));
   }
 
   // Each node reachable from the roots counts the edges that lead into it
@@ -388,13 +390,13 @@ void backward(const std::vector<DTensor>& outputs, const std::vector<std::option
 
   // Gradients for one node add up in arrival order (a fixed order: the
   // nodes run in a fixed order).
-  auto give = [](Node* n, DTensor g) {
+  auto give = [](Node* n, DTensor&& g) {
     if (n->pending) n->pending = add(*n->pending, g);
-    else n->pending = std::move(g);
+    else n->pending.emplace(std::move(g));
   };
   auto later_first = [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; };
   std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)> ready(later_first);
-  for (auto& [node, g] : roots) give(node.get(), std::move(g));
+  for (auto& root : roots) give(root.first.get(), std::move(root.second));
   for (auto& [node, g] : roots)
     if (node->waiting == 0) {
       node->waiting = -1;  // queued once, however often it is a root
@@ -413,21 +415,25 @@ void backward(const std::vector<DTensor>& outputs, const std::vector<std::option
     ready.pop();
     autograd::Grads out;
     if (n->pending) {
-      const DTensor g = std::move(*n->pending);
+      DTensor g = std::move(*n->pending);
       n->pending.reset();
       if (auto kept = n->retained.lock()) kept->grad = kept->grad ? add(*kept->grad, g) : g;
-      out = n->apply(g);
+      out = n->apply(std::move(g));
     }
     for (size_t i = 0; i < n->next.size(); ++i) {
       Node* next = n->next[i].get();
       if (!next) continue;
-      if (i < out.size() && out[i])
-        give(next, autograd::conform(std::move(*out[i]), n->inputs[i], *n, i));
+      if (i < out.size() && out[i]) {
+        autograd::conform(*out[i], n->inputs[i], *n, i);
+        give(next, std::move(*out[i]));
+      }
       if (--next->waiting == 0) ready.push(next);
     }
   }
   if (!retain_graph)
     for (Node* n : reached) n->release();
 }
+
+}  // namespace
 
 }  // namespace dtensor

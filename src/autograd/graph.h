@@ -61,7 +61,7 @@ class Node {
  public:
   virtual ~Node() = default;
   virtual const char* name() const = 0;
-  virtual Grads apply(const DTensor& grad) = 0;
+  virtual Grads apply(DTensor grad) = 0;
   // Frees the saved tensors (a backward without retain_graph ran).
   virtual void release() {}
   // Calls f(tensor) for each tensor saved for backward.
@@ -83,17 +83,17 @@ class Node {
 // What a backward function sees.
 class Context {
  public:
-  Context(const DTensor& grad, const DTensor* const* saved, const Node& node)
+  Context(const DTensor& grad, const DTensor* saved, const Node& node)
       : grad(grad), saved_(saved), node_(node) {}
   // The gradient of the op's output.
   const DTensor& grad;
   // The i-th tensor given to record() to save.
-  const DTensor& saved(size_t i) const { return *saved_[i]; }
+  const DTensor& saved(size_t i) const { return saved_[i]; }
   // Whether input i wants a gradient.
   bool needs(size_t i) const { return node_.next[i] != nullptr; }
 
  private:
-  const DTensor* const* saved_;
+  const DTensor* saved_;
   const Node& node_;
 };
 
@@ -116,6 +116,8 @@ bool recording(const std::vector<const DTensor*>& inputs);
 void record(DTensor& out, const char* name, std::initializer_list<const DTensor*> inputs,
             std::vector<DTensor> saved, BackwardFn fn);
 void record(DTensor& out, const char* name, const std::vector<const DTensor*>& inputs,
+            std::vector<DTensor> saved, BackwardFn fn);
+void record(DTensor& out, const char* name, const DTensor* const* inputs, size_t num_inputs,
             std::vector<DTensor> saved, BackwardFn fn);
 
 // Makes `out` the output of `node`, whose next edges are set here from
