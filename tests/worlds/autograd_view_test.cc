@@ -153,6 +153,11 @@ std::string shape_text(const Shape& s) {
   return o.str();
 }
 
+bool same(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() &&
+         a.contiguous().to_vector<double>() == b.contiguous().to_vector<double>();
+}
+
 std::string list_text(const std::vector<int64_t>& v) {
   std::ostringstream o;
   o << "[";
@@ -165,7 +170,7 @@ std::string list_text(const std::vector<int64_t>& v) {
 
 // view, reshape, flatten, squeeze (both), unsqueeze.
 TEST_F(AutogradViewTest, Reshapes) {
-  run_cases(world, dtensor::testing::property_cases(3), 1, [](std::mt19937& rng, int mnd) {
+  run_cases(world, dtensor::testing::property_cases(5), 1, [](std::mt19937& rng, int mnd) {
     const Shape shape = small_shape(rng);
     const int64_t nd = static_cast<int64_t>(shape.size());
     Case c{{draw_input(rng, mnd, shape)}, {}, "x " + shape_text(shape)};
@@ -231,7 +236,7 @@ TEST_F(AutogradViewTest, Reshapes) {
 
 // permute, transpose, t.
 TEST_F(AutogradViewTest, Permutes) {
-  run_cases(world, dtensor::testing::property_cases(3), 2, [](std::mt19937& rng, int mnd) {
+  run_cases(world, dtensor::testing::property_cases(4), 2, [](std::mt19937& rng, int mnd) {
     const Shape shape = small_shape(rng);
     const int64_t nd = static_cast<int64_t>(shape.size());
     Case c{{draw_input(rng, mnd, shape)}, {}, "x " + shape_text(shape)};
@@ -269,7 +274,7 @@ TEST_F(AutogradViewTest, Permutes) {
 // size-1 dims (to sizes 0 and more); a reduction, so the replicated
 // comparison has a small tolerance.
 TEST_F(AutogradViewTest, Expand) {
-  run_cases(world, dtensor::testing::property_cases(4), 3, [](std::mt19937& rng, int mnd) {
+  run_cases(world, dtensor::testing::property_cases(5), 3, [](std::mt19937& rng, int mnd) {
     Shape shape = small_shape(rng, 1, 3);
     for (int64_t& v : shape)
       if (rng() % 2 == 0) v = 1;
@@ -290,7 +295,7 @@ TEST_F(AutogradViewTest, Expand) {
 // narrow (negative start too), slice (steps 1-4, starts and ends past
 // either end), select (negative index too).
 TEST_F(AutogradViewTest, NarrowSliceSelect) {
-  run_cases(world, dtensor::testing::property_cases(4), 4, [](std::mt19937& rng, int mnd) {
+  run_cases(world, dtensor::testing::property_cases(7), 4, [](std::mt19937& rng, int mnd) {
     const Shape shape = small_shape(rng);
     const int64_t nd = static_cast<int64_t>(shape.size());
     const int64_t d = uniform(rng, -nd, nd - 1);
@@ -323,7 +328,7 @@ TEST_F(AutogradViewTest, NarrowSliceSelect) {
 // times (joined with cat in random order) add their gradients, unused
 // pieces give zeros.
 TEST_F(AutogradViewTest, ChunkAndSplitPiecesAccumulate) {
-  run_cases(world, dtensor::testing::property_cases(4), 5, [](std::mt19937& rng, int mnd) {
+  run_cases(world, dtensor::testing::property_cases(5), 5, [](std::mt19937& rng, int mnd) {
     const Shape shape = small_shape(rng);
     const int64_t nd = static_cast<int64_t>(shape.size());
     const int64_t d = uniform(rng, -nd, nd - 1);
@@ -350,10 +355,35 @@ TEST_F(AutogradViewTest, ChunkAndSplitPiecesAccumulate) {
   });
 }
 
+// The gradients of several pieces add up exactly: sum(cat(pieces)) with
+// the first piece used twice gives 2 on its rows and 1 elsewhere, for x
+// sharded on the split dim, on another dim, or Partial.
+TEST_F(AutogradViewTest, ChunkPiecesAddExactly) {
+  for (const Shape& ms : dtensor::testing::grad_meshes(world.size())) {
+    DeviceMesh mesh(world, ms);
+    if (!takes_part(mesh)) continue;
+    for (const Placement& p : {Shard(0), Shard(1), Partial(), Replicate()}) {
+      const Placements pl(static_cast<size_t>(mesh.ndim()), p);
+      DTensor x = make_dtensor(Tensor::randn(Shape{7, 3}, 1, 0, DType::Float64), mesh, pl, 2);
+      x.requires_grad_();
+      for (bool use_chunk : {true, false}) {
+        x.zero_grad();
+        std::vector<DTensor> pieces = use_chunk ? chunk(x, 3, 0) : split(x, 3, 0);
+        pieces.push_back(pieces[0]);
+        sum(cat(pieces, 0)).backward();
+        Tensor want = Tensor::ones(Shape{7, 3}, DType::Float64);
+        want.narrow(0, 0, 3).fill_(2.0);
+        ASSERT_TRUE(x.grad().has_value());
+        EXPECT_TRUE(same(x.grad()->full_tensor(), want)) << ms << " " << to_string(pl);
+      }
+    }
+  }
+}
+
 // cat (with skipped 1-d empty inputs, and more inputs than one schema
 // holds) and stack; some inputs do not require grad.
 TEST_F(AutogradViewTest, CatAndStack) {
-  run_cases(world, dtensor::testing::property_cases(4), 6, [](std::mt19937& rng, int mnd) {
+  run_cases(world, dtensor::testing::property_cases(5), 6, [](std::mt19937& rng, int mnd) {
     Shape base = small_shape(rng, 1, 3);
     const int64_t nd = static_cast<int64_t>(base.size());
     const int64_t d = uniform(rng, -nd, nd - 1);
@@ -399,7 +429,7 @@ TEST_F(AutogradViewTest, CloneAndContiguous) {
 // index_select with repeated and negative indices (their gradients add),
 // 1-d and 0-d indices sharded or replicated; the index gets no gradient.
 TEST_F(AutogradViewTest, IndexSelect) {
-  run_cases(world, dtensor::testing::property_cases(4), 8, [](std::mt19937& rng, int mnd) {
+  run_cases(world, dtensor::testing::property_cases(5), 8, [](std::mt19937& rng, int mnd) {
     const Shape shape = small_shape(rng);
     const int64_t nd = static_cast<int64_t>(shape.size());
     const int64_t d = uniform(rng, -nd, nd - 1);
@@ -445,11 +475,6 @@ TEST_F(AutogradViewTest, LikeOpsRecordNothing) {
 // ---- the gradient ops themselves, against plain tensors (integer values: exact) ----
 
 namespace {
-
-bool same(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() &&
-         a.contiguous().to_vector<double>() == b.contiguous().to_vector<double>();
-}
 
 Tensor ints(const Shape& shape, uint64_t seed) {
   return dtensor::testing::int_valued(shape, seed).to(DType::Float64);
