@@ -425,7 +425,9 @@ DTensor run_slice_backward(const DTensor& grad, int64_t d, int64_t start, int64_
 }
 
 // Python-style start of slice [start:end] on a dim of size n.
-int64_t slice_start(int64_t start, int64_t n) { return std::clamp<int64_t>(start < 0 ? start + n : start, 0, n); }
+int64_t slice_start(int64_t start, int64_t n) {
+  return std::clamp<int64_t>(start < 0 ? start + n : start, 0, n);
+}
 
 // ---- autograd ------------------------------------------------------------------------
 
@@ -575,9 +577,10 @@ DTensor select(const DTensor& x, int64_t dim, int64_t index) {
   if (autograd::recording({&x})) {
     const int64_t d = wrap_dim(dim, x.dim(), "select");
     const int64_t i = index < 0 ? index + x.shape()[d] : index;
-    autograd::record(out, "select", {&x}, {}, [shape = x.shape(), d, i](const autograd::Context& c) {
-      return autograd::Grads{run_slice_backward(c.grad, d, i, 1, shape[d], true)};
-    });
+    autograd::record(out, "select", {&x}, {},
+                     [shape = x.shape(), d, i](const autograd::Context& c) {
+                       return autograd::Grads{run_slice_backward(c.grad, d, i, 1, shape[d], true)};
+                     });
   }
   return out;
 }
