@@ -161,6 +161,14 @@ DTensor slice(const DTensor& x, int64_t dim, int64_t start, int64_t end, int64_t
 DTensor select(const DTensor& x, int64_t dim, int64_t index);
 std::vector<DTensor> chunk(const DTensor& x, int64_t n, int64_t dim = 0);
 std::vector<DTensor> split(const DTensor& x, int64_t split_size, int64_t dim = 0);
+// The gradients of slice/narrow and select (PyTorch's slice_backward and
+// select_backward): `grad` placed where slice(x, dim, start, end, step) or
+// select(x, dim, index) of an x of `input_shape` took its elements, zeros
+// elsewhere. Dims other than `dim` keep their shards and Partials pass
+// (zeros are zeros in every piece); a sharded `dim` is gathered.
+DTensor slice_backward(const DTensor& grad, const Shape& input_shape, int64_t dim, int64_t start,
+                       int64_t end, int64_t step = 1);
+DTensor select_backward(const DTensor& grad, const Shape& input_shape, int64_t dim, int64_t index);
 
 // ---- joining, copies, indexing -------------------------------------------------------
 // Inputs sharded alike on a dim other than `dim` stay sharded; `dim` itself
@@ -175,6 +183,13 @@ DTensor ones_like(const DTensor& x);
 DTensor full_like(const DTensor& x, Scalar value);
 // index is a 1-d int64 DTensor; sharded index -> output sharded on dim.
 DTensor index_select(const DTensor& x, int64_t dim, const DTensor& index);
+// The gradient of index_select (PyTorch's index_select_backward): zeros of
+// `input_shape` with grad's rows along `dim` added at `index` (repeated
+// indices add up). Other dims keep their shards; grad sharded on `dim`
+// with a sharded index gives Partial(sum) (each rank adds its own rows);
+// Partial(sum|avg) grads stay Partial.
+DTensor index_select_backward(const DTensor& grad, const Shape& input_shape, int64_t dim,
+                              const DTensor& index);
 
 // ---- neural-network math ---------------------------------------------------------------
 // Sharded on a dim other than `dim`: stays sharded; `dim` is gathered.

@@ -33,9 +33,9 @@ enum class OpId : uint16_t {
   // reductions
   Sum, Mean, Prod, Amax, Amin, Argmax, Argmin, Var,
   // views
-  View, Permute, Expand, Narrow, Slice, Select,
+  View, Permute, Expand, Narrow, Slice, Select, SliceBackward,
   // tensor ops
-  Cat, Stack, Clone, Contiguous, FullLike, IndexSelect,
+  Cat, Stack, Clone, Contiguous, FullLike, IndexSelect, IndexSelectBackward,
   // NN math
   Softmax, LogSoftmax, LayerNorm, RmsNorm, NllLoss, Embedding, Dropout,
 };

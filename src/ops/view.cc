@@ -28,11 +28,20 @@
 // shard whose strides need it): unlike Tensor::view, DTensor view never fails
 // on strides, since a shard's strides are an accident of how it was made.
 // Output specs record contiguous strides, like every other DTensor op.
+//
+// Every op here records its backward (autograd): reshapes reshape the
+// gradient back, permutes apply the inverse permutation, expand sums over
+// the expanded dims, and narrow/slice/select place the gradient into zeros
+// of the input's shape with slice_backward/select_backward, an op of its
+// own (below) that keeps the gradient's shards on the other dims. chunk and
+// split are narrows, so each piece is differentiable and the gradients of
+// several pieces add up.
 #include <algorithm>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "autograd/graph.h"
 #include "dispatch/dispatch.h"
 
 namespace dtensor {
@@ -355,6 +364,94 @@ constexpr OpRule kNarrow{"narrow", cut_meta, cut_strategies};
 constexpr OpRule kSlice{"slice", cut_meta, cut_strategies};
 constexpr OpRule kSelect{"select", cut_meta, cut_strategies};
 
+// ---- slice_backward, select_backward (OpId::SliceBackward) ---------------------------
+
+// args: dim of the result (normalised), start (normalised), step, the
+// result's size along dim, and 1 for select (the gradient lacks dim) or 0.
+enum SliceBackwardArg { kSbDim, kSbStart, kSbStep, kSbLength, kSbSelect };
+
+TensorMeta slice_backward_meta(const OpSchema& s) {
+  const DTensorSpec& g = s.input(0);
+  const int64_t* a = s.args;
+  Shape out = g.shape();
+  if (a[kSbSelect] != 0) {
+    DT_CHECK(a[kSbStart] >= 0 && a[kSbStart] < a[kSbLength], "select_backward: index ",
+             a[kSbStart], " out of range for dim ", a[kSbDim], " of size ", a[kSbLength]);
+    out.insert(static_cast<size_t>(a[kSbDim]), a[kSbLength]);
+  } else {
+    const int64_t m = g.shape()[a[kSbDim]];
+    DT_CHECK(m == 0 || (a[kSbStart] >= 0 && a[kSbStart] + (m - 1) * a[kSbStep] < a[kSbLength]),
+             "slice_backward: a gradient of ", m, " elements along dim ", a[kSbDim],
+             " from start ", a[kSbStart], " by step ", a[kSbStep], " does not fit a dim of size ",
+             a[kSbLength]);
+    out[a[kSbDim]] = a[kSbLength];
+  }
+  return {out, contiguous_strides(out), g.dtype()};
+}
+
+// The gradient's dims other than the cut one keep their shards (renumbered
+// past an inserted select dim); the cut dim is gathered, since the
+// gradient's chunks of it are not the chunks of the result.
+void slice_backward_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
+  const DTensorSpec& g = s.input(0);
+  const int64_t d = s.args[kSbDim];
+  const bool inserts = s.args[kSbSelect] != 0;
+  for (int64_t k = 0; k < g.ndim(); ++k) {
+    if (inserts) c.push_back({{Shard(k)}, Shard(k >= d ? k + 1 : k)});
+    else if (k != d) c.push_back({{Shard(k)}, Shard(k)});
+  }
+  partial_strategies(g, c);
+  c.push_back({{Replicate()}, Replicate()});
+}
+
+constexpr OpRule kSliceBackward{"slice_backward", slice_backward_meta, slice_backward_strategies};
+
+DTensor run_slice_backward(const DTensor& grad, int64_t d, int64_t start, int64_t step,
+                           int64_t length, bool select_dim) {
+  const OpSchema schema(OpId::SliceBackward, {&grad.spec()},
+                        {d, start, step, length, select_dim ? 1 : 0});
+  const DTensor* inputs[] = {&grad};
+  return run(schema, kSliceBackward, inputs,
+             [=](int rank, const Tensor* const* t, const OutputSharding& s) {
+               Tensor out = Tensor::zeros(output_local_shape(s, rank), t[0]->dtype());
+               if (select_dim) {
+                 out.select(d, start).copy_(*t[0]);
+               } else {
+                 const int64_t m = t[0]->shape()[d];
+                 if (m > 0) out.slice(d, start, start + (m - 1) * step + 1, step).copy_(*t[0]);
+               }
+               return out;
+             });
+}
+
+// Python-style start of slice [start:end] on a dim of size n.
+int64_t slice_start(int64_t start, int64_t n) {
+  return std::clamp<int64_t>(start < 0 ? start + n : start, 0, n);
+}
+
+// ---- autograd ------------------------------------------------------------------------
+
+// Records the backward of a reshape of x: the gradient reshaped back.
+DTensor reshaped_back(DTensor out, const char* name, const DTensor& x) {
+  if (autograd::recording({&x}))
+    autograd::record(out, name, {&x}, {}, [shape = x.shape()](const autograd::Context& c) {
+      return autograd::Grads{reshape(c.grad, shape)};
+    });
+  return out;
+}
+
+// Records the backward of slice(x, d, start, ...) with d, start normalised.
+DTensor sliced_back(DTensor out, const char* name, const DTensor& x, int64_t d, int64_t start,
+                    int64_t step) {
+  if (autograd::recording({&x}))
+    autograd::record(out, name, {&x}, {},
+                     [shape = x.shape(), d, start, step](const autograd::Context& c) {
+                       return autograd::Grads{
+                           run_slice_backward(c.grad, d, start, step, shape[d], false)};
+                     });
+  return out;
+}
+
 // Pieces [start, start + length) of x along dim d (normalised). x is moved
 // once to the layout narrow needs (the layout depends on d only), so the
 // pieces cost one gather of d at most, not one each.
@@ -372,75 +469,152 @@ std::vector<DTensor> narrow_pieces(const DTensor& x, int64_t d,
 
 }  // namespace
 
-DTensor view(const DTensor& x, const Shape& shape) { return view_to(ViewKind::View, kView, x, shape); }
+DTensor view(const DTensor& x, const Shape& shape) {
+  return reshaped_back(view_to(ViewKind::View, kView, x, shape), "view", x);
+}
 
 DTensor reshape(const DTensor& x, const Shape& shape) {
-  return view_to(ViewKind::Reshape, kReshape, x, shape);
+  return reshaped_back(view_to(ViewKind::Reshape, kReshape, x, shape), "reshape", x);
 }
 
 DTensor flatten(const DTensor& x, int64_t start_dim, int64_t end_dim) {
   const OpSchema schema(OpId::View, {&x.spec()},
                         {static_cast<int64_t>(ViewKind::Flatten), start_dim, end_dim});
-  return run_view(schema, kFlatten, x);
+  return reshaped_back(run_view(schema, kFlatten, x), "flatten", x);
 }
 
 DTensor squeeze(const DTensor& x) {
   const OpSchema schema(OpId::View, {&x.spec()}, {static_cast<int64_t>(ViewKind::Squeeze)});
-  return run_view(schema, kSqueeze, x);
+  return reshaped_back(run_view(schema, kSqueeze, x), "squeeze", x);
 }
 
 DTensor squeeze(const DTensor& x, int64_t dim) {
   const OpSchema schema(OpId::View, {&x.spec()}, {static_cast<int64_t>(ViewKind::SqueezeDim), dim});
-  return run_view(schema, kSqueeze, x);
+  return reshaped_back(run_view(schema, kSqueeze, x), "squeeze", x);
 }
 
 DTensor unsqueeze(const DTensor& x, int64_t dim) {
   const OpSchema schema(OpId::View, {&x.spec()}, {static_cast<int64_t>(ViewKind::Unsqueeze), dim});
-  return run_view(schema, kUnsqueeze, x);
+  return reshaped_back(run_view(schema, kUnsqueeze, x), "unsqueeze", x);
 }
 
 DTensor permute(const DTensor& x, const DimVector& dims) {
   OpSchema schema(OpId::Permute, {&x.spec()}, {static_cast<int64_t>(PermuteKind::Permute)});
   for (int64_t d : dims) schema.push_arg(d);
-  return run_unary(schema, kPermute, x, [&](int, const Tensor& t) { return t.permute(dims); });
+  DTensor out =
+      run_unary(schema, kPermute, x, [&](int, const Tensor& t) { return t.permute(dims); });
+  if (autograd::recording({&x})) {
+    // The inverse permutation: input dim dims[i] came to output dim i.
+    DimVector inverse(dims.size(), 0);
+    for (size_t i = 0; i < dims.size(); ++i)
+      inverse[wrap_dim(dims[i], x.dim(), "permute")] = static_cast<int64_t>(i);
+    autograd::record(out, "permute", {&x}, {}, [inverse](const autograd::Context& c) {
+      return autograd::Grads{permute(c.grad, inverse)};
+    });
+  }
+  return out;
 }
 
 DTensor transpose(const DTensor& x, int64_t d0, int64_t d1) {
   const OpSchema schema(OpId::Permute, {&x.spec()},
                         {static_cast<int64_t>(PermuteKind::Transpose), d0, d1});
-  return run_unary(schema, kTranspose, x,
-                   [&](int, const Tensor& t) { return t.transpose(d0, d1); });
+  DTensor out = run_unary(schema, kTranspose, x,
+                          [&](int, const Tensor& t) { return t.transpose(d0, d1); });
+  if (autograd::recording({&x}))
+    autograd::record(out, "transpose", {&x}, {}, [d0, d1](const autograd::Context& c) {
+      return autograd::Grads{transpose(c.grad, d0, d1)};
+    });
+  return out;
 }
 
 DTensor t(const DTensor& x) {
   const OpSchema schema(OpId::Permute, {&x.spec()}, {static_cast<int64_t>(PermuteKind::T)});
-  return run_unary(schema, kT, x, [](int, const Tensor& t) { return t.t(); });
+  DTensor out = run_unary(schema, kT, x, [](int, const Tensor& t) { return t.t(); });
+  if (autograd::recording({&x}))
+    autograd::record(out, "t", {&x}, {}, [](const autograd::Context& c) {
+      return autograd::Grads{t(c.grad)};
+    });
+  return out;
 }
 
 DTensor expand(const DTensor& x, const Shape& shape) {
   OpSchema schema(OpId::Expand, {&x.spec()});
   for (int64_t v : shape) schema.push_arg(v);
   const DTensor* inputs[] = {&x};
-  return run(schema, kExpand, inputs, [](int rank, const Tensor* const* t, const OutputSharding& s) {
-    return t[0]->expand(output_local_shape(s, rank));
-  });
+  DTensor out =
+      run(schema, kExpand, inputs, [](int rank, const Tensor* const* t, const OutputSharding& s) {
+        return t[0]->expand(output_local_shape(s, rank));
+      });
+  if (autograd::recording({&x}))
+    autograd::record(out, "expand", {&x}, {}, [shape = x.shape()](const autograd::Context& c) {
+      return autograd::Grads{autograd::sum_to(c.grad, shape)};
+    });
+  return out;
 }
 
 DTensor narrow(const DTensor& x, int64_t dim, int64_t start, int64_t length) {
   const OpSchema schema(OpId::Narrow, {&x.spec()}, {dim, start, length});
-  return run_unary(schema, kNarrow, x,
-                   [&](int, const Tensor& t) { return t.narrow(dim, start, length); });
+  DTensor out = run_unary(schema, kNarrow, x,
+                          [&](int, const Tensor& t) { return t.narrow(dim, start, length); });
+  if (!autograd::recording({&x})) return out;
+  const int64_t d = wrap_dim(dim, x.dim(), "narrow");
+  return sliced_back(std::move(out), "narrow", x, d, start < 0 ? start + x.shape()[d] : start, 1);
 }
 
 DTensor slice(const DTensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
   const OpSchema schema(OpId::Slice, {&x.spec()}, {dim, start, end, step});
-  return run_unary(schema, kSlice, x,
-                   [&](int, const Tensor& t) { return t.slice(dim, start, end, step); });
+  DTensor out = run_unary(schema, kSlice, x,
+                          [&](int, const Tensor& t) { return t.slice(dim, start, end, step); });
+  if (!autograd::recording({&x})) return out;
+  const int64_t d = wrap_dim(dim, x.dim(), "slice");
+  return sliced_back(std::move(out), "slice", x, d, slice_start(start, x.shape()[d]), step);
 }
 
 DTensor select(const DTensor& x, int64_t dim, int64_t index) {
   const OpSchema schema(OpId::Select, {&x.spec()}, {dim, index});
-  return run_unary(schema, kSelect, x, [&](int, const Tensor& t) { return t.select(dim, index); });
+  DTensor out =
+      run_unary(schema, kSelect, x, [&](int, const Tensor& t) { return t.select(dim, index); });
+  if (autograd::recording({&x})) {
+    const int64_t d = wrap_dim(dim, x.dim(), "select");
+    const int64_t i = index < 0 ? index + x.shape()[d] : index;
+    autograd::record(out, "select", {&x}, {},
+                     [shape = x.shape(), d, i](const autograd::Context& c) {
+                       return autograd::Grads{run_slice_backward(c.grad, d, i, 1, shape[d], true)};
+                     });
+  }
+  return out;
+}
+
+DTensor slice_backward(const DTensor& grad, const Shape& input_shape, int64_t dim, int64_t start,
+                       int64_t end, int64_t step) {
+  int64_t d = 0;
+  Shape want;
+  check_like_plain(grad, [&] {
+    const Tensor x(nullptr, grad.dtype(), input_shape, contiguous_strides(input_shape), 0);
+    want = x.slice(dim, start, end, step).shape();
+    d = wrap_dim(dim, x.dim(), "slice_backward");
+  });
+  DT_CHECK(grad.shape() == want, "slice_backward: the gradient has shape ", grad.shape(),
+           ", expected ", want, " (slice [", start, ":", end, ":", step, "] of dim ", dim,
+           " of shape ", input_shape, ")");
+  return run_slice_backward(grad, d, slice_start(start, input_shape[d]), step, input_shape[d],
+                            false);
+}
+
+DTensor select_backward(const DTensor& grad, const Shape& input_shape, int64_t dim,
+                        int64_t index) {
+  int64_t d = 0;
+  Shape want;
+  check_like_plain(grad, [&] {
+    const Tensor x(nullptr, grad.dtype(), input_shape, contiguous_strides(input_shape), 0);
+    want = x.select(dim, index).shape();
+    d = wrap_dim(dim, x.dim(), "select_backward");
+  });
+  DT_CHECK(grad.shape() == want, "select_backward: the gradient has shape ", grad.shape(),
+           ", expected ", want, " (select ", index, " of dim ", dim, " of shape ", input_shape,
+           ")");
+  return run_slice_backward(grad, d, index < 0 ? index + input_shape[d] : index, 1,
+                            input_shape[d], true);
 }
 
 // The pieces of Tensor::chunk: n of ceil(L / n), trailing ones short or empty.
