@@ -83,6 +83,7 @@ DTensor sqrt(const DTensor& x);
 DTensor rsqrt(const DTensor& x);
 DTensor tanh(const DTensor& x);
 DTensor sigmoid(const DTensor& x);
+DTensor erf(const DTensor& x);
 DTensor relu(const DTensor& x);
 DTensor gelu(const DTensor& x, GeluApprox approximate = GeluApprox::None);
 DTensor pow(const DTensor& x, Scalar exponent);

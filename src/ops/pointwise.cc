@@ -11,7 +11,7 @@
 //    but it is for an average: avg(a_r + b) = avg(a_r) + b.
 //  - max/min: monotone ops. max(a_r + b) = max(a_r) + b, so adding a
 //    replicated value or a scalar keeps P(max); negating turns it into
-//    P(min); relu, exp, tanh and sigmoid are increasing and defined
+//    P(min); relu, exp, tanh, sigmoid and erf are increasing and defined
 //    everywhere (log and sqrt are not: a negative piece would give NaN);
 //    maximum/minimum and where()/masked_fill selecting per element commute.
 // Everything else reduces the Partial first.
@@ -78,6 +78,7 @@ Tensor apply(OpId op, const Tensor* const* in, Scalar s, int64_t extra) {
     case OpId::Rsqrt: return rsqrt(x);
     case OpId::Tanh: return tanh(x);
     case OpId::Sigmoid: return sigmoid(x);
+    case OpId::Erf: return erf(x);
     case OpId::Relu: return relu(x);
     case OpId::Gelu: return gelu(x, static_cast<GeluApprox>(extra));
     default: break;
@@ -181,6 +182,7 @@ void pointwise_strategies(const OpSchema& s, const TensorMeta& out, std::vector<
     case OpId::Exp:
     case OpId::Tanh:
     case OpId::Sigmoid:
+    case OpId::Erf:
       one(max, max), one(min, min);
       break;
     case OpId::RSubScalar:
@@ -220,33 +222,230 @@ DTENSOR_POINTWISE_RULE(kSqrt, "sqrt");
 DTENSOR_POINTWISE_RULE(kRsqrt, "rsqrt");
 DTENSOR_POINTWISE_RULE(kTanh, "tanh");
 DTENSOR_POINTWISE_RULE(kSigmoid, "sigmoid");
+DTENSOR_POINTWISE_RULE(kErf, "erf");
 DTENSOR_POINTWISE_RULE(kRelu, "relu");
 DTENSOR_POINTWISE_RULE(kGelu, "gelu");
 #undef DTENSOR_POINTWISE_RULE
 
+// ---- backward ----------------------------------------------------------------------
+// PyTorch's formulas (derivatives.yaml), written with DTensor ops so that
+// the gradients' layouts propagate like any forward op's. Each op saves
+// only what its formula reads; a saved output is detached by the engine.
+// Gradients of broadcast inputs are summed back to their shapes (sum_to).
+// Comparisons give bool and record nothing.
+
+using autograd::Context;
+using autograd::Grads;
+using autograd::sum_to;
+
+// The gradient of maximum (or minimum) for one input: all of g where that
+// input wins, none where it loses, half of it at a tie (PyTorch's rule,
+// so that maximum(x, x) passes g through once).
+DTensor max_min_grad(const DTensor& g, const DTensor& tie, const DTensor& loses) {
+  return where(tie, mul(g, 0.5), masked_fill(g, loses, 0));
+}
+
+void record_binary(OpId id, const char* name, DTensor& out, const DTensor& a, const DTensor& b) {
+  const Shape sa = a.shape(), sb = b.shape();
+  switch (id) {
+    case OpId::Add:
+    case OpId::Sub:
+      autograd::record(out, name, {&a, &b}, {}, [id, sa, sb](const Context& c) {
+        Grads g(2);
+        if (c.needs(0)) g[0] = sum_to(c.grad, sa);
+        if (c.needs(1)) g[1] = sum_to(id == OpId::Sub ? neg(c.grad) : c.grad, sb);
+        return g;
+      });
+      return;
+    case OpId::Mul:
+      autograd::record(out, name, {&a, &b}, {a, b}, [sa, sb](const Context& c) {
+        Grads g(2);
+        if (c.needs(0)) g[0] = sum_to(mul(c.grad, c.saved(1)), sa);
+        if (c.needs(1)) g[1] = sum_to(mul(c.grad, c.saved(0)), sb);
+        return g;
+      });
+      return;
+    case OpId::Div:
+      // d(a/b)/db = -a/b^2, as -(a/b)/b like PyTorch (b*b could overflow).
+      autograd::record(out, name, {&a, &b}, {a, b}, [sa, sb](const Context& c) {
+        Grads g(2);
+        const DTensor& x = c.saved(0);
+        const DTensor& y = c.saved(1);
+        if (c.needs(0)) g[0] = sum_to(div(c.grad, y), sa);
+        if (c.needs(1)) g[1] = sum_to(mul(neg(c.grad), div(div(x, y), y)), sb);
+        return g;
+      });
+      return;
+    case OpId::Maximum:
+    case OpId::Minimum:
+      autograd::record(out, name, {&a, &b}, {a, b}, [id, sa, sb](const Context& c) {
+        Grads g(2);
+        const DTensor& x = c.saved(0);
+        const DTensor& y = c.saved(1);
+        const DTensor tie = eq(x, y);
+        const bool max = id == OpId::Maximum;
+        if (c.needs(0)) g[0] = sum_to(max_min_grad(c.grad, tie, max ? lt(x, y) : gt(x, y)), sa);
+        if (c.needs(1)) g[1] = sum_to(max_min_grad(c.grad, tie, max ? gt(x, y) : lt(x, y)), sb);
+        return g;
+      });
+      return;
+    default: return;
+  }
+}
+
+void record_scalar(OpId id, const char* name, DTensor& out, const DTensor& x, Scalar s) {
+  // The formulas use the scalar's value as a double (as PyTorch's do); the
+  // gradient is floating, so its dtype does not depend on the scalar's kind.
+  const double v = s.to_double();
+  switch (id) {
+    case OpId::AddScalar:
+    case OpId::SubScalar:
+      autograd::record(out, name, {&x}, {}, [](const Context& c) { return Grads{c.grad}; });
+      return;
+    case OpId::RSubScalar:
+      autograd::record(out, name, {&x}, {}, [](const Context& c) { return Grads{neg(c.grad)}; });
+      return;
+    case OpId::MulScalar:
+      autograd::record(out, name, {&x}, {},
+                       [v](const Context& c) { return Grads{mul(c.grad, v)}; });
+      return;
+    case OpId::DivScalar:
+      autograd::record(out, name, {&x}, {},
+                       [v](const Context& c) { return Grads{div(c.grad, v)}; });
+      return;
+    case OpId::RDivScalar:
+      // d(v/x)/dx = -v/x^2.
+      autograd::record(out, name, {&x}, {x}, [v](const Context& c) {
+        return Grads{mul(c.grad, div(div(-v, c.saved(0)), c.saved(0)))};
+      });
+      return;
+    case OpId::Pow:
+      // PyTorch: zero for the exponent 0 (even where x is inf or NaN), else
+      // v * x^(v-1), which is inf at x = 0 for 0 < v < 1 and 1 for v = 1.
+      if (v == 0) {
+        autograd::record(out, name, {&x}, {},
+                         [](const Context& c) { return Grads{zeros_like(c.grad)}; });
+        return;
+      }
+      autograd::record(out, name, {&x}, {x}, [v](const Context& c) {
+        return Grads{mul(c.grad, mul(pow(c.saved(0), v - 1), v))};
+      });
+      return;
+    default: return;
+  }
+}
+
+// gelu's derivative, PyTorch's gelu_backward for both approximations.
+DTensor gelu_grad(const DTensor& g, const DTensor& x, GeluApprox approximate) {
+  if (approximate == GeluApprox::None) {
+    // Phi(x) + x * phi(x): the normal CDF and density.
+    const double k_alpha = 0.70710678118654752440;  // 1 / sqrt(2)
+    const double k_beta = 0.39894228040143267794;   // 1 / sqrt(2 pi)
+    const DTensor cdf = mul(add(erf(mul(x, k_alpha)), 1), 0.5);
+    const DTensor pdf = mul(exp(mul(mul(x, x), -0.5)), k_beta);
+    return mul(g, add(cdf, mul(x, pdf)));
+  }
+  // 0.5 x (1 + tanh(u)), u = beta (x + kappa x^3).
+  const double k_beta = 0.79788456080286535588;  // sqrt(2 / pi)
+  const double k_kappa = 0.044715;
+  const DTensor x_sq = mul(x, x);
+  const DTensor tanh_inner = tanh(mul(add(x, mul(mul(x_sq, x), k_kappa)), k_beta));
+  const DTensor left_derivative = mul(add(tanh_inner, 1), 0.5);
+  const DTensor tanh_derivative = sub(1, mul(tanh_inner, tanh_inner));
+  const DTensor inner_derivative = mul(add(mul(x_sq, 3 * k_kappa), 1), k_beta);
+  const DTensor right_derivative = mul(mul(mul(x, 0.5), tanh_derivative), inner_derivative);
+  return mul(g, add(left_derivative, right_derivative));
+}
+
+void record_unary(OpId id, const char* name, DTensor& out, const DTensor& x, int64_t extra) {
+  // Ops whose derivative is a function of the output save the output.
+  auto of_input = [&](Grads (*f)(const Context&)) { autograd::record(out, name, {&x}, {x}, f); };
+  auto of_output = [&](Grads (*f)(const Context&)) {
+    autograd::record(out, name, {&x}, {out}, f);
+  };
+  switch (id) {
+    case OpId::Neg:
+      autograd::record(out, name, {&x}, {}, [](const Context& c) { return Grads{neg(c.grad)}; });
+      return;
+    case OpId::Abs:
+      // g * sign(x); sign(0) = 0 as in PyTorch.
+      return of_input([](const Context& c) {
+        const DTensor& v = c.saved(0);
+        return Grads{where(lt(v, 0), neg(c.grad), masked_fill(c.grad, eq(v, 0), 0))};
+      });
+    case OpId::Exp:
+      return of_output([](const Context& c) { return Grads{mul(c.grad, c.saved(0))}; });
+    case OpId::Log:
+      return of_input([](const Context& c) { return Grads{div(c.grad, c.saved(0))}; });
+    case OpId::Sqrt:
+      return of_output([](const Context& c) { return Grads{div(c.grad, mul(c.saved(0), 2))}; });
+    case OpId::Rsqrt:
+      // d(x^-1/2)/dx = -1/2 x^-3/2 = -1/2 y^3.
+      return of_output([](const Context& c) {
+        return Grads{mul(mul(c.grad, pow(c.saved(0), 3)), -0.5)};
+      });
+    case OpId::Tanh:
+      return of_output([](const Context& c) {
+        const DTensor& y = c.saved(0);
+        return Grads{mul(c.grad, sub(1, mul(y, y)))};
+      });
+    case OpId::Sigmoid:
+      return of_output([](const Context& c) {
+        const DTensor& y = c.saved(0);
+        return Grads{mul(mul(c.grad, sub(1, y)), y)};
+      });
+    case OpId::Relu:
+      // PyTorch's threshold_backward on the output: zero where y <= 0, so
+      // relu'(0) = 0.
+      return of_output([](const Context& c) {
+        return Grads{masked_fill(c.grad, le(c.saved(0), 0), 0)};
+      });
+    case OpId::Erf:
+      return of_input([](const Context& c) {
+        const double k = 1.12837916709551257390;  // 2 / sqrt(pi)
+        const DTensor& v = c.saved(0);
+        return Grads{mul(c.grad, mul(exp(neg(mul(v, v))), k))};
+      });
+    case OpId::Gelu: {
+      const auto approximate = static_cast<GeluApprox>(extra);
+      autograd::record(out, name, {&x}, {x}, [approximate](const Context& c) {
+        return Grads{gelu_grad(c.grad, c.saved(0), approximate)};
+      });
+      return;
+    }
+    default: return;
+  }
+}
+
 DTensor binary(OpId id, const OpRule& rule, const DTensor& a, const DTensor& b) {
   const OpSchema schema(id, {&a.spec(), &b.spec()});
-  return run_binary(schema, rule, a, b, [id](int, const Tensor& x, const Tensor& y) {
+  DTensor out = run_binary(schema, rule, a, b, [id](int, const Tensor& x, const Tensor& y) {
     const Tensor* in[] = {&x, &y};
     return apply(id, in, Scalar(0), 0);
   });
+  if (autograd::recording({&a, &b})) record_binary(id, rule.name, out, a, b);
+  return out;
 }
 
 DTensor with_scalar(OpId id, const OpRule& rule, const DTensor& a, Scalar b) {
   const OpSchema schema(id, {&a.spec()}, {scalar_kind(b)});
-  return run_unary(schema, rule, a, [id, b](int, const Tensor& x) {
+  DTensor out = run_unary(schema, rule, a, [id, b](int, const Tensor& x) {
     const Tensor* in[] = {&x};
     return apply(id, in, b, 0);
   });
+  if (autograd::recording({&a})) record_scalar(id, rule.name, out, a, b);
+  return out;
 }
 
 DTensor unary(OpId id, const OpRule& rule, const DTensor& a, int64_t extra = 0) {
   OpSchema schema(id, {&a.spec()});
   if (id == OpId::Gelu) schema.push_arg(extra);
-  return run_unary(schema, rule, a, [id, extra](int, const Tensor& x) {
+  DTensor out = run_unary(schema, rule, a, [id, extra](int, const Tensor& x) {
     const Tensor* in[] = {&x};
     return apply(id, in, Scalar(0), extra);
   });
+  if (autograd::recording({&a})) record_unary(id, rule.name, out, a, extra);
+  return out;
 }
 
 // A one-element plain Tensor next to a DTensor is a replicated value; any
@@ -261,41 +460,9 @@ DTensor replicated(const char* op, const Tensor& t, const DTensor& like) {
 
 }  // namespace
 
-DTensor add(const DTensor& a, const DTensor& b) {
-  DTensor out = binary(OpId::Add, kAdd, a, b);
-  if (autograd::recording({&a, &b}))
-    autograd::record(out, "add", {&a, &b}, {},
-                     [sa = a.shape(), sb = b.shape()](const autograd::Context& c) {
-                       autograd::Grads g(2);
-                       if (c.needs(0)) g[0] = autograd::sum_to(c.grad, sa);
-                       if (c.needs(1)) g[1] = autograd::sum_to(c.grad, sb);
-                       return g;
-                     });
-  return out;
-}
-DTensor sub(const DTensor& a, const DTensor& b) {
-  DTensor out = binary(OpId::Sub, kSub, a, b);
-  if (autograd::recording({&a, &b}))
-    autograd::record(out, "sub", {&a, &b}, {},
-                     [sa = a.shape(), sb = b.shape()](const autograd::Context& c) {
-                       autograd::Grads g(2);
-                       if (c.needs(0)) g[0] = autograd::sum_to(c.grad, sa);
-                       if (c.needs(1)) g[1] = autograd::sum_to(neg(c.grad), sb);
-                       return g;
-                     });
-  return out;
-}
-DTensor mul(const DTensor& a, const DTensor& b) {
-  DTensor out = binary(OpId::Mul, kMul, a, b);
-  if (autograd::recording({&a, &b}))
-    autograd::record(out, "mul", {&a, &b}, {a, b}, [](const autograd::Context& c) {
-      autograd::Grads g(2);
-      if (c.needs(0)) g[0] = autograd::sum_to(mul(c.grad, c.saved(1)), c.saved(0).shape());
-      if (c.needs(1)) g[1] = autograd::sum_to(mul(c.grad, c.saved(0)), c.saved(1).shape());
-      return g;
-    });
-  return out;
-}
+DTensor add(const DTensor& a, const DTensor& b) { return binary(OpId::Add, kAdd, a, b); }
+DTensor sub(const DTensor& a, const DTensor& b) { return binary(OpId::Sub, kSub, a, b); }
+DTensor mul(const DTensor& a, const DTensor& b) { return binary(OpId::Mul, kMul, a, b); }
 DTensor div(const DTensor& a, const DTensor& b) { return binary(OpId::Div, kDiv, a, b); }
 DTensor maximum(const DTensor& a, const DTensor& b) {
   return binary(OpId::Maximum, kMaximum, a, b);
@@ -350,6 +517,7 @@ DTensor sqrt(const DTensor& x) { return unary(OpId::Sqrt, kSqrt, x); }
 DTensor rsqrt(const DTensor& x) { return unary(OpId::Rsqrt, kRsqrt, x); }
 DTensor tanh(const DTensor& x) { return unary(OpId::Tanh, kTanh, x); }
 DTensor sigmoid(const DTensor& x) { return unary(OpId::Sigmoid, kSigmoid, x); }
+DTensor erf(const DTensor& x) { return unary(OpId::Erf, kErf, x); }
 DTensor relu(const DTensor& x) { return unary(OpId::Relu, kRelu, x); }
 DTensor gelu(const DTensor& x, GeluApprox approximate) {
   return unary(OpId::Gelu, kGelu, x, static_cast<int64_t>(approximate));
@@ -374,25 +542,51 @@ DTensor ge(const DTensor& a, Scalar b) { return with_scalar(OpId::GeScalar, kGe,
 DTensor where(const DTensor& cond, const DTensor& a, const DTensor& b) {
   const OpSchema schema(OpId::Where, {&cond.spec(), &a.spec(), &b.spec()});
   const DTensor* inputs[] = {&cond, &a, &b};
-  return run(schema, kWhere, inputs, [](int, const Tensor* const* in, const OutputSharding&) {
+  DTensor out = run(schema, kWhere, inputs, [](int, const Tensor* const* in, const OutputSharding&) {
     return apply(OpId::Where, in, Scalar(0), 0);
   });
+  // cond is bool: it never wants a gradient.
+  if (autograd::recording({&a, &b}))
+    autograd::record(out, "where", {&cond, &a, &b}, {cond},
+                     [sa = a.shape(), sb = b.shape()](const Context& c) {
+                       Grads g(3);
+                       if (c.needs(1)) g[1] = sum_to(where(c.saved(0), c.grad, 0), sa);
+                       if (c.needs(2)) g[2] = sum_to(masked_fill(c.grad, c.saved(0), 0), sb);
+                       return g;
+                     });
+  return out;
 }
 
 DTensor where(const DTensor& cond, const DTensor& a, Scalar b) {
   const OpSchema schema(OpId::WhereScalar, {&cond.spec(), &a.spec()}, {scalar_kind(b)});
-  return run_binary(schema, kWhere, cond, a, [b](int, const Tensor& c, const Tensor& x) {
+  DTensor out = run_binary(schema, kWhere, cond, a, [b](int, const Tensor& c, const Tensor& x) {
     const Tensor* in[] = {&c, &x};
     return apply(OpId::WhereScalar, in, b, 0);
   });
+  if (autograd::recording({&a}))
+    autograd::record(out, "where", {&cond, &a}, {cond}, [sa = a.shape()](const Context& c) {
+      Grads g(2);
+      if (c.needs(1)) g[1] = sum_to(where(c.saved(0), c.grad, 0), sa);
+      return g;
+    });
+  return out;
 }
 
 DTensor masked_fill(const DTensor& x, const DTensor& mask, Scalar value) {
   const OpSchema schema(OpId::MaskedFill, {&x.spec(), &mask.spec()}, {scalar_kind(value)});
-  return run_binary(schema, kMaskedFill, x, mask, [value](int, const Tensor& t, const Tensor& m) {
-    const Tensor* in[] = {&t, &m};
-    return apply(OpId::MaskedFill, in, value, 0);
-  });
+  DTensor out =
+      run_binary(schema, kMaskedFill, x, mask, [value](int, const Tensor& t, const Tensor& m) {
+        const Tensor* in[] = {&t, &m};
+        return apply(OpId::MaskedFill, in, value, 0);
+      });
+  // The filled positions do not depend on x: zero gradient there.
+  if (autograd::recording({&x}))
+    autograd::record(out, "masked_fill", {&x, &mask}, {mask}, [sx = x.shape()](const Context& c) {
+      Grads g(2);
+      if (c.needs(0)) g[0] = sum_to(masked_fill(c.grad, c.saved(0), 0), sx);
+      return g;
+    });
+  return out;
 }
 
 }  // namespace dtensor

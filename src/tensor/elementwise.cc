@@ -353,6 +353,12 @@ struct SigmoidOp {
     return T(1) / (T(1) + std::exp(-x));
   }
 };
+struct ErfOp {
+  template <class T>
+  T operator()(T x) const {
+    return std::erf(x);
+  }
+};
 // PyTorch's gelu: x * Phi(x) with the exact normal CDF ...
 struct GeluErfOp {
   template <class T>
@@ -645,6 +651,7 @@ Tensor sqrt(const Tensor& x) { return floating_unary("sqrt", x, SqrtOp{}); }
 Tensor rsqrt(const Tensor& x) { return floating_unary("rsqrt", x, RsqrtOp{}); }
 Tensor tanh(const Tensor& x) { return floating_unary("tanh", x, TanhOp{}); }
 Tensor sigmoid(const Tensor& x) { return floating_unary("sigmoid", x, SigmoidOp{}); }
+Tensor erf(const Tensor& x) { return floating_unary("erf", x, ErfOp{}); }
 Tensor gelu(const Tensor& x, GeluApprox approximate) {
   if (approximate == GeluApprox::Tanh) return floating_unary("gelu", x, GeluTanhOp{});
   return floating_unary("gelu", x, GeluErfOp{});

@@ -735,6 +735,8 @@ TEST(Elementwise, UnaryOpsMatchReference) {
        true},
       {"sigmoid", [](const Tensor& x) { return sigmoid(x); },
        [](double x) { return 1 / (1 + std::exp(-x)); }, true, true},
+      {"erf", [](const Tensor& x) { return erf(x); }, [](double x) { return std::erf(x); }, true,
+       true},
       {"gelu", [](const Tensor& x) { return gelu(x); },
        [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, true, true},
       {"gelu_tanh", [](const Tensor& x) { return gelu(x, GeluApprox::Tanh); },

@@ -104,6 +104,7 @@ std::vector<OpCase> pointwise_cases() {
       unary_case("rsqrt", [](const auto& x) { return rsqrt(abs(x) + 1.0); }, 1e-5),
       unary_case("tanh", [](const auto& x) { return tanh(x / 10.0); }, 1e-5),
       unary_case("sigmoid", [](const auto& x) { return sigmoid(x / 10.0); }, 1e-5),
+      unary_case("erf", [](const auto& x) { return erf(x / 10.0); }, 1e-5),
       unary_case("gelu", [](const auto& x) { return gelu(x / 10.0); }, 1e-5),
       unary_case("gelu_tanh", [](const auto& x) { return gelu(x / 10.0, GeluApprox::Tanh); }, 1e-5),
       unary_case("pow", [](const auto& x) { return pow(x, 2); }),
