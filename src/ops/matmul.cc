@@ -318,11 +318,12 @@ DTensor reduce_to(const DTensor& g, const Shape& shape) {
 DTensor scaled(const DTensor& x, Scalar s) { return s.to_double() == 1.0 ? x : mul(x, s); }
 
 // Into g[ia] and g[ib] (when wanted): grad_a = grad @ b^T and grad_b =
-// a^T @ grad of a 2-d product (mm) or a batched 3-d one (bmm), the output's
-// gradient scaled by `alpha` first.
-autograd::Grads product_grads(const autograd::Context& c, size_t ia, size_t ib, const DTensor& a,
-                              const DTensor& b, Scalar alpha, bool batched, autograd::Grads g) {
+// a^T @ grad of a 2-d product (mm) or a batched 3-d one (bmm) of the saved
+// a and b, the output's gradient scaled by `alpha` first.
+autograd::Grads product_grads(const autograd::Context& c, size_t ia, size_t ib, Scalar alpha,
+                              bool batched, autograd::Grads g) {
   if (!c.needs(ia) && !c.needs(ib)) return g;
+  const DTensor &a = c.saved(0), &b = c.saved(1);
   const DTensor grad = scaled(c.grad, alpha);
   auto mt = [&](const DTensor& x) { return batched ? transpose(x, 1, 2) : t(x); };
   auto product = [&](const DTensor& x, const DTensor& y) { return batched ? bmm(x, y) : mm(x, y); };
@@ -384,7 +385,7 @@ DTensor mm(const DTensor& a, const DTensor& b) {
                            [](int, const Tensor& x, const Tensor& y) { return mm(x, y); });
   if (autograd::recording({&a, &b}))
     autograd::record(out, "mm", {&a, &b}, {a, b}, [](const autograd::Context& c) {
-      return product_grads(c, 0, 1, c.saved(0), c.saved(1), 1, false, autograd::Grads(2));
+      return product_grads(c, 0, 1, 1, false, autograd::Grads(2));
     });
   return out;
 }
@@ -405,7 +406,7 @@ DTensor addmm(const DTensor& bias, const DTensor& a, const DTensor& b, Scalar be
                      [bias_shape = bias.shape(), beta, alpha](const autograd::Context& c) {
                        autograd::Grads g(3);
                        if (c.needs(0)) g[0] = scaled(reduce_to(c.grad, bias_shape), beta);
-                       return product_grads(c, 1, 2, c.saved(0), c.saved(1), alpha, false, g);
+                       return product_grads(c, 1, 2, alpha, false, g);
                      });
   return out;
 }
@@ -416,7 +417,7 @@ DTensor bmm(const DTensor& a, const DTensor& b) {
                            [](int, const Tensor& x, const Tensor& y) { return bmm(x, y); });
   if (autograd::recording({&a, &b}))
     autograd::record(out, "bmm", {&a, &b}, {a, b}, [](const autograd::Context& c) {
-      return product_grads(c, 0, 1, c.saved(0), c.saved(1), 1, true, autograd::Grads(2));
+      return product_grads(c, 0, 1, 1, true, autograd::Grads(2));
     });
   return out;
 }
@@ -437,7 +438,7 @@ DTensor baddbmm(const DTensor& bias, const DTensor& a, const DTensor& b, Scalar 
                      [bias_shape = bias.shape(), beta, alpha](const autograd::Context& c) {
                        autograd::Grads g(3);
                        if (c.needs(0)) g[0] = scaled(reduce_to(c.grad, bias_shape), beta);
-                       return product_grads(c, 1, 2, c.saved(0), c.saved(1), alpha, true, g);
+                       return product_grads(c, 1, 2, alpha, true, g);
                      });
   return out;
 }
@@ -446,7 +447,8 @@ DTensor matmul(const DTensor& a, const DTensor& b) {
   const OpSchema schema(OpId::Matmul, {&a.spec(), &b.spec()});
   DTensor out = run_binary(schema, kMatmul, a, b,
                            [](int, const Tensor& x, const Tensor& y) { return matmul(x, y); });
-  if (autograd::recording({&a, &b})) autograd::record(out, "matmul", {&a, &b}, {a, b}, matmul_grads);
+  if (autograd::recording({&a, &b}))
+    autograd::record(out, "matmul", {&a, &b}, {a, b}, matmul_grads);
   return out;
 }
 

@@ -246,6 +246,15 @@ DTensor unreduce(const DTensor& g, int64_t nd, const DimVector& dims, bool keepd
   return out;
 }
 
+// amax/amin's gradient (saved: the input, the output) goes to the elements
+// equal to the result, split evenly among ties (PyTorch's amax/amin).
+DTensor extreme_backward(const autograd::Context& c, const DimVector& dims, bool keepdim) {
+  const DTensor& x = c.saved(0);
+  const DTensor hit = eq(x, unreduce(c.saved(1), x.dim(), dims, keepdim));
+  const DTensor g = unreduce(c.grad, x.dim(), dims, keepdim);
+  return mul(div(g, sum(hit, dims, true)), hit);
+}
+
 }  // namespace
 
 DTensor sum(const DTensor& x, const DimVector& dims, bool keepdim) {
@@ -259,11 +268,14 @@ DTensor sum(const DTensor& x, const DimVector& dims, bool keepdim) {
 DTensor mean(const DTensor& x, const DimVector& dims, bool keepdim) {
   DTensor out = reduce(OpId::Mean, kMean, x, dims, keepdim);
   if (autograd::recording({&x}))
-    autograd::record(out, "mean", {&x}, {}, [shape = x.shape(), dims, keepdim](const autograd::Context& c) {
-      const DTensor g = div(c.grad, static_cast<double>(reduced_count(shape, dims)));
-      const DTensor u = unreduce(g, static_cast<int64_t>(shape.size()), dims, keepdim);
-      return autograd::Grads{u.shape() == shape ? u : expand(u, shape)};
-    });
+    autograd::record(out, "mean", {&x}, {},
+                     [shape = x.shape(), dims, keepdim](const autograd::Context& c) {
+                       const DTensor g =
+                           div(c.grad, static_cast<double>(reduced_count(shape, dims)));
+                       const DTensor u =
+                           unreduce(g, static_cast<int64_t>(shape.size()), dims, keepdim);
+                       return autograd::Grads{u.shape() == shape ? u : expand(u, shape)};
+                     });
   return out;
 }
 
@@ -286,19 +298,6 @@ DTensor prod(const DTensor& x, const DimVector& dims, bool keepdim) {
     });
   return out;
 }
-
-namespace {
-
-// The gradient goes to the elements equal to the result, split evenly
-// among ties (PyTorch's amax/amin).
-DTensor extreme_backward(const autograd::Context& c, const DimVector& dims, bool keepdim) {
-  const DTensor& x = c.saved(0);
-  const DTensor hit = eq(x, unreduce(c.saved(1), x.dim(), dims, keepdim));
-  const DTensor g = unreduce(c.grad, x.dim(), dims, keepdim);
-  return mul(div(g, sum(hit, dims, true)), hit);
-}
-
-}  // namespace
 
 DTensor amax(const DTensor& x, const DimVector& dims, bool keepdim) {
   DTensor out = reduce(OpId::Amax, kAmax, x, dims, keepdim);
@@ -324,12 +323,14 @@ DTensor var(const DTensor& x, const DimVector& dims, int64_t correction, bool ke
   DTensor out = run_unary(schema, kVar, x,
                           [&](int, const Tensor& t) { return var(t, dims, correction, keepdim); });
   if (autograd::recording({&x}))
-    autograd::record(out, "var", {&x}, {x}, [dims, correction, keepdim](const autograd::Context& c) {
-      const DTensor& in = c.saved(0);
-      const double dof = static_cast<double>(reduced_count(in.shape(), dims) - correction);
-      const DTensor g = unreduce(mul(c.grad, 2.0 / dof), in.dim(), dims, keepdim);
-      return autograd::Grads{mul(g, sub(in, mean(in, dims, true)))};
-    });
+    autograd::record(out, "var", {&x}, {x},
+                     [dims, correction, keepdim](const autograd::Context& c) {
+                       const DTensor& in = c.saved(0);
+                       const double dof =
+                           static_cast<double>(reduced_count(in.shape(), dims) - correction);
+                       const DTensor g = unreduce(mul(c.grad, 2.0 / dof), in.dim(), dims, keepdim);
+                       return autograd::Grads{mul(g, sub(in, mean(in, dims, true)))};
+                     });
   return out;
 }
 

@@ -36,11 +36,15 @@ Placements replicate(const DeviceMesh& mesh) {
 }
 
 // A dim size: 1-4, sometimes 0 (empty shards and empty tensors).
-int64_t dim_size(std::mt19937& rng) { return rng() % 7 == 0 ? 0 : 1 + static_cast<int64_t>(rng() % 4); }
+int64_t dim_size(std::mt19937& rng) {
+  return rng() % 7 == 0 ? 0 : 1 + static_cast<int64_t>(rng() % 4);
+}
 
 // A batch dim size: 1-3, sometimes 0 (kept small: the finite differences
 // cost a forward per element).
-int64_t batch_size(std::mt19937& rng) { return rng() % 7 == 0 ? 0 : 1 + static_cast<int64_t>(rng() % 3); }
+int64_t batch_size(std::mt19937& rng) {
+  return rng() % 7 == 0 ? 0 : 1 + static_cast<int64_t>(rng() % 3);
+}
 
 // One random case: the full inputs (float64), which of them require grad,
 // the function, and a description for failures.
@@ -127,7 +131,9 @@ TEST_F(AutogradMatmulReductionTest, Addmm) {
     std::ostringstream what;
     what << "addmm beta " << beta.to_double() << " alpha " << alpha.to_double();
     return Case{{randn(bias, rng), randn({m, k}, rng), randn({k, n}, rng)}, random_grads(rng, 3),
-                [=](const std::vector<DTensor>& in) { return addmm(in[0], in[1], in[2], beta, alpha); },
+                [=](const std::vector<DTensor>& in) {
+                  return addmm(in[0], in[1], in[2], beta, alpha);
+                },
                 what.str()};
   });
 }
@@ -160,16 +166,16 @@ TEST_F(AutogradMatmulReductionTest, Baddbmm) {
 // batched (up to 4-d) with the batch dims broadcast.
 TEST_F(AutogradMatmulReductionTest, Matmul) {
   run_cases(world, 8, 5, [](std::mt19937& rng) {
-    const int64_t da = 1 + static_cast<int64_t>(rng() % 4), db = 1 + static_cast<int64_t>(rng() % 4);
+    const int64_t da = 1 + static_cast<int64_t>(rng() % 4);
+    const int64_t db = 1 + static_cast<int64_t>(rng() % 4);
     const int64_t m = dim_size(rng), k = dim_size(rng), n = dim_size(rng);
     Shape batch;
     for (int64_t i = 0; i + 2 < std::max(da, db); ++i) batch.push_back(batch_size(rng));
     auto batch_of = [&](int64_t nd) {
       Shape s;
-      for (int64_t i = 0; i + 2 < nd; ++i) {
-        const int64_t full = batch[batch.size() - static_cast<size_t>(nd - 2) + static_cast<size_t>(i)];
-        s.push_back(rng() % 3 == 0 ? 1 : full);
-      }
+      // The last nd - 2 of the output's batch dims, some broadcast from 1.
+      const size_t first = batch.size() - static_cast<size_t>(nd - 2);
+      for (size_t i = first; i < batch.size(); ++i) s.push_back(rng() % 3 == 0 ? 1 : batch[i]);
       return s;
     };
     Shape a = batch_of(da), b = batch_of(db);
