@@ -12,6 +12,14 @@
 // dim: a term that is replicated there is added only on the rank at
 // coordinate 0 of that mesh dim (what R -> P does), a partial term on every
 // rank. So a replicated bias costs nothing when the product is partial.
+//
+// The backwards are PyTorch's (grad_a = grad @ b^T, grad_b = a^T @ grad),
+// written with DTensor products of transposed views, so their layouts come
+// from the same rules: a column-parallel linear (weight S(0), input R) gets
+// a Partial(sum) input gradient and an S(0) weight gradient; a row-parallel
+// one (weight S(1), input S(-1)) gets an S(-1) input gradient with no
+// collective. Each backward uses few ops: each costs a dispatch.
+#include "autograd/graph.h"
 #include "dispatch/dispatch.h"
 
 namespace dtensor {
@@ -289,64 +297,186 @@ Tensor biased(const OutputSharding& s, int rank, int bias_input, std::initialize
   return out;
 }
 
+// ---- backward helpers --------------------------------------------------------------
+
+// The gradient `g` of a broadcast result summed down to `shape` (the
+// leading dims broadcasting added and the dims of size 1 in `shape`): one
+// sum without keepdim, or a reshape when only size-1 dims differ, where
+// autograd::sum_to would sum with keepdim and reshape.
+DTensor reduce_to(const DTensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  if (g.shape().product() == shape.product()) return reshape(g, shape);
+  const int64_t lead = g.dim() - static_cast<int64_t>(shape.size());
+  DimVector dims;
+  for (int64_t d = 0; d < g.dim(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && g.shape()[d] != 1)) dims.push_back(d);
+  if (dims.empty()) return reshape(g, shape);
+  const DTensor s = sum(g, dims);
+  return s.shape() == shape ? s : reshape(s, shape);
+}
+
+DTensor scaled(const DTensor& x, Scalar s) { return s.to_double() == 1.0 ? x : mul(x, s); }
+
+// Into g[ia] and g[ib] (when wanted): grad_a = grad @ b^T and grad_b =
+// a^T @ grad of a 2-d product (mm) or a batched 3-d one (bmm) of the saved
+// a and b, the output's gradient scaled by `alpha` first.
+autograd::Grads product_grads(const autograd::Context& c, size_t ia, size_t ib, Scalar alpha,
+                              bool batched, autograd::Grads g) {
+  if (!c.needs(ia) && !c.needs(ib)) return g;
+  const DTensor &a = c.saved(0), &b = c.saved(1);
+  const DTensor grad = scaled(c.grad, alpha);
+  auto mt = [&](const DTensor& x) { return batched ? transpose(x, 1, 2) : t(x); };
+  auto product = [&](const DTensor& x, const DTensor& y) { return batched ? bmm(x, y) : mm(x, y); };
+  if (c.needs(ia)) g[ia] = product(grad, mt(b));
+  if (c.needs(ib)) g[ib] = product(mt(a), grad);
+  return g;
+}
+
+// torch.matmul's gradients, by case of the inputs' dims (g: the output's).
+autograd::Grads matmul_grads(const autograd::Context& c) {
+  const DTensor &a = c.saved(0), &b = c.saved(1), &g = c.grad;
+  const int64_t da = a.dim(), db = b.dim();
+  autograd::Grads out(2);
+  const bool need_a = c.needs(0), need_b = c.needs(1);
+  if (da == 1 && db == 1) {  // dot: g is 0-d
+    if (need_a) out[0] = mul(g, b);
+    if (need_b) out[1] = mul(g, a);
+  } else if (db == 1) {  // a [..., m, k] @ b [k] -> [..., m]
+    if (need_a) out[0] = mul(unsqueeze(g, -1), b);
+    if (need_b) out[1] = da == 2 ? matmul(g, a) : reduce_to(matmul(unsqueeze(g, -2), a), b.shape());
+  } else if (da == 1) {  // a [k] @ b [..., k, n] -> [..., n]
+    if (need_a)
+      out[0] = db == 2 ? matmul(b, g)
+                       : reduce_to(matmul(unsqueeze(g, -2), transpose(b, -1, -2)), a.shape());
+    if (need_b) out[1] = mul(unsqueeze(a, -1), db == 2 ? g : unsqueeze(g, -2));
+  } else {  // batch dims broadcast: the gradients are summed back over them
+    if (need_a) out[0] = reduce_to(matmul(g, transpose(b, -1, -2)), a.shape());
+    if (need_b) out[1] = reduce_to(matmul(transpose(a, -1, -2), g), b.shape());
+  }
+  return out;
+}
+
+// linear's gradients: x [..., in], weight [out, in], g [..., out]. The
+// weight's is g^T @ x over the flattened leading dims.
+autograd::Grads linear_grads(const autograd::Context& c, const std::optional<Shape>& bias_shape) {
+  const DTensor &x = c.saved(0), &w = c.saved(1), &g = c.grad;
+  autograd::Grads out(bias_shape ? 3 : 2);
+  if (c.needs(0)) out[0] = matmul(g, w);
+  if (c.needs(1)) {
+    if (x.dim() == 1) {
+      out[1] = mul(unsqueeze(g, 1), x);
+    } else if (x.dim() == 2) {
+      out[1] = mm(t(g), x);
+    } else {
+      int64_t n = 1;
+      for (int64_t d = 0; d + 1 < x.dim(); ++d) n *= x.shape()[d];
+      out[1] = mm(t(reshape(g, {n, g.shape().back()})), reshape(x, {n, x.shape().back()}));
+    }
+  }
+  if (bias_shape && c.needs(2)) out[2] = reduce_to(g, *bias_shape);
+  return out;
+}
+
 }  // namespace
 
 DTensor mm(const DTensor& a, const DTensor& b) {
   const OpSchema schema(OpId::Mm, {&a.spec(), &b.spec()});
-  return run_binary(schema, kMm, a, b,
-                    [](int, const Tensor& x, const Tensor& y) { return mm(x, y); });
+  DTensor out = run_binary(schema, kMm, a, b,
+                           [](int, const Tensor& x, const Tensor& y) { return mm(x, y); });
+  if (autograd::recording({&a, &b}))
+    autograd::record(out, "mm", {&a, &b}, {a, b}, [](const autograd::Context& c) {
+      return product_grads(c, 0, 1, 1, false, autograd::Grads(2));
+    });
+  return out;
 }
 
 DTensor addmm(const DTensor& bias, const DTensor& a, const DTensor& b, Scalar beta,
               Scalar alpha) {
   const OpSchema schema(OpId::Addmm, {&bias.spec(), &a.spec(), &b.spec()});
   const DTensor* inputs[] = {&bias, &a, &b};
-  return run(schema, kAddmm, inputs, [&](int rank, const Tensor* const* t, const OutputSharding& s) {
-    return biased(
-        s, rank, 0, {1, 2}, *t[0], beta, alpha,
-        [&] { return addmm(*t[0], *t[1], *t[2], beta, alpha); }, [&] { return mm(*t[1], *t[2]); });
-  });
+  DTensor out =
+      run(schema, kAddmm, inputs, [&](int rank, const Tensor* const* t, const OutputSharding& s) {
+        return biased(
+            s, rank, 0, {1, 2}, *t[0], beta, alpha,
+            [&] { return addmm(*t[0], *t[1], *t[2], beta, alpha); },
+            [&] { return mm(*t[1], *t[2]); });
+      });
+  if (autograd::recording({&bias, &a, &b}))
+    autograd::record(out, "addmm", {&bias, &a, &b}, {a, b},
+                     [bias_shape = bias.shape(), beta, alpha](const autograd::Context& c) {
+                       autograd::Grads g(3);
+                       if (c.needs(0)) g[0] = scaled(reduce_to(c.grad, bias_shape), beta);
+                       return product_grads(c, 1, 2, alpha, false, g);
+                     });
+  return out;
 }
 
 DTensor bmm(const DTensor& a, const DTensor& b) {
   const OpSchema schema(OpId::Bmm, {&a.spec(), &b.spec()});
-  return run_binary(schema, kBmm, a, b,
-                    [](int, const Tensor& x, const Tensor& y) { return bmm(x, y); });
+  DTensor out = run_binary(schema, kBmm, a, b,
+                           [](int, const Tensor& x, const Tensor& y) { return bmm(x, y); });
+  if (autograd::recording({&a, &b}))
+    autograd::record(out, "bmm", {&a, &b}, {a, b}, [](const autograd::Context& c) {
+      return product_grads(c, 0, 1, 1, true, autograd::Grads(2));
+    });
+  return out;
 }
 
 DTensor baddbmm(const DTensor& bias, const DTensor& a, const DTensor& b, Scalar beta,
                 Scalar alpha) {
   const OpSchema schema(OpId::Baddbmm, {&bias.spec(), &a.spec(), &b.spec()});
   const DTensor* inputs[] = {&bias, &a, &b};
-  return run(schema, kBaddbmm, inputs,
-             [&](int rank, const Tensor* const* t, const OutputSharding& s) {
-               return biased(
-                   s, rank, 0, {1, 2}, *t[0], beta, alpha,
-                   [&] { return baddbmm(*t[0], *t[1], *t[2], beta, alpha); },
-                   [&] { return bmm(*t[1], *t[2]); });
-             });
+  DTensor out = run(schema, kBaddbmm, inputs,
+                    [&](int rank, const Tensor* const* t, const OutputSharding& s) {
+                      return biased(
+                          s, rank, 0, {1, 2}, *t[0], beta, alpha,
+                          [&] { return baddbmm(*t[0], *t[1], *t[2], beta, alpha); },
+                          [&] { return bmm(*t[1], *t[2]); });
+                    });
+  if (autograd::recording({&bias, &a, &b}))
+    autograd::record(out, "baddbmm", {&bias, &a, &b}, {a, b},
+                     [bias_shape = bias.shape(), beta, alpha](const autograd::Context& c) {
+                       autograd::Grads g(3);
+                       if (c.needs(0)) g[0] = scaled(reduce_to(c.grad, bias_shape), beta);
+                       return product_grads(c, 1, 2, alpha, true, g);
+                     });
+  return out;
 }
 
 DTensor matmul(const DTensor& a, const DTensor& b) {
   const OpSchema schema(OpId::Matmul, {&a.spec(), &b.spec()});
-  return run_binary(schema, kMatmul, a, b,
-                    [](int, const Tensor& x, const Tensor& y) { return matmul(x, y); });
+  DTensor out = run_binary(schema, kMatmul, a, b,
+                           [](int, const Tensor& x, const Tensor& y) { return matmul(x, y); });
+  if (autograd::recording({&a, &b}))
+    autograd::record(out, "matmul", {&a, &b}, {a, b}, matmul_grads);
+  return out;
 }
 
 DTensor linear(const DTensor& x, const DTensor& weight) {
   const OpSchema schema(OpId::Linear, {&x.spec(), &weight.spec()});
-  return run_binary(schema, kLinear, x, weight,
-                    [](int, const Tensor& a, const Tensor& w) { return linear(a, w); });
+  DTensor out = run_binary(schema, kLinear, x, weight,
+                           [](int, const Tensor& a, const Tensor& w) { return linear(a, w); });
+  if (autograd::recording({&x, &weight}))
+    autograd::record(out, "linear", {&x, &weight}, {x, weight},
+                     [](const autograd::Context& c) { return linear_grads(c, std::nullopt); });
+  return out;
 }
 
 DTensor linear(const DTensor& x, const DTensor& weight, const DTensor& bias) {
   const OpSchema schema(OpId::Linear, {&x.spec(), &weight.spec(), &bias.spec()});
   const DTensor* inputs[] = {&x, &weight, &bias};
-  return run(schema, kLinear, inputs, [](int rank, const Tensor* const* t, const OutputSharding& s) {
-    return biased(
-        s, rank, 2, {0, 1}, *t[2], 1, 1, [&] { return linear(*t[0], *t[1], *t[2]); },
-        [&] { return linear(*t[0], *t[1]); });
-  });
+  DTensor out =
+      run(schema, kLinear, inputs, [](int rank, const Tensor* const* t, const OutputSharding& s) {
+        return biased(
+            s, rank, 2, {0, 1}, *t[2], 1, 1, [&] { return linear(*t[0], *t[1], *t[2]); },
+            [&] { return linear(*t[0], *t[1]); });
+      });
+  if (autograd::recording({&x, &weight, &bias}))
+    autograd::record(out, "linear", {&x, &weight, &bias}, {x, weight},
+                     [bias_shape = bias.shape()](const autograd::Context& c) {
+                       return linear_grads(c, bias_shape);
+                     });
+  return out;
 }
 
 }  // namespace dtensor

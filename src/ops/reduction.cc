@@ -14,6 +14,10 @@
 //  - prod, var, argmax, argmin do not decompose this way: the reduced dims
 //    are gathered first (argmax/argmin without a dim has no rule at all and
 //    computes on Replicate).
+//
+// The backwards (PyTorch's formulas) are DTensor ops on the output's
+// gradient with the reduced dims put back as size 1; argmax/argmin have
+// none (integer output).
 #include <algorithm>
 #include <limits>
 
@@ -204,6 +208,53 @@ DTensor reduce(OpId op, const OpRule& rule, const DTensor& x, const DimVector& d
   });
 }
 
+// ---- backward helpers --------------------------------------------------------------
+
+// Which of the `nd` dims a reduction over `dims` (all when empty) reduces.
+std::vector<bool> reduced_mask(int64_t nd, const DimVector& dims) {
+  std::vector<bool> mask(static_cast<size_t>(nd), dims.empty());
+  for (int64_t d : dims) mask[static_cast<size_t>(d < 0 ? d + nd : d)] = true;
+  return mask;
+}
+
+// The number of elements of an input of `shape` each output element reduces.
+int64_t reduced_count(const Shape& shape, const DimVector& dims) {
+  const std::vector<bool> mask = reduced_mask(static_cast<int64_t>(shape.size()), dims);
+  int64_t n = 1;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (mask[d]) n *= shape[d];
+  return n;
+}
+
+// A reduction's output (or its gradient) `g` with the reduced dims back as
+// size 1 where broadcasting against the `nd`-d input needs them: every
+// reduced dim after the first kept one (leading ones broadcast anyway).
+DTensor unreduce(const DTensor& g, int64_t nd, const DimVector& dims, bool keepdim) {
+  if (keepdim) return g;
+  const std::vector<bool> mask = reduced_mask(nd, dims);
+  DTensor out = g;
+  int64_t pos = 0;
+  bool kept = false;
+  for (int64_t d = 0; d < nd; ++d) {
+    if (!mask[static_cast<size_t>(d)]) {
+      kept = true;
+      ++pos;
+    } else if (kept) {
+      out = unsqueeze(out, pos++);
+    }
+  }
+  return out;
+}
+
+// amax/amin's gradient (saved: the input, the output) goes to the elements
+// equal to the result, split evenly among ties (PyTorch's amax/amin).
+DTensor extreme_backward(const autograd::Context& c, const DimVector& dims, bool keepdim) {
+  const DTensor& x = c.saved(0);
+  const DTensor hit = eq(x, unreduce(c.saved(1), x.dim(), dims, keepdim));
+  const DTensor g = unreduce(c.grad, x.dim(), dims, keepdim);
+  return mul(div(g, sum(hit, dims, true)), hit);
+}
+
 }  // namespace
 
 DTensor sum(const DTensor& x, const DimVector& dims, bool keepdim) {
@@ -215,22 +266,72 @@ DTensor sum(const DTensor& x, const DimVector& dims, bool keepdim) {
   return out;
 }
 DTensor mean(const DTensor& x, const DimVector& dims, bool keepdim) {
-  return reduce(OpId::Mean, kMean, x, dims, keepdim);
-}
-DTensor prod(const DTensor& x, const DimVector& dims, bool keepdim) {
-  return reduce(OpId::Prod, kProd, x, dims, keepdim);
-}
-DTensor amax(const DTensor& x, const DimVector& dims, bool keepdim) {
-  return reduce(OpId::Amax, kAmax, x, dims, keepdim);
-}
-DTensor amin(const DTensor& x, const DimVector& dims, bool keepdim) {
-  return reduce(OpId::Amin, kAmin, x, dims, keepdim);
+  DTensor out = reduce(OpId::Mean, kMean, x, dims, keepdim);
+  if (autograd::recording({&x}))
+    autograd::record(out, "mean", {&x}, {},
+                     [shape = x.shape(), dims, keepdim](const autograd::Context& c) {
+                       const DTensor g =
+                           div(c.grad, static_cast<double>(reduced_count(shape, dims)));
+                       const DTensor u =
+                           unreduce(g, static_cast<int64_t>(shape.size()), dims, keepdim);
+                       return autograd::Grads{u.shape() == shape ? u : expand(u, shape)};
+                     });
+  return out;
 }
 
+// d prod / d x_i is the product of the other elements of x_i's slice: with
+// no zero in the slice result / x_i; with exactly one, the product of the
+// nonzero elements at the zero and 0 elsewhere; with more, 0 everywhere.
+DTensor prod(const DTensor& x, const DimVector& dims, bool keepdim) {
+  DTensor out = reduce(OpId::Prod, kProd, x, dims, keepdim);
+  if (autograd::recording({&x}))
+    autograd::record(out, "prod", {&x}, {x}, [dims, keepdim](const autograd::Context& c) {
+      const DTensor& in = c.saved(0);
+      const DTensor zero = eq(in, 0);
+      const DTensor filled = add(in, zero);  // the zeros replaced by ones
+      const DTensor zeros = sum(zero, dims, true);
+      const DTensor nonzero_prod = prod(filled, dims, true);
+      const DTensor if_none = where(eq(zeros, 0), nonzero_prod, 0.0);
+      const DTensor if_one = where(eq(zeros, 1), nonzero_prod, 0.0);
+      const DTensor g = unreduce(c.grad, in.dim(), dims, keepdim);
+      return autograd::Grads{mul(g, where(zero, if_one, div(if_none, filled)))};
+    });
+  return out;
+}
+
+DTensor amax(const DTensor& x, const DimVector& dims, bool keepdim) {
+  DTensor out = reduce(OpId::Amax, kAmax, x, dims, keepdim);
+  if (autograd::recording({&x}))
+    autograd::record(out, "amax", {&x}, {x, out}, [dims, keepdim](const autograd::Context& c) {
+      return autograd::Grads{extreme_backward(c, dims, keepdim)};
+    });
+  return out;
+}
+DTensor amin(const DTensor& x, const DimVector& dims, bool keepdim) {
+  DTensor out = reduce(OpId::Amin, kAmin, x, dims, keepdim);
+  if (autograd::recording({&x}))
+    autograd::record(out, "amin", {&x}, {x, out}, [dims, keepdim](const autograd::Context& c) {
+      return autograd::Grads{extreme_backward(c, dims, keepdim)};
+    });
+  return out;
+}
+
+// d var / d x = 2 (x - mean) / (N - correction), N the reduced count
+// (PyTorch's, unclamped: N <= correction gives inf/nan as there).
 DTensor var(const DTensor& x, const DimVector& dims, int64_t correction, bool keepdim) {
   const OpSchema schema = reduce_schema(OpId::Var, x, dims, keepdim);
-  return run_unary(schema, kVar, x,
-                   [&](int, const Tensor& t) { return var(t, dims, correction, keepdim); });
+  DTensor out = run_unary(schema, kVar, x,
+                          [&](int, const Tensor& t) { return var(t, dims, correction, keepdim); });
+  if (autograd::recording({&x}))
+    autograd::record(out, "var", {&x}, {x},
+                     [dims, correction, keepdim](const autograd::Context& c) {
+                       const DTensor& in = c.saved(0);
+                       const double dof =
+                           static_cast<double>(reduced_count(in.shape(), dims) - correction);
+                       const DTensor g = unreduce(mul(c.grad, 2.0 / dof), in.dim(), dims, keepdim);
+                       return autograd::Grads{mul(g, sub(in, mean(in, dims, true)))};
+                     });
+  return out;
 }
 
 DTensor argmax(const DTensor& x, std::optional<int64_t> dim, bool keepdim) {
