@@ -373,10 +373,14 @@ DTensor nll_recorded(const DTensor& log_probs, const DTensor& target, Reduction 
         out, "nll_loss", {&log_probs}, {target},
         [reduction, ignore_index, shape = log_probs.shape()](const autograd::Context& c) {
           const DTensor& t = c.saved(0);
-          // Mean: each counted target's share is g / count (all ignored:
-          // count 0, but then nothing is counted and the gradient is 0).
-          const DTensor g =
-              reduction == Reduction::Mean ? div(c.grad, sum(ne(t, ignore_index))) : c.grad;
+          // Mean: each counted target's share is g / count. With no target
+          // counted the gradient is 0 whatever the divisor (as in PyTorch);
+          // 1 keeps the pieces of a Partial g finite.
+          DTensor g = c.grad;
+          if (reduction == Reduction::Mean) {
+            const DTensor count = sum(ne(t, ignore_index));
+            g = div(g, where(ne(count, 0), count, 1));
+          }
           return autograd::Grads{
               nll_loss_backward(g, t, shape, ignore_index, reduction == Reduction::None)};
         });

@@ -65,13 +65,56 @@ Placements replicate(const DeviceMesh& mesh) {
   return Placements(static_cast<size_t>(mesh.ndim()), Replicate());
 }
 
-// Both checks on one case; `what` names it in failures.
-void check_both(const GradFn& f, const std::vector<DTensor>& inputs, uint64_t seed,
-                const std::string& what, bool finite_differences = true) {
+// The leaves' gradients (full tensors) when f's output receives the
+// gradient `g_full` laid out in `pg` (Partial included: the backward ops
+// then see gradients of every layout, not only the replicated ones the
+// weighted loss of grad_util.h gives).
+std::vector<Tensor> gradients_given(const GradFn& f, std::vector<DTensor> inputs,
+                                    const Placements& pg, uint64_t seed) {
+  for (DTensor& x : inputs) x.zero_grad();
+  const DTensor out = f(inputs);
+  const Tensor g_full = Tensor::randn(out.shape(), seed, 0, out.dtype());
+  out.backward(make_dtensor(g_full, out.mesh(), pg, seed + 1));
+  std::vector<Tensor> grads;
+  for (const DTensor& x : inputs) grads.push_back(x.grad() ? x.grad()->full_tensor() : Tensor());
+  return grads;
+}
+
+// gradients_given with the output's gradient in `pg` against the same
+// computation on replicated inputs given a replicated gradient.
+std::string check_gradient_layout(const GradFn& f, const std::vector<DTensor>& inputs,
+                                  const Placements& pg, uint64_t seed) {
+  const DeviceMesh& mesh = inputs[0].mesh();
+  std::vector<DTensor> replicated;
+  for (const DTensor& x : inputs) {
+    DTensor r = distribute_tensor(x.full_tensor(), mesh, replicate(mesh));
+    if (x.requires_grad()) r.requires_grad_();
+    replicated.push_back(r);
+  }
+  const std::vector<Tensor> got = gradients_given(f, inputs, pg, seed);
+  const std::vector<Tensor> want = gradients_given(f, replicated, replicate(mesh), seed);
+  std::string problems;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].requires_grad()) continue;
+    if (got[i].defined() != want[i].defined()) {
+      problems += "input " + std::to_string(i) + ": a gradient reached only one of the two\n";
+    } else if (got[i].defined() && !allclose(got[i], want[i], kTol, kTol, /*equal_nan=*/true)) {
+      problems += "input " + std::to_string(i) + " given a gradient in " + to_string(pg) +
+                  ": sharded and replicated gradients differ\n";
+    }
+  }
+  return problems;
+}
+
+// The checks of one case; `what` names it in failures. `pg`: the
+// placements the output's gradient is given in for the third check.
+void check_all(const GradFn& f, const std::vector<DTensor>& inputs, const Placements& pg,
+               uint64_t seed, const std::string& what, bool finite_differences = true) {
   if (finite_differences) {
     EXPECT_EQ(check_gradients(f, inputs, seed), "") << what;
   }
   EXPECT_EQ(check_matches_replicated(f, inputs, seed, kTol, kTol), "") << what;
+  EXPECT_EQ(check_gradient_layout(f, inputs, pg, seed), "") << what;
 }
 
 std::string describe(const DeviceMesh& mesh, const std::vector<DTensor>& inputs) {
@@ -93,12 +136,13 @@ TEST_F(AutogradNnTest, SoftmaxAndLogSoftmax) {
       const int64_t dim = static_cast<int64_t>(rng() % (2 * nd)) - nd;
       const bool log = rng() % 2 == 0;
       const Placements pl = float_placements(rng, mesh, nd);
+      const Placements pg = float_placements(rng, mesh, nd);
       if (!dtensor::testing::takes_part(mesh)) continue;
       const DTensor x = leaf(Tensor::randn(shape, 10 + k, 0, DType::Float64), mesh, pl, 3);
       const GradFn f = [dim, log](const std::vector<DTensor>& in) {
         return log ? log_softmax(in[0], dim) : softmax(in[0], dim);
       };
-      check_both(f, {x}, 5 + k,
+      check_all(f, {x}, pg, 5 + k,
                  std::string(log ? "log_softmax" : "softmax") + " dim " + std::to_string(dim) +
                      " " + describe(mesh, {x}));
     }
@@ -123,6 +167,7 @@ TEST_F(AutogradNnTest, LayerNormAndRmsNorm) {
       const Placements px = float_placements(rng, mesh, nd);
       const Placements pw = float_placements(rng, mesh, nk);
       const Placements pb = float_placements(rng, mesh, nk);
+      const Placements pg = float_placements(rng, mesh, nd);
       if (!dtensor::testing::takes_part(mesh)) continue;
       std::vector<DTensor> in = {leaf(Tensor::randn(shape, 20 + k, 0, DType::Float64), mesh, px, 3)};
       if (with_w) in.push_back(leaf(Tensor::randn(ns, 30 + k, 0, DType::Float64), mesh, pw, 4));
@@ -134,7 +179,7 @@ TEST_F(AutogradNnTest, LayerNormAndRmsNorm) {
         if (layer) return eps ? layer_norm(v[0], ns, w, b, *eps) : layer_norm(v[0], ns, w, b);
         return rms_norm(v[0], ns, w, eps);
       };
-      check_both(f, in, 7 + k,
+      check_all(f, in, pg, 7 + k,
                  std::string(layer ? "layer_norm" : "rms_norm") + " normalized " +
                      to_string(ns) + " " + describe(mesh, in));
     }
@@ -213,6 +258,8 @@ TEST_F(AutogradNnTest, NllLossAndCrossEntropy) {
       const bool ce = rng() % 2 == 0;
       const Placements px = float_placements(rng, mesh, static_cast<int64_t>(shape.size()));
       const Placements pt = index_placements(rng, mesh, static_cast<int64_t>(ts.size()));
+      const Placements pg =
+          float_placements(rng, mesh, red == Reduction::None ? static_cast<int64_t>(ts.size()) : 0);
       if (!dtensor::testing::takes_part(mesh)) continue;
       const Tensor target = dtensor::testing::class_targets(ts, classes, ignore, 50 + k);
       const DTensor x = leaf(Tensor::randn(shape, 60 + k, 0, DType::Float64), mesh, px, 3);
@@ -223,7 +270,7 @@ TEST_F(AutogradNnTest, NllLossAndCrossEntropy) {
       // A Mean over no counted target is NaN whatever x is: finite
       // differences say nothing there (AllIgnoredTargets pins it).
       const bool none_counted = sum(ne(target, ignore)).item<int64_t>() == 0;
-      check_both(f, {x}, 11 + k,
+      check_all(f, {x}, pg, 11 + k,
                  std::string(ce ? "cross_entropy" : "nll_loss") + " reduction " +
                      std::to_string(static_cast<int>(red)) + " ignore " + std::to_string(ignore) +
                      " " + describe(mesh, {x, t}),
@@ -293,12 +340,13 @@ TEST_F(AutogradNnTest, Embedding) {
       for (int i = 0; i < ind; ++i) is.push_back(rng() % 5);
       const Placements pw = float_placements(rng, mesh, 2);
       const Placements pi = index_placements(rng, mesh, ind);
+      const Placements pg = float_placements(rng, mesh, ind + 1);
       if (!dtensor::testing::takes_part(mesh)) continue;
       // Few rows, many lookups: duplicates are common.
       const DTensor idx = distribute_tensor(Tensor::randint(0, v, is, 70 + k), mesh, pi);
       const DTensor w = leaf(Tensor::randn({v, d}, 80 + k, 0, DType::Float64), mesh, pw, 3);
       const GradFn f = [&idx](const std::vector<DTensor>& in) { return embedding(in[0], idx); };
-      check_both(f, {w}, 13 + k, "embedding " + describe(mesh, {w, idx}));
+      check_all(f, {w}, pg, 13 + k, "embedding " + describe(mesh, {w, idx}));
     }
   }
 }
@@ -353,12 +401,13 @@ TEST_F(AutogradNnTest, Dropout) {
       const double p = (rng() % 3) * 0.3;
       const uint64_t seed = rng() % 1000;
       const Placements pl = float_placements(rng, mesh, static_cast<int64_t>(shape.size()));
+      const Placements pg = float_placements(rng, mesh, static_cast<int64_t>(shape.size()));
       if (!dtensor::testing::takes_part(mesh)) continue;
       const DTensor x = leaf(Tensor::randn(shape, 90 + k, 0, DType::Float64), mesh, pl, 3);
       const GradFn f = [p, seed](const std::vector<DTensor>& in) {
         return dropout(in[0], p, seed);
       };
-      check_both(f, {x}, 17 + k,
+      check_all(f, {x}, pg, 17 + k,
                  "dropout p " + std::to_string(p) + " " + describe(mesh, {x}));
     }
   }
