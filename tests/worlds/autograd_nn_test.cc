@@ -458,3 +458,27 @@ TEST_F(AutogradNnTest, Float32GradientsMatchFloat64) {
                                                                         << f32[k] << "\n"
                                                                         << f64[k];
 }
+
+// What each op keeps for its backward: softmax and log_softmax their output,
+// the norms their input and weight (the statistics are recomputed), the
+// losses their targets (cross_entropy also its log-probabilities), a lookup
+// its indices (never the table), dropout nothing (the mask is its seed's).
+TEST_F(AutogradNnTest, SavesOnlyWhatBackwardNeeds) {
+  DeviceMesh mesh(world, {1});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  const Placements r = {Replicate()};
+  const DTensor x = leaf(Tensor::randn({4, 5}, 1, 0, DType::Float64), mesh, r, 0);  // 160 bytes
+  const DTensor w = leaf(Tensor::randn({5}, 2, 0, DType::Float64), mesh, r, 0);     // 40
+  const DTensor b = leaf(Tensor::randn({5}, 3, 0, DType::Float64), mesh, r, 0);
+  const DTensor t = distribute_tensor(Tensor::randint(0, 5, {4}, 4), mesh, r);  // 32
+  const DTensor table = leaf(Tensor::randn({7, 5}, 5, 0, DType::Float64), mesh, r, 0);
+  const DTensor ids = distribute_tensor(Tensor::randint(0, 7, {6}, 6), mesh, r);  // 48
+  EXPECT_EQ(graph_memory(softmax(x, 1)).saved_bytes, 160);
+  EXPECT_EQ(graph_memory(log_softmax(x, 0)).saved_bytes, 160);
+  EXPECT_EQ(graph_memory(layer_norm(x, {5}, w, b)).saved_bytes, 200);
+  EXPECT_EQ(graph_memory(rms_norm(x, {5})).saved_bytes, 160);
+  EXPECT_EQ(graph_memory(nll_loss(x, t)).saved_bytes, 32);
+  EXPECT_EQ(graph_memory(cross_entropy(x, t)).saved_bytes, 192);
+  EXPECT_EQ(graph_memory(embedding(table, ids)).saved_bytes, 48);
+  EXPECT_EQ(graph_memory(dropout(x, 0.5, 1)).saved_bytes, 0);
+}
