@@ -127,7 +127,7 @@ std::string describe(const DeviceMesh& mesh, const std::vector<DTensor>& inputs)
 
 TEST_F(AutogradNnTest, SoftmaxAndLogSoftmax) {
   std::mt19937 rng(101);
-  const int cases = dtensor::testing::property_cases(2);
+  const int cases = dtensor::testing::property_cases(4);
   for (const Shape& ms : dtensor::testing::grad_meshes(world.size())) {
     DeviceMesh mesh(world, ms);
     for (int k = 0; k < cases; ++k) {
@@ -151,7 +151,7 @@ TEST_F(AutogradNnTest, SoftmaxAndLogSoftmax) {
 
 TEST_F(AutogradNnTest, LayerNormAndRmsNorm) {
   std::mt19937 rng(202);
-  const int cases = dtensor::testing::property_cases(2);
+  const int cases = dtensor::testing::property_cases(4);
   for (const Shape& ms : dtensor::testing::grad_meshes(world.size())) {
     DeviceMesh mesh(world, ms);
     for (int k = 0; k < cases; ++k) {
@@ -246,7 +246,7 @@ std::pair<Shape, Shape> loss_shapes(std::mt19937& rng) {
 
 TEST_F(AutogradNnTest, NllLossAndCrossEntropy) {
   std::mt19937 rng(303);
-  const int cases = dtensor::testing::property_cases(3);
+  const int cases = dtensor::testing::property_cases(5);
   for (const Shape& ms : dtensor::testing::grad_meshes(world.size())) {
     DeviceMesh mesh(world, ms);
     for (int k = 0; k < cases; ++k) {
@@ -330,7 +330,7 @@ TEST_F(AutogradNnTest, AllIgnoredTargets) {
 
 TEST_F(AutogradNnTest, Embedding) {
   std::mt19937 rng(404);
-  const int cases = dtensor::testing::property_cases(3);
+  const int cases = dtensor::testing::property_cases(5);
   for (const Shape& ms : dtensor::testing::grad_meshes(world.size())) {
     DeviceMesh mesh(world, ms);
     for (int k = 0; k < cases; ++k) {
@@ -393,7 +393,7 @@ TEST_F(AutogradNnTest, RowShardedTableGradientStaysSharded) {
 
 TEST_F(AutogradNnTest, Dropout) {
   std::mt19937 rng(505);
-  const int cases = dtensor::testing::property_cases(2);
+  const int cases = dtensor::testing::property_cases(3);
   for (const Shape& ms : dtensor::testing::grad_meshes(world.size())) {
     DeviceMesh mesh(world, ms);
     for (int k = 0; k < cases; ++k) {
