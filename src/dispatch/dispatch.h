@@ -37,7 +37,8 @@ enum class OpId : uint16_t {
   // tensor ops
   Cat, Stack, Clone, Contiguous, FullLike, IndexSelect, IndexSelectBackward,
   // NN math
-  Softmax, LogSoftmax, LayerNorm, RmsNorm, NllLoss, Embedding, Dropout,
+  Softmax, LogSoftmax, LayerNorm, RmsNorm, NllLoss, Embedding, Dropout, NllLossBackward,
+  EmbeddingBackward,
 };
 
 // cat/stack of more tensors join them in groups of kMaxInputs.

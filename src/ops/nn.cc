@@ -10,8 +10,10 @@
 // gives a Partial output, and a row-sharded table gives a Partial(sum) in
 // which every rank fills only the rows it owns (PyTorch's MaskPartial).
 #include <algorithm>
+#include <limits>
 #include <string>
 
+#include "autograd/graph.h"
 #include "dispatch/dispatch.h"
 
 namespace dtensor {
@@ -67,6 +69,11 @@ constexpr OpRule kLogSoftmax{"log_softmax", softmax_meta, softmax_strategies};
 int64_t softmax_dim(const DTensor& x, int64_t dim) {
   const int64_t n = std::max<int64_t>(x.dim(), 1);
   return dim >= -n && dim < n ? (dim < 0 ? dim + n : dim) : dim;
+}
+
+// The dims a softmax over `dim` reduces in its backward (all of a 0-d x).
+DimVector softmax_dims(const DTensor& x, int64_t dim) {
+  return x.dim() == 0 ? DimVector{} : DimVector{softmax_dim(x, dim)};
 }
 
 // ---- layer_norm / rms_norm --------------------------------------------------------
@@ -152,6 +159,53 @@ DTensor run_norm(OpId id, const OpRule& rule, const DTensor& x, const Shape& nor
     const Tensor b = has_b ? *t[i] : Tensor();
     return kernel(*t[0], w, b);
   });
+}
+
+// The backward of a norm over the trailing dims, written with DTensor ops so
+// that it keeps the forward's layout: a batch- or sequence-sharded x gives
+// a gradient sharded alike (the statistics are per row), and the weight's
+// and bias's gradients, sums over the leading dims, come out Partial(sum)
+// over the mesh dims those are sharded on (PyTorch's SequenceParallel
+// norms). The statistics are recomputed from the saved x rather than kept:
+// they cost one pass, and a norm's input is saved anyway.
+//
+// layer_norm: y = xhat * w + b, xhat = (x - mean) * rstd, and
+//   dx = rstd * (gy - mean(gy) - xhat * mean(gy * xhat)), gy = g * w;
+// rms_norm: xhat = x * rstd, dx = rstd * (gy - xhat * mean(gy * xhat)).
+void record_norm(DTensor& out, bool layer, const DTensor& x, const Shape& normalized_shape,
+                 const std::optional<DTensor>& weight, const std::optional<DTensor>& bias,
+                 double eps) {
+  std::vector<const DTensor*> inputs = {&x, weight ? &*weight : nullptr};
+  if (layer) inputs.push_back(bias ? &*bias : nullptr);
+  if (!autograd::recording(inputs)) return;
+  std::vector<DTensor> saved = {x};
+  if (weight) saved.push_back(*weight);
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  const int64_t lead = x.dim() - k;
+  DimVector dims, lead_dims;
+  for (int64_t d = 0; d < x.dim(); ++d) (d < lead ? lead_dims : dims).push_back(d);
+  const size_t n_inputs = inputs.size();
+  const bool has_weight = weight.has_value();
+  autograd::record(
+      out, layer ? "layer_norm" : "rms_norm", inputs, std::move(saved),
+      [=](const autograd::Context& c) {
+        const DTensor& xs = c.saved(0);
+        const DTensor xc = layer ? sub(xs, mean(xs, dims, true)) : xs;
+        const DTensor rstd = rsqrt(add(mean(mul(xc, xc), dims, true), eps));
+        const DTensor xhat = mul(xc, rstd);
+        // Sums over the leading dims (none: the gradient as it is).
+        auto over_rows = [&](const DTensor& t) { return lead_dims.empty() ? t : sum(t, lead_dims); };
+        autograd::Grads g(n_inputs);
+        if (c.needs(0)) {
+          const DTensor gy = has_weight ? mul(c.grad, c.saved(1)) : c.grad;
+          DTensor inner = sub(gy, mul(xhat, mean(mul(gy, xhat), dims, true)));
+          if (layer) inner = sub(inner, mean(gy, dims, true));
+          g[0] = mul(rstd, inner);
+        }
+        if (n_inputs > 1 && c.needs(1)) g[1] = over_rows(mul(c.grad, xhat));
+        if (n_inputs > 2 && c.needs(2)) g[2] = over_rows(c.grad);
+        return g;
+      });
 }
 
 // ---- nll_loss ------------------------------------------------------------------
@@ -242,6 +296,97 @@ DTensor nll_impl(const DTensor& log_probs, const DTensor& target, Reduction redu
   return div(total, counted);
 }
 
+// ---- nll_loss backward ------------------------------------------------------------
+// The gradient of nll_loss with respect to the log-probabilities: -g at each
+// counted target's class, 0 elsewhere (ignored targets included). Inputs:
+// the gradient (the target's shape for reduction None, else 0-d; Mean's
+// division by the count is done before) and the target. args: classes,
+// whether the input was 1-d (C), whether the reduction was None.
+
+TensorMeta nll_backward_meta(const OpSchema& s) {
+  const Shape& ts = s.input(1).shape();
+  Shape out;
+  if (s.args[1] != 0) {
+    out.push_back(s.args[0]);
+  } else {
+    for (size_t k = 0; k < ts.size(); ++k) {
+      out.push_back(ts[k]);
+      if (k == 0) out.push_back(s.args[0]);
+    }
+  }
+  return {out, contiguous_strides(out), s.input(0).dtype()};
+}
+
+// The forward's strategies read backwards: batch and spatial dims sharded
+// alike on gradient (None) and target give a gradient sharded alike; a
+// scalar gradient (Sum, Mean) is replicated against a sharded target. The
+// scatter is linear in g and puts 0 wherever no target points, so a
+// Partial(sum|avg) g against a replicated target stays Partial.
+void nll_backward_strategies(const OpSchema& s, const TensorMeta& out,
+                             std::vector<DimStrategy>& c) {
+  const bool none = s.args[2] != 0;
+  const int64_t nd = static_cast<int64_t>(out.shape.size());
+  for (int64_t k = 0; k < nd && nd >= 2; ++k) {
+    if (k == 1) continue;
+    const int64_t tk = k == 0 ? 0 : k - 1;
+    c.push_back({{none ? Shard(tk) : kR, Shard(tk)}, Shard(k)});
+  }
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg})
+    c.push_back({{Partial(op), kR}, Partial(op)});
+  c.push_back({{kR, kR}, kR});
+}
+
+constexpr OpRule kNllLossBackward{"nll_loss_backward", nll_backward_meta,
+                                  nll_backward_strategies};
+
+// The class dim is whole on every rank (no strategy shards it), so the
+// local scatter compares the local targets with 0..C-1.
+DTensor nll_loss_backward(const DTensor& grad, const DTensor& target, const Shape& input_shape,
+                          int64_t ignore_index, bool none) {
+  const bool one_d = input_shape.size() == 1;
+  const int64_t classes = input_shape[one_d ? 0 : 1];
+  const OpSchema schema(OpId::NllLossBackward, {&grad.spec(), &target.spec()},
+                        {classes, one_d ? 1 : 0, none ? 1 : 0});
+  const DTensor* inputs[2] = {&grad, &target};
+  return run(schema, kNllLossBackward, inputs,
+             [&](int, const Tensor* const* t, const OutputSharding&) {
+               Shape class_shape(input_shape.size(), 1);
+               class_shape[one_d ? 0 : 1] = classes;
+               const Tensor cls = Tensor::arange(classes).view(class_shape);
+               const Tensor tgt = one_d ? *t[1] : t[1]->unsqueeze(1);
+               const Tensor hit = masked_fill(eq(cls, tgt), eq(tgt, ignore_index), false);
+               const Tensor g = neg(*t[0]);
+               return where(hit, none && !one_d ? g.unsqueeze(1) : g, 0.0).contiguous();
+             });
+}
+
+// nll_loss as one differentiable node over the log-probabilities (its
+// forward, Mean's division included, records nothing of its own).
+DTensor nll_recorded(const DTensor& log_probs, const DTensor& target, Reduction reduction,
+                     int64_t ignore_index, bool cross_entropy) {
+  DTensor out = [&] {
+    NoGradGuard no_grad;
+    return nll_impl(log_probs, target, reduction, ignore_index, cross_entropy);
+  }();
+  if (autograd::recording({&log_probs}))
+    autograd::record(
+        out, "nll_loss", {&log_probs}, {target},
+        [reduction, ignore_index, shape = log_probs.shape()](const autograd::Context& c) {
+          const DTensor& t = c.saved(0);
+          // Mean: each counted target's share is g / count. With no target
+          // counted the gradient is 0 whatever the divisor (as in PyTorch);
+          // 1 keeps the pieces of a Partial g finite.
+          DTensor g = c.grad;
+          if (reduction == Reduction::Mean) {
+            const DTensor count = sum(ne(t, ignore_index));
+            g = div(g, where(ne(count, 0), count, 1));
+          }
+          return autograd::Grads{
+              nll_loss_backward(g, t, shape, ignore_index, reduction == Reduction::None)};
+        });
+  return out;
+}
+
 // ---- embedding -----------------------------------------------------------------
 
 TensorMeta embedding_meta(const OpSchema& s) {
@@ -303,39 +448,137 @@ Tensor masked_embedding(const Tensor& weight, const Tensor& indices, int64_t fir
   return masked_fill(out, Tensor::from_vector(others, indices.shape()).unsqueeze(-1), false);
 }
 
+// ---- embedding backward ------------------------------------------------------------
+// The gradient of the table: the gradient's rows added into zeros (V, D) at
+// their indices (duplicates add up). Inputs: the gradient (indices.shape +
+// (D)) and the indices; args: V, and a bit per mesh dim on which the table
+// is row-sharded.
+//
+// Per mesh dim: replicated gradient and indices -> the table's rows sharded,
+// each rank adding only the indices it owns (the vocab-parallel table's
+// gradient stays S(0): nothing of the table's size moves), or replicated;
+// gradient sharded on D -> S(1); gradient and indices sharded alike ->
+// Partial(sum) of each rank's own additions; a Partial(sum|avg) gradient
+// stays Partial (linear). Rows are sharded exactly where the table is, so
+// that its gradient adds into grad() without a move.
+
+TensorMeta embedding_backward_meta(const OpSchema& s) {
+  const Shape out = {s.args[0], s.input(0).shape().back()};
+  return {out, contiguous_strides(out), s.input(0).dtype()};
+}
+
+void embedding_backward_strategies(const OpSchema& s, const TensorMeta&,
+                                   std::vector<DimStrategy>& c) {
+  const int64_t nd = s.input(1).ndim();
+  c.push_back({{kR, kR}, Shard(0)});
+  c.push_back({{kR, kR}, kR});
+  c.push_back({{Shard(nd), kR}, Shard(1)});
+  for (int64_t k = 0; k < nd; ++k) c.push_back({{Shard(k), Shard(k)}, Partial()});
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg})
+    c.push_back({{Partial(op), kR}, Partial(op)});
+}
+
+// Rows sharded on exactly the mesh dims the table's rows are.
+bool embedding_backward_accepts(const OpSchema& s, const TensorMeta&, const Placements*,
+                                const Placements& out) {
+  for (size_t m = 0; m < out.size(); ++m)
+    if (out[m].is_shard(0) != (((s.args[1] >> m) & 1) != 0)) return false;
+  return true;
+}
+
+constexpr OpRule kEmbeddingBackward{"embedding_backward", embedding_backward_meta,
+                                    embedding_backward_strategies, embedding_backward_accepts};
+
+// The block of rows [first, first + out_shape[0]) of the table's gradient.
+template <class T>
+void add_rows(const Tensor& grad, const std::vector<int64_t>& idx, int64_t first, Tensor& out) {
+  const int64_t rows = out.shape()[0], cols = out.shape()[1];
+  const T* g = grad.data_ptr<T>();
+  T* o = out.data_ptr<T>();
+  for (size_t i = 0; i < idx.size(); ++i) {
+    const int64_t r = idx[i] - first;
+    if (r < 0 || r >= rows) continue;
+    for (int64_t j = 0; j < cols; ++j) o[r * cols + j] += g[static_cast<int64_t>(i) * cols + j];
+  }
+}
+
+DTensor embedding_backward(const DTensor& grad, const DTensor& indices, int64_t rows,
+                           int64_t row_sharded) {
+  const OpSchema schema(OpId::EmbeddingBackward, {&grad.spec(), &indices.spec()},
+                        {rows, row_sharded});
+  const DTensor* inputs[2] = {&grad, &indices};
+  return run(schema, kEmbeddingBackward, inputs,
+             [&](int rank, const Tensor* const* t, const OutputSharding& s) {
+               const ShardExtent e = *s.output.extent_of_rank(rank);
+               Tensor out = Tensor::zeros(e.local_shape, s.output.dtype());
+               if (out.numel() == 0) return out;
+               const Tensor g = t[0]->contiguous();
+               const std::vector<int64_t> idx = t[1]->to_vector<int64_t>();
+               if (g.dtype() == DType::Float64) add_rows<double>(g, idx, e.global_offset[0], out);
+               else add_rows<float>(g, idx, e.global_offset[0], out);
+               return out;
+             });
+}
+
 }  // namespace
 
 DTensor softmax(const DTensor& x, int64_t dim) {
   const OpSchema schema(OpId::Softmax, {&x.spec()}, {softmax_dim(x, dim)});
-  return run_unary(schema, kSoftmax, x, [&](int, const Tensor& t) { return softmax(t, dim); });
+  DTensor out =
+      run_unary(schema, kSoftmax, x, [&](int, const Tensor& t) { return softmax(t, dim); });
+  if (autograd::recording({&x}))
+    autograd::record(out, "softmax", {&x}, {out},
+                     [dims = softmax_dims(x, dim)](const autograd::Context& c) {
+                       const DTensor& y = c.saved(0);
+                       return autograd::Grads{
+                           mul(y, sub(c.grad, sum(mul(c.grad, y), dims, true)))};
+                     });
+  return out;
 }
 
 DTensor log_softmax(const DTensor& x, int64_t dim) {
   const OpSchema schema(OpId::LogSoftmax, {&x.spec()}, {softmax_dim(x, dim)});
-  return run_unary(schema, kLogSoftmax, x,
-                   [&](int, const Tensor& t) { return log_softmax(t, dim); });
+  DTensor out = run_unary(schema, kLogSoftmax, x,
+                          [&](int, const Tensor& t) { return log_softmax(t, dim); });
+  if (autograd::recording({&x}))
+    autograd::record(out, "log_softmax", {&x}, {out},
+                     [dims = softmax_dims(x, dim)](const autograd::Context& c) {
+                       const DTensor& y = c.saved(0);
+                       return autograd::Grads{
+                           sub(c.grad, mul(exp(y), sum(c.grad, dims, true)))};
+                     });
+  return out;
 }
 
 DTensor layer_norm(const DTensor& x, const Shape& normalized_shape,
                    const std::optional<DTensor>& weight, const std::optional<DTensor>& bias,
                    double eps) {
-  return run_norm(OpId::LayerNorm, kLayerNorm, x, normalized_shape, weight, bias,
-                  [&](const Tensor& t, const Tensor& w, const Tensor& b) {
-                    return layer_norm(t, normalized_shape, w, b, eps);
-                  });
+  DTensor out = run_norm(OpId::LayerNorm, kLayerNorm, x, normalized_shape, weight, bias,
+                         [&](const Tensor& t, const Tensor& w, const Tensor& b) {
+                           return layer_norm(t, normalized_shape, w, b, eps);
+                         });
+  record_norm(out, true, x, normalized_shape, weight, bias, eps);
+  return out;
 }
 
 DTensor rms_norm(const DTensor& x, const Shape& normalized_shape,
                  const std::optional<DTensor>& weight, std::optional<double> eps) {
-  return run_norm(OpId::RmsNorm, kRmsNorm, x, normalized_shape, weight, std::nullopt,
-                  [&](const Tensor& t, const Tensor& w, const Tensor&) {
-                    return rms_norm(t, normalized_shape, w, eps);
-                  });
+  DTensor out = run_norm(OpId::RmsNorm, kRmsNorm, x, normalized_shape, weight, std::nullopt,
+                         [&](const Tensor& t, const Tensor& w, const Tensor&) {
+                           return rms_norm(t, normalized_shape, w, eps);
+                         });
+  // The plain op's default: the machine epsilon of x's dtype, as in PyTorch.
+  const double e = eps ? *eps
+                       : x.dtype() == DType::Float64
+                             ? static_cast<double>(std::numeric_limits<double>::epsilon())
+                             : static_cast<double>(std::numeric_limits<float>::epsilon());
+  record_norm(out, false, x, normalized_shape, weight, std::nullopt, e);
+  return out;
 }
 
 DTensor nll_loss(const DTensor& log_probs, const DTensor& target, Reduction reduction,
                  int64_t ignore_index) {
-  return nll_impl(log_probs, target, reduction, ignore_index, false);
+  return nll_recorded(log_probs, target, reduction, ignore_index, false);
 }
 
 DTensor cross_entropy(const DTensor& logits, const DTensor& target, Reduction reduction,
@@ -347,13 +590,13 @@ DTensor cross_entropy(const DTensor& logits, const DTensor& target, Reduction re
                       "cross_entropy");
   });
   const DTensor log_probs = log_softmax(logits, logits.dim() == 1 ? 0 : 1);
-  return nll_impl(log_probs, target, reduction, ignore_index, true);
+  return nll_recorded(log_probs, target, reduction, ignore_index, true);
 }
 
 DTensor embedding(const DTensor& weight, const DTensor& indices) {
   const OpSchema schema(OpId::Embedding, {&weight.spec(), &indices.spec()});
   const DTensor* inputs[2] = {&weight, &indices};
-  return run(schema, kEmbedding, inputs,
+  DTensor out = run(schema, kEmbedding, inputs,
              [&](int rank, const Tensor* const* t, const OutputSharding& s) {
                const DTensorSpec& w = *s.input_targets[0];
                bool row_sharded = false, col_sharded = false;
@@ -371,6 +614,19 @@ DTensor embedding(const DTensor& weight, const DTensor& indices) {
                if (col_sharded) check_indices(t[1]->to_vector<int64_t>(), w.shape());
                return embedding(*t[0], *t[1]);
              });
+  if (autograd::recording({&weight})) {
+    // The mesh dims the table's rows are sharded on: its gradient is made
+    // sharded there too (a layout choice only; the values do not depend on it).
+    int64_t row_sharded = 0;
+    for (size_t m = 0; m < weight.placements().size(); ++m)
+      if (weight.placements()[m].is_shard(0)) row_sharded |= int64_t{1} << m;
+    autograd::record(out, "embedding", {&weight}, {indices},
+                     [rows = weight.shape()[0], row_sharded](const autograd::Context& c) {
+                       return autograd::Grads{
+                           embedding_backward(c.grad, c.saved(0), rows, row_sharded)};
+                     });
+  }
+  return out;
 }
 
 }  // namespace dtensor

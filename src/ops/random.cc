@@ -9,6 +9,7 @@
 // by the plain generator with offset = the global index of its first element.
 #include <cstring>
 
+#include "autograd/graph.h"
 #include "dispatch/dispatch.h"
 
 namespace dtensor {
@@ -109,8 +110,8 @@ DTensor dropout(const DTensor& x, double p, uint64_t seed) {
   DT_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got ", p);
   const OpSchema schema(OpId::Dropout, {&x.spec()});
   const DTensor* inputs[1] = {&x};
-  return run(schema, kDropout, inputs, [&](int rank, const Tensor* const* t,
-                                           const OutputSharding& s) {
+  DTensor out = run(schema, kDropout, inputs, [&](int rank, const Tensor* const* t,
+                                                  const OutputSharding& s) {
     if (p == 0) return t[0]->clone();
     // The mask's block at this rank's place in the output (the whole of a
     // dim where the output is Partial), so every piece of a Partial sees
@@ -121,6 +122,14 @@ DTensor dropout(const DTensor& x, double p, uint64_t seed) {
                            p);
     return div(mul(*t[0], keep), 1 - p);
   });
+  // The gradient is g * mask / (1 - p) with the same global mask: dropout
+  // of g with the same seed (the mask is a function of the seed and the
+  // global index only, whatever g's layout).
+  if (autograd::recording({&x}))
+    autograd::record(out, "dropout", {&x}, {}, [p, seed](const autograd::Context& c) {
+      return autograd::Grads{dropout(c.grad, p, seed)};
+    });
+  return out;
 }
 
 }  // namespace dtensor
