@@ -65,10 +65,10 @@ Placements replicate(const DeviceMesh& mesh) {
   return Placements(static_cast<size_t>(mesh.ndim()), Replicate());
 }
 
-// The leaves' gradients (full tensors) when f's output receives the
-// gradient `g_full` laid out in `pg` (Partial included: the backward ops
-// then see gradients of every layout, not only the replicated ones the
-// weighted loss of grad_util.h gives).
+// The leaves' gradients (full tensors) when f's output receives a random
+// gradient laid out in `pg` (Partial included: the backward ops then see
+// gradients of every layout, not only the replicated ones the weighted loss
+// of grad_util.h gives).
 std::vector<Tensor> gradients_given(const GradFn& f, std::vector<DTensor> inputs,
                                     const Placements& pg, uint64_t seed) {
   for (DTensor& x : inputs) x.zero_grad();
