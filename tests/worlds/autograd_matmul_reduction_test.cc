@@ -209,6 +209,50 @@ TEST_F(AutogradMatmulReductionTest, Linear) {
   });
 }
 
+// Every pair of layouts of mm's factors on a 2x2 mesh (each mesh dim R,
+// S(0), S(1) or P(sum); rows, contraction and columns uneven on 2), and of
+// linear's input, weight and bias on 4 ranks, against replicated inputs.
+TEST_F(AutogradMatmulReductionTest, MmAndLinearEveryLayout) {
+  const std::vector<Placement> options = {Replicate(), Shard(0), Shard(1), Partial()};
+  {
+    DeviceMesh mesh(world, {2, 2});
+    const Tensor a = Tensor::randn({5, 3}, 1, 0, DType::Float64);
+    const Tensor b = Tensor::randn({3, 7}, 2, 0, DType::Float64);
+    auto f = [](const std::vector<DTensor>& in) { return mm(in[0], in[1]); };
+    for (int i = 0; i < 256 && takes_part(mesh); ++i) {
+      const Placements pa = {options[i % 4], options[i / 4 % 4]};
+      const Placements pb = {options[i / 16 % 4], options[i / 64]};
+      DTensor x = make_dtensor(a, mesh, pa, 3), y = make_dtensor(b, mesh, pb, 4);
+      x.requires_grad_();
+      y.requires_grad_();
+      EXPECT_EQ(check_matches_replicated(f, {x, y}, 9, 1e-12, 1e-10), "")
+          << to_string(pa) << " @ " << to_string(pb);
+    }
+  }
+  DeviceMesh mesh(world, {std::min<int64_t>(4, world.size())});
+  if (!takes_part(mesh)) return;
+  const Tensor x = Tensor::randn({2, 5, 3}, 1, 0, DType::Float64);
+  const Tensor w = Tensor::randn({6, 3}, 2, 0, DType::Float64);
+  const Tensor bias = Tensor::randn({6}, 3, 0, DType::Float64);
+  const std::vector<Placement> x_options = {Replicate(), Shard(0), Shard(1), Shard(2), Partial()};
+  auto f = [](const std::vector<DTensor>& in) {
+    return in.size() == 3 ? linear(in[0], in[1], in[2]) : linear(in[0], in[1]);
+  };
+  for (const Placement& px : x_options) {
+    for (const Placement& pw : options) {
+      for (int with_bias = 0; with_bias < 3; ++with_bias) {
+        std::vector<DTensor> in = {make_dtensor(x, mesh, {px}, 3), make_dtensor(w, mesh, {pw}, 4)};
+        const Placement pb = with_bias == 1 ? Shard(0) : with_bias == 2 ? Partial() : Replicate();
+        if (with_bias) in.push_back(make_dtensor(bias, mesh, {pb}, 5));
+        for (DTensor& d : in) d.requires_grad_();
+        EXPECT_EQ(check_matches_replicated(f, in, 9, 1e-12, 1e-10), "")
+            << "linear " << to_string(px) << " " << to_string(pw)
+            << (with_bias ? " bias " + to_string(pb) : "");
+      }
+    }
+  }
+}
+
 // ---- reductions --------------------------------------------------------------------
 
 namespace {
