@@ -349,6 +349,9 @@ autograd::Grads matmul_grads(const autograd::Context& c) {
       out[0] = db == 2 ? matmul(b, g)
                        : reduce_to(matmul(unsqueeze(g, -2), transpose(b, -1, -2)), a.shape());
     if (need_b) out[1] = mul(unsqueeze(a, -1), db == 2 ? g : unsqueeze(g, -2));
+  } else if (db == 2) {  // a [..., m, k] @ b [k, n]: b's gradient is one mm over rows
+    if (need_a) out[0] = matmul(g, t(b));
+    if (need_b) out[1] = da == 2 ? mm(t(a), g) : mm(t(flatten(a, 0, -2)), flatten(g, 0, -2));
   } else {  // batch dims broadcast: the gradients are summed back over them
     if (need_a) out[0] = reduce_to(matmul(g, transpose(b, -1, -2)), a.shape());
     if (need_b) out[1] = reduce_to(matmul(transpose(a, -1, -2), g), b.shape());
@@ -368,9 +371,7 @@ autograd::Grads linear_grads(const autograd::Context& c, const std::optional<Sha
     } else if (x.dim() == 2) {
       out[1] = mm(t(g), x);
     } else {
-      int64_t n = 1;
-      for (int64_t d = 0; d + 1 < x.dim(); ++d) n *= x.shape()[d];
-      out[1] = mm(t(reshape(g, {n, g.shape().back()})), reshape(x, {n, x.shape().back()}));
+      out[1] = mm(t(flatten(g, 0, -2)), flatten(x, 0, -2));
     }
   }
   if (bias_shape && c.needs(2)) out[2] = reduce_to(g, *bias_shape);

@@ -116,7 +116,7 @@ Scalar random_scale(std::mt19937& rng) {
 // ---- matrix products -------------------------------------------------------------
 
 TEST_F(AutogradMatmulReductionTest, Mm) {
-  run_cases(world, 6, 1, [](std::mt19937& rng) {
+  run_cases(world, 5, 1, [](std::mt19937& rng) {
     const int64_t m = dim_size(rng), k = dim_size(rng), n = dim_size(rng);
     return Case{{randn({m, k}, rng), randn({k, n}, rng)}, random_grads(rng, 2),
                 [](const std::vector<DTensor>& in) { return mm(in[0], in[1]); }, "mm"};
@@ -165,7 +165,7 @@ TEST_F(AutogradMatmulReductionTest, Baddbmm) {
 // Every case of torch.matmul: 1-d·1-d, 1-d·2-d, 2-d·1-d, 2-d·2-d, and
 // batched (up to 4-d) with the batch dims broadcast.
 TEST_F(AutogradMatmulReductionTest, Matmul) {
-  run_cases(world, 8, 5, [](std::mt19937& rng) {
+  run_cases(world, 10, 5, [](std::mt19937& rng) {
     const int64_t da = 1 + static_cast<int64_t>(rng() % 4);
     const int64_t db = 1 + static_cast<int64_t>(rng() % 4);
     const int64_t m = dim_size(rng), k = dim_size(rng), n = dim_size(rng);
@@ -189,7 +189,7 @@ TEST_F(AutogradMatmulReductionTest, Matmul) {
 }
 
 TEST_F(AutogradMatmulReductionTest, Linear) {
-  run_cases(world, 10, 6, [](std::mt19937& rng) {
+  run_cases(world, 8, 6, [](std::mt19937& rng) {
     const int64_t nd = 1 + static_cast<int64_t>(rng() % 3);
     Shape x;
     for (int64_t i = 0; i + 1 < nd; ++i) x.push_back(dim_size(rng));
@@ -207,6 +207,50 @@ TEST_F(AutogradMatmulReductionTest, Linear) {
                 },
                 bias ? "linear with bias" : "linear"};
   });
+}
+
+// Every pair of layouts of mm's factors on a 2x2 mesh (each mesh dim R,
+// S(0), S(1) or P(sum); rows, contraction and columns uneven on 2), and of
+// linear's input, weight and bias on 4 ranks, against replicated inputs.
+TEST_F(AutogradMatmulReductionTest, MmAndLinearEveryLayout) {
+  const std::vector<Placement> options = {Replicate(), Shard(0), Shard(1), Partial()};
+  {
+    DeviceMesh mesh(world, {2, 2});
+    const Tensor a = Tensor::randn({5, 3}, 1, 0, DType::Float64);
+    const Tensor b = Tensor::randn({3, 7}, 2, 0, DType::Float64);
+    auto f = [](const std::vector<DTensor>& in) { return mm(in[0], in[1]); };
+    for (int i = 0; i < 256 && takes_part(mesh); ++i) {
+      const Placements pa = {options[i % 4], options[i / 4 % 4]};
+      const Placements pb = {options[i / 16 % 4], options[i / 64]};
+      DTensor x = make_dtensor(a, mesh, pa, 3), y = make_dtensor(b, mesh, pb, 4);
+      x.requires_grad_();
+      y.requires_grad_();
+      EXPECT_EQ(check_matches_replicated(f, {x, y}, 9, 1e-12, 1e-10), "")
+          << to_string(pa) << " @ " << to_string(pb);
+    }
+  }
+  DeviceMesh mesh(world, {std::min<int64_t>(4, world.size())});
+  if (!takes_part(mesh)) return;
+  const Tensor x = Tensor::randn({2, 5, 3}, 1, 0, DType::Float64);
+  const Tensor w = Tensor::randn({6, 3}, 2, 0, DType::Float64);
+  const Tensor bias = Tensor::randn({6}, 3, 0, DType::Float64);
+  const std::vector<Placement> x_options = {Replicate(), Shard(0), Shard(1), Shard(2), Partial()};
+  auto f = [](const std::vector<DTensor>& in) {
+    return in.size() == 3 ? linear(in[0], in[1], in[2]) : linear(in[0], in[1]);
+  };
+  for (const Placement& px : x_options) {
+    for (const Placement& pw : options) {
+      for (int with_bias = 0; with_bias < 3; ++with_bias) {
+        std::vector<DTensor> in = {make_dtensor(x, mesh, {px}, 3), make_dtensor(w, mesh, {pw}, 4)};
+        const Placement pb = with_bias == 1 ? Shard(0) : with_bias == 2 ? Partial() : Replicate();
+        if (with_bias) in.push_back(make_dtensor(bias, mesh, {pb}, 5));
+        for (DTensor& d : in) d.requires_grad_();
+        EXPECT_EQ(check_matches_replicated(f, in, 9, 1e-12, 1e-10), "")
+            << "linear " << to_string(px) << " " << to_string(pw)
+            << (with_bias ? " bias " + to_string(pb) : "");
+      }
+    }
+  }
 }
 
 // ---- reductions --------------------------------------------------------------------
@@ -262,7 +306,7 @@ int64_t reduced_count(const RandomReduction& r) {
 }  // namespace
 
 TEST_F(AutogradMatmulReductionTest, Mean) {
-  run_cases(world, 8, 7, [](std::mt19937& rng) {
+  run_cases(world, 6, 7, [](std::mt19937& rng) {
     const RandomReduction r = random_reduction(rng, false);
     return Case{{randn(r.shape, rng)}, {true},
                 [r](const std::vector<DTensor>& in) { return mean(in[0], r.dims, r.keepdim); },
@@ -272,7 +316,7 @@ TEST_F(AutogradMatmulReductionTest, Mean) {
 
 // With zeros put in: none, one or several in a slice.
 TEST_F(AutogradMatmulReductionTest, Prod) {
-  run_cases(world, 10, 8, [](std::mt19937& rng) {
+  run_cases(world, 8, 8, [](std::mt19937& rng) {
     const RandomReduction r = random_reduction(rng, false);
     std::vector<double> v = randn(r.shape, rng).contiguous().to_vector<double>();
     const size_t zeros = v.empty() ? 0 : rng() % 3;
@@ -296,7 +340,7 @@ Tensor distinct_values(const Shape& shape, std::mt19937& rng) {
 
 // No ties (those are checked exactly below).
 TEST_F(AutogradMatmulReductionTest, AmaxAmin) {
-  run_cases(world, 8, 9, [](std::mt19937& rng) {
+  run_cases(world, 6, 9, [](std::mt19937& rng) {
     const RandomReduction r = random_reduction(rng, true);
     const bool max = rng() % 2 == 0;
     return Case{{distinct_values(r.shape, rng)}, {true},
@@ -308,7 +352,7 @@ TEST_F(AutogradMatmulReductionTest, AmaxAmin) {
 }
 
 TEST_F(AutogradMatmulReductionTest, Var) {
-  run_cases(world, 8, 10, [](std::mt19937& rng) {
+  run_cases(world, 6, 10, [](std::mt19937& rng) {
     RandomReduction r = random_reduction(rng, true);
     // N - correction > 0 (else the gradient is inf/nan, as in PyTorch).
     const int64_t n = reduced_count(r);
