@@ -314,6 +314,28 @@ void DTensor::backward(const std::optional<DTensor>& gradient, bool retain_graph
   run_backward(outputs, grads, 1, retain_graph);
 }
 
+GraphMemory graph_memory(const DTensor& output) {
+  GraphMemory m;
+  const auto& meta = autograd::meta_of(output);
+  if (!meta || !meta->grad_fn) return m;
+  std::unordered_set<const autograd::Node*> seen{meta->grad_fn.get()};
+  std::unordered_set<const Storage*> storages;
+  std::vector<const autograd::Node*> stack{meta->grad_fn.get()};
+  while (!stack.empty()) {
+    const autograd::Node* n = stack.back();
+    stack.pop_back();
+    ++m.nodes;
+    n->for_each_saved([&](const DTensor& t) {
+      for (const auto& [rank, shard] : t.local().shards())
+        if (shard.storage() && storages.insert(shard.storage().get()).second)
+          m.saved_bytes += static_cast<int64_t>(shard.storage()->nbytes());
+    });
+    for (const auto& next : n->next)
+      if (next && seen.insert(next.get()).second) stack.push_back(next.get());
+  }
+  return m;
+}
+
 // ---- backward() --------------------------------------------------------------------------
 
 void backward(const std::vector<DTensor>& outputs, const std::vector<std::optional<DTensor>>& grads,

@@ -9,8 +9,10 @@
 // whose per-rank pieces are arbitrary floats (so that the order in which a
 // sum adds them shows in the last bits; max/min pieces sometimes hold NaN),
 // then redistributes it, runs one op on it and prints, on rank 0, an FNV-1a
-// hash of the full tensor's bytes after each step. Both worlds must print
-// the same lines: every reduction runs in group-rank order in both.
+// hash of the full tensor's bytes after each step, and of the gradient of
+// sum(op(y) * w) with respect to x (w random). Both worlds must print the
+// same lines: every reduction runs in group-rank order in both, backward
+// included.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -43,6 +45,7 @@ DTensor random_source(const DeviceMesh& mesh, const Placements& pl, const Shape&
   const DTensorSpec spec(mesh, pl, shape);
   FromLocalOptions options;
   options.shape = shape;
+  options.requires_grad = true;
   return from_local(
       [&](int rank) {
         const DimVector coord = *mesh.coordinate(rank);
@@ -118,12 +121,17 @@ int main(int argc, char** argv) {
       const DTensor x = random_source(mesh, from, shape, seed, max_min);
       const DTensor y = x.redistribute(to);
       const uint64_t hx = fnv1a(x.full_tensor()), hy = fnv1a(y.full_tensor());
-      const uint64_t hz = fnv1a(run_op(op, y, seed + 1).full_tensor());
+      const DTensor z = run_op(op, y, seed + 1);
+      const uint64_t hz = fnv1a(z.full_tensor());
+      const DTensor w = distribute_tensor(Tensor::randn(z.shape(), seed + 2), mesh,
+                                          Placements(static_cast<size_t>(mesh.ndim()), Replicate()));
+      sum(mul(z, w)).backward();
+      const uint64_t hg = x.grad() ? fnv1a(x.grad()->full_tensor()) : 0;
       if (world.rank() == 0)
-        std::printf("case %d %s %s -> %s op %d: %016llx %016llx %016llx\n", c,
+        std::printf("case %d %s %s -> %s op %d: %016llx %016llx %016llx grad %016llx\n", c,
                     mesh.to_string().c_str(), to_string(from).c_str(), to_string(to).c_str(), op,
                     static_cast<unsigned long long>(hx), static_cast<unsigned long long>(hy),
-                    static_cast<unsigned long long>(hz));
+                    static_cast<unsigned long long>(hz), static_cast<unsigned long long>(hg));
     }
     return 0;
   } catch (const std::exception& e) {
