@@ -9,6 +9,9 @@
 //                     backward runs, by hand (leaves' grads cleared each time)
 //   ratio             (record_ns + bwd_overhead_ns) / fwd_overhead_ns
 //
+// BM_BackwardAddChain: the same per op, in a graph of 16 adds (the costs
+// backward() pays once per call spread over the nodes).
+//
 // BM_TpMlpTrainStep: y = relu(x W1^T + b1) W2^T + b2 with the parallel
 // layers on a (dp=2, tp=4) mesh, forward + backward, against the same
 // computation written by hand on the local shards with explicit collectives
@@ -128,6 +131,52 @@ void BM_BackwardSum(benchmark::State& state) {
       });
 }
 BENCHMARK(BM_BackwardSum);
+
+// A chain of 16 adds, each with a leaf of its own: y = ((a + b0) + b1) + ...
+// The backward of an add runs no kernel (the gradient passes through to
+// both inputs), so everything backward() costs past the forward is the
+// engine's: per op, with the per-call costs spread over 16 nodes.
+void BM_BackwardAddChain(benchmark::State& state) {
+  Tiny f;
+  constexpr int kOps = 16;
+  std::vector<DTensor> leaves;
+  for (int i = 0; i < kOps; ++i) {
+    leaves.push_back(distribute_tensor(Tensor::randn({32, 8}, 10 + i), f.mesh, {Shard(0)}));
+    leaves.back().requires_grad_();
+  }
+  auto chain = [&] {
+    DTensor y = f.a;
+    for (const DTensor& b : leaves) y = y + b;
+    return y;
+  };
+  const DTensor g = [&] {
+    NoGradGuard no_grad;
+    return ones_like(chain());
+  }();
+  const double local = ns_per_call([&] {
+    LocalTensor y = f.a.local();
+    for (const DTensor& b : leaves)
+      y = y.zip(b.local(), [](int, const Tensor& p, const Tensor& q) { return p + q; });
+    return y;
+  }, 2000);
+  const double plain = ns_per_call([&] {
+    NoGradGuard no_grad;
+    return chain();
+  }, 2000);
+  const double recorded = ns_per_call(chain, 2000);
+  auto step = [&] {
+    chain().backward(g);
+    f.a.zero_grad();
+    for (DTensor& b : leaves) b.zero_grad();
+  };
+  for (auto _ : state) step();
+  const double full = ns_per_call(step, 2000);
+  state.counters["fwd_overhead_ns"] = (plain - local) / kOps;
+  state.counters["record_ns"] = (recorded - plain) / kOps;
+  state.counters["bwd_overhead_ns"] = (full - recorded) / kOps;
+  state.counters["ratio"] = (full - plain) / (plain - local);
+}
+BENCHMARK(BM_BackwardAddChain);
 
 // ---- the TP MLP train step ----------------------------------------------------------------
 

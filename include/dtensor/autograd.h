@@ -16,8 +16,9 @@
 // placement rules of redistribute, from_local, to_local and full_tensor are
 // PyTorch's (docs/autograd.md).
 //
-// Thread safety: grad mode is per thread; one graph must not be run
-// backward from two threads at once.
+// Thread safety: grad mode is per thread. One graph must not be run
+// backward from two threads at once, and ops on one leaf must not be
+// recorded from two threads at once.
 #pragma once
 
 #include <cstdint>

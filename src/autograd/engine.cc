@@ -63,8 +63,8 @@ class FunctionNode final : public Node {
                versions_[i], "); clone() it before changing it, or change it after backward()");
     }
     Grads out = fn_(Context(grad, saved_.data(), *this));
-    DT_CHECK(out.size() == next.size(), "internal error: backward of ", name_, " gave ",
-             out.size(), " gradients for ", next.size(), " inputs");
+    DT_CHECK(out.size() == edges.size(), "internal error: backward of ", name_, " gave ",
+             out.size(), " gradients for ", edges.size(), " inputs");
     if (verify_detail::should_verify()) verify(grad, out);
     return out;
   }
@@ -110,50 +110,49 @@ class FunctionNode final : public Node {
   bool released_ = false;
 };
 
-// The sink of a leaf: adds the gradient into the leaf's grad().
+// The sink of a leaf: adds the gradient into the leaf's grad(). The leaf's
+// Meta owns it (made once, reused by every graph); it points back weakly,
+// so the two do not keep each other alive.
 class AccumulateGrad final : public Node {
  public:
-  explicit AccumulateGrad(std::shared_ptr<Meta> leaf) : leaf_(std::move(leaf)) {}
+  explicit AccumulateGrad(const std::shared_ptr<Meta>& leaf) : leaf_(leaf) {}
   const char* name() const override { return "AccumulateGrad"; }
   Grads apply(DTensor grad) override {
-    if (leaf_->grad_placements) {
+    const std::shared_ptr<Meta> leaf = leaf_.lock();
+    if (!leaf) return {};  // the leaf is gone: nobody can read its gradient
+    if (leaf->grad_placements) {
       RedistributeOptions o;
       o.allow_new_partial = true;  // asked for explicitly
-      grad = grad.redistribute(*leaf_->grad_placements, o);
+      grad = grad.redistribute(*leaf->grad_placements, o);
     }
-    if (leaf_->grad) leaf_->grad = add(*leaf_->grad, grad);
-    else leaf_->grad = std::move(grad);
+    if (leaf->grad) leaf->grad = add(*leaf->grad, grad);
+    else leaf->grad = std::move(grad);
     return {};
   }
 
  private:
-  std::shared_ptr<Meta> leaf_;
+  std::weak_ptr<Meta> leaf_;
 };
 
 // The node a gradient for `t` goes to: its grad_fn, or its leaf's
-// accumulator (one per leaf while a graph uses it, so that the gradients
-// of several uses add up before they reach grad()).
-std::shared_ptr<Node> edge_to(const DTensor& t) {
+// accumulator (one per leaf, so that the gradients of several uses add up
+// before they reach grad()).
+const std::shared_ptr<Node>& edge_to(const DTensor& t) {
+  static const std::shared_ptr<Node> none;
   const std::shared_ptr<Meta>& m = meta_of(t);
-  if (!m || !m->requires_grad) return nullptr;
+  if (!m || !m->requires_grad) return none;
   if (m->grad_fn) return m->grad_fn;
-  std::shared_ptr<Node> acc = m->accumulator.lock();
-  if (!acc) {
-    acc = std::make_shared<AccumulateGrad>(m);
-    acc->inputs.push_back(t.spec().meta());
-    m->accumulator = acc;
-  }
-  return acc;
+  if (!m->accumulator) m->accumulator = std::make_shared<AccumulateGrad>(m);
+  return m->accumulator;
 }
 
 void connect(Node& node, const DTensor* const* inputs, size_t n) {
   node.sequence_nr = next_sequence_nr.fetch_add(1, std::memory_order_relaxed);
-  node.next.reserve(n);
-  node.inputs.reserve(n);
+  node.edges.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const DTensor* t = inputs[i];
-    node.next.push_back(t ? edge_to(*t) : nullptr);
-    node.inputs.push_back(t ? t->spec().meta() : TensorMeta{});
+    if (t) node.edges.push_back({edge_to(*t), t->spec().meta()});
+    else node.edges.push_back({});
   }
 }
 
@@ -330,8 +329,8 @@ GraphMemory graph_memory(const DTensor& output) {
         if (shard.storage() && storages.insert(shard.storage().get()).second)
           m.saved_bytes += static_cast<int64_t>(shard.storage()->nbytes());
     });
-    for (const auto& next : n->next)
-      if (next && seen.insert(next.get()).second) stack.push_back(next.get());
+    for (const auto& e : n->edges)
+      if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
   }
   return m;
 }
@@ -403,10 +402,10 @@ void run_backward(const DTensor* const* outputs, const std::optional<DTensor>* c
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
-    for (const auto& next : n->next) {
-      if (!next) continue;
-      if (reach(next.get())) stack.push_back(next.get());
-      ++next->waiting;
+    for (const auto& e : n->edges) {
+      if (!e.node) continue;
+      if (reach(e.node.get())) stack.push_back(e.node.get());
+      ++e.node->waiting;
     }
   }
 
@@ -442,11 +441,11 @@ void run_backward(const DTensor* const* outputs, const std::optional<DTensor>* c
       if (auto kept = n->retained.lock()) kept->grad = kept->grad ? add(*kept->grad, g) : g;
       out = n->apply(std::move(g));
     }
-    for (size_t i = 0; i < n->next.size(); ++i) {
-      Node* next = n->next[i].get();
+    for (size_t i = 0; i < n->edges.size(); ++i) {
+      Node* next = n->edges[i].node.get();
       if (!next) continue;
       if (i < out.size() && out[i]) {
-        autograd::conform(*out[i], n->inputs[i], *n, i);
+        autograd::conform(*out[i], n->edges[i].meta, *n, i);
         give(next, std::move(*out[i]));
       }
       if (--next->waiting == 0) ready.push(next);

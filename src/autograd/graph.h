@@ -46,7 +46,7 @@ struct Meta {
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;    // null for a leaf
   std::optional<DTensor> grad;      // a leaf's accumulated gradient (or retain_grad's)
-  std::weak_ptr<Node> accumulator;  // a leaf's AccumulateGrad node, while a graph uses it
+  std::shared_ptr<Node> accumulator;  // a leaf's AccumulateGrad node, made on first use
   bool retains_grad = false;
   // A leaf's gradient is moved to these before it is added (from_local's).
   std::optional<Placements> grad_placements;
@@ -67,8 +67,13 @@ class Node {
   // Calls f(tensor) for each tensor saved for backward.
   virtual void for_each_saved(const std::function<void(const DTensor&)>& f) const {}
 
-  std::vector<std::shared_ptr<Node>> next;  // null where the input needs no gradient
-  std::vector<TensorMeta> inputs;           // each input's shape and dtype, for the checks
+  // One per forward input: the node its gradient goes to (null where the
+  // input needs none) and the input's shape and dtype, for the checks.
+  struct Edge {
+    std::shared_ptr<Node> node;
+    TensorMeta meta;
+  };
+  std::vector<Edge> edges;
   uint64_t sequence_nr = 0;                 // creation order: later nodes run first
   std::weak_ptr<Meta> retained;             // the output's Meta when it retains its grad
 
@@ -90,7 +95,7 @@ class Context {
   // The i-th tensor given to record() to save.
   const DTensor& saved(size_t i) const { return saved_[i]; }
   // Whether input i wants a gradient.
-  bool needs(size_t i) const { return node_.next[i] != nullptr; }
+  bool needs(size_t i) const { return node_.edges[i].node != nullptr; }
 
  private:
   const DTensor* saved_;
