@@ -16,12 +16,13 @@
 // layers on a (dp=2, tp=4) mesh, forward + backward, against the same
 // computation written by hand on the local shards with explicit collectives
 // (forward all_reduce of y, backward all_reduce of x's gradient over tp).
-// ratio = DTensor / hand-written. Also the bytes the graph holds for
+// ratio = DTensor / hand-written, the fastest of 8 alternating rounds each. Also the bytes the graph holds for
 // backward (graph_memory) against what backward truly needs: x, the
 // pre-activation (or the relu mask/output), the hidden activation and the
 // two weights.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "comm/backend.h"
@@ -261,9 +262,14 @@ struct TpMlp {
 
 void BM_TpMlpTrainStep(benchmark::State& state) {
   TpMlp m(state.range(0), state.range(1), state.range(2));
-  const double hand_ns = ns_per_call([&] { return m.by_hand(); }, 20);
   for (auto _ : state) m.step();
-  const double dtensor_ns = ns_per_call([&] { m.step(); }, 20);
+  // The two measured in turns, the fastest round of each kept: on a shared
+  // machine the minimum is the figure least disturbed by other work.
+  double hand_ns = 1e300, dtensor_ns = 1e300;
+  for (int round = 0; round < 8; ++round) {
+    hand_ns = std::min(hand_ns, ns_per_call([&] { return m.by_hand(); }, 10));
+    dtensor_ns = std::min(dtensor_ns, ns_per_call([&] { m.step(); }, 10));
+  }
   state.counters["hand_us"] = hand_ns / 1e3;
   state.counters["dtensor_us"] = dtensor_ns / 1e3;
   state.counters["ratio"] = dtensor_ns / hand_ns;

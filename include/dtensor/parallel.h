@@ -18,6 +18,12 @@
 //   DTensor y = down(gelu(up(x)));                // x (S(0), R) -> y (S(0), R)
 //   // up's output is S(-1) on tp, exactly what down wants: one all_reduce.
 //
+// Parameters are leaves that require grad (as nn.Parameter): after
+// loss.backward(), layer.weight().grad() holds the gradient, sharded like
+// the weight; the replicated ones (a row-parallel bias, a norm's weight)
+// get Partial(sum) gradients where each rank saw part of the data. Backward
+// runs Megatron's collectives (docs/autograd.md).
+//
 // With sequence parallelism the activations between blocks are sharded on
 // the sequence dim on tp: SequenceParallelLayerNorm runs on those slices,
 // ColumnParallelLinear all-gathers its input, and RowParallelLinear with
