@@ -40,6 +40,7 @@ void BM_DemoForward_DTensor(benchmark::State& state) {
                                         model.input_placements());
   const DTensor targets = distribute_tensor(Tensor::randint(0, c.vocab, {c.batch, c.seq}, 8),
                                             mesh, model.input_placements());
+  NoGradGuard inference;  // the demo's forward pass records no graph
   for (auto _ : state) benchmark::DoNotOptimize(model.forward(ids, targets));
 }
 BENCHMARK(BM_DemoForward_DTensor)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);

@@ -186,6 +186,8 @@ int run_demo(const DemoArgs& args) {
   std::vector<double> step_ms;
   std::vector<CacheInfo> step_cache;
   std::optional<DTensor> logits, loss;
+  // A forward pass only: record no graph for backward (torch.no_grad()).
+  NoGradGuard inference;
   for (int step = 0; step < args.steps; ++step) {
     SectionTracker tracker;
     const CacheInfo c0 = sharding_prop_cache_info();
