@@ -120,10 +120,10 @@ DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Plac
 struct FromLocalOptions {
   // The global shape; needed for uneven shards. Without a shape, shards are
   // assumed even: global size = local size x shards on that dim.
-  std::optional<Shape> shape;
+  std::optional<Shape> shape = std::nullopt;
   // The global strides. Only the contiguous (row-major) strides of the
   // global shape are supported; anything else throws.
-  std::optional<Shape> stride;
+  std::optional<Shape> stride = std::nullopt;
   // Check that every shard has the shape and dtype the spec gives it. When
   // false the shards are trusted here, and a wrong shape is caught (as an
   // Error naming the rank, its shape and the expected one) when the data is
@@ -136,7 +136,7 @@ struct FromLocalOptions {
   // backward: Shard stays Shard, Replicate stays Replicate - an all_reduce
   // when the gradient arrives Partial - and Partial becomes Replicate).
   bool requires_grad = false;
-  std::optional<Placements> grad_placements;
+  std::optional<Placements> grad_placements = std::nullopt;
 };
 
 // A DTensor from the shards this process holds (one per held rank of the

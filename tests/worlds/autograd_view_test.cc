@@ -127,7 +127,7 @@ struct Case {
   Op op;
   std::string what;
   double atol = 0;
-  std::function<std::vector<DTensor>(const DeviceMesh&)> make_extra;  // non-differentiable inputs
+  std::function<std::vector<DTensor>(const DeviceMesh&)> make_extra = nullptr;  // non-differentiable inputs
 };
 
 template <class Draw>

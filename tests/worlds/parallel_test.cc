@@ -67,7 +67,9 @@ TEST_F(ParallelTest, ColumnThenRowLinearIsTheMegatronMlp) {
     DTensor h = up(dx);
     EXPECT_EQ(comm.total_count(), 0) << where;
     EXPECT_EQ(h.placements()[static_cast<size_t>(l.tp)], Shard(2)) << where;
-    if (l.mesh.ndim() == 2) EXPECT_EQ(h.placements()[0], Shard(0)) << where;
+    if (l.mesh.ndim() == 2) {
+      EXPECT_EQ(h.placements()[0], Shard(0)) << where;
+    }
     DTensor y = down(gelu(h));
     EXPECT_EQ(comm.total_count(), 1) << where;
     EXPECT_EQ(collectives(comm, CollectiveKind::AllReduce), 1) << where;
