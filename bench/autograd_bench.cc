@@ -23,8 +23,8 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <chrono>
 
+#include "bench_util.h"
 #include "comm/backend.h"
 #include "dtensor/dtensor.h"
 #include "dtensor/parallel.h"
@@ -33,14 +33,7 @@ namespace {
 
 using namespace dtensor;
 
-template <class F>
-double ns_per_call(F&& f, int calls = 20000) {
-  for (int i = 0; i < calls / 10; ++i) f();
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < calls; ++i) f();
-  auto t1 = std::chrono::steady_clock::now();
-  return std::chrono::duration<double, std::nano>(t1 - t0).count() / calls;
-}
+using dtensor::bench::ns_per_call;
 
 struct Tiny {
   World world = World::simulated(4);

@@ -11,8 +11,8 @@
 // an explicit all_reduce (ratio = DTensor time / hand-written time).
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 
+#include "bench_util.h"
 #include "comm/backend.h"
 #include "dtensor/dtensor.h"
 
@@ -29,15 +29,7 @@ struct Fixture {
   DTensor bias = distribute_tensor(Tensor::randn({8}, 4), mesh, {Replicate()});
 };
 
-// ns per call of f, measured over a fixed number of calls.
-template <class F>
-double ns_per_call(F&& f, int calls = 20000) {
-  for (int i = 0; i < calls / 10; ++i) f();
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < calls; ++i) f();
-  auto t1 = std::chrono::steady_clock::now();
-  return std::chrono::duration<double, std::nano>(t1 - t0).count() / calls;
-}
+using dtensor::bench::ns_per_call;
 
 template <class D, class L>
 void run(benchmark::State& state, D&& dtensor_op, L&& local_op) {
