@@ -183,7 +183,8 @@ void conform(DTensor& g, const TensorMeta& want, const Node& node, size_t i) {
 
 bool recording(const std::vector<const DTensor*>& inputs) {
   if (!detail::grad_enabled) return false;
-  return std::any_of(inputs.begin(), inputs.end(), [](const DTensor* t) { return requires_grad(t); });
+  return std::any_of(inputs.begin(), inputs.end(),
+                     [](const DTensor* t) { return requires_grad(t); });
 }
 
 void attach(DTensor& out, std::shared_ptr<Node> node, const std::vector<const DTensor*>& inputs) {
@@ -206,13 +207,17 @@ void record(DTensor& out, const char* name, std::initializer_list<const DTensor*
   record(out, name, inputs.begin(), inputs.size(), std::move(saved), std::move(fn));
 }
 
+// One op where one does: only leading dims summed (no keepdim), only
+// size-1 dims (keepdim), only the element count unchanged (a reshape); both
+// kinds of dims take a sum and a reshape.
 DTensor sum_to(const DTensor& g, const Shape& shape) {
   if (g.shape() == shape) return g;
+  if (g.shape().product() == shape.product()) return reshape(g, shape);
   const int64_t lead = g.dim() - static_cast<int64_t>(shape.size());
   DimVector dims;
   for (int64_t d = 0; d < g.dim(); ++d)
     if (d < lead || (shape[d - lead] == 1 && g.shape()[d] != 1)) dims.push_back(d);
-  DTensor s = dims.empty() ? g : sum(g, dims, /*keepdim=*/true);
+  const DTensor s = sum(g, dims, /*keepdim=*/lead == 0);
   return s.shape() == shape ? s : reshape(s, shape);
 }
 

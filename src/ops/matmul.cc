@@ -299,21 +299,6 @@ Tensor biased(const OutputSharding& s, int rank, int bias_input, std::initialize
 
 // ---- backward helpers --------------------------------------------------------------
 
-// The gradient `g` of a broadcast result summed down to `shape` (the
-// leading dims broadcasting added and the dims of size 1 in `shape`): one
-// sum without keepdim, or a reshape when only size-1 dims differ, where
-// autograd::sum_to would sum with keepdim and reshape.
-DTensor reduce_to(const DTensor& g, const Shape& shape) {
-  if (g.shape() == shape) return g;
-  if (g.shape().product() == shape.product()) return reshape(g, shape);
-  const int64_t lead = g.dim() - static_cast<int64_t>(shape.size());
-  DimVector dims;
-  for (int64_t d = 0; d < g.dim(); ++d)
-    if (d < lead || (shape[d - lead] == 1 && g.shape()[d] != 1)) dims.push_back(d);
-  if (dims.empty()) return reshape(g, shape);
-  const DTensor s = sum(g, dims);
-  return s.shape() == shape ? s : reshape(s, shape);
-}
 
 DTensor scaled(const DTensor& x, Scalar s) { return s.to_double() == 1.0 ? x : mul(x, s); }
 
@@ -343,18 +328,21 @@ autograd::Grads matmul_grads(const autograd::Context& c) {
     if (need_b) out[1] = mul(g, a);
   } else if (db == 1) {  // a [..., m, k] @ b [k] -> [..., m]
     if (need_a) out[0] = mul(unsqueeze(g, -1), b);
-    if (need_b) out[1] = da == 2 ? matmul(g, a) : reduce_to(matmul(unsqueeze(g, -2), a), b.shape());
+    if (need_b)
+      out[1] = da == 2 ? matmul(g, a)
+                       : autograd::sum_to(matmul(unsqueeze(g, -2), a), b.shape());
   } else if (da == 1) {  // a [k] @ b [..., k, n] -> [..., n]
     if (need_a)
-      out[0] = db == 2 ? matmul(b, g)
-                       : reduce_to(matmul(unsqueeze(g, -2), transpose(b, -1, -2)), a.shape());
+      out[0] = db == 2
+                   ? matmul(b, g)
+                   : autograd::sum_to(matmul(unsqueeze(g, -2), transpose(b, -1, -2)), a.shape());
     if (need_b) out[1] = mul(unsqueeze(a, -1), db == 2 ? g : unsqueeze(g, -2));
   } else if (db == 2) {  // a [..., m, k] @ b [k, n]: b's gradient is one mm over rows
     if (need_a) out[0] = matmul(g, t(b));
     if (need_b) out[1] = da == 2 ? mm(t(a), g) : mm(t(flatten(a, 0, -2)), flatten(g, 0, -2));
   } else {  // batch dims broadcast: the gradients are summed back over them
-    if (need_a) out[0] = reduce_to(matmul(g, transpose(b, -1, -2)), a.shape());
-    if (need_b) out[1] = reduce_to(matmul(transpose(a, -1, -2), g), b.shape());
+    if (need_a) out[0] = autograd::sum_to(matmul(g, transpose(b, -1, -2)), a.shape());
+    if (need_b) out[1] = autograd::sum_to(matmul(transpose(a, -1, -2), g), b.shape());
   }
   return out;
 }
@@ -374,7 +362,7 @@ autograd::Grads linear_grads(const autograd::Context& c, const std::optional<Sha
       out[1] = mm(t(flatten(g, 0, -2)), flatten(x, 0, -2));
     }
   }
-  if (bias_shape && c.needs(2)) out[2] = reduce_to(g, *bias_shape);
+  if (bias_shape && c.needs(2)) out[2] = autograd::sum_to(g, *bias_shape);
   return out;
 }
 
@@ -406,7 +394,7 @@ DTensor addmm(const DTensor& bias, const DTensor& a, const DTensor& b, Scalar be
     autograd::record(out, "addmm", {&bias, &a, &b}, {a, b},
                      [bias_shape = bias.shape(), beta, alpha](const autograd::Context& c) {
                        autograd::Grads g(3);
-                       if (c.needs(0)) g[0] = scaled(reduce_to(c.grad, bias_shape), beta);
+                       if (c.needs(0)) g[0] = scaled(autograd::sum_to(c.grad, bias_shape), beta);
                        return product_grads(c, 1, 2, alpha, false, g);
                      });
   return out;
@@ -438,7 +426,7 @@ DTensor baddbmm(const DTensor& bias, const DTensor& a, const DTensor& b, Scalar 
     autograd::record(out, "baddbmm", {&bias, &a, &b}, {a, b},
                      [bias_shape = bias.shape(), beta, alpha](const autograd::Context& c) {
                        autograd::Grads g(3);
-                       if (c.needs(0)) g[0] = scaled(reduce_to(c.grad, bias_shape), beta);
+                       if (c.needs(0)) g[0] = scaled(autograd::sum_to(c.grad, bias_shape), beta);
                        return product_grads(c, 1, 2, alpha, true, g);
                      });
   return out;
