@@ -1,0 +1,136 @@
+// Modules: the structure that parallelize_module and fully_shard work on,
+// as torch.nn.Module is for PyTorch's parallel APIs.
+//
+// A Module owns named parameters (DTensors that are autograd leaves, like
+// nn.Parameter) and named child modules, and runs forward hooks around its
+// forward():
+//
+//   nn::Linear fc(mesh, weight, bias);       // parameters Replicate on every mesh dim
+//   DTensor y = fc(x);                       // pre-hooks, forward(x), post-hooks
+//   for (auto& [name, p] : model.named_parameters()) ...   // "blocks.0.fc.weight"
+//
+// Parameters are made from full tensors (every process passes the same
+// values, e.g. from one seed) and start Replicate on the module's mesh.
+// Parallelizing a model changes their layout in place: parallelize_module
+// and fully_shard assign new leaves through named_parameters()' pointers
+// and register hooks that move inputs and outputs, so the module's own
+// forward() is written once, as on one device. Make the optimizer after
+// parallelizing (it holds the parameters as they are then), as in PyTorch.
+//
+// Differences from torch.nn.Module: one DTensor in and one out (a model with
+// more inputs keeps them as members, e.g. a mask as a buffer); no
+// train/eval mode, no state_dict yet (issue 17), no buffers beyond what a
+// module keeps as members.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dtensor/dtensor.h"
+
+namespace dtensor::nn {
+
+class Module {
+ public:
+  explicit Module(DeviceMesh mesh) : mesh_(std::move(mesh)) {}
+  virtual ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Runs the pre-hooks (each may replace the input), forward(), then the
+  // hooks (each may replace the output), in registration order.
+  DTensor operator()(const DTensor& x);
+  virtual DTensor forward(const DTensor& x) = 0;
+
+  const DeviceMesh& mesh() const { return mesh_; }
+
+  // Parameters by dotted name: this module's own in registration order,
+  // then each child's ("blocks.0.attention.wq.weight"). The pointers stay
+  // valid while the module lives; assigning through one replaces the
+  // parameter everywhere the module reads it.
+  std::vector<std::pair<std::string, DTensor*>> named_parameters();
+  // Copies of the parameters (sharing storage and autograd state).
+  std::vector<DTensor> parameters();
+  // This module ("") and every descendant by dotted name, parents first.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  // The descendant at a dotted name ("" is this module); throws naming the
+  // name and the children there are.
+  Module& submodule(const std::string& name);
+  DTensor& parameter(const std::string& name);
+
+  // fn(module, input) -> the input forward() gets.
+  using ForwardPreHook = std::function<DTensor(Module&, const DTensor&)>;
+  // fn(module, input, output) -> the output the caller gets.
+  using ForwardHook = std::function<DTensor(Module&, const DTensor&, const DTensor&)>;
+  void register_forward_pre_hook(ForwardPreHook hook);
+  void register_forward_hook(ForwardHook hook);
+
+ protected:
+  // A parameter from a full tensor, Replicate on the module's mesh; floating
+  // ones require grad. Returns the slot forward() reads (stable address).
+  DTensor* register_parameter(const std::string& name, const Tensor& full);
+  DTensor* register_parameter(const std::string& name, DTensor value);
+  template <class M>
+  M* register_module(const std::string& name, std::unique_ptr<M> child) {
+    M* raw = child.get();
+    add_child(name, std::move(child));
+    return raw;
+  }
+
+ private:
+  void add_child(const std::string& name, std::unique_ptr<Module> child);
+  void check_new_name(const std::string& name) const;
+
+  DeviceMesh mesh_;
+  std::vector<std::pair<std::string, std::unique_ptr<DTensor>>> params_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  std::vector<ForwardPreHook> pre_hooks_;
+  std::vector<ForwardHook> hooks_;
+};
+
+// y = x W^T + b; W (out, in), b (out).
+class Linear : public Module {
+ public:
+  Linear(const DeviceMesh& mesh, const Tensor& weight, const std::optional<Tensor>& bias);
+  // W and b from `seed`, uniform in +-1/sqrt(in) as nn.Linear initialises.
+  Linear(const DeviceMesh& mesh, int64_t in_features, int64_t out_features, bool bias,
+         uint64_t seed);
+  DTensor forward(const DTensor& x) override;
+  DTensor& weight() { return *weight_; }
+  DTensor* bias() { return bias_; }
+
+ private:
+  DTensor* weight_;
+  DTensor* bias_ = nullptr;
+};
+
+// Rows of a (num, dim) table looked up by int64 ids.
+class Embedding : public Module {
+ public:
+  Embedding(const DeviceMesh& mesh, const Tensor& weight);
+  DTensor forward(const DTensor& ids) override;
+  DTensor& weight() { return *weight_; }
+
+ private:
+  DTensor* weight_;
+};
+
+// LayerNorm over the last dim with weight and bias (dim).
+class LayerNorm : public Module {
+ public:
+  LayerNorm(const DeviceMesh& mesh, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+  DTensor forward(const DTensor& x) override;
+  DTensor& weight() { return *weight_; }
+  DTensor& bias() { return *bias_; }
+
+ private:
+  DTensor* weight_;
+  DTensor* bias_;
+  double eps_;
+};
+
+}  // namespace dtensor::nn

@@ -1,0 +1,111 @@
+// Module: named parameters, children and forward hooks (nn.h).
+#include "dtensor/nn.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "dtensor/error.h"
+
+namespace dtensor::nn {
+
+Module::~Module() = default;
+
+DTensor Module::operator()(const DTensor& x) {
+  // The common case (no hooks) passes x straight through without a copy.
+  if (pre_hooks_.empty() && hooks_.empty()) return forward(x);
+  DTensor in = x;
+  for (const ForwardPreHook& hook : pre_hooks_) in = hook(*this, in);
+  DTensor out = forward(in);
+  for (const ForwardHook& hook : hooks_) out = hook(*this, in, out);
+  return out;
+}
+
+std::vector<std::pair<std::string, DTensor*>> Module::named_parameters() {
+  std::vector<std::pair<std::string, DTensor*>> out;
+  for (auto& [module_name, module] : named_modules()) {
+    const std::string prefix = module_name.empty() ? "" : module_name + ".";
+    for (auto& [name, value] : module->params_) out.emplace_back(prefix + name, value.get());
+  }
+  return out;
+}
+
+std::vector<DTensor> Module::parameters() {
+  std::vector<DTensor> out;
+  for (auto& [name, p] : named_parameters()) out.push_back(*p);
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out{{"", this}};
+  // Breadth is not what PyTorch does: parents first, depth first, in
+  // registration order, so "blocks.0" and its children precede "blocks.1".
+  for (auto& [name, child] : children_)
+    for (auto& [sub, module] : child->named_modules())
+      out.emplace_back(sub.empty() ? name : name + "." + sub, module);
+  return out;
+}
+
+Module& Module::submodule(const std::string& name) {
+  if (name.empty()) return *this;
+  const size_t dot = name.find('.');
+  const std::string head = name.substr(0, dot);
+  for (auto& [child_name, child] : children_)
+    if (child_name == head) return dot == std::string::npos ? *child : child->submodule(name.substr(dot + 1));
+  std::ostringstream names;
+  for (size_t i = 0; i < children_.size(); ++i) names << (i ? ", " : "") << children_[i].first;
+  DT_THROW("no submodule '", head, "' (in '", name, "'); the children here are [", names.str(), "]");
+}
+
+DTensor& Module::parameter(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  Module& owner = dot == std::string::npos ? *this : submodule(name.substr(0, dot));
+  const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
+  for (auto& [param_name, value] : owner.params_)
+    if (param_name == leaf) return *value;
+  std::ostringstream names;
+  for (size_t i = 0; i < owner.params_.size(); ++i)
+    names << (i ? ", " : "") << owner.params_[i].first;
+  DT_THROW("no parameter '", name, "'; the module there has [", names.str(), "]");
+}
+
+void Module::register_forward_pre_hook(ForwardPreHook hook) {
+  DT_CHECK(hook != nullptr, "register_forward_pre_hook: the hook is empty");
+  pre_hooks_.push_back(std::move(hook));
+}
+
+void Module::register_forward_hook(ForwardHook hook) {
+  DT_CHECK(hook != nullptr, "register_forward_hook: the hook is empty");
+  hooks_.push_back(std::move(hook));
+}
+
+void Module::check_new_name(const std::string& name) const {
+  DT_CHECK(!name.empty() && name.find('.') == std::string::npos,
+           "a parameter or module name must be non-empty without '.', got '", name, "'");
+  const auto taken = [&](const auto& list) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& e) { return e.first == name; });
+  };
+  DT_CHECK(!taken(params_) && !taken(children_), "the name '", name,
+           "' is already a parameter or module of this module");
+}
+
+DTensor* Module::register_parameter(const std::string& name, const Tensor& full) {
+  DTensor value = distribute_tensor(full, mesh_, Placements(static_cast<size_t>(mesh_.ndim()), Replicate()));
+  if (full.dtype() == DType::Float32 || full.dtype() == DType::Float64) value.requires_grad_();
+  return register_parameter(name, std::move(value));
+}
+
+DTensor* Module::register_parameter(const std::string& name, DTensor value) {
+  check_new_name(name);
+  DT_CHECK(value.mesh() == mesh_, "parameter '", name, "' lives on mesh ", value.mesh().to_string(),
+           " but the module's is ", mesh_.to_string());
+  params_.emplace_back(name, std::make_unique<DTensor>(std::move(value)));
+  return params_.back().second.get();
+}
+
+void Module::add_child(const std::string& name, std::unique_ptr<Module> child) {
+  check_new_name(name);
+  DT_CHECK(child != nullptr, "register_module: module '", name, "' is null");
+  children_.emplace_back(name, std::move(child));
+}
+
+}  // namespace dtensor::nn
