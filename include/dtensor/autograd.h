@@ -21,7 +21,10 @@
 // recorded from two threads at once.
 #pragma once
 
+#include <any>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -68,6 +71,39 @@ class GradModeGuard {
 // saved.
 void backward(const std::vector<DTensor>& outputs,
               const std::vector<std::optional<DTensor>>& grads = {}, bool retain_graph = false);
+
+// Saved-tensor hooks (torch.autograd.graph.saved_tensors_hooks): while a
+// SavedTensorHooks is alive on this thread, each tensor an op saves for its
+// backward is handed to `pack` when the op runs, and the node keeps what
+// pack returns instead of the tensor; when backward needs the tensor, the
+// node calls `unpack` on it (each time it runs) and uses the result, which
+// must have the saved tensor's shape, dtype and mesh. The innermost alive
+// scope applies; scopes nest and may end in any order. Use it to keep less
+// alive between forward and backward: fully_shard packs its unsharded
+// parameters as a handle and gathers them again on unpack (fsdp.h).
+//   SavedTensorHooks hooks([](const DTensor& t) -> std::any { return t; },
+//                          [](const std::any& a) { return std::any_cast<DTensor>(a); });
+// A packed tensor is not checked for in-place changes (the hooks own what
+// they keep); graph_memory counts what was packed only when it is held as a
+// DTensor. The hooks run on the thread that records (pack) and the one
+// that runs backward (unpack), with grad mode off when unpacking.
+class SavedTensorHooks {
+ public:
+  using Pack = std::function<std::any(const DTensor&)>;
+  using Unpack = std::function<DTensor(const std::any&)>;
+  SavedTensorHooks(Pack pack, Unpack unpack);
+  ~SavedTensorHooks();
+  SavedTensorHooks(const SavedTensorHooks&) = delete;
+  SavedTensorHooks& operator=(const SavedTensorHooks&) = delete;
+
+  struct Pair {
+    Pack pack;
+    Unpack unpack;
+  };
+
+ private:
+  std::shared_ptr<const Pair> pair_;
+};
 
 // The bytes of the tensors the graph behind `output` holds for its
 // backward (each storage counted once; its shards on every held rank), and

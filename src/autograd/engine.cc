@@ -7,6 +7,7 @@
 // which gradients of one tensor are added - is a function of the program
 // alone: the same in the simulated world and on every MPI rank.
 #include <algorithm>
+#include <any>
 #include <queue>
 #include <unordered_set>
 
@@ -36,18 +37,32 @@ uint64_t version_of(const DTensor& t) {
 
 std::string describe(const DTensor& t) { return t.spec().to_string(); }
 
+// The innermost alive SavedTensorHooks of this thread, last.
+thread_local std::vector<std::shared_ptr<const SavedTensorHooks::Pair>> saved_hooks;
+
 // The node of an op recorded with record(): a BackwardFn over saved tensors.
 class FunctionNode final : public Node {
  public:
   // The saved tensors are detached (a saved output must not keep its own
-  // node alive) and their versions noted.
+  // node alive) and their versions noted; under saved-tensor hooks they
+  // are packed instead.
   FunctionNode(const char* name, std::vector<DTensor> saved, BackwardFn fn)
       : name_(name), saved_(std::move(saved)), fn_(std::move(fn)) {
-    versions_.reserve(saved_.size());
-    for (DTensor& t : saved_) {
-      MetaAccess::of(t).reset();
-      versions_.push_back(version_of(t));
+    for (DTensor& t : saved_) MetaAccess::of(t).reset();
+    if (!saved_hooks.empty() && !saved_.empty()) {
+      hooks_ = saved_hooks.back();
+      packed_.reserve(saved_.size());
+      metas_.reserve(saved_.size());
+      for (const DTensor& t : saved_) {
+        metas_.push_back(t.spec());
+        packed_.push_back(hooks_->pack(t));
+      }
+      saved_.clear();
+      saved_.shrink_to_fit();
+      return;
     }
+    versions_.reserve(saved_.size());
+    for (DTensor& t : saved_) versions_.push_back(version_of(t));
   }
   const char* name() const override { return name_; }
 
@@ -55,6 +70,10 @@ class FunctionNode final : public Node {
     DT_CHECK(!released_, "backward: the graph through ", name_,
              " was freed by an earlier backward(); pass retain_graph = true to the first "
              "backward() to run backward through it again");
+    if (hooks_) {
+      std::vector<DTensor> values = unpack();
+      return run(grad, values.data());
+    }
     for (size_t i = 0; i < saved_.size(); ++i) {
       const uint64_t now = version_of(saved_[i]);
       DT_CHECK(now == versions_[i], "backward: tensor ", i, " that ", name_,
@@ -62,36 +81,63 @@ class FunctionNode final : public Node {
                ") was changed in place after it was saved (version ", now, ", saved at ",
                versions_[i], "); clone() it before changing it, or change it after backward()");
     }
-    Grads out = fn_(Context(grad, saved_.data(), *this));
-    DT_CHECK(out.size() == edges.size(), "internal error: backward of ", name_, " gave ",
-             out.size(), " gradients for ", edges.size(), " inputs");
-    if (verify_detail::should_verify()) verify(grad, out);
-    return out;
+    return run(grad, saved_.data());
   }
 
   void for_each_saved(const std::function<void(const DTensor&)>& f) const override {
     for (const DTensor& t : saved_) f(t);
+    for (const std::any& a : packed_)
+      if (const DTensor* t = std::any_cast<DTensor>(&a)) f(*t);
   }
 
   void release() override {
     saved_.clear();
     saved_.shrink_to_fit();
+    packed_.clear();
+    packed_.shrink_to_fit();
+    hooks_.reset();
     fn_ = nullptr;
     released_ = true;
   }
 
  private:
+  Grads run(const DTensor& grad, const DTensor* saved) const {
+    Grads out = fn_(Context(grad, saved, *this));
+    DT_CHECK(out.size() == edges.size(), "internal error: backward of ", name_, " gave ",
+             out.size(), " gradients for ", edges.size(), " inputs");
+    if (verify_detail::should_verify()) verify(grad, saved, out);
+    return out;
+  }
+
+  // The packed tensors, unpacked by the hooks that packed them.
+  std::vector<DTensor> unpack() const {
+    std::vector<DTensor> values;
+    values.reserve(packed_.size());
+    for (size_t i = 0; i < packed_.size(); ++i) {
+      values.push_back(hooks_->unpack(packed_[i]));
+      const DTensorSpec& want = metas_[i];
+      const DTensor& got = values.back();
+      DT_CHECK(got.shape() == want.shape() && got.dtype() == want.dtype() &&
+                   got.mesh() == want.mesh(),
+               "backward of ", name_, ": the unpack hook gave ", describe(got),
+               " for saved tensor ", i, ", which was ", want.to_string(),
+               " (same shape, dtype and mesh expected)");
+    }
+    return values;
+  }
+
   // VerifyMode: the same backward on replicated copies of the gradient and
   // the saved tensors must give the same gradients (as full tensors).
-  void verify(const DTensor& grad, const Grads& got) const {
+  void verify(const DTensor& grad, const DTensor* saved, const Grads& got) const {
     if (grad.local().empty()) return;  // this process holds no rank of the mesh
     verify_detail::CheckScope scope;
     auto replicated = [](const DTensor& t) {
       return t.redistribute(Placements(static_cast<size_t>(t.mesh().ndim()), Replicate()));
     };
+    const size_t n = hooks_ ? packed_.size() : saved_.size();
     std::vector<DTensor> values;
-    values.reserve(saved_.size());
-    for (const DTensor& v : saved_) values.push_back(replicated(v));
+    values.reserve(n);
+    for (size_t i = 0; i < n; ++i) values.push_back(replicated(saved[i]));
     const Grads want = fn_(Context(replicated(grad), values.data(), *this));
     for (size_t i = 0; i < got.size(); ++i) {
       if (!got[i] || !want[i]) continue;
@@ -106,6 +152,11 @@ class FunctionNode final : public Node {
   const char* name_;
   std::vector<DTensor> saved_;
   std::vector<uint64_t> versions_;  // of saved_, when saved
+  // Under saved-tensor hooks: what pack gave, the hooks, and the specs of
+  // the tensors packed (saved_ is then empty).
+  std::vector<std::any> packed_;
+  std::shared_ptr<const SavedTensorHooks::Pair> hooks_;
+  std::vector<DTensorSpec> metas_;
   BackwardFn fn_;
   bool released_ = false;
 };
@@ -249,6 +300,26 @@ GradModeGuard::GradModeGuard(bool enabled) : previous_(autograd::detail::grad_en
   autograd::detail::grad_enabled = enabled;
 }
 GradModeGuard::~GradModeGuard() { autograd::detail::grad_enabled = previous_; }
+
+// ---- saved-tensor hooks ------------------------------------------------------------------
+
+SavedTensorHooks::SavedTensorHooks(Pack pack, Unpack unpack) {
+  DT_CHECK(pack != nullptr && unpack != nullptr,
+           "SavedTensorHooks: both a pack and an unpack hook are needed");
+  pair_ = std::make_shared<const Pair>(Pair{std::move(pack), std::move(unpack)});
+  autograd::saved_hooks.push_back(pair_);
+}
+
+SavedTensorHooks::~SavedTensorHooks() {
+  // Scopes usually end innermost first; one that ends out of order (its
+  // owner kept it in a member) is taken out wherever it is.
+  auto& stack = autograd::saved_hooks;
+  for (auto it = stack.rbegin(); it != stack.rend(); ++it)
+    if (*it == pair_) {
+      stack.erase(std::next(it).base());
+      break;
+    }
+}
 
 // ---- DTensor's gradient methods --------------------------------------------------------
 
