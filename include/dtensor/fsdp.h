@@ -1,0 +1,68 @@
+// Data parallelism on nn::Module: fully_shard (PyTorch's FSDP2,
+// torch.distributed.fsdp.fully_shard) and replicate (PyTorch's composable
+// DDP, torch.distributed._composable.replicate).
+//
+//   for (auto& block : model.blocks) fully_shard(*block);   // bottom-up, as in FSDP2
+//   fully_shard(model);                 // the rest: embeddings, head, ...
+//   DTensor loss = ...model(x)...;      // x batch-sharded over dp
+//   loss.backward();                    // grads on the sharded parameters
+//   for (auto& [name, p] : model.named_parameters()) ...   // sharded: step on the shards
+//
+// fully_shard replaces each parameter it manages by a leaf that holds the
+// same value laid out Shard(0) over the data-parallel mesh dims (keeping its
+// placement on every other mesh dim, e.g. a tensor-parallel Shard(1)). A
+// module's managed parameters form one group: before its forward the group
+// is all-gathered in ONE collective (one flat buffer per rank: each
+// parameter's shard padded to its chunk size), and the module reads the
+// unsharded values; after its forward it reads the shards again
+// (reshard_after_forward), and backward gathers the group again once, when
+// it first needs an unsharded value (saved-tensor hooks, autograd.h). The
+// unsharded values are differentiable functions of the sharded leaves:
+// the group's backward is ONE reduce_scatter (sum over dp) of the group's
+// flat gradient. docs/fsdp.md has what matches FSDP2 and what differs.
+//
+// replicate keeps the parameters Replicate over the dp dims and makes each
+// gradient arrive Replicate there: the Partial(sum) gradient of a
+// batch-sharded step is all-reduced (one all_reduce per parameter).
+//
+// Both are applied once per module, after any tensor parallelism and before
+// the optimizer is made. Thread safety: a model is trained by one thread.
+#pragma once
+
+#include <vector>
+
+#include "dtensor/nn.h"
+
+namespace dtensor {
+
+struct FullyShardOptions {
+  // The data-parallel mesh dims the parameters are sharded over (ascending;
+  // several are flattened into one, row-major, as one collective group).
+  std::vector<int> mesh_dims = {0};
+  // Free the unsharded parameters after forward (gather again in backward).
+  // The root (the outermost fully_shard module, found at its first
+  // forward) always keeps them until after backward, as FSDP2 does: its
+  // backward starts right away.
+  bool reshard_after_forward = true;
+};
+
+// Shards the parameters of `module` (and its descendants) not already
+// managed by an inner fully_shard over options.mesh_dims and installs the
+// forward hooks that gather and free them. Throws dtensor::Error for a mesh
+// dim out of range or repeated, a parameter already sharded (or Partial) on
+// a dp dim, a parameter sharded on dim 0 by another mesh dim (needs shard
+// order), parameters of several dtypes in one group, or a module already
+// fully_shard'ed or replicate'd.
+void fully_shard(nn::Module& module, const FullyShardOptions& options = {});
+
+// Whether fully_shard was applied to this module.
+bool is_fully_sharded(const nn::Module& module);
+
+// Data parallelism without sharding: every parameter of `module` is
+// Replicate on `mesh_dims` and its gradient is all-reduced over them, so it
+// arrives Replicate (the value of the whole batch's gradient). Throws for a
+// mesh dim out of range, a parameter sharded or Partial on a dp dim, or a
+// module already fully_shard'ed or replicate'd.
+void replicate(nn::Module& module, const std::vector<int>& mesh_dims = {0});
+
+}  // namespace dtensor

@@ -1,0 +1,501 @@
+// fully_shard (fsdp.h): a module's managed parameters as one group whose
+// shards are gathered by one all_gather of a flat buffer and whose
+// gradients are scattered back by one reduce_scatter of one.
+//
+// The flat buffer of a rank is, for each parameter in order, its dp shard
+// flattened and padded with zeros to the largest shard of its dp group
+// (FSDP2's dim-0 padding), so every member of the group puts in the same
+// number of elements and member j's piece starts at j * total. The
+// unsharded value of a parameter on a rank is its members' pieces, cut to
+// their true row counts, concatenated in the group's (row-major) order,
+// which is the order in which nested Shard(0)s split dim 0.
+//
+// Autograd: the gather is one GatherNode (inputs: the sharded leaves)
+// with a one-element token as output, and each unsharded value is the
+// output of an UnshardNode over the token. An UnshardNode keeps the
+// gradient it is given in the call's state and hands the token a zero; the
+// GatherNode runs after every UnshardNode of its call (the engine counts
+// the dependencies) and reduce-scatters the gradients they kept at once.
+// (The engine's nodes have one output; the token is how one node gets the
+// gradients of several tensors.)
+#include "dtensor/fsdp.h"
+
+#include <algorithm>
+#include <any>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+#include "autograd/graph.h"
+#include "comm/backend.h"
+#include "dtensor/error.h"
+
+namespace dtensor {
+
+namespace {
+
+// Where a rank's parameters sit in the flat buffer.
+struct RankLayout {
+  int64_t total = 0;                       // elements per member's piece
+  int member = 0;                          // this rank's index in its dp group
+  std::vector<int64_t> offset;             // per parameter, within a piece
+  std::vector<std::vector<int64_t>> rows;  // per parameter, per member: true rows
+  std::vector<Shape> trailing;             // per parameter: the local shape after dim 0
+  std::vector<int64_t> row_numel;          // per parameter: elements per row
+};
+
+struct Param {
+  std::string name;
+  DTensor* slot;
+  DTensor sharded;             // the leaf the optimizer steps
+  DTensorSpec unsharded_spec;  // Replicate on the dp dims
+};
+
+struct Group;
+
+// The gradients an UnshardNode of one forward call hands its GatherNode.
+struct CallState {
+  std::vector<std::optional<DTensor>> grads;
+};
+
+struct Group {
+  Group(nn::Module& m, const DeviceMesh& dp_mesh) : module(&m), mesh(m.mesh()), dp_mesh(dp_mesh) {}
+  nn::Module* module;
+  DeviceMesh mesh;
+  std::vector<int> dp_dims;
+  DeviceMesh dp_mesh;  // the mesh the collectives run on: mesh, or its dp dims flattened
+  int dp_dim = 0;
+  bool reshard_after_forward = true;
+  DType dtype = DType::Float32;
+  std::vector<Param> params;
+  std::map<int, RankLayout> layouts;  // per held rank of the mesh
+
+  // The unsharded values the module reads during its forward (and the
+  // root's until after backward); empty while resharded.
+  std::vector<DTensor> unsharded;
+  // Gathered again in backward for the unpack hook; freed after the
+  // group's backward.
+  std::vector<DTensor> backward_unsharded;
+  std::optional<SavedTensorHooks> hooks;
+
+  std::vector<DTensor> gather() const;
+  void reshard();
+  // What an op saved as parameter k, for its backward.
+  const DTensor& backward_value(size_t k) {
+    if (backward_unsharded.empty()) backward_unsharded = gather();
+    return backward_unsharded[k];
+  }
+};
+
+// The groups of this thread unsharded in a forward that will reshard:
+// the ones whose parameters the pack hook replaces by a handle.
+thread_local std::vector<std::weak_ptr<Group>> resharding_groups;
+// fully_shard forwards running on this thread (0: the next one is a root).
+thread_local int forward_depth = 0;
+
+// A parameter saved for backward, packed: gathered again on unpack.
+struct SavedParam {
+  std::shared_ptr<Group> group;
+  size_t index;
+};
+
+bool same_data(const DTensor& a, const DTensor& b) {
+  if (a.spec() != b.spec() || a.local().size() != b.local().size()) return false;
+  if (a.local().empty()) return true;
+  const Tensor& x = a.local().shards().front().second;
+  const Tensor& y = b.local().shards().front().second;
+  return x.storage() == y.storage() && x.storage_offset() == y.storage_offset() &&
+         x.strides() == y.strides();
+}
+
+std::any pack_param(const DTensor& t) {
+  for (const std::weak_ptr<Group>& weak : resharding_groups) {
+    std::shared_ptr<Group> g = weak.lock();
+    if (!g) continue;
+    for (size_t k = 0; k < g->unsharded.size(); ++k)
+      if (same_data(t, g->unsharded[k])) return SavedParam{g, k};
+  }
+  return t;
+}
+
+DTensor unpack_param(const std::any& a) {
+  if (const SavedParam* p = std::any_cast<SavedParam>(&a)) return p->group->backward_value(p->index);
+  return std::any_cast<DTensor>(a);
+}
+
+std::vector<int> held_ranks(const DeviceMesh& mesh) {
+  std::vector<int> out;
+  for (int r : mesh.world().held_ranks())
+    if (mesh.contains(r)) out.push_back(r);
+  return out;
+}
+
+std::vector<DTensor> Group::gather() const {
+  LocalTensor in;
+  for (const auto& [rank, l] : layouts) {
+    Tensor flat = Tensor::zeros({l.total}, dtype);
+    for (size_t k = 0; k < params.size(); ++k) {
+      const Tensor s = params[k].sharded.to_local(rank);
+      if (s.numel() > 0) flat.narrow(0, l.offset[k], s.numel()).copy_(s.reshape({-1}));
+    }
+    in.set(rank, std::move(flat));
+  }
+  const LocalTensor out = mesh.world().backend().all_gather(in, dp_mesh, dp_dim, 0);
+  std::vector<DTensor> values;
+  values.reserve(params.size());
+  for (size_t k = 0; k < params.size(); ++k) {
+    LocalTensor local;
+    for (const auto& [rank, l] : layouts) {
+      const Tensor& flat = out.shard(rank);
+      std::vector<Tensor> pieces;
+      for (size_t j = 0; j < l.rows[k].size(); ++j) {
+        Shape shape = l.trailing[k];
+        shape.insert(0, l.rows[k][j]);
+        pieces.push_back(flat.narrow(0, static_cast<int64_t>(j) * l.total + l.offset[k],
+                                     l.rows[k][j] * l.row_numel[k])
+                             .view(shape));
+      }
+      local.set(rank, cat(pieces, 0).contiguous());
+    }
+    values.emplace_back(params[k].unsharded_spec, std::move(local));
+  }
+  return values;
+}
+
+void Group::reshard() {
+  for (Param& p : params) *p.slot = p.sharded;
+  unsharded.clear();
+}
+
+// A gradient of an unsharded value made ready for the reduce_scatter: on
+// the dp dims a Partial(sum) (what batch-sharded activations give; a
+// Replicate or Shard gradient there is made Replicate and then split, so
+// that the sum restores it), on every other mesh dim the parameter's own
+// placement (a Partial(sum) on tp is reduced there: an all_reduce, or a
+// reduce_scatter onto a tp Shard).
+DTensor ready_for_reduce_scatter(const DTensor& g, const Group& group, const Param& p) {
+  Placements step = g.placements(), want = p.unsharded_spec.placements();
+  for (size_t d = 0; d < step.size(); ++d) {
+    const bool dp = std::find(group.dp_dims.begin(), group.dp_dims.end(), int(d)) !=
+                    group.dp_dims.end();
+    if (!dp) {
+      step[d] = want[d];
+    } else {
+      if (step[d] != Partial()) step[d] = Replicate();
+      want[d] = Partial();
+    }
+  }
+  RedistributeOptions o;
+  o.allow_new_partial = true;
+  DTensor out = g.placements() == step ? g : g.redistribute(step);
+  return out.placements() == want ? out : out.redistribute(want, o);
+}
+
+// The backward of the group's gather: one reduce_scatter of the flat
+// gradient, cut into each leaf's gradient.
+class GatherNode final : public autograd::Node {
+ public:
+  GatherNode(std::shared_ptr<Group> group, std::shared_ptr<CallState> call)
+      : group_(std::move(group)), call_(std::move(call)) {}
+  const char* name() const override { return "FullyShardGather"; }
+
+  autograd::Grads apply(DTensor) override {
+    Group& g = *group_;
+    LocalTensor in;
+    for (const auto& [rank, l] : g.layouts) {
+      const int64_t n = static_cast<int64_t>(l.rows.empty() ? 1 : l.rows[0].size());
+      Tensor flat = Tensor::zeros({n * l.total}, g.dtype);
+      for (size_t k = 0; k < g.params.size(); ++k) {
+        if (!call_->grads[k]) continue;
+        const Tensor local = call_->grads[k]->to_local(rank);
+        int64_t start = 0;
+        for (size_t j = 0; j < l.rows[k].size(); ++j) {
+          const int64_t rows = l.rows[k][j];
+          if (rows > 0)
+            flat.narrow(0, static_cast<int64_t>(j) * l.total + l.offset[k], rows * l.row_numel[k])
+                .copy_(local.narrow(0, start, rows).reshape({-1}));
+          start += rows;
+        }
+      }
+      in.set(rank, std::move(flat));
+    }
+    const LocalTensor out =
+        g.mesh.world().backend().reduce_scatter(in, g.dp_mesh, g.dp_dim, ReduceOp::Sum, 0);
+    autograd::Grads grads(g.params.size());
+    for (size_t k = 0; k < g.params.size(); ++k) {
+      if (!call_->grads[k] || !edges[k].node) continue;
+      LocalTensor local;
+      for (const auto& [rank, l] : g.layouts) {
+        Shape shape = l.trailing[k];
+        const int64_t rows = l.rows[k][static_cast<size_t>(l.member)];
+        shape.insert(0, rows);
+        local.set(rank, out.shard(rank).narrow(0, l.offset[k], rows * l.row_numel[k])
+                            .view(shape).clone());
+      }
+      grads[k] = DTensor(g.params[k].sharded.spec(), std::move(local));
+    }
+    call_->grads.clear();
+    // The group's backward is done: free what backward gathered, and the
+    // root's values kept since forward (post-backward reshard).
+    g.backward_unsharded.clear();
+    if (!g.unsharded.empty()) g.reshard();
+    return grads;
+  }
+
+ private:
+  std::shared_ptr<Group> group_;
+  std::shared_ptr<CallState> call_;
+};
+
+// The backward of one unsharded value: keeps its gradient for the GatherNode.
+class UnshardNode final : public autograd::Node {
+ public:
+  UnshardNode(std::shared_ptr<Group> group, std::shared_ptr<CallState> call, size_t index,
+              DTensor token_grad)
+      : group_(std::move(group)), call_(std::move(call)), index_(index),
+        token_grad_(std::move(token_grad)) {}
+  const char* name() const override { return "FullyShardUnshard"; }
+
+  autograd::Grads apply(DTensor grad) override {
+    const Param& p = group_->params[index_];
+    DTensor g = ready_for_reduce_scatter(grad, *group_, p);
+    std::optional<DTensor>& kept = call_->grads[index_];
+    kept = kept ? add(*kept, g) : g;
+    return {token_grad_};
+  }
+
+ private:
+  std::shared_ptr<Group> group_;
+  std::shared_ptr<CallState> call_;
+  size_t index_;
+  DTensor token_grad_;
+};
+
+// Makes the gathered values differentiable functions of the sharded leaves.
+void record_gather(const std::shared_ptr<Group>& group, std::vector<DTensor>& values) {
+  std::vector<const DTensor*> leaves;
+  for (const Param& p : group->params) leaves.push_back(&p.sharded);
+  if (!autograd::recording(leaves)) return;
+  auto call = std::make_shared<CallState>();
+  call->grads.resize(group->params.size());
+  const Placements replicate(static_cast<size_t>(group->mesh.ndim()), Replicate());
+  DTensor token = distribute_tensor(Tensor::zeros({1}, group->dtype), group->mesh, replicate);
+  autograd::attach(token, std::make_shared<GatherNode>(group, call), leaves);
+  const DTensor token_grad = token.detach();
+  for (size_t k = 0; k < values.size(); ++k) {
+    if (!group->params[k].sharded.requires_grad()) continue;
+    autograd::attach(values[k], std::make_shared<UnshardNode>(group, call, k, token_grad),
+                     {&token});
+  }
+}
+
+void pre_forward(const std::shared_ptr<Group>& group) {
+  const bool root = forward_depth == 0;
+  ++forward_depth;
+  std::vector<DTensor> values = group->gather();
+  record_gather(group, values);
+  group->unsharded = std::move(values);
+  for (size_t k = 0; k < group->params.size(); ++k) *group->params[k].slot = group->unsharded[k];
+  // The root keeps its values until after backward (FSDP2): nothing to pack.
+  if (group->reshard_after_forward && !root) {
+    resharding_groups.push_back(group);
+    group->hooks.emplace(pack_param, unpack_param);
+  }
+}
+
+void post_forward(const std::shared_ptr<Group>& group) {
+  if (forward_depth > 0) --forward_depth;
+  if (!group->hooks) return;
+  group->hooks.reset();
+  std::erase_if(resharding_groups, [&](const std::weak_ptr<Group>& w) {
+    return w.expired() || w.lock() == group;
+  });
+  group->reshard();
+}
+
+// ---- which modules and parameters are taken --------------------------------------------
+
+struct Registry {
+  std::mutex mutex;
+  // Per module: a marker its hooks own (expired once the module is gone).
+  std::vector<std::pair<const nn::Module*, std::weak_ptr<void>>> modules;
+  std::vector<std::weak_ptr<Group>> groups;
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+bool taken(const nn::Module& module) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::erase_if(r.modules, [](const auto& e) { return e.second.expired(); });
+  return std::any_of(r.modules.begin(), r.modules.end(),
+                     [&](const auto& e) { return e.first == &module; });
+}
+
+void take(const nn::Module& module, const std::shared_ptr<void>& marker) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.modules.emplace_back(&module, marker);
+}
+
+bool managed(const DTensor* slot) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::erase_if(r.groups, [](const auto& w) { return w.expired(); });
+  for (const auto& w : r.groups)
+    if (auto g = w.lock())
+      for (const Param& p : g->params)
+        if (p.slot == slot) return true;
+  return false;
+}
+
+std::vector<int> checked_dims(const DeviceMesh& mesh, std::vector<int> dims, const char* api) {
+  DT_CHECK(!dims.empty(), api, ": mesh_dims is empty; name the data-parallel mesh dims");
+  for (size_t i = 0; i < dims.size(); ++i) {
+    DT_CHECK(dims[i] >= 0 && dims[i] < mesh.ndim(), api, ": mesh dim ", dims[i],
+             " is out of range for the module's mesh ", mesh.to_string());
+    DT_CHECK(i == 0 || dims[i] > dims[i - 1], api,
+             ": mesh_dims must be ascending without repeats, got dim ", dims[i], " after ",
+             dims[i - 1]);
+  }
+  return dims;
+}
+
+std::string placements_text(const DTensor& p) { return to_string(p.placements()); }
+
+}  // namespace
+
+void fully_shard(nn::Module& module, const FullyShardOptions& options) {
+  const DeviceMesh& mesh = module.mesh();
+  DT_CHECK(!taken(module), "fully_shard: the module is already under fully_shard or replicate");
+  const std::vector<int> dp_dims = checked_dims(mesh, options.mesh_dims, "fully_shard");
+  auto group = std::make_shared<Group>(module, dp_dims.size() == 1 ? mesh : mesh.flatten(dp_dims));
+  group->dp_dims = dp_dims;
+  group->dp_dim = dp_dims.size() == 1 ? dp_dims[0] : 0;
+  group->reshard_after_forward = options.reshard_after_forward;
+
+  bool first = true;
+  for (auto& [name, slot] : module.named_parameters()) {
+    if (managed(slot)) continue;
+    const DTensor& p = *slot;
+    DT_CHECK(p.mesh() == mesh, "fully_shard: parameter '", name, "' lives on mesh ",
+             p.mesh().to_string(), ", not the module's ", mesh.to_string());
+    DT_CHECK(p.dim() >= 1, "fully_shard: parameter '", name,
+             "' is 0-d; FSDP shards dim 0 (make it shape [1])");
+    DT_CHECK(first || p.dtype() == group->dtype, "fully_shard: parameter '", name, "' is ",
+             dtype_name(p.dtype()), " but the group's others are ", dtype_name(group->dtype),
+             "; one group gathers one dtype (fully_shard the module holding it on its own)");
+    group->dtype = p.dtype();
+    first = false;
+    Placements sharded = p.placements();
+    for (size_t d = 0; d < sharded.size(); ++d) {
+      const bool dp = std::find(group->dp_dims.begin(), group->dp_dims.end(), int(d)) !=
+                      group->dp_dims.end();
+      DT_CHECK(!sharded[d].is_partial(), "fully_shard: parameter '", name, "' is ",
+               placements_text(p), ", Partial on mesh dim ", d, "; parameters hold values");
+      if (dp) {
+        DT_CHECK(sharded[d].is_replicate(), "fully_shard: parameter '", name, "' is ",
+                 placements_text(p), "; it must be Replicate on the data-parallel mesh dim ", d);
+        sharded[d] = Shard(0);
+      } else {
+        DT_CHECK(!sharded[d].is_shard(0), "fully_shard: parameter '", name, "' is ",
+                 placements_text(p), ", already sharded on dim 0 by mesh dim ", d,
+                 "; sharding dim 0 again over dp is not implemented until shard order");
+      }
+    }
+    // Each shard is a copy, so the replicated storage is freed.
+    DTensor leaf = [&] {
+      NoGradGuard no_grad;
+      const DTensor moved = p.redistribute(sharded);
+      return DTensor(moved.spec(), moved.local().map([](int, const Tensor& t) { return t.clone(); }));
+    }();
+    if (p.requires_grad()) leaf.requires_grad_();
+    group->params.push_back({name, slot, leaf, p.spec()});
+  }
+  // Only once every parameter passed the checks.
+  for (Param& p : group->params) *p.slot = p.sharded;
+
+  for (int rank : held_ranks(mesh)) {
+    RankLayout l;
+    const std::vector<int> members = group->dp_mesh.group(rank, group->dp_dim);
+    l.member = static_cast<int>(group->dp_mesh.group_index(rank, group->dp_dim));
+    for (const Param& p : group->params) {
+      const Shape mine = p.sharded.spec().extent_of_rank(rank)->local_shape;
+      Shape trailing;
+      for (int64_t d = 1; d < static_cast<int64_t>(mine.size()); ++d) trailing.push_back(mine[static_cast<size_t>(d)]);
+      std::vector<int64_t> rows;
+      int64_t most = 0;
+      for (int m : members) {
+        rows.push_back(p.sharded.spec().extent_of_rank(m)->local_shape[0]);
+        most = std::max(most, rows.back());
+      }
+      const int64_t row_numel = trailing.product();
+      l.offset.push_back(l.total);
+      l.total += most * row_numel;
+      l.rows.push_back(std::move(rows));
+      l.trailing.push_back(std::move(trailing));
+      l.row_numel.push_back(row_numel);
+    }
+    group->layouts.emplace(rank, std::move(l));
+  }
+
+  take(module, group);
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    r.groups.push_back(group);
+  }
+  // A module with no parameters of its own to manage still counts its
+  // forward (the root is the outermost one).
+  module.register_forward_pre_hook([group](nn::Module&, const DTensor& x) {
+    if (group->params.empty()) ++forward_depth;
+    else pre_forward(group);
+    return x;
+  });
+  module.register_forward_hook([group](nn::Module&, const DTensor&, const DTensor& y) {
+    if (group->params.empty()) {
+      if (forward_depth > 0) --forward_depth;
+    } else {
+      post_forward(group);
+    }
+    return y;
+  });
+}
+
+bool is_fully_sharded(const nn::Module& module) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (const auto& w : r.groups)
+    if (auto g = w.lock())
+      if (g->module == &module) return true;
+  return false;
+}
+
+void replicate(nn::Module& module, const std::vector<int>& mesh_dims) {
+  const DeviceMesh& mesh = module.mesh();
+  DT_CHECK(!taken(module), "replicate: the module is already under fully_shard or replicate");
+  const std::vector<int> dims = checked_dims(mesh, mesh_dims, "replicate");
+  for (auto& [name, slot] : module.named_parameters()) {
+    DT_CHECK(slot->mesh() == mesh, "replicate: parameter '", name, "' lives on mesh ",
+             slot->mesh().to_string(), ", not the module's ", mesh.to_string());
+    for (int d : dims)
+      DT_CHECK(slot->placements()[static_cast<size_t>(d)].is_replicate(), "replicate: parameter '",
+               name, "' is ", placements_text(*slot),
+               "; it must be Replicate on the data-parallel mesh dim ", d);
+    if (!slot->requires_grad()) continue;
+    // The gradient is moved to the parameter's own layout before it is
+    // added: a Partial(sum) over dp (batch-sharded data) is all-reduced.
+    autograd::MetaAccess::of(*slot)->grad_placements = slot->placements();
+  }
+  // The module is marked for as long as it lives (the hook owns the marker).
+  auto marker = std::make_shared<int>(0);
+  take(module, marker);
+  module.register_forward_hook(
+      [marker](nn::Module&, const DTensor&, const DTensor& y) { return y; });
+}
+
+}  // namespace dtensor

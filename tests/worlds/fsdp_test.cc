@@ -1,0 +1,390 @@
+// fully_shard and replicate (fsdp.h) on every world (see world_util.h):
+// several SGD steps of a small model, data parallel over 1-d meshes and
+// over the dp dim of (dp, tp) meshes, against the same model trained on a
+// one-rank mesh (losses, gradients and parameters within 2e-5, float32
+// sums in another order); the collectives each step runs, pinned with
+// CommDebugMode; and that the unsharded parameters are freed after forward.
+// Shapes are uneven on purpose: 7, 5 and 3 rows over 4 or 8 dp ranks (empty
+// shards included).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtensor/fsdp.h"
+#include "test_util.h"
+#include "worlds/world_util.h"
+
+using namespace dtensor;
+using dtensor::testing::error_of;
+
+namespace {
+
+constexpr double kTol = 2e-5;
+constexpr double kLr = 0.1;
+
+// relu(fc(x)).
+class Block : public nn::Module {
+ public:
+  Block(const DeviceMesh& mesh, int64_t in, int64_t out, uint64_t seed) : Module(mesh) {
+    fc = register_module("fc", std::make_unique<nn::Linear>(mesh, in, out, true, seed));
+  }
+  DTensor forward(const DTensor& x) override { return relu((*fc)(x)); }
+  nn::Linear* fc;
+};
+
+// blocks 6 -> 7 -> 5 (-> 5 ...), then head 5 -> 3 and a scale of the root's own.
+class Net : public nn::Module {
+ public:
+  Net(const DeviceMesh& mesh, int layers) : Module(mesh) {
+    int64_t in = 6;
+    for (int i = 0; i < layers; ++i) {
+      const int64_t out = i == 0 ? 7 : 5;
+      blocks.push_back(register_module("b" + std::to_string(i),
+                                       std::make_unique<Block>(mesh, in, out, 100 + 10 * i)));
+      in = out;
+    }
+    head = register_module("head", std::make_unique<nn::Linear>(mesh, in, 3, true, 7));
+    scale = register_parameter("scale", Tensor::rand({3}, 9) + 0.5);
+  }
+  DTensor forward(const DTensor& x) override {
+    DTensor h = x;
+    for (Block* b : blocks) h = (*b)(h);
+    return mul((*head)(h), *scale);
+  }
+  std::vector<Block*> blocks;
+  nn::Linear* head;
+  DTensor* scale;
+};
+
+const Tensor& input() {
+  static const Tensor x = Tensor::randn({8, 6}, 1);
+  return x;
+}
+const Tensor& target() {
+  static const Tensor t = Tensor::randn({8, 3}, 2);
+  return t;
+}
+
+// Batch on dp (Shard(0) on each dp dim, nested), Replicate elsewhere.
+Placements batch_placements(const DeviceMesh& mesh, const std::vector<int>& dp) {
+  Placements p(static_cast<size_t>(mesh.ndim()), Replicate());
+  for (int d : dp) p[static_cast<size_t>(d)] = Shard(0);
+  return p;
+}
+
+DTensor loss_of(Net& net, const std::vector<int>& dp) {
+  const Placements p = batch_placements(net.mesh(), dp);
+  DTensor y = net(distribute_tensor(input(), net.mesh(), p));
+  DTensor d = sub(y, distribute_tensor(target(), net.mesh(), p));
+  return mean(mul(d, d));
+}
+
+// p -= lr * grad on the shards. A parallelized model's gradients come in
+// the parameter's layout (`exact`); the one-rank reference's are moved there.
+void sgd_step(nn::Module& net, bool exact = true) {
+  NoGradGuard no_grad;
+  for (auto& [name, p] : net.named_parameters()) {
+    ASSERT_TRUE(p->is_leaf()) << name;
+    ASSERT_TRUE(p->grad().has_value()) << name;
+    DTensor g = *p->grad();
+    if (exact) ASSERT_EQ(g.placements(), p->placements()) << name;
+    else g = g.redistribute(p->placements());
+    for (const auto& [rank, shard] : p->local().shards()) {
+      Tensor s = shard;
+      s.sub_(g.to_local(rank) * kLr);
+    }
+    p->zero_grad();
+  }
+}
+
+// The reference: the same model on a one-rank mesh of its own world.
+struct Reference {
+  World world = World::simulated(1);
+  DeviceMesh mesh{world, {1}};
+  Net net;
+  explicit Reference(int layers) : net(mesh, layers) {}
+};
+
+void expect_same_params(Net& got, Net& want, const std::string& where) {
+  auto a = got.named_parameters(), b = want.named_parameters();
+  ASSERT_EQ(a.size(), b.size()) << where;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].first, b[i].first) << where;
+    EXPECT_LE(max_abs_diff(a[i].second->full_tensor(), b[i].second->full_tensor()), kTol)
+        << where << " " << a[i].first;
+  }
+}
+
+void expect_same_grads(Net& got, Net& want, const std::string& where) {
+  auto a = got.named_parameters(), b = want.named_parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(a[i].second->grad() && b[i].second->grad()) << where << " " << a[i].first;
+    EXPECT_LE(max_abs_diff(a[i].second->grad()->full_tensor(), b[i].second->grad()->full_tensor()),
+              kTol)
+        << where << " gradient of " << a[i].first;
+  }
+}
+
+void shard_model(Net& net, const FullyShardOptions& o) {
+  for (Block* b : net.blocks) fully_shard(*b, o);
+  fully_shard(net, o);
+}
+
+// Trains `net` (already parallelized) and the reference for `steps` steps
+// and compares losses, gradients and parameters after each.
+void train_and_compare(Net& net, const std::vector<int>& dp, int steps, const std::string& where) {
+  Reference ref(static_cast<int>(net.blocks.size()));
+  for (int step = 0; step < steps; ++step) {
+    const std::string at = where + " step " + std::to_string(step);
+    DTensor loss = loss_of(net, dp);
+    DTensor ref_loss = loss_of(ref.net, {0});
+    EXPECT_NEAR(loss.full_tensor().item<double>(), ref_loss.full_tensor().item<double>(), kTol)
+        << at;
+    loss.backward();
+    ref_loss.backward();
+    expect_same_grads(net, ref.net, at);
+    sgd_step(net);
+    sgd_step(ref.net, false);
+    expect_same_params(net, ref.net, at);
+  }
+}
+
+class FsdpTest : public ::testing::Test {
+ protected:
+  World world = dtensor::testing::test_world();
+
+  // 1-d meshes that fit: 4 and 8 ranks (7 and 5 rows over 8: empty shards).
+  std::vector<Shape> meshes_1d() const {
+    std::vector<Shape> out = {{4}};
+    if (world.size() >= 8) out.push_back({8});
+    return out;
+  }
+};
+
+}  // namespace
+
+// Parameters become Shard(0) over dp leaves whose values are the original
+// parameters; three SGD steps match the one-rank model.
+TEST_F(FsdpTest, TrainsLikeOneRankOnA1dMesh) {
+  for (const Shape& shape : meshes_1d()) {
+    DeviceMesh mesh(world, shape);
+    if (!dtensor::testing::takes_part(mesh)) continue;
+    const std::string where = "mesh " + mesh.to_string();
+    Net net(mesh, 2);
+    Reference ref(2);
+    shard_model(net, {});
+    EXPECT_TRUE(is_fully_sharded(net) && is_fully_sharded(*net.blocks[0]));
+    EXPECT_FALSE(is_fully_sharded(*net.head));
+    auto got = net.named_parameters(), want = ref.net.named_parameters();
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].second->placements(), Placements{Shard(0)}) << where << got[i].first;
+      EXPECT_TRUE(got[i].second->is_leaf() && got[i].second->requires_grad());
+      EXPECT_EQ(max_abs_diff(got[i].second->full_tensor(), want[i].second->full_tensor()), 0);
+    }
+    train_and_compare(net, {0}, 3, where);
+  }
+}
+
+// Per step of L fully_shard'ed blocks under a root holding the head: one
+// all_gather per group in forward, one per block again in backward (the
+// root keeps its values), one reduce_scatter per group; without
+// reshard_after_forward no all_gather in backward.
+TEST_F(FsdpTest, OneAllGatherAndOneReduceScatterPerGroup) {
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  for (bool reshard : {true, false}) {
+    for (int layers : {1, 3}) {
+      const std::string where = "layers " + std::to_string(layers) + " reshard " +
+                                std::to_string(reshard);
+      Net net(mesh, layers);
+      FullyShardOptions o;
+      o.reshard_after_forward = reshard;
+      shard_model(net, o);
+      for (int step = 0; step < 2; ++step) {
+        CommDebugMode forward;
+        DTensor loss = loss_of(net, {0});
+        EXPECT_EQ(forward.count(CollectiveKind::AllGather), layers + 1) << where;
+        EXPECT_EQ(forward.count(CollectiveKind::ReduceScatter), 0) << where;
+        CommDebugMode backward;
+        loss.backward();
+        EXPECT_EQ(backward.count(CollectiveKind::AllGather), reshard ? layers : 0) << where;
+        EXPECT_EQ(backward.count(CollectiveKind::ReduceScatter), layers + 1) << where;
+        EXPECT_EQ(backward.count(CollectiveKind::AllReduce), 0) << where;
+        sgd_step(net);
+      }
+    }
+  }
+}
+
+// With reshard_after_forward a block's unsharded parameters are freed when
+// its forward ends (the graph keeps a handle, not the values); without,
+// they stay alive until backward. The root keeps its own either way.
+TEST_F(FsdpTest, UnshardedParametersAreFreedAfterForward) {
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  int64_t saved[2] = {0, 0};
+  for (bool reshard : {true, false}) {
+    Net net(mesh, 2);
+    FullyShardOptions o;
+    o.reshard_after_forward = reshard;
+    shard_model(net, o);
+    std::vector<std::weak_ptr<Storage>> block_storage, root_storage;
+    // Registered after fully_shard's hook: sees the gathered values.
+    net.blocks[0]->register_forward_pre_hook([&](nn::Module& m, const DTensor& x) {
+      for (auto& [name, p] : m.named_parameters()) {
+        EXPECT_FALSE(p->is_leaf()) << name;  // the unsharded value, made from the leaf
+        EXPECT_EQ(p->placements(), Placements{Replicate()}) << name;
+        block_storage.push_back(p->local().shards().front().second.storage());
+      }
+      return x;
+    });
+    net.register_forward_pre_hook([&](nn::Module&, const DTensor& x) {
+      root_storage.push_back(net.scale->local().shards().front().second.storage());
+      return x;
+    });
+    DTensor loss = loss_of(net, {0});
+    for (const auto& w : block_storage) EXPECT_EQ(w.expired(), reshard) << "reshard " << reshard;
+    for (const auto& w : root_storage) EXPECT_FALSE(w.expired());
+    EXPECT_EQ(net.blocks[0]->fc->weight().placements(), Placements{reshard ? Shard(0) : Replicate()});
+    saved[reshard ? 0 : 1] = graph_memory(loss).saved_bytes;
+    loss.backward();
+    for (const auto& w : block_storage) EXPECT_TRUE(w.expired());
+    for (const auto& w : root_storage) EXPECT_TRUE(w.expired());
+    // After backward every module reads its shards again.
+    for (auto& [name, p] : net.named_parameters()) EXPECT_TRUE(p->is_leaf()) << name;
+  }
+  // Two blocks' weights (7x6 and 5x7 floats; linear saves no bias) fewer,
+  // on each held rank.
+  int64_t held = 0;
+  for (int r : world.held_ranks()) held += mesh.contains(r) ? 1 : 0;
+  EXPECT_EQ(saved[1] - saved[0], (7 * 6 + 5 * 7) * 4 * held);
+}
+
+// On (dp, tp) meshes: weights tensor-parallel on dim 1 by hand, then
+// fully_shard over dp: leaves (S(0), S(1)) and the same training.
+TEST_F(FsdpTest, ShardsTheDpDimOfA2dMesh) {
+  std::vector<Shape> shapes = {{2, 2}};
+  if (world.size() >= 8) {
+    shapes.push_back({4, 2});
+    shapes.push_back({2, 4});
+  }
+  for (const Shape& shape : shapes) {
+    DeviceMesh mesh(world, shape, {"dp", "tp"});
+    if (!dtensor::testing::takes_part(mesh)) continue;
+    const std::string where = "mesh " + mesh.to_string();
+    Net net(mesh, 2);
+    for (auto& [name, p] : net.named_parameters()) {
+      if (p->dim() != 2) continue;
+      DTensor tp = [&] {
+        NoGradGuard no_grad;
+        return p->redistribute({Replicate(), Shard(1)}).detach();
+      }();
+      *p = tp.requires_grad_();
+    }
+    shard_model(net, {});
+    for (auto& [name, p] : net.named_parameters())
+      EXPECT_EQ(p->placements(), (p->dim() == 2 ? Placements{Shard(0), Shard(1)}
+                                                : Placements{Shard(0), Replicate()}))
+          << where << " " << name;
+    train_and_compare(net, {0}, 2, where);
+  }
+}
+
+// Several dp dims are flattened into one group: one all_gather over the 4
+// ranks of a 2x2 mesh, nested Shard(0)s on the leaves.
+TEST_F(FsdpTest, ShardsOverSeveralDpDims) {
+  DeviceMesh mesh(world, {2, 2});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  Net net(mesh, 2);
+  FullyShardOptions o;
+  o.mesh_dims = {0, 1};
+  shard_model(net, o);
+  for (auto& [name, p] : net.named_parameters())
+    EXPECT_EQ(p->placements(), (Placements{Shard(0), Shard(0)})) << name;
+  {
+    CommDebugMode comm;
+    DTensor loss = loss_of(net, {0, 1});
+    EXPECT_EQ(comm.count(CollectiveKind::AllGather), 3);
+  }
+  train_and_compare(net, {0, 1}, 2, "dp over both dims of 2x2");
+}
+
+// A batch replicated over dp (every rank sees all of it) gives Replicate
+// gradients; they are not summed dp times.
+TEST_F(FsdpTest, ReplicatedBatchGradientsAreNotMultiplied) {
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  Net net(mesh, 1);
+  shard_model(net, {});
+  Reference ref(1);
+  DTensor loss = loss_of(net, {});
+  DTensor ref_loss = loss_of(ref.net, {});
+  loss.backward();
+  ref_loss.backward();
+  expect_same_grads(net, ref.net, "replicated batch");
+}
+
+TEST_F(FsdpTest, ErrorsNameTheProblem) {
+  DeviceMesh mesh(world, {2, 2}, {"dp", "tp"});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  {
+    Net net(mesh, 1);
+    FullyShardOptions o;
+    o.mesh_dims = {2};
+    EXPECT_NE(error_of([&] { fully_shard(net, o); }).find("mesh dim 2 is out of range"),
+              std::string::npos);
+    o.mesh_dims = {1, 0};
+    EXPECT_NE(error_of([&] { fully_shard(net, o); }).find("ascending"), std::string::npos);
+  }
+  {
+    Net net(mesh, 1);
+    DTensor& w = net.blocks[0]->fc->weight();
+    w = w.redistribute({Replicate(), Shard(0)}).detach().requires_grad_();
+    EXPECT_NE(error_of([&] { fully_shard(net); }).find("not implemented until shard order"),
+              std::string::npos);
+  }
+  {
+    Net net(mesh, 1);
+    fully_shard(net);
+    EXPECT_NE(error_of([&] { fully_shard(net); }).find("already under fully_shard"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { replicate(net); }).find("already under fully_shard"),
+              std::string::npos);
+  }
+}
+
+// ---- replicate ---------------------------------------------------------------------------
+
+// Parameters stay Replicate; each gradient arrives Replicate (one
+// all_reduce per parameter per step) and training matches one rank.
+TEST_F(FsdpTest, ReplicateTrainsLikeOneRank) {
+  for (const Shape& shape : meshes_1d()) {
+    DeviceMesh mesh(world, shape);
+    if (!dtensor::testing::takes_part(mesh)) continue;
+    Net net(mesh, 2);
+    replicate(net);
+    const int64_t params = static_cast<int64_t>(net.named_parameters().size());
+    Reference ref(2);
+    for (int step = 0; step < 3; ++step) {
+      const std::string at = "mesh " + mesh.to_string() + " step " + std::to_string(step);
+      CommDebugMode forward;
+      DTensor loss = loss_of(net, {0});
+      EXPECT_EQ(forward.count(CollectiveKind::AllGather), 0) << at;
+      DTensor ref_loss = loss_of(ref.net, {0});
+      EXPECT_NEAR(loss.full_tensor().item<double>(), ref_loss.full_tensor().item<double>(), kTol);
+      CommDebugMode backward;
+      loss.backward();
+      EXPECT_EQ(backward.count(CollectiveKind::AllReduce), params) << at;
+      EXPECT_EQ(backward.total_count(), params) << at;
+      ref_loss.backward();
+      for (auto& [name, p] : net.named_parameters())
+        EXPECT_EQ(p->grad()->placements(), Placements{Replicate()}) << at << " " << name;
+      expect_same_grads(net, ref.net, at);
+      sgd_step(net);
+      sgd_step(ref.net, false);
+      expect_same_params(net, ref.net, at);
+    }
+  }
+}
