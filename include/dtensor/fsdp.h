@@ -40,7 +40,7 @@ struct FullyShardOptions {
   // several are flattened into one, row-major, as one collective group).
   std::vector<int> mesh_dims = {0};
   // Free the unsharded parameters after forward (gather again in backward).
-  // The root (the outermost fully_shard module, found at its first
+  // The root (a fully_shard module inside no other, found at its first
   // forward) always keeps them until after backward, as FSDP2 does: its
   // backward starts right away.
   bool reshard_after_forward = true;

@@ -78,6 +78,9 @@ struct Group {
   // group's backward.
   std::vector<DTensor> backward_unsharded;
   std::optional<SavedTensorHooks> hooks;
+  // Whether no other fully_shard module contains this one (found at the
+  // first forward, as FSDP2's lazy init finds the root).
+  std::optional<bool> root;
 
   std::vector<DTensor> gather() const;
   void reshard();
@@ -91,8 +94,6 @@ struct Group {
 // The groups of this thread unsharded in a forward that will reshard:
 // the ones whose parameters the pack hook replaces by a handle.
 thread_local std::vector<std::weak_ptr<Group>> resharding_groups;
-// fully_shard forwards running on this thread (0: the next one is a root).
-thread_local int forward_depth = 0;
 
 // A parameter saved for backward, packed: gathered again on unpack.
 struct SavedParam {
@@ -290,37 +291,55 @@ void record_gather(const std::shared_ptr<Group>& group, std::vector<DTensor>& va
   }
 }
 
+void end_packing(const std::shared_ptr<Group>& group) {
+  group->hooks.reset();
+  std::erase_if(resharding_groups, [&](const std::weak_ptr<Group>& w) {
+    return w.expired() || w.lock() == group;
+  });
+}
+
+bool is_root(const Group& group);  // below, with the registry
+
 void pre_forward(const std::shared_ptr<Group>& group) {
-  const bool root = forward_depth == 0;
-  ++forward_depth;
+  if (!group->root) group->root = is_root(*group);
+  // A forward that threw left its scope behind: end it now.
+  if (group->hooks) end_packing(group);
   std::vector<DTensor> values = group->gather();
   record_gather(group, values);
   group->unsharded = std::move(values);
   for (size_t k = 0; k < group->params.size(); ++k) *group->params[k].slot = group->unsharded[k];
   // The root keeps its values until after backward (FSDP2): nothing to pack.
-  if (group->reshard_after_forward && !root) {
+  if (group->reshard_after_forward && !*group->root) {
     resharding_groups.push_back(group);
     group->hooks.emplace(pack_param, unpack_param);
   }
 }
 
 void post_forward(const std::shared_ptr<Group>& group) {
-  if (forward_depth > 0) --forward_depth;
   if (!group->hooks) return;
-  group->hooks.reset();
-  std::erase_if(resharding_groups, [&](const std::weak_ptr<Group>& w) {
-    return w.expired() || w.lock() == group;
-  });
+  end_packing(group);
   group->reshard();
 }
 
 // ---- which modules and parameters are taken --------------------------------------------
 
+// Every module under fully_shard or replicate, with a marker its hooks
+// own: an entry whose marker expired belongs to a module that is gone
+// (its group may outlive it in a graph, so the group alone cannot tell).
 struct Registry {
+  struct Entry {
+    const nn::Module* module;
+    std::weak_ptr<void> marker;
+    std::weak_ptr<Group> group;  // null for replicate
+  };
   std::mutex mutex;
-  // Per module: a marker its hooks own (expired once the module is gone).
-  std::vector<std::pair<const nn::Module*, std::weak_ptr<void>>> modules;
-  std::vector<std::weak_ptr<Group>> groups;
+  std::vector<Entry> entries;
+
+  // The entries of live modules (pruning the others). REQUIRES: mutex held.
+  const std::vector<Entry>& live() {
+    std::erase_if(entries, [](const Entry& e) { return e.marker.expired(); });
+    return entries;
+  }
 };
 
 Registry& registry() {
@@ -331,26 +350,42 @@ Registry& registry() {
 bool taken(const nn::Module& module) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  std::erase_if(r.modules, [](const auto& e) { return e.second.expired(); });
-  return std::any_of(r.modules.begin(), r.modules.end(),
-                     [&](const auto& e) { return e.first == &module; });
+  for (const auto& e : r.live())
+    if (e.module == &module) return true;
+  return false;
 }
 
-void take(const nn::Module& module, const std::shared_ptr<void>& marker) {
+void take(const nn::Module& module, const std::shared_ptr<void>& marker,
+          const std::shared_ptr<Group>& group) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  r.modules.emplace_back(&module, marker);
+  r.entries.push_back({&module, marker, group});
 }
 
+// Whether a live fully_shard module manages this parameter slot.
 bool managed(const DTensor* slot) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  std::erase_if(r.groups, [](const auto& w) { return w.expired(); });
-  for (const auto& w : r.groups)
-    if (auto g = w.lock())
+  for (const auto& e : r.live())
+    if (auto g = e.group.lock())
       for (const Param& p : g->params)
         if (p.slot == slot) return true;
   return false;
+}
+
+// No other live fully_shard module contains the group's module.
+bool is_root(const Group& group) {
+  std::vector<nn::Module*> others;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    for (const auto& e : r.live())
+      if (auto g = e.group.lock(); g && g.get() != &group) others.push_back(g->module);
+  }
+  for (nn::Module* m : others)
+    for (const auto& [name, sub] : m->named_modules())
+      if (sub == group.module) return false;
+  return true;
 }
 
 std::vector<int> checked_dims(const DeviceMesh& mesh, std::vector<int> dims, const char* api) {
@@ -443,25 +478,17 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
     group->layouts.emplace(rank, std::move(l));
   }
 
-  take(module, group);
-  {
-    Registry& r = registry();
-    std::lock_guard lock(r.mutex);
-    r.groups.push_back(group);
-  }
-  // A module with no parameters of its own to manage still counts its
-  // forward (the root is the outermost one).
-  module.register_forward_pre_hook([group](nn::Module&, const DTensor& x) {
-    if (group->params.empty()) ++forward_depth;
-    else pre_forward(group);
+  // The hooks own the group and the module's marker. A module with
+  // nothing left to manage still counts as fully_shard'ed (it may be the
+  // root that contains the others).
+  auto marker = std::make_shared<int>(0);
+  take(module, marker, group);
+  module.register_forward_pre_hook([group, marker](nn::Module&, const DTensor& x) {
+    if (!group->params.empty()) pre_forward(group);
     return x;
   });
   module.register_forward_hook([group](nn::Module&, const DTensor&, const DTensor& y) {
-    if (group->params.empty()) {
-      if (forward_depth > 0) --forward_depth;
-    } else {
-      post_forward(group);
-    }
+    if (!group->params.empty()) post_forward(group);
     return y;
   });
 }
@@ -469,9 +496,8 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
 bool is_fully_sharded(const nn::Module& module) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  for (const auto& w : r.groups)
-    if (auto g = w.lock())
-      if (g->module == &module) return true;
+  for (const auto& e : r.live())
+    if (e.module == &module && !e.group.expired()) return true;
   return false;
 }
 
@@ -493,7 +519,7 @@ void replicate(nn::Module& module, const std::vector<int>& mesh_dims) {
   }
   // The module is marked for as long as it lives (the hook owns the marker).
   auto marker = std::make_shared<int>(0);
-  take(module, marker);
+  take(module, marker, nullptr);
   module.register_forward_hook(
       [marker](nn::Module&, const DTensor&, const DTensor& y) { return y; });
 }

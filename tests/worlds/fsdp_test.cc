@@ -355,6 +355,22 @@ TEST_F(FsdpTest, ErrorsNameTheProblem) {
   }
 }
 
+// A forward that throws inside a block (its post-forward hook never runs)
+// leaves nothing behind that breaks the next steps; the root is the
+// outermost fully_shard module, whichever module is called.
+TEST_F(FsdpTest, RecoversFromAForwardThatThrows) {
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  Net net(mesh, 2);
+  shard_model(net, {});
+  const DTensor bad = distribute_tensor(Tensor::randn({8, 4}, 3), mesh, {Shard(0)});
+  EXPECT_FALSE(error_of([&] { net(bad); }).empty());
+  // A block called on its own is not the root: it reshards after forward.
+  DTensor h = (*net.blocks[0])(distribute_tensor(input(), mesh, {Shard(0)}));
+  EXPECT_EQ(net.blocks[0]->fc->weight().placements(), Placements{Shard(0)});
+  train_and_compare(net, {0}, 2, "after a failed forward");
+}
+
 // ---- replicate ---------------------------------------------------------------------------
 
 // Parameters stay Replicate; each gradient arrives Replicate (one
