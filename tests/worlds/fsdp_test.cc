@@ -292,6 +292,38 @@ TEST_F(FsdpTest, ShardsTheDpDimOfA2dMesh) {
   }
 }
 
+// The dp dim need not be the first: on (tp, dp) the leaves are (S(1), S(0)).
+TEST_F(FsdpTest, ShardsADpDimThatIsNotFirst) {
+  DeviceMesh mesh(world, {2, 2}, {"tp", "dp"});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  Net net(mesh, 2);
+  for (auto& [name, p] : net.named_parameters()) {
+    if (p->dim() != 2) continue;
+    DTensor tp = [&] {
+      NoGradGuard no_grad;
+      return p->redistribute({Shard(1), Replicate()}).detach();
+    }();
+    *p = tp.requires_grad_();
+  }
+  FullyShardOptions o;
+  o.mesh_dims = {1};
+  shard_model(net, o);
+  EXPECT_EQ(net.blocks[0]->fc->weight().placements(), (Placements{Shard(1), Shard(0)}));
+  train_and_compare(net, {1}, 2, "(tp, dp) mesh");
+}
+
+// A batch sharded over tp as well gives gradients Partial(sum) on tp too:
+// they are reduced over tp (all_reduce) before the dp reduce_scatter, and
+// the leaves (sharded over dp only) get the whole gradient.
+TEST_F(FsdpTest, ReducesGradientsPartialOnOtherMeshDims) {
+  DeviceMesh mesh(world, {2, 2}, {"dp", "tp"});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  Net net(mesh, 1);
+  shard_model(net, {});
+  EXPECT_EQ(net.blocks[0]->fc->weight().placements(), (Placements{Shard(0), Replicate()}));
+  train_and_compare(net, {0, 1}, 2, "batch over dp and tp");
+}
+
 // Several dp dims are flattened into one group: one all_gather over the 4
 // ranks of a 2x2 mesh, nested Shard(0)s on the leaves.
 TEST_F(FsdpTest, ShardsOverSeveralDpDims) {
