@@ -121,7 +121,8 @@ std::any pack_param(const DTensor& t) {
 }
 
 DTensor unpack_param(const std::any& a) {
-  if (const SavedParam* p = std::any_cast<SavedParam>(&a)) return p->group->backward_value(p->index);
+  if (const SavedParam* p = std::any_cast<SavedParam>(&a))
+    return p->group->backward_value(p->index);
   return std::any_cast<DTensor>(a);
 }
 
@@ -446,7 +447,8 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
     DTensor leaf = [&] {
       NoGradGuard no_grad;
       const DTensor moved = p.redistribute(sharded);
-      return DTensor(moved.spec(), moved.local().map([](int, const Tensor& t) { return t.clone(); }));
+      return DTensor(moved.spec(),
+                     moved.local().map([](int, const Tensor& t) { return t.clone(); }));
     }();
     if (p.requires_grad()) leaf.requires_grad_();
     group->params.push_back({name, slot, leaf, p.spec()});
@@ -461,7 +463,7 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
     for (const Param& p : group->params) {
       const Shape mine = p.sharded.spec().extent_of_rank(rank)->local_shape;
       Shape trailing;
-      for (int64_t d = 1; d < static_cast<int64_t>(mine.size()); ++d) trailing.push_back(mine[static_cast<size_t>(d)]);
+      for (size_t d = 1; d < mine.size(); ++d) trailing.push_back(mine[d]);
       std::vector<int64_t> rows;
       int64_t most = 0;
       for (int m : members) {

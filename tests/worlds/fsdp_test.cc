@@ -247,7 +247,8 @@ TEST_F(FsdpTest, UnshardedParametersAreFreedAfterForward) {
     DTensor loss = loss_of(net, {0});
     for (const auto& w : block_storage) EXPECT_EQ(w.expired(), reshard) << "reshard " << reshard;
     for (const auto& w : root_storage) EXPECT_FALSE(w.expired());
-    EXPECT_EQ(net.blocks[0]->fc->weight().placements(), Placements{reshard ? Shard(0) : Replicate()});
+    EXPECT_EQ(net.blocks[0]->fc->weight().placements(),
+              Placements{reshard ? Shard(0) : Replicate()});
     saved[reshard ? 0 : 1] = graph_memory(loss).saved_bytes;
     loss.backward();
     for (const auto& w : block_storage) EXPECT_TRUE(w.expired());
