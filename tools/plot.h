@@ -1,0 +1,28 @@
+// Loss curves for `dtensor train`: a compact chart for the terminal and an
+// SVG file, both from the same series (no plotting library: the chart is a
+// grid of characters and the SVG a few polylines).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dtensor::cli {
+
+struct Series {
+  std::string label;
+  std::vector<double> values;  // one per step, x = 1, 2, ...
+  char mark = '*';             // the terminal chart's character
+  std::string color = "#1f77b4";
+  bool dashed = false;
+};
+
+// A chart `width` x `height` characters of plot area with the y range on
+// the left and the steps below; where series overlap the later one shows.
+std::string terminal_chart(const std::vector<Series>& series, int width = 60, int height = 12);
+
+// A standalone SVG document (title, axes with ticks, one polyline per series
+// and a legend).
+std::string svg_chart(const std::vector<Series>& series, const std::string& title,
+                      const std::string& x_label, const std::string& y_label);
+
+}  // namespace dtensor::cli
