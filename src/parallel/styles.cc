@@ -4,7 +4,8 @@
 // the tp placement of the input and the output, and the ops' sharding
 // propagation does the rest.
 #include <sstream>
-#include <typeinfo>
+#include <type_traits>
+#include <variant>
 
 #include "dtensor/error.h"
 #include "dtensor/tensor_parallel.h"
