@@ -166,11 +166,13 @@ struct ParamRow {
   const DTensor* value;
 };
 
-std::string short_style(const std::optional<ParallelStyle>& style, const std::string& leaf) {
+std::string short_style(const std::optional<ParallelStyle>& style, nn::Module& module,
+                        const std::string& leaf) {
   if (!style) return "replicated";
+  const bool embedding = dynamic_cast<nn::Embedding*>(&module) != nullptr;
   if (std::holds_alternative<ColwiseParallel>(*style)) return "column-parallel";
   if (std::holds_alternative<RowwiseParallel>(*style))
-    return leaf == "bias" ? "row-parallel (added once)" : "row-parallel";
+    return embedding ? "vocab-parallel" : leaf == "bias" ? "row-parallel (added once)" : "row-parallel";
   if (std::holds_alternative<SequenceParallel>(*style)) return "sequence-parallel";
   return "replicated";
 }
@@ -187,7 +189,7 @@ std::vector<ParamRow> param_rows(models::GPT& model, const ParallelizePlan& plan
     for (const auto& [pattern, s] : plan)  // PrepareModuleInput moves no parameter
       if (!std::holds_alternative<PrepareModuleInput>(s) && module_name_matches(pattern, module))
         style = s;
-    out.push_back({name, short_style(style, leaf), value});
+    out.push_back({name, short_style(style, model.submodule(module), leaf), value});
   }
   return out;
 }
@@ -353,10 +355,10 @@ int run_demo(const DemoArgs& args) {
 
   os << "Weights: placements per mesh dim, and the shard rank " << world.rank()
      << " holds (blocks after 0 are laid out like block 0)\n";
-  os << "  " << std::left << std::setw(28) << "name" << std::setw(13) << "shape" << std::setw(12)
+  os << "  " << std::left << std::setw(30) << "name" << std::setw(13) << "shape" << std::setw(12)
      << "placements" << std::setw(13) << "local shape" << "style\n";
   for (const auto& p : param_rows(model, plan, /*all_blocks=*/false)) {
-    os << "  " << std::left << std::setw(28) << p.name << std::setw(13)
+    os << "  " << std::left << std::setw(30) << p.name << std::setw(13)
        << shape_text(p.value->shape()) << std::setw(12) << to_string(p.value->placements())
        << std::setw(13) << shape_text(local_shape_of(*p.value, world.rank()))
        << p.style << "\n";
