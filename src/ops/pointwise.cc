@@ -17,6 +17,7 @@
 // Everything else reduces the Partial first.
 #include "autograd/graph.h"
 #include "dispatch/dispatch.h"
+#include "ops/pointwise_rule.h"
 
 namespace dtensor {
 
@@ -459,6 +460,8 @@ DTensor replicated(const char* op, const Tensor& t, const DTensor& like) {
 }
 
 }  // namespace
+
+const OpRule& dispatch::pointwise_rule() { return kAdd; }
 
 DTensor add(const DTensor& a, const DTensor& b) { return binary(OpId::Add, kAdd, a, b); }
 DTensor sub(const DTensor& a, const DTensor& b) { return binary(OpId::Sub, kSub, a, b); }
