@@ -60,6 +60,15 @@ class DTensor {
   const Shape& shape() const { return spec().shape(); }
   DType dtype() const { return spec().dtype(); }
   int64_t dim() const { return spec().ndim(); }
+  // The global size of dim d (negative counts from the end).
+  int64_t size(int64_t d) const;
+  // Elements of the global tensor.
+  int64_t numel() const;
+  // The same tensor converted to `dtype` shard by shard (itself when the
+  // dtype matches). Placements are kept, except that an integral or bool
+  // target reduces Partial(sum|avg) first (truncated pieces do not sum to
+  // the truncated sum). Differentiable between floating dtypes.
+  DTensor to(DType dtype) const;
 
   // The shards held by this process.
   const LocalTensor& local() const { return local_; }
@@ -110,6 +119,48 @@ class DTensor {
   void backward(const std::optional<DTensor>& gradient = std::nullopt,
                 bool retain_graph = false) const;
 
+  // ---- method forms of the ops of ops.h (x.sum() is sum(x)) ---------------------------
+  DTensor sum(const DimVector& dims = {}, bool keepdim = false) const;
+  DTensor mean(const DimVector& dims = {}, bool keepdim = false) const;
+  DTensor amax(const DimVector& dims = {}, bool keepdim = false) const;
+  DTensor amin(const DimVector& dims = {}, bool keepdim = false) const;
+  DTensor prod(const DimVector& dims = {}, bool keepdim = false) const;
+  DTensor var(const DimVector& dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  DTensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  DTensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  DTensor matmul(const DTensor& other) const;
+  DTensor mm(const DTensor& other) const;
+  DTensor bmm(const DTensor& other) const;
+  DTensor view(const Shape& shape) const;
+  DTensor reshape(const Shape& shape) const;
+  DTensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  DTensor squeeze() const;
+  DTensor squeeze(int64_t dim) const;
+  DTensor unsqueeze(int64_t dim) const;
+  DTensor permute(const DimVector& dims) const;
+  DTensor transpose(int64_t d0, int64_t d1) const;
+  // The transpose of a 2-d tensor (0-d and 1-d: itself).
+  DTensor t() const;
+  DTensor expand(const Shape& shape) const;
+  DTensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  DTensor select(int64_t dim, int64_t index) const;
+  std::vector<DTensor> chunk(int64_t n, int64_t dim = 0) const;
+  std::vector<DTensor> split(int64_t split_size, int64_t dim = 0) const;
+  DTensor contiguous() const;
+  DTensor clone() const;
+  DTensor neg() const;
+  DTensor abs() const;
+  DTensor exp() const;
+  DTensor log() const;
+  DTensor sqrt() const;
+  DTensor rsqrt() const;
+  DTensor tanh() const;
+  DTensor sigmoid() const;
+  DTensor relu() const;
+  DTensor pow(Scalar exponent) const;
+  DTensor softmax(int64_t dim) const;
+  DTensor log_softmax(int64_t dim) const;
+
   // ---- in place (src/ops/inplace.cc) ----------------------------------------------
   // The result is written into this DTensor's own shards: its placements and
   // storage stay, and every shard's version counter moves (a tensor saved
@@ -136,8 +187,15 @@ class DTensor {
   DTensor& sub_(Scalar other);
   DTensor& mul_(Scalar other);
   DTensor& div_(Scalar other);
+  // A plain Tensor operand mixes as in the out-of-place ops (ops.h): one
+  // element always, any other shape inside an implicit_replication scope.
+  DTensor& add_(const Tensor& other, Scalar alpha = 1);
+  DTensor& sub_(const Tensor& other, Scalar alpha = 1);
+  DTensor& mul_(const Tensor& other);
+  DTensor& div_(const Tensor& other);
   // src broadcast to this shape and converted to this dtype.
   DTensor& copy_(const DTensor& src);
+  DTensor& copy_(const Tensor& src);
   DTensor& fill_(Scalar value);
   DTensor& zero_();
   // this += value * t1 * t2, this += value * t1 / t2.
@@ -157,6 +215,10 @@ class DTensor {
   DTensor& operator-=(Scalar other) { return sub_(other); }
   DTensor& operator*=(Scalar other) { return mul_(other); }
   DTensor& operator/=(Scalar other) { return div_(other); }
+  DTensor& operator+=(const Tensor& other) { return add_(other); }
+  DTensor& operator-=(const Tensor& other) { return sub_(other); }
+  DTensor& operator*=(const Tensor& other) { return mul_(other); }
+  DTensor& operator/=(const Tensor& other) { return div_(other); }
 
  private:
   friend struct autograd::MetaAccess;

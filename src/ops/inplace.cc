@@ -117,26 +117,33 @@ std::optional<Placements> operand_layout(const char* op, const OpSchema& schema,
 }
 
 // `other` (detached: the op records its own node) moved to `want`. The
-// planner refuses S->P and P(a)->P(b), and R->P unless asked: a Partial
-// target the operand lacks is reached through Replicate.
+// planner refuses S->P and P(a)->P(b): a Partial target the operand lacks
+// is reached through Replicate, and then taken locally and exactly: a
+// Partial(sum) keeps the value on the first rank of each group and zeros
+// on the others (R->P's x/n split would round), the other kinds keep it on
+// every rank (their reduction of equal pieces is the value).
 DTensor move_operand(const DTensor& other, const Placements& want) {
   DTensor x = other.detach();
   if (x.placements() == want) return x;
   Placements step = want;
+  std::vector<int> zero_dims;
   bool new_partial = false;
   for (size_t k = 0; k < want.size(); ++k) {
     if (want[k].is_partial() && !(x.placements()[k] == want[k])) {
       step[k] = Replicate();
       new_partial = true;
+      if (want[k].reduce_op() == ReduceOp::Sum) zero_dims.push_back(static_cast<int>(k));
     }
   }
   if (!(x.placements() == step)) x = x.redistribute(step);
-  if (new_partial) {
-    RedistributeOptions o;
-    o.allow_new_partial = true;
-    x = x.redistribute(want, o);
-  }
-  return x;
+  if (!new_partial) return x;
+  const DeviceMesh& mesh = x.mesh();
+  LocalTensor local = x.local().map([&](int rank, const Tensor& t) {
+    for (int k : zero_dims)
+      if (mesh.group_index(rank, k) != 0) return zeros_like(t);
+    return t;
+  });
+  return DTensor(x.spec().with_placements(want), std::move(local));
 }
 
 // f(self's shard, other's shard) for every held rank; other holds the
@@ -357,6 +364,27 @@ DTensor& DTensor::sub_(Scalar other) { return arith_(*this, Arith::Sub, "sub_", 
 DTensor& DTensor::mul_(Scalar other) { return arith_(*this, Arith::Mul, "mul_", other); }
 DTensor& DTensor::div_(Scalar other) { return arith_(*this, Arith::Div, "div_", other); }
 
+DTensor& DTensor::add_(const Tensor& other, Scalar alpha) {
+  check_self("add_", *this);
+  return add_(replicated("add_", other, *this), alpha);
+}
+DTensor& DTensor::sub_(const Tensor& other, Scalar alpha) {
+  check_self("sub_", *this);
+  return sub_(replicated("sub_", other, *this), alpha);
+}
+DTensor& DTensor::mul_(const Tensor& other) {
+  check_self("mul_", *this);
+  return mul_(replicated("mul_", other, *this));
+}
+DTensor& DTensor::div_(const Tensor& other) {
+  check_self("div_", *this);
+  return div_(replicated("div_", other, *this));
+}
+DTensor& DTensor::copy_(const Tensor& src) {
+  check_self("copy_", *this);
+  return copy_(replicated("copy_", src, *this));
+}
+
 DTensor& DTensor::copy_(const DTensor& src) {
   check_self("copy_", *this);
   check_operand("copy_", *this, src);
@@ -456,7 +484,7 @@ DTensor& DTensor::addcdiv_(const DTensor& t1, const DTensor& t2, Scalar value) {
            const DTensor& a = c.saved(0);
            const DTensor& b = c.saved(1);
            if (c.needs(1)) g[1] = sum_to(div(gv, b), s1);
-           if (c.needs(2)) g[2] = sum_to(mul(neg(gv), div(div(a, b), b)), s2);
+           if (c.needs(2)) g[2] = sum_to(mul(dtensor::neg(gv), div(div(a, b), b)), s2);
            return g;
          });
   return *this;

@@ -13,4 +13,8 @@ namespace dtensor::dispatch {
 // schema's OpId.
 const OpRule& pointwise_rule();
 
+// A plain Tensor operand of `op` next to `like`, as a replicated DTensor:
+// one element always, any shape inside implicit_replication; else throws.
+DTensor replicated(const char* op, const Tensor& t, const DTensor& like);
+
 }  // namespace dtensor::dispatch

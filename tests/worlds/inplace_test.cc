@@ -174,6 +174,7 @@ TEST_F(InplaceTest, RandomLayoutsMatchThePlainOps) {
 // A Partial(sum) self adds a replicated value once, not once per rank.
 TEST_F(InplaceTest, PartialSumAddsAReplicatedValueOnce) {
   DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;  // MPI: not in the mesh
   const Tensor s = values({5, 3}, 1), o = values({3}, 2);
   DTensor self = make_dtensor(s, mesh, {Partial()}, 3);
   const DTensor other = distribute_tensor(o, mesh, {Replicate()});
@@ -194,6 +195,7 @@ TEST_F(InplaceTest, PartialSumAddsAReplicatedValueOnce) {
 
 TEST_F(InplaceTest, ErrorsNameTheOpAndThePlacements) {
   DeviceMesh mesh(world, {2, 2});
+  if (!dtensor::testing::takes_part(mesh)) return;  // MPI: not in the mesh
   const Tensor s = values({4, 4}, 1);
   DTensor psum = make_dtensor(s, mesh, {Partial(), Shard(0)}, 2);
   DTensor pmax = make_dtensor(s, mesh, {Partial(ReduceOp::Max), Replicate()}, 2);
@@ -217,6 +219,7 @@ TEST_F(InplaceTest, ErrorsNameTheOpAndThePlacements) {
 
 TEST_F(InplaceTest, LeavesThatRequireGradOnlyChangeUnderNoGrad) {
   DeviceMesh mesh(world, {2, 2});
+  if (!dtensor::testing::takes_part(mesh)) return;  // MPI: not in the mesh
   DTensor w = distribute_tensor(values({4, 3}, 1), mesh, {Shard(0), Replicate()});
   w.requires_grad_();
   dtensor::testing::expect_error([&] { w.add_(1.0); },
@@ -238,6 +241,7 @@ TEST_F(InplaceTest, LeavesThatRequireGradOnlyChangeUnderNoGrad) {
 
 TEST_F(InplaceTest, ASavedTensorChangedInPlaceMakesBackwardThrow) {
   DeviceMesh mesh(world, {2, 2});
+  if (!dtensor::testing::takes_part(mesh)) return;  // MPI: not in the mesh
   DTensor x = distribute_tensor(values({4, 3}, 1), mesh, {Shard(0), Shard(1)});
   x.requires_grad_();
   DTensor a = mul(x, 2.0);
@@ -254,6 +258,7 @@ TEST_F(InplaceTest, ASavedTensorChangedInPlaceMakesBackwardThrow) {
 
 TEST_F(InplaceTest, CopiesShareTheRebasedHistory) {
   DeviceMesh mesh(world, {2, 2});
+  if (!dtensor::testing::takes_part(mesh)) return;  // MPI: not in the mesh
   DTensor x = distribute_tensor(values({4, 3}, 1), mesh, {Shard(0), Replicate()});
   x.requires_grad_();
   DTensor a = mul(x, 1.0);
@@ -355,6 +360,7 @@ TEST_F(InplaceTest, GradientsMatchFiniteDifferences) {
           distribute_tensor(c, mesh, dtensor::testing::random_input_placements(
                                          rng, mesh_nd, static_cast<int64_t>(oshape.size()),
                                          false))};
+      if (!dtensor::testing::takes_part(mesh)) continue;
       for (DTensor& d : in) d.requires_grad_();
       const std::string what = std::string(programs[p].name) + " on " + to_string(shape) + " " +
                                to_string(in[0].placements()) + " / " + to_string(oshape) + " " +
