@@ -121,9 +121,13 @@ std::optional<Placements> operand_layout(const char* op, const OpSchema& schema,
 // is reached through Replicate, and then taken locally and exactly: a
 // Partial(sum) keeps the value on the first rank of each group and zeros
 // on the others (R->P's x/n split would round), the other kinds keep it on
-// every rank (their reduction of equal pieces is the value).
-DTensor move_operand(const DTensor& other, const Placements& want) {
+// every rank (their reduction of equal pieces is the value). With `zero`,
+// those zeros are not made: zero[i] says shard i stands for zeros (its
+// data is the value, to be ignored), which add_ skips and copy_ fills.
+DTensor move_operand(const DTensor& other, const Placements& want,
+                     std::vector<char>* zero = nullptr) {
   DTensor x = other.detach();
+  if (zero) zero->assign(x.local().size(), 0);
   if (x.placements() == want) return x;
   Placements step = want;
   std::vector<int> zero_dims;
@@ -138,12 +142,26 @@ DTensor move_operand(const DTensor& other, const Placements& want) {
   if (!(x.placements() == step)) x = x.redistribute(step);
   if (!new_partial) return x;
   const DeviceMesh& mesh = x.mesh();
-  LocalTensor local = x.local().map([&](int rank, const Tensor& t) {
+  auto zeroed = [&](int rank) {
     for (int k : zero_dims)
-      if (mesh.group_index(rank, k) != 0) return zeros_like(t);
-    return t;
-  });
+      if (mesh.group_index(rank, k) != 0) return true;
+    return false;
+  };
+  if (zero) {
+    const auto& shards = x.local().shards();
+    for (size_t i = 0; i < shards.size(); ++i) (*zero)[i] = zeroed(shards[i].first);
+    return DTensor(x.spec().with_placements(want), x.local());
+  }
+  LocalTensor local = x.local().map(
+      [&](int rank, const Tensor& t) { return zeroed(rank) ? zeros_like(t) : t; });
   return DTensor(x.spec().with_placements(want), std::move(local));
+}
+
+// An in-place op that leaves a shard as it is still counts as a change of
+// it, on every rank alike (under MPI a rank that skipped the bump would
+// disagree with the others about a saved tensor).
+void touch(Tensor& s) {
+  if (s.storage()) s.storage()->bump_version();
 }
 
 // f(self's shard, other's shard) for every held rank; other holds the
@@ -262,7 +280,8 @@ DTensor& arith_(DTensor& self, Arith a, const char* op, const DTensor& other, Sc
   check_operand(op, self, other);
   const OpSchema schema(binary_id(a), {&self.spec(), &other.spec()});
   const Placements want = *operand_layout(op, schema, self, &other);
-  DTensor o = move_operand(other, want);
+  std::vector<char> zero;
+  DTensor o = move_operand(other, want, &zero);
   const bool scaled = (a == Arith::Add || a == Arith::Sub) && !is_one(alpha);
   if (scaled) {
     // Scaling commutes with every Partial the rule lets an add/sub operand
@@ -282,8 +301,10 @@ DTensor& arith_(DTensor& self, Arith a, const char* op, const DTensor& other, Sc
     prev = before(self);
     if ((a == Arith::Mul || a == Arith::Div) && other.requires_grad()) old = old_value(self);
   }
+  size_t i = 0;
   each_shard(self, o, [&](Tensor& s, const Tensor& x) {
-    apply_local(a, s, scaled ? mul(x, alpha) : x);
+    if (zero[i++]) touch(s);  // adding zeros (mul/div never get a new Partial(sum))
+    else apply_local(a, s, scaled ? mul(x, alpha) : x);
   });
   if (!recording) return self;
   const Shape so = other.shape();
@@ -394,11 +415,16 @@ DTensor& DTensor::copy_(const DTensor& src) {
   // the value).
   const OpSchema schema(OpId::Add, {&spec(), &src.spec()});
   const Placements want = *operand_layout("copy_", schema, *this, &src, /*cast=*/false);
-  const DTensor o = move_operand(src, want);
+  std::vector<char> zero;
+  const DTensor o = move_operand(src, want, &zero);
   const bool recording = autograd::recording({this, &src});
   std::optional<DTensor> prev;
   if (recording) prev = before(*this);
-  each_shard(*this, o, [](Tensor& s, const Tensor& x) { s.copy_(x); });
+  size_t i = 0;
+  each_shard(*this, o, [&](Tensor& s, const Tensor& x) {
+    if (zero[i++]) s.fill_(0);
+    else s.copy_(x);
+  });
   if (!recording) return *this;
   rebase(*this, "copy_", {&*prev, &src}, {}, [so = src.shape()](const Context& c) {
     Grads g(2);

@@ -215,6 +215,34 @@ TEST_F(InplaceTest, ErrorsNameTheOpAndThePlacements) {
   dtensor::testing::expect_error([&] { psum.copy_(elsewhere); }, {"copy_", "mesh"});
 }
 
+// Dtypes follow the plain in-place ops: copy_ converts, an integral self
+// takes integral operands, a retained gradient follows the rebased tensor.
+TEST_F(InplaceTest, DtypesAndRetainedGradients) {
+  DeviceMesh mesh(world, {2, 2});
+  if (!dtensor::testing::takes_part(mesh)) return;  // MPI: not in the mesh
+  DTensor f64 = distribute_tensor(values({5, 3}, 1), mesh, {Shard(0), Shard(1)});
+  const Tensor src32 = small_valued({3}, 2);
+  f64.copy_(distribute_tensor(src32, mesh, {Replicate(), Shard(0)}));
+  EXPECT_EQ(f64.dtype(), DType::Float64);
+  EXPECT_TRUE(equal(f64.full_tensor(), src32.to(DType::Float64).expand({5, 3}).contiguous()));
+  const Tensor ints = Tensor::randint(-9, 9, {6}, 3);
+  DTensor di = distribute_tensor(ints, mesh, {Shard(0), Replicate()});
+  di.add_(distribute_tensor(ints, mesh, {Replicate(), Shard(0)}), 2);
+  di *= 3;
+  EXPECT_EQ(di.dtype(), DType::Int64);
+  EXPECT_TRUE(equal(di.full_tensor(), (ints + ints * 2) * 3));
+
+  DTensor x = distribute_tensor(values({4, 3}, 4), mesh, {Shard(0), Replicate()});
+  x.requires_grad_();
+  DTensor h = mul(x, 1.0);
+  h.retain_grad();
+  h.mul_(2.0);
+  sum(mul(h, 3.0)).backward();
+  ASSERT_TRUE(h.grad().has_value());
+  EXPECT_TRUE(equal(h.grad()->full_tensor(), Tensor::full({4, 3}, 3.0, DType::Float64)));
+  EXPECT_TRUE(equal(x.grad()->full_tensor(), Tensor::full({4, 3}, 6.0, DType::Float64)));
+}
+
 // ---- autograd --------------------------------------------------------------------------
 
 TEST_F(InplaceTest, LeavesThatRequireGradOnlyChangeUnderNoGrad) {
