@@ -186,6 +186,37 @@ void each_shard(const DTensor& self, F&& f) {
   }
 }
 
+// VerifyMode: self after the op against the plain in-place op applied to
+// the full tensors of self and the operands as they were before it (taken
+// before the op, since an operand may share self's memory).
+class InplaceCheck {
+ public:
+  InplaceCheck(const DTensor& self, std::initializer_list<const DTensor*> operands) {
+    if (!verify_detail::should_verify() || self.local().empty()) return;
+    on_ = true;
+    verify_detail::CheckScope scope;
+    before_ = self.full_tensor().clone();
+    for (const DTensor* o : operands) operands_.push_back(o->full_tensor().clone());
+  }
+  // f(want, operands) applies the plain op to `want`, a copy of self before.
+  template <class F>
+  void check(const DTensor& self, const char* op, F&& f) {
+    if (!on_) return;
+    verify_detail::CheckScope scope;
+    Tensor want = before_.clone();
+    f(want, operands_);
+    verify_detail::expect_match(self.full_tensor(), want,
+                                std::string(op) + " of " + self.spec().to_string(),
+                                "the plain in-place op on the full tensors");
+    record_verification();
+  }
+
+ private:
+  bool on_ = false;
+  Tensor before_;
+  std::vector<Tensor> operands_;
+};
+
 // ---- autograd --------------------------------------------------------------------------
 
 // Self as an input of the op's node: a DTensor whose gradient edge is
@@ -280,6 +311,7 @@ DTensor& arith_(DTensor& self, Arith a, const char* op, const DTensor& other, Sc
   check_operand(op, self, other);
   const OpSchema schema(binary_id(a), {&self.spec(), &other.spec()});
   const Placements want = *operand_layout(op, schema, self, &other);
+  InplaceCheck verify(self, {&other});
   std::vector<char> zero;
   DTensor o = move_operand(other, want, &zero);
   const bool scaled = (a == Arith::Add || a == Arith::Sub) && !is_one(alpha);
@@ -305,6 +337,9 @@ DTensor& arith_(DTensor& self, Arith a, const char* op, const DTensor& other, Sc
   each_shard(self, o, [&](Tensor& s, const Tensor& x) {
     if (zero[i++]) touch(s);  // adding zeros (mul/div never get a new Partial(sum))
     else apply_local(a, s, scaled ? mul(x, alpha) : x);
+  });
+  verify.check(self, op, [&](Tensor& r, const std::vector<Tensor>& in) {
+    apply_local(a, r, scaled ? mul(in[0], alpha) : in[0]);
   });
   if (!recording) return self;
   const Shape so = other.shape();
@@ -353,7 +388,9 @@ DTensor& arith_(DTensor& self, Arith a, const char* op, Scalar other) {
   const bool recording = autograd::recording({&self});
   std::optional<DTensor> prev;
   if (recording) prev = before(self);
+  InplaceCheck verify(self, {});
   each_shard(self, [&](Tensor& s) { apply_local(a, s, other); });
+  verify.check(self, op, [&](Tensor& r, const std::vector<Tensor>&) { apply_local(a, r, other); });
   if (!recording) return self;
   const double v = other.to_double();
   rebase(self, op, {&*prev}, {}, [a, v](const Context& c) {
@@ -415,6 +452,7 @@ DTensor& DTensor::copy_(const DTensor& src) {
   // the value).
   const OpSchema schema(OpId::Add, {&spec(), &src.spec()});
   const Placements want = *operand_layout("copy_", schema, *this, &src, /*cast=*/false);
+  InplaceCheck verify(*this, {&src});
   std::vector<char> zero;
   const DTensor o = move_operand(src, want, &zero);
   const bool recording = autograd::recording({this, &src});
@@ -425,6 +463,7 @@ DTensor& DTensor::copy_(const DTensor& src) {
     if (zero[i++]) s.fill_(0);
     else s.copy_(x);
   });
+  verify.check(*this, "copy_", [](Tensor& r, const std::vector<Tensor>& in) { r.copy_(in[0]); });
   if (!recording) return *this;
   rebase(*this, "copy_", {&*prev, &src}, {}, [so = src.shape()](const Context& c) {
     Grads g(2);
@@ -448,7 +487,9 @@ DTensor& DTensor::fill_(Scalar value) {
   std::optional<DTensor> prev;
   if (recording) prev = before(*this);
   if (local_fill) {
+    InplaceCheck verify(*this, {});
     each_shard(*this, [&](Tensor& s) { s.fill_(value); });
+    verify.check(*this, "fill_", [&](Tensor& r, const std::vector<Tensor>&) { r.fill_(value); });
   } else {
     const DTensor v = scalar_operand(value, *this);
     NoGradGuard no_grad;  // the node recorded below is the op's
@@ -585,11 +626,14 @@ DTensor& DTensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
     prev = before(*this);
     old = old_value(*this);
   }
-  each_shard(*this, [&](Tensor& s) {
+  InplaceCheck verify(*this, {});
+  auto clamp = [&](Tensor& s) {
     // max first, then min, as PyTorch (min > max gives max everywhere).
     if (min) s.masked_fill_(lt(s, *min), *min);
     if (max) s.masked_fill_(gt(s, *max), *max);
-  });
+  };
+  each_shard(*this, clamp);
+  verify.check(*this, "clamp_", [&](Tensor& r, const std::vector<Tensor>&) { clamp(r); });
   if (!recording) return *this;
   rebase(*this, "clamp_", {&*prev}, {*old}, [min, max](const Context& c) {
     // Gradient passes where min <= x <= max (PyTorch's clamp_backward).

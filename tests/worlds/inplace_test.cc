@@ -243,6 +243,21 @@ TEST_F(InplaceTest, DtypesAndRetainedGradients) {
   EXPECT_TRUE(equal(x.grad()->full_tensor(), Tensor::full({4, 3}, 6.0, DType::Float64)));
 }
 
+// VerifyMode checks in-place ops against the plain op on the full tensors.
+TEST_F(InplaceTest, VerifyModeChecksInPlaceOps) {
+  DeviceMesh mesh(world, {2, 2});
+  if (!dtensor::testing::takes_part(mesh)) return;  // MPI: not in the mesh
+  DTensor d = make_dtensor(values({5, 3}, 1), mesh, {Partial(), Shard(1)}, 2);
+  const DTensor r = distribute_tensor(values({3}, 3), mesh, {Replicate(), Replicate()});
+  VerifyMode verify;
+  d.add_(r);
+  const int64_t after_add = verify.checks();
+  EXPECT_GT(after_add, 0);
+  d.mul_(2.0);
+  d.fill_(1.5);
+  EXPECT_GT(verify.checks(), after_add);
+}
+
 // ---- autograd --------------------------------------------------------------------------
 
 TEST_F(InplaceTest, LeavesThatRequireGradOnlyChangeUnderNoGrad) {
