@@ -181,16 +181,13 @@ TEST_F(InplaceTest, PartialSumAddsAReplicatedValueOnce) {
   self.add_(other);
   self += 1.0;
   EXPECT_TRUE(self.placements()[0].is_partial());
-  if (dtensor::testing::takes_part(mesh))
-    EXPECT_TRUE(equal(self.full_tensor(), s + o + 1.0));
+  EXPECT_TRUE(equal(self.full_tensor(), s + o + 1.0));
   self.zero_();  // zero pieces sum to zero
   self.add_(other, 2);
-  if (dtensor::testing::takes_part(mesh))
-    EXPECT_TRUE(equal(self.full_tensor(), (o * 2.0).expand({5, 3}).contiguous()));
+  EXPECT_TRUE(equal(self.full_tensor(), (o * 2.0).expand({5, 3}).contiguous()));
   DTensor filled = make_dtensor(s, mesh, {Partial()}, 4);
   filled.fill_(2.0);
-  if (dtensor::testing::takes_part(mesh))
-    EXPECT_TRUE(equal(filled.full_tensor(), Tensor::full({5, 3}, 2.0, DType::Float64)));
+  EXPECT_TRUE(equal(filled.full_tensor(), Tensor::full({5, 3}, 2.0, DType::Float64)));
 }
 
 TEST_F(InplaceTest, ErrorsNameTheOpAndThePlacements) {
@@ -278,8 +275,7 @@ TEST_F(InplaceTest, LeavesThatRequireGradOnlyChangeUnderNoGrad) {
   }
   EXPECT_TRUE(w.is_leaf());
   EXPECT_TRUE(w.requires_grad());
-  if (dtensor::testing::takes_part(mesh))
-    EXPECT_TRUE(allclose(w.full_tensor(), before - grad * 0.5));
+  EXPECT_TRUE(allclose(w.full_tensor(), before - grad * 0.5));
 }
 
 TEST_F(InplaceTest, ASavedTensorChangedInPlaceMakesBackwardThrow) {
@@ -309,8 +305,7 @@ TEST_F(InplaceTest, CopiesShareTheRebasedHistory) {
   a.mul_(3.0);
   EXPECT_STREQ(alias.grad_fn_name(), "mul_");
   sum(alias).backward();
-  if (dtensor::testing::takes_part(mesh))
-    EXPECT_TRUE(equal(x.grad()->full_tensor(), Tensor::full({4, 3}, 3.0, DType::Float64)));
+  EXPECT_TRUE(equal(x.grad()->full_tensor(), Tensor::full({4, 3}, 3.0, DType::Float64)));
   // A tensor that did not require grad starts to, made by the op.
   DTensor acc = zeros_like(x.detach());
   acc.add_(x);
