@@ -40,9 +40,9 @@ struct MetaAccess;
 class DTensor {
  public:
   // An empty DTensor (no mesh, no data), so that DTensors can sit in
-  // std::vector, std::map or std::optional-free members before they are
-  // assigned. defined() is false; anything else asked of it (its spec,
-  // shape, an op) throws dtensor::Error saying it is empty.
+  // std::vector, std::map or a struct before they are assigned. defined()
+  // is false; anything else asked of it (its spec, shape, an op) throws
+  // dtensor::Error saying it is empty.
   DTensor() = default;
   // REQUIRES: local holds, for every held rank of the mesh, the shard the
   // spec assigns to it (from_local and distribute_tensor check this).
