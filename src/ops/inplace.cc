@@ -234,6 +234,15 @@ DTensor before(const DTensor& self) {
   return prev;
 }
 
+// Whether some held shard of b uses the storage of a's shard of that rank.
+bool shares_memory(const DTensor& a, const DTensor& b) {
+  const auto& x = a.local().shards();
+  const auto& y = b.local().shards();
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i)
+    if (x[i].second.storage() && x[i].second.storage() == y[i].second.storage()) return true;
+  return false;
+}
+
 // The value of self before the op, for a backward that reads it.
 DTensor old_value(const DTensor& self) {
   NoGradGuard no_grad;
@@ -328,10 +337,13 @@ DTensor& arith_(DTensor& self, Arith a, const char* op, const DTensor& other, Sc
     }
   }
   const bool recording = autograd::recording({&self, &other});
-  std::optional<DTensor> prev, old;
+  std::optional<DTensor> prev, old, other_before;
   if (recording) {
     prev = before(self);
     if ((a == Arith::Mul || a == Arith::Div) && other.requires_grad()) old = old_value(self);
+    // x.mul_(x): the saved operand must be x as it was.
+    if ((a == Arith::Mul || a == Arith::Div) && shares_memory(self, other))
+      other_before = old_value(other);
   }
   size_t i = 0;
   each_shard(self, o, [&](Tensor& s, const Tensor& x) {
@@ -346,7 +358,7 @@ DTensor& arith_(DTensor& self, Arith a, const char* op, const DTensor& other, Sc
   const double v = alpha.to_double();
   std::vector<DTensor> saved;
   if (a == Arith::Mul || a == Arith::Div) {
-    saved.push_back(other.detach());
+    saved.push_back(other_before ? *other_before : other.detach());
     if (old) saved.push_back(*old);
   }
   rebase(self, op, {&*prev, &other}, std::move(saved), [a, so, v](const Context& c) {

@@ -306,6 +306,12 @@ TEST_F(InplaceTest, CopiesShareTheRebasedHistory) {
   EXPECT_STREQ(alias.grad_fn_name(), "mul_");
   sum(alias).backward();
   EXPECT_TRUE(equal(x.grad()->full_tensor(), Tensor::full({4, 3}, 3.0, DType::Float64)));
+  // x.mul_(x) saves x as it was: d(x^2)/dx = 2x.
+  DTensor sq = mul(x, 1.0);
+  sq.mul_(sq);
+  sum(sq).backward();
+  EXPECT_TRUE(allclose(x.grad()->full_tensor(),
+                       Tensor::full({4, 3}, 3.0, DType::Float64) + x.full_tensor() * 2.0));
   // A tensor that did not require grad starts to, made by the op.
   DTensor acc = zeros_like(x.detach());
   acc.add_(x);
