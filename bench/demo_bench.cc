@@ -1,25 +1,26 @@
-// The model of `dtensor demo` (tools/demo_model.h): one forward pass of the
-// tensor-parallel transformer on a 2x4 (dp, tp) mesh of 8 simulated ranks,
-// against the same model on full tensors in one process (the reference the
-// demo verifies against). In the simulated world one process computes every
-// rank's shards, so the two do the same arithmetic (plus the replicated
-// work tensor parallelism adds) and the ratio is what dispatch, sharding
-// propagation and the simulated collectives cost on top.
+// The model of `dtensor demo` (dtensor/models/gpt.h): one forward pass, and
+// one training step (forward, loss, backward), of the GPT laid out by
+// gpt_tensor_parallel_plan (sequence and loss parallel) on a 2x4 (dp, tp)
+// mesh of 8 simulated ranks, against the same model on a 1-rank mesh (the
+// reference the demo verifies against). In the simulated world one process
+// computes every rank's shards, so the two do the same arithmetic (plus the
+// replicated work tensor parallelism adds) and the ratio is what sharding
+// propagation, the hooks and the simulated collectives cost on top of the
+// same dispatch on one rank.
 //
 // Sizes: the demo's default (batch 4, seq 16, hidden 64: small shards, so
 // per-op overhead dominates) and a larger one (batch 8, seq 128, hidden 512:
 // compute dominates).
 #include <benchmark/benchmark.h>
 
-#include "demo_model.h"
+#include "dtensor/models/gpt.h"
 
 namespace {
 
 using namespace dtensor;
-using dtensor::cli::ModelConfig;
 
-ModelConfig config_of(const benchmark::State& state) {
-  ModelConfig c;
+models::GPTConfig config_of(const benchmark::State& state) {
+  models::GPTConfig c;
   if (state.range(0) == 1) {
     c.batch = 8;
     c.seq = 128;
@@ -30,29 +31,53 @@ ModelConfig config_of(const benchmark::State& state) {
   return c;
 }
 
-void BM_DemoForward_DTensor(benchmark::State& state) {
-  const ModelConfig c = config_of(state);
-  const auto w = cli::make_weights(c, 1234);
-  World world = World::simulated(8);
-  DeviceMesh mesh(world, {2, 4}, {"dp", "tp"});
-  const cli::ParallelTransformer model(c, w, mesh, 0, 1);
-  const DTensor ids = distribute_tensor(Tensor::randint(0, c.vocab, {c.batch, c.seq}, 7), mesh,
-                                        model.input_placements());
-  const DTensor targets = distribute_tensor(Tensor::randint(0, c.vocab, {c.batch, c.seq}, 8),
-                                            mesh, model.input_placements());
-  NoGradGuard inference;  // the demo's forward pass records no graph
-  for (auto _ : state) benchmark::DoNotOptimize(model.forward(ids, targets));
+// The model on `mesh` (2x4: parallelized; 1 rank: the reference), its
+// inputs batch-sharded over dp.
+Placements input_placements(const DeviceMesh& mesh) {
+  Placements in(static_cast<size_t>(mesh.ndim()), Replicate());
+  if (mesh.ndim() == 2) in[0] = Shard(0);
+  return in;
 }
-BENCHMARK(BM_DemoForward_DTensor)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
-void BM_DemoForward_Reference(benchmark::State& state) {
-  const ModelConfig c = config_of(state);
-  const auto w = cli::make_weights(c, 1234);
-  const Tensor ids = Tensor::randint(0, c.vocab, {c.batch, c.seq}, 7);
-  const Tensor targets = Tensor::randint(0, c.vocab, {c.batch, c.seq}, 8);
-  for (auto _ : state) benchmark::DoNotOptimize(cli::reference_forward(c, w, ids, targets));
+struct Setup {
+  models::GPT model;
+  DTensor ids, targets;
+  Setup(const DeviceMesh& mesh, const models::GPTConfig& c)
+      : model(mesh, c, 1234),
+        ids(distribute_tensor(Tensor::randint(0, c.vocab, {c.batch, c.seq}, 7), mesh,
+                              input_placements(mesh))),
+        targets(distribute_tensor(Tensor::randint(0, c.vocab, {c.batch, c.seq}, 8), mesh,
+                                  input_placements(mesh))) {
+    if (mesh.ndim() == 2) parallelize_module(model, 1, models::gpt_tensor_parallel_plan(true));
+  }
+};
+
+void forward(benchmark::State& state, const Shape& mesh_shape) {
+  World world = World::simulated(static_cast<int>(mesh_shape.product()));
+  DeviceMesh mesh(world, mesh_shape);
+  Setup s(mesh, config_of(state));
+  NoGradGuard inference;  // the demo's forward pass records no graph
+  for (auto _ : state) benchmark::DoNotOptimize(models::gpt_loss(s.model(s.ids), s.targets));
 }
-BENCHMARK(BM_DemoForward_Reference)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+
+void train_step(benchmark::State& state, const Shape& mesh_shape) {
+  World world = World::simulated(static_cast<int>(mesh_shape.product()));
+  DeviceMesh mesh(world, mesh_shape);
+  Setup s(mesh, config_of(state));
+  for (auto _ : state) {
+    models::gpt_loss(s.model(s.ids), s.targets).backward();
+    for (auto& [name, p] : s.model.named_parameters()) p->zero_grad();
+  }
+}
+
+void BM_DemoForward_DTensor(benchmark::State& state) { forward(state, {2, 4}); }
+void BM_DemoForward_OneRank(benchmark::State& state) { forward(state, {1}); }
+void BM_GPTTrainStep_DTensor(benchmark::State& state) { train_step(state, {2, 4}); }
+void BM_GPTTrainStep_OneRank(benchmark::State& state) { train_step(state, {1}); }
+BENCHMARK(BM_DemoForward_DTensor)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DemoForward_OneRank)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GPTTrainStep_DTensor)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GPTTrainStep_OneRank)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -1,9 +1,10 @@
-// `dtensor demo`: the tensor-parallel transformer of demo_model.h on a
-// (dp, tp) mesh, verified against the same model on full tensors, with
+// `dtensor demo`: the GPT of models/gpt.h laid out by its tensor-parallel
+// plan on a (dp, tp) mesh, verified against the same model on one rank, with
 // what a user wants to see of it: the layout of each weight, the
 // collectives per layer, the planned communication cost, the
 // propagation-cache hit rate and the time per step.
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <cstdlib>
 #include <iomanip>
@@ -15,6 +16,7 @@
 #include "cli.h"
 #include "demo_model.h"
 #include "dtensor/error.h"
+#include "dtensor/tensor_parallel.h"
 
 namespace dtensor::cli {
 
@@ -156,6 +158,42 @@ void check_demo_memory(const ModelConfig& c, const Shape& mesh_shape) {
                         "give smaller --batch, --seq, --hidden, --layers or --vocab");
 }
 
+// A parameter as the weights table shows it: its style is the one the plan
+// gave its module.
+struct ParamRow {
+  std::string name;
+  std::string style;
+  const DTensor* value;
+};
+
+std::string short_style(const std::optional<ParallelStyle>& style, nn::Module& module,
+                        const std::string& leaf) {
+  if (!style) return "replicated";
+  const bool embedding = dynamic_cast<nn::Embedding*>(&module) != nullptr;
+  if (std::holds_alternative<ColwiseParallel>(*style)) return "column-parallel";
+  if (std::holds_alternative<RowwiseParallel>(*style))
+    return embedding ? "vocab-parallel" : leaf == "bias" ? "row-parallel (added once)" : "row-parallel";
+  if (std::holds_alternative<SequenceParallel>(*style)) return "sequence-parallel";
+  return "replicated";
+}
+
+// Block 0's and the others' (blocks after 0 are laid out like block 0).
+std::vector<ParamRow> param_rows(models::GPT& model, const ParallelizePlan& plan, bool all_blocks) {
+  std::vector<ParamRow> out;
+  for (const auto& [name, value] : model.named_parameters()) {
+    if (!all_blocks && name.rfind("blocks.", 0) == 0 && name.rfind("blocks.0.", 0) != 0) continue;
+    const size_t dot = name.rfind('.');
+    const std::string module = dot == std::string::npos ? "" : name.substr(0, dot);
+    const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
+    std::optional<ParallelStyle> style;
+    for (const auto& [pattern, s] : plan)  // PrepareModuleInput moves no parameter
+      if (!std::holds_alternative<PrepareModuleInput>(s) && module_name_matches(pattern, module))
+        style = s;
+    out.push_back({name, short_style(style, model.submodule(module), leaf), value});
+  }
+  return out;
+}
+
 }  // namespace
 
 int run_demo(const DemoArgs& args) {
@@ -172,12 +210,37 @@ int run_demo(const DemoArgs& args) {
   const Roles roles = mesh.ndim() == 2 ? Roles{0, 1} : Roles{-1, 0};
   const bool rank0 = world.rank() == 0;
 
-  const ModelWeights weights = make_weights(config, /*seed=*/1234);
+  DT_CHECK(config.hidden % config.heads == 0, "--hidden ", config.hidden,
+           " must be a multiple of --heads ", config.heads);
+  DT_CHECK(config.heads % mesh.size(roles.tp) == 0, "--heads ", config.heads,
+           " must be a multiple of the tensor-parallel size ", mesh.size(roles.tp),
+           " (each rank computes whole attention heads)");
   const Tensor ids = Tensor::randint(0, config.vocab, {config.batch, config.seq}, 7);
   const Tensor targets = Tensor::randint(0, config.vocab, {config.batch, config.seq}, 8);
-  const ParallelTransformer model(config, weights, mesh, roles.dp, roles.tp);
-  const DTensor d_ids = distribute_tensor(ids, mesh, model.input_placements());
-  const DTensor d_targets = distribute_tensor(targets, mesh, model.input_placements());
+  models::GPT model(mesh, config, /*seed=*/1234);
+  // The sections of the per-layer table, entered by hooks on the modules
+  // that begin them (registered before the plan's, so they run first).
+  std::function<void(const std::string&)> enter;
+  auto section_hook = [&](nn::Module& m, const std::string& section) {
+    m.register_forward_pre_hook([&enter, section](nn::Module&, const DTensor& x) {
+      if (enter) enter(section);
+      return x;
+    });
+  };
+  section_hook(model.submodule("tok"), "embedding");
+  for (int64_t l = 0; l < config.layers; ++l) {
+    const std::string b = "blocks." + std::to_string(l);
+    section_hook(model.submodule(b + ".ln1"), "block" + std::to_string(l) + ".attention");
+    section_hook(model.submodule(b + ".ln2"), "block" + std::to_string(l) + ".mlp");
+  }
+  section_hook(model.submodule("lnf"), "head");
+  const ParallelizePlan plan =
+      models::gpt_tensor_parallel_plan(config.sequence_parallel, config.loss_parallel);
+  parallelize_module(model, roles.tp, plan);
+  Placements input_placements(static_cast<size_t>(mesh.ndim()), Replicate());
+  if (roles.dp >= 0) input_placements[static_cast<size_t>(roles.dp)] = Shard(0);
+  const DTensor d_ids = distribute_tensor(ids, mesh, input_placements);
+  const DTensor d_targets = distribute_tensor(targets, mesh, input_placements);
 
   // The steps: step 1 fills the propagation cache; the sections of the last
   // step give the per-layer table (every step runs the same collectives).
@@ -190,15 +253,16 @@ int run_demo(const DemoArgs& args) {
   NoGradGuard inference;
   for (int step = 0; step < args.steps; ++step) {
     SectionTracker tracker;
+    enter = [&](const std::string& name) { tracker.enter(name); };
     const CacheInfo c0 = sharding_prop_cache_info();
     CommDebugMode comm;
     const auto t0 = std::chrono::steady_clock::now();
-    auto out = model.forward(d_ids, d_targets,
-                             [&](const std::string& name) { tracker.enter(name); });
+    logits.emplace(model(d_ids));
+    tracker.enter("loss");
+    loss.emplace(models::gpt_loss(*logits, d_targets));
     const auto t1 = std::chrono::steady_clock::now();
     sections = tracker.finish();
-    logits.emplace(out.first);
-    loss.emplace(out.second);
+    enter = nullptr;
     step_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     step_records.push_back(record_of("step " + std::to_string(step + 1), comm));
     const CacheInfo c1 = sharding_prop_cache_info();
@@ -210,7 +274,14 @@ int run_demo(const DemoArgs& args) {
   const double hit_rate = hits + misses == 0 ? 0 : static_cast<double>(hits) / (hits + misses);
 
   // Verification (outside the measured steps: full_tensor gathers).
-  const auto [ref_logits, ref_loss] = reference_forward(config, weights, ids, targets);
+  // The reference: the same model on a 1-rank mesh of this process.
+  World one = World::simulated(1);
+  const DeviceMesh one_mesh(one, {1});
+  models::GPT reference(one_mesh, config, /*seed=*/1234);
+  const DTensor ref_logits_d = reference(distribute_tensor(ids, one_mesh, {Replicate()}));
+  const Tensor ref_logits = ref_logits_d.full_tensor();
+  const Tensor ref_loss =
+      models::gpt_loss(ref_logits_d, distribute_tensor(targets, one_mesh, {Replicate()})).full_tensor();
   const Tensor full_logits = logits->full_tensor();
   const double loss_value = loss->full_tensor().item();
   const double ref_loss_value = ref_loss.item();
@@ -239,7 +310,7 @@ int run_demo(const DemoArgs& args) {
                   {"sequence_parallel", config.sequence_parallel},
                   {"loss_parallel", config.loss_parallel}};
     nlohmann::ordered_json params = nlohmann::ordered_json::array();
-    for (const auto& p : model.parameters(/*all_blocks=*/true)) {
+    for (const auto& p : param_rows(model, plan, /*all_blocks=*/true)) {
       params.push_back({{"name", p.name},
                         {"shape", dims_json(p.value->shape())},
                         {"placements", to_string(p.value->placements())},
@@ -284,17 +355,17 @@ int run_demo(const DemoArgs& args) {
 
   os << "Weights: placements per mesh dim, and the shard rank " << world.rank()
      << " holds (blocks after 0 are laid out like block 0)\n";
-  os << "  " << std::left << std::setw(19) << "name" << std::setw(13) << "shape" << std::setw(12)
+  os << "  " << std::left << std::setw(30) << "name" << std::setw(13) << "shape" << std::setw(12)
      << "placements" << std::setw(13) << "local shape" << "style\n";
-  for (const auto& p : model.parameters(/*all_blocks=*/false)) {
-    os << "  " << std::left << std::setw(19) << p.name << std::setw(13)
+  for (const auto& p : param_rows(model, plan, /*all_blocks=*/false)) {
+    os << "  " << std::left << std::setw(30) << p.name << std::setw(13)
        << shape_text(p.value->shape()) << std::setw(12) << to_string(p.value->placements())
        << std::setw(13) << shape_text(local_shape_of(*p.value, world.rank()))
        << p.style << "\n";
   }
-  const auto params = model.parameters(false);
+  const auto params = param_rows(model, plan, false);
   for (const auto& p : params) {
-    if (p.name != "block0.w1" && p.name != "block0.w2") continue;
+    if (p.name != "blocks.0.mlp.w1.weight" && p.name != "blocks.0.mlp.w2.weight") continue;
     os << "\n" << p.name << " (" << p.style << ") over the mesh:\n" << visualize_sharding(*p.value);
   }
 
@@ -323,7 +394,7 @@ int run_demo(const DemoArgs& args) {
   os << "\n\n";
 
   os << std::defaultfloat << std::setprecision(7);
-  os << "Loss " << loss_value << ", reference (full tensors, one process) " << ref_loss_value
+  os << "Loss " << loss_value << ", reference (the model on one rank) " << ref_loss_value
      << "\n";
   os << std::setprecision(3) << "max |difference|: loss " << loss_diff << ", logits "
      << logits_diff << " (tolerance " << args.tolerance << ")\n";

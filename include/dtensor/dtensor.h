@@ -39,17 +39,36 @@ struct MetaAccess;
 
 class DTensor {
  public:
+  // An empty DTensor (no mesh, no data), so that DTensors can sit in
+  // std::vector, std::map or a struct before they are assigned. defined()
+  // is false; anything else asked of it (its spec, shape, an op) throws
+  // dtensor::Error saying it is empty.
+  DTensor() = default;
   // REQUIRES: local holds, for every held rank of the mesh, the shard the
   // spec assigns to it (from_local and distribute_tensor check this).
   DTensor(DTensorSpec spec, LocalTensor local);
 
-  const DTensorSpec& spec() const { return spec_; }
-  const DeviceMesh& mesh() const { return spec_.mesh(); }
-  const Placements& placements() const { return spec_.placements(); }
+  // Whether this DTensor holds a tensor (false only when default-constructed).
+  bool defined() const { return spec_.has_value(); }
+  const DTensorSpec& spec() const {
+    if (!spec_) [[unlikely]] throw_empty();
+    return *spec_;
+  }
+  const DeviceMesh& mesh() const { return spec().mesh(); }
+  const Placements& placements() const { return spec().placements(); }
   // The global shape.
-  const Shape& shape() const { return spec_.shape(); }
-  DType dtype() const { return spec_.dtype(); }
-  int64_t dim() const { return spec_.ndim(); }
+  const Shape& shape() const { return spec().shape(); }
+  DType dtype() const { return spec().dtype(); }
+  int64_t dim() const { return spec().ndim(); }
+  // The global size of dim d (negative counts from the end).
+  int64_t size(int64_t d) const;
+  // Elements of the global tensor.
+  int64_t numel() const;
+  // The same tensor converted to `dtype` shard by shard (itself when the
+  // dtype matches). Placements are kept, except that an integral or bool
+  // target reduces Partial(sum|avg) first (truncated pieces do not sum to
+  // the truncated sum). Differentiable between floating dtypes.
+  DTensor to(DType dtype) const;
 
   // The shards held by this process.
   const LocalTensor& local() const { return local_; }
@@ -100,9 +119,111 @@ class DTensor {
   void backward(const std::optional<DTensor>& gradient = std::nullopt,
                 bool retain_graph = false) const;
 
+  // ---- method forms of the ops of ops.h (x.sum() is sum(x)) ---------------------------
+  DTensor sum(const DimVector& dims = {}, bool keepdim = false) const;
+  DTensor mean(const DimVector& dims = {}, bool keepdim = false) const;
+  DTensor amax(const DimVector& dims = {}, bool keepdim = false) const;
+  DTensor amin(const DimVector& dims = {}, bool keepdim = false) const;
+  DTensor prod(const DimVector& dims = {}, bool keepdim = false) const;
+  DTensor var(const DimVector& dims = {}, int64_t correction = 1, bool keepdim = false) const;
+  DTensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  DTensor argmin(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  DTensor matmul(const DTensor& other) const;
+  DTensor mm(const DTensor& other) const;
+  DTensor bmm(const DTensor& other) const;
+  DTensor view(const Shape& shape) const;
+  DTensor reshape(const Shape& shape) const;
+  DTensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  DTensor squeeze() const;
+  DTensor squeeze(int64_t dim) const;
+  DTensor unsqueeze(int64_t dim) const;
+  DTensor permute(const DimVector& dims) const;
+  DTensor transpose(int64_t d0, int64_t d1) const;
+  // The transpose of a 2-d tensor (0-d and 1-d: itself).
+  DTensor t() const;
+  DTensor expand(const Shape& shape) const;
+  DTensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  DTensor select(int64_t dim, int64_t index) const;
+  std::vector<DTensor> chunk(int64_t n, int64_t dim = 0) const;
+  std::vector<DTensor> split(int64_t split_size, int64_t dim = 0) const;
+  DTensor contiguous() const;
+  DTensor clone() const;
+  DTensor neg() const;
+  DTensor abs() const;
+  DTensor exp() const;
+  DTensor log() const;
+  DTensor sqrt() const;
+  DTensor rsqrt() const;
+  DTensor tanh() const;
+  DTensor sigmoid() const;
+  DTensor relu() const;
+  DTensor pow(Scalar exponent) const;
+  DTensor softmax(int64_t dim) const;
+  DTensor log_softmax(int64_t dim) const;
+
+  // ---- in place (src/ops/inplace.cc) ----------------------------------------------
+  // The result is written into this DTensor's own shards: its placements and
+  // storage stay, and every shard's version counter moves (a tensor saved
+  // for backward and changed since makes backward() throw). Operands are
+  // redistributed to what this layout needs under the out-of-place op's
+  // rule (ops.h): a Partial(sum) self adding a replicated value gets it on
+  // one rank of each group, not on all; mul_ by a replicated factor keeps
+  // Partial(sum). When the op would need this tensor to move (clamp_ of a
+  // Partial(sum), add_ to a Partial(max) of anything but a replicated value,
+  // a broadcast that grows self) dtensor::Error names the op, the
+  // placements and the layout the out-of-place op would take: redistribute
+  // first. Operands must live on the same mesh.
+  // Autograd: in grad mode a leaf that requires grad may not be changed
+  // (update parameters under NoGradGuard); otherwise, when this tensor or
+  // an operand requires grad, the op is recorded and this tensor (with the
+  // copies sharing its gradient state) becomes its output. Not tracked:
+  // changes through another DTensor sharing the shards' memory (a view).
+  // Returns *this.
+  DTensor& add_(const DTensor& other, Scalar alpha = 1);  // this += alpha * other
+  DTensor& sub_(const DTensor& other, Scalar alpha = 1);
+  DTensor& mul_(const DTensor& other);
+  DTensor& div_(const DTensor& other);
+  DTensor& add_(Scalar other);
+  DTensor& sub_(Scalar other);
+  DTensor& mul_(Scalar other);
+  DTensor& div_(Scalar other);
+  // A plain Tensor operand mixes as in the out-of-place ops (ops.h): one
+  // element always, any other shape inside an implicit_replication scope.
+  DTensor& add_(const Tensor& other, Scalar alpha = 1);
+  DTensor& sub_(const Tensor& other, Scalar alpha = 1);
+  DTensor& mul_(const Tensor& other);
+  DTensor& div_(const Tensor& other);
+  // src broadcast to this shape and converted to this dtype.
+  DTensor& copy_(const DTensor& src);
+  DTensor& copy_(const Tensor& src);
+  DTensor& fill_(Scalar value);
+  DTensor& zero_();
+  // this += value * t1 * t2, this += value * t1 / t2.
+  DTensor& addcmul_(const DTensor& t1, const DTensor& t2, Scalar value = 1);
+  DTensor& addcdiv_(const DTensor& t1, const DTensor& t2, Scalar value = 1);
+  // this += weight * (end - this).
+  DTensor& lerp_(const DTensor& end, Scalar weight);
+  DTensor& lerp_(const DTensor& end, const DTensor& weight);
+  // Values below min become min, then values above max become max (NaN
+  // stays). Partial(max|min) and shards are kept; Partial(sum|avg) throw.
+  DTensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+  DTensor& operator+=(const DTensor& other) { return add_(other); }
+  DTensor& operator-=(const DTensor& other) { return sub_(other); }
+  DTensor& operator*=(const DTensor& other) { return mul_(other); }
+  DTensor& operator/=(const DTensor& other) { return div_(other); }
+  DTensor& operator+=(Scalar other) { return add_(other); }
+  DTensor& operator-=(Scalar other) { return sub_(other); }
+  DTensor& operator*=(Scalar other) { return mul_(other); }
+  DTensor& operator/=(Scalar other) { return div_(other); }
+  DTensor& operator+=(const Tensor& other) { return add_(other); }
+  DTensor& operator-=(const Tensor& other) { return sub_(other); }
+  DTensor& operator*=(const Tensor& other) { return mul_(other); }
+  DTensor& operator/=(const Tensor& other) { return div_(other); }
+
  private:
   friend struct autograd::MetaAccess;
-  DTensorSpec spec_;
+  [[noreturn]] static void throw_empty();
+  std::optional<DTensorSpec> spec_;
   LocalTensor local_;
   std::shared_ptr<autograd::Meta> autograd_;  // null until it requires grad
 };

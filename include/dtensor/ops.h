@@ -10,19 +10,61 @@
 //   DTensor s = sum(y, {1});         // S(1) summed over dim 1 -> P(sum)
 //
 // Inputs must live on the same mesh. A plain Tensor next to a DTensor is
-// accepted only when it has one element (it is then a replicated value);
-// otherwise distribute it first. Shape errors carry the plain op's message
+// accepted when it has one element (it is then a replicated value); a
+// plain Tensor of any other shape only inside an implicit_replication
+// scope (it is then taken as replicated: every rank must hold the same
+// tensor), else dtensor::Error says to distribute it. Shape errors carry the plain op's message
 // plus the placements. An op whose rule has no candidate for the given
 // layouts computes on Replicate and says so once in debug_notes().
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <optional>
 #include <vector>
 
 #include "dtensor/dtensor.h"
 
 namespace dtensor {
+
+// While alive, plain Tensors of any shape mix with DTensors in the binary
+// ops (add, sub, mul, div, their operators and in-place forms) as
+// Replicate, as PyTorch's implicit_replication() context does: the caller
+// promises every rank passes the same tensor. Per thread; nests.
+class ImplicitReplication {
+ public:
+  ImplicitReplication();
+  ~ImplicitReplication();
+  ImplicitReplication(const ImplicitReplication&) = delete;
+  ImplicitReplication& operator=(const ImplicitReplication&) = delete;
+
+ private:
+  bool previous_;
+};
+using implicit_replication = ImplicitReplication;
+// Whether an ImplicitReplication is alive on this thread.
+bool implicit_replication_enabled();
+
+// ---- factories -------------------------------------------------------------------
+// torch.distributed.tensor.zeros/ones/full/empty: each held rank allocates
+// only its own shard. A Partial(sum) placement holds the value on the
+// first rank of each group and zeros on the others (the pieces sum to it);
+// other Partials hold it everywhere. empty leaves the data uninitialized.
+DTensor zeros(const Shape& shape, const DeviceMesh& mesh, const Placements& placements,
+              DType dtype = DType::Float32);
+DTensor ones(const Shape& shape, const DeviceMesh& mesh, const Placements& placements,
+             DType dtype = DType::Float32);
+DTensor full(const Shape& shape, Scalar value, const DeviceMesh& mesh,
+             const Placements& placements, DType dtype = DType::Float32);
+DTensor empty(const Shape& shape, const DeviceMesh& mesh, const Placements& placements,
+              DType dtype = DType::Float32);
+
+// PyTorch's repr: "DTensor(full_tensor=..., device_mesh=..., placements=...,
+// shape=..., dtype=...)". When this process holds every rank of the mesh
+// (the simulated world) it prints the full tensor; otherwise (MPI) only
+// this process's shard as local_tensor=..., since gathering would be a
+// collective every rank must join and printing is often done on one rank.
+std::ostream& operator<<(std::ostream& os, const DTensor& d);
 
 // ---- pointwise (broadcasting, type promotion as on Tensors) -------------------
 // add/sub keep Partial(sum|avg) when both inputs have it; mul/div keep
@@ -42,7 +84,8 @@ DTensor sub(Scalar a, const DTensor& b);
 DTensor mul(const DTensor& a, Scalar b);
 DTensor div(const DTensor& a, Scalar b);
 DTensor div(Scalar a, const DTensor& b);
-// With a plain one-element Tensor (a replicated value); other shapes throw.
+// With a plain Tensor: one element, or any shape in an implicit_replication
+// scope (a replicated value); other shapes throw.
 DTensor add(const DTensor& a, const Tensor& b);
 DTensor sub(const DTensor& a, const Tensor& b);
 DTensor mul(const DTensor& a, const Tensor& b);
@@ -101,6 +144,21 @@ DTensor lt(const DTensor& a, Scalar b);
 DTensor le(const DTensor& a, Scalar b);
 DTensor gt(const DTensor& a, Scalar b);
 DTensor ge(const DTensor& a, Scalar b);
+
+// Elementwise comparisons (PyTorch's): bool DTensors, not a bool. Compare
+// values with equal(a.full_tensor(), b.full_tensor()).
+DTensor operator==(const DTensor& a, const DTensor& b);
+DTensor operator!=(const DTensor& a, const DTensor& b);
+DTensor operator<(const DTensor& a, const DTensor& b);
+DTensor operator<=(const DTensor& a, const DTensor& b);
+DTensor operator>(const DTensor& a, const DTensor& b);
+DTensor operator>=(const DTensor& a, const DTensor& b);
+DTensor operator==(const DTensor& a, Scalar b);
+DTensor operator!=(const DTensor& a, Scalar b);
+DTensor operator<(const DTensor& a, Scalar b);
+DTensor operator<=(const DTensor& a, Scalar b);
+DTensor operator>(const DTensor& a, Scalar b);
+DTensor operator>=(const DTensor& a, Scalar b);
 
 // cond ? a : b elementwise (broadcasting). Partial a and b of the same kind
 // stay Partial against a replicated cond (selection commutes with the sum).

@@ -1,7 +1,9 @@
-// Tensor-parallel layers: the parallel styles of PyTorch's
-// torch.distributed.tensor.parallel (ColwiseParallel, RowwiseParallel,
-// SequenceParallel, loss_parallel) and Megatron-LM's layers, as small
-// classes that own their sharded parameters and call the DTensor ops.
+// Tensor-parallel layers: Megatron-LM's layers as small standalone
+// classes, each an nn module with one parallel style of tensor_parallel.h
+// applied (ColwiseParallel, RowwiseParallel, SequenceParallel): the same
+// mechanism parallelize_module uses on a model, for code that wants a layer
+// without a module tree. Also loss_parallel (vocab_parallel_cross_entropy)
+// and with_placement.
 //
 // Every layer is built on a mesh and the index of its tensor-parallel mesh
 // dim `tp`. Parameters are given as full tensors (every process passes the
@@ -31,12 +33,19 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "dtensor/dtensor.h"
 #include "dtensor/ops.h"
 
 namespace dtensor {
+
+namespace nn {
+class Linear;
+class Embedding;
+class LayerNorm;
+}  // namespace nn
 
 // x redistributed so that mesh dim `mesh_dim` has placement `p` (a negative
 // shard dim counts from the end); the other mesh dims keep theirs. Returns x
@@ -59,14 +68,11 @@ class ColumnParallelLinear {
                        const std::optional<Tensor>& bias = std::nullopt,
                        Placement output = Shard(-1));
   DTensor operator()(const DTensor& x) const;
-  const DTensor& weight() const { return weight_; }
-  const std::optional<DTensor>& bias() const { return bias_; }
+  const DTensor& weight() const;
+  const DTensor* bias() const;  // null without one
 
  private:
-  int tp_;
-  Placement output_;
-  DTensor weight_;
-  std::optional<DTensor> bias_;
+  std::shared_ptr<nn::Linear> module_;
 };
 
 // Row-parallel Linear (RowwiseParallel; Megatron's RowParallelLinear):
@@ -87,14 +93,11 @@ class RowParallelLinear {
                     const std::optional<Tensor>& bias = std::nullopt,
                     Placement output = Replicate());
   DTensor operator()(const DTensor& x) const;
-  const DTensor& weight() const { return weight_; }
-  const std::optional<DTensor>& bias() const { return bias_; }
+  const DTensor& weight() const;
+  const DTensor* bias() const;  // null without one
 
  private:
-  int tp_;
-  Placement output_;
-  DTensor weight_;
-  std::optional<DTensor> bias_;
+  std::shared_ptr<nn::Linear> module_;
 };
 
 // Vocabulary-parallel embedding (Megatron's VocabParallelEmbedding;
@@ -108,12 +111,10 @@ class VocabParallelEmbedding {
   VocabParallelEmbedding(const DeviceMesh& mesh, int tp, const Tensor& table,
                          Placement output = Replicate());
   DTensor operator()(const DTensor& ids) const;
-  const DTensor& weight() const { return table_; }
+  const DTensor& weight() const;
 
  private:
-  int tp_;
-  Placement output_;
-  DTensor table_;
+  std::shared_ptr<nn::Embedding> module_;
 };
 
 // A sequence-parallel LayerNorm (SequenceParallel on a norm): weight and
@@ -126,15 +127,11 @@ class SequenceParallelLayerNorm {
   SequenceParallelLayerNorm(const DeviceMesh& mesh, int tp, const Tensor& weight,
                             const Tensor& bias, int64_t sequence_dim = 1, double eps = 1e-5);
   DTensor operator()(const DTensor& x) const;
-  const DTensor& weight() const { return weight_; }
-  const DTensor& bias() const { return bias_; }
+  const DTensor& weight() const;
+  const DTensor& bias() const;
 
  private:
-  int tp_;
-  int64_t sequence_dim_;
-  double eps_;
-  DTensor weight_;
-  DTensor bias_;
+  std::shared_ptr<nn::LayerNorm> module_;
 };
 
 // Cross-entropy on logits sharded on the class (last) dim over tp without

@@ -330,7 +330,7 @@ DTensor& DTensor::requires_grad_(bool requires_grad) {
            "tensor was made by ", grad_fn_name(), " (use detach() for a leaf of the same data)");
   DT_CHECK(!requires_grad || dtype() == DType::Float32 || dtype() == DType::Float64,
            "requires_grad_: only floating-point tensors can require gradients, got ",
-           dtype_name(dtype()), " ", spec_.to_string());
+           dtype_name(dtype()), " ", spec().to_string());
   if (!autograd_) {
     if (!requires_grad) return *this;
     autograd_ = std::make_shared<autograd::Meta>();
@@ -350,7 +350,7 @@ void DTensor::set_grad(std::optional<DTensor> grad) {
   if (grad) {
     DT_CHECK(grad->shape() == shape() && grad->dtype() == dtype() && grad->mesh() == mesh(),
              "set_grad: the gradient ", grad->spec().to_string(), " must have the shape, dtype ",
-             "and mesh of the tensor ", spec_.to_string());
+             "and mesh of the tensor ", spec().to_string());
     if (!autograd_) autograd_ = std::make_shared<autograd::Meta>();
     autograd_->grad = grad->detach();
   } else if (autograd_) {
@@ -359,7 +359,7 @@ void DTensor::set_grad(std::optional<DTensor> grad) {
 }
 
 void DTensor::retain_grad() const {
-  DT_CHECK(requires_grad(), "retain_grad: the tensor ", spec_.to_string(),
+  DT_CHECK(requires_grad(), "retain_grad: the tensor ", spec().to_string(),
            " does not require grad");
   if (is_leaf()) return;  // leaves keep their gradient anyway
   autograd_->retains_grad = true;

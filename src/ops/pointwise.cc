@@ -17,6 +17,7 @@
 // Everything else reduces the Partial first.
 #include "autograd/graph.h"
 #include "dispatch/dispatch.h"
+#include "ops/pointwise_rule.h"
 
 namespace dtensor {
 
@@ -448,17 +449,33 @@ DTensor unary(OpId id, const OpRule& rule, const DTensor& a, int64_t extra = 0) 
   return out;
 }
 
-// A one-element plain Tensor next to a DTensor is a replicated value; any
-// other plain Tensor is an error: PyTorch would not know how it is laid out.
-DTensor replicated(const char* op, const Tensor& t, const DTensor& like) {
-  DT_CHECK(t.numel() == 1, op, ": cannot mix a DTensor (placements ", to_string(like.placements()),
-           " on ", like.mesh(), ") with a plain Tensor of shape ", t.shape(),
-           "; distribute it first (distribute_tensor), or pass a scalar or one-element tensor");
+}  // namespace
+
+const OpRule& dispatch::pointwise_rule() { return kAdd; }
+
+namespace {
+constinit thread_local bool implicit_replication_on = false;
+}
+
+ImplicitReplication::ImplicitReplication() : previous_(implicit_replication_on) {
+  implicit_replication_on = true;
+}
+ImplicitReplication::~ImplicitReplication() { implicit_replication_on = previous_; }
+bool implicit_replication_enabled() { return implicit_replication_on; }
+
+// A one-element plain Tensor next to a DTensor is a replicated value, and
+// so is any plain Tensor inside implicit_replication (the caller vouches
+// that every rank holds the same); otherwise it is an error: PyTorch would
+// not know how it is laid out.
+DTensor dispatch::replicated(const char* op, const Tensor& t, const DTensor& like) {
+  DT_CHECK(t.defined(), op, ": the plain Tensor operand is undefined");
+  DT_CHECK(t.numel() == 1 || implicit_replication_on, op, ": cannot mix a DTensor (placements ",
+           to_string(like.placements()), " on ", like.mesh(), ") with a plain Tensor of shape ",
+           t.shape(), "; distribute it first (distribute_tensor), pass a scalar or one-element ",
+           "tensor, or open an implicit_replication scope if every rank holds this same tensor");
   return distribute_tensor(t, like.mesh(),
                            Placements(static_cast<size_t>(like.mesh().ndim()), Replicate()));
 }
-
-}  // namespace
 
 DTensor add(const DTensor& a, const DTensor& b) { return binary(OpId::Add, kAdd, a, b); }
 DTensor sub(const DTensor& a, const DTensor& b) { return binary(OpId::Sub, kSub, a, b); }

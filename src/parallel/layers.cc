@@ -1,13 +1,14 @@
-// The tensor-parallel layers of parallel.h: each one lays out its
-// parameters once, then per call moves its input's tp placement to the one
-// it computes on, runs the DTensor ops, and moves the output's tp placement
-// to the one asked for. The ops' sharding propagation does the rest (and
-// needs no communication for the pairings the layers are designed for).
+// The tensor-parallel layers of parallel.h: each one is an nn module with
+// the parallel style of tensor_parallel.h that lays it out (styles.cc), so
+// the layers and parallelize_module share one mechanism. Also
+// with_placement and the vocabulary-parallel cross entropy.
 #include "dtensor/parallel.h"
 
 #include <string>
 
 #include "dtensor/error.h"
+#include "dtensor/nn.h"
+#include "dtensor/tensor_parallel.h"
 
 namespace dtensor {
 
@@ -19,14 +20,6 @@ void check_tp(const DeviceMesh& mesh, int tp, const char* layer) {
 }
 
 // Replicate on every mesh dim but tp, `on_tp` there.
-// A parameter: `full` laid out by `placements`, a leaf that requires grad
-// (as an nn.Parameter). A floating parameter only: integer tables cannot.
-DTensor parameter(const Tensor& full, const DeviceMesh& mesh, const Placements& placements) {
-  DTensor p = distribute_tensor(full, mesh, placements);
-  if (full.dtype() == DType::Float32 || full.dtype() == DType::Float64) p.requires_grad_();
-  return p;
-}
-
 Placements param_placements(const DeviceMesh& mesh, int tp, Placement on_tp) {
   Placements p(static_cast<size_t>(mesh.ndim()), Replicate());
   p[static_cast<size_t>(tp)] = on_tp;
@@ -59,109 +52,86 @@ DTensor with_placement(const DTensor& x, int mesh_dim, Placement p) {
   return x.redistribute(to);
 }
 
-// ---- ColumnParallelLinear ----
-
-ColumnParallelLinear::ColumnParallelLinear(const DeviceMesh& mesh, int tp, const Tensor& weight,
-                                           const std::optional<Tensor>& bias, Placement output)
-    : tp_((check_tp(mesh, tp, "ColumnParallelLinear"), tp)),
-      output_((check_output(output, "ColumnParallelLinear"), output)),
-      weight_((check_rank(weight, 2, "ColumnParallelLinear", "weight", "(out, in)"),
-               parameter(weight, mesh, param_placements(mesh, tp, Shard(0))))) {
-  if (bias) {
-    DT_CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0),
-             "ColumnParallelLinear: bias must be (out) = (", weight.size(0), "), got shape ",
-             bias->shape());
-    bias_ = parameter(*bias, mesh, param_placements(mesh, tp, Shard(0)));
-  }
-}
+// ---- the layers: a module with a style applied ----
 
 namespace {
 
-// x made Replicate on mesh dim `tp` for a layer that computes on the full
-// input, with its gradient brought back to x's own layout on tp (Partial as
-// Replicate): the partial input gradients of the ranks' slices are summed
-// there - Megatron's all_reduce in backward, or its reduce_scatter when x
-// arrives sequence-sharded - even when the forward had nothing to move.
-DTensor replicated_with_reduced_grad(const DTensor& x, int tp) {
-  Placements to = x.placements();
-  to[static_cast<size_t>(tp)] = Replicate();
-  RedistributeOptions options;
-  options.grad_placements = x.placements();
-  for (Placement& p : *options.grad_placements)
-    if (p.is_partial()) p = Replicate();
-  return x.redistribute(to, options);
+std::optional<Tensor> checked_bias(const std::optional<Tensor>& bias, const Tensor& weight,
+                                   const char* layer) {
+  if (bias)
+    DT_CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0), layer, ": bias must be (out) = (",
+             weight.size(0), "), got shape ", bias->shape());
+  return bias;
+}
+
+// The module on mesh dim tp, with `style` applied (named after the layer in
+// messages).
+template <class M>
+std::shared_ptr<M> styled(std::shared_ptr<M> module, int tp, const ParallelStyle& style,
+                          const char* layer) {
+  apply_style(*module, layer, tp, style);
+  return module;
 }
 
 }  // namespace
 
-DTensor ColumnParallelLinear::operator()(const DTensor& x) const {
-  const DTensor in = replicated_with_reduced_grad(x, tp_);
-  const DTensor y = bias_ ? linear(in, weight_, *bias_) : linear(in, weight_);
-  return with_placement(y, tp_, output_);
+ColumnParallelLinear::ColumnParallelLinear(const DeviceMesh& mesh, int tp, const Tensor& weight,
+                                           const std::optional<Tensor>& bias, Placement output) {
+  const char* layer = "ColumnParallelLinear";
+  check_tp(mesh, tp, layer);
+  check_output(output, layer);
+  check_rank(weight, 2, layer, "weight", "(out, in)");
+  module_ = styled(std::make_shared<nn::Linear>(mesh, weight, checked_bias(bias, weight, layer)), tp,
+                   ColwiseParallel{.output_layouts = output}, layer);
 }
 
-// ---- RowParallelLinear ----
+DTensor ColumnParallelLinear::operator()(const DTensor& x) const { return (*module_)(x); }
+const DTensor& ColumnParallelLinear::weight() const { return module_->weight(); }
+const DTensor* ColumnParallelLinear::bias() const { return module_->bias(); }
 
 RowParallelLinear::RowParallelLinear(const DeviceMesh& mesh, int tp, const Tensor& weight,
-                                     const std::optional<Tensor>& bias, Placement output)
-    : tp_((check_tp(mesh, tp, "RowParallelLinear"), tp)),
-      output_((check_output(output, "RowParallelLinear"), output)),
-      weight_((check_rank(weight, 2, "RowParallelLinear", "weight", "(out, in)"),
-               parameter(weight, mesh, param_placements(mesh, tp, Shard(1))))) {
-  if (bias) {
-    DT_CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0),
-             "RowParallelLinear: bias must be (out) = (", weight.size(0), "), got shape ",
-             bias->shape());
-    bias_ = parameter(*bias, mesh, param_placements(mesh, tp, Replicate()));
-  }
+                                     const std::optional<Tensor>& bias, Placement output) {
+  const char* layer = "RowParallelLinear";
+  check_tp(mesh, tp, layer);
+  check_output(output, layer);
+  check_rank(weight, 2, layer, "weight", "(out, in)");
+  module_ = styled(std::make_shared<nn::Linear>(mesh, weight, checked_bias(bias, weight, layer)), tp,
+                   RowwiseParallel{.output_layouts = output}, layer);
 }
 
-DTensor RowParallelLinear::operator()(const DTensor& x) const {
-  const DTensor in = with_placement(x, tp_, Shard(-1));
-  const DTensor y = bias_ ? linear(in, weight_, *bias_) : linear(in, weight_);
-  return with_placement(y, tp_, output_);
+DTensor RowParallelLinear::operator()(const DTensor& x) const { return (*module_)(x); }
+const DTensor& RowParallelLinear::weight() const { return module_->weight(); }
+const DTensor* RowParallelLinear::bias() const { return module_->bias(); }
+
+VocabParallelEmbedding::VocabParallelEmbedding(const DeviceMesh& mesh, int tp, const Tensor& table,
+                                               Placement output) {
+  const char* layer = "VocabParallelEmbedding";
+  check_tp(mesh, tp, layer);
+  check_output(output, layer);
+  check_rank(table, 2, layer, "table", "(vocab, dim)");
+  module_ = styled(std::make_shared<nn::Embedding>(mesh, table), tp,
+                   RowwiseParallel{.output_layouts = output}, layer);
 }
 
-// ---- VocabParallelEmbedding ----
-
-VocabParallelEmbedding::VocabParallelEmbedding(const DeviceMesh& mesh, int tp,
-                                               const Tensor& table, Placement output)
-    : tp_((check_tp(mesh, tp, "VocabParallelEmbedding"), tp)),
-      output_((check_output(output, "VocabParallelEmbedding"), output)),
-      table_((check_rank(table, 2, "VocabParallelEmbedding", "table", "(vocab, dim)"),
-              parameter(table, mesh, param_placements(mesh, tp, Shard(0))))) {}
-
-DTensor VocabParallelEmbedding::operator()(const DTensor& ids) const {
-  DT_CHECK(ids.dtype() == DType::Int64, "VocabParallelEmbedding: ids must be int64, got ",
-           dtype_short_name(ids.dtype()), " of shape ", ids.shape());
-  const DTensor y = embedding(table_, with_placement(ids, tp_, Replicate()));
-  return with_placement(y, tp_, output_);
-}
-
-// ---- SequenceParallelLayerNorm ----
+DTensor VocabParallelEmbedding::operator()(const DTensor& ids) const { return (*module_)(ids); }
+const DTensor& VocabParallelEmbedding::weight() const { return module_->weight(); }
 
 SequenceParallelLayerNorm::SequenceParallelLayerNorm(const DeviceMesh& mesh, int tp,
                                                      const Tensor& weight, const Tensor& bias,
-                                                     int64_t sequence_dim, double eps)
-    : tp_((check_tp(mesh, tp, "SequenceParallelLayerNorm"), tp)),
-      sequence_dim_(sequence_dim),
-      eps_(eps),
-      weight_((check_rank(weight, 1, "SequenceParallelLayerNorm", "weight", "(dim)"),
-               parameter(weight, mesh, param_placements(mesh, tp, Replicate())))),
-      bias_((check_rank(bias, 1, "SequenceParallelLayerNorm", "bias", "(dim)"),
-             parameter(bias, mesh, param_placements(mesh, tp, Replicate())))) {
-  DT_CHECK(bias.shape() == weight.shape(), "SequenceParallelLayerNorm: bias shape ", bias.shape(),
+                                                     int64_t sequence_dim, double eps) {
+  const char* layer = "SequenceParallelLayerNorm";
+  check_tp(mesh, tp, layer);
+  check_rank(weight, 1, layer, "weight", "(dim)");
+  check_rank(bias, 1, layer, "bias", "(dim)");
+  DT_CHECK(bias.shape() == weight.shape(), layer, ": bias shape ", bias.shape(),
            " differs from weight shape ", weight.shape());
+  module_ = styled(std::make_shared<nn::LayerNorm>(mesh, weight, bias, eps), tp,
+                   SequenceParallel{.sequence_dim = sequence_dim}, layer);
 }
 
-DTensor SequenceParallelLayerNorm::operator()(const DTensor& x) const {
-  DT_CHECK(x.dim() >= 2 && sequence_dim_ >= -x.dim() && sequence_dim_ < x.dim() - 1 &&
-               sequence_dim_ != -1,
-           "SequenceParallelLayerNorm: sequence dim ", sequence_dim_,
-           " must be a dim before the normalised last dim of the input of shape ", x.shape());
-  const DTensor in = with_placement(x, tp_, Shard(sequence_dim_));
-  return layer_norm(in, {weight_.shape()[0]}, weight_, bias_, eps_);
-}
+DTensor SequenceParallelLayerNorm::operator()(const DTensor& x) const { return (*module_)(x); }
+const DTensor& SequenceParallelLayerNorm::weight() const { return module_->weight(); }
+const DTensor& SequenceParallelLayerNorm::bias() const { return module_->bias(); }
 
 // ---- vocab_parallel_cross_entropy ----
 

@@ -65,6 +65,11 @@ DTensor::DTensor(DTensorSpec spec, LocalTensor local)
   local_.unshare();
 }
 
+void DTensor::throw_empty() {
+  DT_THROW("DTensor: this DTensor is empty (default-constructed): it has no mesh, placements ",
+           "or data; assign it a DTensor (distribute_tensor, from_local, an op) first");
+}
+
 Tensor DTensor::to_local() const {
   DT_CHECK(local_.size() == 1, "to_local: this process holds ", local_.size(),
            " shards (a simulated world holds every rank); use to_local(rank)");
@@ -75,23 +80,23 @@ Tensor DTensor::full_tensor() const {
   DT_CHECK(!local_.empty(), "full_tensor: this process holds no rank of mesh ", mesh());
   Placements all_r(static_cast<size_t>(mesh().ndim()), Replicate());
   LocalTensor full =
-      redistribute_local(local_, spec_, spec_.with_placements(all_r), {}, "full_tensor");
+      redistribute_local(local_, spec(), spec().with_placements(all_r), {}, "full_tensor");
   return full.shards().front().second;
 }
 
 DTensor DTensor::redistribute(const Placements& placements,
                               const RedistributeOptions& options) const {
-  check_placement_count(spec_, placements);
-  if (options.grad_placements) check_placement_count(spec_, *options.grad_placements);
-  DTensorSpec target = spec_.with_placements(placements);
+  check_placement_count(spec(), placements);
+  if (options.grad_placements) check_placement_count(spec(), *options.grad_placements);
+  DTensorSpec target = spec().with_placements(placements);
   // A no-op is the tensor itself, for autograd too (its backward is a
   // no-op), unless grad_placements asks the gradient to move.
-  const bool noop = target == spec_;
+  const bool noop = target == spec();
   if (noop && (!options.grad_placements || !autograd::recording({this}))) {
-    check_local_shapes(local_, spec_, "redistribute");
+    check_local_shapes(local_, spec(), "redistribute");
     return *this;
   }
-  LocalTensor out = redistribute_local(local_, spec_, target, options, "redistribute");
+  LocalTensor out = redistribute_local(local_, spec(), target, options, "redistribute");
   DTensor result(std::move(target), std::move(out));
   if (autograd::recording({this})) {
     // The gradient goes back to the source's placements, a Partial source
@@ -99,7 +104,7 @@ DTensor DTensor::redistribute(const Placements& placements,
     // Partial only postpones a reduction (PyTorch's rule). Explicit
     // grad_placements are taken as given, a new Partial included.
     const bool explicit_placements = options.grad_placements.has_value();
-    Placements to = options.grad_placements.value_or(spec_.placements());
+    Placements to = options.grad_placements.value_or(spec().placements());
     if (!explicit_placements)
       for (Placement& p : to)
         if (p.is_partial()) p = Replicate();
@@ -114,8 +119,8 @@ DTensor DTensor::redistribute(const Placements& placements,
     // VerifyMode: moving data must keep the tensor's value.
     verify_detail::CheckScope scope;
     verify_detail::expect_match(result.full_tensor(), full_tensor(),
-                                "redistribute " + to_string(spec_.placements()) + " -> " +
-                                    to_string(placements) + " of " + spec_.to_string(),
+                                "redistribute " + to_string(spec().placements()) + " -> " +
+                                    to_string(placements) + " of " + spec().to_string(),
                                 "the tensor before the move");
     record_verification();
   }
