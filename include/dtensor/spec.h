@@ -20,7 +20,8 @@
 // the orders of each tensor dim's shards all natural or a permutation of
 // 0..k-1, no mix of Partial kinds other than sum with avg) and normalises
 // negative shard dims and orders equal to the natural one (S(0)[0],S(0)[1]
-// is S(0),S(0); a lone S(0)[0] is S(0)). The hash is computed once; copies and comparisons never allocate.
+// is S(0),S(0); a lone S(0)[0] is S(0)). The hash is computed once; copies
+// and comparisons never allocate.
 #pragma once
 
 #include <cstdint>

@@ -52,8 +52,8 @@ void Placement::throw_bad_shard_dim(int64_t dim) {
 }
 
 void Placement::throw_bad_shard_order(int64_t dim, int64_t order) {
-  DT_THROW("Shard(", dim, ", ", order, "): shard order out of range (expected -1 (natural) or 0 <= ",
-           "order < ", kMaxDims, ")");
+  DT_THROW("Shard(", dim, ", ", order, "): shard order out of range (expected -1 (natural) ",
+           "or 0 <= order < ", kMaxDims, ")");
 }
 
 // ---- shard order ----

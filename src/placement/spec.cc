@@ -82,26 +82,30 @@ ShardExtent DTensorSpec::extent(const DimVector& coordinate) const {
   for (size_t i = 0; i < placements_.size(); ++i)
     DT_CHECK(coordinate[i] >= 0 && coordinate[i] < mesh_.size(static_cast<int>(i)),
              "coordinate ", coordinate, " out of range for ", mesh_);
-  // The mesh dims sharding a tensor dim apply in their split order (left
-  // to right when natural), each chunking what the previous ones left.
-  for (int64_t d = 0; d < ndim(); ++d) {
-    if (!is_sharded(d)) continue;
-    for (int64_t m : shard_split_order(placements_, d)) {
-      const int64_t n = mesh_.size(static_cast<int>(m));
-      if (e.local_shape[d] == 0) {
-        e.global_offset[d] = meta_.shape[d];
-        continue;
-      }
-      const ChunkRange c = chunk_range(e.local_shape[d], n, coordinate[static_cast<size_t>(m)]);
-      if (c.size == 0) {
-        e.local_shape[d] = 0;
-        e.global_offset[d] = meta_.shape[d];
-      } else {
-        e.local_shape[d] = c.size;
-        e.global_offset[d] += c.start;
-      }
+  // Each mesh dim sharding dim d chunks what the ones before it in d's
+  // split order left. Natural order (the common case) is mesh dim order.
+  auto split = [&](size_t i, int64_t d) {
+    if (e.local_shape[d] == 0) {
+      e.global_offset[d] = meta_.shape[d];
+      return;
     }
+    const int64_t n = mesh_.size(static_cast<int>(i));
+    const ChunkRange c = chunk_range(e.local_shape[d], n, coordinate[i]);
+    if (c.size == 0) {
+      e.local_shape[d] = 0;
+      e.global_offset[d] = meta_.shape[d];
+    } else {
+      e.local_shape[d] = c.size;
+      e.global_offset[d] += c.start;
+    }
+  };
+  if (!has_shard_order(placements_)) {
+    for (size_t i = 0; i < placements_.size(); ++i)
+      if (placements_[i].is_shard()) split(i, placements_[i].dim());
+    return e;
   }
+  for (int64_t d = 0; d < ndim(); ++d)
+    for (int64_t m : shard_split_order(placements_, d)) split(static_cast<size_t>(m), d);
   return e;
 }
 

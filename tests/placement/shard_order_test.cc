@@ -17,7 +17,9 @@ using dtensor::testing::error_of;
 
 namespace {
 
-DeviceMesh mesh_of(const Shape& shape) { return DeviceMesh(World::simulated(shape.product()), shape); }
+DeviceMesh mesh_of(const Shape& shape) {
+  return DeviceMesh(World::simulated(shape.product()), shape);
+}
 
 // The indices of tensor dim d a coordinate holds: start from 0..L-1 and let
 // each mesh dim sharding d, sorted by its order (mesh dim index when

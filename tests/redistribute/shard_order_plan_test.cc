@@ -49,12 +49,13 @@ TEST(ShardOrderPlan, GatheringTheLastSplitterIsOneAllGather) {
 
 TEST(ShardOrderPlan, GatheringAnEarlierSplitterMovesTheLaterOnesFirst) {
   DeviceMesh mesh(World::simulated(8), {2, 2, 2});
-  for (const char* from : {"S(0)[1],S(0)[0],R", "S(0)[2],S(0)[0],S(0)[1]", "S(0)[0],S(0)[2],S(0)[1]"})
-    for (const char* to : {"S(0),R,R", "R,R,S(0)", "S(1),S(0),R", "S(0),S(0),S(0)", "R,S(0)[1],S(0)[0]"}) {
+  for (const char* from :
+       {"S(0)[1],S(0)[0],R", "S(0)[2],S(0)[0],S(0)[1]", "S(0)[0],S(0)[2],S(0)[1]"})
+    for (const char* to :
+         {"S(0),R,R", "R,R,S(0)", "S(1),S(0),R", "S(0),S(0),S(0)", "R,S(0)[1],S(0)[0]"}) {
       for (bool search : {true, false}) {
         RedistributeOptions o;
         o.search = search;
-        const DTensorSpec s(mesh, parse_placements(from), {13, 5});
         DTensor x = distribute_tensor(int_valued({13, 5}, 1), mesh, parse_placements(from));
         const DTensor y = x.redistribute(parse_placements(to), o);
         EXPECT_TRUE(equal(y.full_tensor(), int_valued({13, 5}, 1)))

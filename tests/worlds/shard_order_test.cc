@@ -87,8 +87,9 @@ TEST_F(ShardOrderTest, RandomRedistributionsKeepTheValue) {
                               " shape " + to_string(shape);
     const Tensor full = dtensor::testing::int_valued(shape, iter);
     EXPECT_TRUE(equal(distribute_tensor(full, mesh, plain).full_tensor(), full)) << where;
-    EXPECT_TRUE(equal(distribute_tensor(full, mesh, plain, mesh.ranks()[static_cast<size_t>(src)]).full_tensor(), full))
-        << where << " from rank " << src;
+    const int root = mesh.ranks()[static_cast<size_t>(src)];
+    EXPECT_TRUE(equal(distribute_tensor(full, mesh, plain, root).full_tensor(), full))
+        << where << " from rank " << root;
     const DTensor x = make_dtensor(full, mesh, from, iter);
     const DTensor y = x.redistribute(to);
     EXPECT_EQ(y.placements(), y.spec().placements()) << where;
@@ -168,7 +169,8 @@ TEST_F(ShardOrderTest, RedistributeGradientKeepsTheSourceOrder) {
     sum(mul(y, distribute_tensor(w, mesh, to))).backward();
     ASSERT_TRUE(x.grad().has_value()) << where;
     // (A no-op redistribute is x itself: its gradient is laid out by mul.)
-    if (x.placements() != y.placements()) EXPECT_EQ(x.grad()->placements(), x.placements()) << where;
+    if (x.placements() != y.placements())
+      EXPECT_EQ(x.grad()->placements(), x.placements()) << where;
     EXPECT_TRUE(equal(x.grad()->full_tensor(), w)) << where;
   }
 }
