@@ -276,13 +276,15 @@ class Planner {
 
   // ---- edges ----
   // The step changing mesh dim i from cur[i] to q (validity checked by the caller).
-  // s.to holds the placement in the state after (its order included), which
-  // is what replace_placements needs to rebuild that state.
-  RedistributeStep single_step(const Placements& cur, int i, Placement q) const {
+  // `next` is the state after (after(cur, i, q)); s.to holds mesh dim i's
+  // placement in it, its order included, which is what replace_placements
+  // needs to rebuild that state.
+  RedistributeStep single_step(const Placements& cur, int i, Placement q,
+                               const Placements& next) const {
     RedistributeStep s;
     s.mesh_dims.push_back(i);
     s.from.push_back(cur[i]);
-    s.to.push_back(after(cur, i, q)[i]);
+    s.to.push_back(next[i]);
     s.group_size = size_[i];
     const Placement p = cur[i];
     if (p.is_shard()) s.tensor_dim = p.dim();
@@ -367,7 +369,7 @@ class Planner {
     auto add = [&](int i, Placement q) {
       Placements next = after(cur, i, q);
       if (!valid_partials(next)) return;
-      out.push_back({next, single_step(cur, i, q)});
+      out.push_back({next, single_step(cur, i, q, next)});
     };
     for (int i = 0; i < nd_; ++i) {
       const Placement p = cur[i];
@@ -378,9 +380,7 @@ class Planner {
         if (p != dst[i]) {
           Placements next = replace_placements(cur, DimVector{i}, Placements{dst[i]});
           if (!valid_partials(next)) continue;
-          RedistributeStep s = single_step(cur, i, dst[i]);
-          s.to[0] = next[i];
-          out.push_back({next, std::move(s)});
+          out.push_back({next, single_step(cur, i, dst[i], next)});
         }
         continue;
       }
@@ -443,8 +443,9 @@ class Planner {
         const int i = static_cast<int>(m);
         if (gather && !last_in_order(next, i, d)) return false;
         if (!gather && !ordered_ && q.is_shard() && sharded_after(next, i, d)) return false;
-        run.push_back(single_step(next, i, q));
-        next = after(next, i, q);
+        Placements then = after(next, i, q);
+        run.push_back(single_step(next, i, q, then));
+        next = then;
       }
       return true;
     };
@@ -612,8 +613,9 @@ class Planner {
     std::vector<RedistributeStep> out;
     Placements cur = src;
     auto step = [&](int i, Placement q) {
-      out.push_back(single_step(cur, i, q));
-      cur = after(cur, i, q);
+      Placements next = after(cur, i, q);
+      out.push_back(single_step(cur, i, q, next));
+      cur = next;
     };
     for (int i = nd_ - 1; i >= 0; --i) {
       if (via_replicate[i] && cur[i].is_shard()) step(i, Replicate());
@@ -636,8 +638,9 @@ class Planner {
     std::vector<RedistributeStep> out;
     Placements cur = src;
     auto step = [&](int i, Placement q) {
-      out.push_back(single_step(cur, i, q));
-      cur = after(cur, i, q);
+      Placements next = after(cur, i, q);
+      out.push_back(single_step(cur, i, q, next));
+      cur = next;
     };
     size_t common[kMaxDims] = {};
     for (int64_t d = 0; d < from_.ndim(); ++d) {
