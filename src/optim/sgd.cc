@@ -15,20 +15,42 @@ struct SgdScalars {
 
 // PyTorch's order: g = ±grad; g = g + wd*p; buf = g (first) or
 // buf*momentum + (1-dampening)*g; g = g + momentum*buf or buf; p = p + (-lr)*g.
-template <class T>
-void sgd_kernel(T* __restrict p, T* __restrict buf, const T* __restrict grad, int64_t n,
-                const SgdScalars<T>& s) {
-  const T neg_lr = -s.lr;
+// The flags are template parameters: a loop without branches vectorizes
+// (with them inside, the step ran 2.5-8x slower than a plain loop).
+template <class T, bool kMaximize, bool kDecay, int kMomentum /*0 none, 1 first, 2 later*/,
+          bool kNesterov>
+void sgd_loop(T* __restrict p, T* __restrict buf, const T* __restrict grad, int64_t n,
+              const SgdScalars<T>& s) {
+  const T neg_lr = -s.lr, wd = s.weight_decay, mom = s.momentum, omd = s.one_minus_dampening;
   for (int64_t i = 0; i < n; ++i) {
-    T g = s.maximize ? -grad[i] : grad[i];
-    if (s.weight_decay != T(0)) g = g + s.weight_decay * p[i];
-    if (s.use_momentum) {
-      T b = s.first ? g : buf[i] * s.momentum + s.one_minus_dampening * g;
+    T g = kMaximize ? -grad[i] : grad[i];
+    if constexpr (kDecay) g = g + wd * p[i];
+    if constexpr (kMomentum != 0) {
+      const T b = kMomentum == 1 ? g : buf[i] * mom + omd * g;
       buf[i] = b;
-      g = s.nesterov ? g + s.momentum * b : b;
+      g = kNesterov ? g + mom * b : b;
     }
     p[i] = p[i] + neg_lr * g;
   }
+}
+
+template <class T>
+void sgd_kernel(T* p, T* buf, const T* grad, int64_t n, const SgdScalars<T>& s) {
+  auto with_momentum = [&]<bool kMax, bool kDecay>() {
+    if (!s.use_momentum) return sgd_loop<T, kMax, kDecay, 0, false>(p, buf, grad, n, s);
+    if (s.nesterov)
+      return s.first ? sgd_loop<T, kMax, kDecay, 1, true>(p, buf, grad, n, s)
+                     : sgd_loop<T, kMax, kDecay, 2, true>(p, buf, grad, n, s);
+    return s.first ? sgd_loop<T, kMax, kDecay, 1, false>(p, buf, grad, n, s)
+                   : sgd_loop<T, kMax, kDecay, 2, false>(p, buf, grad, n, s);
+  };
+  const bool decay = s.weight_decay != T(0);
+  if (s.maximize)
+    decay ? with_momentum.template operator()<true, true>()
+          : with_momentum.template operator()<true, false>();
+  else
+    decay ? with_momentum.template operator()<false, true>()
+          : with_momentum.template operator()<false, false>();
 }
 
 template <class T>
