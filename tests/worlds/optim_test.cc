@@ -284,7 +284,7 @@ double reference_norm(const std::vector<Tensor>& grads, double p) {
 }  // namespace
 
 // clip_grad_norm_ on every layout mix: the norm of the full gradients, the
-// same on every rank; clipped gradients are the full ones times the clip
+// same bits on every rank; clipped gradients are the full ones times the clip
 // coefficient; at most one all_reduce per distinct set of sharded mesh
 // dims when the gradients are in their parameters' layouts, and Partial
 // gradients are reduced and written back first.
@@ -330,6 +330,17 @@ TEST_F(OptimWorldTest, ClipGradNormMatchesFullGradients) {
     const int64_t total = comm->total_count();
     comm.reset();
     EXPECT_NEAR(got, want, 1e-12 * (1 + want)) << what;
+    // Every rank of the mesh got the same bits: max and min over all ranks agree.
+    auto over_ranks = [&](ReduceOp op) {
+      LocalTensor local;
+      for (int r : world.held_ranks())
+        if (mesh.contains(r)) local.set(r, Tensor::full({1}, got, DType::Float64));
+      const DTensor d(DTensorSpec(mesh, Placements(static_cast<size_t>(mesh.ndim()), Partial(op)),
+                                  Shape{1}, DType::Float64),
+                      local);
+      return d.full_tensor().item<double>();
+    };
+    EXPECT_EQ(over_ranks(ReduceOp::Max), over_ranks(ReduceOp::Min)) << what;
     if (!partial_grads) {
       EXPECT_EQ(all_reduces, static_cast<int64_t>(masks.size())) << what;
       EXPECT_EQ(total, all_reduces) << what;
