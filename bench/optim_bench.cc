@@ -105,7 +105,13 @@ void BM_SgdMomentumStep(benchmark::State& state) {
   Model m(state.range(0));
   optim::SGD opt(m.params, {.lr = 1e-3, .momentum = 0.9, .weight_decay = 1e-4});
   opt.step();  // makes the momentum buffers
-  const float lr = 1e-3f, mom = 0.9f, wd = 1e-4f, damp = 1.0f;
+  // Run-time values, as the optimizer has: constants would let the compiler
+  // drop the multiplication by 1 - dampening = 1.
+  float lr = 1e-3f, mom = 0.9f, wd = 1e-4f, damp = 1.0f;
+  benchmark::DoNotOptimize(lr);
+  benchmark::DoNotOptimize(mom);
+  benchmark::DoNotOptimize(wd);
+  benchmark::DoNotOptimize(damp);
   const std::vector<Model::Shard> shards = m.shards(&opt, "momentum_buffer", nullptr);
   auto plain = [&] {
     for (const Model::Shard& s : shards) {
