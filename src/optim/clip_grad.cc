@@ -27,7 +27,7 @@ struct NormGroup {
 
 // The gradient of p in p's placements (nullopt without a gradient),
 // written back as p's gradient when it had to move and write_back.
-std::optional<DTensor> grad_in_param_layout(const DTensor& p, bool write_back, const char* op) {
+std::optional<DTensor> grad_in_param_layout(const DTensor& p, bool write_back) {
   std::optional<DTensor> g = p.grad();
   if (!g || g->placements() == p.placements()) return g;
   NoGradGuard no_grad;
@@ -70,7 +70,7 @@ double grad_norm(const std::vector<DTensor>& params, double norm_type, bool writ
   const bool inf = std::isinf(norm_type);
   std::vector<NormGroup> groups;
   for (size_t i = 0; i < params.size(); ++i) {
-    std::optional<DTensor> g = grad_in_param_layout(params[i], write_back, op);
+    std::optional<DTensor> g = grad_in_param_layout(params[i], write_back);
     if (!g) continue;
     DT_CHECK(is_floating(g->dtype()), op, ": the gradient of parameter ", i, " is ", g->dtype());
     uint32_t mask = 0;
@@ -88,7 +88,7 @@ double grad_norm(const std::vector<DTensor>& params, double norm_type, bool writ
       groups.push_back({g->mesh(), mask, {}});
       group = &groups.back();
       for (const auto& [rank, t] : g->local().shards())
-        group->local.emplace_back(rank, inf ? 0.0 : 0.0);
+        group->local.emplace_back(rank, 0.0);
     }
     size_t k = 0;
     for (const auto& [rank, t] : g->local().shards()) {
