@@ -1,17 +1,20 @@
 // Training a tensor-parallel MLP with autograd: the Megatron MLP of
 // dtensor/parallel.h's layer math on a (dp, tp) mesh of 8 simulated ranks,
-// fitted to a random linear target by plain gradient descent.
+// fitted to a random linear target by SGD with momentum (dtensor/optim.h).
 //
 //   loss.backward() fills grad() of every parameter: the column-parallel
-//   weight's gradient is sharded like it (Shard(0) on tp), the row-parallel
-//   one's too (Shard(1)), and the replicated bias of the row layer gets a
-//   Partial(sum) gradient over dp (each dp rank saw half the batch) that the
-//   update all-reduces, as data parallelism does.
+//   weight's gradient is sharded like it on tp (Shard(0)), the row-parallel
+//   one's too (Shard(1)), and since every parameter is replicated over dp
+//   (each dp rank saw half the batch) each gradient is Partial(sum) over dp,
+//   which optimizer.step() all-reduces before its update, as data
+//   parallelism does. The step then updates every rank's shards in place,
+//   with no further communication.
 //
 // The first step's gradients are checked against the same computation on
 // replicated tensors; the program fails unless they match and the loss
 // falls.
 #include <dtensor/dtensor.h>
+#include <dtensor/optim.h>
 
 #include <cstdio>
 #include <optional>
@@ -26,15 +29,6 @@ DTensor parameter(const Tensor& full, const DeviceMesh& mesh, const Placements& 
   DTensor p = distribute_tensor(full, mesh, placements);
   p.requires_grad_();
   return p;
-}
-
-// p - lr * grad, kept in p's layout, as a new leaf (dtensor has no in-place
-// DTensor ops yet; an optimizer would update the shards in place).
-DTensor sgd_step(const DTensor& p, double lr) {
-  NoGradGuard no_grad;
-  DTensor next = sub(p, mul(*p.grad(), lr)).redistribute(p.placements());
-  next.requires_grad_();
-  return next;
 }
 
 }  // namespace
@@ -62,8 +56,10 @@ int main() {
     return mean(err * err);
   };
 
+  optim::SGD optimizer({w1, b1, w2, b2}, {.lr = 0.05, .momentum = 0.9});
   double first = 0, last = 0;
   for (int step = 0; step < 30; ++step) {
+    optimizer.zero_grad();
     std::optional<CommDebugMode> comm(std::in_place);
     const DTensor loss = forward(x, w1, b1, w2, b2);
     loss.backward();
@@ -93,10 +89,7 @@ int main() {
       if (diff > 1e-5) return 1;
     }
     if (step % 5 == 0 || step == 29) std::printf("step %2d loss %.6f\n", step, last);
-    w1 = sgd_step(w1, 0.1);
-    b1 = sgd_step(b1, 0.1);
-    w2 = sgd_step(w2, 0.1);
-    b2 = sgd_step(b2, 0.1);
+    optimizer.step();
   }
   const bool learned = last < 0.5 * first;
   std::printf("%s: loss %.6f -> %.6f\n", learned ? "trained" : "NOT LEARNING", first, last);

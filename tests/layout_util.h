@@ -2,7 +2,9 @@
 // known pieces, and random placements.
 #pragma once
 
+#include <algorithm>
 #include <optional>
+#include <vector>
 #include <random>
 
 #include "dtensor/dtensor.h"
@@ -126,6 +128,23 @@ inline std::pair<Placements, Placements> random_placement_pair(std::mt19937& rng
     to.push_back(p);
   }
   return {from, to};
+}
+
+// `p` with, for each tensor dim sharded by two or more mesh dims, about
+// every other time a random split order (shard order, spec.h); the result
+// may equal the natural order, which DTensorSpec then normalizes away.
+inline Placements with_random_orders(std::mt19937& rng, Placements p) {
+  for (int64_t d = 0; d < kMaxDims; ++d) {
+    std::vector<size_t> dims;
+    for (size_t i = 0; i < p.size(); ++i)
+      if (p[i].is_shard(d)) dims.push_back(i);
+    if (dims.size() < 2 || rng() % 2 == 0) continue;
+    std::vector<int64_t> order(dims.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int64_t>(k);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t k = 0; k < dims.size(); ++k) p[dims[k]] = Shard(d, order[k]);
+  }
+  return p;
 }
 
 }  // namespace dtensor::testing

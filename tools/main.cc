@@ -153,7 +153,8 @@ int run(int argc, char** argv) {
   app.set_version_flag("--version", "dtensor " DTENSOR_VERSION);
   app.footer(
       "Run 'dtensor <command> --help' for a command's options and examples. Placements are\n"
-      "written S(d) (shard tensor dim d), R (replicate), P(sum|avg|max|min) (partial).\n"
+      "written S(d) (shard tensor dim d), S(d)[k] (the k-th mesh dim to split d),\n"
+      "R (replicate), P(sum|avg|max|min) (partial).\n"
       "\n"
       "Examples:\n"
       "  dtensor demo\n"
@@ -267,6 +268,8 @@ int run(int argc, char** argv) {
                "one placement per mesh dim, comma-separated (quote it for the shell):\n"
                "S(d)     Shard(d): tensor dim d is split over the mesh dim in chunks of\n"
                "         ceil(L/n); trailing chunks may be short or empty. S(-1) = last dim\n"
+               "S(d)[k]  Shard(d) as the k-th (from 0) of the mesh dims sharding d to split it\n"
+               "         (shard order; plain S(d): left to right)\n"
                "R        Replicate(): every rank of the mesh dim holds the whole\n"
                "P(op)    Partial(op): every rank holds a piece and the value is the\n"
                "         reduction over the mesh dim; op is sum (default, 'P'), avg, max, min\n"

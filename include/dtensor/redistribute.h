@@ -49,7 +49,10 @@ struct RedistributeStep {
   // The mesh dims the step changes, ascending (several: a merged collective
   // over the flattened group of those dims, row-major over them).
   DimVector mesh_dims;
-  // The placements of those mesh dims before and after the step.
+  // The placements of those mesh dims before and after the step, shard
+  // orders included: replace_placements(state, mesh_dims, to) (placement.h)
+  // is the state after (the other mesh dims may be renumbered in their
+  // split order, e.g. S(0)[1],S(0)[0] -> R,S(0) gathering mesh dim 0).
   Placements from, to;
   // all_gather / reduce_scatter / R->S: the tensor dim gathered or split;
   // all_to_all: the tensor dim sharded before (concatenated) ...

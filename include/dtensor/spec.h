@@ -4,13 +4,24 @@
 // The spec answers "which part of the global tensor does this rank hold":
 // for a dim of global length L split n ways, the shard at index r has size
 // min(L, c(r+1)) - cr with c = ceil(L/n) (0 when cr >= L); several mesh dims
-// sharding the same tensor dim split it left to right (mesh dim 0 chunks the
-// whole length, mesh dim 1 chunks each resulting piece, ...). An empty shard
-// reports the dim's global length as its offset.
+// sharding the same tensor dim split it in their split order: by default
+// left to right (mesh dim 0 chunks the whole length, mesh dim 1 chunks each
+// resulting piece, ...); with orders (Shard(d, k), text S(d)[k]) the mesh
+// dim of order 0 chunks the whole length, the one of order 1 each piece,
+// and so on. An empty shard reports the dim's global length as its offset.
+//
+// Shard order (PyTorch's shard_order): FSDP over tensor parallelism on a
+// (dp, tp) mesh wants tp to split a weight's rows first and dp to split
+// each tp piece: S(0)[1],S(0)[0]. On mesh (2, 2) with shape [8, 4],
+// coordinate (d, t) then holds rows [4t+2d, 4t+2d+2); with the natural
+// S(0),S(0) it holds rows [4d+2t, 4d+2t+2).
 //
 // Construction validates (placement count = mesh ndim, shard dims in range,
-// no mix of Partial kinds other than sum with avg) and normalises negative
-// shard dims. The hash is computed once; copies and comparisons never allocate.
+// the orders of each tensor dim's shards all natural or a permutation of
+// 0..k-1, no mix of Partial kinds other than sum with avg) and normalises
+// negative shard dims and orders equal to the natural one (S(0)[0],S(0)[1]
+// is S(0),S(0); a lone S(0)[0] is S(0)). The hash is computed once; copies
+// and comparisons never allocate.
 #pragma once
 
 #include <cstdint>

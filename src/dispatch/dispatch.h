@@ -85,6 +85,10 @@ struct OpRule {
   // a view keeps nested uneven chunking. nullptr accepts every candidate.
   bool (*accepts)(const OpSchema&, const TensorMeta& out, const Placements* inputs,
                   const Placements& output) = nullptr;
+  // Elementwise: output element i depends on element i of each input alone
+  // (no broadcasting counted). Lets inputs with shard orders keep their
+  // layout (see choose() in sharding_prop.cc).
+  bool elementwise = false;
 };
 
 struct OutputSharding {

@@ -235,8 +235,38 @@ OutputSharding choose(const OpSchema& schema, const OpRule& rule) {
     DT_THROW(msg.rfind(prefix, 0) == 0 ? "" : prefix, msg, " (DTensor placements ",
              placements_of(schema), " on ", mesh, ")");
   }
+  // Shard orders (spec.h): the rules describe one mesh dim at a time and
+  // offer natural shards only (checked below), and every input is moved to
+  // exactly the spec a candidate names, compared with its order; so an
+  // input with an order is redistributed to a natural layout before any
+  // kernel sees it, and an output never claims an order its data does not
+  // have. Teaching every rule about orders instead would let one rule that
+  // rebuilds Shard(d) from an input's dim drop the order silently. The one
+  // exception keeps the layout where that is provably right: an elementwise
+  // op whose inputs all have the output's shape and the same placements,
+  // none Partial (each output shard is then the op on the input shards of
+  // the same box, whatever the order).
+  if (rule.elementwise && has_shard_order(schema.input(0).placements())) {
+    const Placements& p = schema.input(0).placements();
+    bool keep = true;
+    for (const Placement& q : p) keep = keep && !q.is_partial();
+    for (int i = 0; i < schema.num_inputs; ++i)
+      keep = keep && schema.input(i).placements() == p && schema.input(i).shape() == out_meta.shape;
+    if (keep) {
+      OutputSharding same{DTensorSpec(mesh, p, out_meta), {}, false, 0};
+      for (int i = 0; i < schema.num_inputs; ++i) same.input_targets[i] = schema.input(i);
+      return same;
+    }
+  }
   std::vector<DimStrategy> per_dim;
   if (rule.strategies != nullptr) rule.strategies(schema, out_meta, per_dim);
+  for (const DimStrategy& st : per_dim) {
+    bool natural = !(st.out.is_shard() && st.out.shard_order() >= 0);
+    for (int i = 0; i < schema.num_inputs; ++i)
+      natural = natural && !(st.in[i].is_shard() && st.in[i].shard_order() >= 0);
+    DT_CHECK(natural, rule.name, ": internal error: a sharding rule offered a shard with an ",
+             "order; rules offer natural shards only");
+  }
   const int nd = mesh.ndim();
   const size_t c = per_dim.size();
   std::optional<OutputSharding> best;

@@ -199,7 +199,7 @@ void pointwise_strategies(const OpSchema& s, const TensorMeta& out, std::vector<
 
 // Rules differ only in the name their errors carry.
 #define DTENSOR_POINTWISE_RULE(var, name) \
-  constexpr OpRule var{name, pointwise_meta, pointwise_strategies}
+  constexpr OpRule var{name, pointwise_meta, pointwise_strategies, nullptr, true}
 DTENSOR_POINTWISE_RULE(kAdd, "add");
 DTENSOR_POINTWISE_RULE(kSub, "sub");
 DTENSOR_POINTWISE_RULE(kMul, "mul");

@@ -164,23 +164,24 @@ DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Plac
     // src_rank's coordinate on that dim is its root. Once a dim is done,
     // the ranks holding correct data are those agreeing with src_rank on
     // the dims still to do; a group without such a root moves garbage that
-    // a later step overwrites. Shard dims go in ascending order, which is
-    // the nested chunking of the spec.
+    // a later step overwrites. The mesh dims sharding a tensor dim scatter
+    // in its split order (spec.h): each scatter chunks the local piece, so
+    // it splits after the ones before it.
     const DimVector src = *mesh.coordinate(*src_rank);
     Backend& backend = mesh.world().backend();
     Placements reached = all_r;
-    for (int pass = 0; pass < 2; ++pass) {
-      for (int k = 0; k < mesh.ndim(); ++k) {
-        const Placement p = spec.placements()[k];
-        if (mesh.size(k) == 1 || p.is_shard() != (pass == 0)) continue;
-        if (p.is_shard()) {
-          local = backend.scatter(local, mesh, k, src[k], p.dim());
-          reached[k] = p;
-        } else {
-          local = backend.broadcast(local, mesh, k, src[k]);
-        }
+    for (int64_t d = 0; d < spec.ndim(); ++d) {
+      const DimVector order = shard_split_order(spec.placements(), d);
+      for (size_t j = 0; j < order.size(); ++j) {
+        const int k = static_cast<int>(order[j]);
+        if (mesh.size(k) > 1) local = backend.scatter(local, mesh, k, src[k], d);
+        reached = replace_placements(reached, DimVector{k},
+                                     Placements{Shard(d, static_cast<int64_t>(j))});
       }
     }
+    for (int k = 0; k < mesh.ndim(); ++k)
+      if (mesh.size(k) > 1 && !spec.placements()[k].is_shard())
+        local = backend.broadcast(local, mesh, k, src[k]);
     replicated = spec.with_placements(reached);
   }
   RedistributeOptions options;

@@ -45,7 +45,7 @@ void DTensorSpec::validate_and_normalize() {
       DT_CHECK(p.dim() >= -nd && p.dim() < nd, "placement ", dtensor::to_string(p), " on mesh dim ", i,
                " names tensor dim ", p.dim(), " but the tensor has shape ", meta_.shape,
                " (placements ", dtensor::to_string(placements_), ")");
-      if (p.dim() < 0) p = Shard(p.dim() + nd);
+      if (p.dim() < 0) p = Shard(p.dim() + nd, p.shard_order());
     } else if (p.is_partial()) {
       const ReduceOp op = p.reduce_op();
       // An average of integers is not an integer: the reduction that would
@@ -63,6 +63,8 @@ void DTensorSpec::validate_and_normalize() {
       partial_op = op;
     }
   }
+  // After the dims are non-negative, so S(-1)[0] and S(1)[1] count as one dim.
+  placements_ = normalize_shard_orders(placements_);
   // The hash mixes every field once, so lookups by spec cost a compare.
   size_t h = mesh_.hash();
   auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
@@ -77,19 +79,17 @@ ShardExtent DTensorSpec::extent(const DimVector& coordinate) const {
   DT_CHECK(coordinate.size() == static_cast<size_t>(mesh_.ndim()), "coordinate ", coordinate,
            " has ", coordinate.size(), " entries, expected ", mesh_.ndim(), " for ", mesh_);
   ShardExtent e{meta_.shape, Shape(meta_.shape.size(), 0)};
-  // Mesh dims sharding the same tensor dim apply left to right, each
-  // chunking what the previous ones left.
-  for (size_t i = 0; i < placements_.size(); ++i) {
-    const Placement& p = placements_[i];
-    if (!p.is_shard()) continue;
-    const int64_t n = mesh_.size(static_cast<int>(i));
-    DT_CHECK(coordinate[i] >= 0 && coordinate[i] < n, "coordinate ", coordinate,
-             " out of range for ", mesh_);
-    const int64_t d = p.dim();
+  for (size_t i = 0; i < placements_.size(); ++i)
+    DT_CHECK(coordinate[i] >= 0 && coordinate[i] < mesh_.size(static_cast<int>(i)),
+             "coordinate ", coordinate, " out of range for ", mesh_);
+  // Each mesh dim sharding dim d chunks what the ones before it in d's
+  // split order left. Natural order (the common case) is mesh dim order.
+  auto split = [&](size_t i, int64_t d) {
     if (e.local_shape[d] == 0) {
       e.global_offset[d] = meta_.shape[d];
-      continue;
+      return;
     }
+    const int64_t n = mesh_.size(static_cast<int>(i));
     const ChunkRange c = chunk_range(e.local_shape[d], n, coordinate[i]);
     if (c.size == 0) {
       e.local_shape[d] = 0;
@@ -98,7 +98,14 @@ ShardExtent DTensorSpec::extent(const DimVector& coordinate) const {
       e.local_shape[d] = c.size;
       e.global_offset[d] += c.start;
     }
+  };
+  if (!has_shard_order(placements_)) {
+    for (size_t i = 0; i < placements_.size(); ++i)
+      if (placements_[i].is_shard()) split(i, placements_[i].dim());
+    return e;
   }
+  for (int64_t d = 0; d < ndim(); ++d)
+    for (int64_t m : shard_split_order(placements_, d)) split(static_cast<size_t>(m), d);
   return e;
 }
 

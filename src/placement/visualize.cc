@@ -96,6 +96,19 @@ std::string visualize_sharding(const DTensorSpec& spec) {
   }
 
   std::string out = head.str() + format_table(rows);
+  // A shard order is easy to misread from the placements alone: spell out
+  // which mesh dim splits first.
+  for (int64_t d = 0; d < spec.ndim(); ++d) {
+    const DimVector order = shard_split_order(spec.placements(), d);
+    bool ordered = false;
+    for (int64_t m : order) ordered = ordered || spec.placements()[m].shard_order() >= 0;
+    if (!ordered) continue;
+    out += "tensor dim " + std::to_string(d) + " is split by ";
+    for (size_t k = 0; k < order.size(); ++k)
+      out += (k == 0 ? "" : k + 1 == order.size() ? ", then " : ", ") +
+             mesh_dim_label(mesh, static_cast<int>(order[k]));
+    out += " (shard order)\n";
+  }
   for (int d = 0; d < mesh.ndim(); ++d) {
     const Placement& p = spec.placements()[d];
     if (!p.is_partial()) continue;

@@ -5,8 +5,13 @@
 // target state whose edges are valid transforms. An edge changes one mesh
 // dim (S->R all_gather, S->S all_to_all, P->R all_reduce, P->S
 // reduce_scatter, R->S and R->P local) when the nesting rule allows it: only
-// the innermost (right-most) mesh dim sharding a tensor dim may gather it,
-// split it or take it. With merging on, an edge may also be one collective
+// the last mesh dim in a tensor dim's split order (the right-most one when
+// the order is natural) may gather it or move it to another dim, and a mesh
+// dim that starts sharding a tensor dim becomes the last in its split order
+// (the transforms chunk the local piece, i.e. split after every earlier
+// splitter). So states carry shard orders (spec.h): R->S(0) on mesh dim 0
+// of R,S(0) reaches S(0)[1],S(0)[0], and S(0)[1],S(0)[0] -> R,S(0) is one
+// all_gather over mesh dim 0. With merging on, an edge may also be one collective
 // over the flattened group of several mesh dims (all_reduce, reduce_scatter
 // or all_gather) when the result is identical: same reduce op or sum with
 // avg; reduce_scatter outer dim first and all_gather inner dim first; the
@@ -43,16 +48,19 @@ namespace {
 // reachable with many large mesh dims; realistic meshes have < 10^4).
 constexpr size_t kMaxStates = 50000;
 
-// 4 bits per mesh dim: 0 = R, 1..8 = S(0..7), 9..12 = P(sum, avg, max, min).
-uint32_t code(Placement p) {
-  if (p.is_shard()) return 1 + static_cast<uint32_t>(p.dim());
-  if (p.is_partial()) return 9 + static_cast<uint32_t>(p.reduce_op());
+// 8 bits per mesh dim: the low 4 are 0 = R, 1..8 = S(0..7), 9..12 =
+// P(sum, avg, max, min); the high 4 a shard's order + 1 (0 = natural).
+// States are normalized (placement.h), so one layout has one key.
+uint64_t code(Placement p) {
+  if (p.is_shard())
+    return (1 + static_cast<uint64_t>(p.dim())) | static_cast<uint64_t>(p.shard_order() + 1) << 4;
+  if (p.is_partial()) return 9 + static_cast<uint64_t>(p.reduce_op());
   return 0;
 }
 
-uint32_t key_of(const Placements& p) {
-  uint32_t k = 0;
-  for (size_t i = 0; i < p.size(); ++i) k |= code(p[i]) << (4 * i);
+uint64_t key_of(const Placements& p) {
+  uint64_t k = 0;
+  for (size_t i = 0; i < p.size(); ++i) k |= code(p[i]) << (8 * i);
   return k;
 }
 
@@ -92,6 +100,7 @@ class Planner {
       link_[i] = mesh_.link(mesh_.root_dims(i));
     }
     global_bytes_ = static_cast<double>(from.global_bytes());
+    ordered_ = has_shard_order(from.placements()) || has_shard_order(to.placements());
     floating_ = is_floating(from.dtype());
   }
 
@@ -150,12 +159,53 @@ class Planner {
     return global_bytes_ / shards;
   }
 
-  // No mesh dim after `mesh_dim` (other than those in `except`, a mask of
-  // mesh dims, and size-1 dims) shards tensor dim d.
-  bool innermost(const Placements& p, int mesh_dim, int64_t d, uint32_t except = 0) const {
-    for (int j = mesh_dim + 1; j < nd_; ++j)
-      if (!(except >> j & 1) && size_[j] > 1 && p[j].is_shard(d)) return false;
+  // No mesh dim after `mesh_dim` in tensor dim d's split order (other than
+  // size-1 dims) shards d: mesh_dim's chunks are adjacent pieces of one
+  // range, so it may gather them or give them up.
+  bool last_in_order(const Placements& p, int mesh_dim, int64_t d) const {
+    if (!has_shard_order(p)) return !sharded_after(p, mesh_dim, d);
+    const DimVector seq = shard_split_order(p, d);
+    bool after = false;
+    for (int64_t j : seq) {
+      if (j == mesh_dim) after = true;
+      else if (after && size_[j] > 1) return false;
+    }
     return true;
+  }
+
+  // Whether a mesh dim after `mesh_dim` (size-1 dims aside) shards d.
+  bool sharded_after(const Placements& p, int mesh_dim, int64_t d) const {
+    for (int j = mesh_dim + 1; j < nd_; ++j)
+      if (size_[j] > 1 && p[j].is_shard(d)) return true;
+    return false;
+  }
+
+  // The state after mesh dim i goes to q; a shard becomes the last to
+  // split its tensor dim (what every transform that starts sharding does).
+  Placements after(const Placements& cur, int i, Placement q) const {
+    // The common case, kept cheap: a natural state stays natural unless a
+    // new shard lands left of a mesh dim already splitting its dim. Between
+    // natural ends size-1 dims are not counted (they split nothing, and the
+    // search never leaves natural states); with an ordered end they are, so
+    // that every state is the one the appends really give and the target's
+    // order for them stays reachable.
+    auto later = [&](int64_t d) {
+      for (int j = i + 1; j < nd_; ++j)
+        if ((ordered_ || size_[j] > 1) && cur[j].is_shard(d)) return true;
+      return false;
+    };
+    if (!has_shard_order(cur) && !(q.is_shard() && later(q.dim()))) {
+      Placements next = cur;
+      next[i] = q.is_shard() ? Shard(q.dim()) : q;
+      return next;
+    }
+    if (q.is_shard()) {
+      int64_t k = 0;
+      for (size_t j = 0; j < cur.size(); ++j)
+        if (static_cast<int>(j) != i && cur[j].is_shard(q.dim())) ++k;
+      q = Shard(q.dim(), k);
+    }
+    return replace_placements(cur, DimVector{i}, Placements{q});
   }
 
   // Partials in one state must be of one kind, or sum mixed with avg.
@@ -195,24 +245,9 @@ class Planner {
     return mesh_.find_flattened(roots).has_value();
   }
 
-  // The pieces of tensor dim d entering mesh dim `first`: d's length chunked
-  // by every earlier mesh dim sharding it (distinct sizes only).
-  std::vector<int64_t> entering_lengths(const Placements& p, int first, int64_t d) const {
-    std::vector<int64_t> lens{from_.shape()[d]};
-    for (int j = 0; j < first; ++j) {
-      if (size_[j] == 1 || !p[j].is_shard(d)) continue;
-      std::vector<int64_t> next;
-      for (int64_t len : lens)
-        for (int64_t r = 0; r < size_[j]; ++r) next.push_back(chunk_range(len, size_[j], r).size);
-      std::sort(next.begin(), next.end());
-      next.erase(std::unique(next.begin(), next.end()), next.end());
-      lens = std::move(next);
-    }
-    return lens;
-  }
-
   // Whether chunking tensor dim d over the mesh dims `dims` (ascending, as
-  // one flattened group) gives exactly the pieces nested chunking gives.
+  // one flattened group) gives exactly the pieces nested chunking gives, for
+  // every piece the other mesh dims splitting d (in p, in their order) leave.
   // Always true when the lengths divide evenly; PyTorch skips this check for
   // all_gather and corrupts uneven shards.
   bool same_chunking(const Placements& p, uint32_t dims, int64_t d) const {
@@ -223,8 +258,17 @@ class Planner {
         ns.push_back(size_[i]);
         total *= size_[i];
       }
-    const int first = std::countr_zero(dims);
-    for (int64_t len : entering_lengths(p, first, d)) {
+    std::vector<int64_t> lens{from_.shape()[d]};
+    for (int64_t j : shard_split_order(p, d)) {
+      if (size_[j] == 1 || (dims >> j & 1)) continue;
+      std::vector<int64_t> next;
+      for (int64_t len : lens)
+        for (int64_t r = 0; r < size_[j]; ++r) next.push_back(chunk_range(len, size_[j], r).size);
+      std::sort(next.begin(), next.end());
+      next.erase(std::unique(next.begin(), next.end()), next.end());
+      lens = std::move(next);
+    }
+    for (int64_t len : lens) {
       if (nested_sizes(len, ns) != nested_sizes(len, {total})) return false;
     }
     return true;
@@ -232,11 +276,15 @@ class Planner {
 
   // ---- edges ----
   // The step changing mesh dim i from cur[i] to q (validity checked by the caller).
-  RedistributeStep single_step(const Placements& cur, int i, Placement q) const {
+  // `next` is the state after (after(cur, i, q)); s.to holds mesh dim i's
+  // placement in it, its order included, which is what replace_placements
+  // needs to rebuild that state.
+  RedistributeStep single_step(const Placements& cur, int i, Placement q,
+                               const Placements& next) const {
     RedistributeStep s;
     s.mesh_dims.push_back(i);
     s.from.push_back(cur[i]);
-    s.to.push_back(q);
+    s.to.push_back(next[i]);
     s.group_size = size_[i];
     const Placement p = cur[i];
     if (p.is_shard()) s.tensor_dim = p.dim();
@@ -271,8 +319,8 @@ class Planner {
 
   // A collective of `kind` over the flattened group of `dims`, every one of
   // them going from its cur placement to q.
-  RedistributeStep merged_step(const Placements& cur, uint32_t dims, StepKind kind,
-                               Placement q) const {
+  RedistributeStep merged_step(const Placements& cur, const Placements& next, uint32_t dims,
+                               StepKind kind, Placement q) const {
     RedistributeStep s;
     s.kind = kind;
     const Group g = group_of(dims);
@@ -283,7 +331,7 @@ class Planner {
       if (!(dims >> i & 1)) continue;
       s.mesh_dims.push_back(i);
       s.from.push_back(cur[i]);
-      s.to.push_back(q);
+      s.to.push_back(next[i]);
       if (cur[i].is_shard()) s.tensor_dim = cur[i].dim();
       if (cur[i].is_partial()) {
         s.op = cur[i].reduce_op();
@@ -319,30 +367,42 @@ class Planner {
     const Placements& dst = to_.placements();
     const int64_t ndim = from_.ndim();
     auto add = [&](int i, Placement q) {
-      Placements next = cur;
-      next[i] = q;
+      Placements next = after(cur, i, q);
       if (!valid_partials(next)) return;
-      out.push_back({next, single_step(cur, i, q)});
+      out.push_back({next, single_step(cur, i, q, next)});
     };
     for (int i = 0; i < nd_; ++i) {
       const Placement p = cur[i];
       if (size_[i] == 1) {
-        // Nothing moves: go straight to the target placement.
-        if (p != dst[i]) add(i, dst[i]);
+        // Nothing moves: go straight to the target placement, at the place
+        // in its split order the target gives it (the others may not be
+        // there yet; then a later free step puts it right).
+        if (p != dst[i]) {
+          Placements next = replace_placements(cur, DimVector{i}, Placements{dst[i]});
+          if (!valid_partials(next)) continue;
+          out.push_back({next, single_step(cur, i, dst[i], next)});
+        }
         continue;
       }
+      // A new shard is always the last to split its dim, so any tensor dim
+      // may be taken; only the last splitter of a dim may give it up.
+      // Between natural layouts the search stays in natural states (a new
+      // shard only right of the mesh dims splitting its dim): an ordered
+      // detour only has to be undone again, and the states it would add
+      // made cold plans about 4x slower.
+      auto may_take = [&](int64_t e) { return ordered_ || !sharded_after(cur, i, e); };
       if (p.is_shard()) {
-        if (!innermost(cur, i, p.dim())) continue;
+        if (!last_in_order(cur, i, p.dim())) continue;
         add(i, Replicate());
         for (int64_t e = 0; e < ndim; ++e)
-          if (e != p.dim() && innermost(cur, i, e)) add(i, Shard(e));
+          if (e != p.dim() && may_take(e)) add(i, Shard(e));
       } else if (p.is_partial()) {
         add(i, Replicate());
         for (int64_t e = 0; e < ndim; ++e)
-          if (innermost(cur, i, e)) add(i, Shard(e));
+          if (may_take(e)) add(i, Shard(e));
       } else {
         for (int64_t e = 0; e < ndim; ++e)
-          if (innermost(cur, i, e)) add(i, Shard(e));
+          if (may_take(e)) add(i, Shard(e));
         if (options_.allow_new_partial && dst[i].is_partial()) add(i, dst[i]);
       }
     }
@@ -362,18 +422,30 @@ class Planner {
       for (uint32_t sub = dims; sub != 0; sub = (sub - 1) & dims)
         if (!std::has_single_bit(sub)) f(sub);
     };
-    // The single steps of `sub` to q in the given order, or false when one
-    // of them breaks the nesting rule on the way.
-    auto run_of = [&](uint32_t sub, Placement q, int64_t d, bool descending,
+    // The single steps of `sub` to q, or false when one of them breaks the
+    // nesting rule on the way: new shards in ascending mesh dims (each then
+    // splits after the earlier ones), gathers from the last in d's split
+    // order back (descending mesh dims when that order is natural).
+    auto run_of = [&](uint32_t sub, Placement q, int64_t d, bool gather,
                       std::vector<RedistributeStep>& run, Placements& next) {
       run.clear();
       next = cur;
-      for (int k = 0; k < nd_; ++k) {
-        const int i = descending ? nd_ - 1 - k : k;
-        if (!(sub >> i & 1)) continue;
-        if (!innermost(next, i, d)) return false;
-        run.push_back(single_step(next, i, q));
-        next[i] = q;
+      DimVector order;
+      if (gather) {
+        const DimVector seq = shard_split_order(cur, d);
+        for (size_t k = seq.size(); k-- > 0;)
+          if (sub >> seq[k] & 1) order.push_back(seq[k]);
+      } else {
+        for (int i = 0; i < nd_; ++i)
+          if (sub >> i & 1) order.push_back(i);
+      }
+      for (int64_t m : order) {
+        const int i = static_cast<int>(m);
+        if (gather && !last_in_order(next, i, d)) return false;
+        if (!gather && !ordered_ && q.is_shard() && sharded_after(next, i, d)) return false;
+        Placements then = after(next, i, q);
+        run.push_back(single_step(next, i, q, then));
+        next = then;
       }
       return true;
     };
@@ -381,23 +453,23 @@ class Planner {
     Placements next;
     for_subsets(partial_dims, [&](uint32_t sub) {
       // Reductions have no nesting rule: tensor dim -1 is sharded nowhere.
-      if (!run_of(sub, Replicate(), -1, /*descending=*/false, run, next)) return;
+      if (!run_of(sub, Replicate(), -1, /*gather=*/false, run, next)) return;
       if (!mergeable(cur, run)) return;
-      out.push_back({next, merged_step(cur, sub, StepKind::AllReduce, Replicate())});
+      out.push_back({next, merged_step(cur, next, sub, StepKind::AllReduce, Replicate())});
     });
     for (int64_t d = 0; d < from_.ndim(); ++d) {
       for_subsets(partial_dims, [&](uint32_t sub) {
-        if (!run_of(sub, Shard(d), d, /*descending=*/false, run, next)) return;
+        if (!run_of(sub, Shard(d), d, /*gather=*/false, run, next)) return;
         if (!valid_partials(next) || !mergeable(cur, run)) return;
-        out.push_back({next, merged_step(cur, sub, StepKind::ReduceScatter, Shard(d))});
+        out.push_back({next, merged_step(cur, next, sub, StepKind::ReduceScatter, Shard(d))});
       });
       uint32_t shard_dims = 0;
       for (int i = 0; i < nd_; ++i)
         if (size_[i] > 1 && cur[i].is_shard(d)) shard_dims |= 1u << i;
       for_subsets(shard_dims, [&](uint32_t sub) {
-        if (!run_of(sub, Replicate(), d, /*descending=*/true, run, next)) return;
+        if (!run_of(sub, Replicate(), d, /*gather=*/true, run, next)) return;
         if (!mergeable(cur, run)) return;
-        out.push_back({next, merged_step(cur, sub, StepKind::AllGather, Replicate())});
+        out.push_back({next, merged_step(cur, next, sub, StepKind::AllGather, Replicate())});
       });
     }
   }
@@ -437,8 +509,9 @@ class Planner {
       if (ascending != (kind == StepKind::ReduceScatter)) return false;
     }
     if (kind == StepKind::ReduceScatter && !mergeable_ops(cur, dims)) return false;
-    // No other mesh dim after the outermost merged one may shard d.
-    return innermost(cur, std::countr_zero(dims), d, dims) && same_chunking(cur, dims, d);
+    // The run ordering above makes the merged dims split d last, in
+    // ascending mesh dims: the row-major order of the flattened group.
+    return same_chunking(cur, dims, d);
   }
 
   // all_reduces over disjoint mesh dims commute and leave the bytes
@@ -460,7 +533,7 @@ class Planner {
   struct Node {
     double cost = 0;
     int steps = 0;
-    uint32_t prev = 0;
+    uint64_t prev = 0;
     bool done = false;
     Placements state;
     RedistributeStep step;  // the edge into this node
@@ -469,10 +542,10 @@ class Planner {
   // The cheapest path, or nullopt past kMaxStates states.
   std::optional<std::vector<RedistributeStep>> search() const {
     const Placements& src = from_.placements();
-    const uint32_t start = key_of(src), goal = key_of(to_.placements());
-    std::unordered_map<uint32_t, Node> nodes;
+    const uint64_t start = key_of(src), goal = key_of(to_.placements());
+    std::unordered_map<uint64_t, Node> nodes;
     nodes[start] = Node{0, 0, start, false, src, {}};
-    using Item = std::tuple<double, int, uint64_t, uint32_t>;  // cost, steps, seq, key
+    using Item = std::tuple<double, int, uint64_t, uint64_t>;  // cost, steps, seq, key
     std::priority_queue<Item, std::vector<Item>, std::greater<>> queue;
     uint64_t seq = 0;
     queue.emplace(0.0, 0, seq++, start);
@@ -490,7 +563,7 @@ class Planner {
       single_edges(cur, edges);
       if (options_.merge) merged_edges(cur, edges);
       for (Edge& e : edges) {
-        const uint32_t k = key_of(e.next);
+        const uint64_t k = key_of(e.next);
         const double c = cost + e.step.cost_us;
         auto [it, fresh] = nodes.try_emplace(k);
         Node& n = it->second;
@@ -506,7 +579,7 @@ class Planner {
     DT_CHECK(it != nodes.end() && it->second.done, "redistribute: internal error: no plan from ",
              to_string(src), " to ", to_string(to_.placements()), " on ", mesh_);
     std::vector<RedistributeStep> out;
-    for (uint32_t k = goal; k != start; k = nodes[k].prev) out.push_back(nodes[k].step);
+    for (uint64_t k = goal; k != start; k = nodes[k].prev) out.push_back(nodes[k].step);
     std::reverse(out.begin(), out.end());
     return out;
   }
@@ -516,6 +589,8 @@ class Planner {
   // mesh dim sharding a tensor dim that an earlier changing dim touches),
   // reducing partials bound for Replicate; then reshard outermost first.
   std::vector<RedistributeStep> per_dim_steps() const {
+    if (has_shard_order(from_.placements()) || has_shard_order(to_.placements()))
+      return per_dim_ordered_steps();
     const Placements& src = from_.placements();
     const Placements& dst = to_.placements();
     bool via_replicate[kMaxDims] = {};
@@ -538,12 +613,47 @@ class Planner {
     std::vector<RedistributeStep> out;
     Placements cur = src;
     auto step = [&](int i, Placement q) {
-      out.push_back(single_step(cur, i, q));
-      cur[i] = q;
+      Placements next = after(cur, i, q);
+      out.push_back(single_step(cur, i, q, next));
+      cur = next;
     };
     for (int i = nd_ - 1; i >= 0; --i) {
       if (via_replicate[i] && cur[i].is_shard()) step(i, Replicate());
       else if (cur[i].is_partial() && dst[i].is_replicate()) step(i, Replicate());
+    }
+    for (int i = 0; i < nd_; ++i)
+      if (cur[i] != dst[i]) step(i, dst[i]);
+    return out;
+  }
+
+  // The per-dim path when either end has shard orders: for each tensor dim
+  // keep the longest common prefix of the two split orders, gather the rest
+  // of the source's from its last splitter back, reduce partials bound for
+  // Replicate, then split in the target's order (each new shard splits
+  // last, so appending the target's remaining splitters in order rebuilds
+  // its order exactly), then the local R -> P.
+  std::vector<RedistributeStep> per_dim_ordered_steps() const {
+    const Placements& src = from_.placements();
+    const Placements& dst = to_.placements();
+    std::vector<RedistributeStep> out;
+    Placements cur = src;
+    auto step = [&](int i, Placement q) {
+      Placements next = after(cur, i, q);
+      out.push_back(single_step(cur, i, q, next));
+      cur = next;
+    };
+    size_t common[kMaxDims] = {};
+    for (int64_t d = 0; d < from_.ndim(); ++d) {
+      const DimVector s = shard_split_order(src, d), t = shard_split_order(dst, d);
+      size_t& k = common[d];
+      while (k < s.size() && k < t.size() && s[k] == t[k]) ++k;
+      for (size_t j = s.size(); j-- > k;) step(static_cast<int>(s[j]), Replicate());
+    }
+    for (int i = nd_ - 1; i >= 0; --i)
+      if (cur[i].is_partial() && dst[i].is_replicate()) step(i, Replicate());
+    for (int64_t d = 0; d < from_.ndim(); ++d) {
+      const DimVector t = shard_split_order(dst, d);
+      for (size_t j = common[d]; j < t.size(); ++j) step(static_cast<int>(t[j]), Shard(d));
     }
     for (int i = 0; i < nd_; ++i)
       if (cur[i] != dst[i]) step(i, dst[i]);
@@ -574,6 +684,7 @@ class Planner {
   int nd_ = 0;
   bool auto_flatten_ = true;
   bool floating_ = true;
+  bool ordered_ = false;  // either end has a shard order
   double base_us_ = 6.6;
   double global_bytes_ = 0;
   int64_t size_[kMaxDims] = {};

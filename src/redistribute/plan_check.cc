@@ -92,11 +92,14 @@ class Replay {
   }
 
   // The placements after `s`, once its claims about the state are checked.
+  // A step's target placements carry the shard orders of the state after
+  // it; replace_placements rebuilds that state (the other mesh dims keep
+  // their relative split order). Whether the state is what the collective
+  // produces is then the boxes' business, like for any other step.
   Placements check_shape_of_step(const RedistributeStep& s, const Placements& cur) const {
     if (s.mesh_dims.empty() || s.from.size() != s.mesh_dims.size() ||
         s.to.size() != s.mesh_dims.size())
       fail("a step must name its mesh dims with one source and one target placement each");
-    Placements next = cur;
     int64_t n = 1;
     for (size_t j = 0; j < s.mesh_dims.size(); ++j) {
       const int64_t i = s.mesh_dims[j];
@@ -105,8 +108,13 @@ class Replay {
       if (cur[i] != s.from[j])
         fail("mesh dim " + std::to_string(i) + " is " + to_string(cur[i]) + ", the step says " +
              to_string(s.from[j]));
-      next[i] = s.to[j];
       n *= size_[i];
+    }
+    Placements next;
+    try {
+      next = replace_placements(cur, s.mesh_dims, s.to);
+    } catch (const Error& e) {
+      fail(std::string("its target placements give no layout: ") + e.what());
     }
     if (n != s.group_size) fail("the group size is " + std::to_string(s.group_size) +
                                  ", the mesh dims give " + std::to_string(n));

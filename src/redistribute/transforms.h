@@ -10,8 +10,10 @@
 // returns the cost and the b of the state after the step.
 //
 // Nesting rule (checked by the planner, not here): several mesh dims
-// sharding the same tensor dim chunk it left to right, so only the innermost
-// (right-most) of them can be gathered, split or moved.
+// sharding the same tensor dim chunk it in their split order (left to right
+// unless the placements carry shard orders, spec.h), so only the last of
+// them can be gathered or moved; a transform that starts sharding a tensor
+// dim chunks the local piece, so its mesh dim becomes the last in the order.
 #pragma once
 
 #include "dtensor/local_tensor.h"

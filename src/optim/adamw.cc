@@ -1,0 +1,123 @@
+// Adam and AdamW: PyTorch's single-tensor rule, one fused loop per shard.
+#include <cmath>
+
+#include "optim/optim_internal.h"
+
+namespace dtensor::optim {
+
+namespace {
+
+template <class T>
+struct AdamScalars {
+  T decay;         // 1 - lr*wd (decoupled) or wd (L2)
+  T lerp_weight;   // 1 - beta1
+  T beta2, one_minus_beta2, neg_step_size, bc2_sqrt, eps;
+  bool decoupled, use_decay, amsgrad, maximize;
+};
+
+// PyTorch's order: g = ±grad; p = p*(1-lr*wd) (AdamW) or g = g + wd*p
+// (Adam); m = lerp(m, g, 1-β1) (PyTorch's two-sided lerp); v = v*β2 +
+// (1-β2)*g*g; v̂ = max(v̂, v) (amsgrad); denom = sqrt(v̂)/sqrt(bc2) + eps;
+// p = p + (-lr/bc1)*m / denom.
+template <class T>
+void adam_kernel(T* __restrict p, T* __restrict m, T* __restrict v, T* __restrict vmax,
+                 const T* __restrict grad, int64_t n, const AdamScalars<T>& s) {
+  const T w = s.lerp_weight;
+  const bool low = std::abs(w) < T(0.5);
+  const T one_minus_w = T(1) - w;
+  for (int64_t i = 0; i < n; ++i) {
+    T g = s.maximize ? -grad[i] : grad[i];
+    T pi = p[i];
+    if (s.use_decay) {
+      if (s.decoupled)
+        pi = pi * s.decay;
+      else
+        g = g + s.decay * pi;
+    }
+    const T mi = low ? m[i] + w * (g - m[i]) : g - (g - m[i]) * one_minus_w;
+    m[i] = mi;
+    T vi = v[i] * s.beta2;
+    vi = vi + s.one_minus_beta2 * g * g;
+    v[i] = vi;
+    if (s.amsgrad) {
+      vi = vmax[i] < vi ? vi : vmax[i];
+      vmax[i] = vi;
+    }
+    const T denom = std::sqrt(vi) / s.bc2_sqrt + s.eps;
+    p[i] = pi + s.neg_step_size * mi / denom;
+  }
+}
+
+}  // namespace
+
+AdamW::AdamW(std::vector<DTensor> params, const AdamOptions& options)
+    : AdamW(detail::unnamed(std::move(params)), options, true) {}
+
+AdamW::AdamW(std::vector<std::pair<std::string, DTensor>> named_params, const AdamOptions& options)
+    : AdamW(std::move(named_params), options, true) {}
+
+AdamW::AdamW(std::vector<std::pair<std::string, DTensor>> named_params, const AdamOptions& options,
+             bool decoupled)
+    : Optimizer(std::move(named_params), options.lr),
+      options_(options),
+      weight_decay_(options.weight_decay.value_or(decoupled ? 1e-2 : 0.0)),
+      decoupled_(decoupled) {
+  const char* k = decoupled ? "AdamW" : "Adam";
+  DT_CHECK(options.eps >= 0, k, ": expected eps >= 0, got ", options.eps);
+  DT_CHECK(options.betas.first >= 0 && options.betas.first < 1, k,
+           ": expected 0 <= betas.first < 1, got ", options.betas.first);
+  DT_CHECK(options.betas.second >= 0 && options.betas.second < 1, k,
+           ": expected 0 <= betas.second < 1, got ", options.betas.second);
+  DT_CHECK(weight_decay_ >= 0, k, ": expected weight_decay >= 0, got ", weight_decay_);
+}
+
+void AdamW::update(const DTensor& param, const DTensor& grad, ParamState& state) {
+  if (!state.has("exp_avg")) {
+    state.buffers.emplace("exp_avg", detail::zeros_like_param(param));
+    state.buffers.emplace("exp_avg_sq", detail::zeros_like_param(param));
+  }
+  if (options_.amsgrad && !state.has("max_exp_avg_sq"))
+    state.buffers.emplace("max_exp_avg_sq", detail::zeros_like_param(param));
+  const int64_t step = ++state.step;
+  const double lr = this->lr();
+  const auto [beta1, beta2] = options_.betas;
+  // Python floats in PyTorch: computed in double, cast by the kernels.
+  const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
+  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
+  const double step_size = lr / bias_correction1;
+  const double bc2_sqrt = std::sqrt(bias_correction2);
+  std::vector<const DTensor*> buffers{&state.buffers.at("exp_avg"),
+                                      &state.buffers.at("exp_avg_sq")};
+  if (options_.amsgrad) buffers.push_back(&state.buffers.at("max_exp_avg_sq"));
+  auto run = [&]<class T>() {
+    AdamScalars<T> s{static_cast<T>(decoupled_ ? 1 - lr * weight_decay_ : weight_decay_),
+                     static_cast<T>(1 - beta1),
+                     static_cast<T>(beta2),
+                     static_cast<T>(1 - beta2),
+                     static_cast<T>(-step_size),
+                     static_cast<T>(bc2_sqrt),
+                     static_cast<T>(options_.eps),
+                     decoupled_,
+                     weight_decay_ != 0,
+                     options_.amsgrad,
+                     options_.maximize};
+    detail::for_each_shard(param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g) {
+      const int64_t n = w[0].numel();
+      if (n == 0) return;
+      adam_kernel<T>(w[0].data_ptr<T>(), w[1].data_ptr<T>(), w[2].data_ptr<T>(),
+                     s.amsgrad ? w[3].data_ptr<T>() : nullptr, g.data_ptr<T>(), n, s);
+    });
+  };
+  if (param.dtype() == DType::Float64)
+    run.template operator()<double>();
+  else
+    run.template operator()<float>();
+}
+
+Adam::Adam(std::vector<DTensor> params, const AdamOptions& options)
+    : AdamW(detail::unnamed(std::move(params)), options, false) {}
+
+Adam::Adam(std::vector<std::pair<std::string, DTensor>> named_params, const AdamOptions& options)
+    : AdamW(std::move(named_params), options, false) {}
+
+}  // namespace dtensor::optim

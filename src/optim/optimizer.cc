@@ -1,0 +1,117 @@
+// The Optimizer base: parameters, state, learning rate, and the gradient
+// preparation every step shares (skip missing gradients, bring a gradient
+// to its parameter's placements).
+#include <set>
+
+#include "optim/optim_internal.h"
+
+namespace dtensor::optim {
+
+const DTensor& ParamState::buffer(const std::string& name) const {
+  auto it = buffers.find(name);
+  if (it == buffers.end()) {
+    std::string have;
+    for (const auto& [n, b] : buffers) have += (have.empty() ? "" : ", ") + n;
+    DT_THROW("optimizer state: no buffer '", name, "' (it has: ", have.empty() ? "none" : have,
+             "; buffers appear at a parameter's first step)");
+  }
+  return it->second;
+}
+
+namespace detail {
+
+DTensor zeros_like_param(const DTensor& param) {
+  LocalTensor local = param.local().map(
+      [](int, const Tensor& t) { return Tensor::zeros(t.shape(), t.dtype()); });
+  return DTensor(param.spec(), std::move(local));
+}
+
+std::vector<std::pair<std::string, DTensor>> unnamed(std::vector<DTensor> params) {
+  std::vector<std::pair<std::string, DTensor>> out;
+  out.reserve(params.size());
+  for (DTensor& p : params) out.emplace_back(std::string(), std::move(p));
+  return out;
+}
+
+}  // namespace detail
+
+Optimizer::Optimizer(std::vector<DTensor> params, double lr)
+    : Optimizer(detail::unnamed(std::move(params)), lr) {}
+
+Optimizer::Optimizer(std::vector<std::pair<std::string, DTensor>> named_params, double lr)
+    : lr_(lr) {
+  DT_CHECK(lr >= 0, "optimizer: expected lr >= 0, got ", lr);
+  std::set<std::string> seen;
+  for (size_t i = 0; i < named_params.size(); ++i) {
+    auto& [name, p] = named_params[i];
+    const std::string what = "optimizer: parameter " + std::to_string(i) +
+                             (name.empty() ? "" : " '" + name + "'") + " (" +
+                             p.spec().to_string() + ")";
+    DT_CHECK(is_floating(p.dtype()), what, ": expected a floating dtype, got ", p.dtype());
+    DT_CHECK(p.is_leaf() && p.requires_grad(), what,
+             ": expected a leaf that requires grad (call requires_grad_() on it first)");
+    for (const Placement& pl : p.placements())
+      DT_CHECK(!pl.is_partial(), what,
+               ": expected Shard/Replicate placements; a Partial parameter has no elementwise "
+               "update (redistribute it to Replicate first)");
+    DT_CHECK(name.empty() || seen.insert(name).second, "optimizer: parameter name '", name,
+             "' given twice");
+    params_.push_back(std::move(p));
+    names_.push_back(std::move(name));
+  }
+  state_.resize(params_.size());
+}
+
+Optimizer::~Optimizer() = default;
+
+void Optimizer::set_lr(double lr) {
+  DT_CHECK(lr >= 0, kind(), ": expected lr >= 0, got ", lr);
+  lr_ = lr;
+}
+
+const std::string& Optimizer::name(size_t index) const {
+  DT_CHECK(index < params_.size(), "optimizer: parameter index ", index, " out of range for ",
+           params_.size(), " parameters");
+  return names_[index];
+}
+
+ParamState& Optimizer::state(size_t index) {
+  DT_CHECK(index < state_.size(), "optimizer: parameter index ", index, " out of range for ",
+           state_.size(), " parameters");
+  return state_[index];
+}
+
+const ParamState& Optimizer::state(size_t index) const {
+  return const_cast<Optimizer*>(this)->state(index);
+}
+
+ParamState& Optimizer::state(const std::string& name) {
+  for (size_t i = 0; i < names_.size(); ++i)
+    if (!name.empty() && names_[i] == name) return state_[i];
+  DT_THROW("optimizer: no parameter named '", name, "' among ", names_.size(), " parameters");
+}
+
+void Optimizer::step() {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const DTensor& p = params_[i];
+    std::optional<DTensor> grad = p.grad();
+    if (!grad) continue;  // PyTorch skips parameters without a gradient
+    DT_CHECK(grad->dtype() == p.dtype(), kind(), ": parameter ", i, " is ", p.dtype(),
+             " but its gradient is ", grad->dtype());
+    if (grad->placements() != p.placements()) {
+      // The reduction data parallelism needs (Partial(sum) -> Replicate),
+      // or any other move to the parameter's layout; kept as the gradient
+      // so that a second reader (clip, another step) does not redo it.
+      grad = grad->redistribute(p.placements());
+      params_[i].set_grad(*grad);
+    }
+    update(p, *grad, state_[i]);
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (DTensor& p : params_) p.zero_grad();
+}
+
+}  // namespace dtensor::optim
