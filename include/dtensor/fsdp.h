@@ -10,7 +10,9 @@
 //
 // fully_shard replaces each parameter it manages by a leaf that holds the
 // same value laid out Shard(0) over the data-parallel mesh dims (keeping its
-// placement on every other mesh dim, e.g. a tensor-parallel Shard(1)). A
+// placement on every other mesh dim, e.g. a tensor-parallel Shard(1)); when
+// another mesh dim already shards dim 0, dp splits after it (shard order:
+// S(0)[1],S(0)[0] on (dp, tp) for a tp Shard(0) weight). A
 // module's managed parameters form one group: before its forward the group
 // is all-gathered in ONE collective (one flat buffer per rank: each
 // parameter's shard padded to its chunk size), and the module reads the
@@ -49,10 +51,9 @@ struct FullyShardOptions {
 // Shards the parameters of `module` (and its descendants) not already
 // managed by an inner fully_shard over options.mesh_dims and installs the
 // forward hooks that gather and free them. Throws dtensor::Error for a mesh
-// dim out of range or repeated, a parameter already sharded (or Partial) on
-// a dp dim, a parameter sharded on dim 0 by another mesh dim (needs shard
-// order), parameters of several dtypes in one group, or a module already
-// fully_shard'ed or replicate'd.
+// dim out of range or repeated, a parameter already sharded on a dp dim or
+// Partial anywhere, a 0-d parameter, parameters of several dtypes in one
+// group, or a module already fully_shard'ed or replicate'd.
 void fully_shard(nn::Module& module, const FullyShardOptions& options = {});
 
 // Whether fully_shard was applied to this module.

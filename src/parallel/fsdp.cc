@@ -433,16 +433,20 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
                       group->dp_dims.end();
       DT_CHECK(!sharded[d].is_partial(), "fully_shard: parameter '", name, "' is ",
                placements_text(p), ", Partial on mesh dim ", d, "; parameters hold values");
-      if (dp) {
-        DT_CHECK(sharded[d].is_replicate(), "fully_shard: parameter '", name, "' is ",
-                 placements_text(p), "; it must be Replicate on the data-parallel mesh dim ", d);
-        sharded[d] = Shard(0);
-      } else {
-        DT_CHECK(!sharded[d].is_shard(0), "fully_shard: parameter '", name, "' is ",
-                 placements_text(p), ", already sharded on dim 0 by mesh dim ", d,
-                 "; sharding dim 0 again over dp is not implemented until shard order");
-      }
+      DT_CHECK(!dp || sharded[d].is_replicate(), "fully_shard: parameter '", name, "' is ",
+               placements_text(p), "; it must be Replicate on the data-parallel mesh dim ", d);
     }
+    // dp splits dim 0 after the mesh dims that already shard it (tp splits
+    // the rows first, dp each tp piece: S(0)[1],S(0)[0] on (dp, tp)), so the
+    // dp group's pieces are consecutive rows of one tp piece and one plain
+    // all_gather over dp restores it.
+    const DimVector before = shard_split_order(sharded, 0);
+    for (size_t i = 0; i < before.size(); ++i)
+      sharded[static_cast<size_t>(before[i])] = Shard(0, static_cast<int64_t>(i));
+    for (size_t j = 0; j < group->dp_dims.size(); ++j)
+      sharded[static_cast<size_t>(group->dp_dims[j])] =
+          Shard(0, static_cast<int64_t>(before.size() + j));
+    sharded = normalize_shard_orders(sharded);
     // Each shard is a copy, so the replicated storage is freed.
     DTensor leaf = [&] {
       NoGradGuard no_grad;

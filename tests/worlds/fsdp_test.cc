@@ -293,6 +293,32 @@ TEST_F(FsdpTest, ShardsTheDpDimOfA2dMesh) {
   }
 }
 
+// Every parameter tensor-parallel on dim 0 by hand (column-parallel
+// weights): dp splits dim 0 after tp (S(0)[1],S(0)[0]); the one all_gather
+// per group restores each tp piece, and training matches one rank (7, 5
+// and 3 rows: uneven tp pieces split unevenly again over dp).
+TEST_F(FsdpTest, ShardsDim0AfterTensorParallelWithShardOrder) {
+  std::vector<Shape> shapes = {{2, 2}};
+  if (world.size() >= 8) shapes.push_back({4, 2});
+  for (const Shape& shape : shapes) {
+    DeviceMesh mesh(world, shape, {"dp", "tp"});
+    if (!dtensor::testing::takes_part(mesh)) continue;
+    const std::string where = "mesh " + mesh.to_string();
+    Net net(mesh, 2);
+    for (auto& [name, p] : net.named_parameters()) {
+      DTensor tp = [&] {
+        NoGradGuard no_grad;
+        return p->redistribute({Replicate(), Shard(0)}).detach();
+      }();
+      *p = tp.requires_grad_();
+    }
+    shard_model(net, {});
+    for (auto& [name, p] : net.named_parameters())
+      EXPECT_EQ(p->placements(), (Placements{Shard(0, 1), Shard(0, 0)})) << where << " " << name;
+    train_and_compare(net, {0}, 2, where);
+  }
+}
+
 // The dp dim need not be the first: on (tp, dp) the leaves are (S(1), S(0)).
 TEST_F(FsdpTest, ShardsADpDimThatIsNotFirst) {
   DeviceMesh mesh(world, {2, 2}, {"tp", "dp"});
@@ -374,8 +400,8 @@ TEST_F(FsdpTest, ErrorsNameTheProblem) {
   {
     Net net(mesh, 1);
     DTensor& w = net.blocks[0]->fc->weight();
-    w = w.redistribute({Replicate(), Shard(0)}).detach().requires_grad_();
-    EXPECT_NE(error_of([&] { fully_shard(net); }).find("not implemented until shard order"),
+    w = w.redistribute({Shard(0), Replicate()}).detach().requires_grad_();
+    EXPECT_NE(error_of([&] { fully_shard(net); }).find("must be Replicate on the data-parallel"),
               std::string::npos);
   }
   {
