@@ -169,8 +169,9 @@ TEST_F(ShardOrderTest, RedistributeGradientKeepsTheSourceOrder) {
     sum(mul(y, distribute_tensor(w, mesh, to))).backward();
     ASSERT_TRUE(x.grad().has_value()) << where;
     // (A no-op redistribute is x itself: its gradient is laid out by mul.)
-    if (x.placements() != y.placements())
+    if (x.placements() != y.placements()) {
       EXPECT_EQ(x.grad()->placements(), x.placements()) << where;
+    }
     EXPECT_TRUE(equal(x.grad()->full_tensor(), w)) << where;
   }
 }
