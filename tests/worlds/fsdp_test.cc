@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dtensor/fsdp.h"
+#include "dtensor/optim.h"
 #include "test_util.h"
 #include "worlds/world_util.h"
 
@@ -428,6 +429,35 @@ TEST_F(FsdpTest, RecoversFromAForwardThatThrows) {
   DTensor h = (*net.blocks[0])(distribute_tensor(input(), mesh, {Shard(0)}));
   EXPECT_EQ(net.blocks[0]->fc->weight().placements(), Placements{Shard(0)});
   train_and_compare(net, {0}, 2, "after a failed forward");
+}
+
+// optim.h on the sharded leaves: AdamW's steps are local to the shards and
+// its state is sharded like them; three steps match AdamW on one rank.
+TEST_F(FsdpTest, AdamWStepsTheShards) {
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  Net net(mesh, 2);
+  shard_model(net, {});
+  Reference ref(2);
+  optim::AdamW opt(net.parameters(), {.lr = 0.05});
+  optim::AdamW ref_opt(ref.net.parameters(), {.lr = 0.05});
+  for (int step = 0; step < 3; ++step) {
+    const std::string at = "step " + std::to_string(step);
+    opt.zero_grad();
+    ref_opt.zero_grad();
+    DTensor loss = loss_of(net, {0});
+    DTensor ref_loss = loss_of(ref.net, {0});
+    EXPECT_NEAR(loss.full_tensor().item<double>(), ref_loss.full_tensor().item<double>(), kTol)
+        << at;
+    loss.backward();
+    ref_loss.backward();
+    CommDebugMode comm;
+    opt.step();
+    EXPECT_EQ(comm.total_count(), 0) << at;  // gradients already in the leaves' layout
+    ref_opt.step();
+    expect_same_params(net, ref.net, at);
+  }
+  EXPECT_EQ(opt.state(0).buffer("exp_avg").placements(), Placements{Shard(0)});
 }
 
 // ---- replicate ---------------------------------------------------------------------------
