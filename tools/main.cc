@@ -1,6 +1,8 @@
 // The `dtensor` command-line program: argument parsing and dispatch. The
 // subcommands live in tools/*_command.cc:
-//   demo       a tensor-parallel transformer on a (dp, tp) mesh, verified
+//   train      the main job: a GPT learning a text with FSDP x TP, checked
+//              step by step against one process
+//   demo       a tensor-parallel transformer forward pass, verified
 //   visualize  which rank holds which part of a tensor
 //   plan       the cheapest redistribution plan between two layouts
 #include <charconv>
@@ -14,6 +16,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli.h"
+#include "train.h"
 #include "dtensor/error.h"
 
 namespace {
@@ -83,7 +86,7 @@ std::string rewrite_parse_error(const CLI::ParseError& e) {
   }
   if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
     if (!option.empty()) return "missing required option " + option;
-    if (m.rfind("A subcommand", 0) == 0) return "a command is required: demo, visualize or plan";
+    if (m.rfind("A subcommand", 0) == 0) return "a command is required: train, demo, visualize or plan";
   }
   if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
     const size_t colon = m.find(": ");
@@ -107,7 +110,8 @@ std::string rewrite_parse_error(const CLI::ParseError& e) {
 std::string program_name(int argc, char** argv) {
   if (argc > 1) {
     const std::string first = argv[1];
-    if (first == "demo" || first == "visualize" || first == "plan") return "dtensor " + first;
+    if (first == "train" || first == "demo" || first == "visualize" || first == "plan")
+      return "dtensor " + first;
   }
   return "dtensor";
 }
@@ -157,11 +161,103 @@ int run(int argc, char** argv) {
       "R (replicate), P(sum|avg|max|min) (partial).\n"
       "\n"
       "Examples:\n"
+      "  dtensor train\n"
       "  dtensor demo\n"
       "  dtensor visualize --mesh 4x2 --names dp,tp --shape 13,2 --placements 'S(0),S(0)'\n"
       "  dtensor plan --mesh 4 --shape 10,10 --from 'S(0)' --to R\n"
       "\n"
       "Guides: docs/README.md in the source tree.");
+  // CLI::PositiveNumber's own message prints the largest double in full.
+  const CLI::Validator above_zero(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !(v > 0) || !std::isfinite(v))
+          return "must be a finite number > 0, got " + quote(text);
+        return {};
+      },
+      "> 0");
+  // 0 or more (a clipping threshold of 0 turns clipping off).
+  const CLI::Validator at_least_zero(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || !(v >= 0) || !std::isfinite(v))
+          return "must be a finite number >= 0, got " + quote(text);
+        return {};
+      },
+      ">= 0");
+  TrainArgs train_args;
+  bool train_no_sp = false, train_no_check = false;
+  auto* train = app.add_subcommand(
+      "train", "Train a small GPT on a text with FSDP x tensor parallel, checked against one process");
+  train->footer(
+      "The project's main job. A small GPT-style transformer (the demo's model) learns the\n"
+      "text shipped in the program, one character at a time, on a mesh laid out by --scheme:\n"
+      "  fsdp+tp  FSDP over dp (parameters Shard(0), gathered per block) x tensor + sequence\n"
+      "           parallel over tp (Megatron plan); a --mesh DPxTP, e.g. 2x2 (the default)\n"
+      "  ddp+tp   replicated parameters with all-reduced gradients over dp x TP over tp\n"
+      "  fsdp, ddp, tp   one scheme on a 1-d --mesh N\n"
+      "AdamW with linear warm-up then cosine decay and gradient-norm clipping. The same\n"
+      "model, optimizer and batches train alongside on one rank (--no-check skips it);\n"
+      "every step's loss and the final parameters must agree within --tolerance.\n"
+      "Prints the parameters' layouts, per step the loss, the one-process loss, the wall\n"
+      "time, the collectives and bytes per rank, then a chart of the loss; writes the chart\n"
+      "as an SVG file (--svg) and a fingerprint of the losses and final parameters' bits,\n"
+      "the same in the simulated world and under mpirun.\n"
+      "\n"
+      "Examples:\n"
+      "  dtensor train\n"
+      "  dtensor train --scheme ddp+tp --mesh 2x4 --steps 50\n"
+      "  mpirun -np 4 dtensor train           (as root add --allow-run-as-root;\n"
+      "                                        on 2 cores add --oversubscribe)\n"
+      "\n"
+      "Exit status: 0 when verified, 1 when the two trainings part beyond --tolerance, 2 on\n"
+      "a bad argument (one line on stderr says which).");
+  train->add_option("--mesh", train_args.mesh,
+                    "mesh shape: DPxTP (e.g. 2x2) for fsdp+tp and ddp+tp, N for one scheme")
+      ->capture_default_str();
+  train->add_option("--names", train_args.names,
+                    "mesh dim names, comma-separated (default dp,tp; dp or tp for a 1-d mesh)");
+  train->add_option("--scheme", train_args.scheme, "fsdp+tp, ddp+tp, fsdp, ddp or tp")
+      ->capture_default_str()
+      ->check(one_of({"fsdp+tp", "ddp+tp", "fsdp", "ddp", "tp"}));
+  train->add_flag("--no-sequence-parallel", train_no_sp,
+                  "keep activations replicated over tp between blocks");
+  train->add_option("--steps", train_args.steps, "optimizer steps")
+      ->capture_default_str()->check(int_range(1, 100000));
+  train->add_option("--batch", train_args.batch, "sequences per step (sharded over dp)")
+      ->capture_default_str()->check(int_range(1, int64_t{1} << 16));
+  train->add_option("--seq", train_args.seq, "characters per sequence")
+      ->capture_default_str()->check(int_range(1, 512));
+  train->add_option("--hidden", train_args.hidden, "model width (a multiple of --heads)")
+      ->capture_default_str()->check(int_range(1, int64_t{1} << 16));
+  train->add_option("--heads", train_args.heads, "attention heads (a multiple of the tp size)")
+      ->capture_default_str()->check(int_range(1, int64_t{1} << 16));
+  train->add_option("--layers", train_args.layers, "transformer blocks")
+      ->capture_default_str()->check(int_range(0, 256));
+  train->add_option("--lr", train_args.lr, "peak learning rate")
+      ->capture_default_str()->check(above_zero);
+  train->add_option("--warmup", train_args.warmup, "steps of linear warm-up")
+      ->capture_default_str()->check(int_range(0, 100000));
+  train->add_option("--clip", train_args.clip, "gradient-norm clipping (0 = none)")
+      ->capture_default_str()->check(at_least_zero);
+  train->add_option("--seed", train_args.seed, "weights and batches")->capture_default_str();
+  train->add_option("--world", train_args.world, "auto (MPI when launched by mpirun), sim or mpi")
+      ->capture_default_str()->check(one_of({"auto", "sim", "mpi"}));
+  train->add_flag("--no-check", train_no_check, "do not train the one-process reference");
+  train->add_option("--tolerance", train_args.tolerance,
+                    "largest accepted |difference| of a loss or a parameter from one process")
+      ->capture_default_str()->check(above_zero);
+  train->add_option("--svg", train_args.svg, "write the loss chart here ('' for none)")
+      ->capture_default_str();
+  train->add_option("--print-every", train_args.print_every, "print every n-th step")
+      ->capture_default_str()->check(int_range(1, 100000));
+  train->add_flag("--json", train_args.json,
+                  "print JSON: world, ranks, mesh, names, scheme, parameters, steps (loss,\n"
+                  "reference_loss, wall_ms, collectives, bytes_per_rank), max_loss_diff,\n"
+                  "max_param_diff, tolerance, verified, fingerprint");
+
   DemoArgs demo_args;
   ModelConfig& model = demo_args.model;
   auto* demo = app.add_subcommand(
@@ -222,16 +318,6 @@ int run(int argc, char** argv) {
                    "auto (MPI when launched by mpirun, else simulated), sim or mpi;\n"
                    "sim under mpirun runs the whole simulation in every process")
       ->capture_default_str()->check(one_of({"auto", "sim", "mpi"}));
-  // CLI::PositiveNumber's own message prints the largest double in full.
-  const CLI::Validator above_zero(
-      [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || *end != '\0' || !(v > 0) || !std::isfinite(v))
-          return "must be a finite number > 0, got " + quote(text);
-        return {};
-      },
-      "> 0");
   demo->add_option("--tolerance", demo_args.tolerance,
                    "largest accepted |difference| of loss and logits from the reference")
       ->capture_default_str()->check(above_zero);
@@ -335,9 +421,9 @@ int run(int argc, char** argv) {
   // say that one is required).
   if (argc > 1 && argv[1][0] != '-') {
     const std::string first = argv[1];
-    if (first != "demo" && first != "visualize" && first != "plan") {
+    if (first != "train" && first != "demo" && first != "visualize" && first != "plan") {
       std::cerr << "dtensor: unknown command " << quote(first)
-                << "; expected demo, visualize or plan (see dtensor --help)\n";
+                << "; expected train, demo, visualize or plan (see dtensor --help)\n";
       return 2;
     }
   }
@@ -350,13 +436,14 @@ int run(int argc, char** argv) {
     if (message.rfind("a command is required", 0) == 0) {
       std::cerr << "dtensor: " << message << " (see dtensor --help)\n";
     } else if (CLI::App* cmd = visualize->parsed() ? visualize
+                        : train->parsed()   ? train
                         : plan->parsed()    ? plan
                         : demo->parsed()    ? demo
                                             : nullptr) {
       std::cerr << "dtensor " << cmd->get_name() << ": " << one_line(message) << " (see dtensor "
                 << cmd->get_name() << " --help)\n";
     } else if (argc == 1) {
-      std::cerr << "dtensor: a command is required: demo, visualize or plan (see dtensor --help)\n";
+      std::cerr << "dtensor: a command is required: train, demo, visualize or plan (see dtensor --help)\n";
     } else {
       std::cerr << "dtensor: " << one_line(message) << " (see dtensor --help)\n";
     }
@@ -364,9 +451,14 @@ int run(int argc, char** argv) {
   }
   // Bad input (unparsable mesh or placements, a forbidden move) is a usage
   // error: exit 2 with one line naming the subcommand.
-  for (CLI::App* cmd : {demo, visualize, plan}) {
+  for (CLI::App* cmd : {train, demo, visualize, plan}) {
     if (!cmd->parsed()) continue;
     try {
+      if (cmd == train) {
+        train_args.sequence_parallel = !train_no_sp;
+        train_args.check = !train_no_check;
+        return run_train(train_args);
+      }
       if (cmd == demo) {
         model.sequence_parallel = !no_sequence_parallel;
         model.loss_parallel = !no_loss_parallel;

@@ -1,0 +1,31 @@
+// `dtensor train`, the project's main job: a small GPT-style model learning
+// the shipped text on a mesh, every step checked against the same training
+// on one process.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dtensor::cli {
+
+struct TrainArgs {
+  std::string mesh = "2x2";
+  std::string names;               // empty: dp,tp (one name for a 1-d mesh)
+  std::string scheme = "fsdp+tp";  // fsdp+tp | ddp+tp | fsdp | ddp | tp
+  bool sequence_parallel = true;
+  int64_t batch = 8, seq = 32, hidden = 64, heads = 4, layers = 2;
+  int steps = 150;
+  double lr = 3e-3;
+  int64_t warmup = 10;
+  double clip = 1.0;
+  uint64_t seed = 1234;
+  std::string world = "auto";  // auto | sim | mpi
+  bool check = true;           // train the one-process reference alongside
+  double tolerance = 1e-3;
+  std::string svg = "train_loss.svg";  // "" writes none
+  int print_every = 10;
+  bool json = false;
+};
+int run_train(const TrainArgs& args);
+
+}  // namespace dtensor::cli
