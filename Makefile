@@ -15,11 +15,11 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The demo needs only the library and the dtensor program, not the tests
+# The main job needs only the library and the dtensor program, not the tests
 # and benchmarks: a first `make run` builds half as much.
 run: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target dtensor_cli
-	$(BUILD)/bin/dtensor demo
+	$(BUILD)/bin/dtensor train
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

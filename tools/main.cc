@@ -253,6 +253,9 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   train->add_option("--print-every", train_args.print_every, "print every n-th step")
       ->capture_default_str()->check(int_range(1, 100000));
+  train->add_flag("--bits", train_args.bits,
+                  "print only each step's loss as a hex float and the fingerprint (to compare\n"
+                  "the simulated world with mpirun)");
   train->add_flag("--json", train_args.json,
                   "print JSON: world, ranks, mesh, names, scheme, parameters, steps (loss,\n"
                   "reference_loss, wall_ms, collectives, bytes_per_rank), max_loss_diff,\n"

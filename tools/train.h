@@ -25,6 +25,9 @@ struct TrainArgs {
   std::string svg = "train_loss.svg";  // "" writes none
   int print_every = 10;
   bool json = false;
+  // Only the bits: each step's loss as a hex float and the fingerprint,
+  // for comparing the simulated world with mpirun line by line.
+  bool bits = false;
 };
 int run_train(const TrainArgs& args);
 

@@ -3,8 +3,10 @@
 // trained step for step next to the same model on one process. Shows the
 // loss falling (a chart here and an SVG file), the collectives and bytes of
 // every step and its time, and fails when the two trainings part.
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iomanip>
@@ -75,6 +77,18 @@ World make_train_world(const TrainArgs& args, int64_t mesh_ranks) {
   return world;
 }
 
+constexpr CollectiveKind kKinds[] = {CollectiveKind::AllGather, CollectiveKind::AllReduce,
+                                     CollectiveKind::ReduceScatter, CollectiveKind::AllToAll};
+
+// The collectives of each phase of a step, by kind (kKinds' order).
+enum Phase { kForward, kBackward, kOptimizer, kNumPhases };
+constexpr const char* kPhaseNames[] = {"forward", "backward", "optimizer"};
+using PhaseCounts = std::array<std::array<int64_t, 4>, kNumPhases>;
+
+void count_into(const CommDebugMode& mode, std::array<int64_t, 4>& out) {
+  for (int i = 0; i < 4; ++i) out[static_cast<size_t>(i)] = mode.count(kKinds[i]);
+}
+
 // One model with its optimizer and schedule, on a mesh.
 struct Trainer {
   std::unique_ptr<models::GPT> model;
@@ -117,25 +131,39 @@ struct Trainer {
   }
 
   // forward, backward, clip, step; returns the loss (every rank the same).
-  double step(const TextData::Batch& batch) {
+  // `phases` (may be null) gets the collectives of forward (with the
+  // loss), backward, and the optimizer (clipping and step).
+  double step(const TextData::Batch& batch, PhaseCounts* phases = nullptr) {
     const DeviceMesh& mesh = model->mesh();
     const DTensor ids = distribute_tensor(batch.ids, mesh, input);
     const DTensor targets = distribute_tensor(batch.targets, mesh, input);
     optimizer->zero_grad();
-    DTensor loss = models::gpt_loss((*model)(ids), targets);
-    loss.backward();
-    if (clip > 0) optim::clip_grad_norm_(optimizer->params(), clip);
-    optimizer->step();
+    std::optional<DTensor> loss;
+    {
+      CommDebugMode mode;
+      loss = models::gpt_loss((*model)(ids), targets);
+      if (phases) count_into(mode, (*phases)[kForward]);
+    }
+    {
+      CommDebugMode mode;
+      loss->backward();
+      if (phases) count_into(mode, (*phases)[kBackward]);
+    }
+    {
+      CommDebugMode mode;
+      if (clip > 0) optim::clip_grad_norm_(optimizer->params(), clip);
+      optimizer->step();
+      if (phases) count_into(mode, (*phases)[kOptimizer]);
+    }
     schedule->step();
-    return loss.full_tensor().item();
+    return loss->full_tensor().item();
   }
 };
 
-constexpr CollectiveKind kKinds[] = {CollectiveKind::AllGather, CollectiveKind::AllReduce,
-                                     CollectiveKind::ReduceScatter, CollectiveKind::AllToAll};
 
 struct StepRecord {
   double loss = 0, reference = NAN, ms = 0;
+  PhaseCounts phases{};
   int64_t counts[4] = {};
   int64_t bytes = 0;
 };
@@ -204,7 +232,7 @@ int run_train(const TrainArgs& args) {
     {
       CommDebugMode comm;
       const auto t0 = std::chrono::steady_clock::now();
-      r.loss = trainer.step(batch);
+      r.loss = trainer.step(batch, &r.phases);
       r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       for (int i = 0; i < 4; ++i) {
         r.counts[i] = comm.count(kKinds[i]);
@@ -251,6 +279,16 @@ int run_train(const TrainArgs& args) {
     out << svg_chart(series, "dtensor train: next-character loss", "step", "cross-entropy");
   }
 
+  if (args.bits) {
+    for (size_t i = 0; i < steps.size(); ++i) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%a", steps[i].loss);
+      std::cout << "step " << i + 1 << " loss " << buf << "\n";
+    }
+    std::cout << "fingerprint " << hex(fingerprint.h) << "\n";
+    return verified ? 0 : 1;
+  }
+
   if (args.json) {
     nlohmann::ordered_json j;
     j["world"] = world.is_simulated() ? "simulated" : "mpi";
@@ -268,6 +306,12 @@ int run_train(const TrainArgs& args) {
       s["wall_ms"] = r.ms;
       for (int i = 0; i < 4; ++i) s[to_string(kKinds[i])] = r.counts[i];
       s["bytes_per_rank"] = r.bytes;
+      for (int ph = 0; ph < kNumPhases; ++ph) {
+        nlohmann::ordered_json c;
+        for (int i = 0; i < 4; ++i)
+          c[to_string(kKinds[i])] = r.phases[static_cast<size_t>(ph)][static_cast<size_t>(i)];
+        s[kPhaseNames[ph]] = c;
+      }
       js.push_back(s);
     }
     j["steps"] = js;
@@ -330,7 +374,20 @@ int run_train(const TrainArgs& args) {
   os << "  every step runs the same collectives; mean step time after the first "
      << std::setprecision(1) << mean_ms << " ms"
      << (world.is_simulated() ? " (the simulated world computes every rank in this process)" : "")
-     << "\n\n";
+     << "\n";
+  os << "  collectives of the last step by phase:";
+  for (int ph = 0; ph < kNumPhases; ++ph) {
+    os << (ph ? ";" : "") << " " << kPhaseNames[ph];
+    bool any = false;
+    for (int i = 0; i < 4; ++i) {
+      const int64_t n = steps.back().phases[static_cast<size_t>(ph)][static_cast<size_t>(i)];
+      if (n == 0) continue;
+      os << (any ? ", " : " ") << n << " " << to_string(kKinds[i]);
+      any = true;
+    }
+    if (!any) os << " none";
+  }
+  os << "\n\n";
 
   // The reference first so that the distributed run's marks show on top
   // (where the two agree to the chart's resolution, only '*' is seen).

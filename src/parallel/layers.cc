@@ -44,7 +44,8 @@ DTensor with_placement(const DTensor& x, int mesh_dim, Placement p) {
   if (p.is_shard() && p.dim() < 0) {
     DT_CHECK(p.dim() + x.dim() >= 0, "with_placement: ", to_string(p), " names no dim of a ",
              x.dim(), "-d tensor of shape ", x.shape());
-    p = Shard(p.dim() + x.dim());
+    // Keep a shard order (S(-1)[k]) when naming the dim from the front.
+    p = p.shard_order() < 0 ? Shard(p.dim() + x.dim()) : Shard(p.dim() + x.dim(), p.shard_order());
   }
   if (x.placements()[static_cast<size_t>(mesh_dim)] == p) return x;
   Placements to = x.placements();
