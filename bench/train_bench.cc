@@ -1,0 +1,108 @@
+// One training step (zero_grad, forward, loss, backward, clip_grad_norm_,
+// AdamW step) of the GPT of `dtensor train` (models/gpt.h, its default
+// size: batch 8, seq 32, hidden 64, 4 heads, 2 blocks, vocabulary 35) in
+// each parallelism scheme, against the same step on one rank. In the
+// simulated world one process computes every rank's shards, so the ratio
+// is what sharding propagation, the hooks, FSDP's flat buffers and the
+// simulated collectives cost on top of the same arithmetic.
+//
+// Counters: collectives and bytes per rank handed to them in one step
+// (CommDebugMode), and for the data-parallel schemes the analytic minimum
+// of those bytes: DDP all-reduces every gradient once (4 P bytes for P
+// float parameters); FSDP all-gathers every parameter's shard forward and,
+// for the blocks it frees, backward (4 P / n each) and reduce-scatters
+// every gradient once (4 P in).
+#include <benchmark/benchmark.h>
+
+#include <memory>
+
+#include "dtensor/debug.h"
+#include "dtensor/fsdp.h"
+#include "dtensor/models/gpt.h"
+#include "dtensor/optim.h"
+
+namespace {
+
+using namespace dtensor;
+
+enum Scheme { kOneRank, kFsdpTp, kDdpTp, kFsdp, kDdp, kTp };
+
+struct Run {
+  World world;
+  DeviceMesh mesh;
+  std::unique_ptr<models::GPT> model;
+  std::unique_ptr<optim::AdamW> optimizer;
+  DTensor ids, targets;
+
+  static Shape mesh_shape(Scheme s) {
+    switch (s) {
+      case kOneRank: return {1};
+      case kFsdpTp:
+      case kDdpTp: return {2, 2};
+      default: return {4};
+    }
+  }
+
+  explicit Run(Scheme s)
+      : world(World::simulated(static_cast<int>(mesh_shape(s).product()))),
+        mesh(world, mesh_shape(s)) {
+    models::GPTConfig c;
+    c.batch = 8, c.seq = 32, c.hidden = 64, c.heads = 4, c.layers = 2, c.vocab = 35;
+    model = std::make_unique<models::GPT>(mesh, c, 1234);
+    const bool tp = s == kFsdpTp || s == kDdpTp || s == kTp;
+    const int tp_dim = mesh.ndim() - 1;
+    if (tp) parallelize_module(*model, tp_dim, models::gpt_tensor_parallel_plan(true));
+    if (s == kFsdpTp || s == kFsdp) {
+      for (auto& [name, m] : model->named_modules())
+        if (name.rfind("blocks.", 0) == 0 && name.find('.', 7) == std::string::npos)
+          fully_shard(*m);
+      fully_shard(*model);
+    }
+    if (s == kDdpTp || s == kDdp) replicate(*model);
+    std::vector<std::pair<std::string, DTensor>> params;
+    for (auto& [name, p] : model->named_parameters()) params.emplace_back(name, *p);
+    optimizer = std::make_unique<optim::AdamW>(std::move(params), optim::AdamOptions{});
+    Placements in(static_cast<size_t>(mesh.ndim()), Replicate());
+    if (s != kOneRank && s != kTp) in[0] = Shard(0);
+    ids = distribute_tensor(Tensor::randint(0, c.vocab, {c.batch, c.seq}, 7), mesh, in);
+    targets = distribute_tensor(Tensor::randint(0, c.vocab, {c.batch, c.seq}, 8), mesh, in);
+  }
+
+  void step() {
+    optimizer->zero_grad();
+    models::gpt_loss((*model)(ids), targets).backward();
+    optim::clip_grad_norm_(optimizer->params(), 1.0);
+    optimizer->step();
+  }
+};
+
+void BM_TrainStep(benchmark::State& state) {
+  const auto scheme = static_cast<Scheme>(state.range(0));
+  Run run(scheme);
+  run.step();  // warm the caches
+  for (auto _ : state) run.step();
+  CommDebugMode comm;
+  run.step();
+  int64_t params = 0, root_params = 0;
+  for (auto& [name, p] : run.model->named_parameters()) {
+    params += p->shape().product();
+    if (name.rfind("blocks.", 0) != 0) root_params += p->shape().product();
+  }
+  state.counters["collectives"] = static_cast<double>(comm.total_count());
+  int64_t bytes = 0;
+  for (int k = 0; k < kNumCollectiveKinds; ++k) bytes += comm.bytes(static_cast<CollectiveKind>(k));
+  state.counters["bytes_per_rank"] = static_cast<double>(bytes);
+  const double n = static_cast<double>(run.mesh.size(0)), p4 = 4.0 * static_cast<double>(params);
+  if (scheme == kDdp) state.counters["min_bytes"] = p4;
+  if (scheme == kFsdp)
+    state.counters["min_bytes"] = p4 / n + 4.0 * static_cast<double>(params - root_params) / n + p4;
+}
+
+BENCHMARK(BM_TrainStep)
+    ->ArgName("scheme")  // 0 one rank, 1 fsdp+tp 2x2, 2 ddp+tp 2x2, 3 fsdp 4, 4 ddp 4, 5 tp 4
+    ->DenseRange(0, 5)
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
