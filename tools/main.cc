@@ -249,8 +249,10 @@ int run(int argc, char** argv) {
   train->add_option("--tolerance", train_args.tolerance,
                     "largest accepted |difference| of a loss or a parameter from one process")
       ->capture_default_str()->check(above_zero);
-  train->add_option("--svg", train_args.svg, "write the loss chart here ('' for none)")
+  train->add_option("--svg", train_args.svg, "write the loss chart to this SVG file")
       ->capture_default_str();
+  bool train_no_svg = false;
+  train->add_flag("--no-svg", train_no_svg, "write no SVG file");
   train->add_option("--print-every", train_args.print_every, "print every n-th step")
       ->capture_default_str()->check(int_range(1, 100000));
   train->add_flag("--bits", train_args.bits,
@@ -258,7 +260,8 @@ int run(int argc, char** argv) {
                   "the simulated world with mpirun)");
   train->add_flag("--json", train_args.json,
                   "print JSON: world, ranks, mesh, names, scheme, parameters, steps (loss,\n"
-                  "reference_loss, wall_ms, collectives, bytes_per_rank), max_loss_diff,\n"
+                  "reference_loss, wall_ms, collectives, bytes_per_rank, and the collectives\n"
+                  "of forward, backward and optimizer), max_loss_diff,\n"
                   "max_param_diff, tolerance, verified, fingerprint");
 
   DemoArgs demo_args;
@@ -460,6 +463,7 @@ int run(int argc, char** argv) {
       if (cmd == train) {
         train_args.sequence_parallel = !train_no_sp;
         train_args.check = !train_no_check;
+        if (train_no_svg) train_args.svg.clear();
         return run_train(train_args);
       }
       if (cmd == demo) {
