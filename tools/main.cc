@@ -260,7 +260,8 @@ int run(int argc, char** argv) {
                   "the simulated world with mpirun)");
   train->add_flag("--json", train_args.json,
                   "print JSON: world, ranks, mesh, names, scheme, parameters, steps (loss,\n"
-                  "reference_loss, wall_ms, collectives, bytes_per_rank, and the collectives\n"
+                  "reference_loss, grad_norm, reference_grad_norm, wall_ms, collectives,\n"
+                  "bytes_per_rank, and the collectives "
                   "of forward, backward and optimizer), max_loss_diff,\n"
                   "max_param_diff, tolerance, verified, fingerprint");
 

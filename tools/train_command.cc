@@ -131,14 +131,21 @@ struct Trainer {
   }
 
   // forward, backward, clip, step; returns the loss (every rank the same).
+  // The loss and the gradients' total norm before clipping (AdamW is
+  // blind to the gradients' scale; the norm is not, so comparing it catches
+  // a gradient summed where it should be averaged).
+  struct Result {
+    double loss, grad_norm;
+  };
   // `phases` (may be null) gets the collectives of forward (with the
   // loss), backward, and the optimizer (clipping and step).
-  double step(const TextData::Batch& batch, PhaseCounts* phases = nullptr) {
+  Result step(const TextData::Batch& batch, PhaseCounts* phases = nullptr) {
     const DeviceMesh& mesh = model->mesh();
     const DTensor ids = distribute_tensor(batch.ids, mesh, input);
     const DTensor targets = distribute_tensor(batch.targets, mesh, input);
     optimizer->zero_grad();
     std::optional<DTensor> loss;
+    double grad_norm = 0;
     {
       CommDebugMode mode;
       loss = models::gpt_loss((*model)(ids), targets);
@@ -151,18 +158,20 @@ struct Trainer {
     }
     {
       CommDebugMode mode;
-      if (clip > 0) optim::clip_grad_norm_(optimizer->params(), clip);
+      grad_norm = clip > 0 ? optim::clip_grad_norm_(optimizer->params(), clip)
+                           : optim::total_grad_norm(optimizer->params());
       optimizer->step();
       if (phases) count_into(mode, (*phases)[kOptimizer]);
     }
     schedule->step();
-    return loss->full_tensor().item();
+    return {loss->full_tensor().item(), grad_norm};
   }
 };
 
 
 struct StepRecord {
   double loss = 0, reference = NAN, ms = 0;
+  double grad_norm = 0, reference_grad_norm = NAN;
   PhaseCounts phases{};
   int64_t counts[4] = {};
   int64_t bytes = 0;
@@ -226,13 +235,16 @@ int run_train(const TrainArgs& args) {
 
   std::vector<StepRecord> steps;
   double max_loss_diff = 0;
+  double max_norm_diff = 0;  // relative
   for (int step = 0; step < args.steps; ++step) {
     const TextData::Batch batch = data.batch(args.batch, args.seq, args.seed, step);
     StepRecord r;
     {
       CommDebugMode comm;
       const auto t0 = std::chrono::steady_clock::now();
-      r.loss = trainer.step(batch, &r.phases);
+      const Trainer::Result got = trainer.step(batch, &r.phases);
+      r.loss = got.loss;
+      r.grad_norm = got.grad_norm;
       r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       for (int i = 0; i < 4; ++i) {
         r.counts[i] = comm.count(kKinds[i]);
@@ -240,8 +252,12 @@ int run_train(const TrainArgs& args) {
       }
     }
     if (reference) {
-      r.reference = reference->step(batch);
+      const Trainer::Result want = reference->step(batch);
+      r.reference = want.loss;
+      r.reference_grad_norm = want.grad_norm;
       max_loss_diff = std::max(max_loss_diff, std::abs(r.loss - r.reference));
+      max_norm_diff = std::max(max_norm_diff, std::abs(r.grad_norm - want.grad_norm) /
+                                                  std::max(want.grad_norm, 1e-30));
     }
     steps.push_back(r);
   }
@@ -261,7 +277,8 @@ int run_train(const TrainArgs& args) {
     if (diff > max_param_diff) max_param_diff = diff, worst_param = trainer.optimizer->name(i);
   }
   const bool verified =
-      !reference || (max_loss_diff <= args.tolerance && max_param_diff <= args.tolerance);
+      !reference || (max_loss_diff <= args.tolerance && max_param_diff <= args.tolerance &&
+                     max_norm_diff <= args.tolerance);
   if (!rank0) return verified ? 0 : 1;
 
   const std::string world_text =
@@ -303,6 +320,8 @@ int run_train(const TrainArgs& args) {
       nlohmann::ordered_json s;
       s["loss"] = r.loss;
       if (reference) s["reference_loss"] = r.reference;
+      s["grad_norm"] = r.grad_norm;
+      if (reference) s["reference_grad_norm"] = r.reference_grad_norm;
       s["wall_ms"] = r.ms;
       for (int i = 0; i < 4; ++i) s[to_string(kKinds[i])] = r.counts[i];
       s["bytes_per_rank"] = r.bytes;
@@ -316,6 +335,7 @@ int run_train(const TrainArgs& args) {
     }
     j["steps"] = js;
     j["max_loss_diff"] = max_loss_diff;
+    j["max_grad_norm_rel_diff"] = max_norm_diff;
     j["max_param_diff"] = max_param_diff;
     j["tolerance"] = args.tolerance;
     j["verified"] = verified;
@@ -400,8 +420,10 @@ int run_train(const TrainArgs& args) {
 
   os << std::defaultfloat << std::setprecision(3);
   if (reference) {
-    os << "Against the same training on one process: max |loss difference| " << max_loss_diff
-       << " over " << steps.size() << " steps, max |parameter difference| " << max_param_diff
+    os << "Against the same training on one process, over " << steps.size()
+       << " steps: max |loss difference| " << max_loss_diff
+       << ", max relative difference of the gradient norm " << max_norm_diff
+       << ",\nmax |parameter difference| " << max_param_diff
        << (worst_param.empty() ? "" : " (" + worst_param + ")") << "; tolerance "
        << args.tolerance << "\n";
   }
