@@ -36,10 +36,13 @@ struct Run {
 
   static Shape mesh_shape(Scheme s) {
     switch (s) {
-      case kOneRank: return {1};
+      case kOneRank:
+        return {1};
       case kFsdpTp:
-      case kDdpTp: return {2, 2};
-      default: return {4};
+      case kDdpTp:
+        return {2, 2};
+      default:
+        return {4};
     }
   }
 

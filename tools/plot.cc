@@ -32,11 +32,20 @@ std::string xml(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -53,7 +62,8 @@ std::string fixed(double v, int digits) {
 std::string terminal_chart(const std::vector<Series>& series, int width, int height) {
   const Range r = range_of(series);
   if (r.steps == 0) return "";
-  std::vector<std::string> grid(static_cast<size_t>(height), std::string(static_cast<size_t>(width), ' '));
+  std::vector<std::string> grid(static_cast<size_t>(height),
+                                std::string(static_cast<size_t>(width), ' '));
   for (const Series& s : series) {
     for (size_t i = 0; i < s.values.size(); ++i) {
       if (!std::isfinite(s.values[i])) continue;
@@ -69,7 +79,7 @@ std::string terminal_chart(const std::vector<Series>& series, int width, int hei
   for (int row = 0; row < height; ++row) {
     const double y = r.hi - (r.hi - r.lo) * row / (height - 1);
     const bool label = row == 0 || row == height - 1 || row == height / 2;
-    os << (label ? fixed(y, 3) : std::string()) ;
+    os << (label ? fixed(y, 3) : std::string());
     os << std::string(label ? 8 - std::min<size_t>(8, fixed(y, 3).size()) : 8, ' ') << "|"
        << grid[static_cast<size_t>(row)] << "\n";
   }
@@ -90,15 +100,16 @@ std::string svg_chart(const std::vector<Series>& series, const std::string& titl
   const double w = 720, h = 400, left = 70, right = 20, top = 40, bottom = 60;
   const double pw = w - left - right, ph = h - top - bottom;
   const auto x_of = [&](size_t i) {
-    return left + (r.steps <= 1 ? 0 : pw * static_cast<double>(i) / static_cast<double>(r.steps - 1));
+    return left +
+           (r.steps <= 1 ? 0 : pw * static_cast<double>(i) / static_cast<double>(r.steps - 1));
   };
   const auto y_of = [&](double v) { return top + ph * (1 - (v - r.lo) / (r.hi - r.lo)); };
   std::ostringstream os;
   os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h
      << "\" viewBox=\"0 0 " << w << " " << h << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-     << "<text x=\"" << w / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">" << xml(title)
-     << "</text>\n";
+     << "<text x=\"" << w / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">"
+     << xml(title) << "</text>\n";
   // Axes, horizontal grid lines with y ticks, x ticks at five steps.
   os << "<g stroke=\"#999\" stroke-width=\"1\">\n<line x1=\"" << left << "\" y1=\"" << top
      << "\" x2=\"" << left << "\" y2=\"" << top + ph << "\"/>\n<line x1=\"" << left << "\" y1=\""
@@ -116,8 +127,8 @@ std::string svg_chart(const std::vector<Series>& series, const std::string& titl
   }
   os << "<text x=\"" << left + pw / 2 << "\" y=\"" << h - 18 << "\" text-anchor=\"middle\">"
      << xml(x_label) << "</text>\n<text x=\"18\" y=\"" << top + ph / 2
-     << "\" text-anchor=\"middle\" transform=\"rotate(-90 18 " << top + ph / 2 << ")\">" << xml(y_label)
-     << "</text>\n";
+     << "\" text-anchor=\"middle\" transform=\"rotate(-90 18 " << top + ph / 2 << ")\">"
+     << xml(y_label) << "</text>\n";
   for (size_t s = 0; s < series.size(); ++s) {
     const Series& se = series[s];
     os << "<polyline fill=\"none\" stroke=\"" << se.color << "\" stroke-width=\"2\""

@@ -42,7 +42,8 @@ struct Scheme {
     if (ddp) out += "data parallel (replicated parameters) over " + name(dp_dim);
     if (tp) {
       out += out.empty() ? "" : ", ";
-      out += std::string(sp ? "tensor + sequence parallel" : "tensor parallel") + " over " + name(tp_dim);
+      out += std::string(sp ? "tensor + sequence parallel" : "tensor parallel") + " over " +
+             name(tp_dim);
     }
     return out;
   }
@@ -50,11 +51,16 @@ struct Scheme {
 
 Scheme parse_scheme(const std::string& text, int mesh_ndim, const std::string& mesh_text) {
   Scheme s;
-  if (text == "fsdp+tp" || text == "tp+fsdp") s = {true, false, true, 0, 1};
-  else if (text == "ddp+tp" || text == "tp+ddp") s = {false, true, true, 0, 1};
-  else if (text == "fsdp") s = {true, false, false, 0, -1};
-  else if (text == "ddp") s = {false, true, false, 0, -1};
-  else if (text == "tp") s = {false, false, true, -1, 0};
+  if (text == "fsdp+tp" || text == "tp+fsdp")
+    s = {true, false, true, 0, 1};
+  else if (text == "ddp+tp" || text == "tp+ddp")
+    s = {false, true, true, 0, 1};
+  else if (text == "fsdp")
+    s = {true, false, false, 0, -1};
+  else if (text == "ddp")
+    s = {false, true, false, 0, -1};
+  else if (text == "tp")
+    s = {false, false, true, -1, 0};
   else
     DT_THROW("--scheme ", quote(text), " is not one of fsdp+tp, ddp+tp, fsdp, ddp, tp");
   const int want = (s.fsdp || s.ddp) && s.tp ? 2 : 1;
@@ -72,8 +78,8 @@ World make_train_world(const TrainArgs& args, int64_t mesh_ranks) {
            " needs the MPI backend, but this dtensor was built without MPI");
   World world = World::mpi();
   DT_CHECK(world.size() == mesh_ranks, "--mesh ", args.mesh, " has ", mesh_ranks,
-           " ranks, but this MPI job has ", world.size(), " processes; run mpirun -np ",
-           mesh_ranks, " or pass a --mesh of ", world.size(), " ranks");
+           " ranks, but this MPI job has ", world.size(), " processes; run mpirun -np ", mesh_ranks,
+           " or pass a --mesh of ", world.size(), " ranks");
   return world;
 }
 
@@ -168,7 +174,6 @@ struct Trainer {
   }
 };
 
-
 struct StepRecord {
   double loss = 0, reference = NAN, ms = 0;
   double grad_norm = 0, reference_grad_norm = NAN;
@@ -206,8 +211,7 @@ int run_train(const TrainArgs& args) {
   DT_CHECK(args.steps >= 1, "--steps ", args.steps, " must be at least 1");
   World world = make_train_world(args, ranks);
   std::string names = args.names;
-  if (names.empty())
-    names = mesh_shape.size() == 2 ? "dp,tp" : scheme.tp ? "tp" : "dp";
+  if (names.empty()) names = mesh_shape.size() == 2 ? "dp,tp" : scheme.tp ? "tp" : "dp";
   const DeviceMesh mesh = make_mesh(args.mesh, names, &world);
   const bool rank0 = world.rank() == 0;
 
@@ -245,7 +249,8 @@ int run_train(const TrainArgs& args) {
       const Trainer::Result got = trainer.step(batch, &r.phases);
       r.loss = got.loss;
       r.grad_norm = got.grad_norm;
-      r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      r.ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       for (int i = 0; i < 4; ++i) {
         r.counts[i] = comm.count(kKinds[i]);
         r.bytes += comm.bytes(kKinds[i]);
@@ -256,8 +261,8 @@ int run_train(const TrainArgs& args) {
       r.reference = want.loss;
       r.reference_grad_norm = want.grad_norm;
       max_loss_diff = std::max(max_loss_diff, std::abs(r.loss - r.reference));
-      max_norm_diff = std::max(max_norm_diff, std::abs(r.grad_norm - want.grad_norm) /
-                                                  std::max(want.grad_norm, 1e-30));
+      max_norm_diff = std::max(
+          max_norm_diff, std::abs(r.grad_norm - want.grad_norm) / std::max(want.grad_norm, 1e-30));
     }
     steps.push_back(r);
   }
@@ -289,7 +294,8 @@ int run_train(const TrainArgs& args) {
   std::vector<double> losses, ref_losses;
   for (const StepRecord& r : steps) losses.push_back(r.loss), ref_losses.push_back(r.reference);
   if (!args.svg.empty()) {
-    std::vector<Series> series{{"dtensor (" + args.scheme + ", mesh " + args.mesh + ")", losses, '*', "#1f77b4", false}};
+    std::vector<Series> series{
+        {"dtensor (" + args.scheme + ", mesh " + args.mesh + ")", losses, '*', "#1f77b4", false}};
     if (reference) series.push_back({"one process", ref_losses, 'o', "#ff7f0e", true});
     std::ofstream out(args.svg);
     DT_CHECK(out.good(), "--svg ", quote(args.svg), ": cannot write the file");
@@ -347,15 +353,16 @@ int run_train(const TrainArgs& args) {
   std::ostream& os = std::cout;
   os << "dtensor train: a GPT-style model learning a text, checked against one process\n"
      << "  world   " << world_text << "\n"
-     << "  mesh    " << args.mesh << " (" << names << "): " << scheme.describe(mesh, args.sequence_parallel)
-     << "\n"
+     << "  mesh    " << args.mesh << " (" << names
+     << "): " << scheme.describe(mesh, args.sequence_parallel) << "\n"
      << "  model   " << config.layers << " blocks, hidden " << config.hidden << ", " << config.heads
      << " heads, vocabulary " << config.vocab << " characters: " << numel << " parameters\n"
      << "  data    the shipped text (" << data.length() << " characters), batch " << args.batch
      << " x " << args.seq << " characters, next-character prediction\n"
      << "  optim   AdamW lr " << args.lr << " (linear warm-up " << args.warmup
      << " steps, then cosine to 10%), weight decay 0.01"
-     << (args.clip > 0 ? ", gradient norm clipped to " + std::to_string(args.clip).substr(0, 4) : "")
+     << (args.clip > 0 ? ", gradient norm clipped to " + std::to_string(args.clip).substr(0, 4)
+                       : "")
      << "\n\n";
 
   os << "Parameters (blocks after 0 are laid out like block 0): placements per mesh dim\n";
@@ -373,20 +380,22 @@ int run_train(const TrainArgs& args) {
   os << "\n  " << std::left << std::setw(6) << "step" << std::right << std::setw(10) << "loss";
   if (reference) os << std::setw(12) << "one proc." << std::setw(10) << "|diff|";
   os << std::setw(9) << "ms" << std::setw(12) << "all_gather" << std::setw(12) << "all_reduce"
-     << std::setw(16) << "reduce_scatter" << std::setw(13) << "bytes/rank" << "\n";
+     << std::setw(16) << "reduce_scatter" << std::setw(13) << "bytes/rank"
+     << "\n";
   for (size_t i = 0; i < steps.size(); ++i) {
-    const bool show = i == 0 || i + 1 == steps.size() ||
-                      (args.print_every > 0 && (i + 1) % static_cast<size_t>(args.print_every) == 0);
+    const bool show =
+        i == 0 || i + 1 == steps.size() ||
+        (args.print_every > 0 && (i + 1) % static_cast<size_t>(args.print_every) == 0);
     if (!show) continue;
     const StepRecord& r = steps[i];
     os << "  " << std::left << std::setw(6) << i + 1 << std::right << std::fixed
        << std::setprecision(4) << std::setw(10) << r.loss;
     if (reference)
-      os << std::setw(12) << r.reference << std::scientific << std::setprecision(1)
-         << std::setw(10) << std::abs(r.loss - r.reference);
-    os << std::fixed << std::setprecision(1) << std::setw(9) << r.ms << std::setw(12)
-       << r.counts[0] << std::setw(12) << r.counts[1] << std::setw(16) << r.counts[2]
-       << std::setw(13) << r.bytes << "\n";
+      os << std::setw(12) << r.reference << std::scientific << std::setprecision(1) << std::setw(10)
+         << std::abs(r.loss - r.reference);
+    os << std::fixed << std::setprecision(1) << std::setw(9) << r.ms << std::setw(12) << r.counts[0]
+       << std::setw(12) << r.counts[1] << std::setw(16) << r.counts[2] << std::setw(13) << r.bytes
+       << "\n";
   }
   double mean_ms = 0;
   for (size_t i = 1; i < steps.size(); ++i) mean_ms += steps[i].ms;
@@ -424,8 +433,8 @@ int run_train(const TrainArgs& args) {
        << " steps: max |loss difference| " << max_loss_diff
        << ", max relative difference of the gradient norm " << max_norm_diff
        << ",\nmax |parameter difference| " << max_param_diff
-       << (worst_param.empty() ? "" : " (" + worst_param + ")") << "; tolerance "
-       << args.tolerance << "\n";
+       << (worst_param.empty() ? "" : " (" + worst_param + ")") << "; tolerance " << args.tolerance
+       << "\n";
   }
   os << "fingerprint " << hex(fingerprint.h)
      << " (losses and final parameters; the same under mpirun -np " << ranks << ")\n";

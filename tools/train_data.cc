@@ -13,7 +13,8 @@ namespace {
 
 // Written for this project: plain prose about the library itself, with
 // enough repetition of words and phrases that a small model learns it.
-constexpr const char* kText = R"(A distributed tensor is one logical tensor laid out over a mesh of ranks.
+constexpr const char* kText =
+    R"(A distributed tensor is one logical tensor laid out over a mesh of ranks.
 Each mesh dim has a placement. A shard placement splits a tensor dim over the
 ranks of the mesh dim. A replicate placement keeps the whole tensor on every
 rank of the mesh dim. A partial placement keeps a piece on every rank, and the
@@ -52,8 +53,7 @@ TextData::TextData(std::string text) : text_(std::move(text)) {
   for (int c = 0; c < 256; ++c)
     if (seen[static_cast<size_t>(c)]) vocab_ += static_cast<char>(c);
   std::vector<int64_t> ids(text_.size());
-  for (size_t i = 0; i < text_.size(); ++i)
-    ids[i] = static_cast<int64_t>(vocab_.find(text_[i]));
+  for (size_t i = 0; i < text_.size(); ++i) ids[i] = static_cast<int64_t>(vocab_.find(text_[i]));
   tokens_ = Tensor::from_vector(ids);
 }
 
@@ -73,7 +73,8 @@ TextData::Batch TextData::batch(int64_t batch, int64_t seq, uint64_t seed, int64
       targets.push_back(tok[start[b] + s + 1]);
     }
   }
-  return {Tensor::from_vector(ids, Shape{batch, seq}), Tensor::from_vector(targets, Shape{batch, seq})};
+  return {Tensor::from_vector(ids, Shape{batch, seq}),
+          Tensor::from_vector(targets, Shape{batch, seq})};
 }
 
 std::string TextData::decode(const Tensor& ids) const {
@@ -82,7 +83,8 @@ std::string TextData::decode(const Tensor& ids) const {
   std::string out;
   const int64_t* p = flat.data_ptr<int64_t>();
   for (int64_t i = 0; i < flat.numel(); ++i) {
-    DT_CHECK(p[i] >= 0 && p[i] < vocab_size(), "decode: id ", p[i], " outside [0, ", vocab_size(), ")");
+    DT_CHECK(p[i] >= 0 && p[i] < vocab_size(), "decode: id ", p[i], " outside [0, ", vocab_size(),
+             ")");
     out += vocab_[static_cast<size_t>(p[i])];
   }
   return out;

@@ -30,11 +30,11 @@ Tensor uniform(const Shape& shape, double bound, uint64_t seed) {
 Linear::Linear(const DeviceMesh& mesh, int64_t in_features, int64_t out_features, bool bias,
                uint64_t seed)
     : Linear(mesh, uniform({out_features, in_features}, 1 / std::sqrt(double(in_features)), seed),
-             bias ? std::optional<Tensor>(uniform({out_features}, 1 / std::sqrt(double(in_features)),
-                                                  seed + 1))
+             bias ? std::optional<Tensor>(
+                        uniform({out_features}, 1 / std::sqrt(double(in_features)), seed + 1))
                   : std::nullopt) {
-  DT_CHECK(in_features > 0 && out_features > 0, "Linear: features must be positive, got in=",
-           in_features, " out=", out_features);
+  DT_CHECK(in_features > 0 && out_features > 0,
+           "Linear: features must be positive, got in=", in_features, " out=", out_features);
 }
 
 DTensor Linear::forward(const DTensor& x) {

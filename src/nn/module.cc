@@ -1,10 +1,9 @@
 // Module: named parameters, children and forward hooks (nn.h).
-#include "dtensor/nn.h"
-
 #include <algorithm>
 #include <sstream>
 
 #include "dtensor/error.h"
+#include "dtensor/nn.h"
 
 namespace dtensor::nn {
 
@@ -50,10 +49,12 @@ Module& Module::submodule(const std::string& name) {
   const size_t dot = name.find('.');
   const std::string head = name.substr(0, dot);
   for (auto& [child_name, child] : children_)
-    if (child_name == head) return dot == std::string::npos ? *child : child->submodule(name.substr(dot + 1));
+    if (child_name == head)
+      return dot == std::string::npos ? *child : child->submodule(name.substr(dot + 1));
   std::ostringstream names;
   for (size_t i = 0; i < children_.size(); ++i) names << (i ? ", " : "") << children_[i].first;
-  DT_THROW("no submodule '", head, "' (in '", name, "'); the children here are [", names.str(), "]");
+  DT_THROW("no submodule '", head, "' (in '", name, "'); the children here are [", names.str(),
+           "]");
 }
 
 DTensor& Module::parameter(const std::string& name) {
@@ -89,7 +90,8 @@ void Module::check_new_name(const std::string& name) const {
 }
 
 DTensor* Module::register_parameter(const std::string& name, const Tensor& full) {
-  DTensor value = distribute_tensor(full, mesh_, Placements(static_cast<size_t>(mesh_.ndim()), Replicate()));
+  DTensor value =
+      distribute_tensor(full, mesh_, Placements(static_cast<size_t>(mesh_.ndim()), Replicate()));
   if (full.dtype() == DType::Float32 || full.dtype() == DType::Float64) value.requires_grad_();
   return register_parameter(name, std::move(value));
 }
