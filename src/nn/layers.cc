@@ -25,17 +25,21 @@ Tensor uniform(const Shape& shape, double bound, uint64_t seed) {
   return Tensor::rand(shape, seed) * (2 * bound) - bound;
 }
 
+// Checked before any tensor of that size is made.
+int64_t features(int64_t n, const char* which) {
+  DT_CHECK(n > 0, "Linear: ", which, "_features must be positive, got ", n);
+  return n;
+}
+
 }  // namespace
 
 Linear::Linear(const DeviceMesh& mesh, int64_t in_features, int64_t out_features, bool bias,
                uint64_t seed)
-    : Linear(mesh, uniform({out_features, in_features}, 1 / std::sqrt(double(in_features)), seed),
+    : Linear(mesh, uniform({features(out_features, "out"), features(in_features, "in")},
+                           1 / std::sqrt(double(in_features)), seed),
              bias ? std::optional<Tensor>(
                         uniform({out_features}, 1 / std::sqrt(double(in_features)), seed + 1))
-                  : std::nullopt) {
-  DT_CHECK(in_features > 0 && out_features > 0,
-           "Linear: features must be positive, got in=", in_features, " out=", out_features);
-}
+                  : std::nullopt) {}
 
 DTensor Linear::forward(const DTensor& x) {
   return bias_ ? linear(x, *weight_, *bias_) : linear(x, *weight_);

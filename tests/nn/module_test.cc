@@ -116,6 +116,7 @@ TEST_F(ModuleTest, RejectsDuplicateAndDottedNames) {
   };
   expect_error([&] { Bad(mesh, "w"); }, {"'w' is already"});
   expect_error([&] { Bad(mesh, "a.b"); }, {"without '.'", "'a.b'"});
+  expect_error([&] { nn::Linear(mesh, 0, 3, true, 1); }, {"in_features must be positive, got 0"});
 }
 
 TEST_F(ModuleTest, GradientsReachTheParameters) {
