@@ -202,6 +202,28 @@ std::string hex(uint64_t v) {
   return os.str();
 }
 
+// Refuses a run that would not fit in memory before building any of it. A
+// rough upper bound: the parameters with their gradients, AdamW's two
+// states and a gathered copy, twice (the distributed model and the
+// one-process reference); the activations kept for backward of every block
+// (x, q, k, v, the MLP's 4 hidden, the attention scores per head) and the
+// logits over the vocabulary, twice.
+void check_train_memory(const TrainArgs& a, int64_t vocab) {
+  const double h = static_cast<double>(a.hidden), v = static_cast<double>(vocab);
+  const double layers = static_cast<double>(a.layers), seq = static_cast<double>(a.seq);
+  const double tokens = static_cast<double>(a.batch) * seq;
+  const double params = 2 * v * h + seq * h + layers * (12 * h * h + 13 * h);
+  const double activations = tokens * (16 * h * std::max(layers, 1.0) + 4 * v) +
+                             static_cast<double>(a.batch) * static_cast<double>(a.heads) * seq *
+                                 seq * 3 * layers;
+  check_memory_estimate(4 * (params * 5 * 2 + activations * 2 * 2),
+                        "training this model (batch " + std::to_string(a.batch) + ", seq " +
+                            std::to_string(a.seq) + ", hidden " + std::to_string(a.hidden) +
+                            ", heads " + std::to_string(a.heads) + ", layers " +
+                            std::to_string(a.layers) + ")",
+                        "give smaller --batch, --seq, --hidden or --layers");
+}
+
 }  // namespace
 
 int run_train(const TrainArgs& args) {
@@ -216,6 +238,7 @@ int run_train(const TrainArgs& args) {
   const bool rank0 = world.rank() == 0;
 
   const TextData data;
+  check_train_memory(args, data.vocab_size());
   models::GPTConfig config;
   config.batch = args.batch;
   config.seq = args.seq;
