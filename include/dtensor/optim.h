@@ -95,6 +95,9 @@ class Optimizer {
   ParamState& state(size_t index);
   const ParamState& state(size_t index) const;
   ParamState& state(const std::string& name);
+  // The buffers a step keeps per parameter ("momentum_buffer"; "exp_avg",
+  // "exp_avg_sq"), as a checkpoint needs them before the first step.
+  virtual std::vector<std::string> buffer_names() const = 0;
 
  protected:
   // Updates the shards of `param` this process holds. `grad` has the
@@ -130,6 +133,7 @@ class SGD : public Optimizer {
   SGD(std::vector<DTensor> params, const SGDOptions& options);
   SGD(std::vector<std::pair<std::string, DTensor>> named_params, const SGDOptions& options);
   const SGDOptions& options() const { return options_; }
+  std::vector<std::string> buffer_names() const override;
 
  protected:
   void update(const DTensor& param, const DTensor& grad, ParamState& state) override;
@@ -159,6 +163,7 @@ class AdamW : public Optimizer {
   AdamW(std::vector<std::pair<std::string, DTensor>> named_params, const AdamOptions& options);
   const AdamOptions& options() const { return options_; }
   double weight_decay() const { return weight_decay_; }
+  std::vector<std::string> buffer_names() const override;
 
  protected:
   // Adam: the same rule with L2 weight decay added to the gradient
@@ -199,6 +204,10 @@ class LRScheduler {
   // The lr set last (PyTorch returns one per param group; there is one).
   double get_last_lr() const { return last_lr_; }
   int64_t last_epoch() const { return last_epoch_; }
+  // Resumes at `epoch` (>= 0), as loading PyTorch's state_dict does: sets
+  // the optimizer's lr to lr_at(epoch), so the next step() continues the
+  // schedule where a checkpoint left it.
+  void set_last_epoch(int64_t epoch);
   // The lr of `epoch` (>= 0), from the initial lr.
   virtual double lr_at(int64_t epoch) const = 0;
   double base_lr() const { return base_lr_; }

@@ -120,4 +120,9 @@ Adam::Adam(std::vector<DTensor> params, const AdamOptions& options)
 Adam::Adam(std::vector<std::pair<std::string, DTensor>> named_params, const AdamOptions& options)
     : AdamW(std::move(named_params), options, false) {}
 
+std::vector<std::string> AdamW::buffer_names() const {
+  if (options_.amsgrad) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  return {"exp_avg", "exp_avg_sq"};
+}
+
 }  // namespace dtensor::optim

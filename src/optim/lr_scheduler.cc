@@ -20,6 +20,13 @@ void LRScheduler::start() {
   optimizer_.set_lr(last_lr_);
 }
 
+void LRScheduler::set_last_epoch(int64_t epoch) {
+  DT_CHECK(epoch >= 0, "LRScheduler::set_last_epoch: expected an epoch >= 0, got ", epoch);
+  last_epoch_ = epoch;
+  last_lr_ = lr_at(epoch);
+  optimizer_.set_lr(last_lr_);
+}
+
 void LRScheduler::step() {
   ++last_epoch_;
   last_lr_ = lr_at(last_epoch_);

@@ -103,4 +103,9 @@ void SGD::update(const DTensor& param, const DTensor& grad, ParamState& state) {
     run.template operator()<float>();
 }
 
+std::vector<std::string> SGD::buffer_names() const {
+  if (options_.momentum == 0) return {};
+  return {"momentum_buffer"};
+}
+
 }  // namespace dtensor::optim

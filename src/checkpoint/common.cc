@@ -1,0 +1,94 @@
+#include "checkpoint/common.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "comm/backend.h"
+#include "dtensor/error.h"
+
+namespace dtensor::checkpoint::detail {
+
+namespace {
+FaultHook& hook() {
+  static FaultHook h;
+  return h;
+}
+}  // namespace
+
+void set_save_fault_hook(FaultHook h) { hook() = std::move(h); }
+
+void fault_point(const char* point, int rank) {
+  if (hook()) hook()(point, rank);
+}
+
+World world_of(const StateDict& state, const std::optional<World>& given, const char* op) {
+  // The first DTensor's world (or the given one); the rest must match it.
+  const World* world = given ? &*given : nullptr;
+  std::string first;
+  for (const auto& [name, entry] : state) {
+    const auto* d = std::get_if<DTensor>(&entry);
+    if (d == nullptr || !d->defined()) continue;
+    const World& w = d->mesh().world();
+    if (world == nullptr) {
+      world = &w;
+      first = name;
+    } else {
+      DT_CHECK(*world == w, op, ": DTensor '", name, "' lives on another world than ",
+               first.empty() ? std::string("the options' world") : "'" + first + "'",
+               "; a checkpoint is saved and loaded by one world");
+    }
+  }
+  DT_CHECK(world != nullptr, op,
+           ": the state has no DTensor, so it does not say which world's ranks take part; "
+           "give one in the options (world = ...)");
+  return *world;
+}
+
+std::vector<int64_t> all_gather_values(const World& world, const std::vector<int64_t>& counts,
+                                       const std::function<std::vector<int64_t>(int)>& mine) {
+  const DeviceMesh mesh(world, Shape{world.size()});
+  LocalTensor local;
+  for (int r : world.held_ranks()) {
+    std::vector<int64_t> v = mine(r);
+    DT_CHECK(static_cast<int64_t>(v.size()) == counts[static_cast<size_t>(r)],
+             "checkpoint: internal error: rank ", r, " gives ", v.size(), " values, expected ",
+             counts[static_cast<size_t>(r)]);
+    local.set(r, Tensor::from_vector(v, Shape{static_cast<int64_t>(v.size())}));
+  }
+  const LocalTensor all = world.backend().all_gather(local, mesh, 0, 0);
+  return all.shard(world.held_ranks().front()).to_vector<int64_t>();
+}
+
+std::vector<int64_t> gather_status(const World& world,
+                                   const std::function<int64_t(int)>& status) {
+  const std::vector<int64_t> ones(static_cast<size_t>(world.size()), 1);
+  return all_gather_values(world, ones, [&](int r) { return std::vector<int64_t>{status(r)}; });
+}
+
+void throw_if_failed(const std::vector<int64_t>& status, const std::string& message,
+                     const char* op, const std::string& stage, const std::string& suffix) {
+  if (std::all_of(status.begin(), status.end(), [](int64_t s) { return s == 0; })) return;
+  if (!message.empty()) DT_THROW(message, suffix);
+  std::ostringstream failed;
+  for (size_t r = 0; r < status.size(); ++r)
+    if (status[r] != 0) failed << (failed.tellp() > 0 ? ", " : "") << r;
+  DT_THROW(op, ": rank(s) ", failed.str(), " failed while ", stage,
+           " (their messages say why)", suffix);
+}
+
+Box box_of(const DTensorSpec& spec, int rank) {
+  const std::optional<ShardExtent> e = spec.extent_of_rank(rank);
+  DT_CHECK(e.has_value(), "checkpoint: internal error: rank ", rank, " is not in the mesh");
+  return Box{e->global_offset, e->local_shape};
+}
+
+Box whole(const Shape& shape) { return Box{Shape(shape.size(), 0), shape}; }
+
+std::string normalize_dir(const std::string& dir) {
+  DT_CHECK(!dir.empty(), "checkpoint: the directory is empty (expected a path)");
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  return d;
+}
+
+}  // namespace dtensor::checkpoint::detail

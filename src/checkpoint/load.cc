@@ -1,0 +1,237 @@
+// checkpoint::load: every process reads metadata.json, checks the state
+// against it, then each held rank reads the intersections of the saved
+// chunks with the box its target layout holds, straight into its shard.
+// No rank materialises more than its own shard (plus one checksum block of
+// scratch), whatever the saved layout was: resharding is box arithmetic.
+#include <algorithm>
+#include <map>
+#include <memory>
+
+#include "checkpoint/chunk_io.h"
+#include "checkpoint/common.h"
+#include "checkpoint/file_io.h"
+#include "checkpoint/metadata.h"
+#include "dtensor/error.h"
+
+namespace dtensor::checkpoint {
+
+namespace {
+
+using detail::Box;
+
+// The data files of one checkpoint, opened once per process on first use.
+class Files {
+ public:
+  explicit Files(std::string dir, const Metadata& md) : dir_(std::move(dir)), md_(md) {}
+
+  const detail::File& get(const std::string& name) {
+    auto it = open_.find(name);
+    if (it != open_.end()) return *it->second;
+    auto f = std::make_unique<detail::File>(detail::File::open_read(detail::join(dir_, name)));
+    // A file shorter than metadata.json says was truncated after it was
+    // written; say so before reading rather than at the first short read.
+    const int64_t want = md_.files.at(name);
+    DT_CHECK(f->size() >= want, "checkpoint: ", f->path(), " is truncated: it has ", f->size(),
+             " bytes, metadata.json records ", want);
+    return *open_.emplace(name, std::move(f)).first->second;
+  }
+
+ private:
+  std::string dir_;
+  const Metadata& md_;
+  std::map<std::string, std::unique_ptr<detail::File>> open_;
+};
+
+std::string chunk_what(const std::string& name, const ChunkInfo& c) {
+  return "tensor '" + name + "', chunk at " + to_string(c.offsets) + " of size " +
+         to_string(c.sizes);
+}
+
+// Fills the box `target` of tensor `name` (row-major at dst) from every
+// saved chunk that meets it.
+void read_box(Files& files, const Metadata& md, const std::string& name, const Box& target,
+              char* dst, std::vector<char>& scratch) {
+  const TensorInfo& info = md.tensors.at(name);
+  for (const ChunkInfo& c : info.chunks) {
+    const Box chunk{c.offsets, c.sizes};
+    const std::optional<Box> inner = detail::intersect(chunk, target);
+    if (!inner || inner->numel() == 0) continue;
+    const detail::ChunkSource src{&files.get(c.file), c.byte_offset, c.byte_size,
+                                  md.block_bytes,   &c.checksums,    chunk_what(name, c)};
+    detail::read_part(src, chunk, *inner, target, dst, itemsize(info.dtype), scratch);
+  }
+}
+
+// Reads `target` into `shard` (a tensor of the target's shape and the
+// saved dtype): in place when it is contiguous, else through a copy.
+void read_into(Files& files, const Metadata& md, const std::string& name, const Box& target,
+               Tensor& shard, std::vector<char>& scratch) {
+  if (target.numel() == 0) return;
+  if (shard.is_contiguous()) {
+    read_box(files, md, name, target, static_cast<char*>(shard.raw_data()), scratch);
+    shard.storage()->bump_version();
+  } else {
+    Tensor tmp = Tensor::empty(shard.shape(), shard.dtype());
+    read_box(files, md, name, target, static_cast<char*>(tmp.raw_data()), scratch);
+    shard.copy_(tmp);
+  }
+}
+
+// A Partial(sum) target holds the value on the first rank of each group
+// and zeros on the others (so the sum is the value); avg, max and min hold
+// it everywhere.
+bool holds_zeros(const DTensorSpec& spec, int rank) {
+  const std::optional<DimVector> coord = spec.mesh().coordinate(rank);
+  const Placements& p = spec.placements();
+  for (size_t d = 0; d < p.size(); ++d)
+    if (p[d].is_partial() && p[d].reduce_op() == ReduceOp::Sum && (*coord)[d] != 0) return true;
+  return false;
+}
+
+const char* kind_of(const Entry& e) {
+  if (std::holds_alternative<DTensor>(e)) return "a DTensor";
+  if (std::holds_alternative<Tensor>(e)) return "a Tensor";
+  return "a value";
+}
+
+// The state's entries against the checkpoint's: names, kinds, shapes and
+// dtypes, before a byte is read. Returns the names to load.
+std::vector<std::string> check_state(const StateDict& state, const Metadata& md,
+                                     const std::string& dir, bool strict) {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : state) {
+    const bool is_value = std::holds_alternative<Value>(entry);
+    const bool in_tensors = md.tensors.count(name) != 0;
+    const bool in_values = md.values.count(name) != 0;
+    if (!in_tensors && !in_values) {
+      DT_CHECK(!strict, "checkpoint::load: ", dir, " has no entry '", name,
+                "' (the state asks for ", kind_of(entry),
+                "); load with strict = false to leave such entries as they are");
+      continue;
+    }
+    DT_CHECK(is_value ? in_values : in_tensors, "checkpoint::load: '", name, "' is ",
+             kind_of(entry), " in the state but ", in_values ? "a value" : "a tensor", " in ",
+             dir);
+    if (!is_value) {
+      const TensorInfo& t = md.tensors.at(name);
+      Shape shape;
+      DType dtype = t.dtype;
+      bool defined = true;
+      if (const auto* d = std::get_if<DTensor>(&entry)) {
+        DT_CHECK(d->defined(), "checkpoint::load: entry '", name,
+                 "' is an empty DTensor (make it with its layout first)");
+        shape = d->shape();
+        dtype = d->dtype();
+      } else {
+        const Tensor& p = std::get<Tensor>(entry);
+        defined = p.defined();
+        if (defined) {
+          shape = p.shape();
+          dtype = p.dtype();
+        }
+      }
+      if (defined) {
+        DT_CHECK(shape == t.shape, "checkpoint::load: tensor '", name, "' has shape ",
+                 to_string(t.shape), " in ", dir, " but ", to_string(shape), " in the state");
+        DT_CHECK(dtype == t.dtype, "checkpoint::load: tensor '", name, "' is ",
+                 dtype_name(t.dtype), " in ", dir, " but ", dtype_name(dtype), " in the state");
+      }
+    }
+    names.push_back(name);
+  }
+  return names;
+}
+
+}  // namespace
+
+Metadata read_metadata(const std::string& dir_in) {
+  const std::string dir = detail::normalize_dir(dir_in);
+  const std::string path = detail::join(dir, detail::kMetadataFile);
+  if (!detail::exists(path)) {
+    DT_CHECK(!detail::exists(dir + ".partial"), "checkpoint: ", dir,
+             " is not a complete checkpoint: a save into it never finished (",
+             dir + ".partial is left from it)");
+    DT_CHECK(detail::exists(dir), "checkpoint: ", dir, " does not exist");
+    DT_THROW("checkpoint: ", dir, " is not a checkpoint: it has no ", detail::kMetadataFile);
+  }
+  const detail::File f = detail::File::open_read(path);
+  std::string text(static_cast<size_t>(f.size()), '\0');
+  f.read_at(text.data(), static_cast<int64_t>(text.size()), 0, "metadata");
+  return detail::parse_metadata(text, path);
+}
+
+void verify(const std::string& dir_in) {
+  const std::string dir = detail::normalize_dir(dir_in);
+  const Metadata md = read_metadata(dir);
+  Files files(dir, md);
+  std::vector<char> scratch;
+  for (const auto& [name, t] : md.tensors)
+    for (const ChunkInfo& c : t.chunks)
+      detail::verify_chunk({&files.get(c.file), c.byte_offset, c.byte_size, md.block_bytes,
+                            &c.checksums, chunk_what(name, c)},
+                           scratch);
+}
+
+void load(StateDict& state, const std::string& dir_in, const LoadOptions& options) {
+  const std::string dir = detail::normalize_dir(dir_in);
+  const World world = detail::world_of(state, options.world, "checkpoint::load");
+  std::string message;
+  const auto check = [&](int64_t failed, const char* stage) {
+    detail::throw_if_failed(detail::gather_status(world, [&](int) { return failed; }), message,
+                            "checkpoint::load", stage, "");
+  };
+
+  // 1. Every process reads and checks the metadata (they read the same
+  // file, but a rank must not go on to read data while another throws).
+  Metadata md;
+  std::vector<std::string> names;
+  check(detail::attempt(
+            [&] {
+              md = read_metadata(dir);
+              names = check_state(state, md, dir, options.strict);
+            },
+            message),
+        "reading metadata.json");
+
+  // 2. Each held rank reads its part of every DTensor; each process reads
+  // the plain tensors whole. A failure leaves the DTensors partly loaded.
+  Files files(dir, md);
+  std::vector<char> scratch;
+  std::map<std::string, Tensor> plain;
+  const int64_t failed = detail::attempt(
+      [&] {
+        for (const std::string& name : names) {
+          Entry& entry = state.at(name);
+          if (auto* d = std::get_if<DTensor>(&entry)) {
+            for (int r : d->mesh().ranks()) {
+              if (!world.holds(r)) continue;
+              Tensor shard = d->to_local(r);
+              if (holds_zeros(d->spec(), r)) {
+                shard.zero_();
+                continue;
+              }
+              read_into(files, md, name, detail::box_of(d->spec(), r), shard, scratch);
+            }
+          } else if (auto* p = std::get_if<Tensor>(&entry)) {
+            const TensorInfo& t = md.tensors.at(name);
+            Tensor out = p->defined() ? *p : Tensor::empty(t.shape, t.dtype);
+            read_into(files, md, name, detail::whole(t.shape), out, scratch);
+            plain[name] = out;
+          }
+        }
+      },
+      message);
+  check(failed, "reading the data files");
+
+  // 3. Every rank succeeded: plain entries take their new values.
+  for (const std::string& name : names) {
+    Entry& entry = state.at(name);
+    if (std::holds_alternative<Value>(entry)) {
+      entry = md.values.at(name);
+    } else if (auto it = plain.find(name); it != plain.end()) {
+      entry = it->second;
+    }
+  }
+}
+
+}  // namespace dtensor::checkpoint

@@ -1,0 +1,23 @@
+// metadata.json: the Metadata of checkpoint.h as JSON, and its validation
+// on the way in (a checkpoint is input: every size, offset and byte range
+// in it is checked before it is used).
+#pragma once
+
+#include <string>
+
+#include "dtensor/checkpoint.h"
+
+namespace dtensor::checkpoint::detail {
+
+inline constexpr const char* kMetadataFile = "metadata.json";
+inline constexpr const char* kFormatName = "dtensor-checkpoint";
+
+std::string to_json(const Metadata& md);
+// Parses and validates; `path` names the file in errors.
+Metadata parse_metadata(const std::string& text, const std::string& path);
+// "data-<rank>.bin"
+std::string data_file_name(int rank);
+// "int64 7", "float64[3]": a value's type and a short rendering, for inspect.
+std::string describe(const Value& v);
+
+}  // namespace dtensor::checkpoint::detail

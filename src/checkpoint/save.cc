@@ -1,0 +1,249 @@
+// checkpoint::save: plan which rank writes which chunk (each distinct
+// chunk once, bytes spread over its holders), write the data files in
+// DIR.partial, agree that every rank succeeded, then rank 0 writes
+// metadata.json and publishes the directory with one atomic rename.
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "checkpoint/chunk_io.h"
+#include "checkpoint/common.h"
+#include "checkpoint/file_io.h"
+#include "checkpoint/metadata.h"
+#include "dtensor/checked.h"
+#include "dtensor/error.h"
+
+namespace dtensor::checkpoint {
+
+namespace {
+
+using detail::Box;
+
+// Chunk starts in a data file are aligned to this many bytes.
+constexpr int64_t kAlign = 64;
+
+struct PlannedChunk {
+  Box box;
+  int writer = 0;
+  int64_t byte_offset = 0;
+  int64_t bytes = 0;
+};
+
+struct PlannedTensor {
+  std::string name;
+  DTensor dtensor;  // Partial dims reduced; undefined for a plain tensor
+  Tensor plain;
+  std::vector<PlannedChunk> chunks;
+};
+
+struct Plan {
+  std::vector<PlannedTensor> tensors;
+  std::vector<int64_t> file_bytes;   // per rank; 0: writes nothing
+  std::vector<int64_t> checksums;    // per rank: how many blocks it writes
+};
+
+int64_t blocks_of(int64_t bytes, int64_t block_bytes) {
+  return bytes / block_bytes + (bytes % block_bytes != 0 ? 1 : 0);
+}
+
+// The placements with every Partial reduced: a checkpoint holds values.
+Placements without_partial(const Placements& p) {
+  Placements out = p;
+  for (Placement& q : out)
+    if (q.is_partial()) q = Replicate();
+  return out;
+}
+
+Plan make_plan(const StateDict& state, const World& world, int64_t block_bytes) {
+  Plan plan;
+  const auto n = static_cast<size_t>(world.size());
+  plan.file_bytes.assign(n, 0);
+  plan.checksums.assign(n, 0);
+  std::vector<int> all_ranks(n);
+  for (size_t r = 0; r < n; ++r) all_ranks[r] = static_cast<int>(r);
+  for (const auto& [name, entry] : state) {
+    PlannedTensor t;
+    t.name = name;
+    // Distinct boxes, each with the ranks that hold it.
+    std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, std::vector<int>> holders;
+    if (const auto* d = std::get_if<DTensor>(&entry)) {
+      DT_CHECK(d->defined(), "checkpoint::save: entry '", name, "' is an empty DTensor");
+      t.dtensor = d->spec().has_partial() ? d->redistribute(without_partial(d->placements()))
+                                          : *d;
+      for (int r : t.dtensor.mesh().ranks()) {
+        const Box b = detail::box_of(t.dtensor.spec(), r);
+        if (b.numel() > 0) holders[{b.offsets.vec(), b.sizes.vec()}].push_back(r);
+      }
+    } else if (const auto* p = std::get_if<Tensor>(&entry)) {
+      DT_CHECK(p->defined(), "checkpoint::save: entry '", name, "' is an undefined Tensor");
+      t.plain = p->contiguous();
+      const Box b = detail::whole(p->shape());
+      if (b.numel() > 0) holders[{b.offsets.vec(), b.sizes.vec()}] = all_ranks;
+    } else {
+      continue;  // a Value: metadata only
+    }
+    const DType dtype = t.dtensor.defined() ? t.dtensor.dtype() : t.plain.dtype();
+    for (const auto& [key, ranks] : holders) {
+      PlannedChunk c;
+      c.box = Box{Shape(key.first), Shape(key.second)};
+      c.bytes = checked_bytes(c.box.numel(), itemsize(dtype), "checkpoint::save");
+      // The holder that has written least so far (ties: the lowest rank).
+      c.writer = *std::min_element(ranks.begin(), ranks.end(), [&](int a, int b) {
+        const int64_t fa = plan.file_bytes[static_cast<size_t>(a)];
+        const int64_t fb = plan.file_bytes[static_cast<size_t>(b)];
+        return fa != fb ? fa < fb : a < b;
+      });
+      int64_t& end = plan.file_bytes[static_cast<size_t>(c.writer)];
+      c.byte_offset = (end + kAlign - 1) / kAlign * kAlign;
+      end = checked_add(c.byte_offset, c.bytes, "checkpoint::save");
+      plan.checksums[static_cast<size_t>(c.writer)] += blocks_of(c.bytes, block_bytes);
+      t.chunks.push_back(std::move(c));
+    }
+    plan.tensors.push_back(std::move(t));
+  }
+  return plan;
+}
+
+// Writes rank's chunks into its data file; returns their block checksums
+// in plan order.
+std::vector<int64_t> write_rank(const Plan& plan, int rank, const std::string& tmp,
+                                int64_t block_bytes) {
+  std::vector<int64_t> sums;
+  if (plan.file_bytes[static_cast<size_t>(rank)] == 0) return sums;
+  detail::File file = detail::File::create(detail::join(tmp, detail::data_file_name(rank)));
+  for (const PlannedTensor& t : plan.tensors) {
+    for (const PlannedChunk& c : t.chunks) {
+      if (c.writer != rank) continue;
+      detail::fault_point("write", rank);
+      const Tensor data = t.dtensor.defined() ? t.dtensor.to_local(rank).contiguous() : t.plain;
+      DT_CHECK(static_cast<int64_t>(data.nbytes()) == c.bytes, "checkpoint::save: internal "
+               "error: rank ", rank, "'s shard of '", t.name, "' has ", data.nbytes(),
+               " bytes, the plan ", c.bytes);
+      file.write_at(data.raw_data(), c.bytes, c.byte_offset);
+      for (uint64_t s : detail::block_checksums(data.raw_data(), c.bytes, block_bytes))
+        sums.push_back(static_cast<int64_t>(s));
+    }
+  }
+  file.resize(plan.file_bytes[static_cast<size_t>(rank)]);
+  file.sync();
+  detail::fault_point("written", rank);
+  return sums;
+}
+
+Metadata make_metadata(const StateDict& state, const Plan& plan, const World& world,
+                       int64_t block_bytes, const std::vector<int64_t>& gathered) {
+  Metadata md;
+  md.world_size = world.size();
+  md.block_bytes = block_bytes;
+  // Where each rank's checksums start in `gathered` (after its status).
+  std::vector<size_t> next(plan.checksums.size());
+  size_t at = 0;
+  for (size_t r = 0; r < plan.checksums.size(); ++r) {
+    next[r] = at + 1;
+    at += 1 + static_cast<size_t>(plan.checksums[r]);
+    if (plan.file_bytes[r] > 0)
+      md.files[detail::data_file_name(static_cast<int>(r))] = plan.file_bytes[r];
+  }
+  for (const PlannedTensor& t : plan.tensors) {
+    TensorInfo info;
+    if (t.dtensor.defined()) {
+      info.shape = t.dtensor.shape();
+      info.dtype = t.dtensor.dtype();
+      const auto& orig = std::get<DTensor>(state.at(t.name));
+      info.saved_layout = "mesh " + to_string(orig.mesh().shape()) + " placements " +
+                          to_string(orig.placements());
+    } else {
+      info.shape = t.plain.shape();
+      info.dtype = t.plain.dtype();
+    }
+    for (const PlannedChunk& c : t.chunks) {
+      ChunkInfo ci;
+      ci.offsets = c.box.offsets;
+      ci.sizes = c.box.sizes;
+      ci.file = detail::data_file_name(c.writer);
+      ci.byte_offset = c.byte_offset;
+      ci.byte_size = c.bytes;
+      size_t& k = next[static_cast<size_t>(c.writer)];
+      for (int64_t b = 0; b < blocks_of(c.bytes, block_bytes); ++b)
+        ci.checksums.push_back(static_cast<uint64_t>(gathered[k++]));
+      info.chunks.push_back(std::move(ci));
+    }
+    md.tensors[t.name] = std::move(info);
+  }
+  for (const auto& [name, entry] : state)
+    if (const auto* v = std::get_if<Value>(&entry)) md.values[name] = *v;
+  return md;
+}
+
+}  // namespace
+
+void save(const StateDict& state, const std::string& dir_in, const SaveOptions& options) {
+  const std::string dir = detail::normalize_dir(dir_in);
+  const std::string tmp = dir + ".partial";
+  const World world = detail::world_of(state, options.world, "checkpoint::save");
+  DT_CHECK(options.block_bytes >= 1 && options.block_bytes <= (int64_t{1} << 30),
+           "checkpoint::save: block_bytes ", options.block_bytes, " (expected 1 to 2^30)");
+  const int64_t bb = options.block_bytes;
+  const Plan plan = make_plan(state, world, bb);
+  const auto n = static_cast<size_t>(world.size());
+  std::string message;
+  const std::string unchanged = " (" + dir + " is unchanged)";
+  const auto check = [&](const std::vector<int64_t>& status, const char* stage) {
+    detail::throw_if_failed(status, message, "checkpoint::save", stage, unchanged);
+  };
+
+  // 1. Rank 0 clears what a crashed save left and makes DIR.partial.
+  int64_t prepared = 0;
+  if (world.holds(0))
+    prepared = detail::attempt(
+        [&] {
+          detail::fault_point("prepare", 0);
+          detail::remove_all(tmp);
+          detail::make_dirs(tmp);
+        },
+        message);
+  check(detail::gather_status(world, [&](int r) { return r == 0 ? prepared : 0; }),
+        "preparing");
+
+  // 2. Every rank writes and syncs its file; then all agree and rank 0
+  // learns the checksums.
+  std::vector<int64_t> counts(n);
+  for (size_t r = 0; r < n; ++r) counts[r] = 1 + plan.checksums[r];
+  std::map<int, std::vector<int64_t>> mine;
+  for (int r : world.held_ranks()) {
+    std::vector<int64_t> sums;
+    const int64_t failed = detail::attempt([&] { sums = write_rank(plan, r, tmp, bb); }, message);
+    sums.resize(static_cast<size_t>(plan.checksums[static_cast<size_t>(r)]), 0);
+    sums.insert(sums.begin(), failed);
+    mine[r] = std::move(sums);
+  }
+  const std::vector<int64_t> gathered =
+      detail::all_gather_values(world, counts, [&](int r) { return mine.at(r); });
+  std::vector<int64_t> status(n, 0);
+  for (size_t r = 0, at = 0; r < n; at += static_cast<size_t>(counts[r]), ++r)
+    status[r] = gathered[at];
+  const bool any_failed =
+      std::any_of(status.begin(), status.end(), [](int64_t s) { return s != 0; });
+  if (world.holds(0) && any_failed) detail::attempt([&] { detail::remove_all(tmp); }, message);
+  check(status, "writing their data files");
+
+  // 3. Rank 0 writes metadata.json last and publishes the directory.
+  int64_t published = 0;
+  if (world.holds(0))
+    published = detail::attempt(
+        [&] {
+          const std::string text = detail::to_json(make_metadata(state, plan, world, bb, gathered));
+          detail::fault_point("metadata", 0);
+          detail::File f = detail::File::create(detail::join(tmp, detail::kMetadataFile));
+          f.write_at(text.data(), static_cast<int64_t>(text.size()), 0);
+          f.sync();
+          detail::sync_dir(tmp);
+          detail::fault_point("publish", 0);
+          detail::publish_dir(tmp, dir);
+        },
+        message);
+  check(detail::gather_status(world, [&](int r) { return r == 0 ? published : 0; }),
+        "publishing");
+}
+
+}  // namespace dtensor::checkpoint

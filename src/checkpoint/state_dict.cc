@@ -1,0 +1,125 @@
+// get_state_dict / set_state_dict (torch.distributed.checkpoint.state_dict):
+// a model, its optimizer and scheduler as one StateDict whose DTensors are
+// the live tensors, so load() writes straight into them.
+#include <algorithm>
+
+#include "dtensor/checkpoint.h"
+#include "dtensor/error.h"
+#include "dtensor/nn.h"
+#include "dtensor/optim.h"
+
+namespace dtensor::checkpoint {
+
+namespace {
+
+// The same tensor: the same storage and offset on every shard this
+// process holds (copies of a parameter share them; an optimizer holds
+// copies).
+bool same_tensor(const DTensor& a, const DTensor& b) {
+  if (a.spec() != b.spec() || a.local().size() != b.local().size()) return false;
+  bool same = true;
+  a.local().for_each([&](int rank, const Tensor& t) {
+    const Tensor& u = b.to_local(rank);
+    same = same && t.storage() == u.storage() && t.raw_data() == u.raw_data();
+  });
+  return same;
+}
+
+// The model's name for each of the optimizer's parameters: the optimizer's
+// own name when it has one, else the model parameter that is the same tensor.
+std::vector<std::string> param_names(nn::Module& model, const optim::Optimizer& opt) {
+  const auto named = model.named_parameters();
+  std::vector<std::string> names;
+  for (size_t i = 0; i < opt.size(); ++i) {
+    if (!opt.name(i).empty()) {
+      names.push_back(opt.name(i));
+      continue;
+    }
+    const auto it = std::find_if(named.begin(), named.end(), [&](const auto& np) {
+      return same_tensor(*np.second, opt.params()[i]);
+    });
+    DT_CHECK(it != named.end(), "checkpoint::get_state_dict: the optimizer's parameter ", i,
+             " (", opt.params()[i].spec(), ") is none of the model's parameters; "
+             "make the optimizer after parallelizing the model, or give it named parameters");
+    names.push_back(it->first);
+  }
+  return names;
+}
+
+const Value& value_at(const StateDict& state, const std::string& key) {
+  const auto it = state.find(key);
+  DT_CHECK(it != state.end() && std::holds_alternative<Value>(it->second),
+           "checkpoint::set_state_dict: the state has no value '", key,
+           "' (expected one from get_state_dict and load)");
+  return std::get<Value>(it->second);
+}
+
+int64_t int_at(const StateDict& state, const std::string& key) {
+  const Value& v = value_at(state, key);
+  DT_CHECK(std::holds_alternative<int64_t>(v), "checkpoint::set_state_dict: '", key,
+           "' is not an integer");
+  return std::get<int64_t>(v);
+}
+
+double double_at(const StateDict& state, const std::string& key) {
+  const Value& v = value_at(state, key);
+  DT_CHECK(std::holds_alternative<double>(v), "checkpoint::set_state_dict: '", key,
+           "' is not a number");
+  return std::get<double>(v);
+}
+
+}  // namespace
+
+StateDict get_state_dict(nn::Module& model, optim::Optimizer* optimizer,
+                         optim::LRScheduler* scheduler) {
+  StateDict state;
+  for (auto& [name, p] : model.named_parameters()) state[name] = *p;
+  if (optimizer != nullptr) {
+    const std::vector<std::string> names = param_names(model, *optimizer);
+    for (size_t i = 0; i < optimizer->size(); ++i) {
+      optim::ParamState& ps = optimizer->state(i);
+      const DTensor& param = optimizer->params()[i];
+      for (const std::string& buffer : optimizer->buffer_names()) {
+        if (!ps.has(buffer)) {
+          // A fresh optimizer gets its buffers now so that load() has a
+          // place to write; set_state_dict drops them again where the
+          // loaded step count is 0 (a step makes them itself).
+          DTensor zeros = from_local(
+              [&](int rank) { return Tensor::zeros(param.to_local(rank).shape(), param.dtype()); },
+              param.mesh(), param.placements(), {.shape = param.shape()});
+          ps.buffers.emplace(buffer, zeros);
+        }
+        state["optim." + names[i] + "." + buffer] = ps.buffers.at(buffer);
+      }
+      state["optim." + names[i] + ".step"] = Value(ps.step);
+    }
+    state["optim.lr"] = Value(optimizer->lr());
+    if (optimizer->initial_lr()) state["optim.initial_lr"] = Value(*optimizer->initial_lr());
+  }
+  if (scheduler != nullptr) state["lr_scheduler.last_epoch"] = Value(scheduler->last_epoch());
+  return state;
+}
+
+void set_state_dict(const StateDict& state, nn::Module& model, optim::Optimizer* optimizer,
+                    optim::LRScheduler* scheduler) {
+  if (optimizer != nullptr) {
+    const std::vector<std::string> names = param_names(model, *optimizer);
+    for (size_t i = 0; i < optimizer->size(); ++i) {
+      optim::ParamState& ps = optimizer->state(i);
+      ps.step = int_at(state, "optim." + names[i] + ".step");
+      DT_CHECK(ps.step >= 0, "checkpoint::set_state_dict: 'optim.", names[i],
+               ".step' is negative: ", ps.step);
+      // Before its first step an optimizer has no buffers (SGD's first
+      // momentum step differs from a step with a zero buffer).
+      if (ps.step == 0) ps.buffers.clear();
+    }
+    if (state.count("optim.initial_lr") != 0)
+      optimizer->set_initial_lr(double_at(state, "optim.initial_lr"));
+    optimizer->set_lr(double_at(state, "optim.lr"));
+  }
+  // The scheduler sets the lr from its epoch, as PyTorch's does on its
+  // next step; with a scheduler the lr saved is the same number.
+  if (scheduler != nullptr) scheduler->set_last_epoch(int_at(state, "lr_scheduler.last_epoch"));
+}
+
+}  // namespace dtensor::checkpoint
