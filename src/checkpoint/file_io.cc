@@ -104,6 +104,11 @@ bool exists(const std::string& path) {
   return std::filesystem::exists(path, ec);
 }
 
+bool is_empty_dir(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec) && std::filesystem::is_empty(path, ec) && !ec;
+}
+
 void make_dirs(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

@@ -39,6 +39,8 @@ class File {
 // "dir/name".
 std::string join(const std::string& dir, const std::string& name);
 bool exists(const std::string& path);
+// A directory with no entries.
+bool is_empty_dir(const std::string& path);
 // Makes `dir` (and its parents); an existing directory is fine.
 void make_dirs(const std::string& dir);
 // Removes a file or a directory tree; a missing path is fine.

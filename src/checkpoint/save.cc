@@ -198,6 +198,13 @@ void save(const StateDict& state, const std::string& dir_in, const SaveOptions& 
     prepared = detail::attempt(
         [&] {
           detail::fault_point("prepare", 0);
+          // Publishing replaces DIR whole: never a directory that is not
+          // an earlier checkpoint (a typo must not delete a user's files).
+          DT_CHECK(!detail::exists(dir) ||
+                       detail::exists(detail::join(dir, detail::kMetadataFile)) ||
+                       detail::is_empty_dir(dir),
+                   "checkpoint::save: ", dir, " exists and is not a checkpoint (it has no ",
+                   detail::kMetadataFile, "); a save would replace it: give another directory");
           detail::remove_all(tmp);
           detail::make_dirs(tmp);
         },
