@@ -1,6 +1,7 @@
 #include "checkpoint/common.h"
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include "comm/backend.h"
@@ -57,6 +58,43 @@ std::vector<int64_t> all_gather_values(const World& world, const std::vector<int
   }
   const LocalTensor all = world.backend().all_gather(local, mesh, 0, 0);
   return all.shard(world.held_ranks().front()).to_vector<int64_t>();
+}
+
+void Failures::agree(const World& world, const std::string& suffix,
+                     const std::function<void()>& cleanup) {
+  const auto n = static_cast<size_t>(world.size());
+  const std::vector<int64_t> ones(n, 1);
+  // Each rank's message length + 1 (0: it succeeded).
+  const std::vector<int64_t> lengths = all_gather_values(world, ones, [&](int r) {
+    const auto it = messages_.find(r);
+    return std::vector<int64_t>{it == messages_.end() ? 0 : 1 + static_cast<int64_t>(it->second.size())};
+  });
+  std::vector<int> failed;
+  for (size_t r = 0; r < n; ++r)
+    if (lengths[r] != 0) failed.push_back(static_cast<int>(r));
+  if (failed.empty()) return;
+  // The lowest failed rank sends its message, 8 bytes to a value.
+  const int first = failed.front();
+  const auto length = static_cast<size_t>(lengths[static_cast<size_t>(first)] - 1);
+  std::vector<int64_t> counts(n, 0);
+  counts[static_cast<size_t>(first)] = static_cast<int64_t>((length + 7) / 8);
+  const std::vector<int64_t> packed = all_gather_values(world, counts, [&](int r) {
+    std::vector<int64_t> v(static_cast<size_t>(counts[static_cast<size_t>(r)]), 0);
+    if (r == first) std::memcpy(v.data(), messages_.at(r).data(), length);
+    return v;
+  });
+  std::string message(length, '\0');
+  std::memcpy(message.data(), packed.data(), length);
+  if (cleanup) cleanup();
+  std::ostringstream os;
+  os << message << " (on rank " << first;
+  if (failed.size() > 1) {
+    os << "; rank" << (failed.size() > 2 ? "s " : " ");
+    for (size_t i = 1; i < failed.size(); ++i) os << (i > 1 ? ", " : "") << failed[i];
+    os << " failed too";
+  }
+  os << ")" << suffix;
+  DT_THROW(os.str());
 }
 
 std::vector<int64_t> gather_status(const World& world,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,7 +24,36 @@ World world_of(const StateDict& state, const std::optional<World>& given, const 
 std::vector<int64_t> all_gather_values(const World& world, const std::vector<int64_t>& counts,
                                        const std::function<std::vector<int64_t>(int)>& mine);
 
-// Runs f; a failure becomes status 1 and its message is kept (the first).
+// The failures of the ranks this process holds in one stage of a save or
+// load, made known to every process: no rank goes on alone after another
+// failed (under MPI it would wait for it forever), and every rank throws
+// the same message in both worlds.
+class Failures {
+ public:
+  // Runs f for `rank`; an exception is recorded as that rank's failure.
+  template <class F>
+  void run(int rank, F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      messages_.emplace(rank, e.what());
+    }
+  }
+  // Collective over the world (two small all_gathers when a rank failed,
+  // one when none did). When any rank failed: runs `cleanup` (every
+  // process), then throws dtensor::Error with the lowest failed rank's
+  // message, "(on rank R; ranks ... failed too)" and `suffix`.
+  void agree(const World& world, const std::string& suffix,
+             const std::function<void()>& cleanup = nullptr);
+
+ private:
+  std::map<int, std::string> messages_;
+};
+
+// The older form of Failures (used by safetensors.cc until it moves to
+// Failures): attempt returns 1 on failure and keeps the first message;
+// gather_status gathers one status per rank; throw_if_failed throws the
+// process's own message or names the failed ranks.
 template <class F>
 int64_t attempt(F&& f, std::string& message) {
   try {
@@ -34,14 +64,7 @@ int64_t attempt(F&& f, std::string& message) {
     return 1;
   }
 }
-
-// Every held rank r gives status(r) (0: success); every process gets the
-// status of every rank. One all_gather: it doubles as a barrier.
 std::vector<int64_t> gather_status(const World& world, const std::function<int64_t(int)>& status);
-
-// Throws on every process when any rank failed, so that no rank goes on
-// alone: the process's own first message when it has one (plus `suffix`),
-// else "<op>: rank(s) 3, 5 failed while <stage> (their messages say why)".
 void throw_if_failed(const std::vector<int64_t>& status, const std::string& message,
                      const char* op, const std::string& stage, const std::string& suffix);
 

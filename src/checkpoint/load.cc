@@ -175,53 +175,44 @@ void verify(const std::string& dir_in) {
 void load(StateDict& state, const std::string& dir_in, const LoadOptions& options) {
   const std::string dir = detail::normalize_dir(dir_in);
   const World world = detail::world_of(state, options.world, "checkpoint::load");
-  std::string message;
-  const auto check = [&](int64_t failed, const char* stage) {
-    detail::throw_if_failed(detail::gather_status(world, [&](int) { return failed; }), message,
-                            "checkpoint::load", stage, "");
-  };
 
   // 1. Every process reads and checks the metadata (they read the same
   // file, but a rank must not go on to read data while another throws).
   Metadata md;
   std::vector<std::string> names;
-  check(detail::attempt(
-            [&] {
-              md = read_metadata(dir);
-              names = check_state(state, md, dir, options.strict);
-            },
-            message),
-        "reading metadata.json");
+  detail::Failures meta;
+  meta.run(world.held_ranks().front(), [&] {
+    md = read_metadata(dir);
+    names = check_state(state, md, dir, options.strict);
+  });
+  meta.agree(world, "");
 
   // 2. Each held rank reads its part of every DTensor; each process reads
   // the plain tensors whole. A failure leaves the DTensors partly loaded.
   Files files(dir, md);
   std::vector<char> scratch;
   std::map<std::string, Tensor> plain;
-  const int64_t failed = detail::attempt(
-      [&] {
-        for (const std::string& name : names) {
-          Entry& entry = state.at(name);
-          if (auto* d = std::get_if<DTensor>(&entry)) {
-            for (int r : d->mesh().ranks()) {
-              if (!world.holds(r)) continue;
-              Tensor shard = d->to_local(r);
-              if (holds_zeros(d->spec(), r)) {
-                shard.zero_();
-                continue;
-              }
-              read_into(files, md, name, detail::box_of(d->spec(), r), shard, scratch);
-            }
-          } else if (auto* p = std::get_if<Tensor>(&entry)) {
-            const TensorInfo& t = md.tensors.at(name);
-            Tensor out = p->defined() ? *p : Tensor::empty(t.shape, t.dtype);
-            read_into(files, md, name, detail::whole(t.shape), out, scratch);
-            plain[name] = out;
-          }
+  detail::Failures read;
+  for (int r : world.held_ranks())
+    read.run(r, [&] {
+      for (const std::string& name : names) {
+        Entry& entry = state.at(name);
+        if (auto* d = std::get_if<DTensor>(&entry)) {
+          if (!d->mesh().contains(r)) continue;
+          Tensor shard = d->to_local(r);
+          if (holds_zeros(d->spec(), r))
+            shard.zero_();
+          else
+            read_into(files, md, name, detail::box_of(d->spec(), r), shard, scratch);
+        } else if (auto* p = std::get_if<Tensor>(&entry); p != nullptr && r == world.held_ranks().front()) {
+          const TensorInfo& t = md.tensors.at(name);
+          Tensor out = p->defined() ? *p : Tensor::empty(t.shape, t.dtype);
+          read_into(files, md, name, detail::whole(t.shape), out, scratch);
+          plain[name] = out;
         }
-      },
-      message);
-  check(failed, "reading the data files");
+      }
+    });
+  read.agree(world, " (the state's DTensors may be partly loaded)");
 
   // 3. Every rank succeeded: plain entries take their new values.
   for (const std::string& name : names) {

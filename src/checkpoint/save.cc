@@ -135,12 +135,12 @@ Metadata make_metadata(const StateDict& state, const Plan& plan, const World& wo
   Metadata md;
   md.world_size = world.size();
   md.block_bytes = block_bytes;
-  // Where each rank's checksums start in `gathered` (after its status).
+  // Where each rank's checksums start in `gathered` (rank order).
   std::vector<size_t> next(plan.checksums.size());
   size_t at = 0;
   for (size_t r = 0; r < plan.checksums.size(); ++r) {
-    next[r] = at + 1;
-    at += 1 + static_cast<size_t>(plan.checksums[r]);
+    next[r] = at;
+    at += static_cast<size_t>(plan.checksums[r]);
     if (plan.file_bytes[r] > 0)
       md.files[detail::data_file_name(static_cast<int>(r))] = plan.file_bytes[r];
   }
@@ -186,71 +186,55 @@ void save(const StateDict& state, const std::string& dir_in, const SaveOptions& 
   const int64_t bb = options.block_bytes;
   const Plan plan = make_plan(state, world, bb);
   const auto n = static_cast<size_t>(world.size());
-  std::string message;
-  const std::string unchanged = " (" + dir + " is unchanged)";
-  const auto check = [&](const std::vector<int64_t>& status, const char* stage) {
-    detail::throw_if_failed(status, message, "checkpoint::save", stage, unchanged);
-  };
+  const std::string unchanged = "; " + dir + " is unchanged";
 
   // 1. Rank 0 clears what a crashed save left and makes DIR.partial.
-  int64_t prepared = 0;
+  detail::Failures prepare;
   if (world.holds(0))
-    prepared = detail::attempt(
-        [&] {
-          detail::fault_point("prepare", 0);
-          // Publishing replaces DIR whole: never a directory that is not
-          // an earlier checkpoint (a typo must not delete a user's files).
-          DT_CHECK(!detail::exists(dir) ||
-                       detail::exists(detail::join(dir, detail::kMetadataFile)) ||
-                       detail::is_empty_dir(dir),
-                   "checkpoint::save: ", dir, " exists and is not a checkpoint (it has no ",
-                   detail::kMetadataFile, "); a save would replace it: give another directory");
-          detail::remove_all(tmp);
-          detail::make_dirs(tmp);
-        },
-        message);
-  check(detail::gather_status(world, [&](int r) { return r == 0 ? prepared : 0; }),
-        "preparing");
+    prepare.run(0, [&] {
+      detail::fault_point("prepare", 0);
+      // Publishing replaces DIR whole: never a directory that is not an
+      // earlier checkpoint (a typo must not delete a user's files).
+      DT_CHECK(!detail::exists(dir) || detail::exists(detail::join(dir, detail::kMetadataFile)) ||
+                   detail::is_empty_dir(dir),
+               "checkpoint::save: ", dir, " exists and is not a checkpoint (it has no ",
+               detail::kMetadataFile, "); a save would replace it: give another directory");
+      detail::remove_all(tmp);
+      detail::make_dirs(tmp);
+    });
+  prepare.agree(world, unchanged);
 
-  // 2. Every rank writes and syncs its file; then all agree and rank 0
-  // learns the checksums.
-  std::vector<int64_t> counts(n);
-  for (size_t r = 0; r < n; ++r) counts[r] = 1 + plan.checksums[r];
+  // 2. Every rank writes and syncs its file; all agree that every rank
+  // succeeded (else rank 0 removes DIR.partial), then rank 0 learns the
+  // checksums.
+  detail::Failures write;
   std::map<int, std::vector<int64_t>> mine;
-  for (int r : world.held_ranks()) {
-    std::vector<int64_t> sums;
-    const int64_t failed = detail::attempt([&] { sums = write_rank(plan, r, tmp, bb); }, message);
-    sums.resize(static_cast<size_t>(plan.checksums[static_cast<size_t>(r)]), 0);
-    sums.insert(sums.begin(), failed);
-    mine[r] = std::move(sums);
-  }
-  const std::vector<int64_t> gathered =
-      detail::all_gather_values(world, counts, [&](int r) { return mine.at(r); });
-  std::vector<int64_t> status(n, 0);
-  for (size_t r = 0, at = 0; r < n; at += static_cast<size_t>(counts[r]), ++r)
-    status[r] = gathered[at];
-  const bool any_failed =
-      std::any_of(status.begin(), status.end(), [](int64_t s) { return s != 0; });
-  if (world.holds(0) && any_failed) detail::attempt([&] { detail::remove_all(tmp); }, message);
-  check(status, "writing their data files");
+  for (int r : world.held_ranks())
+    write.run(r, [&] {
+      mine[r] = write_rank(plan, r, tmp, bb);
+    });
+  write.agree(world, unchanged, [&] {
+    if (world.holds(0)) detail::Failures().run(0, [&] { detail::remove_all(tmp); });
+  });
+  std::vector<int64_t> counts(n);
+  for (size_t r = 0; r < n; ++r) counts[r] = plan.checksums[r];
+  const std::vector<int64_t> sums =
+      detail::all_gather_values(world, counts, [&](int r) { return mine[r]; });
 
   // 3. Rank 0 writes metadata.json last and publishes the directory.
-  int64_t published = 0;
+  detail::Failures publish;
   if (world.holds(0))
-    published = detail::attempt(
-        [&] {
-          const std::string text = detail::to_json(make_metadata(state, plan, world, bb, gathered));
-          detail::fault_point("metadata", 0);
-          detail::File f = detail::File::create(detail::join(tmp, detail::kMetadataFile));
-          f.write_at(text.data(), static_cast<int64_t>(text.size()), 0);
-          f.sync();
-          detail::sync_dir(tmp);
-          detail::fault_point("publish", 0);
-          detail::publish_dir(tmp, dir);
-        },
-        message);
-  check(detail::gather_status(world, [&](int r) { return r == 0 ? published : 0; }),
-        "publishing");
+    publish.run(0, [&] {
+      const std::string text = detail::to_json(make_metadata(state, plan, world, bb, sums));
+      detail::fault_point("metadata", 0);
+      detail::File f = detail::File::create(detail::join(tmp, detail::kMetadataFile));
+      f.write_at(text.data(), static_cast<int64_t>(text.size()), 0);
+      f.sync();
+      detail::sync_dir(tmp);
+      detail::fault_point("publish", 0);
+      detail::publish_dir(tmp, dir);
+    });
+  publish.agree(world, unchanged);
 }
 
 }  // namespace dtensor::checkpoint
