@@ -28,6 +28,12 @@ struct TrainArgs {
   // Only the bits: each step's loss as a hex float and the fingerprint,
   // for comparing the simulated world with mpirun line by line.
   bool bits = false;
+  // Checkpoints (checkpoint.h): every save_every steps (0: never) the
+  // model, optimizer and schedule are saved to checkpoint_dir/step-N;
+  // resume names such a directory to continue from, on any mesh/scheme.
+  std::string checkpoint_dir = "checkpoints";
+  int save_every = 0;
+  std::string resume;
 };
 int run_train(const TrainArgs& args);
 

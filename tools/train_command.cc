@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "dtensor/checkpoint.h"
 #include "dtensor/debug.h"
 #include "dtensor/error.h"
 #include "dtensor/fsdp.h"
@@ -224,6 +225,61 @@ void check_train_memory(const TrainArgs& a, int64_t vocab) {
                         "give smaller --batch, --seq, --hidden or --layers");
 }
 
+// What a checkpoint of `dtensor train` holds besides the model, optimizer
+// and schedule: the step reached and the settings a resumed run must share
+// (the model's shapes, the schedule, the batches).
+struct SavedConfig {
+  static constexpr const char* kNames[] = {"--batch", "--seq",   "--hidden", "--heads", "--layers",
+                                           "vocab",   "--steps", "--warmup", "--seed"};
+  static std::vector<int64_t> of(const TrainArgs& a, int64_t vocab) {
+    return {a.batch, a.seq,   a.hidden, a.heads, a.layers,
+            vocab,   a.steps, a.warmup, static_cast<int64_t>(a.seed)};
+  }
+};
+
+checkpoint::StateDict train_state(Trainer& t, const TrainArgs& args, int64_t vocab, int64_t step) {
+  checkpoint::StateDict state =
+      checkpoint::get_state_dict(*t.model, t.optimizer.get(), t.schedule.get());
+  state["train.step"] = checkpoint::Value(step);
+  state["train.config"] = checkpoint::Value(SavedConfig::of(args, vocab));
+  state["train.lr"] = checkpoint::Value(args.lr);
+  state["train.scheme"] = checkpoint::Value(args.scheme + " on " + args.mesh);
+  return state;
+}
+
+// Loads --resume into the trainer; returns the step it continues from.
+int resume_from(Trainer& t, const TrainArgs& args, int64_t vocab) {
+  const std::string& dir = args.resume;
+  // The settings first, from the metadata alone, so that a different
+  // model is named as such rather than as a shape mismatch of a weight.
+  const checkpoint::Metadata md = checkpoint::read_metadata(dir);
+  const auto value = [&](const char* key) -> const checkpoint::Value& {
+    const auto it = md.values.find(key);
+    DT_CHECK(it != md.values.end(), "--resume ", quote(dir),
+             " is not a checkpoint of dtensor train (it has no value '", key, "')");
+    return it->second;
+  };
+  const auto* saved = std::get_if<std::vector<int64_t>>(&value("train.config"));
+  const std::vector<int64_t> mine = SavedConfig::of(args, vocab);
+  DT_CHECK(saved != nullptr && saved->size() == mine.size(), "--resume ", quote(dir),
+           ": 'train.config' is not the list this dtensor writes");
+  for (size_t i = 0; i < mine.size(); ++i)
+    DT_CHECK((*saved)[i] == mine[i], "--resume ", quote(dir), " was saved by a run with ",
+             SavedConfig::kNames[i], " ", (*saved)[i], "; this run has ", mine[i],
+             " (the model, its schedule and the batches must match; the mesh and scheme may "
+             "differ)");
+  const auto* lr = std::get_if<double>(&value("train.lr"));
+  DT_CHECK(lr != nullptr && *lr == args.lr, "--resume ", quote(dir),
+           " was saved by a run with another --lr; this run has ", args.lr);
+  checkpoint::StateDict state = train_state(t, args, vocab, 0);
+  checkpoint::load(state, dir);
+  checkpoint::set_state_dict(state, *t.model, t.optimizer.get(), t.schedule.get());
+  const int64_t step = std::get<int64_t>(std::get<checkpoint::Value>(state.at("train.step")));
+  DT_CHECK(step >= 0 && step < args.steps, "--resume ", quote(dir), " is at step ", step,
+           "; --steps ", args.steps, " leaves nothing to train");
+  return static_cast<int>(step);
+}
+
 }  // namespace
 
 int run_train(const TrainArgs& args) {
@@ -260,10 +316,23 @@ int run_train(const TrainArgs& args) {
     reference = std::make_unique<Trainer>(config, *one_mesh, Scheme{}, args);
   }
 
+  // A resumed run continues the distributed training from its checkpoint;
+  // the reference trains from step 0, so that the comparison is with a
+  // training that was never interrupted.
+  int first_step = 0;
+  if (!args.resume.empty()) {
+    first_step = resume_from(trainer, args, config.vocab);
+    if (reference)
+      for (int step = 0; step < first_step; ++step)
+        reference->step(data.batch(args.batch, args.seq, args.seed, step));
+  }
+  std::vector<std::string> saved;
+  double save_ms = 0;
+
   std::vector<StepRecord> steps;
   double max_loss_diff = 0;
   double max_norm_diff = 0;  // relative
-  for (int step = 0; step < args.steps; ++step) {
+  for (int step = first_step; step < args.steps; ++step) {
     const TextData::Batch batch = data.batch(args.batch, args.seq, args.seed, step);
     StepRecord r;
     {
@@ -288,10 +357,18 @@ int run_train(const TrainArgs& args) {
           max_norm_diff, std::abs(r.grad_norm - want.grad_norm) / std::max(want.grad_norm, 1e-30));
     }
     steps.push_back(r);
+    if (args.save_every > 0 && (step + 1) % args.save_every == 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::string dir = args.checkpoint_dir + "/step-" + std::to_string(step + 1);
+      checkpoint::save(train_state(trainer, args, config.vocab, step + 1), dir);
+      save_ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      saved.push_back(dir);
+    }
   }
 
   // The final parameters against the reference's, by name.
-  Fingerprint fingerprint;
+  Fingerprint fingerprint, param_bits;
   for (const StepRecord& r : steps) fingerprint.add(&r.loss, sizeof r.loss);
   double max_param_diff = 0;
   std::string worst_param;
@@ -299,6 +376,7 @@ int run_train(const TrainArgs& args) {
   for (size_t i = 0; i < params.size(); ++i) {
     const Tensor full = params[i].full_tensor();
     fingerprint.add(full);
+    param_bits.add(full);
     if (!reference) continue;
     const Tensor want = reference->optimizer->params()[i].full_tensor();
     const double diff = max_abs_diff(full, want);
@@ -329,8 +407,9 @@ int run_train(const TrainArgs& args) {
     for (size_t i = 0; i < steps.size(); ++i) {
       char buf[64];
       std::snprintf(buf, sizeof buf, "%a", steps[i].loss);
-      std::cout << "step " << i + 1 << " loss " << buf << "\n";
+      std::cout << "step " << first_step + i + 1 << " loss " << buf << "\n";
     }
+    std::cout << "parameters " << hex(param_bits.h) << "\n";
     std::cout << "fingerprint " << hex(fingerprint.h) << "\n";
     return verified ? 0 : 1;
   }
@@ -344,9 +423,13 @@ int run_train(const TrainArgs& args) {
     j["scheme"] = args.scheme;
     j["sequence_parallel"] = args.sequence_parallel;
     j["parameters"] = numel;
+    j["first_step"] = first_step;
+    if (!args.resume.empty()) j["resumed_from"] = args.resume;
+    j["checkpoints"] = saved;
     nlohmann::ordered_json js = nlohmann::ordered_json::array();
     for (const StepRecord& r : steps) {
       nlohmann::ordered_json s;
+      s["step"] = first_step + static_cast<int64_t>(js.size()) + 1;
       s["loss"] = r.loss;
       if (reference) s["reference_loss"] = r.reference;
       s["grad_norm"] = r.grad_norm;
@@ -386,7 +469,11 @@ int run_train(const TrainArgs& args) {
      << " steps, then cosine to 10%), weight decay 0.01"
      << (args.clip > 0 ? ", gradient norm clipped to " + std::to_string(args.clip).substr(0, 4)
                        : "")
-     << "\n\n";
+     << "\n";
+  if (!args.resume.empty())
+    os << "  resumed from " << args.resume << " at step " << first_step
+       << (reference ? " (the one-process reference trained from step 0)" : "") << "\n";
+  os << "\n";
 
   os << "Parameters (blocks after 0 are laid out like block 0): placements per mesh dim\n";
   for (size_t i = 0; i < params.size(); ++i) {
@@ -408,10 +495,11 @@ int run_train(const TrainArgs& args) {
   for (size_t i = 0; i < steps.size(); ++i) {
     const bool show =
         i == 0 || i + 1 == steps.size() ||
-        (args.print_every > 0 && (i + 1) % static_cast<size_t>(args.print_every) == 0);
+        (args.print_every > 0 &&
+         (static_cast<size_t>(first_step) + i + 1) % static_cast<size_t>(args.print_every) == 0);
     if (!show) continue;
     const StepRecord& r = steps[i];
-    os << "  " << std::left << std::setw(6) << i + 1 << std::right << std::fixed
+    os << "  " << std::left << std::setw(6) << first_step + i + 1 << std::right << std::fixed
        << std::setprecision(4) << std::setw(10) << r.loss;
     if (reference)
       os << std::setw(12) << r.reference << std::scientific << std::setprecision(1) << std::setw(10)
@@ -439,7 +527,12 @@ int run_train(const TrainArgs& args) {
     }
     if (!any) os << " none";
   }
-  os << "\n\n";
+  os << "\n";
+  if (!saved.empty())
+    os << "  checkpoints: " << saved.size() << " saved (" << saved.front()
+       << (saved.size() > 1 ? " ... " + saved.back() : "") << "), " << std::setprecision(1)
+       << save_ms / static_cast<double>(saved.size()) << " ms each\n";
+  os << "\n";
 
   // The reference first so that the distributed run's marks show on top
   // (where the two agree to the chart's resolution, only '*' is seen).
