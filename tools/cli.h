@@ -90,4 +90,14 @@ struct PlanArgs {
 };
 int run_plan(const PlanArgs& args);
 
+struct CheckpointInspectArgs {
+  std::string dir;
+  bool chunks = false;     // list every chunk
+  bool no_verify = false;  // skip reading the data files
+  bool json = false;
+};
+// Exit 1 (and one line on stderr) when the checkpoint cannot be read or a
+// checksum does not match.
+int run_checkpoint_inspect(const CheckpointInspectArgs& args);
+
 }  // namespace dtensor::cli

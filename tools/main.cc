@@ -5,6 +5,7 @@
 //   demo       a tensor-parallel transformer forward pass, verified
 //   visualize  which rank holds which part of a tensor
 //   plan       the cheapest redistribution plan between two layouts
+//   checkpoint inspect: what a checkpoint directory holds, checksums verified
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -44,6 +45,14 @@ CLI::Validator int_range(int64_t lo, int64_t hi) {
         return {};
       },
       "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+// The commands, as messages list them.
+constexpr const char* kCommands = "train, demo, visualize, plan or checkpoint";
+
+bool is_command(const std::string& word) {
+  return word == "train" || word == "demo" || word == "visualize" || word == "plan" ||
+         word == "checkpoint";
 }
 
 // One of the listed words.
@@ -86,7 +95,11 @@ std::string rewrite_parse_error(const CLI::ParseError& e) {
   }
   if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
     if (!option.empty()) return "missing required option " + option;
-    if (m.rfind("A subcommand", 0) == 0) return "a command is required: train, demo, visualize or plan";
+    if (m.rfind("A subcommand", 0) == 0) return "a command is required: " + std::string(kCommands);
+    // A positional argument: "DIR is required".
+    const size_t is = m.find(" is required");
+    if (is != std::string::npos && is > 0 && m.find(' ') == is)
+      return "missing required argument " + m.substr(0, is);
   }
   if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
     const size_t colon = m.find(": ");
@@ -106,12 +119,14 @@ std::string rewrite_parse_error(const CLI::ParseError& e) {
   return m;
 }
 
-// "dtensor demo" when argv[1] is a command, else "dtensor".
+// "dtensor demo" when argv[1] is a command ("dtensor checkpoint inspect"
+// for a command of checkpoint), else "dtensor".
 std::string program_name(int argc, char** argv) {
   if (argc > 1) {
     const std::string first = argv[1];
-    if (first == "train" || first == "demo" || first == "visualize" || first == "plan")
-      return "dtensor " + first;
+    if (first == "checkpoint" && argc > 2 && std::string(argv[2]) == "inspect")
+      return "dtensor checkpoint inspect";
+    if (is_command(first)) return "dtensor " + first;
   }
   return "dtensor";
 }
@@ -165,6 +180,7 @@ int run(int argc, char** argv) {
       "  dtensor demo\n"
       "  dtensor visualize --mesh 4x2 --names dp,tp --shape 13,2 --placements 'S(0),S(0)'\n"
       "  dtensor plan --mesh 4 --shape 10,10 --from 'S(0)' --to R\n"
+      "  dtensor checkpoint inspect ckpt/step-100\n"
       "\n"
       "Guides: docs/README.md in the source tree.");
   // CLI::PositiveNumber's own message prints the largest double in full.
@@ -204,11 +220,16 @@ int run(int argc, char** argv) {
       "Prints the parameters' layouts, per step the loss, the one-process loss, the wall\n"
       "time, the collectives and bytes per rank, then a chart of the loss; writes the chart\n"
       "as an SVG file (--svg) and a fingerprint of the losses and final parameters' bits,\n"
-      "the same in the simulated world and under mpirun.\n"
+      "the same in the simulated world and under mpirun. --save-every writes checkpoints\n"
+      "(docs/checkpoint.md) that --resume continues from on another mesh or scheme; the\n"
+      "one-process reference then trains from step 0, so the resumed run is checked\n"
+      "against a training that was never interrupted.\n"
       "\n"
       "Examples:\n"
       "  dtensor train\n"
       "  dtensor train --scheme ddp+tp --mesh 2x4 --steps 50\n"
+      "  dtensor train --save-every 50          (checkpoints/step-50, step-100, step-150)\n"
+      "  dtensor train --resume checkpoints/step-100 --scheme fsdp --mesh 4\n"
       "  mpirun -np 4 dtensor train           (as root add --allow-run-as-root;\n"
       "                                        on 2 cores add --oversubscribe)\n"
       "\n"
@@ -245,6 +266,15 @@ int run(int argc, char** argv) {
   train->add_option("--seed", train_args.seed, "weights and batches")->capture_default_str();
   train->add_option("--world", train_args.world, "auto (MPI when launched by mpirun), sim or mpi")
       ->capture_default_str()->check(one_of({"auto", "sim", "mpi"}));
+  train->add_option("--save-every", train_args.save_every,
+                    "save a checkpoint every n steps into --checkpoint-dir/step-<n> (0: never)")
+      ->capture_default_str()->check(int_range(0, 1000000000));
+  train->add_option("--checkpoint-dir", train_args.checkpoint_dir,
+                    "where --save-every writes its checkpoints")
+      ->capture_default_str();
+  train->add_option("--resume", train_args.resume,
+                    "continue from a checkpoint written by --save-every (any --mesh and\n"
+                    "--scheme; the model, --steps, --lr, --warmup and --seed must match)");
   train->add_flag("--no-check", train_no_check, "do not train the one-process reference");
   train->add_option("--tolerance", train_args.tolerance,
                     "largest accepted |difference| of a loss or a parameter from one process")
@@ -424,13 +454,67 @@ int run(int argc, char** argv) {
                  "also run the plan on random data in a simulated world and check the result\n"
                  "(adds \"verified\" to the JSON; exit 1 on a mismatch)");
 
+  CheckpointInspectArgs ck;
+  auto* checkpoint = app.add_subcommand(
+      "checkpoint", "Look into a distributed checkpoint directory (checkpoint::save)");
+  checkpoint->require_subcommand(1);
+  checkpoint->footer(
+      "A checkpoint is a directory written by checkpoint::save: metadata.json and one\n"
+      "data file per writing rank (docs/checkpoint.md). 'dtensor checkpoint inspect DIR'\n"
+      "shows what it holds and verifies every checksum; run\n"
+      "'dtensor checkpoint inspect --help' for its options.\n"
+      "\n"
+      "Examples:\n"
+      "  dtensor checkpoint inspect ckpt/step-100\n"
+      "  dtensor checkpoint inspect ckpt/step-100 --chunks --json\n"
+      "\n"
+      "Exit status: 0 on success, 1 when the checkpoint cannot be read or is\n"
+      "corrupted, 2 on a bad argument (one line on stderr says which).");
+  auto* inspect = checkpoint->add_subcommand(
+      "inspect", "Show what a checkpoint directory holds and verify every checksum");
+  inspect->footer(
+      "Reads DIR/metadata.json and prints the format version, the number of ranks\n"
+      "that saved the checkpoint and the checksum block size; one line per tensor\n"
+      "(name, dtype, global shape, chunks, bytes, the layout it was saved from);\n"
+      "with --chunks every chunk (offsets, sizes, data file, byte range, blocks); the\n"
+      "data files and their sizes; the plain values; the total bytes. Then it reads\n"
+      "every data file and checks every block against its XXH3-64 checksum\n"
+      "(\"checksums: N blocks verified\"), unless --no-verify.\n"
+      "\n"
+      "Examples:\n"
+      "  dtensor checkpoint inspect ckpt/step-100\n"
+      "  dtensor checkpoint inspect ckpt/step-100 --chunks\n"
+      "  dtensor checkpoint inspect ckpt/step-100 --no-verify --json\n"
+      "\n"
+      "Exit status: 0 when the checkpoint is readable and every checksum matches; 1\n"
+      "when DIR is not a checkpoint, metadata.json is not valid, or a data file is\n"
+      "missing, truncated or corrupted (one line on stderr names the file and the\n"
+      "tensor); 2 on a bad argument.");
+  inspect->add_option("DIR", ck.dir, "the checkpoint directory (the DIR given to checkpoint::save)")
+      ->required();
+  inspect->add_flag("--chunks", ck.chunks,
+                    "also list every chunk: tensor, offsets, sizes, data file, byte range\n"
+                    "[begin, end) in it and checksum blocks");
+  inspect->add_flag("--no-verify", ck.no_verify,
+                    "read metadata.json only: do not read the data files nor check checksums");
+  inspect->add_flag("--json", ck.json,
+                    "print JSON: dir, version, world_size, block_bytes, tensors (dtype, shape,\n"
+                    "num_chunks, bytes, saved_layout, and chunks with --chunks), files, values,\n"
+                    "total_chunks, total_bytes, file_bytes, blocks, verified (and error)");
+
   // An unknown command gets a message naming the commands (CLI11 would only
   // say that one is required).
   if (argc > 1 && argv[1][0] != '-') {
     const std::string first = argv[1];
-    if (first != "train" && first != "demo" && first != "visualize" && first != "plan") {
-      std::cerr << "dtensor: unknown command " << quote(first)
-                << "; expected train, demo, visualize or plan (see dtensor --help)\n";
+    if (!is_command(first)) {
+      std::cerr << "dtensor: unknown command " << quote(first) << "; expected " << kCommands
+                << " (see dtensor --help)\n";
+      return 2;
+    }
+    if (first == "checkpoint" && argc > 2 && argv[2][0] != '-' &&
+        std::string(argv[2]) != "inspect") {
+      std::cerr << "dtensor checkpoint: unknown command " << quote(argv[2])
+                << "; expected inspect (see dtensor checkpoint --help)\n";
       return 2;
     }
   }
@@ -439,8 +523,24 @@ int run(int argc, char** argv) {
   } catch (const CLI::Success& e) {  // --help
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    const std::string message = rewrite_parse_error(e);
-    if (message.rfind("a command is required", 0) == 0) {
+    std::string message = rewrite_parse_error(e);
+    if (inspect->parsed()) {
+      // inspect takes one positional argument, not only options.
+      if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+        const size_t at = message.rfind(" (expected options");
+        if (at != std::string::npos)
+          message = message.substr(0, at) + " (expected one DIR and the options)";
+      }
+      std::cerr << "dtensor checkpoint inspect: " << one_line(message)
+                << " (see dtensor checkpoint inspect --help)\n";
+    } else if (checkpoint->parsed()) {
+      if (message.rfind("a command is required", 0) == 0)
+        std::cerr << "dtensor checkpoint: a command is required: inspect (see dtensor checkpoint "
+                     "--help)\n";
+      else
+        std::cerr << "dtensor checkpoint: " << one_line(message)
+                  << " (see dtensor checkpoint --help)\n";
+    } else if (message.rfind("a command is required", 0) == 0) {
       std::cerr << "dtensor: " << message << " (see dtensor --help)\n";
     } else if (CLI::App* cmd = visualize->parsed() ? visualize
                         : train->parsed()   ? train
@@ -450,7 +550,7 @@ int run(int argc, char** argv) {
       std::cerr << "dtensor " << cmd->get_name() << ": " << one_line(message) << " (see dtensor "
                 << cmd->get_name() << " --help)\n";
     } else if (argc == 1) {
-      std::cerr << "dtensor: a command is required: train, demo, visualize or plan (see dtensor --help)\n";
+      std::cerr << "dtensor: a command is required: " << kCommands << " (see dtensor --help)\n";
     } else {
       std::cerr << "dtensor: " << one_line(message) << " (see dtensor --help)\n";
     }
@@ -458,6 +558,14 @@ int run(int argc, char** argv) {
   }
   // Bad input (unparsable mesh or placements, a forbidden move) is a usage
   // error: exit 2 with one line naming the subcommand.
+  if (inspect->parsed()) {
+    try {
+      return run_checkpoint_inspect(ck);
+    } catch (const dtensor::Error& e) {
+      std::cerr << "dtensor checkpoint inspect: " << one_line(e.what()) << "\n";
+      return 2;
+    }
+  }
   for (CLI::App* cmd : {train, demo, visualize, plan}) {
     if (!cmd->parsed()) continue;
     try {

@@ -294,28 +294,4 @@ Metadata parse_metadata(const std::string& text, const std::string& path) {
   return md;
 }
 
-std::string describe(const Value& v) {
-  std::ostringstream os;
-  std::visit(
-      [&](const auto& x) {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, bool>) {
-          os << "bool " << (x ? "true" : "false");
-        } else if constexpr (std::is_same_v<T, int64_t>) {
-          os << "int64 " << x;
-        } else if constexpr (std::is_same_v<T, double>) {
-          os.precision(17);
-          os << "float64 " << x;
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          os << "string \"" << x << "\"";
-        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
-          os << "int64[" << x.size() << "]";
-        } else {
-          os << "float64[" << x.size() << "]";
-        }
-      },
-      v);
-  return os.str();
-}
-
 }  // namespace dtensor::checkpoint::detail

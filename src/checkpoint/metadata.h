@@ -17,7 +17,5 @@ std::string to_json(const Metadata& md);
 Metadata parse_metadata(const std::string& text, const std::string& path);
 // "data-<rank>.bin"
 std::string data_file_name(int rank);
-// "int64 7", "float64[3]": a value's type and a short rendering, for inspect.
-std::string describe(const Value& v);
 
 }  // namespace dtensor::checkpoint::detail
