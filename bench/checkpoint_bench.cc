@@ -2,7 +2,8 @@
 // 4096, 128 MiB each) against plain I/O of the same bytes to the same disk.
 // Runs in the simulated world of 4 ranks, or one rank per process under
 // `mpirun -np 4 checkpoint_bench` (every benchmark has a fixed iteration
-// count, so the processes' collectives line up).
+// count, so the processes' collectives line up; rank 0 reports). The plain
+// runs are one stream on rank 0's process.
 //
 //   BM_PlainWrite   one file, sequential write() of a 1 GiB buffer + fsync
 //   BM_PlainRead    the same file read back with read() into a 1 GiB buffer
@@ -172,6 +173,25 @@ void BM_LoadReshard(benchmark::State& state) {
 }
 BENCHMARK(BM_LoadReshard)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Reports nothing: the processes of an MPI run other than rank 0's run
+// the same benchmarks (their collectives must line up) silently.
+class Silent : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (world().holds(0)) {
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    Silent silent;
+    benchmark::RunSpecifiedBenchmarks(&silent);
+  }
+  benchmark::Shutdown();
+  return 0;
+}
