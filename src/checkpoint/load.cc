@@ -52,6 +52,7 @@ std::string chunk_what(const std::string& name, const ChunkInfo& c) {
 void read_box(Files& files, const Metadata& md, const std::string& name, const Box& target,
               char* dst, std::vector<char>& scratch) {
   const TensorInfo& info = md.tensors.at(name);
+  int64_t covered = 0;
   for (const ChunkInfo& c : info.chunks) {
     const Box chunk{c.offsets, c.sizes};
     const std::optional<Box> inner = detail::intersect(chunk, target);
@@ -59,7 +60,13 @@ void read_box(Files& files, const Metadata& md, const std::string& name, const B
     const detail::ChunkSource src{&files.get(c.file), c.byte_offset, c.byte_size,
                                   md.block_bytes,   &c.checksums,    chunk_what(name, c)};
     detail::read_part(src, chunk, *inner, target, dst, itemsize(info.dtype), scratch);
+    covered += inner->numel();
   }
+  // The metadata's chunks cover each tensor once (checked when it was
+  // read); this is the same promise kept for the part read here.
+  DT_CHECK(covered == target.numel(), "checkpoint: tensor '", name, "': the saved chunks cover ",
+           covered, " of the ", target.numel(), " elements at ", to_string(target.offsets),
+           " of size ", to_string(target.sizes), " (metadata.json is inconsistent)");
 }
 
 // Reads `target` into `shard` (a tensor of the target's shape and the

@@ -144,7 +144,7 @@ void validate_tensor(const Reader& r, const Metadata& md, const std::string& nam
     if (c.offsets.size() != t.shape.size() || c.sizes.size() != t.shape.size())
       r.fail(cw, "offsets and sizes need " + std::to_string(t.shape.size()) + " entries");
     for (size_t d = 0; d < t.shape.size(); ++d)
-      if (c.offsets[d] + c.sizes[d] > t.shape[d] || c.offsets[d] > t.shape[d])
+      if (c.offsets[d] > t.shape[d] || c.sizes[d] > t.shape[d] - c.offsets[d])
         r.fail(cw, "reaches past the tensor's shape " + to_string(t.shape) + " on dim " +
                        std::to_string(d));
     const int64_t n = checked_numel(c.sizes, "checkpoint");
@@ -235,7 +235,10 @@ Metadata parse_metadata(const std::string& text, const std::string& path) {
                           " (this dtensor reads versions 1 to " +
                           std::to_string(kFormatVersion) + "; a newer dtensor wrote it)");
   md.version = static_cast<int>(version);
-  md.world_size = static_cast<int>(r.integer(r.field(j, "world_size", "top level"), "world_size"));
+  const int64_t world_size = r.integer(r.field(j, "world_size", "top level"), "world_size");
+  if (world_size < 1 || world_size > (int64_t{1} << 30))
+    r.fail("world_size", std::to_string(world_size) + " (expected a positive rank count)");
+  md.world_size = static_cast<int>(world_size);
   md.block_bytes = r.integer(r.field(j, "block_bytes", "top level"), "block_bytes");
   if (md.block_bytes < 1 || md.block_bytes > kMaxBlockBytes)
     r.fail("block_bytes", std::to_string(md.block_bytes) + " (expected 1 to " +
