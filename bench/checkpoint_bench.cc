@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "dtensor/checkpoint.h"
 #include "dtensor/dtensor.h"
 
@@ -173,25 +174,12 @@ void BM_LoadReshard(benchmark::State& state) {
 }
 BENCHMARK(BM_LoadReshard)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// Reports nothing: the processes of an MPI run other than rank 0's run
-// the same benchmarks (their collectives must line up) silently.
-class Silent : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  if (world().holds(0)) {
-    benchmark::RunSpecifiedBenchmarks();
-  } else {
-    Silent silent;
-    benchmark::RunSpecifiedBenchmarks(&silent);
-  }
+  dtensor::bench::run_benchmarks(world().holds(0));
   benchmark::Shutdown();
   return 0;
 }

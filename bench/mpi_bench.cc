@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "bench_util.h"
 #include "dtensor/dtensor.h"
 
 namespace {
@@ -167,13 +168,6 @@ void register_all() {
         ->Arg(kib)->Iterations(calls_for(kib))->Unit(benchmark::kMicrosecond);
 }
 
-// Rank 0 prints; the others run silently.
-class Silent : public benchmark::BenchmarkReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -184,12 +178,7 @@ int main(int argc, char** argv) {
                  w.size());
   benchmark::Initialize(&argc, argv);
   register_all();
-  if (w.rank() == 0) {
-    benchmark::RunSpecifiedBenchmarks();
-  } else {
-    Silent silent;
-    benchmark::RunSpecifiedBenchmarks(&silent);
-  }
+  dtensor::bench::run_benchmarks(w.rank() == 0);
   benchmark::Shutdown();
   return 0;
 }
