@@ -59,7 +59,8 @@ std::string fixed(double v, int digits) {
 
 }  // namespace
 
-std::string terminal_chart(const std::vector<Series>& series, int width, int height) {
+std::string terminal_chart(const std::vector<Series>& series, int width, int height,
+                           int64_t first) {
   const Range r = range_of(series);
   if (r.steps == 0) return "";
   std::vector<std::string> grid(static_cast<size_t>(height),
@@ -84,9 +85,11 @@ std::string terminal_chart(const std::vector<Series>& series, int width, int hei
        << grid[static_cast<size_t>(row)] << "\n";
   }
   os << std::string(8, ' ') << "+" << std::string(static_cast<size_t>(width), '-') << "\n";
-  const std::string last = std::to_string(r.steps);
-  os << std::string(9, ' ') << "1" << std::string(static_cast<size_t>(width) - 1 - last.size(), ' ')
-     << last << "  step\n";
+  const std::string lo = std::to_string(first);
+  const std::string last = std::to_string(first + static_cast<int64_t>(r.steps) - 1);
+  os << std::string(9, ' ') << lo
+     << std::string(static_cast<size_t>(width) - lo.size() - last.size(), ' ') << last
+     << "  step\n";
   os << std::string(9, ' ');
   for (size_t i = 0; i < series.size(); ++i)
     os << (i ? "   " : "") << series[i].mark << " " << series[i].label;
@@ -95,7 +98,7 @@ std::string terminal_chart(const std::vector<Series>& series, int width, int hei
 }
 
 std::string svg_chart(const std::vector<Series>& series, const std::string& title,
-                      const std::string& x_label, const std::string& y_label) {
+                      const std::string& x_label, const std::string& y_label, int64_t first) {
   const Range r = range_of(series);
   const double w = 720, h = 400, left = 70, right = 20, top = 40, bottom = 60;
   const double pw = w - left - right, ph = h - top - bottom;
@@ -123,7 +126,7 @@ std::string svg_chart(const std::vector<Series>& series, const std::string& titl
   for (int t = 0; t <= 4 && r.steps > 0; ++t) {
     const size_t i = (r.steps - 1) * static_cast<size_t>(t) / 4;
     os << "<text x=\"" << x_of(i) << "\" y=\"" << top + ph + 18 << "\" text-anchor=\"middle\">"
-       << i + 1 << "</text>\n";
+       << first + static_cast<int64_t>(i) << "</text>\n";
   }
   os << "<text x=\"" << left + pw / 2 << "\" y=\"" << h - 18 << "\" text-anchor=\"middle\">"
      << xml(x_label) << "</text>\n<text x=\"18\" y=\"" << top + ph / 2

@@ -3,6 +3,7 @@
 // grid of characters and the SVG a few polylines).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -10,19 +11,21 @@ namespace dtensor::cli {
 
 struct Series {
   std::string label;
-  std::vector<double> values;  // one per step, x = 1, 2, ...
+  std::vector<double> values;  // one per step, x = first, first + 1, ...
   char mark = '*';             // the terminal chart's character
   std::string color = "#1f77b4";
   bool dashed = false;
 };
 
 // A chart `width` x `height` characters of plot area with the y range on
-// the left and the steps below; where series overlap the later one shows.
-std::string terminal_chart(const std::vector<Series>& series, int width = 60, int height = 12);
+// the left and the steps below (the first value is step `first`, e.g. the
+// step after a resumed checkpoint); where series overlap the later one shows.
+std::string terminal_chart(const std::vector<Series>& series, int width = 60, int height = 12,
+                           int64_t first = 1);
 
 // A standalone SVG document (title, axes with ticks, one polyline per series
 // and a legend).
 std::string svg_chart(const std::vector<Series>& series, const std::string& title,
-                      const std::string& x_label, const std::string& y_label);
+                      const std::string& x_label, const std::string& y_label, int64_t first = 1);
 
 }  // namespace dtensor::cli

@@ -400,7 +400,8 @@ int run_train(const TrainArgs& args) {
     if (reference) series.push_back({"one process", ref_losses, 'o', "#ff7f0e", true});
     std::ofstream out(args.svg);
     DT_CHECK(out.good(), "--svg ", quote(args.svg), ": cannot write the file");
-    out << svg_chart(series, "dtensor train: next-character loss", "step", "cross-entropy");
+    out << svg_chart(series, "dtensor train: next-character loss", "step", "cross-entropy",
+                     first_step + 1);
   }
 
   if (args.bits) {
@@ -539,7 +540,7 @@ int run_train(const TrainArgs& args) {
   std::vector<Series> series;
   if (reference) series.push_back({"one process", ref_losses, 'o'});
   series.push_back({"dtensor", losses, '*'});
-  os << "Loss (cross-entropy per character):\n" << terminal_chart(series, 60, 12);
+  os << "Loss (cross-entropy per character):\n" << terminal_chart(series, 60, 12, first_step + 1);
   if (!args.svg.empty()) os << "  chart written to " << args.svg << "\n";
   os << "\n";
 
