@@ -97,23 +97,6 @@ void Failures::agree(const World& world, const std::string& suffix,
   DT_THROW(os.str());
 }
 
-std::vector<int64_t> gather_status(const World& world,
-                                   const std::function<int64_t(int)>& status) {
-  const std::vector<int64_t> ones(static_cast<size_t>(world.size()), 1);
-  return all_gather_values(world, ones, [&](int r) { return std::vector<int64_t>{status(r)}; });
-}
-
-void throw_if_failed(const std::vector<int64_t>& status, const std::string& message,
-                     const char* op, const std::string& stage, const std::string& suffix) {
-  if (std::all_of(status.begin(), status.end(), [](int64_t s) { return s == 0; })) return;
-  if (!message.empty()) DT_THROW(message, suffix);
-  std::ostringstream failed;
-  for (size_t r = 0; r < status.size(); ++r)
-    if (status[r] != 0) failed << (failed.tellp() > 0 ? ", " : "") << r;
-  DT_THROW(op, ": rank(s) ", failed.str(), " failed while ", stage,
-           " (their messages say why)", suffix);
-}
-
 Box box_of(const DTensorSpec& spec, int rank) {
   const std::optional<ShardExtent> e = spec.extent_of_rank(rank);
   DT_CHECK(e.has_value(), "checkpoint: internal error: rank ", rank, " is not in the mesh");
@@ -121,6 +104,39 @@ Box box_of(const DTensorSpec& spec, int rank) {
 }
 
 Box whole(const Shape& shape) { return Box{Shape(shape.size(), 0), shape}; }
+
+Placements without_partial(const Placements& p) {
+  Placements out = p;
+  for (Placement& q : out)
+    if (q.is_partial()) q = Replicate();
+  return out;
+}
+
+bool holds_zeros(const DTensorSpec& spec, int rank) {
+  const std::optional<DimVector> coord = spec.mesh().coordinate(rank);
+  const Placements& p = spec.placements();
+  for (size_t d = 0; d < p.size(); ++d)
+    if (p[d].is_partial() && p[d].reduce_op() == ReduceOp::Sum && (*coord)[d] != 0) return true;
+  return false;
+}
+
+void fill_shard(Tensor& shard, const std::function<void(char* data)>& fill) {
+  if (shard.numel() == 0) return;
+  if (shard.is_contiguous()) {
+    fill(static_cast<char*>(shard.raw_data()));
+    shard.storage()->bump_version();
+  } else {
+    Tensor tmp = Tensor::empty(shard.shape(), shard.dtype());
+    fill(static_cast<char*>(tmp.raw_data()));
+    shard.copy_(tmp);
+  }
+}
+
+const char* kind_of(const Entry& e) {
+  if (std::holds_alternative<DTensor>(e)) return "a DTensor";
+  if (std::holds_alternative<Tensor>(e)) return "a Tensor";
+  return "a value";
+}
 
 std::string normalize_dir(const std::string& dir) {
   DT_CHECK(!dir.empty(), "checkpoint: the directory is empty (expected a path)");

@@ -50,28 +50,28 @@ class Failures {
   std::map<int, std::string> messages_;
 };
 
-// The older form of Failures (used by safetensors.cc until it moves to
-// Failures): attempt returns 1 on failure and keeps the first message;
-// gather_status gathers one status per rank; throw_if_failed throws the
-// process's own message or names the failed ranks.
-template <class F>
-int64_t attempt(F&& f, std::string& message) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    if (message.empty()) message = e.what();
-    return 1;
-  }
-}
-std::vector<int64_t> gather_status(const World& world, const std::function<int64_t(int)>& status);
-void throw_if_failed(const std::vector<int64_t>& status, const std::string& message,
-                     const char* op, const std::string& stage, const std::string& suffix);
-
 // The box of the global tensor rank `rank` holds under `spec` (Partial
 // dims hold the whole, as Replicate does). REQUIRES: rank is in the mesh.
 Box box_of(const DTensorSpec& spec, int rank);
 Box whole(const Shape& shape);
+
+// The placements with every Partial made Replicate: a checkpoint or a
+// safetensors file holds values, so Partial tensors are reduced first.
+Placements without_partial(const Placements& p);
+
+// Whether `rank` holds zeros of a loaded value under `spec`: a Partial(sum)
+// target holds the value on coordinate 0 of each Partial(sum) mesh dim and
+// zeros elsewhere (so the sum is the value); avg, max and min hold it on
+// every rank.
+bool holds_zeros(const DTensorSpec& spec, int rank);
+
+// Fills `shard` through fill(data) of its row-major bytes: in place when
+// it is contiguous (its version counter moves, as an in-place op's), else
+// through a contiguous copy written back with copy_.
+void fill_shard(Tensor& shard, const std::function<void(char* data)>& fill);
+
+// "a DTensor", "a Tensor", "a value": for messages.
+const char* kind_of(const Entry& e);
 
 // A directory path without trailing slashes ("ckpt/step-10/" -> "ckpt/step-10").
 std::string normalize_dir(const std::string& dir);

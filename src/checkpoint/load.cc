@@ -69,38 +69,6 @@ void read_box(Files& files, const Metadata& md, const std::string& name, const B
            " of size ", to_string(target.sizes), " (metadata.json is inconsistent)");
 }
 
-// Reads `target` into `shard` (a tensor of the target's shape and the
-// saved dtype): in place when it is contiguous, else through a copy.
-void read_into(Files& files, const Metadata& md, const std::string& name, const Box& target,
-               Tensor& shard, std::vector<char>& scratch) {
-  if (target.numel() == 0) return;
-  if (shard.is_contiguous()) {
-    read_box(files, md, name, target, static_cast<char*>(shard.raw_data()), scratch);
-    shard.storage()->bump_version();
-  } else {
-    Tensor tmp = Tensor::empty(shard.shape(), shard.dtype());
-    read_box(files, md, name, target, static_cast<char*>(tmp.raw_data()), scratch);
-    shard.copy_(tmp);
-  }
-}
-
-// A Partial(sum) target holds the value on the first rank of each group
-// and zeros on the others (so the sum is the value); avg, max and min hold
-// it everywhere.
-bool holds_zeros(const DTensorSpec& spec, int rank) {
-  const std::optional<DimVector> coord = spec.mesh().coordinate(rank);
-  const Placements& p = spec.placements();
-  for (size_t d = 0; d < p.size(); ++d)
-    if (p[d].is_partial() && p[d].reduce_op() == ReduceOp::Sum && (*coord)[d] != 0) return true;
-  return false;
-}
-
-const char* kind_of(const Entry& e) {
-  if (std::holds_alternative<DTensor>(e)) return "a DTensor";
-  if (std::holds_alternative<Tensor>(e)) return "a Tensor";
-  return "a value";
-}
-
 // The state's entries against the checkpoint's: names, kinds, shapes and
 // dtypes, before a byte is read. Returns the names to load.
 std::vector<std::string> check_state(const StateDict& state, const Metadata& md,
@@ -112,12 +80,12 @@ std::vector<std::string> check_state(const StateDict& state, const Metadata& md,
     const bool in_values = md.values.count(name) != 0;
     if (!in_tensors && !in_values) {
       DT_CHECK(!strict, "checkpoint::load: ", dir, " has no entry '", name,
-                "' (the state asks for ", kind_of(entry),
+                "' (the state asks for ", detail::kind_of(entry),
                 "); load with strict = false to leave such entries as they are");
       continue;
     }
     DT_CHECK(is_value ? in_values : in_tensors, "checkpoint::load: '", name, "' is ",
-             kind_of(entry), " in the state but ", in_values ? "a value" : "a tensor", " in ",
+             detail::kind_of(entry), " in the state but ", in_values ? "a value" : "a tensor", " in ",
              dir);
     if (!is_value) {
       const TensorInfo& t = md.tensors.at(name);
@@ -207,14 +175,20 @@ void load(StateDict& state, const std::string& dir_in, const LoadOptions& option
         if (auto* d = std::get_if<DTensor>(&entry)) {
           if (!d->mesh().contains(r)) continue;
           Tensor shard = d->to_local(r);
-          if (holds_zeros(d->spec(), r))
+          if (detail::holds_zeros(d->spec(), r)) {
             shard.zero_();
-          else
-            read_into(files, md, name, detail::box_of(d->spec(), r), shard, scratch);
+          } else {
+            const Box target = detail::box_of(d->spec(), r);
+            detail::fill_shard(shard, [&](char* data) {
+              read_box(files, md, name, target, data, scratch);
+            });
+          }
         } else if (auto* p = std::get_if<Tensor>(&entry); p != nullptr && r == world.held_ranks().front()) {
           const TensorInfo& t = md.tensors.at(name);
           Tensor out = p->defined() ? *p : Tensor::empty(t.shape, t.dtype);
-          read_into(files, md, name, detail::whole(t.shape), out, scratch);
+          detail::fill_shard(out, [&](char* data) {
+            read_box(files, md, name, detail::whole(t.shape), data, scratch);
+          });
           plain[name] = out;
         }
       }

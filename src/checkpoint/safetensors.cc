@@ -10,6 +10,9 @@
 // once, spread over its holders; Partial placements reduced first; plain
 // tensors by rank 0), syncs, and after a second barrier rank 0 renames
 // PATH.partial to PATH. No rank builds a whole tensor it does not hold.
+// Each stage ends with every rank agreeing (detail::Failures): a failure
+// on any rank throws the same dtensor::Error on all, and PATH is left as
+// it was.
 //
 // Import: every process reads and validates the header (a file is input:
 // every length, offset and size is checked before it is used), checks the
@@ -338,13 +341,6 @@ ExportPlan make_header(const StateDict& state, const std::string& path) {
   return plan;
 }
 
-Placements without_partial(const Placements& p) {
-  Placements out = p;
-  for (Placement& q : out)
-    if (q.is_partial()) q = Replicate();
-  return out;
-}
-
 // Who writes what: each distinct non-empty box of a DTensor by the holder
 // that has written least so far (ties: the lowest rank); plain tensors by
 // rank 0.
@@ -376,21 +372,21 @@ void plan_writers(ExportPlan& plan, const World& world) {
   }
 }
 
-bool writes_anything(const ExportPlan& plan, const World& world) {
+bool writes_anything(const ExportPlan& plan, int rank) {
   for (const OutTensor& t : plan.tensors)
     for (const Piece& p : t.pieces)
-      if (world.holds(p.writer)) return true;
+      if (p.writer == rank) return true;
   return false;
 }
 
-// Writes this process's pieces: each run of a box at its row-major place.
-void write_pieces(const ExportPlan& plan, const World& world, Writer& file) {
+// Writes rank's pieces: each run of a box at its row-major place.
+void write_pieces(const ExportPlan& plan, int rank, Writer& file) {
   const auto data_start = static_cast<int64_t>(plan.header.size());
   for (const OutTensor& t : plan.tensors) {
     const Box all = detail::whole(t.shape);
     const auto item = itemsize(t.dtype);
     for (const Piece& p : t.pieces) {
-      if (!world.holds(p.writer)) continue;
+      if (p.writer != rank) continue;
       const Tensor data =
           t.dtensor.defined() ? t.dtensor.to_local(p.writer).contiguous() : t.plain.contiguous();
       DT_CHECK(static_cast<int64_t>(data.nbytes()) ==
@@ -585,12 +581,6 @@ Header read_header(const detail::File& f, const std::string& path) {
   return h;
 }
 
-const char* kind_of(const Entry& e) {
-  if (std::holds_alternative<DTensor>(e)) return "a DTensor";
-  if (std::holds_alternative<Tensor>(e)) return "a Tensor";
-  return "a value";
-}
-
 // The state against the header, before a byte of data is read: names,
 // kinds, dtypes, shapes, and the values decoded. Returns the names to load.
 std::vector<std::string> check_state(const StateDict& state, const Header& h,
@@ -603,11 +593,11 @@ std::vector<std::string> check_state(const StateDict& state, const Header& h,
     const bool in_meta = h.metadata.count(name) != 0;
     if (!(is_value ? in_meta : in_tensors)) {
       DT_CHECK(!(is_value ? in_tensors : in_meta), kImport, ": '", name, "' is ",
-               kind_of(entry), " in the state but ",
+               detail::kind_of(entry), " in the state but ",
                is_value ? "a tensor" : "a \"__metadata__\" string", " in ", path);
       DT_CHECK(!strict, kImport, ": ", path, " has no ",
                is_value ? "\"__metadata__\" entry" : "tensor", " '", name,
-               "' (the state asks for ", kind_of(entry),
+               "' (the state asks for ", detail::kind_of(entry),
                "); import with strict = false to leave such entries as they are");
       continue;
     }
@@ -690,30 +680,10 @@ void read_into(const detail::File& file, const Header& h, const std::string& nam
                                 nullptr,
                                 "tensor '" + name + "'"};
   const Box all = detail::whole(Shape(t.shape));
-  const auto read = [&](Tensor& dst) {
-    char* p = static_cast<char*>(dst.raw_data());
-    detail::read_part(src, all, target, target, p, itemsize(dst.dtype()), scratch);
-    if (dst.dtype() == DType::Bool) check_bools(p, target.numel(), name, path);
-  };
-  if (shard.is_contiguous()) {
-    read(shard);
-    shard.storage()->bump_version();
-  } else {
-    Tensor tmp = Tensor::empty(shard.shape(), shard.dtype());
-    read(tmp);
-    shard.copy_(tmp);
-  }
-}
-
-// As load(): a Partial(sum) target holds the value on coordinate 0 of each
-// sum-partial mesh dim and zeros elsewhere; avg, max and min hold it
-// everywhere.
-bool holds_zeros(const DTensorSpec& spec, int rank) {
-  const std::optional<DimVector> coord = spec.mesh().coordinate(rank);
-  const Placements& p = spec.placements();
-  for (size_t d = 0; d < p.size(); ++d)
-    if (p[d].is_partial() && p[d].reduce_op() == ReduceOp::Sum && (*coord)[d] != 0) return true;
-  return false;
+  detail::fill_shard(shard, [&](char* data) {
+    detail::read_part(src, all, target, target, data, itemsize(shard.dtype()), scratch);
+    if (shard.dtype() == DType::Bool) check_bools(data, target.numel(), name, path);
+  });
 }
 
 }  // namespace
@@ -723,117 +693,105 @@ void export_safetensors(const StateDict& state, const std::string& path,
   DT_CHECK(!path.empty(), kExport, ": the path is empty (expected a file name)");
   const std::string tmp = path + ".partial";
   const World world = detail::world_of(state, options.world, kExport);
-  std::string message;
-  const std::string unchanged = " (" + path + " is unchanged)";
-  const auto check = [&](int64_t failed, const char* stage) {
-    detail::throw_if_failed(detail::gather_status(world, [&](int) { return failed; }), message,
-                            kExport, stage, unchanged);
-  };
+  const std::string unchanged = "; " + path + " is unchanged";
+  const int first = world.held_ranks().front();
 
   // 1. Every process lays out the file (the same way) and checks the state.
   ExportPlan plan;
-  check(detail::attempt([&] { plan = make_header(state, path); }, message), "checking the state");
+  detail::Failures check;
+  check.run(first, [&] { plan = make_header(state, path); });
+  check.agree(world, unchanged);
 
   // 2. Partial placements are reduced (collectives, on every process), and
   // the boxes are given their writers.
   for (OutTensor& t : plan.tensors)
     if (t.dtensor.defined() && t.dtensor.spec().has_partial())
-      t.dtensor = t.dtensor.redistribute(without_partial(t.dtensor.placements()));
+      t.dtensor = t.dtensor.redistribute(detail::without_partial(t.dtensor.placements()));
   plan_writers(plan, world);
 
   // 3. Rank 0 creates PATH.partial with the header, sized to the whole file.
-  int64_t failed = 0;
+  detail::Failures create;
   if (world.holds(0))
-    failed = detail::attempt(
-        [&] {
-          detail::File f = detail::File::create(tmp);
-          f.write_at(plan.header.data(), static_cast<int64_t>(plan.header.size()), 0);
-          f.resize(plan.file_bytes);
-        },
-        message);
-  check(failed, "creating the file");
+    create.run(0, [&] {
+      detail::File f = detail::File::create(tmp);
+      f.write_at(plan.header.data(), static_cast<int64_t>(plan.header.size()), 0);
+      f.resize(plan.file_bytes);
+    });
+  create.agree(world, unchanged);
 
-  // 4. Every process writes its pieces and syncs; rank 0's process syncs
-  // the header too.
-  failed = detail::attempt(
-      [&] {
-        if (!world.holds(0) && !writes_anything(plan, world)) return;
-        Writer file(tmp);
-        write_pieces(plan, world, file);
-        file.sync();
-      },
-      message);
-  const std::vector<int64_t> status = detail::gather_status(world, [&](int) { return failed; });
-  const bool any_failed =
-      std::any_of(status.begin(), status.end(), [](int64_t s) { return s != 0; });
-  if (world.holds(0) && any_failed) detail::attempt([&] { detail::remove_all(tmp); }, message);
-  detail::throw_if_failed(status, message, kExport, "writing the file", unchanged);
+  // 4. Every rank writes its pieces; each process then syncs the file once
+  // (rank 0's process always: the header). On a failure rank 0 removes
+  // PATH.partial.
+  detail::Failures write;
+  std::optional<Writer> file;
+  for (int r : world.held_ranks())
+    write.run(r, [&] {
+      if (r != 0 && !writes_anything(plan, r)) return;
+      if (!file) file.emplace(tmp);
+      write_pieces(plan, r, *file);
+    });
+  if (file) write.run(first, [&] { file->sync(); });
+  file.reset();
+  write.agree(world, unchanged, [&] {
+    if (world.holds(0)) detail::Failures().run(0, [&] { detail::remove_all(tmp); });
+  });
 
   // 5. Rank 0 publishes the file with one atomic rename.
-  failed = 0;
+  detail::Failures publish;
   if (world.holds(0))
-    failed = detail::attempt(
-        [&] {
-          DT_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, kExport, ": cannot rename ", tmp,
-                   " to ", path, ": ", std::strerror(errno));
-          detail::sync_dir(parent_of(path));
-        },
-        message);
-  check(failed, "publishing the file");
+    publish.run(0, [&] {
+      DT_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, kExport, ": cannot rename ", tmp,
+               " to ", path, ": ", std::strerror(errno));
+      detail::sync_dir(parent_of(path));
+    });
+  publish.agree(world, unchanged);
 }
 
 void import_safetensors(StateDict& state, const std::string& path, const LoadOptions& options) {
   const World world = detail::world_of(state, options.world, kImport);
-  std::string message;
-  const auto check = [&](int64_t failed, const char* stage) {
-    detail::throw_if_failed(detail::gather_status(world, [&](int) { return failed; }), message,
-                            kImport, stage, "");
-  };
+  const int first = world.held_ranks().front();
 
-  // 1. Every process reads and checks the header and the state against it.
+  // 1. Every process reads and checks the header and the state against it
+  // (they read the same file, but a rank must not go on to read data while
+  // another throws).
   std::optional<detail::File> file;
   Header header;
   std::vector<std::string> names;
   std::map<std::string, Value> values;
-  check(detail::attempt(
-            [&] {
-              DT_CHECK(detail::exists(path), kImport, ": ", path, " does not exist");
-              file.emplace(detail::File::open_read(path));
-              header = read_header(*file, path);
-              names = check_state(state, header, path, options.strict, values);
-            },
-            message),
-        "reading the header");
+  detail::Failures check;
+  check.run(first, [&] {
+    DT_CHECK(detail::exists(path), kImport, ": ", path, " does not exist");
+    file.emplace(detail::File::open_read(path));
+    header = read_header(*file, path);
+    names = check_state(state, header, path, options.strict, values);
+  });
+  check.agree(world, "");
 
   // 2. Each held rank reads its part of every DTensor; each process reads
   // the plain tensors whole. A failure leaves the DTensors partly loaded.
   std::vector<char> scratch;
   std::map<std::string, Tensor> plain;
-  check(detail::attempt(
-            [&] {
-              for (const std::string& name : names) {
-                Entry& entry = state.at(name);
-                if (auto* d = std::get_if<DTensor>(&entry)) {
-                  for (int r : d->mesh().ranks()) {
-                    if (!world.holds(r)) continue;
-                    Tensor shard = d->to_local(r);
-                    if (holds_zeros(d->spec(), r)) {
-                      shard.zero_();
-                      continue;
-                    }
-                    read_into(*file, header, name, detail::box_of(d->spec(), r), shard,
-                              scratch, path);
-                  }
-                } else if (auto* p = std::get_if<Tensor>(&entry)) {
-                  const InTensor& t = header.tensors.at(name);
-                  Tensor out = p->defined() ? *p : Tensor::empty(Shape(t.shape), t.st->dtype);
-                  read_into(*file, header, name, detail::whole(out.shape()), out, scratch, path);
-                  plain[name] = out;
-                }
-              }
-            },
-            message),
-        "reading the data");
+  detail::Failures read;
+  for (int r : world.held_ranks())
+    read.run(r, [&] {
+      for (const std::string& name : names) {
+        Entry& entry = state.at(name);
+        if (auto* d = std::get_if<DTensor>(&entry)) {
+          if (!d->mesh().contains(r)) continue;
+          Tensor shard = d->to_local(r);
+          if (detail::holds_zeros(d->spec(), r))
+            shard.zero_();
+          else
+            read_into(*file, header, name, detail::box_of(d->spec(), r), shard, scratch, path);
+        } else if (auto* p = std::get_if<Tensor>(&entry); p != nullptr && r == first) {
+          const InTensor& t = header.tensors.at(name);
+          Tensor out = p->defined() ? *p : Tensor::empty(Shape(t.shape), t.st->dtype);
+          read_into(*file, header, name, detail::whole(out.shape()), out, scratch, path);
+          plain[name] = out;
+        }
+      }
+    });
+  read.agree(world, " (the state's DTensors may be partly loaded)");
 
   // 3. Every rank succeeded: plain entries take their new values.
   for (const std::string& name : names) {

@@ -46,14 +46,6 @@ int64_t blocks_of(int64_t bytes, int64_t block_bytes) {
   return bytes / block_bytes + (bytes % block_bytes != 0 ? 1 : 0);
 }
 
-// The placements with every Partial reduced: a checkpoint holds values.
-Placements without_partial(const Placements& p) {
-  Placements out = p;
-  for (Placement& q : out)
-    if (q.is_partial()) q = Replicate();
-  return out;
-}
-
 Plan make_plan(const StateDict& state, const World& world, int64_t block_bytes) {
   Plan plan;
   const auto n = static_cast<size_t>(world.size());
@@ -68,7 +60,7 @@ Plan make_plan(const StateDict& state, const World& world, int64_t block_bytes) 
     std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, std::vector<int>> holders;
     if (const auto* d = std::get_if<DTensor>(&entry)) {
       DT_CHECK(d->defined(), "checkpoint::save: entry '", name, "' is an empty DTensor");
-      t.dtensor = d->spec().has_partial() ? d->redistribute(without_partial(d->placements()))
+      t.dtensor = d->spec().has_partial() ? d->redistribute(detail::without_partial(d->placements()))
                                           : *d;
       for (int r : t.dtensor.mesh().ranks()) {
         const Box b = detail::box_of(t.dtensor.spec(), r);

@@ -19,6 +19,7 @@
 #include "dtensor/dtensor.h"
 #include "layout_util.h"
 #include "test_util.h"
+#include "worlds/shared_files.h"
 #include "worlds/world_util.h"
 
 using namespace dtensor;
@@ -31,36 +32,14 @@ namespace ckd = ::dtensor::checkpoint::detail;
 
 namespace {
 
-void barrier(const World& world) {
-  ckd::gather_status(world, [](int) { return int64_t{0}; });
-}
-
-// A directory every process of the world names alike (under MPI the
-// processes agree on an id drawn by the process holding rank 0).
-std::string shared_temp_dir(const World& world, const std::string& name) {
-  std::vector<int64_t> counts(static_cast<size_t>(world.size()), 0);
-  counts[0] = 1;
-  const std::vector<int64_t> id = ckd::all_gather_values(world, counts, [](int r) {
-    if (r != 0) return std::vector<int64_t>{};
-    std::random_device rd;
-    return std::vector<int64_t>{static_cast<int64_t>((uint64_t{rd()} << 32) ^ rd())};
-  });
-  return ::testing::TempDir() + "dtensor_ckpt_" + name + "_" +
-         std::to_string(static_cast<uint64_t>(id[0]));
-}
-
-// Runs f on the process holding rank 0 (a file edit), then waits for it.
-template <class F>
-void on_rank0(const World& world, F&& f) {
-  if (world.holds(0)) f();
-  barrier(world);
-}
+using dtensor::testing::barrier;
+using dtensor::testing::on_rank0;
 
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    base = shared_temp_dir(world, info->name());
+    base = dtensor::testing::shared_temp_path(world, std::string("dtensor_ckpt_") + info->name());
     on_rank0(world, [&] { fs::create_directories(base); });
   }
   void TearDown() override {
