@@ -132,6 +132,43 @@ void fill_shard(Tensor& shard, const std::function<void(char* data)>& fill) {
   }
 }
 
+void read_state(const World& world, StateDict& state, const std::vector<std::string>& names,
+                const ReadBox& read, const std::function<Tensor(const std::string&)>& new_plain,
+                const std::map<std::string, Value>& values) {
+  const int first = world.held_ranks().front();
+  std::map<std::string, Tensor> plain;
+  Failures failures;
+  for (int r : world.held_ranks())
+    failures.run(r, [&] {
+      for (const std::string& name : names) {
+        Entry& entry = state.at(name);
+        if (auto* d = std::get_if<DTensor>(&entry)) {
+          if (!d->mesh().contains(r)) continue;
+          Tensor shard = d->to_local(r);
+          if (holds_zeros(d->spec(), r)) {
+            shard.zero_();
+          } else {
+            const Box box = box_of(d->spec(), r);
+            fill_shard(shard, [&](char* data) { read(name, box, data); });
+          }
+        } else if (auto* p = std::get_if<Tensor>(&entry); p != nullptr && r == first) {
+          Tensor out = p->defined() ? *p : new_plain(name);
+          fill_shard(out, [&](char* data) { read(name, whole(out.shape()), data); });
+          plain[name] = out;
+        }
+      }
+    });
+  failures.agree(world, " (the state's DTensors may be partly loaded)");
+  for (const std::string& name : names) {
+    Entry& entry = state.at(name);
+    if (std::holds_alternative<Value>(entry)) {
+      entry = values.at(name);
+    } else if (auto it = plain.find(name); it != plain.end()) {
+      entry = it->second;
+    }
+  }
+}
+
 const char* kind_of(const Entry& e) {
   if (std::holds_alternative<DTensor>(e)) return "a DTensor";
   if (std::holds_alternative<Tensor>(e)) return "a Tensor";

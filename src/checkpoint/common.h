@@ -70,6 +70,18 @@ bool holds_zeros(const DTensorSpec& spec, int rank);
 // through a contiguous copy written back with copy_.
 void fill_shard(Tensor& shard, const std::function<void(char* data)>& fill);
 
+// The reading half of load() and import_safetensors(), once the state was
+// checked against the source: for every held rank, each DTensor named in
+// `names` gets its shard's box read through read(name, box, data) (zeros
+// where holds_zeros); each plain Tensor is read whole once per process, in
+// place when defined, else into new_plain(name). When every rank succeeded
+// (Failures::agree, `suffix` added to the error), plain entries take their
+// tensors and Value entries their `values`.
+using ReadBox = std::function<void(const std::string& name, const Box& box, char* data)>;
+void read_state(const World& world, StateDict& state, const std::vector<std::string>& names,
+                const ReadBox& read, const std::function<Tensor(const std::string&)>& new_plain,
+                const std::map<std::string, Value>& values);
+
 // "a DTensor", "a Tensor", "a value": for messages.
 const char* kind_of(const Entry& e);
 

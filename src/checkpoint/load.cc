@@ -163,47 +163,19 @@ void load(StateDict& state, const std::string& dir_in, const LoadOptions& option
   meta.agree(world, "");
 
   // 2. Each held rank reads its part of every DTensor; each process reads
-  // the plain tensors whole. A failure leaves the DTensors partly loaded.
+  // the plain tensors whole.
   Files files(dir, md);
   std::vector<char> scratch;
-  std::map<std::string, Tensor> plain;
-  detail::Failures read;
-  for (int r : world.held_ranks())
-    read.run(r, [&] {
-      for (const std::string& name : names) {
-        Entry& entry = state.at(name);
-        if (auto* d = std::get_if<DTensor>(&entry)) {
-          if (!d->mesh().contains(r)) continue;
-          Tensor shard = d->to_local(r);
-          if (detail::holds_zeros(d->spec(), r)) {
-            shard.zero_();
-          } else {
-            const Box target = detail::box_of(d->spec(), r);
-            detail::fill_shard(shard, [&](char* data) {
-              read_box(files, md, name, target, data, scratch);
-            });
-          }
-        } else if (auto* p = std::get_if<Tensor>(&entry); p != nullptr && r == world.held_ranks().front()) {
-          const TensorInfo& t = md.tensors.at(name);
-          Tensor out = p->defined() ? *p : Tensor::empty(t.shape, t.dtype);
-          detail::fill_shard(out, [&](char* data) {
-            read_box(files, md, name, detail::whole(t.shape), data, scratch);
-          });
-          plain[name] = out;
-        }
-      }
-    });
-  read.agree(world, " (the state's DTensors may be partly loaded)");
-
-  // 3. Every rank succeeded: plain entries take their new values.
-  for (const std::string& name : names) {
-    Entry& entry = state.at(name);
-    if (std::holds_alternative<Value>(entry)) {
-      entry = md.values.at(name);
-    } else if (auto it = plain.find(name); it != plain.end()) {
-      entry = it->second;
-    }
-  }
+  detail::read_state(
+      world, state, names,
+      [&](const std::string& name, const Box& box, char* data) {
+        read_box(files, md, name, box, data, scratch);
+      },
+      [&](const std::string& name) {
+        const TensorInfo& t = md.tensors.at(name);
+        return Tensor::empty(t.shape, t.dtype);
+      },
+      md.values);
 }
 
 }  // namespace dtensor::checkpoint

@@ -666,12 +666,10 @@ void check_bools(char* data, int64_t n, const std::string& name, const std::stri
            value, " (expected 0 or 1)");
 }
 
-// Reads `target` of tensor `name` into `shard` (the target's shape and
-// dtype): in place when it is contiguous, else through a copy.
-void read_into(const detail::File& file, const Header& h, const std::string& name,
-               const Box& target, Tensor& shard, std::vector<char>& scratch,
-               const std::string& path) {
-  if (target.numel() == 0) return;
+// Reads the box `target` of tensor `name` into `data` (row-major).
+void read_box(const detail::File& file, const Header& h, const std::string& name,
+              const Box& target, char* data, std::vector<char>& scratch,
+              const std::string& path) {
   const InTensor& t = h.tensors.at(name);
   const detail::ChunkSource src{&file,
                                 h.data_start + t.begin,
@@ -679,11 +677,9 @@ void read_into(const detail::File& file, const Header& h, const std::string& nam
                                 kReadBlockBytes,
                                 nullptr,
                                 "tensor '" + name + "'"};
-  const Box all = detail::whole(Shape(t.shape));
-  detail::fill_shard(shard, [&](char* data) {
-    detail::read_part(src, all, target, target, data, itemsize(shard.dtype()), scratch);
-    if (shard.dtype() == DType::Bool) check_bools(data, target.numel(), name, path);
-  });
+  detail::read_part(src, detail::whole(Shape(t.shape)), target, target, data,
+                    itemsize(t.st->dtype), scratch);
+  if (t.st->dtype == DType::Bool) check_bools(data, target.numel(), name, path);
 }
 
 }  // namespace
@@ -768,40 +764,18 @@ void import_safetensors(StateDict& state, const std::string& path, const LoadOpt
   check.agree(world, "");
 
   // 2. Each held rank reads its part of every DTensor; each process reads
-  // the plain tensors whole. A failure leaves the DTensors partly loaded.
+  // the plain tensors whole.
   std::vector<char> scratch;
-  std::map<std::string, Tensor> plain;
-  detail::Failures read;
-  for (int r : world.held_ranks())
-    read.run(r, [&] {
-      for (const std::string& name : names) {
-        Entry& entry = state.at(name);
-        if (auto* d = std::get_if<DTensor>(&entry)) {
-          if (!d->mesh().contains(r)) continue;
-          Tensor shard = d->to_local(r);
-          if (detail::holds_zeros(d->spec(), r))
-            shard.zero_();
-          else
-            read_into(*file, header, name, detail::box_of(d->spec(), r), shard, scratch, path);
-        } else if (auto* p = std::get_if<Tensor>(&entry); p != nullptr && r == first) {
-          const InTensor& t = header.tensors.at(name);
-          Tensor out = p->defined() ? *p : Tensor::empty(Shape(t.shape), t.st->dtype);
-          read_into(*file, header, name, detail::whole(out.shape()), out, scratch, path);
-          plain[name] = out;
-        }
-      }
-    });
-  read.agree(world, " (the state's DTensors may be partly loaded)");
-
-  // 3. Every rank succeeded: plain entries take their new values.
-  for (const std::string& name : names) {
-    Entry& entry = state.at(name);
-    if (std::holds_alternative<Value>(entry)) {
-      entry = values.at(name);
-    } else if (auto it = plain.find(name); it != plain.end()) {
-      entry = it->second;
-    }
-  }
+  detail::read_state(
+      world, state, names,
+      [&](const std::string& name, const Box& box, char* data) {
+        read_box(*file, header, name, box, data, scratch, path);
+      },
+      [&](const std::string& name) {
+        const InTensor& t = header.tensors.at(name);
+        return Tensor::empty(Shape(t.shape), t.st->dtype);
+      },
+      values);
 }
 
 }  // namespace dtensor::checkpoint
