@@ -96,8 +96,10 @@ class Optimizer {
   const ParamState& state(size_t index) const;
   ParamState& state(const std::string& name);
   // The buffers a step keeps per parameter ("momentum_buffer"; "exp_avg",
-  // "exp_avg_sq"), as a checkpoint needs them before the first step.
-  virtual std::vector<std::string> buffer_names() const = 0;
+  // "exp_avg_sq"), which a checkpoint makes before the first step so that
+  // a fresh optimizer can be loaded into. An optimizer of your own that
+  // returns none still has the buffers it made saved after its first step.
+  virtual std::vector<std::string> buffer_names() const { return {}; }
 
  protected:
   // Updates the shards of `param` this process holds. `grad` has the

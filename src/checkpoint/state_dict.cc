@@ -79,7 +79,12 @@ StateDict get_state_dict(nn::Module& model, optim::Optimizer* optimizer,
     for (size_t i = 0; i < optimizer->size(); ++i) {
       optim::ParamState& ps = optimizer->state(i);
       const DTensor& param = optimizer->params()[i];
-      for (const std::string& buffer : optimizer->buffer_names()) {
+      // The buffers it declares (made now when missing) and any others it holds.
+      std::vector<std::string> buffers = optimizer->buffer_names();
+      for (const auto& [buffer, value] : ps.buffers)
+        if (std::find(buffers.begin(), buffers.end(), buffer) == buffers.end())
+          buffers.push_back(buffer);
+      for (const std::string& buffer : buffers) {
         if (!ps.has(buffer)) {
           // A fresh optimizer gets its buffers now so that load() has a
           // place to write; set_state_dict drops them again where the
