@@ -85,16 +85,19 @@ StateDict get_state_dict(nn::Module& model, optim::Optimizer* optimizer,
         if (std::find(buffers.begin(), buffers.end(), buffer) == buffers.end())
           buffers.push_back(buffer);
       for (const std::string& buffer : buffers) {
-        if (!ps.has(buffer)) {
-          // A fresh optimizer gets its buffers now so that load() has a
-          // place to write; set_state_dict drops them again where the
-          // loaded step count is 0 (a step makes them itself).
-          DTensor zeros = from_local(
+        const std::string key = "optim." + names[i] + "." + buffer;
+        if (ps.has(buffer)) {
+          state[key] = ps.buffers.at(buffer);
+        } else {
+          // A buffer the optimizer has not made yet (before its first
+          // step) gets a place for load() to write, in the state dict
+          // only: the optimizer itself must stay as it is (SGD's first
+          // momentum step differs from a step with a zero buffer);
+          // set_state_dict installs it when the loaded step count says so.
+          state[key] = from_local(
               [&](int rank) { return Tensor::zeros(param.to_local(rank).shape(), param.dtype()); },
               param.mesh(), param.placements(), {.shape = param.shape()});
-          ps.buffers.emplace(buffer, zeros);
         }
-        state["optim." + names[i] + "." + buffer] = ps.buffers.at(buffer);
       }
       state["optim." + names[i] + ".step"] = Value(ps.step);
     }
@@ -115,8 +118,24 @@ void set_state_dict(const StateDict& state, nn::Module& model, optim::Optimizer*
       DT_CHECK(ps.step >= 0, "checkpoint::set_state_dict: 'optim.", names[i],
                ".step' is negative: ", ps.step);
       // Before its first step an optimizer has no buffers (SGD's first
-      // momentum step differs from a step with a zero buffer).
-      if (ps.step == 0) ps.buffers.clear();
+      // momentum step differs from a step with a zero buffer); after it,
+      // the buffers loaded into the state dict are the optimizer's.
+      if (ps.step == 0) {
+        ps.buffers.clear();
+        continue;
+      }
+      const std::string prefix = "optim." + names[i] + ".";
+      for (const auto& [key, entry] : state) {
+        const auto* buffer = std::get_if<DTensor>(&entry);
+        if (buffer == nullptr || key.rfind(prefix, 0) != 0) continue;
+        const std::string name = key.substr(prefix.size());
+        if (name.find('.') != std::string::npos) continue;  // another parameter's
+        auto it = ps.buffers.find(name);
+        if (it == ps.buffers.end())
+          ps.buffers.emplace(name, *buffer);
+        else if (!same_tensor(it->second, *buffer))
+          it->second.copy_(*buffer);
+      }
     }
     if (state.count("optim.initial_lr") != 0)
       optimizer->set_initial_lr(double_at(state, "optim.initial_lr"));
