@@ -152,12 +152,15 @@ void import_safetensors(StateDict& state, const std::string& path,
 // ("blocks.0.fc.weight"), optimizer state as "optim.<param>.<buffer>" and
 // "optim.<param>.step", the lr as "optim.lr", the scheduler's epoch as
 // "lr_scheduler.last_epoch". Buffers an optimizer has not made yet (before
-// its first step) are made here, as zeros laid out like the parameter, so
-// that a fresh optimizer can be loaded into.
+// its first step) get zeros laid out like the parameter in the returned
+// state only (the optimizer is not changed), so that a fresh optimizer can
+// be loaded into.
 StateDict get_state_dict(nn::Module& model, optim::Optimizer* optimizer = nullptr,
                          optim::LRScheduler* scheduler = nullptr);
-// Applies the plain values of `state` (steps, lr, epoch) to the optimizer
-// and scheduler; the tensors were restored in place by load().
+// Applies `state` (after load()) to the optimizer and scheduler: step
+// counts, lr, epoch, and the loaded buffers of every parameter whose step
+// count is positive (at 0 the optimizer keeps none, as before a first
+// step). Parameters and buffers that existed were restored in place.
 void set_state_dict(const StateDict& state, nn::Module& model,
                     optim::Optimizer* optimizer = nullptr,
                     optim::LRScheduler* scheduler = nullptr);
