@@ -38,6 +38,12 @@ File File::create(const std::string& path) {
   return File(fd, path);
 }
 
+File File::open_write(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  DT_CHECK(fd >= 0, "checkpoint: cannot open ", path, " for writing: ", reason());
+  return File(fd, path);
+}
+
 File::File(File&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {}
 

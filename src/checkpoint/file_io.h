@@ -14,6 +14,9 @@ class File {
   static File open_read(const std::string& path);
   // Creates (truncating) for writing.
   static File create(const std::string& path);
+  // Opens an existing file for writing, keeping its contents (several
+  // processes write their parts of one file).
+  static File open_write(const std::string& path);
   File(File&& other) noexcept;
   File& operator=(File&& other) noexcept;
   File(const File&) = delete;
