@@ -67,7 +67,8 @@ void Failures::agree(const World& world, const std::string& suffix,
   // Each rank's message length + 1 (0: it succeeded).
   const std::vector<int64_t> lengths = all_gather_values(world, ones, [&](int r) {
     const auto it = messages_.find(r);
-    return std::vector<int64_t>{it == messages_.end() ? 0 : 1 + static_cast<int64_t>(it->second.size())};
+    const int64_t length = it == messages_.end() ? 0 : static_cast<int64_t>(it->second.size()) + 1;
+    return std::vector<int64_t>{length};
   });
   std::vector<int> failed;
   for (size_t r = 0; r < n; ++r)

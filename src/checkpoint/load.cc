@@ -85,7 +85,8 @@ std::vector<std::string> check_state(const StateDict& state, const Metadata& md,
       continue;
     }
     DT_CHECK(is_value ? in_values : in_tensors, "checkpoint::load: '", name, "' is ",
-             detail::kind_of(entry), " in the state but ", in_values ? "a value" : "a tensor", " in ",
+             detail::kind_of(entry), " in the state but ", in_values ? "a value" : "a tensor",
+             " in ",
              dir);
     if (!is_value) {
       const TensorInfo& t = md.tensors.at(name);

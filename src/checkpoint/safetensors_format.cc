@@ -325,12 +325,13 @@ Header read_header(const File& f, const std::string& path) {
   int64_t at = 0;
   const std::string* prev = nullptr;
   for (const auto& [name, t] : order) {
-    if (t->begin != at)
+    if (t->begin != at) {
+      const std::string before =
+          prev ? "tensor '" + *prev + "' before it ends" : std::string("the data starts");
       invalid(path, "tensor '" + *name + "' starts at byte " + std::to_string(t->begin) +
-                        " of the data but " +
-                        (prev ? "tensor '" + *prev + "' before it ends" : std::string("the data starts")) +
-                        " at " + std::to_string(at) +
+                        " of the data but " + before + " at " + std::to_string(at) +
                         " (tensors must be contiguous: no holes, no overlaps)");
+    }
     at = t->end;
     prev = name;
   }

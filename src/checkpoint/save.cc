@@ -60,8 +60,9 @@ Plan make_plan(const StateDict& state, const World& world, int64_t block_bytes) 
     std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, std::vector<int>> holders;
     if (const auto* d = std::get_if<DTensor>(&entry)) {
       DT_CHECK(d->defined(), "checkpoint::save: entry '", name, "' is an empty DTensor");
-      t.dtensor = d->spec().has_partial() ? d->redistribute(detail::without_partial(d->placements()))
-                                          : *d;
+      t.dtensor = d->spec().has_partial()
+                      ? d->redistribute(detail::without_partial(d->placements()))
+                      : *d;
       for (int r : t.dtensor.mesh().ranks()) {
         const Box b = detail::box_of(t.dtensor.spec(), r);
         if (b.numel() > 0) holders[{b.offsets.vec(), b.sizes.vec()}].push_back(r);

@@ -125,14 +125,19 @@ TEST_F(CheckpointTest, RandomLayoutsRoundTripBitwise) {
     saved["step"] = Value(int64_t{iter});
     target["step"] = Value(int64_t{-1});
     const std::string dir = base + "/c" + std::to_string(iter);
-    save(saved, dir);
+    // Checksum blocks from a few bytes (runs straddle many blocks, read
+    // partly through scratch) to whole chunks.
+    const int64_t blocks[] = {4, 8, 24, 64, 1000, int64_t{4} << 20};
+    const SaveOptions options{.world = std::nullopt, .block_bytes = blocks[rng() % 6]};
+    save(saved, dir, options);
     load(target, dir);
     for (int k = 0; k < n; ++k) {
       const std::string name = "layer." + std::to_string(k) + ".weight";
       const DTensor& got = std::get<DTensor>(target.at(name));
       if (!takes_part(load_mesh)) continue;
       EXPECT_TRUE(equal(got.full_tensor(), fulls[static_cast<size_t>(k)]))
-          << "case " << iter << " " << name << " saved " << to_string(save_mesh.shape()) << " "
+          << "case " << iter << " block_bytes " << options.block_bytes << " " << name
+          << " saved " << to_string(save_mesh.shape()) << " "
           << to_string(std::get<DTensor>(saved.at(name)).placements()) << " loaded "
           << to_string(load_mesh.shape()) << " " << to_string(got.placements()) << " shape "
           << to_string(got.shape());
@@ -405,8 +410,9 @@ struct Training {
   }
   double step(int k) {
     const DeviceMesh& mesh = model->mesh();
-    const DTensor x = distribute_tensor(Tensor::randn({8, 6}, 100 + static_cast<uint64_t>(k)),
-                                        mesh, Placements(static_cast<size_t>(mesh.ndim()), Replicate()));
+    const Placements replicated(static_cast<size_t>(mesh.ndim()), Replicate());
+    const DTensor x =
+        distribute_tensor(Tensor::randn({8, 6}, 100 + static_cast<uint64_t>(k)), mesh, replicated);
     opt->zero_grad();
     const DTensor y = (*model)(x);
     const DTensor loss = mean(y * y);
