@@ -94,9 +94,7 @@ StateDict get_state_dict(nn::Module& model, optim::Optimizer* optimizer,
           // only: the optimizer itself must stay as it is (SGD's first
           // momentum step differs from a step with a zero buffer);
           // set_state_dict installs it when the loaded step count says so.
-          state[key] = from_local(
-              [&](int rank) { return Tensor::zeros(param.to_local(rank).shape(), param.dtype()); },
-              param.mesh(), param.placements(), {.shape = param.shape()});
+          state[key] = zeros(param.shape(), param.mesh(), param.placements(), param.dtype());
         }
       }
       state["optim." + names[i] + ".step"] = Value(ps.step);
