@@ -170,6 +170,18 @@ void read_state(const World& world, StateDict& state, const std::vector<std::str
   }
 }
 
+std::optional<TensorKind> tensor_kind(const Entry& entry, const std::string& name,
+                                      const char* op) {
+  if (const auto* d = std::get_if<DTensor>(&entry)) {
+    DT_CHECK(d->defined(), op, ": entry '", name,
+             "' is an empty DTensor (make it with its layout first)");
+    return TensorKind{d->shape(), d->dtype()};
+  }
+  const Tensor& p = std::get<Tensor>(entry);
+  if (!p.defined()) return std::nullopt;
+  return TensorKind{p.shape(), p.dtype()};
+}
+
 const char* kind_of(const Entry& e) {
   if (std::holds_alternative<DTensor>(e)) return "a DTensor";
   if (std::holds_alternative<Tensor>(e)) return "a Tensor";

@@ -82,6 +82,17 @@ void read_state(const World& world, StateDict& state, const std::vector<std::str
                 const ReadBox& read, const std::function<Tensor(const std::string&)>& new_plain,
                 const std::map<std::string, Value>& values);
 
+// The shape and dtype a tensor entry of a state must be read as: a
+// DTensor's, a defined plain Tensor's; nullopt for an undefined plain
+// Tensor (it takes whatever the source holds). Throws, naming `op` and
+// `name`, for an empty DTensor. REQUIRES: the entry is not a Value.
+struct TensorKind {
+  Shape shape;
+  DType dtype;
+};
+std::optional<TensorKind> tensor_kind(const Entry& entry, const std::string& name,
+                                      const char* op);
+
 // "a DTensor", "a Tensor", "a value": for messages.
 const char* kind_of(const Entry& e);
 

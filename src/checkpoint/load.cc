@@ -90,27 +90,13 @@ std::vector<std::string> check_state(const StateDict& state, const Metadata& md,
              dir);
     if (!is_value) {
       const TensorInfo& t = md.tensors.at(name);
-      Shape shape;
-      DType dtype = t.dtype;
-      bool defined = true;
-      if (const auto* d = std::get_if<DTensor>(&entry)) {
-        DT_CHECK(d->defined(), "checkpoint::load: entry '", name,
-                 "' is an empty DTensor (make it with its layout first)");
-        shape = d->shape();
-        dtype = d->dtype();
-      } else {
-        const Tensor& p = std::get<Tensor>(entry);
-        defined = p.defined();
-        if (defined) {
-          shape = p.shape();
-          dtype = p.dtype();
-        }
-      }
-      if (defined) {
-        DT_CHECK(shape == t.shape, "checkpoint::load: tensor '", name, "' has shape ",
-                 to_string(t.shape), " in ", dir, " but ", to_string(shape), " in the state");
-        DT_CHECK(dtype == t.dtype, "checkpoint::load: tensor '", name, "' is ",
-                 dtype_name(t.dtype), " in ", dir, " but ", dtype_name(dtype), " in the state");
+      if (const auto kind = detail::tensor_kind(entry, name, "checkpoint::load")) {
+        DT_CHECK(kind->shape == t.shape, "checkpoint::load: tensor '", name, "' has shape ",
+                 to_string(t.shape), " in ", dir, " but ", to_string(kind->shape),
+                 " in the state");
+        DT_CHECK(kind->dtype == t.dtype, "checkpoint::load: tensor '", name, "' is ",
+                 dtype_name(t.dtype), " in ", dir, " but ", dtype_name(kind->dtype),
+                 " in the state");
       }
     }
     names.push_back(name);

@@ -254,32 +254,17 @@ std::vector<std::string> check_state(const StateDict& state, const Header& h,
     const InTensor& t = h.tensors.at(name);
     DT_CHECK(t.st->has_dtype, kImport, ": tensor '", name, "' is ", t.st->name, " in ", path,
              ", a dtype dtensor does not have (it reads F32, F64, I64 and BOOL)");
-    Shape shape;
-    DType dtype = t.st->dtype;
-    bool defined = true;
-    if (const auto* d = std::get_if<DTensor>(&entry)) {
-      DT_CHECK(d->defined(), kImport, ": entry '", name,
-               "' is an empty DTensor (make it with its layout first)");
-      shape = d->shape();
-      dtype = d->dtype();
-    } else {
-      const Tensor& p = std::get<Tensor>(entry);
-      defined = p.defined();
-      if (defined) {
-        shape = p.shape();
-        dtype = p.dtype();
-      } else {
-        DT_CHECK(t.shape.size() <= static_cast<size_t>(kMaxDims), kImport, ": tensor '", name,
-                 "' has shape ", shape_text(t.shape), " in ", path, ", more than the ",
-                 kMaxDims, " dims dtensor supports");
-      }
-    }
-    if (defined) {
-      DT_CHECK(shape.vec() == t.shape, kImport, ": tensor '", name, "' has shape ",
-               shape_text(t.shape), " in ", path, " but ", to_string(shape), " in the state");
-      DT_CHECK(dtype == t.st->dtype, kImport, ": tensor '", name, "' is ", t.st->name, " (",
-               dtype_name(t.st->dtype), ") in ", path, " but ", dtype_name(dtype),
+    if (const auto kind = detail::tensor_kind(entry, name, kImport)) {
+      DT_CHECK(kind->shape.vec() == t.shape, kImport, ": tensor '", name, "' has shape ",
+               shape_text(t.shape), " in ", path, " but ", to_string(kind->shape),
                " in the state");
+      DT_CHECK(kind->dtype == t.st->dtype, kImport, ": tensor '", name, "' is ", t.st->name,
+               " (", dtype_name(t.st->dtype), ") in ", path, " but ", dtype_name(kind->dtype),
+               " in the state");
+    } else {
+      DT_CHECK(t.shape.size() <= static_cast<size_t>(kMaxDims), kImport, ": tensor '", name,
+               "' has shape ", shape_text(t.shape), " in ", path, ", more than the ", kMaxDims,
+               " dims dtensor supports");
     }
     names.push_back(name);
   }
