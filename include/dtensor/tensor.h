@@ -146,9 +146,13 @@ class Scalar {
 
 std::ostream& operator<<(std::ostream& os, const Scalar& s);
 
-// Reference-counted, 64-byte aligned, uninitialised memory. Blocks of 1 MiB
-// or more are kept in a bounded cache when freed and reused for the next
-// allocation of the same size (see release_cached_memory).
+// Reference-counted, 64-byte aligned, uninitialised memory. A freed block is
+// kept in a bounded cache and reused for the next allocation of a near size
+// (sizes are rounded up to classes, four per doubling), so results of the
+// same shape step after step cost no malloc and no fresh page faults. The
+// cache holds at most cached_memory_limit() bytes, returning the least
+// recently freed blocks to the system beyond it; it is safe to allocate on
+// one thread and free on another. Under AddressSanitizer nothing is cached.
 // A request larger than the machine's physical memory is refused with a
 // dtensor::Error naming the bytes requested and available: with Linux's
 // overcommit it would otherwise "succeed" and the process be killed later,
@@ -173,8 +177,16 @@ class Storage {
   uint64_t version_ = 0;
 };
 
-// Frees the cached large blocks of freed storages; returns the bytes released.
+// Returns every cached block of freed storages to the system; the bytes
+// released. Storages still alive are untouched.
 size_t release_cached_memory();
+// The most bytes the cache of freed storages may hold: DTENSOR_CACHE_BYTES
+// when set (a number of bytes, or with a suffix K, M or G: 512M, 2G), a
+// quarter of physical_memory_bytes() otherwise. 0 means nothing is cached.
+size_t cached_memory_limit();
+// Sets that limit, returning the least recently freed blocks to the system
+// until the cache fits. Any thread may call it at any time.
+void set_cached_memory_limit(size_t bytes);
 
 // The machine's physical memory in bytes (the most one Storage may hold).
 size_t physical_memory_bytes();

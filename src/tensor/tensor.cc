@@ -16,6 +16,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "tensor/allocator.h"
 #include "tensor/dispatch.h"
 #include "tensor/loops.h"
 
@@ -23,70 +24,15 @@ namespace dtensor {
 
 // ---- Storage ------------------------------------------------------------------
 //
-// Large blocks are cached on free and handed out again for the same size.
-// Without this every big op result is a fresh mmap whose pages fault in one
-// 4 KiB page at a time, which costs more than the arithmetic (an allocating
-// add of 16M floats took 7x a memcpy of the same bytes; with the cache it is
-// on a par). Tensor programs allocate the same sizes over and over (one
-// step's activations), so exact-size reuse hits almost always. The cache is
-// bounded, and off under AddressSanitizer so that use-after-free stays visible.
-namespace {
+// Memory comes from the caching allocator (tensor/allocator.h): a freed block
+// is kept for the next request of its size class, so a result costs neither
+// malloc's heap trimming nor fresh page faults.
 
-constexpr size_t kCacheMinBlock = size_t{1} << 20;   // cache blocks of >= 1 MiB
-constexpr size_t kCacheCapacity = size_t{1} << 30;   // at most 1 GiB held
+size_t release_cached_memory() { return detail::release_cached_blocks(); }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kCacheEnabled = false;
-#else
-constexpr bool kCacheEnabled = true;
-#endif
+size_t cached_memory_limit() { return detail::cache_limit(); }
 
-class BlockCache {
- public:
-  void* take(size_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_.find(bytes);
-    if (it == free_.end() || it->second.empty()) return nullptr;
-    void* p = it->second.back();
-    it->second.pop_back();
-    held_ -= bytes;
-    return p;
-  }
-  // Keeps p for reuse; false when the cache is full (the caller frees it).
-  bool give(void* p, size_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (held_ + bytes > kCacheCapacity) return false;
-    free_[bytes].push_back(p);
-    held_ += bytes;
-    return true;
-  }
-  size_t release() {
-    std::lock_guard<std::mutex> lock(mu_);
-    const size_t released = held_;
-    for (auto& [bytes, blocks] : free_)
-      for (void* p : blocks) std::free(p);
-    free_.clear();
-    held_ = 0;
-    return released;
-  }
-  ~BlockCache() { release(); }
-
- private:
-  std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
-  size_t held_ = 0;
-};
-
-BlockCache& block_cache() {
-  static BlockCache* cache = new BlockCache();  // never destroyed: storages may outlive statics
-  return *cache;
-}
-
-size_t rounded_size(size_t nbytes) { return (std::max<size_t>(nbytes, 1) + 63) / 64 * 64; }
-
-}  // namespace
-
-size_t release_cached_memory() { return block_cache().release(); }
+void set_cached_memory_limit(size_t bytes) { detail::set_cache_limit(bytes); }
 
 namespace {
 
@@ -150,22 +96,14 @@ Storage::Storage(size_t nbytes) : data_(nullptr), nbytes_(nbytes) {
   DT_CHECK(nbytes <= physical, "out of memory: a tensor of ", bytes_text(nbytes),
            " was requested but the machine has ", bytes_text(physical), " of physical memory (",
            bytes_text(available_memory_bytes()), " available)");
-  // 64-byte alignment suits AVX-512 loads and cache lines; aligned_alloc
-  // needs a size that is a multiple of the alignment.
-  const size_t rounded = rounded_size(nbytes);
-  if (kCacheEnabled && rounded >= kCacheMinBlock) data_ = block_cache().take(rounded);
-  if (data_ == nullptr) data_ = std::aligned_alloc(64, rounded);
+  data_ = detail::allocate(nbytes);
   if (data_ == nullptr) {
     DT_THROW("out of memory: allocating a tensor of ", bytes_text(nbytes), " failed (",
              bytes_text(available_memory_bytes()), " available)");
   }
 }
 
-Storage::~Storage() {
-  const size_t rounded = rounded_size(nbytes_);
-  if (kCacheEnabled && rounded >= kCacheMinBlock && block_cache().give(data_, rounded)) return;
-  std::free(data_);
-}
+Storage::~Storage() { detail::deallocate(data_, nbytes_); }
 
 // ---- shape helpers -------------------------------------------------------------
 
