@@ -10,6 +10,15 @@
 // first round also pays for auto-flattening registering its groups.
 // Cached: the same pairs, warmed; each iteration is one cache hit.
 //
+// BM_PlanColdSweep/4, /5: the worst case of cold planning on 4-d and 5-d
+// meshes (2x2x2x2, 2x2x2x4, 4x2x2x2, 2x2x4x4; 2x2x2x2x2, 2x2x2x2x4,
+// 4x2x2x2x2) of a simulated world of 64: 200 random valid pairs (tensor rank
+// 1-4, dims 1-64, placements S / R / P(sum) or P(avg)); each pair is planned
+// cold (cache cleared, untimed) 3 times and its fastest time kept, so that
+// the max over pairs is the slowest layout, not a scheduling hiccup of a
+// shared machine. Counters: mean_us and max_us over the pairs; the label
+// names the slowest pair.
+//
 // BM_Redistribute_PRP_to_RRR: a 16 MiB float32 DTensor on a 2x2x2 mesh with
 // placements (P, R, P) redistributed to (R, R, R): per_dim (search = false,
 // which never merges), two all_reduces of 2 ranks; unmerged (merge = false),
@@ -22,6 +31,7 @@
 // per iteration.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -158,6 +168,77 @@ void BM_PlanCached(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_PlanCached)->Unit(benchmark::kNanosecond);
+
+// The pairs of BM_PlanColdSweep on meshes of `mesh_ndim` dims (see the top).
+std::vector<SpecPair> sweep_pairs(int mesh_ndim) {
+  static World world = World::simulated(64);
+  const std::vector<Shape> shapes =
+      mesh_ndim == 4 ? std::vector<Shape>{{2, 2, 2, 2}, {2, 2, 2, 4}, {4, 2, 2, 2}, {2, 2, 4, 4}}
+                     : std::vector<Shape>{{2, 2, 2, 2, 2}, {2, 2, 2, 2, 4}, {4, 2, 2, 2, 2}};
+  std::vector<DeviceMesh> meshes;
+  for (const Shape& s : shapes) meshes.emplace_back(world, s);
+  std::mt19937_64 rng(7000 + mesh_ndim);
+  std::vector<SpecPair> out;
+  for (int attempts = 0; out.size() < 200; ++attempts) {
+    if (attempts > 100000) die("BM_PlanColdSweep: could not generate enough valid pairs");
+    const DeviceMesh& mesh = meshes[std::uniform_int_distribution<size_t>(0, meshes.size() - 1)(rng)];
+    const int64_t ndim = std::uniform_int_distribution<int64_t>(1, 4)(rng);
+    Shape shape;
+    for (int64_t d = 0; d < ndim; ++d)
+      shape.push_back(std::uniform_int_distribution<int64_t>(1, 64)(rng));
+    // Avg on some sources: sum mixed with avg is the hardest to merge.
+    const Placement partial = rng() % 4 == 0 ? Partial(ReduceOp::Avg) : Partial();
+    Placements from, to;
+    for (int m = 0; m < mesh.ndim(); ++m) {
+      Placement p = random_placement(rng, ndim);
+      from.push_back(p.is_partial() ? partial : p);
+      Placement q = random_target(rng, ndim, p);
+      if (q.is_partial()) q = from.back();
+      to.push_back(q);
+    }
+    if (from == to) continue;
+    try {
+      DTensorSpec a(mesh, from, shape, DType::Float32);
+      DTensorSpec b(mesh, to, shape, DType::Float32);
+      plan_redistribute(a, b);  // rejects illegal pairs; registers auto-flattened groups
+      out.emplace_back(std::move(a), std::move(b));
+    } catch (const Error&) {
+      continue;
+    }
+  }
+  return out;
+}
+
+void BM_PlanColdSweep(benchmark::State& state) {
+  const std::vector<SpecPair> pairs = sweep_pairs(static_cast<int>(state.range(0)));
+  double sum = 0, worst = 0;
+  std::string worst_pair;
+  for (auto _ : state) {
+    sum = worst = 0;
+    for (const SpecPair& p : pairs) {
+      double best = 1e300;
+      for (int rep = 0; rep < 3; ++rep) {
+        clear_redistribute_plan_cache();
+        const auto t0 = std::chrono::steady_clock::now();
+        auto plan = plan_redistribute(p.first, p.second);
+        const auto t1 = std::chrono::steady_clock::now();
+        benchmark::DoNotOptimize(plan.get());
+        best = std::min(best, std::chrono::duration<double, std::micro>(t1 - t0).count());
+      }
+      sum += best;
+      if (best > worst) {
+        worst = best;
+        worst_pair = p.first.mesh().to_string() + " " + to_string(p.first.shape()) + " " +
+                     to_string(p.first.placements()) + " -> " + to_string(p.second.placements());
+      }
+    }
+  }
+  state.counters["mean_us"] = sum / static_cast<double>(pairs.size());
+  state.counters["max_us"] = worst;
+  state.counters["pairs"] = static_cast<double>(pairs.size());
+  state.SetLabel("slowest: " + worst_pair);
+}
+BENCHMARK(BM_PlanColdSweep)->Arg(4)->Arg(5)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 constexpr int64_t kRows = 4096, kCols = 1024;  // float32: 16 MiB
 constexpr int64_t kGlobalBytes = kRows * kCols * static_cast<int64_t>(sizeof(float));

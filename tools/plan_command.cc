@@ -1,6 +1,7 @@
-// `dtensor plan`: the redistribution plan between two layouts, its steps and
-// estimated cost under the topology cost model; --verify also runs it on a
-// simulated world and checks the result against the original tensor.
+// `dtensor plan`: the redistribution plan between two layouts, its steps,
+// estimated cost under the topology cost model and peak memory per rank;
+// --verify also runs it on a simulated world and checks the result against
+// the original tensor.
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -150,6 +151,7 @@ nlohmann::ordered_json plan_json(const DeviceMesh& mesh, const RedistributePlan&
     }
     j["bytes"] = number_json(s.bytes);
     j["cost_us"] = s.cost_us;
+    j["peak_bytes"] = number_json(s.peak_bytes);
     steps.push_back(std::move(j));
   }
   out["steps"] = std::move(steps);
@@ -159,6 +161,9 @@ nlohmann::ordered_json plan_json(const DeviceMesh& mesh, const RedistributePlan&
                    {"all_to_all", plan.count(StepKind::AllToAll)}};
   out["groups"] = plan.groups;
   out["cost_us"] = plan.cost_us;
+  // Bytes per rank: the output, and the most any step holds live at once.
+  out["output_bytes"] = number_json(plan.output_bytes);
+  out["peak_bytes"] = number_json(plan.peak_bytes);
   return out;
 }
 

@@ -68,6 +68,10 @@ struct RedistributeStep {
   int64_t group_size = 1;
   double bytes = 0;
   double cost_us = 0;
+  // Bytes per rank live while the step runs: its input, its output and the
+  // temporaries a backend makes for it (docs/redistribution.md, "Peak
+  // memory"); under the model's bytes per rank, global bytes / shards.
+  double peak_bytes = 0;
   // Name of the flattened group a merged step runs over ("" for one mesh
   // dim), and whether planning created it (auto-flattening).
   std::string group;
@@ -83,10 +87,18 @@ struct RedistributePlan {
   std::vector<std::string> groups;
   // Collectives by kind (index: StepKind; Local steps are not collectives).
   std::array<int, kNumStepKinds> counts{};
+  // Bytes per rank of the output, and the most any step holds live at once
+  // (the max of the steps' peak_bytes; the source's bytes when there is no
+  // step). The executor frees each intermediate as soon as the next step
+  // has consumed it, so no more than one step's input and output (and its
+  // temporaries) are alive at a time, besides the caller's tensor. Among
+  // plans of equal cost the planner picks the lowest peak.
+  double output_bytes = 0;
+  double peak_bytes = 0;
 
   int count(StepKind kind) const { return counts[static_cast<int>(kind)]; }
   int num_collectives() const;
-  // Human-readable: a header, one line per step, and the total.
+  // Human-readable: a header, one line per step, the total and the peak memory.
   std::string explain() const;
 };
 

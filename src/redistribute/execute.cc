@@ -1,5 +1,8 @@
 // The plan executor: each step becomes the transform it names, over one mesh
-// dim or over the flattened group of several.
+// dim or over the flattened group of several. Each step's input is let go
+// as soon as the step has made its output, so at most one step's input and
+// output are alive at a time (besides the caller's tensor, which the caller
+// holds): the peak the plan reports (RedistributePlan::peak_bytes).
 #include <optional>
 
 #include "dtensor/debug.h"
@@ -11,6 +14,9 @@
 namespace dtensor::redistribute_detail {
 
 namespace {
+
+StepObserver observer = nullptr;
+void* observer_context = nullptr;
 
 Group group_of(const DeviceMesh& mesh, const RedistributeStep& s) {
   if (s.mesh_dims.size() == 1) {
@@ -42,8 +48,16 @@ LocalTensor run_step(const DeviceMesh& mesh, const RedistributeStep& s, const Lo
 
 LocalTensor execute_plan(const RedistributePlan& plan, const LocalTensor& in) {
   record_plan_run(plan.cost_us);
-  LocalTensor local = in;
-  for (const RedistributeStep& s : plan.steps) local = run_step(plan.from.mesh(), s, local);
+  // The first step reads the caller's tensor in place; every later one
+  // reads the previous step's output, which the assignment below frees
+  // (its last reference) once the step has made its own.
+  LocalTensor local;
+  for (size_t k = 0; k < plan.steps.size(); ++k) {
+    LocalTensor next = run_step(plan.from.mesh(), plan.steps[k], k == 0 ? in : local);
+    if (observer != nullptr) observer(observer_context, k, k == 0 ? in : local, next);
+    local = std::move(next);
+  }
+  if (plan.steps.empty()) local = in;
   // Each shard that arrived has the shape the target layout gives it. Under
   // MPI, ranks whose calls got out of step (a skipped or swapped
   // full_tensor) can meet in collectives over different tensors; when the
@@ -63,6 +77,11 @@ LocalTensor execute_plan(const RedistributePlan& plan, const LocalTensor& in) {
              "collective desync, such as a full_tensor() skipped or swapped on some rank)");
   });
   return local;
+}
+
+void set_step_observer(StepObserver f, void* context) {
+  observer = f;
+  observer_context = context;
 }
 
 }  // namespace dtensor::redistribute_detail

@@ -17,9 +17,13 @@ LocalTensor partial_to_replicate(const LocalTensor& in, const Group& g, ReduceOp
   return divide_shards(g.mesh.world().backend().all_reduce(in, g.mesh, g.dim, op), divisor);
 }
 
-LocalTensor divide_shards(const LocalTensor& in, double divisor) {
+LocalTensor divide_shards(LocalTensor in, double divisor) {
   if (divisor == 1) return in;
-  return in.map([&](int, const Tensor& t) { return div(t, Scalar(divisor)); });
+  // In place: the shards are the fresh output of the reduction, so dividing
+  // them needs no second copy of the result (it would raise the step's peak
+  // memory by its output).
+  for (int rank : in.ranks()) in.shard(rank).div_(Scalar(divisor));
+  return in;
 }
 
 }  // namespace dtensor::redistribute_detail

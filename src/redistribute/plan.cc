@@ -90,8 +90,14 @@ bool is_sum_or_avg(ReduceOp op) { return op == ReduceOp::Sum || op == ReduceOp::
 
 class Planner {
  public:
-  Planner(const DTensorSpec& from, const DTensorSpec& to, const RedistributeOptions& options)
-      : from_(from), to_(to), mesh_(from.mesh()), options_(options) {
+  Planner(const DTensorSpec& from, const DTensorSpec& to, const RedistributeOptions& options,
+          SearchMode mode)
+      : from_(from),
+        to_(to),
+        mesh_(from.mesh()),
+        options_(options),
+        exhaustive_(mode == SearchMode::Exhaustive),
+        scratch_{from.mesh(), 0, 1, {}} {
     nd_ = mesh_.ndim();
     auto_flatten_ = options.auto_flatten.value_or(mesh_.auto_flatten());
     base_us_ = mesh_.topology().base_us;
@@ -102,6 +108,18 @@ class Planner {
     global_bytes_ = static_cast<double>(from.global_bytes());
     ordered_ = has_shard_order(from.placements()) || has_shard_order(to.placements());
     floating_ = is_floating(from.dtype());
+    // The fewest bytes per rank any state holds: every mesh dim sharding.
+    double min_bytes = global_bytes_;
+    for (int i = 0; i < nd_; ++i) min_bytes /= static_cast<double>(size_[i]);
+    // lb_[i]: the least any collective whose group includes mesh dim i can
+    // cost. A group over more dims has more ranks, a latency no lower and a
+    // bandwidth no higher (DeviceMesh::link takes the slowest link), every
+    // collective makes at least one ring pass, and it is charged for no
+    // fewer than min_bytes; the margin keeps rounding from overestimating.
+    for (int i = 0; i < nd_; ++i)
+      lb_[i] = size_[i] > 1
+                   ? all_gather_cost(min_bytes, size_[i], link_[i], base_us_) * (1 - 1e-9)
+                   : 0;
   }
 
   RedistributePlan plan() {
@@ -117,7 +135,10 @@ class Planner {
       steps = found ? std::move(*found) : per_dim_steps();
       order_all_reduces(steps);
     }
+    out.output_bytes = bytes_of(to_.placements());
+    out.peak_bytes = bytes_of(from_.placements());
     for (RedistributeStep& s : steps) {
+      out.peak_bytes = std::max(out.peak_bytes, s.peak_bytes);
       if (s.mesh_dims.size() > 1) name_group(s);
       if (s.kind != StepKind::Local) ++out.counts[static_cast<int>(s.kind)];
       out.cost_us += s.cost_us;
@@ -220,30 +241,40 @@ class Planner {
     return true;
   }
 
+  // The group of several mesh dims, its link looked up once per plan (the
+  // mesh's link() and find_flattened() take the mesh's lock).
+  struct GroupInfo {
+    bool known = false;
+    bool may_merge = false;
+    int64_t n = 1;
+    LinkCost link;
+  };
+
+  const GroupInfo& group_info(uint32_t dims) const {
+    GroupInfo& info = groups_[dims];
+    if (info.known) return info;
+    MeshDimMask roots = 0;
+    for (int i = 0; i < nd_; ++i) {
+      if (!(dims >> i & 1)) continue;
+      info.n *= size_[i];
+      roots |= mesh_.root_dims(i);
+    }
+    info.link = mesh_.link(roots);
+    info.may_merge = auto_flatten_ || mesh_.find_flattened(roots).has_value();
+    info.known = true;
+    return info;
+  }
+
   Group group_of(uint32_t dims) const {
     if (std::has_single_bit(dims)) {
       const int i = std::countr_zero(dims);
       return Group{mesh_, i, size_[i], link_[i]};
     }
-    Group g{mesh_, 0, 1, LinkCost{1e300, 0}};
-    MeshDimMask roots = 0;
-    for (int i = 0; i < nd_; ++i) {
-      if (!(dims >> i & 1)) continue;
-      g.n *= size_[i];
-      roots |= mesh_.root_dims(i);
-      g.dim = i;
-    }
-    g.link = mesh_.link(roots);
-    return g;
+    const GroupInfo& info = group_info(dims);
+    return Group{mesh_, 31 - std::countl_zero(dims), info.n, info.link};
   }
 
-  bool may_merge(uint32_t dims) const {
-    if (auto_flatten_) return true;
-    MeshDimMask roots = 0;
-    for (int i = 0; i < nd_; ++i)
-      if (dims >> i & 1) roots |= mesh_.root_dims(i);
-    return mesh_.find_flattened(roots).has_value();
-  }
+  bool may_merge(uint32_t dims) const { return group_info(dims).may_merge; }
 
   // Whether chunking tensor dim d over the mesh dims `dims` (ascending, as
   // one flattened group) gives exactly the pieces nested chunking gives, for
@@ -251,6 +282,24 @@ class Planner {
   // Always true when the lengths divide evenly; PyTorch skips this check for
   // all_gather and corrupts uneven shards.
   bool same_chunking(const Placements& p, uint32_t dims, int64_t d) const {
+    // Lengths divisible by every mesh dim's size together chunk evenly
+    // however they nest.
+    int64_t all = 1;
+    for (int i = 0; i < nd_; ++i) all *= size_[i];
+    if (from_.shape()[d] % all == 0) return true;
+    uint64_t key = static_cast<uint64_t>(d) | static_cast<uint64_t>(dims) << 4;
+    int shift = 12;
+    for (int64_t j : shard_split_order(p, d)) {
+      if (size_[j] == 1 || (dims >> j & 1)) continue;
+      key |= static_cast<uint64_t>(j + 1) << shift;
+      shift += 4;
+    }
+    auto [it, fresh] = chunking_.try_emplace(key, false);
+    if (fresh) it->second = chunks_alike(p, dims, d);
+    return it->second;
+  }
+
+  bool chunks_alike(const Placements& p, uint32_t dims, int64_t d) const {
     std::vector<int64_t> ns;
     int64_t total = 1;
     for (int i = 0; i < nd_; ++i)
@@ -275,6 +324,97 @@ class Planner {
   }
 
   // ---- edges ----
+  // An edge of the search before it is made a step: the state after, its
+  // price, and what rebuilds the step (single_step or merged_step) for the
+  // path the search returns, so the inner loop builds no RedistributeStep.
+  struct Move {
+    Placements next;
+    double cost = 0;
+    double peak = 0;      // bytes per rank live during the step
+    uint32_t dims = 0;    // mesh dims, a bit each
+    bool merged = false;
+    StepKind kind = StepKind::Local;
+    Placement q;          // the placement the mesh dims go to (before renumbering)
+  };
+
+  struct Price {
+    StepKind kind = StepKind::Local;
+    double cost_us = 0;
+    double bytes = 0;  // charged per rank
+    double peak = 0;   // bytes per rank live during the step
+  };
+
+  // What changing the mesh dims `dims` from `cur` to `next` by a step of
+  // `kind` costs, and the bytes per rank it holds live: its input, its
+  // output and the temporaries of the backends (docs/redistribution.md,
+  // "Peak memory"): an all_gather along a tensor dim other than the first
+  // receives into one flat buffer and then reorders it (MPI); a reduction
+  // receives the other members' pieces of its share before folding them in
+  // a fixed order (n-1 of n parts of the input), and a reduce_scatter along
+  // a dim other than the first packs its input into chunk order first.
+  Price price(StepKind kind, uint32_t dims, const Placements& cur, const Placements& next,
+              int64_t tensor_dim, Placement q) const {
+    Price out;
+    out.kind = kind;
+    const double b = bytes_of(cur);
+    if (kind == StepKind::Local) {
+      const int i = std::countr_zero(dims);
+      if (size_[i] == 1) {
+        out.peak = b;  // the executor hands the input on
+      } else if (q.is_shard()) {
+        out.peak = b + bytes_of(next);  // the own chunk, copied
+      } else {
+        out.peak = q.reduce_op() == ReduceOp::Sum ? 2 * b : b;  // x/n (or zeros) vs x itself
+      }
+      return out;
+    }
+    const Group& g = scratch_group(dims);
+    const double n = static_cast<double>(g.n);
+    TransformCost c;
+    switch (kind) {
+      case StepKind::AllGather:
+        c = shard_to_replicate_cost(b, g, base_us_);
+        out.peak = b + c.bytes_after * (tensor_dim > 0 ? 2 : 1);
+        break;
+      case StepKind::AllToAll:
+        c = shard_to_shard_cost(b, g, base_us_);
+        out.peak = b + c.bytes_after;
+        break;
+      case StepKind::AllReduce:
+        c = partial_to_replicate_cost(b, g, base_us_);
+        out.peak = b + c.bytes_after + b * (n - 1) / n;
+        break;
+      case StepKind::ReduceScatter:
+        c = partial_to_shard_cost(b, g, base_us_);
+        out.peak = b + c.bytes_after + b * (n - 1) / n + (tensor_dim > 0 ? b : 0);
+        break;
+      case StepKind::Local: break;
+    }
+    out.cost_us = c.cost_us;
+    out.bytes = c.bytes_charged;
+    return out;
+  }
+
+  // The kind of the step taking mesh dim i from p to q.
+  StepKind single_kind(int i, Placement p, Placement q) const {
+    if (size_[i] == 1) return StepKind::Local;
+    if (p.is_shard()) return q.is_replicate() ? StepKind::AllGather : StepKind::AllToAll;
+    if (p.is_partial()) return q.is_replicate() ? StepKind::AllReduce : StepKind::ReduceScatter;
+    return StepKind::Local;
+  }
+
+  // The tensor dim a single step gathers, splits or (all_to_all) leaves.
+  static int64_t single_tensor_dim(Placement p, Placement q) {
+    if (p.is_shard()) return p.dim();
+    return q.is_shard() ? q.dim() : -1;
+  }
+
+  Move single_move(const Placements& cur, int i, Placement q, const Placements& next) const {
+    const StepKind kind = single_kind(i, cur[i], q);
+    const Price pr = price(kind, 1u << i, cur, next, single_tensor_dim(cur[i], q), q);
+    return Move{next, pr.cost_us, pr.peak, 1u << i, false, kind, q};
+  }
+
   // The step changing mesh dim i from cur[i] to q (validity checked by the caller).
   // `next` is the state after (after(cur, i, q)); s.to holds mesh dim i's
   // placement in it, its order included, which is what replace_placements
@@ -291,29 +431,11 @@ class Planner {
     if (q.is_shard()) (p.is_shard() ? s.to_tensor_dim : s.tensor_dim) = q.dim();
     if (p.is_partial()) s.op = p.reduce_op();
     if (q.is_partial()) s.op = q.reduce_op();
-    if (size_[i] == 1) return s;  // Local, free: nothing moves
-    const Group g = group_of(1u << i);
-    const double b = bytes_of(cur);
-    TransformCost c;
-    if (p.is_shard() && q.is_replicate()) {
-      s.kind = StepKind::AllGather;
-      c = shard_to_replicate_cost(b, g, base_us_);
-    } else if (p.is_shard()) {
-      s.kind = StepKind::AllToAll;
-      c = shard_to_shard_cost(b, g, base_us_);
-    } else if (p.is_partial() && q.is_replicate()) {
-      s.kind = StepKind::AllReduce;
-      c = partial_to_replicate_cost(b, g, base_us_);
-    } else if (p.is_partial()) {
-      s.kind = StepKind::ReduceScatter;
-      c = partial_to_shard_cost(b, g, base_us_);
-    } else if (q.is_shard()) {
-      c = replicate_to_shard_cost(b, g);
-    } else {
-      c = replicate_to_partial_cost(b);
-    }
-    s.cost_us = c.cost_us;
-    s.bytes = c.bytes_charged;
+    const Price pr = price(single_kind(i, p, q), 1u << i, cur, next, single_tensor_dim(p, q), q);
+    s.kind = pr.kind;
+    s.cost_us = pr.cost_us;
+    s.bytes = pr.bytes;
+    s.peak_bytes = pr.peak;
     return s;
   }
 
@@ -323,8 +445,7 @@ class Planner {
                                StepKind kind, Placement q) const {
     RedistributeStep s;
     s.kind = kind;
-    const Group g = group_of(dims);
-    s.group_size = g.n;
+    s.group_size = group_info(dims).n;
     bool sum_seen = false, avg_seen = false;
     double avg_product = 1;
     for (int i = 0; i < nd_; ++i) {
@@ -349,27 +470,25 @@ class Planner {
       s.divisor = avg_product;
     }
     if (q.is_shard()) s.tensor_dim = q.dim();
-    const double b = bytes_of(cur);
-    TransformCost c = kind == StepKind::AllGather ? shard_to_replicate_cost(b, g, base_us_)
-                      : kind == StepKind::AllReduce ? partial_to_replicate_cost(b, g, base_us_)
-                                                    : partial_to_shard_cost(b, g, base_us_);
-    s.cost_us = c.cost_us;
-    s.bytes = c.bytes_charged;
+    const Price pr = price(kind, dims, cur, next, s.tensor_dim, q);
+    s.cost_us = pr.cost_us;
+    s.bytes = pr.bytes;
+    s.peak_bytes = pr.peak;
     return s;
   }
 
-  struct Edge {
-    Placements next;
-    RedistributeStep step;
-  };
+  RedistributeStep step_of(const Placements& cur, const Move& m) const {
+    if (m.merged) return merged_step(cur, m.next, m.dims, m.kind, m.q);
+    return single_step(cur, std::countr_zero(m.dims), m.q, m.next);
+  }
 
-  void single_edges(const Placements& cur, std::vector<Edge>& out) const {
+  void single_edges(const Placements& cur, std::vector<Move>& out) const {
     const Placements& dst = to_.placements();
     const int64_t ndim = from_.ndim();
     auto add = [&](int i, Placement q) {
       Placements next = after(cur, i, q);
       if (!valid_partials(next)) return;
-      out.push_back({next, single_step(cur, i, q, next)});
+      out.push_back(single_move(cur, i, q, next));
     };
     for (int i = 0; i < nd_; ++i) {
       const Placement p = cur[i];
@@ -380,7 +499,7 @@ class Planner {
         if (p != dst[i]) {
           Placements next = replace_placements(cur, DimVector{i}, Placements{dst[i]});
           if (!valid_partials(next)) continue;
-          out.push_back({next, single_step(cur, i, dst[i], next)});
+          out.push_back(single_move(cur, i, dst[i], next));
         }
         continue;
       }
@@ -413,7 +532,7 @@ class Planner {
   // all_reduce may beat a reduce_scatter + all_gather path only when the
   // search sees both. Each edge is checked as the run of single steps it
   // replaces (all_gather inner dims first, reduce_scatter outer first).
-  void merged_edges(const Placements& cur, std::vector<Edge>& out) const {
+  void merged_edges(const Placements& cur, std::vector<Move>& out) const {
     uint32_t partial_dims = 0;
     for (int i = 0; i < nd_; ++i)
       if (size_[i] > 1 && cur[i].is_partial()) partial_dims |= 1u << i;
@@ -422,15 +541,16 @@ class Planner {
       for (uint32_t sub = dims; sub != 0; sub = (sub - 1) & dims)
         if (!std::has_single_bit(sub)) f(sub);
     };
-    // The single steps of `sub` to q, or false when one of them breaks the
-    // nesting rule on the way: new shards in ascending mesh dims (each then
-    // splits after the earlier ones), gathers from the last in d's split
-    // order back (descending mesh dims when that order is natural).
-    auto run_of = [&](uint32_t sub, Placement q, int64_t d, bool gather,
-                      std::vector<RedistributeStep>& run, Placements& next) {
-      run.clear();
+    // The mesh dims of `sub` in the order their single steps to q would
+    // run, or false when one of them breaks the nesting rule on the way:
+    // new shards in ascending mesh dims (each then splits after the earlier
+    // ones), gathers from the last in d's split order back (descending mesh
+    // dims when that order is natural). `next` is the state after the run.
+    DimVector order;
+    Placements next;
+    auto run_of = [&](uint32_t sub, Placement q, int64_t d, bool gather) {
+      order.clear();
       next = cur;
-      DimVector order;
       if (gather) {
         const DimVector seq = shard_split_order(cur, d);
         for (size_t k = seq.size(); k-- > 0;)
@@ -443,37 +563,39 @@ class Planner {
         const int i = static_cast<int>(m);
         if (gather && !last_in_order(next, i, d)) return false;
         if (!gather && !ordered_ && q.is_shard() && sharded_after(next, i, d)) return false;
-        Placements then = after(next, i, q);
-        run.push_back(single_step(next, i, q, then));
-        next = then;
+        next = after(next, i, q);
       }
       return true;
     };
-    std::vector<RedistributeStep> run;
-    Placements next;
+    auto add = [&](uint32_t sub, StepKind kind, Placement q) {
+      const Price pr = price(kind, sub, cur, next, q.is_shard() ? q.dim() : -1, q);
+      out.push_back(Move{next, pr.cost_us, pr.peak, sub, true, kind, q});
+    };
     for_subsets(partial_dims, [&](uint32_t sub) {
       // Reductions have no nesting rule: tensor dim -1 is sharded nowhere.
-      if (!run_of(sub, Replicate(), -1, /*gather=*/false, run, next)) return;
-      if (!mergeable(cur, run)) return;
-      out.push_back({next, merged_step(cur, next, sub, StepKind::AllReduce, Replicate())});
+      if (!run_of(sub, Replicate(), -1, /*gather=*/false)) return;
+      if (!mergeable(cur, sub, order, StepKind::AllReduce, -1)) return;
+      add(sub, StepKind::AllReduce, Replicate());
     });
     for (int64_t d = 0; d < from_.ndim(); ++d) {
       for_subsets(partial_dims, [&](uint32_t sub) {
-        if (!run_of(sub, Shard(d), d, /*gather=*/false, run, next)) return;
-        if (!valid_partials(next) || !mergeable(cur, run)) return;
-        out.push_back({next, merged_step(cur, next, sub, StepKind::ReduceScatter, Shard(d))});
+        if (!run_of(sub, Shard(d), d, /*gather=*/false)) return;
+        if (!valid_partials(next) || !mergeable(cur, sub, order, StepKind::ReduceScatter, d))
+          return;
+        add(sub, StepKind::ReduceScatter, Shard(d));
       });
       uint32_t shard_dims = 0;
       for (int i = 0; i < nd_; ++i)
         if (size_[i] > 1 && cur[i].is_shard(d)) shard_dims |= 1u << i;
       for_subsets(shard_dims, [&](uint32_t sub) {
-        if (!run_of(sub, Replicate(), d, /*gather=*/true, run, next)) return;
-        if (!mergeable(cur, run)) return;
-        out.push_back({next, merged_step(cur, next, sub, StepKind::AllGather, Replicate())});
+        if (!run_of(sub, Replicate(), d, /*gather=*/true)) return;
+        if (!mergeable(cur, sub, order, StepKind::AllGather, d)) return;
+        // The gather's bytes are priced from cur, its tensor dim is d.
+        const Price pr = price(StepKind::AllGather, sub, cur, next, d, Replicate());
+        out.push_back(Move{next, pr.cost_us, pr.peak, sub, true, StepKind::AllGather, Replicate()});
       });
     }
   }
-
   // Whether the partial ops of `dims` can run as one reduction.
   bool mergeable_ops(const Placements& cur, uint32_t dims) const {
     std::optional<ReduceOp> first;
@@ -490,22 +612,18 @@ class Planner {
     return !mixed || floating_;  // the sum+avg divisor needs a floating dtype
   }
 
-  // Whether the single-dim steps `run` (of one kind, in execution order)
-  // may run as one collective over the flattened group of their mesh dims
-  // from state `cur`: the merge rules of docs/redistribution.md.
-  bool mergeable(const Placements& cur, const std::vector<RedistributeStep>& run) const {
-    uint32_t dims = 0;
-    for (const RedistributeStep& s : run) dims |= 1u << s.mesh_dims[0];
+  // Whether the single-dim steps of `kind` over the mesh dims `order` (in
+  // execution order) may run as one collective over the flattened group of
+  // `dims` from state `cur`: the merge rules of docs/redistribution.md.
+  bool mergeable(const Placements& cur, uint32_t dims, const DimVector& order, StepKind kind,
+                 int64_t d) const {
     if (!may_merge(dims)) return false;
-    const StepKind kind = run[0].kind;
     if (kind == StepKind::AllReduce) return mergeable_ops(cur, dims);
-    const int64_t d = run[0].tensor_dim;
-    for (size_t k = 1; k < run.size(); ++k) {
-      if (run[k].tensor_dim != d) return false;
+    for (size_t k = 1; k < order.size(); ++k) {
       // reduce_scatter nests outer first (ascending); all_gather unnests
       // inner first (descending). The flattened group is row-major over
       // ascending dims either way.
-      const bool ascending = run[k].mesh_dims[0] > run[k - 1].mesh_dims[0];
+      const bool ascending = order[k] > order[k - 1];
       if (ascending != (kind == StepKind::ReduceScatter)) return false;
     }
     if (kind == StepKind::ReduceScatter && !mergeable_ops(cur, dims)) return false;
@@ -530,48 +648,101 @@ class Planner {
   }
 
   // ---- search ----
+  // A lower bound on the cost from p to the target (A*'s heuristic; 0 for
+  // the exhaustive search). Every mesh dim of more than one rank that holds
+  // a Partial the target lacks needs a reduction over a group including it,
+  // and one that shards tensor dim d where the target does not needs a
+  // gather or all_to_all including it while it still shards d. One
+  // collective serves only one of these classes (a reduction runs over
+  // Partial dims only, a merged gather over dims sharding one tensor dim, an
+  // all_to_all over one mesh dim), so the bound adds, per class, the
+  // cheapest collective its costliest member can be part of (lb_). It never
+  // overestimates, so the path found is a cheapest one, and along any edge
+  // it drops by no more than the edge costs (an edge empties at most its own
+  // class by its own members), so no state needs settling twice.
+  double lower_bound(const Placements& p) const {
+    if (exhaustive_) return 0;
+    const Placements& dst = to_.placements();
+    double partial = 0, total = 0;
+    double shard[kMaxDims] = {};
+    for (int i = 0; i < nd_; ++i) {
+      if (size_[i] == 1) continue;
+      if (p[i].is_partial()) {
+        if (p[i] != dst[i]) partial = std::max(partial, lb_[i]);
+      } else if (p[i].is_shard() && !dst[i].is_shard(p[i].dim())) {
+        double& s = shard[p[i].dim()];
+        s = std::max(s, lb_[i]);
+      }
+    }
+    for (double s : shard) total += s;
+    return total + partial;
+  }
+
   struct Node {
     double cost = 0;
+    double peak = 0;  // the most bytes per rank a step of the path holds
     int steps = 0;
-    uint64_t prev = 0;
     bool done = false;
-    Placements state;
-    RedistributeStep step;  // the edge into this node
+    uint64_t prev = 0;
+    Move move;  // the edge into this node; move.next is its state
   };
 
-  // The cheapest path, or nullopt past kMaxStates states.
+  // Whether a path of (cost, peak, steps) beats node n: cheaper; as cheap
+  // and needing less memory; or as cheap and as much memory in fewer steps.
+  static bool better(double cost, double peak, int steps, const Node& n) {
+    constexpr double kEps = 1e-9;
+    if (cost < n.cost - kEps) return true;
+    if (cost > n.cost + kEps) return false;
+    const double peak_eps = 1e-9 * std::max(1.0, n.peak);
+    if (peak < n.peak - peak_eps) return true;
+    if (peak > n.peak + peak_eps) return false;
+    return steps < n.steps;
+  }
+
+  // The cheapest path, lowest peak memory among the cheapest, or nullopt
+  // past kMaxStates states. A* over the states with lower_bound(): the
+  // queue orders by cost so far + bound, then peak, then steps, so among
+  // paths of equal cost the one needing less memory settles a state first.
   std::optional<std::vector<RedistributeStep>> search() const {
     const Placements& src = from_.placements();
     const uint64_t start = key_of(src), goal = key_of(to_.placements());
     std::unordered_map<uint64_t, Node> nodes;
-    nodes[start] = Node{0, 0, start, false, src, {}};
-    using Item = std::tuple<double, int, uint64_t, uint64_t>;  // cost, steps, seq, key
+    nodes.reserve(512);
+    Node& first = nodes[start];
+    first.move.next = src;
+    first.prev = start;
+    first.peak = bytes_of(src);
+    using Item = std::tuple<double, double, int, uint64_t>;  // cost + bound, peak, steps, key
     std::priority_queue<Item, std::vector<Item>, std::greater<>> queue;
-    uint64_t seq = 0;
-    queue.emplace(0.0, 0, seq++, start);
-    std::vector<Edge> edges;
-    constexpr double kEps = 1e-9;
+    queue.emplace(lower_bound(src), first.peak, 0, start);
+    std::vector<Move> edges;
+    edges.reserve(64);
     while (!queue.empty()) {
-      const auto [cost, steps, unused, key] = queue.top();
+      const uint64_t key = std::get<3>(queue.top());
       queue.pop();
       Node& node = nodes[key];
       if (node.done) continue;
       node.done = true;
       if (key == goal) break;
-      const Placements cur = node.state;
+      const Placements cur = node.move.next;
+      const double cost = node.cost, peak = node.peak;
+      const int steps = node.steps;
       edges.clear();
       single_edges(cur, edges);
       if (options_.merge) merged_edges(cur, edges);
-      for (Edge& e : edges) {
+      for (Move& e : edges) {
         const uint64_t k = key_of(e.next);
-        const double c = cost + e.step.cost_us;
+        const double c = cost + e.cost;
+        const double pk = std::max(peak, e.peak);
         auto [it, fresh] = nodes.try_emplace(k);
         Node& n = it->second;
-        if (!fresh && (n.done || c > n.cost + kEps ||
-                       (c > n.cost - kEps && steps + 1 >= n.steps)))
-          continue;
-        n = Node{c, steps + 1, key, false, e.next, std::move(e.step)};
-        queue.emplace(c, steps + 1, seq++, k);
+        if (!fresh && (n.done || !better(c, pk, steps + 1, n))) continue;
+        n.cost = c;
+        n.peak = pk;
+        n.steps = steps + 1;
+        n.prev = key;
+        n.move = e;
+        queue.emplace(c + lower_bound(e.next), pk, steps + 1, k);
       }
       if (nodes.size() > kMaxStates) return std::nullopt;
     }
@@ -579,7 +750,10 @@ class Planner {
     DT_CHECK(it != nodes.end() && it->second.done, "redistribute: internal error: no plan from ",
              to_string(src), " to ", to_string(to_.placements()), " on ", mesh_);
     std::vector<RedistributeStep> out;
-    for (uint64_t k = goal; k != start; k = nodes[k].prev) out.push_back(nodes[k].step);
+    for (uint64_t k = goal; k != start; k = nodes[k].prev) {
+      const Node& n = nodes[k];
+      out.push_back(step_of(nodes[n.prev].move.next, n.move));
+    }
     std::reverse(out.begin(), out.end());
     return out;
   }
@@ -677,10 +851,32 @@ class Planner {
     s.created_group = true;
   }
 
+  // The group a collective over `dims` prices with (the transforms' cost
+  // functions read only n and link), without copying the mesh per edge.
+  const Group& scratch_group(uint32_t dims) const {
+    if (std::has_single_bit(dims)) {
+      const int i = std::countr_zero(dims);
+      scratch_.n = size_[i];
+      scratch_.link = link_[i];
+    } else {
+      const GroupInfo& info = group_info(dims);
+      scratch_.n = info.n;
+      scratch_.link = info.link;
+    }
+    return scratch_;
+  }
+
   const DTensorSpec& from_;
   const DTensorSpec& to_;
   const DeviceMesh& mesh_;
   RedistributeOptions options_;
+  bool exhaustive_ = false;  // no lower bound: plain Dijkstra, for tests
+  mutable Group scratch_;
+  mutable GroupInfo groups_[1u << kMaxDims];
+  // same_chunking's answers, by (tensor dim, merged dims, the other
+  // splitters of the dim in order): one merge is asked about from many states.
+  mutable std::unordered_map<uint64_t, bool> chunking_;
+  double lb_[kMaxDims] = {};
   int nd_ = 0;
   bool auto_flatten_ = true;
   bool floating_ = true;
@@ -692,8 +888,8 @@ class Planner {
 };
 
 RedistributePlan build_plan(const DTensorSpec& from, const DTensorSpec& to,
-                            const RedistributeOptions& options) {
-  RedistributePlan plan = Planner(from, to, options).plan();
+                            const RedistributeOptions& options, SearchMode mode) {
+  RedistributePlan plan = Planner(from, to, options, mode).plan();
   check_plan(plan);
   return plan;
 }
@@ -701,6 +897,19 @@ RedistributePlan build_plan(const DTensorSpec& from, const DTensorSpec& to,
 }  // namespace dtensor::redistribute_detail
 
 namespace dtensor {
+
+namespace {
+
+// Bytes printed whole rather than in 6 significant digits; past 2^63 (a
+// model of a tensor no machine holds) llround is undefined.
+std::string whole_bytes(double bytes) {
+  char out[40];
+  if (bytes < 9.2e18) std::snprintf(out, sizeof out, "%lld", std::llround(bytes));
+  else std::snprintf(out, sizeof out, "%.6g", bytes);
+  return out;
+}
+
+}  // namespace
 
 int RedistributePlan::num_collectives() const {
   int n = 0;
@@ -733,13 +942,8 @@ std::string RedistributePlan::explain() const {
     }
     // The bytes the cost model charges each rank (for an all_gather, the
     // gathered size), printed whole rather than in 6 significant digits.
-    if (s.kind != StepKind::Local) {
-      // Past 2^63 (a model of a tensor no machine holds) llround is undefined.
-      char bytes[40];
-      if (s.bytes < 9.2e18) std::snprintf(bytes, sizeof bytes, "%lld", std::llround(s.bytes));
-      else std::snprintf(bytes, sizeof bytes, "%.6g", s.bytes);
-      os << ", " << bytes << " bytes/rank, " << cost;
-    }
+    if (s.kind != StepKind::Local) os << ", " << whole_bytes(s.bytes) << " bytes/rank, " << cost;
+    os << ", peak " << whole_bytes(s.peak_bytes);
     os << '\n';
   }
   char total[32];
@@ -752,6 +956,15 @@ std::string RedistributePlan::explain() const {
     for (const std::string& g : groups) os << ' ' << g;
   }
   os << '\n';
+  // Peak memory: the most any step holds live per rank, against the output.
+  char peak[96];
+  if (output_bytes > 0)
+    std::snprintf(peak, sizeof peak, "peak memory %s bytes/rank (%.2fx the output of %s)",
+                  whole_bytes(peak_bytes).c_str(), peak_bytes / output_bytes,
+                  whole_bytes(output_bytes).c_str());
+  else
+    std::snprintf(peak, sizeof peak, "peak memory %s bytes/rank", whole_bytes(peak_bytes).c_str());
+  os << peak << '\n';
   return os.str();
 }
 

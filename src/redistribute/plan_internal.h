@@ -6,9 +6,24 @@
 
 namespace dtensor::redistribute_detail {
 
+// How the planner searches: A* with an admissible lower bound (what
+// plan_redistribute uses), or plain Dijkstra over every state it reaches,
+// kept so that tests can check the pruned search finds plans as cheap (and
+// as light in memory) as the exhaustive one.
+enum class SearchMode { Pruned, Exhaustive };
+
 // Plans from scratch (no cache), and checks the plan. See plan.cc.
 RedistributePlan build_plan(const DTensorSpec& from, const DTensorSpec& to,
-                            const RedistributeOptions& options);
+                            const RedistributeOptions& options,
+                            SearchMode mode = SearchMode::Pruned);
+
+// Test hook: when set, execute_plan calls it after each step with the
+// step's index, its input and its output, just before it lets go of the
+// input (the caller's tensor for the first step). Not thread-safe to set
+// while plans run.
+using StepObserver = void (*)(void* context, size_t step, const LocalTensor& in,
+                              const LocalTensor& out);
+void set_step_observer(StepObserver observer, void* context);
 
 // Replays the plan's steps on the shard boxes of every mesh coordinate and
 // throws dtensor::Error (an internal error, naming the step) unless each

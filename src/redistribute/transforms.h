@@ -66,7 +66,8 @@ LocalTensor replicate_to_shard(const LocalTensor& in, const Group& g, int64_t to
 TransformCost replicate_to_partial_cost(double bytes);
 LocalTensor replicate_to_partial(const LocalTensor& in, const Group& g, ReduceOp op);
 
-// Divides every shard by `divisor` (no-op for 1).
-LocalTensor divide_shards(const LocalTensor& in, double divisor);
+// Divides every shard by `divisor` (no-op for 1), in place.
+// REQUIRES: no other handle shares the shards' storage (a collective's output).
+LocalTensor divide_shards(LocalTensor in, double divisor);
 
 }  // namespace dtensor::redistribute_detail
