@@ -853,7 +853,8 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
     detail::StridedOperands<2> ops;
     detail::set_operand(ops, 0, ac, shape);
     detail::set_operand(ops, 1, bc, shape);
-    detail::for_each_strided(
+    // Serial: the kernel keeps its running maximum in `result`.
+    detail::for_each_strided_serial(
         shape, ops,
         [&result](const std::array<char*, 2>& p, int64_t n, const std::array<int64_t, 2>& st) {
           const char* x = p[0];

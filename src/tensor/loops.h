@@ -6,12 +6,37 @@
 // are contiguous for every operand are coalesced first, so a contiguous or a
 // plainly broadcast tensor is one long run whatever its rank, and a kernel
 // can check `inner_strides[k] == sizeof(T)` to take a vectorisable path.
+//
+// Two things on top of the plain walk:
+//
+// * Threads. Operand 0 is the output (or a reduction's accumulator). The
+//   walk is cut along one dim where operand 0's stride is nonzero into
+//   blocks of at least kParallelGrain elements, and the blocks run through
+//   parallel_for. Each element of operand 0 then belongs to exactly one
+//   block, and every element sees the same sequence of kernel calls as in
+//   a one-thread walk (a reduction slot still folds its inputs in the same
+//   order), so the bits do not depend on the thread count. The kernel may
+//   therefore be called concurrently on disjoint parts: it must write only
+//   through operand 0 (or operands laid out like it). A kernel that keeps
+//   state of its own (a running max in a captured variable) must use
+//   for_each_strided_serial.
+//
+// * Tiles. When some operand's fastest dim is not the innermost one (a.t()
+//   + b, a permuted tensor made contiguous), walking runs of the innermost
+//   dim reads that operand a cache line per element and comes back for the
+//   next element of each line only after a whole row. The walk then goes
+//   over kTile x kTile tiles of the two dims, so each line is used up while
+//   it is still in L1.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 
+#include "common/parallel.h"
 #include "dtensor/tensor.h"
+#include "tensor/simd.h"
 
 namespace dtensor::detail {
 
@@ -22,71 +47,295 @@ struct StridedOperands {
   std::array<std::array<int64_t, kMaxDims>, N> strides{};
 };
 
-template <size_t N, class Kernel>
-void for_each_strided(const Shape& shape, const StridedOperands<N>& ops, Kernel&& kernel) {
-  // Collect non-trivial dims (size != 1), then coalesce.
+// Elements a parallel block should carry at least: at a few GB/s, 32K
+// floats take ~20-50 us, which pays for waking a worker.
+inline constexpr int64_t kParallelGrain = int64_t{1} << 15;
+// Tile edge for walks whose operands disagree on the fastest dim: a 32x32
+// tile of float rows of the transposed operand is 32 lines of 128 B, which
+// stays in L1 even when all lines map to one cache set (a 4096-float
+// stride is a multiple of 4 KiB).
+inline constexpr int64_t kTile = 32;
+
+namespace loops {
+
+// A walk after dropping size-1 dims and coalescing contiguous ones.
+template <size_t N>
+struct Walk {
+  int nd = 0;
+  int64_t sizes[kMaxDims] = {};
+  std::array<std::array<int64_t, kMaxDims>, N> st{};
+  int tile_dim = -1;  // the dim tiled against the innermost one, or -1
+};
+
+// false when the shape is empty (nothing to walk).
+template <size_t N>
+bool coalesce(const Shape& shape, const StridedOperands<N>& ops, Walk<N>& w) {
   int64_t sizes[kMaxDims];
   std::array<std::array<int64_t, kMaxDims>, N> st;
   int nd = 0;
   for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 0) return;
+    if (shape[d] == 0) return false;
     if (shape[d] == 1) continue;
     sizes[nd] = shape[d];
     for (size_t k = 0; k < N; ++k) st[k][nd] = ops.strides[k][d];
     ++nd;
   }
-  // Merge dim i (outer) into the running inner dim when every operand's
+  // Merge dim d (outer) into the running inner dim when every operand's
   // outer stride equals inner stride * inner size.
-  if (nd > 1) {
-    int out = nd - 1;  // write position walking outward
-    int64_t csizes[kMaxDims];
-    std::array<std::array<int64_t, kMaxDims>, N> cst;
-    csizes[out] = sizes[nd - 1];
-    for (size_t k = 0; k < N; ++k) cst[k][out] = st[k][nd - 1];
-    for (int d = nd - 2; d >= 0; --d) {
-      bool mergeable = true;
-      for (size_t k = 0; k < N; ++k) {
-        if (st[k][d] != cst[k][out] * csizes[out]) { mergeable = false; break; }
-      }
-      if (mergeable) {
-        csizes[out] *= sizes[d];
-      } else {
-        --out;
-        csizes[out] = sizes[d];
-        for (size_t k = 0; k < N; ++k) cst[k][out] = st[k][d];
+  w.nd = 0;
+  if (nd == 0) return true;
+  int out = nd - 1;  // write position walking outward
+  int64_t csizes[kMaxDims];
+  std::array<std::array<int64_t, kMaxDims>, N> cst;
+  csizes[out] = sizes[nd - 1];
+  for (size_t k = 0; k < N; ++k) cst[k][out] = st[k][nd - 1];
+  for (int d = nd - 2; d >= 0; --d) {
+    bool mergeable = true;
+    for (size_t k = 0; k < N; ++k) {
+      if (st[k][d] != cst[k][out] * csizes[out]) {
+        mergeable = false;
+        break;
       }
     }
-    nd = nd - out;
-    for (int d = 0; d < nd; ++d) {
-      sizes[d] = csizes[out + d];
-      for (size_t k = 0; k < N; ++k) st[k][d] = cst[k][out + d];
+    if (mergeable) {
+      csizes[out] *= sizes[d];
+    } else {
+      --out;
+      csizes[out] = sizes[d];
+      for (size_t k = 0; k < N; ++k) cst[k][out] = st[k][d];
     }
   }
+  w.nd = nd - out;
+  for (int d = 0; d < w.nd; ++d) {
+    w.sizes[d] = csizes[out + d];
+    for (size_t k = 0; k < N; ++k) w.st[k][d] = cst[k][out + d];
+  }
+  return true;
+}
 
+// The dim to tile against the innermost one: the fastest dim of the first
+// operand whose innermost stride spans at least a cache line while another
+// of its dims moves through memory faster. -1 when every operand reads
+// its runs in cache-friendly order (or the walk is too small to matter).
+template <size_t N>
+int pick_tile_dim(const Walk<N>& w) {
+  if (w.nd < 2) return -1;
+  const int last = w.nd - 1;
+  if (w.sizes[last] < kTile / 2) return -1;
+  for (size_t k = 0; k < N; ++k) {
+    const int64_t inner = std::abs(w.st[k][last]);
+    if (inner < 64) continue;
+    int fast = -1;
+    int64_t best = inner;
+    for (int d = 0; d < last; ++d) {
+      const int64_t s = std::abs(w.st[k][d]);
+      if (s != 0 && s < best && w.sizes[d] >= kTile / 2) {
+        best = s;
+        fast = d;
+      }
+    }
+    if (fast >= 0) return fast;
+  }
+  return -1;
+}
+
+// The plain walk: runs of the innermost dim in row-major order of the rest.
+template <size_t N, class Kernel>
+void walk_rows(const Walk<N>& w, std::array<char*, N> p, Kernel& kernel) {
   std::array<int64_t, N> inner{};
-  if (nd == 0) {  // a single element
-    std::array<char*, N> p = ops.base;
+  if (w.nd == 0) {  // a single element
     kernel(p, int64_t{1}, inner);
     return;
   }
-  for (size_t k = 0; k < N; ++k) inner[k] = st[k][nd - 1];
-  const int64_t n_inner = sizes[nd - 1];
-  const int outer_nd = nd - 1;
+  for (size_t k = 0; k < N; ++k) inner[k] = w.st[k][w.nd - 1];
+  const int64_t n_inner = w.sizes[w.nd - 1];
+  const int outer_nd = w.nd - 1;
   int64_t idx[kMaxDims] = {};
-  std::array<char*, N> p = ops.base;
   while (true) {
     kernel(p, n_inner, inner);
-    // advance the outer odometer
     int d = outer_nd - 1;
     for (; d >= 0; --d) {
-      if (++idx[d] < sizes[d]) {
-        for (size_t k = 0; k < N; ++k) p[k] += st[k][d];
+      if (++idx[d] < w.sizes[d]) {
+        for (size_t k = 0; k < N; ++k) p[k] += w.st[k][d];
         break;
       }
-      for (size_t k = 0; k < N; ++k) p[k] -= st[k][d] * (sizes[d] - 1);
+      for (size_t k = 0; k < N; ++k) p[k] -= w.st[k][d] * (w.sizes[d] - 1);
       idx[d] = 0;
     }
     if (d < 0) return;
+  }
+}
+
+// The tiled walk: the dims other than tile_dim (j) and the innermost (l) in
+// row-major order, and for each of their index tuples the (j, l) plane in
+// kTile x kTile tiles, each tile as kTile runs of up to kTile elements.
+template <size_t N, class Kernel>
+void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
+  const int j = w.tile_dim, l = w.nd - 1;
+  std::array<int64_t, N> inner{};
+  for (size_t k = 0; k < N; ++k) inner[k] = w.st[k][l];
+  Walk<N> rest;  // the other dims, as a walk of single elements
+  for (int d = 0; d < l; ++d) {
+    if (d == j) continue;
+    rest.sizes[rest.nd] = w.sizes[d];
+    for (size_t k = 0; k < N; ++k) rest.st[k][rest.nd] = w.st[k][d];
+    ++rest.nd;
+  }
+  auto plane = [&](std::array<char*, N> p, int64_t, const std::array<int64_t, N>&) {
+    for (int64_t j0 = 0; j0 < w.sizes[j]; j0 += kTile) {
+      const int64_t jn = std::min(kTile, w.sizes[j] - j0);
+      for (int64_t l0 = 0; l0 < w.sizes[l]; l0 += kTile) {
+        const int64_t ln = std::min(kTile, w.sizes[l] - l0);
+        std::array<char*, N> q;
+        for (size_t k = 0; k < N; ++k) q[k] = p[k] + j0 * w.st[k][j] + l0 * w.st[k][l];
+        for (int64_t r = 0; r < jn; ++r) {
+          kernel(q, ln, inner);
+          for (size_t k = 0; k < N; ++k) q[k] += w.st[k][j];
+        }
+      }
+    }
+  };
+  if (rest.nd == 0) {
+    plane(base, 1, inner);
+    return;
+  }
+  // Walk `rest` one element per "run": make its innermost dim a run of 1.
+  rest.sizes[rest.nd] = 1;
+  for (size_t k = 0; k < N; ++k) rest.st[k][rest.nd] = 0;
+  ++rest.nd;
+  walk_rows(rest, base, plane);
+}
+
+template <size_t N, class Kernel>
+void walk(const Walk<N>& w, const std::array<char*, N>& base, Kernel& kernel) {
+  if (w.tile_dim >= 0) walk_tiles(w, base, kernel);
+  else walk_rows(w, base, kernel);
+}
+
+}  // namespace loops
+
+// One thread, in walk order; for kernels with state of their own.
+template <size_t N, class Kernel>
+void for_each_strided_serial(const Shape& shape, const StridedOperands<N>& ops, Kernel&& kernel) {
+  loops::Walk<N> w;
+  if (!loops::coalesce(shape, ops, w)) return;
+  w.tile_dim = loops::pick_tile_dim(w);
+  loops::walk(w, ops.base, kernel);
+}
+
+// Options of for_each_strided, or-ed together.
+enum WalkFlags : int {
+  // No tiles. Reductions pass it: tiles would cut a slot's run into
+  // kTile-element pieces (changing how its fold splits into lanes), and a
+  // reduction walk already follows the input's memory order.
+  kNoTiles = 1,
+  // Run the walk (each parallel block) through simd_dispatch, so the
+  // kernel is compiled for AVX2 / AVX-512 too. Only for files that turn FP
+  // contraction off (see simd.h).
+  kSimd = 2,
+};
+
+// See the file comment: possibly on several threads, each element of
+// operand 0 handled by one of them.
+// REQUIRES: kernel writes only through operand 0 (or operands with
+// operand 0's strides), and no two elements of operand 0 outside its
+// stride-0 dims share memory.
+template <size_t N, int kFlags = 0, class Kernel>
+void for_each_strided(const Shape& shape, const StridedOperands<N>& ops, Kernel&& kernel) {
+  loops::Walk<N> w;
+  if (!loops::coalesce(shape, ops, w)) return;
+  if constexpr (!(kFlags & kNoTiles)) w.tile_dim = loops::pick_tile_dim(w);
+  auto run = [&kernel](const loops::Walk<N>& sub, const std::array<char*, N>& p) {
+    if constexpr ((kFlags & kSimd) != 0) {
+      simd_dispatch([&] { loops::walk(sub, p, kernel); });
+    } else {
+      loops::walk(sub, p, kernel);
+    }
+  };
+  int64_t total = 1;
+  for (int d = 0; d < w.nd; ++d) total *= w.sizes[d];
+  // Whether to split never changes the bits (see above), so a small walk
+  // or a one-thread setting skips the bookkeeping.
+  if (total < 2 * kParallelGrain || threads_available() == 1) {
+    run(w, ops.base);
+    return;
+  }
+  // Split the outermost dim along which operand 0 moves (so each block is
+  // a contiguous slab of the output when it is contiguous).
+  int s = -1;
+  for (int d = 0; d < w.nd; ++d) {
+    if (w.st[0][d] != 0) {
+      s = d;
+      break;
+    }
+  }
+  if (s < 0) {
+    run(w, ops.base);
+    return;
+  }
+  const int64_t per_index = total / w.sizes[s];
+  int64_t block = std::max<int64_t>(1, (kParallelGrain + per_index - 1) / per_index);
+  // A block narrower than a tile (or, on the innermost dim, than a few
+  // cache lines) would make neighbouring blocks share lines.
+  if (s == w.tile_dim || (w.tile_dim >= 0 && s == w.nd - 1)) {
+    block = (block + kTile - 1) / kTile * kTile;
+  } else if (s == w.nd - 1) {
+    block = std::max<int64_t>(block, 1024);
+  }
+  const int64_t blocks = (w.sizes[s] + block - 1) / block;
+  if (blocks < 2) {
+    run(w, ops.base);
+    return;
+  }
+  parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
+    loops::Walk<N> sub = w;
+    const int64_t lo = b * block;
+    sub.sizes[s] = std::min(w.sizes[s], e * block) - lo;
+    std::array<char*, N> p = ops.base;
+    for (size_t k = 0; k < N; ++k) p[k] += lo * w.st[k][s];
+    run(sub, p);
+  });
+}
+
+// Calls kernel on the runs covering elements [begin, end) of a walk in
+// walk order (the order walk_rows visits them), for fixed-block reductions.
+// REQUIRES: w has no tiles; 0 <= begin <= end <= the walk's element count.
+template <size_t N, class Kernel>
+void walk_range(const loops::Walk<N>& w, std::array<char*, N> p, int64_t begin, int64_t end,
+                Kernel& kernel) {
+  std::array<int64_t, N> inner{};
+  if (begin >= end) return;
+  if (w.nd == 0) {
+    kernel(p, int64_t{1}, inner);
+    return;
+  }
+  const int last = w.nd - 1;
+  for (size_t k = 0; k < N; ++k) inner[k] = w.st[k][last];
+  int64_t idx[kMaxDims] = {};
+  int64_t rem = begin;
+  for (int d = last; d >= 0; --d) {
+    idx[d] = rem % w.sizes[d];
+    rem /= w.sizes[d];
+    for (size_t k = 0; k < N; ++k) p[k] += idx[d] * w.st[k][d];
+  }
+  int64_t left = end - begin;
+  while (true) {
+    const int64_t n = std::min(left, w.sizes[last] - idx[last]);
+    kernel(p, n, inner);
+    left -= n;
+    if (left == 0) return;
+    // to the start of the next row
+    for (size_t k = 0; k < N; ++k) p[k] -= idx[last] * w.st[k][last];
+    idx[last] = 0;
+    int d = last - 1;
+    for (; d >= 0; --d) {
+      if (++idx[d] < w.sizes[d]) {
+        for (size_t k = 0; k < N; ++k) p[k] += w.st[k][d];
+        break;
+      }
+      for (size_t k = 0; k < N; ++k) p[k] -= w.st[k][d] * (w.sizes[d] - 1);
+      idx[d] = 0;
+    }
   }
 }
 

@@ -4,6 +4,14 @@
 // Each op makes its input contiguous and runs a tight loop per row (or, for
 // softmax over a non-last dim, per block of columns), so the hot loops see
 // unit strides and vectorise. Row statistics accumulate in double.
+//
+// Rows (column blocks for softmax over a non-last dim) are independent, so
+// they run through parallel_for in fixed chunks, and each chunk's loops
+// through simd_dispatch (AVX2 / AVX-512 copies in a portable build). Every
+// row's arithmetic is the same whatever the thread count or SIMD level, so
+// are the bits.
+// FMA contraction off: the SIMD copies must round like the baseline (simd.h).
+#pragma GCC optimize("fp-contract=off")
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -12,10 +20,28 @@
 #include <vector>
 
 #include "dtensor/tensor.h"
+#include "common/parallel.h"
 #include "tensor/dispatch.h"
+#include "tensor/simd.h"
 
 namespace dtensor {
 namespace {
+
+// Rows per parallel chunk: enough rows of n elements to carry about
+// kParallelGrain elements of work.
+constexpr int64_t kRowGrainElements = int64_t{1} << 15;
+int64_t row_grain(int64_t n) { return std::max<int64_t>(1, kRowGrainElements / std::max<int64_t>(n, 1)); }
+
+// Runs body(r) for every row r in [0, rows), in parallel chunks, each
+// chunk's loop through simd_dispatch.
+template <class Body>
+void for_rows(int64_t rows, int64_t n, const Body& body) {
+  detail::parallel_for(rows, row_grain(n), [&](int64_t b, int64_t e) {
+    detail::simd_dispatch([&] {
+      for (int64_t r = b; r < e; ++r) body(r);
+    });
+  });
+}
 
 // ---- exp -------------------------------------------------------------------------
 // std::exp cannot be vectorised by the compiler (it is an opaque libm call),
@@ -150,40 +176,42 @@ void log_softmax_row(const T* x, T* y, int64_t n) {
 // inner > 1: the per-column max and sum live in small buffers and every pass
 // walks the block row by row, so memory is read sequentially without a
 // transpose.
+// Columns [j0, j1) of one (len, inner) block, rows `inner` apart.
 template <class T, bool kLog>
-void softmax_columns(const T* x, T* y, int64_t outer, int64_t len, int64_t inner) {
-  std::vector<T> mx(static_cast<size_t>(inner));
-  std::vector<double> sum(static_cast<size_t>(inner));
-  std::vector<T> fix(static_cast<size_t>(inner));
-  for (int64_t o = 0; o < outer; ++o) {
-    const T* xb = x + o * len * inner;
-    T* yb = y + o * len * inner;
-    std::fill(mx.begin(), mx.end(), -std::numeric_limits<T>::infinity());
-    std::fill(sum.begin(), sum.end(), 0.0);
-    for (int64_t k = 0; k < len; ++k) {
-      const T* row = xb + k * inner;
-      for (int64_t j = 0; j < inner; ++j) mx[j] = row[j] > mx[j] ? row[j] : mx[j];
-    }
-    // The exps go to the output (overwritten by the last pass for log).
-    for (int64_t k = 0; k < len; ++k) {
-      const T* row = xb + k * inner;
-      T* out = yb + k * inner;
-      exp_shifted(row, out, inner, mx.data(), 1);
-      for (int64_t j = 0; j < inner; ++j) sum[j] += static_cast<double>(out[j]);
-    }
-    for (int64_t j = 0; j < inner; ++j)
-      fix[j] = kLog ? static_cast<T>(std::log(sum[j])) : static_cast<T>(1.0 / sum[j]);
-    for (int64_t k = 0; k < len; ++k) {
-      const T* row = xb + k * inner;
-      T* out = yb + k * inner;
-      if constexpr (kLog) {
-        for (int64_t j = 0; j < inner; ++j) out[j] = (row[j] - mx[j]) - fix[j];
-      } else {
-        for (int64_t j = 0; j < inner; ++j) out[j] *= fix[j];
-      }
+void softmax_columns(const T* xb, T* yb, int64_t len, int64_t inner, int64_t j0, int64_t j1) {
+  const int64_t w = j1 - j0;
+  std::vector<T> mx(static_cast<size_t>(w), -std::numeric_limits<T>::infinity());
+  std::vector<double> sum(static_cast<size_t>(w), 0.0);
+  std::vector<T> fix(static_cast<size_t>(w));
+  xb += j0;
+  yb += j0;
+  for (int64_t k = 0; k < len; ++k) {
+    const T* row = xb + k * inner;
+    for (int64_t j = 0; j < w; ++j) mx[j] = row[j] > mx[j] ? row[j] : mx[j];
+  }
+  // The exps go to the output (overwritten by the last pass for log).
+  for (int64_t k = 0; k < len; ++k) {
+    const T* row = xb + k * inner;
+    T* out = yb + k * inner;
+    exp_shifted(row, out, w, mx.data(), 1);
+    for (int64_t j = 0; j < w; ++j) sum[j] += static_cast<double>(out[j]);
+  }
+  for (int64_t j = 0; j < w; ++j)
+    fix[j] = kLog ? static_cast<T>(std::log(sum[j])) : static_cast<T>(1.0 / sum[j]);
+  for (int64_t k = 0; k < len; ++k) {
+    const T* row = xb + k * inner;
+    T* out = yb + k * inner;
+    if constexpr (kLog) {
+      for (int64_t j = 0; j < w; ++j) out[j] = (row[j] - mx[j]) - fix[j];
+    } else {
+      for (int64_t j = 0; j < w; ++j) out[j] *= fix[j];
     }
   }
 }
+
+// Columns per unit of softmax_columns' parallel split: 1 KiB of float row
+// per unit keeps every pass reading whole cache lines.
+constexpr int64_t kColumnBlock = 256;
 
 template <bool kLog>
 Tensor softmax_impl(const Tensor& x, int64_t dim, const char* op) {
@@ -204,12 +232,24 @@ Tensor softmax_impl(const Tensor& x, int64_t dim, const char* op) {
     const T* xp = xc.data_ptr<T>();
     T* yp = y.data_ptr<T>();
     if (inner == 1) {
-      for (int64_t o = 0; o < outer; ++o) {
+      for_rows(outer, len, [&](int64_t o) {
         if constexpr (kLog) log_softmax_row(xp + o * len, yp + o * len, len);
         else softmax_row(xp + o * len, yp + o * len, len);
-      }
+      });
     } else {
-      softmax_columns<T, kLog>(xp, yp, outer, len, inner);
+      // Softmax over the middle dim of (outer, len, inner) blocks: units of
+      // kColumnBlock columns of one block, each computed on its own.
+      const int64_t per_block = (inner + kColumnBlock - 1) / kColumnBlock;
+      detail::parallel_for(
+          outer * per_block, row_grain(len * kColumnBlock), [&](int64_t b, int64_t e) {
+            detail::simd_dispatch([&] {
+              for (int64_t u = b; u < e; ++u) {
+                const int64_t o = u / per_block, j0 = (u % per_block) * kColumnBlock;
+                softmax_columns<T, kLog>(xp + o * len * inner, yp + o * len * inner, len, inner,
+                                         j0, std::min(inner, j0 + kColumnBlock));
+              }
+            });
+          });
     }
   });
   return y;
@@ -393,7 +433,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     const T* bp = b.defined() ? b.data_ptr<T>() : nullptr;
     const T* xp = xc.data_ptr<T>();
     T* yp = y.data_ptr<T>();
-    for (int64_t r = 0; r < rows; ++r) {
+    for_rows(rows, n, [&](int64_t r) {
       const T* xr = xp + r * n;
       // Two passes over a row that sits in cache: mean, then the biased
       // variance as the mean squared deviation (no cancellation).
@@ -403,7 +443,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
       const double rstd = 1.0 / std::sqrt(var + eps);
       normalize_row_dispatch(xr, yp + r * n, n, static_cast<T>(mu),
                              static_cast<T>(rstd), wp, bp);
-    }
+    });
   });
   return y;
 }
@@ -421,13 +461,13 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
     const T* wp = w.defined() ? w.data_ptr<T>() : nullptr;
     const T* xp = xc.data_ptr<T>();
     T* yp = y.data_ptr<T>();
-    for (int64_t r = 0; r < rows; ++r) {
+    for_rows(rows, n, [&](int64_t r) {
       const T* xr = xp + r * n;
       const double ms = row_sum(xr, n, [](double v) { return v * v; }) / static_cast<double>(n);
       const double scale = 1.0 / std::sqrt(ms + e);
       normalize_row_dispatch(xr, yp + r * n, n, T(0), static_cast<T>(scale), wp,
                              static_cast<const T*>(nullptr));
-    }
+    });
   });
   return y;
 }
@@ -451,28 +491,43 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   const Tensor xc = logits.contiguous();
   const Tensor tc = target.contiguous();
   const int64_t* t = tc.data_ptr<int64_t>();
-  std::vector<double> losses(reduction == Reduction::None ? static_cast<size_t>(g.batch) : 0);
-  double total = 0;
-  int64_t counted = 0;
+  // Rows in parallel chunks, each row's loss kept; the total then adds them
+  // in row order, as the one-thread loop did. A bad target throws from its
+  // chunk, and parallel_for rethrows the lowest chunk's error: the first
+  // bad target, whatever the threads.
+  std::vector<double> losses(static_cast<size_t>(g.batch), 0.0);
+  std::vector<char> used(static_cast<size_t>(g.batch), 0);
   detail::dispatch_floating(logits.dtype(), "cross_entropy", [&]<class T>() {
     const T* xp = xc.data_ptr<T>();
-    std::vector<T> scratch(static_cast<size_t>(g.classes));
-    for (int64_t b = 0; b < g.batch; ++b) {
-      const int64_t cls = t[b];
-      double loss = 0;
-      if (cls != ignore_index) {
+    detail::parallel_for(g.batch, row_grain(g.classes), [&](int64_t b0, int64_t b1) {
+      std::vector<T> scratch(static_cast<size_t>(g.classes));
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t cls = t[b];
+        if (cls == ignore_index) continue;
         if (cls < 0 || cls >= g.classes)
           throw_bad_target("cross_entropy", cls, g.classes, ignore_index);
-        const T* row = xp + b * g.classes;
-        const T m = row_max(row, g.classes);
-        const T lse = row_log_sum_exp_shifted(row, scratch.data(), g.classes, m);
-        loss = -static_cast<double>((row[cls] - m) - lse);
-        total += loss;
-        ++counted;
       }
-      if (reduction == Reduction::None) losses[static_cast<size_t>(b)] = loss;
-    }
+      detail::simd_dispatch([&] {
+        for (int64_t b = b0; b < b1; ++b) {
+          const int64_t cls = t[b];
+          if (cls == ignore_index) continue;
+          const T* row = xp + b * g.classes;
+          const T m = row_max(row, g.classes);
+          const T lse = row_log_sum_exp_shifted(row, scratch.data(), g.classes, m);
+          losses[static_cast<size_t>(b)] = -static_cast<double>((row[cls] - m) - lse);
+          used[static_cast<size_t>(b)] = 1;
+        }
+      });
+    });
   });
+  double total = 0;
+  int64_t counted = 0;
+  for (int64_t b = 0; b < g.batch; ++b) {
+    if (!used[static_cast<size_t>(b)]) continue;
+    total += losses[static_cast<size_t>(b)];
+    ++counted;
+  }
+  if (reduction != Reduction::None) losses.clear();
   return finish_loss(reduction, logits.dtype(), target.shape(), losses, total, counted);
 }
 

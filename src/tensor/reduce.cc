@@ -7,6 +7,17 @@
 // in memory (row reductions, the common case) the coalesced runs have
 // accumulator stride 0 and go through vectorised whole-run kernels instead
 // of a per-element read-modify-write.
+//
+// Threads: the walk splits over output slots (for_each_strided never cuts a
+// slot's own sequence of inputs), so those results are the same bits as on
+// one thread. A reduction into few slots over many elements (a full sum)
+// instead folds fixed blocks of kReduceBlock elements and merges the block
+// partials in block order; the blocks depend only on the shape, so the
+// bits do not depend on the thread count either (they differ from a single
+// sequential fold in the last places, as any reordering of a float sum
+// does).
+// FMA contraction off: the SIMD copies must round like the baseline (simd.h).
+#pragma GCC optimize("fp-contract=off")
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -18,6 +29,7 @@
 #include "dtensor/tensor.h"
 #include "tensor/dispatch.h"
 #include "tensor/loops.h"
+#include "tensor/simd.h"
 
 namespace dtensor {
 namespace {
@@ -263,17 +275,83 @@ auto fold_kernel(const Op& op) {
   };
 }
 
+// Elements per block of a fixed-block reduction, and the slot count below
+// which a reduction over at least two blocks per slot uses them: with fewer
+// slots than that, splitting over slots leaves threads idle.
+constexpr int64_t kReduceBlock = int64_t{1} << 16;
+constexpr int64_t kFewSlots = 8;
+
+bool use_blocks(const ReducePlan& plan) {
+  return plan.keep_shape.product() < kFewSlots && plan.count >= 2 * kReduceBlock;
+}
+
+// The walk over the inputs of output slot `slot` (row-major index into
+// keep_shape): x with the kept dims pinned, in memory order.
+detail::loops::Walk<1> slot_walk(const Tensor& x, const ReducePlan& plan, int64_t slot,
+                                 char*& base) {
+  detail::StridedOperands<1> ops;
+  set_input(ops, 0, x);
+  Shape shape = x.shape();
+  int64_t rem = slot;
+  for (int64_t d = x.dim() - 1; d >= 0; --d) {
+    if (plan.reduced[d]) continue;
+    const int64_t i = rem % shape[d];
+    rem /= shape[d];
+    ops.base[0] += i * ops.strides[0][d];
+    shape[d] = 1;
+  }
+  sort_dims_by_stride(shape, ops, 0);
+  detail::loops::Walk<1> w;
+  detail::loops::coalesce(shape, ops, w);
+  base = ops.base[0];
+  return w;
+}
+
+// One slot's fold in fixed blocks of kReduceBlock inputs (walk order), the
+// blocks run in parallel and their partials merged in block order.
+template <class T, class Op>
+typename Op::Acc fold_slot_blocked(const Op& op, const Tensor& x, const ReducePlan& plan,
+                                   int64_t slot) {
+  using Acc = typename Op::Acc;
+  char* base = nullptr;
+  const detail::loops::Walk<1> w = slot_walk(x, plan, slot, base);
+  const int64_t blocks = (plan.count + kReduceBlock - 1) / kReduceBlock;
+  std::vector<Acc> partial(static_cast<size_t>(blocks), Op::init());
+  detail::parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
+    detail::simd_dispatch([&] {
+      for (int64_t blk = b; blk < e; ++blk) {
+        Acc a = Op::init();
+        auto kernel = [&](const std::array<char*, 1>& p, int64_t n, const std::array<int64_t, 1>& s) {
+          a = Op::merge(a, fold_run(op, reinterpret_cast<const T*>(p[0]), n,
+                                    s[0] / static_cast<int64_t>(sizeof(T))));
+        };
+        detail::walk_range(w, std::array<char*, 1>{base}, blk * kReduceBlock,
+                           std::min(plan.count, (blk + 1) * kReduceBlock), kernel);
+        partial[static_cast<size_t>(blk)] = a;
+      }
+    });
+  });
+  Acc result = Op::init();
+  for (const Acc& a : partial) result = Op::merge(result, a);
+  return result;
+}
+
 // Folds x into acc (a contiguous buffer of keep_shape, pre-filled with
 // Op::init()) in x's memory order.
 template <class T, class Op>
 void fold_into(const Op& op, const Tensor& x, const ReducePlan& plan, typename Op::Acc* acc) {
   if (x.numel() == 0) return;
+  if (use_blocks(plan)) {
+    const int64_t slots = plan.keep_shape.product();
+    for (int64_t o = 0; o < slots; ++o) acc[o] = Op::merge(acc[o], fold_slot_blocked<T>(op, x, plan, o));
+    return;
+  }
   detail::StridedOperands<2> ops;
   set_accumulator(ops, 0, acc, plan, sizeof(typename Op::Acc));
   set_input(ops, 1, x);
   Shape shape = x.shape();
   sort_dims_by_stride(shape, ops, 1);
-  detail::for_each_strided(shape, ops, fold_kernel<T>(op));
+  detail::for_each_strided<2, detail::kNoTiles | detail::kSimd>(shape, ops, fold_kernel<T>(op));
 }
 
 // Accumulates x with Op into out (of dtype Out) and applies finish(acc) to
@@ -390,7 +468,25 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, co
     Tensor out = Tensor::empty(out_shape, DType::Int64);
     const Tensor xc = x.contiguous();
     detail::dispatch_all(x.dtype(), op, [&]<class T>() {
-      *out.data_ptr<int64_t>() = arg_run<kMax>(xc.data_ptr<T>(), xc.numel(), 1);
+      // Fixed blocks, each block's first best, then the first best of those
+      // in block order: the first best overall, on any thread count.
+      const T* xp = xc.data_ptr<T>();
+      const int64_t n = xc.numel();
+      const int64_t blocks = (n + kReduceBlock - 1) / kReduceBlock;
+      std::vector<int64_t> at(static_cast<size_t>(blocks));
+      detail::parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
+        detail::simd_dispatch([&] {
+          for (int64_t blk = b; blk < e; ++blk) {
+            const int64_t lo = blk * kReduceBlock;
+            at[static_cast<size_t>(blk)] = lo + arg_run<kMax>(xp + lo, std::min(kReduceBlock, n - lo), 1);
+          }
+        });
+      });
+      int64_t best = at[0];
+      for (int64_t i : at) {
+        if (better<kMax>(xp[i], xp[best])) best = i;
+      }
+      *out.data_ptr<int64_t>() = best;
     });
     return out;
   }
@@ -422,7 +518,7 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, co
       sort_dims_by_stride(shape, ops, 1);
       using Ptrs = std::array<char*, 2>;
       using Strides = std::array<int64_t, 2>;
-      detail::for_each_strided(
+      detail::for_each_strided<2, detail::kNoTiles | detail::kSimd>(
           shape, ops, [&](const Ptrs& p, int64_t n, const Strides& s) {
             int64_t* o = reinterpret_cast<int64_t*>(p[0]);
             const T* xs = reinterpret_cast<const T*>(p[1]);
@@ -444,7 +540,8 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, co
       sort_dims_by_stride(shape, ops, 2);
       using Ptrs = std::array<char*, 3>;
       using Strides = std::array<int64_t, 3>;
-      detail::for_each_strided(
+      // Writes operands 0 and 1, which share their layout.
+      detail::for_each_strided<3, detail::kNoTiles | detail::kSimd>(
           shape, ops, [&](const Ptrs& p, int64_t n, const Strides& s) {
             int64_t* o = reinterpret_cast<int64_t*>(p[0]);
             T* b = reinterpret_cast<T*>(p[1]);
@@ -509,7 +606,10 @@ Tensor var(const Tensor& x, const DimVector& dims, int64_t correction, bool keep
     fold_into<T>(SumOp<T>{}, x, plan, centre.data());
     for (double& c : centre) c /= n;
     std::vector<double> m2(slots, 0.0);
-    if (x.numel() > 0) {
+    if (x.numel() > 0 && use_blocks(plan)) {
+      for (size_t o = 0; o < slots; ++o)
+        m2[o] = fold_slot_blocked<T>(SquaredDevOp<T>{centre[o]}, x, plan, static_cast<int64_t>(o));
+    } else if (x.numel() > 0) {
       detail::StridedOperands<3> ops;
       set_accumulator(ops, 0, m2.data(), plan, sizeof(double));
       set_accumulator(ops, 1, centre.data(), plan, sizeof(double));
@@ -518,7 +618,7 @@ Tensor var(const Tensor& x, const DimVector& dims, int64_t correction, bool keep
       sort_dims_by_stride(shape, ops, 2);
       using Ptrs = std::array<char*, 3>;
       using Strides = std::array<int64_t, 3>;
-      detail::for_each_strided(
+      detail::for_each_strided<3, detail::kNoTiles | detail::kSimd>(
           shape, ops, [&](const Ptrs& p, int64_t len, const Strides& s) {
             double* acc = reinterpret_cast<double*>(p[0]);
             const double* c = reinterpret_cast<const double*>(p[1]);
