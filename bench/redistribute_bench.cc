@@ -193,7 +193,7 @@ std::vector<SpecPair> sweep_pairs(int mesh_ndim) {
       Placement p = random_placement(rng, ndim);
       from.push_back(p.is_partial() ? partial : p);
       Placement q = random_target(rng, ndim, p);
-      if (q.is_partial()) q = from.back();
+      if (q.is_partial()) q = from[m];
       to.push_back(q);
     }
     if (from == to) continue;

@@ -17,9 +17,10 @@
 // avg; reduce_scatter outer dim first and all_gather inner dim first; the
 // flattened chunking equal to the nested one; the group exists or may be
 // created. Edge weights are the cost model's; a state's bytes per rank are
-// global bytes / number of shards. Dijkstra gives the cheapest path, ties
-// broken by fewer steps; the per-dim baseline path is one of the paths
-// searched, so the search never does worse than it.
+// global bytes / number of shards. A* (Dijkstra steered by an admissible
+// lower bound, see lower_bound) gives the cheapest path, ties broken by the
+// lower peak memory, then by fewer steps; the per-dim baseline path is one
+// of the paths searched, so the search never does worse than it.
 //
 // The search is the one place that decides merging: an earlier design also
 // merged runs of steps after the search, and once the search returned

@@ -482,8 +482,10 @@ TEST_F(PlanTest, SearchPricesMergedCollectives) {
   EXPECT_TRUE(equal(r.full_tensor(), x)) << plan->explain();
 }
 
-// An 8-d mesh has too many placement states to search exhaustively; the
-// planner falls back to the per-dim plan (unmerged) and stays correct.
+// An 8-d mesh has too many placement states to search exhaustively (the
+// planner falls back to the per-dim plan past 50,000 states); the A*
+// search's lower bound keeps this one within the budget, and its plan is no
+// costlier than the per-dim one and correct.
 TEST_F(PlanTest, HugeStateSpacesFallBackToThePerDimPlan) {
   World big = World::simulated(256);
   DeviceMesh mesh(big, {2, 2, 2, 2, 2, 2, 2, 2});
@@ -494,7 +496,8 @@ TEST_F(PlanTest, HugeStateSpacesFallBackToThePerDimPlan) {
   auto plan = plan_redistribute(d.spec(), d.spec().with_placements(to));
   RedistributeOptions per_dim;
   per_dim.search = false;
-  EXPECT_EQ(plan->cost_us, plan_redistribute(d.spec(), d.spec().with_placements(to), per_dim)->cost_us)
+  EXPECT_LE(plan->cost_us,
+            plan_redistribute(d.spec(), d.spec().with_placements(to), per_dim)->cost_us + 1e-9)
       << plan->explain();
   DTensor r = d.redistribute(to);
   EXPECT_TRUE(equal(r.full_tensor(), x)) << plan->explain();
