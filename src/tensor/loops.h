@@ -33,6 +33,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "common/parallel.h"
 #include "dtensor/tensor.h"
@@ -45,6 +46,9 @@ struct StridedOperands {
   std::array<char*, N> base{};
   // byte strides per operand per dim
   std::array<std::array<int64_t, kMaxDims>, N> strides{};
+  // element size per operand in bytes, 0 if unknown (then it is never
+  // staged through a tile buffer)
+  std::array<int64_t, N> item{};
 };
 
 // Elements a parallel block should carry at least: at a few GB/s, 32K
@@ -64,6 +68,7 @@ struct Walk {
   int nd = 0;
   int64_t sizes[kMaxDims] = {};
   std::array<std::array<int64_t, kMaxDims>, N> st{};
+  std::array<int64_t, N> item{};
   int tile_dim = -1;  // the dim tiled against the innermost one, or -1
 };
 
@@ -83,6 +88,7 @@ bool coalesce(const Shape& shape, const StridedOperands<N>& ops, Walk<N>& w) {
   // Merge dim d (outer) into the running inner dim when every operand's
   // outer stride equals inner stride * inner size.
   w.nd = 0;
+  w.item = ops.item;
   if (nd == 0) return true;
   int out = nd - 1;  // write position walking outward
   int64_t csizes[kMaxDims];
@@ -166,14 +172,56 @@ void walk_rows(const Walk<N>& w, std::array<char*, N> p, Kernel& kernel) {
   }
 }
 
+// Copies a jn x ln tile of S-byte elements (element (r, c) at
+// src + r * sj + c * sl) into buf as jn contiguous rows of ln, or back
+// (kToBuffer false). The loop runs along r, the side that is contiguous in
+// memory, so each line is read (written) once and in order.
+template <int S, bool kToBuffer>
+inline void stage_tile(char* buf, char* mem, int64_t jn, int64_t ln, int64_t sj, int64_t sl) {
+  for (int64_t c = 0; c < ln; ++c) {
+    char* m = mem + c * sl;
+    for (int64_t r = 0; r < jn; ++r) {
+      if constexpr (kToBuffer) std::memcpy(buf + (r * ln + c) * S, m + r * sj, S);
+      else std::memcpy(m + r * sj, buf + (r * ln + c) * S, S);
+    }
+  }
+}
+
+template <bool kToBuffer>
+inline void stage_tile(int64_t item, char* buf, char* mem, int64_t jn, int64_t ln, int64_t sj,
+                       int64_t sl) {
+  switch (item) {
+    case 1: stage_tile<1, kToBuffer>(buf, mem, jn, ln, sj, sl); return;
+    case 4: stage_tile<4, kToBuffer>(buf, mem, jn, ln, sj, sl); return;
+    case 8: stage_tile<8, kToBuffer>(buf, mem, jn, ln, sj, sl); return;
+    default: stage_tile<2, kToBuffer>(buf, mem, jn, ln, sj, sl); return;
+  }
+}
+
 // The tiled walk: the dims other than tile_dim (j) and the innermost (l) in
 // row-major order, and for each of their index tuples the (j, l) plane in
 // kTile x kTile tiles, each tile as kTile runs of up to kTile elements.
+//
+// An operand whose elements are contiguous along j is staged: its tile is
+// copied (transposed) into a small buffer first, and the kernel reads the
+// buffer with a unit stride, so the kernel takes its vectorised path and
+// the operand is read in whole lines. Lines kTile elements apart along l
+// map to the same L1 set when the stride is a multiple of 4 KiB (a 4096-
+// float matrix), so reading them in place would thrash L1 however small
+// the tile. A staged operand 0 (a transposed output) is written to its
+// buffer by the kernel and copied out after each tile.
 template <size_t N, class Kernel>
 void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
   const int j = w.tile_dim, l = w.nd - 1;
   std::array<int64_t, N> inner{};
   for (size_t k = 0; k < N; ++k) inner[k] = w.st[k][l];
+  std::array<bool, N> staged{};
+  for (size_t k = 0; k < N; ++k) {
+    const int64_t item = w.item[k];
+    staged[k] = (item == 1 || item == 2 || item == 4 || item == 8) && w.st[k][j] == item &&
+                std::abs(w.st[k][l]) >= 64;
+  }
+  alignas(64) char buf[N][kTile * kTile * 8];
   Walk<N> rest;  // the other dims, as a walk of single elements
   for (int d = 0; d < l; ++d) {
     if (d == j) continue;
@@ -187,10 +235,27 @@ void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
       for (int64_t l0 = 0; l0 < w.sizes[l]; l0 += kTile) {
         const int64_t ln = std::min(kTile, w.sizes[l] - l0);
         std::array<char*, N> q;
-        for (size_t k = 0; k < N; ++k) q[k] = p[k] + j0 * w.st[k][j] + l0 * w.st[k][l];
+        std::array<int64_t, N> step, run_st;
+        for (size_t k = 0; k < N; ++k) {
+          char* origin = p[k] + j0 * w.st[k][j] + l0 * w.st[k][l];
+          if (staged[k]) {
+            if (k != 0) stage_tile<true>(w.item[k], buf[k], origin, jn, ln, w.st[k][j], w.st[k][l]);
+            q[k] = buf[k];
+            step[k] = ln * w.item[k];
+            run_st[k] = w.item[k];
+          } else {
+            q[k] = origin;
+            step[k] = w.st[k][j];
+            run_st[k] = inner[k];
+          }
+        }
         for (int64_t r = 0; r < jn; ++r) {
-          kernel(q, ln, inner);
-          for (size_t k = 0; k < N; ++k) q[k] += w.st[k][j];
+          kernel(q, ln, run_st);
+          for (size_t k = 0; k < N; ++k) q[k] += step[k];
+        }
+        if (staged[0]) {
+          stage_tile<false>(w.item[0], buf[0], p[0] + j0 * w.st[0][j] + l0 * w.st[0][l], jn, ln,
+                            w.st[0][j], w.st[0][l]);
         }
       }
     }
@@ -348,6 +413,7 @@ void walk_range(const loops::Walk<N>& w, std::array<char*, N> p, int64_t begin, 
 template <size_t N>
 void set_operand(StridedOperands<N>& ops, size_t k, const Tensor& t, const Shape& shape) {
   ops.base[k] = static_cast<char*>(t.raw_data());
+  ops.item[k] = static_cast<int64_t>(t.itemsize());
   const int64_t item = t.numel() == 0 ? 0 : static_cast<int64_t>(t.itemsize());
   const size_t lead = shape.size() - t.shape().size();
   for (size_t d = 0; d < shape.size(); ++d) {
