@@ -4,14 +4,35 @@
 // world a collective is pure data movement, so memcpy is its speed limit:
 // the ratio of GB/s says how close the backend gets. Bytes processed count
 // the bytes delivered to all ranks (8 x 64 MiB) for all three.
+//
+// Scaling in ranks (issue 18): on 1-d meshes of 4 to 1024 simulated ranks,
+//  - S(0)->S(1) of a tiny tensor, weak scaling: every rank holds an [8, 8]
+//    float32 shard (256 B; the global tensor is [8n, 8], 256 KiB at 1024
+//    ranks), so the ideal per-rank cost is flat;
+//  - S(0)->R (all_gather) of a fixed [1024, 4] float32 tensor (16 KiB), so
+//    every rank ends with the same 16 KiB whatever n: again flat per rank.
+// Each as DTensor::redistribute (what a user pays: plan cache hit, the
+// collective, the DTensor) and as the bare Backend call. The counter
+// per_rank is the time of one call over the ranks. These run on one thread
+// and report CPU time: the per-rank figure is then the work itself, and it
+// stays meaningful on a machine shared with other jobs, where wall time
+// also counts the time the process waited for a core.
+//
+// Bandwidth (issue 18): S(0)->S(1) and S(0)->R of a [rows, 1024] float32
+// tensor of 256 KiB to 64 MiB on a 1-d mesh of 8 ranks, against memcpy of
+// the bytes the collective must at least write into preallocated buffers:
+// the tensor once (S->S moves every byte once), or 8 times (S->R delivers
+// it to every rank).
 #include <benchmark/benchmark.h>
 
 #include <cstring>
 #include <vector>
 
 #include "comm/backend.h"
+#include "dtensor/dtensor.h"
 #include "dtensor/local_tensor.h"
 #include "dtensor/mesh.h"
+#include "dtensor/threads.h"
 #include "dtensor/world.h"
 
 namespace {
@@ -63,6 +84,126 @@ void BM_AllReduceSum8Ranks64MiB(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kDelivered);
 }
 BENCHMARK(BM_AllReduceSum8Ranks64MiB)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// ---- scaling in ranks ------------------------------------------------------------
+
+void set_per_rank(benchmark::State& state, int ranks) {
+  state.counters["ranks"] = ranks;
+  // Seconds per (iteration x rank): the wall time of one call over the ranks.
+  state.counters["per_rank"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * ranks,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+// The thread setting for one benchmark, restored after it.
+class OneThread {
+ public:
+  OneThread() : saved_(num_threads()) { set_num_threads(1); }
+  ~OneThread() { set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
+constexpr int64_t kTinyRows = 8, kTinyCols = 8;  // each rank's shard for S(0)->S(1)
+const Shape kGatherShape{1024, 4};                // the all_gathered tensor, 16 KiB
+
+void BM_RedistributeS0S1Tiny(benchmark::State& state) {
+  const OneThread one_thread;
+  const int n = static_cast<int>(state.range(0));
+  World world = World::simulated(n);
+  DeviceMesh mesh(world, Shape{n});
+  const DTensor d = distribute_tensor(Tensor::randn({kTinyRows * n, kTinyCols}, 1), mesh, {Shard(0)});
+  for (auto _ : state) {
+    DTensor r = d.redistribute({Shard(1)});
+    benchmark::DoNotOptimize(r.local().shards().data());
+  }
+  set_per_rank(state, n);
+}
+BENCHMARK(BM_RedistributeS0S1Tiny)->RangeMultiplier(4)->Range(4, 1024);
+
+void BM_AllToAllTiny(benchmark::State& state) {
+  const OneThread one_thread;
+  const int n = static_cast<int>(state.range(0));
+  World world = World::simulated(n);
+  DeviceMesh mesh(world, Shape{n});
+  LocalTensor in;
+  for (int r = 0; r < n; ++r) in.set(r, Tensor::randn({kTinyRows, kTinyCols}, r));
+  for (auto _ : state) {
+    LocalTensor out = world.backend().all_to_all(in, mesh, 0, /*split_dim=*/1, /*concat_dim=*/0);
+    benchmark::DoNotOptimize(out.shards().data());
+  }
+  set_per_rank(state, n);
+}
+BENCHMARK(BM_AllToAllTiny)->RangeMultiplier(4)->Range(4, 1024);
+
+void BM_RedistributeS0RTiny(benchmark::State& state) {
+  const OneThread one_thread;
+  const int n = static_cast<int>(state.range(0));
+  World world = World::simulated(n);
+  DeviceMesh mesh(world, Shape{n});
+  const DTensor d = distribute_tensor(Tensor::randn(kGatherShape, 1), mesh, {Shard(0)});
+  for (auto _ : state) {
+    DTensor r = d.redistribute({Replicate()});
+    benchmark::DoNotOptimize(r.local().shards().data());
+  }
+  set_per_rank(state, n);
+}
+BENCHMARK(BM_RedistributeS0RTiny)->RangeMultiplier(4)->Range(4, 1024);
+
+void BM_AllGatherTiny(benchmark::State& state) {
+  const OneThread one_thread;
+  const int n = static_cast<int>(state.range(0));
+  World world = World::simulated(n);
+  DeviceMesh mesh(world, Shape{n});
+  const DTensor d = distribute_tensor(Tensor::randn(kGatherShape, 1), mesh, {Shard(0)});
+  for (auto _ : state) {
+    LocalTensor out = world.backend().all_gather(d.local(), mesh, 0, 0);
+    benchmark::DoNotOptimize(out.shards().data());
+  }
+  set_per_rank(state, n);
+}
+BENCHMARK(BM_AllGatherTiny)->RangeMultiplier(4)->Range(4, 1024);
+
+// ---- bandwidth against memcpy -----------------------------------------------------
+
+constexpr int kBwRanks = 8;
+constexpr int64_t kBwCols = 1024;
+
+// memcpy of `copies` x the tensor's bytes into preallocated destinations.
+void memcpy_bytes(benchmark::State& state, int copies) {
+  const int64_t bytes = state.range(0);
+  std::vector<char> src(bytes, 1);
+  std::vector<std::vector<char>> dst(copies, std::vector<char>(bytes, 0));
+  for (auto _ : state) {
+    for (auto& d : dst) std::memcpy(d.data(), src.data(), bytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * bytes * copies);
+}
+void BM_MemcpyBytes(benchmark::State& state) { memcpy_bytes(state, 1); }
+void BM_Memcpy8xBytes(benchmark::State& state) { memcpy_bytes(state, kBwRanks); }
+
+void redistribute_bytes(benchmark::State& state, Placement to, int copies) {
+  const int64_t bytes = state.range(0);
+  World world = World::simulated(kBwRanks);
+  DeviceMesh mesh(world, Shape{kBwRanks});
+  const int64_t rows = bytes / static_cast<int64_t>(sizeof(float)) / kBwCols;
+  const DTensor d = distribute_tensor(Tensor::randn({rows, kBwCols}, 1), mesh, {Shard(0)});
+  for (auto _ : state) {
+    DTensor r = d.redistribute({to});
+    benchmark::DoNotOptimize(r.local().shards().data());
+  }
+  state.SetBytesProcessed(state.iterations() * bytes * copies);
+}
+void BM_RedistributeS0S1Bytes(benchmark::State& state) { redistribute_bytes(state, Shard(1), 1); }
+void BM_RedistributeS0RBytes(benchmark::State& state) {
+  redistribute_bytes(state, Replicate(), kBwRanks);
+}
+BENCHMARK(BM_MemcpyBytes)->RangeMultiplier(4)->Range(256 << 10, 64 << 20)->UseRealTime();
+BENCHMARK(BM_RedistributeS0S1Bytes)->RangeMultiplier(4)->Range(256 << 10, 64 << 20)->UseRealTime();
+BENCHMARK(BM_Memcpy8xBytes)->RangeMultiplier(4)->Range(256 << 10, 64 << 20)->UseRealTime();
+BENCHMARK(BM_RedistributeS0RBytes)->RangeMultiplier(4)->Range(256 << 10, 64 << 20)->UseRealTime();
 
 }  // namespace
 

@@ -14,15 +14,37 @@
 // each output once. The fold order is still ((s0 op s1) op s2)..., so it is
 // bit-identical to the naive loop, and the kernel (reduce_kernel.h) is the
 // one the MPI backend folds with, so both worlds give the same bits.
+//
+// Data movement (all_gather, all_to_all, scatter, broadcast) copies straight
+// from the input shards into each member's freshly allocated output with
+// memcpy runs, seeing a contiguous shard as [outer, len, inner] around the
+// dim being cut or joined: no chunk views, no cat. The work is linear in the
+// ranks and the bytes: empty pieces cost nothing (a group lists its members
+// with data once), and an all_gather joins the group's shards once and
+// copies the result to the other members, so no member reads n sources. A
+// 1024-rank all_to_all, n^2 = 1M pieces, would otherwise spend its time on
+// views, not bytes.
+//
+// Every output is written by exactly one task, so running groups or members
+// on the thread pool (when the bytes pay for it) gives the same bits as one
+// thread. Outputs go to a table indexed by rank and are handed to
+// LocalTensor in ascending rank order, however a mesh dim's groups
+// interleave ranks (those of an outer dim of a 32x32 mesh visit 0, 32, 64, ...).
 #include "comm/sim_backend.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <ostream>
+#include <utility>
 #include <vector>
 
 #include "comm/reduce_kernel.h"
+#include "common/parallel.h"
+#include "common/shard_map.h"
 #include "dtensor/debug.h"
 #include "dtensor/error.h"
 #include "dtensor/spec.h"
@@ -198,6 +220,146 @@ std::vector<Tensor> contiguous_shards(const std::vector<const Tensor*>& shards) 
   return out;
 }
 
+// ---- data movement ------------------------------------------------------------
+
+// A contiguous shape seen around one dim as [outer, len, inner].
+struct Around {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+Around around(const Shape& shape, int64_t dim) {
+  Around a;
+  a.len = shape[dim];
+  for (int64_t d = 0; d < dim; ++d) a.outer *= shape[d];
+  for (int64_t d = dim + 1; d < static_cast<int64_t>(shape.size()); ++d) a.inner *= shape[d];
+  return a;
+}
+
+// The product of shape[begin, end).
+int64_t span(const Shape& shape, int64_t begin, int64_t end) {
+  int64_t n = 1;
+  for (int64_t d = begin; d < end; ++d) n *= shape[d];
+  return n;
+}
+
+std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(t.raw_data()); }
+
+// One run of `bytes`. Runs of one element are common (a column chunk of a
+// narrow tensor): a move, not a call.
+inline void copy_run(std::byte* dst, const std::byte* src, int64_t bytes) {
+  switch (bytes) {
+    case 1: std::memcpy(dst, src, 1); return;
+    case 4: std::memcpy(dst, src, 4); return;
+    case 8: std::memcpy(dst, src, 8); return;
+    default: std::memcpy(dst, src, static_cast<size_t>(bytes));
+  }
+}
+
+// The input shards as contiguous bytes, by flat index g * n + i (null where
+// the collective reads no shard). A non-contiguous shard is copied once
+// here; the copies live in `keep`.
+struct Sources {
+  std::vector<const std::byte*> data;
+  std::vector<Tensor> keep;
+};
+Sources contiguous_sources(const Prepared& p) {
+  Sources s;
+  const size_t n = p.groups.empty() ? 0 : p.groups[0].size();
+  s.data.assign(p.groups.size() * n, nullptr);
+  for (size_t g = 0; g < p.groups.size(); ++g) {
+    for (size_t i = 0; i < n; ++i) {
+      const Tensor* t = p.shards[g][i];
+      if (t == nullptr) continue;
+      if (t->is_contiguous()) {
+        s.data[g * n + i] = bytes_of(*t);
+      } else {
+        s.keep.push_back(t->contiguous());
+        s.data[g * n + i] = bytes_of(s.keep.back());
+      }
+    }
+  }
+  return s;
+}
+
+// Along the dim a collective joins (gather / concat dim), member j's shard
+// of group g covers [at[k], at[k] + len[k]) of the joined dim, k = g * n + j;
+// members[first[g], first[g + 1]) lists the members of group g with a
+// non-empty piece, so a tiny tensor on many ranks skips the empty ones
+// without visiting them once per receiver.
+struct Joined {
+  std::vector<int64_t> len, at, total;  // total[g]: the joined length
+  std::vector<int32_t> members;
+  std::vector<size_t> first;
+};
+Joined joined(const Prepared& p, int64_t dim) {
+  Joined j;
+  const size_t n = p.groups[0].size();
+  j.len.resize(p.groups.size() * n);
+  j.at.resize(p.groups.size() * n);
+  j.first.push_back(0);
+  for (size_t g = 0; g < p.groups.size(); ++g) {
+    int64_t at = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t len = p.shards[g][i]->size(dim);
+      j.len[g * n + i] = len;
+      j.at[g * n + i] = at;
+      at += len;
+      if (len > 0) j.members.push_back(static_cast<int32_t>(i));
+    }
+    j.total.push_back(at);
+    j.first.push_back(j.members.size());
+  }
+  return j;
+}
+
+// Each member's output, in a slot indexed by its rank; take() hands them to
+// a LocalTensor in ascending rank order (every append O(1)). Tasks on the
+// pool write distinct slots.
+class RankSlots {
+ public:
+  explicit RankSlots(const Prepared& p) {
+    int lo = INT_MAX, hi = INT_MIN;
+    for (const std::vector<int>& group : p.groups) {
+      for (int r : group) {
+        lo = std::min(lo, r);
+        hi = std::max(hi, r);
+      }
+    }
+    if (lo <= hi) {
+      lo_ = lo;
+      slots_.resize(static_cast<size_t>(hi - lo) + 1);
+    }
+  }
+  Tensor& operator[](int rank) { return slots_[static_cast<size_t>(rank - lo_)]; }
+  LocalTensor take() {
+    std::vector<std::pair<int, Tensor>> out;
+    out.reserve(slots_.size());
+    // Every rank of the mesh gets a defined tensor (Tensor::empty, even of
+    // no elements), so an undefined slot is a rank outside the mesh.
+    for (size_t k = 0; k < slots_.size(); ++k) {
+      if (slots_[k].defined()) out.emplace_back(lo_ + static_cast<int>(k), std::move(slots_[k]));
+    }
+    return LocalTensor(std::move(out));
+  }
+
+ private:
+  int lo_ = 0;
+  std::vector<Tensor> slots_;
+};
+
+// body(begin, end) over `items` tasks moving `bytes` in all: on the pool
+// when the bytes pay for waking workers (shard_map.h's threshold), with
+// chunks of about that many bytes each; inline otherwise. Each task writes
+// its own outputs, so the thread count never changes a bit.
+void run_tasks(int64_t items, int64_t bytes, detail::ChunkFn body) {
+  if (items > 1 && bytes >= detail::kParallelShardBytes && detail::threads_available() > 1) {
+    const int64_t per_item = std::max<int64_t>(1, bytes / items);
+    const int64_t grain = std::max<int64_t>(1, detail::kParallelShardBytes / per_item);
+    detail::parallel_for(items, grain, body);
+  } else {
+    body(0, items);
+  }
+}
+
 }  // namespace
 
 LocalTensor SimBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
@@ -207,19 +369,57 @@ LocalTensor SimBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
   check_group_shapes(p, gather_dim, "gather dim");
   record_collective(CollectiveKind::AllGather, p.max_bytes);
 
-  LocalTensor out;
-  std::vector<Tensor> parts;
-  for (size_t g = 0; g < p.groups.size(); ++g) {
-    parts.clear();
-    for (const Tensor* t : p.shards[g]) parts.push_back(*t);
-    // One cat per group and a clone per other member: the same bytes as a
-    // cat per member, but clone is a straight memcpy.
-    const Tensor gathered = cat(parts, gather_dim);
-    for (size_t i = 0; i < p.groups[g].size(); ++i) {
-      out.set(p.groups[g][i], i == 0 ? gathered : gathered.clone());
-    }
+  const Sources src = contiguous_sources(p);
+  const Joined join = joined(p, gather_dim);
+  const int64_t groups = static_cast<int64_t>(p.groups.size());
+  const int64_t n = static_cast<int64_t>(p.groups[0].size());
+  const DType dtype = p.first->dtype();
+  const int64_t isz = static_cast<int64_t>(itemsize(dtype));
+  RankSlots out(p);
+  std::vector<Tensor> gathered(static_cast<size_t>(groups));
+  std::vector<int64_t> bytes(static_cast<size_t>(groups));
+  int64_t all_bytes = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    Shape shape = p.shards[g][0]->shape();
+    shape[gather_dim] = join.total[g];
+    bytes[g] = shape.product() * isz;
+    all_bytes += bytes[g] * n;
   }
-  return out;
+
+  // The group's shards joined once, into member 0's output: for each outer
+  // index, member j's rows [outer, len_j, inner] follow one another.
+  run_tasks(groups, all_bytes / n, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      Shape shape = p.shards[g][0]->shape();
+      const Around a = around(shape, gather_dim);
+      shape[gather_dim] = join.total[g];
+      Tensor t = Tensor::empty(shape, dtype);
+      std::byte* dst = t.numel() > 0 ? bytes_of(t) : nullptr;
+      for (int64_t o = 0; dst != nullptr && o < a.outer; ++o) {
+        for (size_t m = join.first[g]; m < join.first[g + 1]; ++m) {
+          const int64_t k = g * n + join.members[m];
+          const int64_t run = join.len[k] * a.inner * isz;
+          copy_run(dst, src.data[k] + o * run, run);
+          dst += run;
+        }
+      }
+      gathered[g] = std::move(t);
+    }
+  });
+  // Then a straight memcpy per other member: the same bytes as joining for
+  // each member, without reading n sources n times.
+  run_tasks(groups * n, all_bytes, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t g = k / n, i = k % n;
+      if (i == 0) continue;
+      const Tensor& whole = gathered[g];
+      Tensor t = Tensor::empty(whole.shape(), dtype);
+      if (bytes[g] > 0) std::memcpy(t.raw_data(), whole.raw_data(), static_cast<size_t>(bytes[g]));
+      out[p.groups[g][i]] = std::move(t);
+    }
+  });
+  for (int64_t g = 0; g < groups; ++g) out[p.groups[g][0]] = std::move(gathered[g]);
+  return out.take();
 }
 
 LocalTensor SimBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
@@ -229,20 +429,26 @@ LocalTensor SimBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh
   check_group_shapes(p, -1);
   record_collective(CollectiveKind::AllReduce, p.max_bytes);
 
-  LocalTensor out;
-  for (size_t g = 0; g < p.groups.size(); ++g) {
-    const std::vector<Tensor> shards = contiguous_shards(p.shards[g]);
-    std::vector<Tensor> results;
-    results.reserve(shards.size());
-    OutRange all{0, shards[0].dim() == 0 ? 1 : shards[0].size(0), {}};
-    for (size_t i = 0; i < shards.size(); ++i) {
-      results.push_back(Tensor::empty(shards[0].shape(), shards[0].dtype()));
+  RankSlots out(p);
+  const int64_t groups = static_cast<int64_t>(p.groups.size());
+  const int64_t n = static_cast<int64_t>(p.groups[0].size());
+  // Groups are independent and each folds its own shards in group order, so
+  // running groups in parallel changes no bit.
+  run_tasks(groups, p.max_bytes * n * groups, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const std::vector<Tensor> shards = contiguous_shards(p.shards[g]);
+      std::vector<Tensor> results;
+      results.reserve(shards.size());
+      OutRange all{0, shards[0].dim() == 0 ? 1 : shards[0].size(0), {}};
+      for (size_t i = 0; i < shards.size(); ++i) {
+        results.push_back(Tensor::empty(shards[0].shape(), shards[0].dtype()));
+      }
+      for (Tensor& r : results) all.outs.push_back(&r);
+      reduce_ranges_any(shards[0].dtype(), op, shards, 0, {all});
+      for (size_t i = 0; i < results.size(); ++i) out[p.groups[g][i]] = std::move(results[i]);
     }
-    for (Tensor& r : results) all.outs.push_back(&r);
-    reduce_ranges_any(shards[0].dtype(), op, shards, 0, {all});
-    for (size_t i = 0; i < results.size(); ++i) out.set(p.groups[g][i], std::move(results[i]));
-  }
-  return out;
+  });
+  return out.take();
 }
 
 LocalTensor SimBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
@@ -253,27 +459,30 @@ LocalTensor SimBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& 
   check_group_shapes(p, -1);
   record_collective(CollectiveKind::ReduceScatter, p.max_bytes);
 
-  LocalTensor out;
-  for (size_t g = 0; g < p.groups.size(); ++g) {
-    const std::vector<Tensor> shards = contiguous_shards(p.shards[g]);
-    const int64_t n = static_cast<int64_t>(shards.size());
-    const int64_t len = shards[0].size(scatter_dim);
-    std::vector<Tensor> results;
-    std::vector<OutRange> ranges;
-    results.reserve(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      // Tensor::chunk's rule: pieces of ceil(L/n), trailing ones short or empty.
-      const ChunkRange piece = chunk_range(len, n, i);
-      Shape shape = shards[0].shape();
-      shape[scatter_dim] = piece.size;
-      results.push_back(Tensor::empty(shape, shards[0].dtype()));
-      ranges.push_back(OutRange{piece.start, piece.size, {}});
+  RankSlots out(p);
+  const int64_t groups = static_cast<int64_t>(p.groups.size());
+  const int64_t n = static_cast<int64_t>(p.groups[0].size());
+  run_tasks(groups, p.max_bytes * n * groups, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const std::vector<Tensor> shards = contiguous_shards(p.shards[g]);
+      const int64_t len = shards[0].size(scatter_dim);
+      std::vector<Tensor> results;
+      std::vector<OutRange> ranges;
+      results.reserve(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        // Tensor::chunk's rule: pieces of ceil(L/n), trailing ones short or empty.
+        const ChunkRange piece = chunk_range(len, n, i);
+        Shape shape = shards[0].shape();
+        shape[scatter_dim] = piece.size;
+        results.push_back(Tensor::empty(shape, shards[0].dtype()));
+        ranges.push_back(OutRange{piece.start, piece.size, {}});
+      }
+      for (int64_t i = 0; i < n; ++i) ranges[i].outs.push_back(&results[i]);
+      reduce_ranges_any(shards[0].dtype(), op, shards, scatter_dim, ranges);
+      for (int64_t i = 0; i < n; ++i) out[p.groups[g][i]] = std::move(results[i]);
     }
-    for (int64_t i = 0; i < n; ++i) ranges[i].outs.push_back(&results[i]);
-    reduce_ranges_any(shards[0].dtype(), op, shards, scatter_dim, ranges);
-    for (int64_t i = 0; i < n; ++i) out.set(p.groups[g][i], std::move(results[i]));
-  }
-  return out;
+  });
+  return out.take();
 }
 
 LocalTensor SimBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
@@ -286,18 +495,78 @@ LocalTensor SimBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
   check_group_shapes(p, concat_dim, "concat dim");
   record_collective(CollectiveKind::AllToAll, p.max_bytes);
 
-  LocalTensor out;
-  for (size_t g = 0; g < p.groups.size(); ++g) {
-    const int64_t n = static_cast<int64_t>(p.groups[g].size());
-    std::vector<std::vector<Tensor>> pieces;  // pieces[j][i]: member j's chunk for member i
-    for (const Tensor* t : p.shards[g]) pieces.push_back(t->chunk(n, split_dim));
-    for (int64_t i = 0; i < n; ++i) {
-      std::vector<Tensor> received;
-      for (int64_t j = 0; j < n; ++j) received.push_back(pieces[j][i]);
-      out.set(p.groups[g][i], cat(received, concat_dim));  // a fresh tensor per member
+  const Sources src = contiguous_sources(p);
+  const Joined join = joined(p, concat_dim);
+  const int64_t groups = static_cast<int64_t>(p.groups.size());
+  const int64_t n = static_cast<int64_t>(p.groups[0].size());
+  const DType dtype = p.first->dtype();
+  const int64_t isz = static_cast<int64_t>(itemsize(dtype));
+  int64_t all_bytes = 0;
+  for (int64_t k = 0; k < groups * n; ++k) all_bytes += p.shards[k / n][k % n]->numel() * isz;
+  const int64_t a_dim = std::min(split_dim, concat_dim), b_dim = std::max(split_dim, concat_dim);
+  RankSlots out(p);
+
+  // Member i of group g receives, from each member j with data, the rows
+  // [start_i, start_i + size_i) of j's shard along the split dim, placed at
+  // [at_j, at_j + len_j) along the concat dim. Around the two dims a shard is
+  // [outer, len_a, mid, len_b, inner]; the output is written front to back.
+  run_tasks(groups * n, all_bytes, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t g = k / n, i = k % n;
+      Shape shape = p.shards[g][0]->shape();
+      const int64_t split_len = shape[split_dim];
+      const ChunkRange piece = chunk_range(split_len, n, i);
+      const int64_t outer = span(shape, 0, a_dim), mid = span(shape, a_dim + 1, b_dim),
+                    inner = span(shape, b_dim + 1, static_cast<int64_t>(shape.size()));
+      shape[split_dim] = piece.size;
+      shape[concat_dim] = join.total[g];
+      Tensor t = Tensor::empty(shape, dtype);
+      if (t.numel() > 0) {
+        std::byte* dst = bytes_of(t);
+        const size_t m0 = join.first[g], m1 = join.first[g + 1];
+        if (concat_dim < split_dim) {
+          // Shard j: [outer, len_j, mid, split_len, inner]; each (o, y, m) is
+          // one run of size_i * inner, and all of j's runs for one o are a
+          // single block when i takes the whole split dim (n == 1, or a split
+          // dim of length 1).
+          const int64_t run = piece.size * inner * isz, row = split_len * inner * isz;
+          const int64_t skip = piece.start * inner * isz;
+          for (int64_t o = 0; o < outer; ++o) {
+            for (size_t m = m0; m < m1; ++m) {
+              const int64_t j = g * n + join.members[m];
+              const int64_t rows = join.len[j] * mid;
+              const std::byte* s = src.data[j] + o * rows * row;
+              if (run == row) {
+                copy_run(dst, s, rows * row);
+                dst += rows * row;
+                continue;
+              }
+              s += skip;
+              for (int64_t r = 0; r < rows; ++r, s += row, dst += run) copy_run(dst, s, run);
+            }
+          }
+        } else {
+          // Shard j: [outer, split_len, mid, len_j, inner]; output row (o, y,
+          // m) is the runs of len_j * inner of every member j in turn.
+          for (int64_t o = 0; o < outer; ++o) {
+            for (int64_t y = piece.start; y < piece.start + piece.size; ++y) {
+              for (int64_t mm = 0; mm < mid; ++mm) {
+                const int64_t row = (o * split_len + y) * mid + mm;
+                for (size_t m = m0; m < m1; ++m) {
+                  const int64_t j = g * n + join.members[m];
+                  const int64_t run = join.len[j] * inner * isz;
+                  copy_run(dst, src.data[j] + row * run, run);
+                  dst += run;
+                }
+              }
+            }
+          }
+        }
+      }
+      out[p.groups[g][i]] = std::move(t);
     }
-  }
-  return out;
+  });
+  return out.take();
 }
 
 LocalTensor SimBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
@@ -305,12 +574,20 @@ LocalTensor SimBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh,
   const Prepared p = prepare("broadcast", in, mesh, mesh_dim, root);
   record_collective(CollectiveKind::Broadcast, p.max_bytes);
 
-  LocalTensor out;
-  for (size_t g = 0; g < p.groups.size(); ++g) {
-    const Tensor& src = *p.shards[g][root];
-    for (int rank : p.groups[g]) out.set(rank, src.clone());
-  }
-  return out;
+  const Sources src = contiguous_sources(p);
+  const int64_t groups = static_cast<int64_t>(p.groups.size());
+  const int64_t n = static_cast<int64_t>(p.groups[0].size());
+  RankSlots out(p);
+  run_tasks(groups * n, p.max_bytes * n * groups, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t g = k / n, i = k % n;
+      const Tensor& from = *p.shards[g][root];
+      Tensor t = Tensor::empty(from.shape(), from.dtype());
+      if (t.numel() > 0) std::memcpy(t.raw_data(), src.data[g * n + root], t.nbytes());
+      out[p.groups[g][i]] = std::move(t);
+    }
+  });
+  return out.take();
 }
 
 LocalTensor SimBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
@@ -319,14 +596,32 @@ LocalTensor SimBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, i
   scatter_dim = check_dim(p, "scatter dim", scatter_dim);
   record_collective(CollectiveKind::Scatter, p.max_bytes);
 
-  LocalTensor out;
-  for (size_t g = 0; g < p.groups.size(); ++g) {
-    const std::vector<int>& group = p.groups[g];
-    const std::vector<Tensor> pieces =
-        p.shards[g][root]->chunk(static_cast<int64_t>(group.size()), scatter_dim);
-    for (size_t i = 0; i < group.size(); ++i) out.set(group[i], pieces[i].clone());
-  }
-  return out;
+  const Sources src = contiguous_sources(p);
+  const int64_t groups = static_cast<int64_t>(p.groups.size());
+  const int64_t n = static_cast<int64_t>(p.groups[0].size());
+  const int64_t isz = static_cast<int64_t>(itemsize(p.first->dtype()));
+  RankSlots out(p);
+  // Member i gets rows [start_i, start_i + size_i) of the root's
+  // [outer, len, inner]: one run per outer index.
+  run_tasks(groups * n, p.max_bytes * groups, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t g = k / n, i = k % n;
+      const Tensor& from = *p.shards[g][root];
+      const Around a = around(from.shape(), scatter_dim);
+      const ChunkRange piece = chunk_range(a.len, n, i);
+      Shape shape = from.shape();
+      shape[scatter_dim] = piece.size;
+      Tensor t = Tensor::empty(shape, from.dtype());
+      if (t.numel() > 0) {
+        std::byte* dst = bytes_of(t);
+        const std::byte* s = src.data[g * n + root] + piece.start * a.inner * isz;
+        const int64_t run = piece.size * a.inner * isz, row = a.len * a.inner * isz;
+        for (int64_t o = 0; o < a.outer; ++o, s += row, dst += run) copy_run(dst, s, run);
+      }
+      out[p.groups[g][i]] = std::move(t);
+    }
+  });
+  return out.take();
 }
 
 }  // namespace dtensor

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <array>
@@ -22,6 +23,7 @@
 #include "dtensor/debug.h"
 #include "dtensor/local_tensor.h"
 #include "dtensor/mesh.h"
+#include "dtensor/threads.h"
 #include "dtensor/world.h"
 
 using namespace dtensor;
@@ -726,6 +728,349 @@ TEST(SimBackend, OutputsShareNoMemoryWithInputsOrEachOther) {
     out.shard(0).add_(1000);
     for (int r = 1; r < 4; ++r) EXPECT_TRUE(equal(out.shard(r), before[r])) << "rank " << r;
     for (int r = 0; r < 4; ++r) EXPECT_TRUE(equal(in.shard(r), saved[r])) << "input of rank " << r;
+  }
+}
+
+// ---- against chunk + cat on random layouts -------------------------------------------
+//
+// all_to_all, all_gather and scatter copy runs of bytes straight from the
+// shards (sim_backend.cc); here they are checked bit for bit against the
+// definitions in backend.h written with Tensor::chunk and cat, on random
+// meshes of 1-4 dims (up to 64 ranks, collectives over one root dim or a
+// flattened set), random dtypes and shapes with uneven and empty pieces,
+// and non-contiguous input shards.
+
+namespace {
+
+// Same dtype, shape and bytes; the output contiguous. Bytes rather than
+// values: a move must not even turn -0.0 into 0.0.
+void expect_bitwise(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_TRUE(got.defined()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  EXPECT_TRUE(got.is_contiguous()) << what;
+  const Tensor w = want.contiguous();
+  EXPECT_EQ(std::memcmp(got.raw_data(), w.raw_data(), got.nbytes()), 0)
+      << what << "\n got " << got << "\nwant " << want;
+}
+
+// Every output has storage of its own: none of the inputs', none shared.
+void expect_no_sharing(const LocalTensor& out, const LocalTensor& in) {
+  std::vector<const Storage*> seen;
+  in.for_each([&](int, const Tensor& t) { seen.push_back(t.storage().get()); });
+  std::sort(seen.begin(), seen.end());
+  std::vector<const Storage*> outs;
+  out.for_each([&](int, const Tensor& t) { outs.push_back(t.storage().get()); });
+  std::sort(outs.begin(), outs.end());
+  EXPECT_EQ(std::adjacent_find(outs.begin(), outs.end()), outs.end()) << "two outputs share storage";
+  for (const Storage* s : outs)
+    EXPECT_FALSE(std::binary_search(seen.begin(), seen.end(), s)) << "an output uses an input's storage";
+}
+
+struct RandomCase {
+  MeshCase mesh;
+  int extra_ranks = 0;  // world ranks outside the mesh, whose shards are ignored
+  DType dtype = DType::Float32;
+};
+
+RandomCase random_case(std::mt19937_64& rng) {
+  RandomCase c;
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  do {
+    c.mesh.shape.assign(static_cast<size_t>(pick(1, 4)), 0);
+    for (int64_t& s : c.mesh.shape) s = pick(1, 4);
+  } while (prod(c.mesh.shape) > 64);
+  const int nd = static_cast<int>(c.mesh.shape.size());
+  c.mesh.dims.clear();
+  for (int d = 0; d < nd; ++d)
+    if (pick(0, 1) == 1) c.mesh.dims.push_back(d);
+  if (c.mesh.dims.empty()) c.mesh.dims.push_back(pick(0, nd - 1));
+  c.extra_ranks = pick(0, 3) == 0 ? pick(1, 3) : 0;
+  const DType dtypes[] = {DType::Float32, DType::Float64, DType::Int64, DType::Bool};
+  c.dtype = dtypes[pick(0, 3)];
+  return c;
+}
+
+// A shard of `shape` and `dtype`, drawn from `seed`, laid out in one of
+// three ways: contiguous, as a permuted view (dims reversed in memory), or
+// as every other element of a larger tensor along one dim.
+Tensor random_layout_shard(const Shape& shape, DType dtype, uint64_t seed, int layout) {
+  auto make = [&](const Shape& s) {
+    if (dtype == DType::Bool) return Tensor::randint(0, 2, s, seed).to(DType::Bool);
+    if (dtype == DType::Int64) return Tensor::randint(-1000, 1000, s, seed);
+    return Tensor::randn(s, seed, 0, dtype);
+  };
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  if (layout == 1 && nd >= 2) {
+    Shape reversed;
+    for (int64_t d = nd - 1; d >= 0; --d) reversed.push_back(shape[d]);
+    DimVector order;
+    for (int64_t d = nd - 1; d >= 0; --d) order.push_back(d);
+    return make(reversed).permute(order);
+  }
+  if (layout == 2 && nd >= 1) {
+    const int64_t d = static_cast<int64_t>(seed % static_cast<uint64_t>(nd));
+    Shape wide = shape;
+    wide[d] = 2 * shape[d] + 1;
+    return make(wide).slice(d, 1, 2 * shape[d] + 1, 2);
+  }
+  return make(shape);
+}
+
+// Reference all_to_all for member i of a group's shards (backend.h's words).
+Tensor ref_all_to_all(const std::vector<Tensor>& shards, int64_t i, int64_t split_dim,
+                      int64_t concat_dim) {
+  std::vector<Tensor> received;
+  for (const Tensor& s : shards)
+    received.push_back(s.chunk(static_cast<int64_t>(shards.size()), split_dim)[i]);
+  return cat(received, concat_dim);
+}
+
+}  // namespace
+
+TEST(SimBackend, AllToAllMatchesChunkAndCatOnRandomLayouts) {
+  std::mt19937_64 rng(18);
+  for (int trial = 0; trial < 150; ++trial) {
+    const RandomCase c = random_case(rng);
+    auto pick = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    const int64_t nd = pick(2, 4);
+    const int64_t split_dim = pick(0, nd - 1);
+    int64_t concat_dim = pick(0, nd - 2);
+    if (concat_dim >= split_dim) ++concat_dim;
+    const int layout = static_cast<int>(pick(0, 2));
+    const int64_t n = [&] {
+      int64_t k = 1;
+      for (int d : c.mesh.dims) k *= c.mesh.shape[d];
+      return k;
+    }();
+    // Per group (by its first rank): the common dims and the split length,
+    // which runs from empty to more than 2n so chunks are even, uneven,
+    // short and empty; per member: its concat length, often 0.
+    std::vector<Shape> group_shape(prod(c.mesh.shape) + c.extra_ranks);
+    for (auto& s : group_shape) {
+      s = Shape(static_cast<size_t>(nd), 0);
+      for (int64_t d = 0; d < nd; ++d) s[d] = pick(1, 3);
+      s[split_dim] = pick(0, 2 * n + 3);
+    }
+    SCOPED_TRACE(describe(c.mesh) + " dtype " + dtype_name(c.dtype) + " split " +
+                 std::to_string(split_dim) + " concat " + std::to_string(concat_dim) +
+                 " layout " + std::to_string(layout) + " trial " + std::to_string(trial));
+    MeshAndDim s = make_setup(c.mesh, c.extra_ranks);
+    LocalTensor in = make_input(c.mesh, [&](int rank, int64_t, const std::vector<int>& g) {
+      Shape shape = group_shape[g[0]];
+      shape[concat_dim] = pick(0, 3);
+      return random_layout_shard(shape, c.dtype, static_cast<uint64_t>(rank) * 7 + trial, layout);
+    });
+    for (int r = 0; r < c.extra_ranks; ++r)  // ignored: even a mismatched shape is not read
+      in.set(static_cast<int>(prod(c.mesh.shape)) + r, Tensor::zeros({5}, c.dtype));
+    const LocalTensor out =
+        s.world.backend().all_to_all(in, s.mesh, s.mesh_dim, split_dim, concat_dim);
+    ASSERT_EQ(out.size(), static_cast<size_t>(prod(c.mesh.shape)));
+    for (int r = 0; r < prod(c.mesh.shape); ++r) {
+      const std::vector<int> g = ref_group(c.mesh.shape, r, c.mesh.dims);
+      expect_bitwise(out.shard(r),
+                     ref_all_to_all(group_shards(in, g), index_in(g, r), split_dim, concat_dim),
+                     "rank " + std::to_string(r));
+    }
+    expect_no_sharing(out, in);
+  }
+}
+
+TEST(SimBackend, AllGatherMatchesCatOnRandomLayouts) {
+  std::mt19937_64 rng(1818);
+  for (int trial = 0; trial < 150; ++trial) {
+    const RandomCase c = random_case(rng);
+    auto pick = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    const int64_t nd = pick(1, 4);
+    const int64_t gather_dim = pick(0, nd - 1);
+    const int layout = static_cast<int>(pick(0, 2));
+    const bool chunked = pick(0, 1) == 1;  // lengths of a chunked dim, or arbitrary
+    std::vector<Shape> group_shape(prod(c.mesh.shape));
+    std::vector<int64_t> group_len(prod(c.mesh.shape));
+    for (size_t k = 0; k < group_shape.size(); ++k) {
+      group_shape[k] = Shape(static_cast<size_t>(nd), 0);
+      for (int64_t d = 0; d < nd; ++d) group_shape[k][d] = pick(0, 3) == 0 ? 1 : pick(1, 4);
+      group_len[k] = pick(0, 9);
+    }
+    SCOPED_TRACE(describe(c.mesh) + " dtype " + dtype_name(c.dtype) + " gather " +
+                 std::to_string(gather_dim) + " layout " + std::to_string(layout) + " trial " +
+                 std::to_string(trial));
+    MeshAndDim s = make_setup(c.mesh, c.extra_ranks);
+    const LocalTensor in = make_input(c.mesh, [&](int rank, int64_t i, const std::vector<int>& g) {
+      Shape shape = group_shape[g[0]];
+      const int64_t n = static_cast<int64_t>(g.size());
+      shape[gather_dim] = chunked ? chunk_sizes(group_len[g[0]], n)[i] : pick(0, 3);
+      return random_layout_shard(shape, c.dtype, static_cast<uint64_t>(rank) * 5 + trial, layout);
+    });
+    const LocalTensor out = s.world.backend().all_gather(in, s.mesh, s.mesh_dim, gather_dim);
+    ASSERT_EQ(out.ranks(), in.ranks());
+    for (int r : in.ranks()) {
+      const std::vector<int> g = ref_group(c.mesh.shape, r, c.mesh.dims);
+      expect_bitwise(out.shard(r), cat(group_shards(in, g), gather_dim),
+                     "rank " + std::to_string(r));
+    }
+    expect_no_sharing(out, in);
+  }
+}
+
+TEST(SimBackend, ScatterMatchesChunkOnRandomLayouts) {
+  std::mt19937_64 rng(181818);
+  for (int trial = 0; trial < 150; ++trial) {
+    const RandomCase c = random_case(rng);
+    auto pick = [&](int64_t lo, int64_t hi) {
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    const int64_t nd = pick(1, 4);
+    const int64_t scatter_dim = pick(0, nd - 1);
+    const int layout = static_cast<int>(pick(0, 2));
+    MeshAndDim s = make_setup(c.mesh, c.extra_ranks);
+    const int64_t n = s.mesh.size(s.mesh_dim);
+    const int64_t root = pick(0, n - 1);
+    SCOPED_TRACE(describe(c.mesh) + " dtype " + dtype_name(c.dtype) + " scatter " +
+                 std::to_string(scatter_dim) + " root " + std::to_string(root) + " layout " +
+                 std::to_string(layout) + " trial " + std::to_string(trial));
+    LocalTensor in;  // only the roots hold data
+    for (int r = 0; r < prod(c.mesh.shape); ++r) {
+      const std::vector<int> g = ref_group(c.mesh.shape, r, c.mesh.dims);
+      if (index_in(g, r) != root) continue;
+      Shape shape(static_cast<size_t>(nd), 0);
+      for (int64_t d = 0; d < nd; ++d) shape[d] = pick(1, 3);
+      shape[scatter_dim] = pick(0, 2 * n + 3);
+      in.set(r, random_layout_shard(shape, c.dtype, static_cast<uint64_t>(r) * 3 + trial, layout));
+    }
+    const LocalTensor out = s.world.backend().scatter(in, s.mesh, s.mesh_dim, root, scatter_dim);
+    ASSERT_EQ(out.size(), static_cast<size_t>(prod(c.mesh.shape)));
+    for (int r = 0; r < prod(c.mesh.shape); ++r) {
+      const std::vector<int> g = ref_group(c.mesh.shape, r, c.mesh.dims);
+      const Tensor& src = in.shard(g[root]);
+      expect_bitwise(out.shard(r), src.chunk(n, scatter_dim)[index_in(g, r)],
+                     "rank " + std::to_string(r));
+    }
+    expect_no_sharing(out, in);
+  }
+}
+
+// Large enough (256 KiB a shard, 2 MiB a call) that the collectives run on the thread pool:
+// one thread and four must give the same bits.
+TEST(SimBackend, ThreadCountChangesNoBit) {
+  World w = World::simulated(8);
+  DeviceMesh mesh(w, Shape{2, 4});
+  LocalTensor in;
+  for (int r = 0; r < 8; ++r) in.set(r, Tensor::randn({255, 257}, r));
+  Backend& b = w.backend();
+  auto run_all = [&] {
+    std::vector<LocalTensor> outs;
+    for (int d : {0, 1}) {
+      outs.push_back(b.all_gather(in, mesh, d, 1));
+      outs.push_back(b.all_to_all(in, mesh, d, 1, 0));
+      outs.push_back(b.all_to_all(in, mesh, d, 0, 1));
+      outs.push_back(b.scatter(in, mesh, d, 1, 1));
+      outs.push_back(b.broadcast(in, mesh, d, 1));
+      outs.push_back(b.all_reduce(in, mesh, d, ReduceOp::Sum));
+      outs.push_back(b.reduce_scatter(in, mesh, d, ReduceOp::Avg, 1));
+    }
+    return outs;
+  };
+  const int saved = num_threads();
+  set_num_threads(1);
+  const std::vector<LocalTensor> one = run_all();
+  set_num_threads(4);
+  const std::vector<LocalTensor> four = run_all();
+  set_num_threads(saved);
+  ASSERT_EQ(one.size(), four.size());
+  for (size_t k = 0; k < one.size(); ++k) {
+    ASSERT_EQ(one[k].ranks(), four[k].ranks()) << "call " << k;
+    for (int r : one[k].ranks())
+      expect_bitwise(four[k].shard(r), one[k].shard(r),
+                     "call " + std::to_string(k) + " rank " + std::to_string(r));
+  }
+}
+
+// 1024 ranks with tiny shards, most pieces empty: the case that was
+// quadratic. A 1-d mesh of 1024 is checked element by element from values
+// that encode (rank, row, column); a 32x32 mesh, whose outer-dim groups
+// interleave ranks, against chunk + cat.
+TEST(SimBackend, CollectivesOnAThousandRanks) {
+  constexpr int kN = 1024;
+  World w = World::simulated(kN);
+  DeviceMesh line(w, Shape{kN});
+  Backend& b = w.backend();
+  // Rank j holds j % 3 rows (0, 1 or 2) of 6 columns: 1000 j + 10 y + c.
+  LocalTensor rows;
+  std::vector<int64_t> at(kN + 1, 0);
+  for (int j = 0; j < kN; ++j) {
+    const int64_t len = j % 3;
+    std::vector<int64_t> v;
+    for (int64_t y = 0; y < len; ++y)
+      for (int64_t c = 0; c < 6; ++c) v.push_back(1000 * j + 10 * y + c);
+    rows.set(j, Tensor::from_vector(v, Shape{len, 6}));
+    at[j + 1] = at[j] + len;
+  }
+  const int64_t total = at[kN];
+  auto value_at_row = [&](int64_t row, int64_t c) {
+    const int j = static_cast<int>(std::upper_bound(at.begin(), at.end(), row) - at.begin()) - 1;
+    return 1000 * j + 10 * (row - at[j]) + c;
+  };
+  {  // S(0) -> S(1): column i of 6 to members 0..5, nothing to the others.
+    const LocalTensor out = b.all_to_all(rows, line, 0, /*split_dim=*/1, /*concat_dim=*/0);
+    ASSERT_EQ(out.size(), static_cast<size_t>(kN));
+    for (int i = 0; i < kN; ++i) {
+      const int64_t cols = i < 6 ? 1 : 0;
+      ASSERT_EQ(out.shard(i).shape(), (Shape{total, cols})) << "rank " << i;
+      if (cols == 0) continue;
+      const std::vector<int64_t> v = out.shard(i).to_vector<int64_t>();
+      for (int64_t row = 0; row < total; ++row)
+        ASSERT_EQ(v[row], value_at_row(row, i)) << "rank " << i << " row " << row;
+    }
+  }
+  {  // all_gather along rows: every rank gets all `total` rows.
+    const LocalTensor out = b.all_gather(rows, line, 0, 0);
+    const std::vector<int64_t> first = out.shard(0).to_vector<int64_t>();
+    ASSERT_EQ(out.shard(0).shape(), (Shape{total, 6}));
+    for (int64_t row = 0; row < total; ++row)
+      for (int64_t c = 0; c < 6; ++c) ASSERT_EQ(first[row * 6 + c], value_at_row(row, c));
+    for (int r = 1; r < kN; ++r) expect_bitwise(out.shard(r), out.shard(0), "rank " + std::to_string(r));
+  }
+  {  // S(1) -> S(0) of the transposed layout: row i of 7 to members 0..6.
+    LocalTensor cols;
+    for (int j = 0; j < kN; ++j) cols.set(j, rows.shard(j).t().contiguous());
+    LocalTensor seven;  // [7, j % 3]: a seventh row of -j
+    for (int j = 0; j < kN; ++j)
+      seven.set(j, cat({cols.shard(j), Tensor::full({1, j % 3}, int64_t{-j}, DType::Int64)}, 0));
+    const LocalTensor out = b.all_to_all(seven, line, 0, /*split_dim=*/0, /*concat_dim=*/1);
+    for (int i = 0; i < kN; ++i) {
+      ASSERT_EQ(out.shard(i).shape(), (Shape{i < 7 ? 1 : 0, total})) << "rank " << i;
+      if (i >= 7) continue;
+      const std::vector<int64_t> v = out.shard(i).to_vector<int64_t>();
+      for (int64_t row = 0; row < total; ++row) {
+        const int j = static_cast<int>(std::upper_bound(at.begin(), at.end(), row) - at.begin()) - 1;
+        ASSERT_EQ(v[row], i < 6 ? value_at_row(row, i) : -j) << "rank " << i << " column " << row;
+      }
+    }
+  }
+  // 32 x 32: both mesh dims, against the reference; shards [2, 3] of rank-dependent values.
+  DeviceMesh square(w, Shape{32, 32});
+  LocalTensor small;
+  for (int r = 0; r < kN; ++r) small.set(r, Tensor::randint(-99, 99, {2, 3}, r));
+  for (int d : {0, 1}) {
+    SCOPED_TRACE("32x32 over mesh dim " + std::to_string(d));
+    const LocalTensor gathered = b.all_gather(small, square, d, 1);
+    const LocalTensor swapped = b.all_to_all(small, square, d, 0, 1);
+    const LocalTensor scattered = b.scatter(small, square, d, 3, 1);
+    for (int r = 0; r < kN; ++r) {
+      const std::vector<int> g = ref_group({32, 32}, r, {d});
+      const int64_t i = index_in(g, r);
+      const std::vector<Tensor> shards = group_shards(small, g);
+      expect_bitwise(gathered.shard(r), cat(shards, 1), "all_gather rank " + std::to_string(r));
+      expect_bitwise(swapped.shard(r), ref_all_to_all(shards, i, 0, 1),
+                     "all_to_all rank " + std::to_string(r));
+      expect_bitwise(scattered.shard(r), shards[3].chunk(32, 1)[i],
+                     "scatter rank " + std::to_string(r));
+    }
   }
 }
 
