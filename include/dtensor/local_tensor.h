@@ -4,6 +4,12 @@
 // MPI, the one shard of this process's rank. Code that works on local data
 // loops over the held shards with for_each / map, so the same code is right
 // in both worlds (this is PyTorch's "LocalTensor" mode).
+//
+// Shards are kept in a vector sorted by rank. Finding a rank is O(1) when
+// the held ranks are evenly spaced (all ranks of a simulated world, the
+// ranks of a sub-mesh, the one rank of an MPI process) and a binary search
+// otherwise; set() is O(1) when ranks arrive in ascending order, as every
+// collective and op produces them.
 #pragma once
 
 #include <utility>
@@ -16,6 +22,9 @@ namespace dtensor {
 class LocalTensor {
  public:
   LocalTensor() = default;
+  // From (rank, shard) pairs; throws dtensor::Error unless the ranks are
+  // strictly ascending.
+  explicit LocalTensor(std::vector<std::pair<int, Tensor>> sorted_shards);
 
   // Adds (or replaces) the shard of `rank`.
   void set(int rank, Tensor shard);
@@ -39,6 +48,7 @@ class LocalTensor {
     LocalTensor out;
     out.shards_.reserve(shards_.size());
     for (const auto& [rank, t] : shards_) out.shards_.emplace_back(rank, f(rank, t));
+    out.step_ = step_;
     return out;
   }
 
@@ -51,6 +61,7 @@ class LocalTensor {
     for (size_t i = 0; i < shards_.size(); ++i)
       out.shards_.emplace_back(shards_[i].first, f(shards_[i].first, shards_[i].second,
                                                    other.shards_[i].second));
+    out.step_ = step_;
     return out;
   }
 
@@ -64,7 +75,14 @@ class LocalTensor {
   int unshare(const Storage* also = nullptr);
 
  private:
+  // The index of `rank` in shards_, or -1.
+  int64_t find(int rank) const;
+  void update_step();
+
   std::vector<std::pair<int, Tensor>> shards_;  // sorted by rank
+  // shards_[i].first == shards_[0].first + i * step_ for every i when
+  // step_ > 0 (evenly spaced ranks); 0 when they are not.
+  int step_ = 0;
 };
 
 }  // namespace dtensor

@@ -1,7 +1,7 @@
 // LocalTensor — the shards this process holds, kept in a vector sorted by
-// rank. A sorted vector rather than a map: a process holds at most a few
-// dozen ranks (one under MPI), so lookups are a short binary search and
-// iteration in rank order is free.
+// rank: iteration in rank order is free, and with the ranks' spacing known
+// (step_) a lookup is one division, whether the process holds one rank
+// (MPI) or thousands (a simulated world).
 #include "dtensor/local_tensor.h"
 
 #include <algorithm>
@@ -13,12 +13,6 @@ namespace {
 
 using Shards = std::vector<std::pair<int, Tensor>>;
 
-template <class V>
-auto find_rank(V& shards, int rank) {
-  return std::lower_bound(shards.begin(), shards.end(), rank,
-                          [](const auto& entry, int r) { return entry.first < r; });
-}
-
 [[noreturn]] void throw_not_held(const Shards& shards, int rank) {
   std::ostringstream held;
   for (size_t i = 0; i < shards.size(); ++i) held << (i ? ", " : "") << shards[i].first;
@@ -28,30 +22,68 @@ auto find_rank(V& shards, int rank) {
 
 }  // namespace
 
-void LocalTensor::set(int rank, Tensor shard) {
-  auto it = find_rank(shards_, rank);
-  if (it != shards_.end() && it->first == rank) {
-    it->second = std::move(shard);
-  } else {
-    shards_.emplace(it, rank, std::move(shard));
+LocalTensor::LocalTensor(std::vector<std::pair<int, Tensor>> sorted_shards)
+    : shards_(std::move(sorted_shards)) {
+  for (size_t i = 1; i < shards_.size(); ++i) {
+    DT_CHECK(shards_[i - 1].first < shards_[i].first, "LocalTensor: ranks must be strictly ",
+             "ascending, got rank ", shards_[i].first, " after rank ", shards_[i - 1].first);
+  }
+  update_step();
+}
+
+// Recomputes step_ after an insertion in the middle (the rare case).
+void LocalTensor::update_step() {
+  const size_t n = shards_.size();
+  step_ = n < 2 ? 1 : shards_[1].first - shards_[0].first;
+  for (size_t i = 2; i < n && step_ > 0; ++i) {
+    if (shards_[i].first - shards_[i - 1].first != step_) step_ = 0;
   }
 }
 
-bool LocalTensor::holds(int rank) const {
-  auto it = find_rank(shards_, rank);
-  return it != shards_.end() && it->first == rank;
+int64_t LocalTensor::find(int rank) const {
+  const int64_t n = static_cast<int64_t>(shards_.size());
+  if (n == 0) return -1;
+  const int64_t off = static_cast<int64_t>(rank) - shards_[0].first;
+  if (step_ > 0) {
+    if (off < 0 || off % step_ != 0 || off / step_ >= n) return -1;
+    return off / step_;
+  }
+  auto it = std::lower_bound(shards_.begin(), shards_.end(), rank,
+                             [](const auto& entry, int r) { return entry.first < r; });
+  return it != shards_.end() && it->first == rank ? it - shards_.begin() : -1;
 }
 
+void LocalTensor::set(int rank, Tensor shard) {
+  if (const int64_t i = find(rank); i >= 0) {
+    shards_[static_cast<size_t>(i)].second = std::move(shard);
+    return;
+  }
+  if (shards_.empty() || rank > shards_.back().first) {  // ascending: O(1)
+    const int gap = shards_.empty() ? 0 : rank - shards_.back().first;
+    shards_.emplace_back(rank, std::move(shard));
+    if (shards_.size() == 1) step_ = 1;
+    else if (shards_.size() == 2) step_ = gap;
+    else if (step_ != gap) step_ = 0;
+    return;
+  }
+  auto it = std::lower_bound(shards_.begin(), shards_.end(), rank,
+                             [](const auto& entry, int r) { return entry.first < r; });
+  shards_.emplace(it, rank, std::move(shard));
+  update_step();
+}
+
+bool LocalTensor::holds(int rank) const { return find(rank) >= 0; }
+
 const Tensor& LocalTensor::shard(int rank) const {
-  auto it = find_rank(shards_, rank);
-  if (it == shards_.end() || it->first != rank) throw_not_held(shards_, rank);
-  return it->second;
+  const int64_t i = find(rank);
+  if (i < 0) throw_not_held(shards_, rank);
+  return shards_[static_cast<size_t>(i)].second;
 }
 
 Tensor& LocalTensor::shard(int rank) {
-  auto it = find_rank(shards_, rank);
-  if (it == shards_.end() || it->first != rank) throw_not_held(shards_, rank);
-  return it->second;
+  const int64_t i = find(rank);
+  if (i < 0) throw_not_held(shards_, rank);
+  return shards_[static_cast<size_t>(i)].second;
 }
 
 int LocalTensor::unshare(const Storage* also) {

@@ -6,7 +6,9 @@
 // specs, layout-relevant arguments; the hash is computed once) -> look it up
 // in the propagation cache (no allocation on a hit) -> redistribute the
 // inputs whose target spec differs (through the planner) -> run the kernel
-// on each held shard -> wrap the output with its spec.
+// on each held shard (in parallel over the ranks of a simulated world,
+// common/shard_map.h; so a kernel must not touch state shared between
+// ranks) -> wrap the output with its spec.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "comm/verify.h"
+#include "common/shard_map.h"
 #include "dtensor/ops.h"
 
 namespace dtensor::dispatch {
@@ -135,13 +138,14 @@ DTensor run_unchecked(const OpSchema& schema, const OpRule& rule, const DTensor*
       locals[i] = &moved[i]->local();
     }
   }
-  size_t k = 0;
-  LocalTensor out = locals[0]->map([&](int rank, const Tensor& first) {
+  int64_t bytes = 0;
+  for (int i = 0; i < schema.num_inputs; ++i) {
+    if (!locals[i]->empty()) bytes += static_cast<int64_t>(locals[i]->shards()[0].second.nbytes());
+  }
+  LocalTensor out = detail::map_shards(*locals[0], bytes, [&](int64_t k) {
     const Tensor* ts[kMaxInputs];
-    ts[0] = &first;
-    for (int i = 1; i < schema.num_inputs; ++i) ts[i] = &locals[i]->shards()[k].second;
-    ++k;
-    return kernel(rank, static_cast<const Tensor* const*>(ts), *s);
+    for (int i = 0; i < schema.num_inputs; ++i) ts[i] = &locals[i]->shards()[k].second;
+    return kernel(locals[0]->shards()[k].first, static_cast<const Tensor* const*>(ts), *s);
   });
   return wrap(*s, std::move(out));
 }
@@ -160,10 +164,15 @@ DTensor run(const OpSchema& schema, const OpRule& rule, const DTensor* const* in
 
 template <class F>
 DTensor run_unary(const OpSchema& schema, const OpRule& rule, const DTensor& x, F&& kernel) {
+  auto apply = [&](const LocalTensor& x) {
+    const auto& sh = x.shards();
+    const int64_t bytes = sh.empty() ? 0 : static_cast<int64_t>(sh[0].second.nbytes());
+    return detail::map_shards(x, bytes, [&](int64_t k) { return kernel(sh[k].first, sh[k].second); });
+  };
   auto compute = [&](const OpSchema& sc, const DTensor& in) {
     auto s = propagate(sc, rule);
-    if (!s->needs_redistribute) return wrap(*s, in.local().map(kernel));
-    return wrap(*s, prepare_input(in, *s, 0).local().map(kernel));
+    if (!s->needs_redistribute) return wrap(*s, apply(in.local()));
+    return wrap(*s, apply(prepare_input(in, *s, 0).local()));
   };
   if (!verify_detail::should_verify()) return compute(schema, x);
   DTensor got = compute(schema, x);
@@ -176,11 +185,19 @@ DTensor run_unary(const OpSchema& schema, const OpRule& rule, const DTensor& x, 
 template <class F>
 DTensor run_binary(const OpSchema& schema, const OpRule& rule, const DTensor& a, const DTensor& b,
                    F&& kernel) {
+  auto apply = [&](const LocalTensor& x, const LocalTensor& y) {
+    const auto &sx = x.shards(), &sy = y.shards();
+    const int64_t bytes =
+        sx.empty() ? 0 : static_cast<int64_t>(sx[0].second.nbytes() + sy[0].second.nbytes());
+    return detail::map_shards(x, bytes, [&](int64_t k) {
+      return kernel(sx[k].first, sx[k].second, sy[k].second);
+    });
+  };
   auto compute = [&](const OpSchema& sc, const DTensor& x, const DTensor& y) {
     auto s = propagate(sc, rule);
-    if (!s->needs_redistribute) return wrap(*s, x.local().zip(y.local(), kernel));
+    if (!s->needs_redistribute) return wrap(*s, apply(x.local(), y.local()));
     const DTensor rx = prepare_input(x, *s, 0), ry = prepare_input(y, *s, 1);
-    return wrap(*s, rx.local().zip(ry.local(), kernel));
+    return wrap(*s, apply(rx.local(), ry.local()));
   };
   if (!verify_detail::should_verify()) return compute(schema, a, b);
   DTensor got = compute(schema, a, b);

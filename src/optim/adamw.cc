@@ -104,8 +104,11 @@ void AdamW::update(const DTensor& param, const DTensor& grad, ParamState& state)
     detail::for_each_shard(param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g) {
       const int64_t n = w[0].numel();
       if (n == 0) return;
-      adam_kernel<T>(w[0].data_ptr<T>(), w[1].data_ptr<T>(), w[2].data_ptr<T>(),
-                     s.amsgrad ? w[3].data_ptr<T>() : nullptr, g.data_ptr<T>(), n, s);
+      T* const amax = s.amsgrad ? w[3].data_ptr<T>() : nullptr;
+      detail::parallel_elements(n, [&](int64_t lo, int64_t hi) {
+        adam_kernel<T>(w[0].data_ptr<T>() + lo, w[1].data_ptr<T>() + lo, w[2].data_ptr<T>() + lo,
+                       amax ? amax + lo : nullptr, g.data_ptr<T>() + lo, hi - lo, s);
+      });
     });
   };
   if (param.dtype() == DType::Float64)

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "common/shard_map.h"
 #include "dtensor/dtensor.h"
 #include "dtensor/optim.h"
 
@@ -17,25 +18,47 @@ DTensor zeros_like_param(const DTensor& param);
 // all contiguous, and grad the gradient's shard (contiguous, read only).
 // A non-contiguous shard is updated through a contiguous copy written back
 // with copy_; every written shard's storage has its version bumped once.
+// The shards of a simulated world are updated in parallel (each rank's
+// update touches only that rank's memory); f may split its own elementwise
+// work with parallel_elements, which runs inline inside the shard loop.
 template <class F>
 void for_each_shard(const DTensor& param, const DTensor& grad,
                     const std::vector<const DTensor*>& buffers, F&& f) {
-  std::vector<Tensor> targets, work;
-  for (const auto& [rank, p] : param.local().shards()) {
-    targets.clear();
-    work.clear();
-    targets.push_back(p);
-    for (const DTensor* b : buffers) targets.push_back(b->to_local(rank));
-    for (const Tensor& t : targets) work.push_back(t.is_contiguous() ? t : t.contiguous());
-    const Tensor g = grad.to_local(rank).contiguous();
-    f(work, g);
-    for (size_t i = 0; i < targets.size(); ++i) {
-      if (work[i].storage() != targets[i].storage())
-        targets[i].copy_(work[i]);  // bumps the version itself
-      else
-        targets[i].storage()->bump_version();
+  const auto& shards = param.local().shards();
+  const int64_t n = static_cast<int64_t>(shards.size());
+  auto update = [&](int64_t begin, int64_t end) {
+    std::vector<Tensor> targets, work;
+    for (int64_t i = begin; i < end; ++i) {
+      const auto& [rank, p] = shards[i];
+      targets.clear();
+      work.clear();
+      targets.push_back(p);
+      for (const DTensor* b : buffers) targets.push_back(b->to_local(rank));
+      for (const Tensor& t : targets) work.push_back(t.is_contiguous() ? t : t.contiguous());
+      const Tensor g = grad.to_local(rank).contiguous();
+      f(work, g);
+      for (size_t k = 0; k < targets.size(); ++k) {
+        if (work[k].storage() != targets[k].storage())
+          targets[k].copy_(work[k]);  // bumps the version itself
+        else
+          targets[k].storage()->bump_version();
+      }
     }
+  };
+  const int64_t bytes = n == 0 ? 0 : static_cast<int64_t>(shards[0].second.nbytes());
+  if (n > 1 && bytes * n * static_cast<int64_t>(buffers.size() + 2) >=
+                   dtensor::detail::kParallelShardBytes) {
+    dtensor::detail::parallel_for(n, 1, update);
+  } else {
+    update(0, n);
   }
+}
+
+// kernel(begin, end) over [0, n) elements, split over the process's threads
+// in fixed blocks (an elementwise update gives the same bits either way).
+template <class K>
+void parallel_elements(int64_t n, K&& kernel) {
+  dtensor::detail::parallel_for(n, int64_t{1} << 15, kernel);
 }
 
 // Names to give unnamed parameters ("" each).

@@ -61,7 +61,11 @@ void sgd_shards(const DTensor& param, const DTensor& grad, const DTensor* buf,
   detail::for_each_shard(param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g) {
     const int64_t n = w[0].numel();
     if (n == 0) return;
-    sgd_kernel<T>(w[0].data_ptr<T>(), buf ? w[1].data_ptr<T>() : nullptr, g.data_ptr<T>(), n, s);
+    T* const b = buf ? w[1].data_ptr<T>() : nullptr;
+    detail::parallel_elements(n, [&](int64_t lo, int64_t hi) {
+      sgd_kernel<T>(w[0].data_ptr<T>() + lo, b ? b + lo : nullptr, g.data_ptr<T>() + lo, hi - lo,
+                    s);
+    });
   });
 }
 

@@ -1,0 +1,29 @@
+// Threads — how many cores dtensor uses.
+//
+// One setting covers everything: the simulated world runs the kernels of
+// the ranks it holds in parallel, the dense kernels split their work over
+// rows or blocks, and OpenBLAS gets the same count (unless the program set
+// OPENBLAS_NUM_THREADS itself). Work is never nested: a kernel running inside
+// a parallel region (one simulated rank's shard, say) runs on one thread, and
+// BLAS calls made there use one thread, so the process never runs more busy
+// threads than the setting.
+//
+// Results do not depend on the setting: every kernel splits its work into
+// the same fixed blocks whatever the thread count and combines partial
+// results in block order, so 1 thread and 8 give the same bits.
+//
+// The default is DTENSOR_NUM_THREADS when set, otherwise the cores this
+// process may run on (its CPU affinity mask) divided by the processes an
+// MPI launcher started on this node (OMPI_COMM_WORLD_LOCAL_SIZE,
+// MPI_LOCALNRANKS or SLURM_NTASKS_PER_NODE), at least 1.
+#pragma once
+
+namespace dtensor {
+
+// The current setting (>= 1).
+int num_threads();
+// Sets it; throws dtensor::Error unless 1 <= n <= 1024. Takes effect for the
+// next parallel region; must not be called from inside one.
+void set_num_threads(int n);
+
+}  // namespace dtensor

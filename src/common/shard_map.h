@@ -1,0 +1,43 @@
+// Internal: an op's kernel run on every shard this process holds — the rank
+// loop of the simulated world — in parallel on the thread pool when the
+// shards carry enough work to pay for it.
+//
+// Each shard's result goes to its own slot, so the output is the same
+// whatever the thread count; a kernel runs inside the region, so it is
+// single-threaded there (parallel.h). Under MPI a process holds one shard
+// and the kernel itself may use the process's threads.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "common/parallel.h"
+#include "dtensor/local_tensor.h"
+
+namespace dtensor::detail {
+
+// Below this many input bytes over all shards an op runs its ranks one
+// after another: waking a worker costs more than such a kernel.
+inline constexpr int64_t kParallelShardBytes = int64_t{256} << 10;
+
+// The shard index i of `like` -> kernel(i), kept under like's ranks.
+// `bytes_per_shard`: the input bytes one shard's kernel reads (an estimate
+// of its work).
+template <class F>
+LocalTensor map_shards(const LocalTensor& like, int64_t bytes_per_shard, F&& kernel) {
+  const std::vector<std::pair<int, Tensor>>& in = like.shards();
+  const int64_t n = static_cast<int64_t>(in.size());
+  std::vector<std::pair<int, Tensor>> out(in.size());
+  auto body = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = {in[i].first, kernel(i)};
+  };
+  if (n > 1 && bytes_per_shard * n >= kParallelShardBytes && threads_available() > 1) {
+    parallel_for(n, 1, body);
+  } else {
+    body(0, n);
+  }
+  return LocalTensor(std::move(out));
+}
+
+}  // namespace dtensor::detail
