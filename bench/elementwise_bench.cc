@@ -2,12 +2,18 @@
 // place) against memcpy of the same 64 MiB, the yardstick for a memory-bound
 // kernel; plus a broadcast add and a transposed (non-contiguous) add for
 // information. Bytes processed count every byte read or written once.
+//
+// Each runs at 1 and 2 threads (the argument: dtensor's set_num_threads;
+// the memcpy yardstick splits its copy over that many std::threads), so
+// every op can be read against the bandwidth limit at the same thread count.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "dtensor/tensor.h"
+#include "dtensor/threads.h"
 
 namespace {
 
@@ -16,21 +22,31 @@ using dtensor::Tensor;
 constexpr int64_t kN = int64_t{1} << 24;  // 16M floats = 64 MiB
 constexpr int64_t kBytes = kN * static_cast<int64_t>(sizeof(float));
 
+void use_threads(benchmark::State& state) { dtensor::set_num_threads(static_cast<int>(state.range(0))); }
+
 // memcpy between preallocated buffers: reads 64 MiB, writes 64 MiB.
 void BM_Memcpy64MiB(benchmark::State& state) {
+  use_threads(state);
   std::vector<float> src(kN, 1.0f), dst(kN, 0.0f);
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t part = kN / threads;
   for (auto _ : state) {
-    std::memcpy(dst.data(), src.data(), kBytes);
+    std::vector<std::thread> helpers;
+    for (int t = 1; t < threads; ++t)
+      helpers.emplace_back([&, t] { std::memcpy(dst.data() + t * part, src.data() + t * part, part * sizeof(float)); });
+    std::memcpy(dst.data(), src.data(), part * sizeof(float));
+    for (std::thread& h : helpers) h.join();
     benchmark::DoNotOptimize(dst.data());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * 2 * kBytes);
 }
-BENCHMARK(BM_Memcpy64MiB)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Memcpy64MiB)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // add(a, b): reads 2 x 64 MiB, writes a freshly allocated 64 MiB result
 // (whose first touch costs page faults unless the allocator reuses memory).
 void BM_AddAllocating(benchmark::State& state) {
+  use_threads(state);
   const Tensor a = Tensor::randn({kN}, 1);
   const Tensor b = Tensor::randn({kN}, 2);
   for (auto _ : state) {
@@ -39,12 +55,13 @@ void BM_AddAllocating(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * 3 * kBytes);
 }
-BENCHMARK(BM_AddAllocating)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AddAllocating)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Tensor::empty + fill_ of 64 MiB: what a fresh result costs before any
 // arithmetic (allocation and first-touch page faults), to read
 // BM_AddAllocating against.
 void BM_EmptyAndFill64MiB(benchmark::State& state) {
+  use_threads(state);
   for (auto _ : state) {
     Tensor c = Tensor::empty({kN});
     c.fill_(0);
@@ -52,10 +69,11 @@ void BM_EmptyAndFill64MiB(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * kBytes);
 }
-BENCHMARK(BM_EmptyAndFill64MiB)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_EmptyAndFill64MiB)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // a += b: reads 2 x 64 MiB, writes 64 MiB in place (no allocation).
 void BM_AddInPlace(benchmark::State& state) {
+  use_threads(state);
   Tensor a = Tensor::randn({kN}, 1);
   const Tensor b = Tensor::randn({kN}, 2);
   for (auto _ : state) {
@@ -64,10 +82,11 @@ void BM_AddInPlace(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * 3 * kBytes);
 }
-BENCHMARK(BM_AddInPlace)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AddInPlace)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // a + 1.5: the scalar rides in the kernel, not as a broadcast tensor.
 void BM_AddScalarInPlace(benchmark::State& state) {
+  use_threads(state);
   Tensor a = Tensor::randn({kN}, 1);
   for (auto _ : state) {
     a += 1.5;
@@ -75,10 +94,11 @@ void BM_AddScalarInPlace(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * 2 * kBytes);
 }
-BENCHMARK(BM_AddScalarInPlace)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AddScalarInPlace)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // (4096, 4096) + (4096): rows plus a row vector; the vector stays in cache.
 void BM_AddBroadcastRow(benchmark::State& state) {
+  use_threads(state);
   const Tensor a = Tensor::randn({4096, 4096}, 1);
   const Tensor row = Tensor::randn({4096}, 2);
   for (auto _ : state) {
@@ -87,10 +107,11 @@ void BM_AddBroadcastRow(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * 2 * kBytes);
 }
-BENCHMARK(BM_AddBroadcastRow)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AddBroadcastRow)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // (4096, 4096) + (4096, 1): each row plus one value (the stride-0 path).
 void BM_AddBroadcastColumn(benchmark::State& state) {
+  use_threads(state);
   const Tensor a = Tensor::randn({4096, 4096}, 1);
   const Tensor col = Tensor::randn({4096, 1}, 2);
   for (auto _ : state) {
@@ -99,11 +120,12 @@ void BM_AddBroadcastColumn(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * 2 * kBytes);
 }
-BENCHMARK(BM_AddBroadcastColumn)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AddBroadcastColumn)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // a.t() + b with a (4096, 4096): one operand walks memory with a 16 KiB
 // stride, so this measures the strided path and cache/TLB misses.
 void BM_AddTransposed(benchmark::State& state) {
+  use_threads(state);
   const Tensor a = Tensor::randn({4096, 4096}, 1);
   const Tensor b = Tensor::randn({4096, 4096}, 2);
   const Tensor at = a.t();
@@ -113,7 +135,33 @@ void BM_AddTransposed(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * 3 * kBytes);
 }
-BENCHMARK(BM_AddTransposed)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AddTransposed)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// x.clone() of a contiguous tensor: Tensor::copy_'s memmove plus a fresh
+// 64 MiB result.
+void BM_CloneContiguous(benchmark::State& state) {
+  use_threads(state);
+  const Tensor a = Tensor::randn({kN}, 1);
+  for (auto _ : state) {
+    Tensor c = a.clone();
+    benchmark::DoNotOptimize(c.raw_data());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * kBytes);
+}
+BENCHMARK(BM_CloneContiguous)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// a.t().contiguous(): a transposing copy, through the tiled walk.
+void BM_ContiguousOfTransposed(benchmark::State& state) {
+  use_threads(state);
+  const Tensor a = Tensor::randn({4096, 4096}, 1);
+  const Tensor at = a.t();
+  for (auto _ : state) {
+    Tensor c = at.contiguous();
+    benchmark::DoNotOptimize(c.raw_data());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * kBytes);
+}
+BENCHMARK(BM_ContiguousOfTransposed)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

@@ -59,6 +59,16 @@ inline constexpr int64_t kParallelGrain = int64_t{1} << 15;
 // stays in L1 even when all lines map to one cache set (a 4096-float
 // stride is a multiple of 4 KiB).
 inline constexpr int64_t kTile = 32;
+// Tiles are visited in blocks of kTileBlock x kTileBlock (256 KiB of
+// floats per operand, within L2). With a 16 KiB row stride every row of a
+// tile is its own 4 KiB page and its own prefetch stream; inside a block
+// each page is visited for 1 KiB before the walk leaves it, so TLB misses
+// and unprefetched lines are paid once per 1 KiB instead of once per tile
+// row.
+#ifndef DTENSOR_TILE_BLOCK
+#define DTENSOR_TILE_BLOCK 256
+#endif
+inline constexpr int64_t kTileBlock = DTENSOR_TILE_BLOCK;
 
 namespace loops {
 
@@ -230,9 +240,11 @@ void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
     ++rest.nd;
   }
   auto plane = [&](std::array<char*, N> p, int64_t, const std::array<int64_t, N>&) {
-    for (int64_t j0 = 0; j0 < w.sizes[j]; j0 += kTile) {
+    for (int64_t jb = 0; jb < w.sizes[j]; jb += kTileBlock)
+    for (int64_t lb = 0; lb < w.sizes[l]; lb += kTileBlock)
+    for (int64_t j0 = jb; j0 < std::min(w.sizes[j], jb + kTileBlock); j0 += kTile) {
       const int64_t jn = std::min(kTile, w.sizes[j] - j0);
-      for (int64_t l0 = 0; l0 < w.sizes[l]; l0 += kTile) {
+      for (int64_t l0 = lb; l0 < std::min(w.sizes[l], lb + kTileBlock); l0 += kTile) {
         const int64_t ln = std::min(kTile, w.sizes[l] - l0);
         std::array<char*, N> q;
         std::array<int64_t, N> step, run_st;
@@ -344,6 +356,8 @@ void for_each_strided(const Shape& shape, const StridedOperands<N>& ops, Kernel&
   // cache lines) would make neighbouring blocks share lines.
   if (s == w.tile_dim || (w.tile_dim >= 0 && s == w.nd - 1)) {
     block = (block + kTile - 1) / kTile * kTile;
+    // Whole tile blocks where the dim is long enough for two of them.
+    block = std::max(block, std::min(kTileBlock, w.sizes[s] / 2 / kTile * kTile));
   } else if (s == w.nd - 1) {
     block = std::max<int64_t>(block, 1024);
   }
