@@ -25,9 +25,9 @@
 // 1024-rank all_to_all, n^2 = 1M pieces, would otherwise spend its time on
 // views, not bytes.
 //
-// Every output is written by exactly one task, so running groups or members
-// on the thread pool (when the bytes pay for it) gives the same bits as one
-// thread. Outputs go to a table indexed by rank and are handed to
+// Every output byte is written by exactly one task and nothing is summed, so
+// running groups, members or senders on the thread pool (when the bytes pay
+// for it) gives the same bits as one thread. Outputs go to a table indexed by rank and are handed to
 // LocalTensor in ascending rank order, however a mesh dim's groups
 // interleave ranks (those of an outer dim of a 32x32 mesh visit 0, 32, 64, ...).
 #include "comm/sim_backend.h"
