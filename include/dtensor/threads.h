@@ -1,12 +1,14 @@
 // Threads — how many cores dtensor uses.
 //
 // One setting covers everything: the simulated world runs the kernels of
-// the ranks it holds in parallel, the dense kernels split their work over
-// rows or blocks, and OpenBLAS gets the same count (unless the program set
-// OPENBLAS_NUM_THREADS itself). Work is never nested: a kernel running inside
-// a parallel region (one simulated rank's shard, say) runs on one thread, and
-// BLAS calls made there use one thread, so the process never runs more busy
-// threads than the setting.
+// the ranks it holds in parallel, and the dense kernels split their work
+// over rows or blocks. Matrix products are split into fixed blocks here,
+// each an OpenBLAS call on one thread: OpenBLAS's own threading gives other
+// bits on other thread counts, so dtensor keeps it at one thread
+// (OPENBLAS_NUM_THREADS is overridden). Work is never nested: a kernel
+// running inside a parallel region (one simulated rank's shard, say) runs
+// on one thread, so the process never runs more busy threads than the
+// setting.
 //
 // Results do not depend on the setting: every kernel splits its work into
 // the same fixed blocks whatever the thread count and combines partial

@@ -149,17 +149,12 @@ class Pool {
 std::mutex setting_mu;
 std::atomic<int> setting{0};     // 0: not read yet
 std::shared_ptr<Pool> the_pool;  // under setting_mu
-std::atomic<bool> blas_user_set{false};
 
 int current_setting() {
   int n = setting.load(std::memory_order_acquire);
   if (n > 0) return n;
   std::lock_guard<std::mutex> lock(setting_mu);
-  if (setting.load() == 0) {
-    blas_user_set = std::getenv("OPENBLAS_NUM_THREADS") != nullptr ||
-                    std::getenv("OMP_NUM_THREADS") != nullptr;
-    setting.store(default_threads(), std::memory_order_release);
-  }
+  if (setting.load() == 0) setting.store(default_threads(), std::memory_order_release);
   return setting.load();
 }
 
@@ -173,12 +168,6 @@ std::shared_ptr<Pool> pool() {
   return the_pool;
 }
 
-// OpenBLAS on one thread while a region runs (a BLAS call there is one of
-// several running at once), back to the setting afterwards.
-void set_blas_threads(int n) {
-  if (!blas_user_set) openblas_set_num_threads(n);
-}
-
 }  // namespace
 
 int num_threads() { return current_setting(); }
@@ -189,7 +178,6 @@ void set_num_threads(int n) {
   DT_CHECK(!in_region, "set_num_threads(", n, ") called inside a parallel region");
   current_setting();
   setting.store(n, std::memory_order_release);
-  set_blas_threads(n);
 }
 
 namespace detail {
@@ -198,8 +186,11 @@ bool in_parallel_region() { return in_region; }
 
 int threads_available() { return in_region ? 1 : current_setting(); }
 
+// OpenBLAS's sgemm gives different bits on different thread counts (it
+// picks other kernels and splits), so it always runs on one thread and
+// linalg splits a big product into fixed blocks itself.
 void init_blas_threads() {
-  static const bool done = (set_blas_threads(current_setting()), true);
+  static const bool done = (openblas_set_num_threads(1), true);
   (void)done;
 }
 
@@ -221,10 +212,8 @@ void parallel_for(int64_t n, int64_t grain, ChunkFn body) {
   init_blas_threads();
   std::shared_ptr<Pool> p = pool();
   in_region = true;
-  set_blas_threads(1);
   const bool ran = p->run(job);
   if (!ran) job.run_chunks();  // another thread's region holds the pool
-  set_blas_threads(current_setting());
   in_region = false;
   if (job.err) std::rethrow_exception(job.err);
 }

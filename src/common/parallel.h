@@ -48,9 +48,9 @@ bool in_parallel_region();
 // num_threads() outside.
 int threads_available();
 
-// Applies the thread setting to OpenBLAS once (unless OPENBLAS_NUM_THREADS
-// or OMP_NUM_THREADS is set). Cheap after the first call; linalg calls it
-// before BLAS.
+// Puts OpenBLAS on one thread, once (its results depend on its thread
+// count; linalg threads big products itself). Cheap after the first call;
+// linalg calls it before BLAS.
 void init_blas_threads();
 
 }  // namespace dtensor::detail

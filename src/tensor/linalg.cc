@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/parallel.h"
 #include "dtensor/tensor.h"
 #include "tensor/dispatch.h"
 
@@ -150,24 +151,68 @@ void for_each_batch(const Shape& batch, const DimVector& a_strides, const DimVec
 }
 
 // ---- BLAS kernels -----------------------------------------------------------
+//
+// OpenBLAS runs on one thread (its bits change with its thread count); a
+// product big enough to pay for threads is split here into fixed blocks of
+// output rows (or columns, when there are more of them), one BLAS call
+// each, run on the pool. The blocks depend only on the shape, so 1 thread
+// and 8 give the same bits; an MPI process and a simulated rank holding the
+// same shard make the same calls.
 
-void gemm(bool ta, bool tb, int n, int m, int k, float alpha, const float* a, int lda,
-          const float* b, int ldb, float beta, float* c, int ldc) {
+constexpr int64_t kGemmSplitWork = int64_t{1} << 21;  // multiply-adds
+constexpr int64_t kGemmMaxBlocks = 8;
+constexpr int64_t kGemmMinBlock = 64;  // rows or columns per block
+
+void blas_gemm(bool ta, bool tb, int n, int m, int k, float alpha, const float* a, int lda,
+                const float* b, int ldb, float beta, float* c, int ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, n, m,
               k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-void gemm(bool ta, bool tb, int n, int m, int k, double alpha, const double* a, int lda,
-          const double* b, int ldb, double beta, double* c, int ldc) {
+void blas_gemm(bool ta, bool tb, int n, int m, int k, double alpha, const double* a, int lda,
+                const double* b, int ldb, double beta, double* c, int ldc) {
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, n, m,
               k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
+
+// c (n x m, row-major, ldc) = alpha op(a) op(b) + beta c.
+template <class T>
+void gemm(bool ta, bool tb, int n, int m, int k, T alpha, const T* a, int lda, const T* b,
+          int ldb, T beta, T* c, int ldc) {
+  detail::init_blas_threads();
+  const int64_t work = int64_t{n} * m * k;
+  const bool by_rows = n >= m;
+  const int64_t len = by_rows ? n : m;
+  const int64_t blocks = work < kGemmSplitWork
+                             ? 1
+                             : std::clamp<int64_t>(len / kGemmMinBlock, 1, kGemmMaxBlocks);
+  if (blocks == 1) return blas_gemm(ta, tb, n, m, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  const int64_t size = (len + blocks - 1) / blocks;
+  detail::parallel_for(blocks, 1, [&](int64_t first, int64_t last) {
+    for (int64_t blk = first; blk < last; ++blk) {
+      const int64_t lo = blk * size, cnt = std::min(len, lo + size) - lo;
+      if (cnt <= 0) continue;
+      if (by_rows) {  // rows lo.. of op(a) and c
+        const T* ab = ta ? a + lo : a + lo * lda;
+        blas_gemm(ta, tb, static_cast<int>(cnt), m, k, alpha, ab, lda, b, ldb, beta,
+                   c + lo * ldc, ldc);
+      } else {  // columns lo.. of op(b) and c
+        const T* bb = tb ? b + lo * ldb : b + lo;
+        blas_gemm(ta, tb, n, static_cast<int>(cnt), k, alpha, a, lda, bb, ldb, beta, c + lo,
+                   ldc);
+      }
+    }
+  });
+}
+
 void gemv(bool trans, int rows, int cols, float alpha, const float* a, int lda, const float* x,
           int incx, float beta, float* y) {
+  detail::init_blas_threads();
   cblas_sgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, rows, cols, alpha, a, lda, x, incx,
               beta, y, 1);
 }
 void gemv(bool trans, int rows, int cols, double alpha, const double* a, int lda, const double* x,
           int incx, double beta, double* y) {
+  detail::init_blas_threads();
   cblas_dgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, rows, cols, alpha, a, lda, x, incx,
               beta, y, 1);
 }
