@@ -28,15 +28,16 @@ template <class F>
 LocalTensor map_shards(const LocalTensor& like, int64_t bytes_per_shard, F&& kernel) {
   const std::vector<std::pair<int, Tensor>>& in = like.shards();
   const int64_t n = static_cast<int64_t>(in.size());
-  std::vector<std::pair<int, Tensor>> out(in.size());
-  auto body = [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) out[i] = {in[i].first, kernel(i)};
-  };
-  if (n > 1 && bytes_per_shard * n >= kParallelShardBytes && threads_available() > 1) {
-    parallel_for(n, 1, body);
-  } else {
-    body(0, n);
+  if (n < 2 || bytes_per_shard * n < kParallelShardBytes || threads_available() < 2) {
+    // The common small case, at no cost over a plain loop: map runs in
+    // rank order on this thread, so counting calls gives the index.
+    int64_t k = 0;
+    return like.map([&](int, const Tensor&) { return kernel(k++); });
   }
+  std::vector<std::pair<int, Tensor>> out(in.size());
+  parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = {in[i].first, kernel(i)};
+  });
   return LocalTensor(std::move(out));
 }
 
