@@ -84,7 +84,9 @@ TEST_F(ThreadsTest, TheLowestFailingChunksErrorReachesTheCaller) {
     } catch (const std::runtime_error& e) {
       EXPECT_STREQ(e.what(), "chunk 7");
     }
-    if (threads > 1) EXPECT_EQ(ran, 40);  // the others still ran
+    if (threads > 1) {
+      EXPECT_EQ(ran, 40);  // the others still ran
+    }
   }
   // The pool is usable afterwards.
   std::atomic<int> n{0};
