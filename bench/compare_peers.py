@@ -29,14 +29,18 @@ import time
 
 
 def median_ms(f, reps):
+    """(wall, cpu) medians in ms. cpu is the process's CPU time: on a shared
+    machine the wall time of one thread includes waiting for a core, while
+    at 1 thread the CPU time is close to what the call costs alone."""
     f()
     f()
-    times = []
+    wall, cpu = [], []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         f()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+        wall.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.process_time() - c0) * 1e3)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def numpy_ops(np, big):
@@ -154,14 +158,19 @@ def main():
             sys.stderr.write(proc.stderr)
             sys.exit(proc.returncode)
         for line in proc.stdout.splitlines():
-            lib, op, ms = line.split("\t")
-            results.setdefault((lib, threads), {})[op] = float(ms)
+            lib, op, wall, cpu = line.split("\t")
+            results.setdefault((lib, threads), {})[op] = (float(wall), float(cpu))
 
     ops = list(results[("numpy", 1)].keys())
     cols = [("numpy", 1), ("numpy", 2), ("torch", 1), ("torch", 2)]
-    print(f"{'op (ms)':28s}" + "".join(f"{f'{lib} {th}t':>12s}" for lib, th in cols))
+    nan = (float("nan"), float("nan"))
+    print("wall ms (1-thread CPU ms in brackets)")
+    print(f"{'op':28s}" + "".join(f"{f'{lib} {th}t':>18s}" for lib, th in cols))
     for op in ops:
-        row = "".join(f"{results[c].get(op, float('nan')):12.2f}" for c in cols)
+        row = ""
+        for c in cols:
+            wall, cpu = results[c].get(op, nan)
+            row += f"{wall:9.2f} [{cpu:6.2f}]" if c[1] == 1 else f"{wall:18.2f}"
         print(f"{op:28s}{row}")
 
 
@@ -171,7 +180,8 @@ def child(threads, reps, big):
     torch.set_num_threads(threads)
     for lib, ops in (("numpy", numpy_ops(np, big)), ("torch", torch_ops(torch, big))):
         for op, f in ops.items():
-            print(f"{lib}\t{op}\t{median_ms(f, reps):.3f}", flush=True)
+            wall, cpu = median_ms(f, reps)
+            print(f"{lib}\t{op}\t{wall:.3f}\t{cpu:.3f}", flush=True)
 
 
 if __name__ == "__main__":
