@@ -54,10 +54,9 @@ struct StridedOperands {
 // Elements a parallel block should carry at least: at a few GB/s, 32K
 // floats take ~20-50 us, which pays for waking a worker.
 inline constexpr int64_t kParallelGrain = int64_t{1} << 15;
-// Tile edge for walks whose operands disagree on the fastest dim: a 32x32
-// tile of float rows of the transposed operand is 32 lines of 128 B, which
-// stays in L1 even when all lines map to one cache set (a 4096-float
-// stride is a multiple of 4 KiB).
+// Tile edge for walks whose operands disagree on the fastest dim: a staged
+// 32x32 tile is at most 8 KiB per operand, so the buffers of a 4-operand
+// kernel stay in L1 next to the rows they are copied from.
 inline constexpr int64_t kTile = 32;
 // Tiles are visited in blocks of kTileBlock x kTileBlock (256 KiB of
 // floats per operand, within L2). With a 16 KiB row stride every row of a
@@ -65,10 +64,7 @@ inline constexpr int64_t kTile = 32;
 // each page is visited for 1 KiB before the walk leaves it, so TLB misses
 // and unprefetched lines are paid once per 1 KiB instead of once per tile
 // row.
-#ifndef DTENSOR_TILE_BLOCK
-#define DTENSOR_TILE_BLOCK 256
-#endif
-inline constexpr int64_t kTileBlock = DTENSOR_TILE_BLOCK;
+inline constexpr int64_t kTileBlock = 256;
 
 namespace loops {
 
