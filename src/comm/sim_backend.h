@@ -1,7 +1,9 @@
 // SimBackend — the collectives of a simulated world, where every rank of the
 // mesh lives in this process. Each collective is computed from the shards
-// directly, group by group, in group order, so results are deterministic and
-// bit-identical on every rank of a group.
+// directly; groups (or senders) may run in parallel on the thread pool, but
+// every output byte has one writer and reductions fold in group-rank order,
+// so results are deterministic, bit-identical on every rank of a group and
+// the same on any thread count.
 //
 // Outputs never share memory with the inputs or with each other: every rank
 // gets its own contiguous tensor, so an in-place op on one rank's result can
