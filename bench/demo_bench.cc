@@ -11,9 +11,16 @@
 // Sizes: the demo's default (batch 4, seq 16, hidden 64: small shards, so
 // per-op overhead dominates) and a larger one (batch 8, seq 128, hidden 512:
 // compute dominates).
+//
+// The loss alone (BM_VocabLoss_*): vocab_parallel_cross_entropy on the
+// demo's logits shape, laid out as the demo's head gives them (batch on dp,
+// classes on tp), against the composed version it replaced, kept here as
+// the reference (about a dozen DTensor ops: amax, sub, exp, sum, log, eq
+// against an arange, where, stack, ...).
 #include <benchmark/benchmark.h>
 
 #include "dtensor/models/gpt.h"
+#include "dtensor/parallel.h"
 
 namespace {
 
@@ -69,6 +76,73 @@ void train_step(benchmark::State& state, const Shape& mesh_shape) {
     for (auto& [name, p] : s.model.named_parameters()) p->zero_grad();
   }
 }
+
+// The composed vocab-parallel cross entropy the library had before the
+// fused one (same contract, three all_reduces on tp plus the mean's).
+DTensor composed_vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& target, int tp,
+                                              int64_t ignore_index = -100) {
+  const int64_t c = logits.dim() - 1;
+  const int64_t classes = logits.shape()[c];
+  const DTensor tgt = with_placement(target, tp, Replicate());
+  tgt.local().for_each([&](int, const Tensor& t) {
+    for (int64_t v : t.contiguous().to_vector<int64_t>())
+      DT_CHECK(v == ignore_index || (v >= 0 && v < classes), "composed: target ", v);
+  });
+  const DTensor z_in = with_placement(logits, tp, Shard(c));
+  const DTensor max = with_placement(amax(z_in.detach(), {c}, /*keepdim=*/true), tp, Replicate());
+  const DTensor z = z_in - max;
+  const DTensor log_sum = log(with_placement(sum(exp(z), {c}, /*keepdim=*/true), tp, Replicate()));
+  Placements class_layout(static_cast<size_t>(logits.mesh().ndim()), Replicate());
+  class_layout[static_cast<size_t>(tp)] = Shard(0);
+  const DTensor class_ids = distribute_tensor(Tensor::arange(classes), logits.mesh(), class_layout);
+  const DTensor hit = eq(class_ids, unsqueeze(tgt, -1));
+  const DTensor picked = with_placement(sum(where(hit, z, 0.0), {c}, true), tp, Replicate());
+  const DTensor counts = ne(tgt, ignore_index);
+  const DTensor losses = squeeze(log_sum - picked, c);
+  const DTensor parts = stack({where(counts, losses, 0.0), where(counts, ones_like(losses), 0.0)});
+  DimVector token_dims;
+  for (int64_t d = 1; d < parts.dim(); ++d) token_dims.push_back(d);
+  const DTensor totals =
+      (token_dims.empty() ? parts : sum(parts, token_dims))
+          .redistribute(Placements(static_cast<size_t>(logits.mesh().ndim()), Replicate()));
+  return div(select(totals, 0, 0), select(totals, 0, 1));
+}
+
+// The demo's logits (batch, seq, vocab) on the 2x4 mesh: S(0) on dp, S(-1)
+// on tp; the targets S(0) on dp. `backward`: forward and backward (a
+// training step's share), else forward under NoGradGuard (the demo's).
+void vocab_loss(benchmark::State& state, bool fused, bool backward) {
+  const models::GPTConfig c = config_of(state);
+  World world = World::simulated(8);
+  DeviceMesh mesh(world, {2, 4});
+  DTensor logits = distribute_tensor(Tensor::randn({c.batch, c.seq, c.vocab}, 3), mesh,
+                                     {Shard(0), Shard(2)});
+  const DTensor targets = distribute_tensor(Tensor::randint(0, c.vocab, {c.batch, c.seq}, 4), mesh,
+                                            {Shard(0), Replicate()});
+  auto loss = [&] {
+    return fused ? vocab_parallel_cross_entropy(logits, targets, 1)
+                 : composed_vocab_parallel_cross_entropy(logits, targets, 1);
+  };
+  if (backward) {
+    logits.requires_grad_();
+    for (auto _ : state) {
+      loss().backward();
+      logits.zero_grad();
+    }
+  } else {
+    NoGradGuard inference;
+    for (auto _ : state) benchmark::DoNotOptimize(loss());
+  }
+}
+
+void BM_VocabLoss_Composed(benchmark::State& state) { vocab_loss(state, false, false); }
+void BM_VocabLoss_Fused(benchmark::State& state) { vocab_loss(state, true, false); }
+void BM_VocabLossBackward_Composed(benchmark::State& state) { vocab_loss(state, false, true); }
+void BM_VocabLossBackward_Fused(benchmark::State& state) { vocab_loss(state, true, true); }
+BENCHMARK(BM_VocabLoss_Composed)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_VocabLoss_Fused)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_VocabLossBackward_Composed)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_VocabLossBackward_Fused)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 void BM_DemoForward_DTensor(benchmark::State& state) { forward(state, {2, 4}); }
 void BM_DemoForward_OneRank(benchmark::State& state) { forward(state, {1}); }

@@ -137,13 +137,19 @@ class SequenceParallelLayerNorm {
 // Cross-entropy on logits sharded on the class (last) dim over tp without
 // gathering them (loss_parallel; Megatron's vocab-parallel cross entropy):
 // logits (..., V) with Shard(-1) on tp, target int64 (...) of class indices.
-// Each rank works on its slice of the classes; the max, the sum of
-// exponentials and the target's logit are reduced over tp as tensors of the
-// target's shape (three small all_reduces) instead of all-gathering the
-// logits. Returns the mean over the targets that are not ignore_index
-// (Replicate), equal to cross_entropy(logits.full_tensor().reshape({-1, V}),
-// target.full_tensor().reshape({-1}), Reduction::Mean, ignore_index). A
+// Fused: each rank makes one pass over each row of its slice of the
+// classes (its max, its sum of exponentials, the target's logit where it
+// owns the class) instead of gathering the logits. Collectives, all of
+// tensors of the target's shape or smaller: an all_reduce max over tp (the
+// global max), an all_reduce sum over tp (the sum of exponentials), and
+// one all_reduce of the mean's total and count over tp and the mesh dims
+// the batch is split on. Returns the mean over the targets that are not
+// ignore_index (Replicate), equal to cross_entropy(logits.full_tensor()
+// .reshape({-1, V}), target.full_tensor().reshape({-1}), Reduction::Mean,
+// ignore_index); all ignored gives NaN. Float32 or float64 logits. A
 // target outside [0, V) that is not ignore_index throws dtensor::Error.
+// Backward: one node, computed on each rank's slice without a collective;
+// the logits' gradient is laid out like the logits.
 DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& target, int tp,
                                      int64_t ignore_index = -100);
 

@@ -4,11 +4,17 @@
 // with_placement and the vocabulary-parallel cross entropy.
 #include "dtensor/parallel.h"
 
+#include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "autograd/graph.h"
 #include "dtensor/error.h"
 #include "dtensor/nn.h"
 #include "dtensor/tensor_parallel.h"
+#include "parallel/vocab_ce_kernel.h"
+#include "tensor/dispatch.h"
 
 namespace dtensor {
 
@@ -17,13 +23,6 @@ namespace {
 void check_tp(const DeviceMesh& mesh, int tp, const char* layer) {
   DT_CHECK(tp >= 0 && tp < mesh.ndim(), layer, ": tensor-parallel mesh dim ", tp,
            " is out of range for a mesh of ", mesh.ndim(), " dims (", mesh.to_string(), ")");
-}
-
-// Replicate on every mesh dim but tp, `on_tp` there.
-Placements param_placements(const DeviceMesh& mesh, int tp, Placement on_tp) {
-  Placements p(static_cast<size_t>(mesh.ndim()), Replicate());
-  p[static_cast<size_t>(tp)] = on_tp;
-  return p;
 }
 
 void check_rank(const Tensor& t, int64_t ndim, const char* layer, const char* what,
@@ -135,6 +134,113 @@ const DTensor& SequenceParallelLayerNorm::weight() const { return module_->weigh
 const DTensor& SequenceParallelLayerNorm::bias() const { return module_->bias(); }
 
 // ---- vocab_parallel_cross_entropy ----
+//
+// Fused: one pass over each row of each rank's class slice (the local max,
+// the sum of exps against it, the target's logit when the rank owns its
+// class; vocab_ce_kernel.cc), then small tensors of the targets' shape
+// cross the tp group: the global max (an all_reduce max), the rescaled sums
+// (an all_reduce sum), and the mean's total and count (one all_reduce of two
+// doubles over every mesh dim, merged with the data-parallel one).
+
+namespace {
+
+// A shard placement with its dim counted from the front (order kept).
+Placement front_dim(Placement p, int64_t ndim) {
+  if (!p.is_shard() || p.dim() >= 0) return p;
+  return p.shard_order() < 0 ? Shard(p.dim() + ndim) : Shard(p.dim() + ndim, p.shard_order());
+}
+
+// The logits' layout the loss works on: Shard(c) on tp; on the other mesh
+// dims the logits' own placement, except that a Partial or a split of the
+// class dim becomes Replicate, so that every rank of a tp group holds whole
+// rows of its class slice and the tp group alone covers the classes.
+Placements class_layout(const Placements& given, int tp, int64_t c) {
+  Placements p = given;
+  for (size_t i = 0; i < p.size(); ++i) {
+    p[i] = front_dim(p[i], c + 1);
+    if (static_cast<int>(i) == tp)
+      p[i] = Shard(c);
+    else if (p[i].is_partial() || p[i].is_shard(c))
+      p[i] = Replicate();
+  }
+  return p;
+}
+
+// The layout of per-token values (the targets' shape) matching a
+// class_layout: the token dims split as the logits' are, so that a rank's
+// rows of logits and its targets are the same tokens; Replicate on tp.
+Placements token_layout(const Placements& classes, int tp) {
+  Placements p = classes;
+  p[static_cast<size_t>(tp)] = Replicate();
+  return p;
+}
+
+// `layout` with `on_tp` on mesh dim tp.
+Placements with_tp(Placements layout, int tp, Placement on_tp) {
+  layout[static_cast<size_t>(tp)] = on_tp;
+  return layout;
+}
+
+// x with placements p, itself when it has them already (S(-1) and S(ndim-1)
+// are the same layout: no redistribute, and x keeps its own spelling).
+DTensor moved_to(const DTensor& x, const Placements& p) {
+  const Placements& have = x.placements();
+  bool same = have.size() == p.size();
+  for (size_t i = 0; same && i < p.size(); ++i)
+    same = front_dim(have[i], x.dim()) == front_dim(p[i], x.dim());
+  return same ? x : x.redistribute(p);
+}
+
+// A DTensor of the targets' shape (dtype `dtype`) with `placements`, whose
+// shard on each held rank is make(rank).
+template <class F>
+DTensor token_tensor(const DTensor& like, const Placements& placements, DType dtype, F&& make) {
+  return DTensor(DTensorSpec(like.mesh(), placements, like.shape(), dtype),
+                 like.local().map([&](int rank, const Tensor&) { return make(rank); }));
+}
+
+// One rank's local pass (vocab_ce_row_stats), each of its targets' local
+// shape: the row max and picked logit in the logits' dtype, the sum of exps
+// in double (it stays on this process).
+struct RowStats {
+  Tensor max, sum, picked;
+};
+
+// The gradient of the loss w.r.t. the logits z, shard by shard:
+// g / count * (softmax(z) - onehot(target)), zero on ignored rows. Brings
+// what it is given to the forward's layouts first (a no-op except under
+// VerifyMode, which hands it replicated copies).
+DTensor vocab_ce_backward(const DTensor& grad, const DTensor& z_saved, const DTensor& tgt_saved,
+                          const DTensor& max_saved, const DTensor& sum_saved, int tp,
+                          int64_t ignore_index, double count) {
+  const int64_t c = z_saved.dim() - 1;
+  const Placements classes = class_layout(z_saved.placements(), tp, c);
+  const DTensor z = moved_to(z_saved, classes);
+  const Placements tokens = token_layout(classes, tp);
+  const DTensor tgt = moved_to(tgt_saved, tokens);
+  const DTensor mx = moved_to(max_saved, tokens);
+  const DTensor sm = moved_to(sum_saved, tokens);
+  const DTensor g = moved_to(grad, Placements(static_cast<size_t>(grad.mesh().ndim()), Replicate()));
+  LocalTensor out;
+  detail::dispatch_floating(z.dtype(), "vocab_parallel_cross_entropy", [&]<class T>() {
+    out = z.local().map([&](int rank, const Tensor& shard) {
+      const Tensor x = shard.contiguous();
+      const Tensor t = tgt.to_local(rank).contiguous();
+      const Tensor m = mx.to_local(rank).contiguous();
+      const Tensor s = sm.to_local(rank).contiguous();
+      Tensor gz = Tensor::empty(x.shape(), x.dtype());
+      const int64_t n = x.shape()[static_cast<size_t>(c)];
+      const int64_t offset = z.spec().extent_of_rank(rank)->global_offset[static_cast<size_t>(c)];
+      detail::vocab_ce_grad<T>(x.data_ptr<T>(), t.numel(), n, offset, t.data_ptr<int64_t>(),
+                               ignore_index, m.data_ptr<T>(), s.data_ptr<T>(),
+                               g.to_local(rank).item<double>() / count, gz.data_ptr<T>());
+      return gz;
+    });
+  });
+  return DTensor(z.spec(), std::move(out));
+}
+
+}  // namespace
 
 DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& target, int tp,
                                      int64_t ignore_index) {
@@ -145,48 +251,140 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
            logits.shape(), " and target ", target.shape());
   DT_CHECK(target.dtype() == DType::Int64, op, ": target must be int64 class indices, got ",
            dtype_short_name(target.dtype()));
+  DT_CHECK(is_floating(logits.dtype()), op, ": logits must be float32 or float64, got ",
+           dtype_short_name(logits.dtype()));
+  DT_CHECK(target.mesh() == logits.mesh(), op, ": logits and target must be on one mesh, got ",
+           logits.mesh().to_string(), " and ", target.mesh().to_string());
+  for (int64_t d = 0; d < target.dim(); ++d)
+    DT_CHECK(target.shape()[d] == logits.shape()[d], op, ": target ", target.shape(),
+             " must be the logits' shape ", logits.shape(), " without the class dim");
+  const DeviceMesh& mesh = logits.mesh();
   const int64_t c = logits.dim() - 1;
   const int64_t classes = logits.shape()[c];
+  // A redistribute that autograd records when the layout has to move: the
+  // gradient then goes back to the logits' own layout, as from any op.
+  const Placements class_slices = class_layout(logits.placements(), tp, c);
+  const DTensor z = moved_to(logits, class_slices);
+  const Placements tokens = token_layout(class_slices, tp);
+  const DTensor tgt = moved_to(target.detach(), tokens);
   // Every rank of a tp group sees the same targets (Replicate on tp), so a
   // bad one is reported by the whole group, as cross_entropy would report it.
-  const DTensor tgt = with_placement(target, tp, Replicate());
   tgt.local().for_each([&](int, const Tensor& t) {
     for (int64_t v : t.contiguous().to_vector<int64_t>())
       DT_CHECK(v == ignore_index || (v >= 0 && v < classes), op, ": target ", v,
                " is out of bounds: expected a class index in [0, ", classes,
                ") or ignore_index (", ignore_index, ")");
   });
-  // log softmax over the sharded class dim, in the numerically stable form:
-  // z = logits - max, loss = log(sum(exp(z))) - z[target].
-  const DTensor z_in = with_placement(logits, tp, Shard(c));
-  // The max only shifts the logits for stability: the loss does not depend
-  // on it, so it is a constant for autograd (Megatron's choice too), which
-  // spares backward an amax gradient that sums to zero.
-  const DTensor max =
-      with_placement(amax(z_in.detach(), {c}, /*keepdim=*/true), tp, Replicate());
-  const DTensor z = z_in - max;
-  const DTensor log_sum =
-      log(with_placement(sum(exp(z), {c}, /*keepdim=*/true), tp, Replicate()));
-  // z[target]: every rank compares the class indices it holds with the
-  // targets; only the owner of a target's class contributes a non-zero (an
-  // ignored target, outside [0, classes), matches no class).
-  const Placements class_layout = param_placements(logits.mesh(), tp, Shard(0));
-  const DTensor class_ids = distribute_tensor(Tensor::arange(classes), logits.mesh(), class_layout);
-  const DTensor hit = eq(class_ids, unsqueeze(tgt, -1));
-  const DTensor picked = with_placement(sum(where(hit, z, 0.0), {c}, true), tp, Replicate());
-  // As cross_entropy's mean: ignored targets add nothing and are not
-  // counted (all ignored: 0/0 = NaN, as in PyTorch). The summed losses and
-  // the count travel in one tensor of two elements, so a batch sharded over
-  // other mesh dims costs one all_reduce, as a plain mean does.
-  const DTensor counts = ne(tgt, ignore_index);
-  const DTensor losses = squeeze(log_sum - picked, c);
-  const DTensor parts = stack({where(counts, losses, 0.0), where(counts, ones_like(losses), 0.0)});
-  DimVector token_dims;
-  for (int64_t d = 1; d < parts.dim(); ++d) token_dims.push_back(d);
-  const DTensor totals =
-      (token_dims.empty() ? parts : sum(parts, token_dims))
-          .redistribute(Placements(static_cast<size_t>(logits.mesh().ndim()), Replicate()));
-  return div(select(totals, 0, 0), select(totals, 0, 1));
+  const DType dtype = logits.dtype();
+  DTensor loss, global_max, global_sum;
+  double count = 0;
+  detail::dispatch_floating(dtype, op, [&]<class T>() {
+    // The local pass: per rank, the row max, sum of exps (double, kept on
+    // this process) and the picked logit, each of the targets' local shape.
+    std::vector<std::pair<int, RowStats>> stats;
+    z.local().for_each([&](int rank, const Tensor& shard) {
+      const Tensor x = shard.contiguous();
+      const Tensor t = tgt.to_local(rank).contiguous();
+      const int64_t n = x.shape()[static_cast<size_t>(c)];
+      const int64_t offset = z.spec().extent_of_rank(rank)->global_offset[static_cast<size_t>(c)];
+      RowStats s{Tensor::empty(t.shape(), dtype), Tensor::empty(t.shape(), DType::Float64),
+              Tensor::empty(t.shape(), dtype)};
+      detail::vocab_ce_row_stats<T>(x.data_ptr<T>(), t.numel(), n, offset, t.data_ptr<int64_t>(),
+                                    ignore_index, s.max.data_ptr<T>(), s.sum.data_ptr<double>(),
+                                    s.picked.data_ptr<T>());
+      stats.emplace_back(rank, std::move(s));
+    });
+    auto of = [&](int rank) -> const RowStats& {
+      for (const auto& [r, s] : stats)
+        if (r == rank) return s;
+      DT_THROW("internal error: ", "vocab_parallel_cross_entropy has no statistics of rank ", rank);
+    };
+    // The global max M: an all_reduce max over tp.
+    global_max = token_tensor(tgt, with_tp(tokens, tp, Partial(ReduceOp::Max)), dtype,
+                       [&](int rank) { return of(rank).max; })
+              .redistribute(tokens);
+    // S = sum over tp of s_r * exp(m_r - M): an all_reduce sum. Each rank
+    // also adds up M - z[target] over the targets it owns, in double (the
+    // difference of two nearby large numbers is exact there; a float sum of
+    // logits would lose the loss under them when the logits are large).
+    std::vector<double> owned(stats.size(), 0.0);
+    global_sum = token_tensor(tgt, with_tp(tokens, tp, Partial()), dtype, [&](int rank) {
+              const RowStats& s = of(rank);
+              const Tensor m = global_max.to_local(rank).contiguous();
+              const Tensor t = tgt.to_local(rank).contiguous();
+              const T* mg = m.data_ptr<T>();
+              const T* ml = s.max.data_ptr<T>();
+              const double* sl = s.sum.data_ptr<double>();
+              const T* pk = s.picked.data_ptr<T>();
+              const int64_t* tv = t.data_ptr<int64_t>();
+              const Tensor& shard = z.to_local(rank);
+              const int64_t n = shard.shape()[static_cast<size_t>(c)];
+              const int64_t offset =
+                  z.spec().extent_of_rank(rank)->global_offset[static_cast<size_t>(c)];
+              Tensor out = Tensor::empty(t.shape(), dtype);
+              T* o = out.data_ptr<T>();
+              double own = 0;
+              for (int64_t r = 0; r < t.numel(); ++r) {
+                // An empty class slice (or rows of -inf) adds nothing, and
+                // exp(-inf - M) must not turn into NaN when M is -inf too.
+                o[r] = sl[r] == 0 ? T(0)
+                                  : static_cast<T>(sl[r] * std::exp(static_cast<double>(ml[r]) -
+                                                                    static_cast<double>(mg[r])));
+                if (tv[r] != ignore_index && tv[r] >= offset && tv[r] < offset + n)
+                  own += static_cast<double>(mg[r]) - static_cast<double>(pk[r]);
+              }
+              for (size_t k = 0; k < stats.size(); ++k)
+                if (stats[k].first == rank) owned[k] = own;
+              return out;
+            }).redistribute(tokens);
+    // The mean: loss per token = log S + M - z[target]. The first rank of
+    // each tp group adds the log S and the count, every rank its owned
+    // M - z[target]; the total and the count then go in one all_reduce
+    // over the tp dim and the dims the tokens are split on.
+    Placements partial_sums = tokens;
+    for (size_t i = 0; i < partial_sums.size(); ++i)
+      if (static_cast<int>(i) == tp || partial_sums[i].is_shard()) partial_sums[i] = Partial();
+    const DTensor totals =
+        DTensor(DTensorSpec(mesh, partial_sums, Shape{2}, DType::Float64),
+                tgt.local().map([&](int rank, const Tensor& tshard) {
+                  double total = 0, counted = 0;
+                  for (size_t k = 0; k < stats.size(); ++k)
+                    if (stats[k].first == rank) total = owned[k];
+                  if ((*mesh.coordinate(rank))[static_cast<size_t>(tp)] == 0) {
+                    const Tensor t = tshard.contiguous();
+                    const Tensor s = global_sum.to_local(rank).contiguous();
+                    const int64_t* tv = t.data_ptr<int64_t>();
+                    const T* sv = s.data_ptr<T>();
+                    for (int64_t r = 0; r < t.numel(); ++r) {
+                      if (tv[r] == ignore_index) continue;
+                      total += std::log(static_cast<double>(sv[r]));
+                      counted += 1;
+                    }
+                  }
+                  return Tensor::from_vector(std::vector<double>{total, counted});
+                }))
+            .redistribute(Placements(static_cast<size_t>(mesh.ndim()), Replicate()));
+    // As cross_entropy's mean: ignored targets add nothing and are not
+    // counted (all ignored: 0/0 = NaN, as in PyTorch).
+    LocalTensor out = totals.local().map([&](int, const Tensor& tt) {
+      const std::vector<double> v = tt.to_vector<double>();
+      count = v[1];
+      return Tensor::scalar(v[0] / v[1], dtype);
+    });
+    loss = DTensor(DTensorSpec(mesh, Placements(static_cast<size_t>(mesh.ndim()), Replicate()),
+                               Shape{}, dtype),
+                   std::move(out));
+  });
+  // One backward node for the whole loss; the targets get no gradient.
+  if (autograd::recording({&z}))
+    autograd::record(loss, op, {&z}, {z, tgt, global_max, global_sum},
+                     [tp, ignore_index, count](const autograd::Context& ctx) {
+                       return autograd::Grads{vocab_ce_backward(ctx.grad, ctx.saved(0),
+                                                                ctx.saved(1), ctx.saved(2),
+                                                                ctx.saved(3), tp, ignore_index,
+                                                                count)};
+                     });
+  return loss;
 }
 
 }  // namespace dtensor
