@@ -22,13 +22,14 @@ namespace dtensor::detail {
 inline constexpr int64_t kParallelShardBytes = int64_t{256} << 10;
 
 // The shard index i of `like` -> kernel(i), kept under like's ranks.
-// `bytes_per_shard`: the input bytes one shard's kernel reads (an estimate
-// of its work).
-template <class F>
-LocalTensor map_shards(const LocalTensor& like, int64_t bytes_per_shard, F&& kernel) {
+// bytes_per_shard() gives the input bytes one shard's kernel reads (an
+// estimate of its work); it is only asked when the loop could go parallel,
+// so a one-shard process or a one-thread setting never pays for it.
+template <class B, class F>
+LocalTensor map_shards(const LocalTensor& like, B&& bytes_per_shard, F&& kernel) {
   const std::vector<std::pair<int, Tensor>>& in = like.shards();
   const int64_t n = static_cast<int64_t>(in.size());
-  if (n < 2 || bytes_per_shard * n < kParallelShardBytes || threads_available() < 2) {
+  if (n < 2 || threads_available() < 2 || bytes_per_shard() * n < kParallelShardBytes) {
     // The common small case, at no cost over a plain loop: map runs in
     // rank order on this thread, so counting calls gives the index.
     int64_t k = 0;

@@ -138,10 +138,13 @@ DTensor run_unchecked(const OpSchema& schema, const OpRule& rule, const DTensor*
       locals[i] = &moved[i]->local();
     }
   }
-  int64_t bytes = 0;
-  for (int i = 0; i < schema.num_inputs; ++i) {
-    if (!locals[i]->empty()) bytes += static_cast<int64_t>(locals[i]->shards()[0].second.nbytes());
-  }
+  auto bytes = [&] {
+    int64_t total = 0;
+    for (int i = 0; i < schema.num_inputs; ++i) {
+      if (!locals[i]->empty()) total += static_cast<int64_t>(locals[i]->shards()[0].second.nbytes());
+    }
+    return total;
+  };
   LocalTensor out = detail::map_shards(*locals[0], bytes, [&](int64_t k) {
     const Tensor* ts[kMaxInputs];
     for (int i = 0; i < schema.num_inputs; ++i) ts[i] = &locals[i]->shards()[k].second;
@@ -166,7 +169,7 @@ template <class F>
 DTensor run_unary(const OpSchema& schema, const OpRule& rule, const DTensor& x, F&& kernel) {
   auto apply = [&](const LocalTensor& x) {
     const auto& sh = x.shards();
-    const int64_t bytes = sh.empty() ? 0 : static_cast<int64_t>(sh[0].second.nbytes());
+    auto bytes = [&] { return static_cast<int64_t>(sh[0].second.nbytes()); };
     return detail::map_shards(x, bytes, [&](int64_t k) { return kernel(sh[k].first, sh[k].second); });
   };
   auto compute = [&](const OpSchema& sc, const DTensor& in) {
@@ -187,8 +190,7 @@ DTensor run_binary(const OpSchema& schema, const OpRule& rule, const DTensor& a,
                    F&& kernel) {
   auto apply = [&](const LocalTensor& x, const LocalTensor& y) {
     const auto &sx = x.shards(), &sy = y.shards();
-    const int64_t bytes =
-        sx.empty() ? 0 : static_cast<int64_t>(sx[0].second.nbytes() + sy[0].second.nbytes());
+    auto bytes = [&] { return static_cast<int64_t>(sx[0].second.nbytes() + sy[0].second.nbytes()); };
     return detail::map_shards(x, bytes, [&](int64_t k) {
       return kernel(sx[k].first, sx[k].second, sy[k].second);
     });

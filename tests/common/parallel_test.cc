@@ -125,7 +125,7 @@ TEST_F(ThreadsTest, MapShardsKeepsRanksAndOrderOnAnyThreadCount) {
   for (int r = 0; r < 64; ++r) in.set(r, Tensor::full({128, 128}, r));  // 4 MiB in all
   for (int threads : {1, 4}) {
     set_num_threads(threads);
-    const LocalTensor out = detail::map_shards(in, 128 * 128 * 4, [&](int64_t i) {
+    const LocalTensor out = detail::map_shards(in, [] { return int64_t{128 * 128 * 4}; }, [&](int64_t i) {
       return in.shards()[static_cast<size_t>(i)].second.clone();
     });
     ASSERT_EQ(out.size(), 64u);

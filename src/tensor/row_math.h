@@ -1,0 +1,94 @@
+// Internal: the vectorisable row arithmetic shared by the softmax family
+// (src/tensor/nn.cc) and the fused vocab-parallel loss
+// (src/parallel/vocab_ce_kernel.cc): exp on [-110, 0], a row max and a row
+// sum. One copy, so the fused loss rounds exactly like cross_entropy on the
+// full tensor. Include only from files compiled with FMA contraction off
+// (#pragma GCC optimize("fp-contract=off")), as simd.h requires of every
+// kernel with AVX2 / AVX-512 copies.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+namespace dtensor::detail {
+
+// std::exp cannot be vectorised by the compiler (it is an opaque libm call),
+// and in softmax the exp pass dominates. The softmax family only needs
+// exp(x - max), whose argument is in [-inf, 0] or NaN, so float32 uses two
+// vectorisable passes: clamp the argument at -110 (exp is 0 in float below
+// about -103.97), then exp_f32_core. The clamp lives in its own loop because
+// GCC will not vectorise a float select next to the polynomial: under the
+// default -ftrapping-math it refuses to if-convert, and jump threading clones
+// the polynomial for the clamped constant. float64 keeps std::exp.
+
+// exp(x) for x in [-110, 0], or NaN (which propagates through the
+// arithmetic). Cody-Waite range reduction x = n*ln2 + r, |r| <= ln2/2, then
+// the Cephes expf polynomial. Checked exhaustively against double exp over
+// every float in [-104, 0]: under 1 ulp, denormal results included, and 0
+// below (correctly rounded).
+inline float exp_f32_core(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  // Adding 1.5 * 2^23 rounds to an integer that lands in the low mantissa
+  // bits, read back without a float->int conversion (undefined for NaN).
+  constexpr float kShift = 12582912.0f;
+  const float shifted = x * kLog2e + kShift;
+  const float n = shifted - kShift;
+  const float r = (x - n * kLn2Hi) - n * kLn2Lo;
+  const float r2 = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r2 + r + 1.0f;
+  // 2^n (n in [-159, 0]) as two factors 2^half * 2^(n-half), each a normal
+  // float, so the final product rounds once and gives denormals correctly.
+  const int32_t ni = static_cast<int32_t>(std::bit_cast<uint32_t>(shifted) -
+                                          std::bit_cast<uint32_t>(kShift));
+  const int32_t half = ni >> 1;
+  const float s1 = std::bit_cast<float>(static_cast<uint32_t>(half + 127) << 23);
+  const float s2 = std::bit_cast<float>(static_cast<uint32_t>(ni - half + 127) << 23);
+  return p * s1 * s2;
+}
+
+// Maximum of a row. GCC will not vectorise a float max reduction (NaN and
+// -0 semantics), so it compares integer keys: the float bits with the
+// magnitude flipped for negatives order exactly like the floats, and an
+// integer max reduction vectorises (3x faster on SSE2). A NaN may or may not
+// come out as the max (positive NaNs sort above +inf, negative ones below
+// -inf); either way exp(x - max) turns the whole line NaN, as in PyTorch.
+template <class T>
+T row_max(const T* x, int64_t n) {
+  using I = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+  constexpr I kMag = std::numeric_limits<I>::max();
+  constexpr int kSignShift = static_cast<int>(sizeof(I) * 8 - 1);
+  auto key = [](I b) { return static_cast<I>(b ^ ((b >> kSignShift) & kMag)); };  // an involution
+  I best = key(std::bit_cast<I>(-std::numeric_limits<T>::infinity()));
+  for (int64_t i = 0; i < n; ++i) {
+    const I k = key(std::bit_cast<I>(x[i]));
+    best = k > best ? k : best;
+  }
+  return std::bit_cast<T>(key(best));
+}
+
+// Sum of a row in eight double lanes (exact enough for any row length).
+template <class T>
+double sum_lanes(const T* e, int64_t n) {
+  constexpr int kLanes = 8;
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lanes[j] += static_cast<double>(e[i + j]);
+  for (; i < n; ++i) lanes[0] += static_cast<double>(e[i]);
+  double s = 0;
+  for (int j = 0; j < kLanes; ++j) s += lanes[j];
+  return s;
+}
+
+}  // namespace dtensor::detail
