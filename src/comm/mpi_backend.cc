@@ -19,6 +19,7 @@
 #include <sstream>
 #include <string>
 
+#include "comm/around.h"
 #include "comm/reduce_kernel.h"
 #include "dtensor/debug.h"
 #include "dtensor/error.h"
@@ -107,17 +108,6 @@ bool native_reduce() {
 // exchanges; docs/PERFORMANCE.md).
 constexpr size_t kSmallAllReduceBytes = 64 * 1024;
 
-// A contiguous shape seen around one dim as [outer, len, inner].
-struct Around {
-  int64_t outer = 1, len = 1, inner = 1;
-};
-Around around(const Shape& shape, int64_t dim) {
-  Around a;
-  a.len = shape[dim];
-  for (int64_t d = 0; d < dim; ++d) a.outer *= shape[d];
-  for (int64_t d = dim + 1; d < static_cast<int64_t>(shape.size()); ++d) a.inner *= shape[d];
-  return a;
-}
 
 // One run of `run` bytes. stream: with non-temporal stores where the
 // destination allows (16-byte aligned, whole 16-byte words), which skip the

@@ -42,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/around.h"
 #include "comm/reduce_kernel.h"
 #include "common/parallel.h"
 #include "common/shard_map.h"
@@ -222,17 +223,6 @@ std::vector<Tensor> contiguous_shards(const std::vector<const Tensor*>& shards) 
 
 // ---- data movement ------------------------------------------------------------
 
-// A contiguous shape seen around one dim as [outer, len, inner].
-struct Around {
-  int64_t outer = 1, len = 1, inner = 1;
-};
-Around around(const Shape& shape, int64_t dim) {
-  Around a;
-  a.len = shape[dim];
-  for (int64_t d = 0; d < dim; ++d) a.outer *= shape[d];
-  for (int64_t d = dim + 1; d < static_cast<int64_t>(shape.size()); ++d) a.inner *= shape[d];
-  return a;
-}
 
 // The product of shape[begin, end).
 int64_t span(const Shape& shape, int64_t begin, int64_t end) {
