@@ -151,6 +151,21 @@ int pick_tile_dim(const Walk<N>& w) {
   return -1;
 }
 
+// Advances the odometer of dims [0, dims) by one and moves the pointers
+// with it; false when it wrapped around (every row was visited).
+template <size_t N>
+bool next_row(const Walk<N>& w, int dims, int64_t* idx, std::array<char*, N>& p) {
+  for (int d = dims - 1; d >= 0; --d) {
+    if (++idx[d] < w.sizes[d]) {
+      for (size_t k = 0; k < N; ++k) p[k] += w.st[k][d];
+      return true;
+    }
+    for (size_t k = 0; k < N; ++k) p[k] -= w.st[k][d] * (w.sizes[d] - 1);
+    idx[d] = 0;
+  }
+  return false;
+}
+
 // The plain walk: runs of the innermost dim in row-major order of the rest.
 template <size_t N, class Kernel>
 void walk_rows(const Walk<N>& w, std::array<char*, N> p, Kernel& kernel) {
@@ -165,16 +180,7 @@ void walk_rows(const Walk<N>& w, std::array<char*, N> p, Kernel& kernel) {
   int64_t idx[kMaxDims] = {};
   while (true) {
     kernel(p, n_inner, inner);
-    int d = outer_nd - 1;
-    for (; d >= 0; --d) {
-      if (++idx[d] < w.sizes[d]) {
-        for (size_t k = 0; k < N; ++k) p[k] += w.st[k][d];
-        break;
-      }
-      for (size_t k = 0; k < N; ++k) p[k] -= w.st[k][d] * (w.sizes[d] - 1);
-      idx[d] = 0;
-    }
-    if (d < 0) return;
+    if (!next_row(w, outer_nd, idx, p)) return;
   }
 }
 
@@ -402,15 +408,7 @@ void walk_range(const loops::Walk<N>& w, std::array<char*, N> p, int64_t begin, 
     // to the start of the next row
     for (size_t k = 0; k < N; ++k) p[k] -= idx[last] * w.st[k][last];
     idx[last] = 0;
-    int d = last - 1;
-    for (; d >= 0; --d) {
-      if (++idx[d] < w.sizes[d]) {
-        for (size_t k = 0; k < N; ++k) p[k] += w.st[k][d];
-        break;
-      }
-      for (size_t k = 0; k < N; ++k) p[k] -= w.st[k][d] * (w.sizes[d] - 1);
-      idx[d] = 0;
-    }
+    next_row(w, last, idx, p);
   }
 }
 
