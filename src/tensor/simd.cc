@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "dtensor/error.h"
+
 namespace dtensor::detail {
 namespace {
 
@@ -28,6 +30,7 @@ SimdLevel from_env(SimdLevel cpu) {
   if (std::strcmp(v, "baseline") == 0) want = SimdLevel::kBaseline;
   else if (std::strcmp(v, "avx2") == 0) want = SimdLevel::kAvx2;
   else if (std::strcmp(v, "avx512") == 0) want = SimdLevel::kAvx512;
+  else DT_THROW("DTENSOR_SIMD=", v, " is not a level (expected baseline, avx2 or avx512)");
   return want < cpu ? want : cpu;
 }
 
