@@ -336,20 +336,6 @@ class RankSlots {
   std::vector<Tensor> slots_;
 };
 
-// body(begin, end) over `items` tasks moving `bytes` in all: on the pool
-// when the bytes pay for waking workers (shard_map.h's threshold), with
-// chunks of about that many bytes each; inline otherwise. Each task writes
-// its own outputs, so the thread count never changes a bit.
-void run_tasks(int64_t items, int64_t bytes, detail::ChunkFn body) {
-  if (items > 1 && bytes >= detail::kParallelShardBytes && detail::threads_available() > 1) {
-    const int64_t per_item = std::max<int64_t>(1, bytes / items);
-    const int64_t grain = std::max<int64_t>(1, detail::kParallelShardBytes / per_item);
-    detail::parallel_for(items, grain, body);
-  } else {
-    body(0, items);
-  }
-}
-
 }  // namespace
 
 LocalTensor SimBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
@@ -378,7 +364,7 @@ LocalTensor SimBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
 
   // The group's shards joined once, into member 0's output: for each outer
   // index, member j's rows [outer, len_j, inner] follow one another.
-  run_tasks(groups, all_bytes / n, [&](int64_t begin, int64_t end) {
+  detail::parallel_items(groups, all_bytes / n, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
       Shape shape = p.shards[g][0]->shape();
       const Around a = around(shape, gather_dim);
@@ -398,7 +384,7 @@ LocalTensor SimBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
   });
   // Then a straight memcpy per other member: the same bytes as joining for
   // each member, without reading n sources n times.
-  run_tasks(groups * n, all_bytes, [&](int64_t begin, int64_t end) {
+  detail::parallel_items(groups * n, all_bytes, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       const int64_t g = k / n, i = k % n;
       if (i == 0) continue;
@@ -424,7 +410,7 @@ LocalTensor SimBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh
   const int64_t n = static_cast<int64_t>(p.groups[0].size());
   // Groups are independent and each folds its own shards in group order, so
   // running groups in parallel changes no bit.
-  run_tasks(groups, p.max_bytes * n * groups, [&](int64_t begin, int64_t end) {
+  detail::parallel_items(groups, p.max_bytes * n * groups, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
       const std::vector<Tensor> shards = contiguous_shards(p.shards[g]);
       std::vector<Tensor> results;
@@ -452,7 +438,7 @@ LocalTensor SimBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& 
   RankSlots out(p);
   const int64_t groups = static_cast<int64_t>(p.groups.size());
   const int64_t n = static_cast<int64_t>(p.groups[0].size());
-  run_tasks(groups, p.max_bytes * n * groups, [&](int64_t begin, int64_t end) {
+  detail::parallel_items(groups, p.max_bytes * n * groups, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
       const std::vector<Tensor> shards = contiguous_shards(p.shards[g]);
       const int64_t len = shards[0].size(scatter_dim);
@@ -514,7 +500,7 @@ LocalTensor SimBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
     out[p.groups[g][i]] = std::move(t);
   }
 
-  run_tasks(groups * n, all_bytes, [&](int64_t begin, int64_t end) {
+  detail::parallel_items(groups * n, all_bytes, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       const int64_t g = k / n;
       const int64_t len = join.len[k], at = join.at[k], total = join.total[g];
@@ -574,7 +560,7 @@ LocalTensor SimBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh,
   const int64_t groups = static_cast<int64_t>(p.groups.size());
   const int64_t n = static_cast<int64_t>(p.groups[0].size());
   RankSlots out(p);
-  run_tasks(groups * n, p.max_bytes * n * groups, [&](int64_t begin, int64_t end) {
+  detail::parallel_items(groups * n, p.max_bytes * n * groups, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       const int64_t g = k / n, i = k % n;
       const Tensor& from = *p.shards[g][root];
@@ -599,7 +585,7 @@ LocalTensor SimBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, i
   RankSlots out(p);
   // Member i gets rows [start_i, start_i + size_i) of the root's
   // [outer, len, inner]: one run per outer index.
-  run_tasks(groups * n, p.max_bytes * groups, [&](int64_t begin, int64_t end) {
+  detail::parallel_items(groups * n, p.max_bytes * groups, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       const int64_t g = k / n, i = k % n;
       const Tensor& from = *p.shards[g][root];

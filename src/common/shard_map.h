@@ -8,6 +8,7 @@
 // and the kernel itself may use the process's threads.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -20,6 +21,19 @@ namespace dtensor::detail {
 // Below this many input bytes over all shards an op runs its ranks one
 // after another: waking a worker costs more than such a kernel.
 inline constexpr int64_t kParallelShardBytes = int64_t{256} << 10;
+
+// body(begin, end) over `items` independent tasks that move `bytes` in
+// all: on the pool when the bytes pay for waking workers, in chunks of
+// about kParallelShardBytes each; inline otherwise. Each task must write
+// only its own outputs, so the thread count never changes a bit.
+inline void parallel_items(int64_t items, int64_t bytes, ChunkFn body) {
+  if (items > 1 && bytes >= kParallelShardBytes && threads_available() > 1) {
+    const int64_t per_item = std::max<int64_t>(1, bytes / items);
+    parallel_for(items, std::max<int64_t>(1, kParallelShardBytes / per_item), body);
+  } else {
+    body(0, items);
+  }
+}
 
 // The shard index i of `like` -> kernel(i), kept under like's ranks.
 // bytes_per_shard() gives the input bytes one shard's kernel reads (an
@@ -36,7 +50,7 @@ LocalTensor map_shards(const LocalTensor& like, B&& bytes_per_shard, F&& kernel)
     return like.map([&](int, const Tensor&) { return kernel(k++); });
   }
   std::vector<std::pair<int, Tensor>> out(in.size());
-  parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+  parallel_items(n, bytes_per_shard() * n, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) out[i] = {in[i].first, kernel(i)};
   });
   return LocalTensor(std::move(out));

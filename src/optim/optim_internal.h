@@ -46,12 +46,7 @@ void for_each_shard(const DTensor& param, const DTensor& grad,
     }
   };
   const int64_t bytes = n == 0 ? 0 : static_cast<int64_t>(shards[0].second.nbytes());
-  if (n > 1 && bytes * n * static_cast<int64_t>(buffers.size() + 2) >=
-                   dtensor::detail::kParallelShardBytes) {
-    dtensor::detail::parallel_for(n, 1, update);
-  } else {
-    update(0, n);
-  }
+  dtensor::detail::parallel_items(n, bytes * n * static_cast<int64_t>(buffers.size() + 2), update);
 }
 
 // kernel(begin, end) over [0, n) elements, split over the process's threads
