@@ -2,7 +2,15 @@
 // (`mpirun -np 4 mpi_world_tests`). Every rank runs every test; the job
 // fails when any rank fails. Rank 0 prints the progress; the others print
 // only their failures.
+//
+// A test that fails on some ranks only ends the job at the end of that
+// test: its ranks leave the test early (a failed ASSERT, an exception), so
+// they skip collectives the other ranks are blocked in, and the job would
+// otherwise wait for the collective timeout (ctest's, or the watchdog's 600
+// s). MPI_Abort from the failing rank ends every rank within seconds, after
+// the failure has been printed.
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <cstdio>
 #include <string>
@@ -37,6 +45,25 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
   std::string test_ = "?";
 };
 
+// Ends the job when a test failed on this rank (see the file comment).
+class AbortOnFailure : public ::testing::EmptyTestEventListener {
+ public:
+  explicit AbortOnFailure(int rank) : rank_(rank) {}
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    if (!info.result()->Failed()) return;
+    std::fprintf(stderr,
+                 "[rank %d] %s.%s failed: ending the job (the other ranks may be waiting in "
+                 "a collective this rank skipped)\n",
+                 rank_, info.test_suite_name(), info.name());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+
+ private:
+  int rank_;
+};
+
 }  // namespace
 
 }  // namespace dtensor::testing
@@ -49,5 +76,7 @@ int main(int argc, char** argv) {
     delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new dtensor::testing::FailurePrinter(world.rank()));
   }
+  ::testing::UnitTest::GetInstance()->listeners().Append(
+      new dtensor::testing::AbortOnFailure(world.rank()));
   return RUN_ALL_TESTS();
 }
