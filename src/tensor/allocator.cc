@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -75,10 +76,37 @@ size_t class_bytes(int cls) {
 
 size_t round_to_align(size_t n) { return (std::max<size_t>(n, 1) + kAlign - 1) / kAlign * kAlign; }
 
+// Blocks of at least this many bytes are mapped on a 2 MiB boundary and
+// offered to the kernel for transparent huge pages (MADV_HUGEPAGE; NumPy
+// does the same from 4 MiB): a 64 MiB tensor then faults in 32 times instead
+// of 16384, and a walk across its rows (a transposed operand) misses the TLB
+// far less. Where THP is off, the advice is ignored.
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kHugeMin = size_t{4} << 20;
+
+void* map_huge_aligned(size_t bytes) {
+  // Map a huge page more than asked, keep the aligned middle, unmap the rest:
+  // the block is then exactly [p, p + bytes) for munmap.
+  const size_t span = bytes + kHugePage;
+  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const auto base = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (base + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1);
+  if (aligned > base) munmap(raw, aligned - base);
+  const uintptr_t end = base + span, used_end = aligned + bytes;
+  if (end > used_end) munmap(reinterpret_cast<void*>(used_end), end - used_end);
+  void* p = reinterpret_cast<void*>(aligned);
+#if defined(MADV_HUGEPAGE)
+  madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
 void* system_alloc(size_t bytes) {
   // Under ASan everything comes from malloc, which ASan tracks (it does not
   // poison unmapped pages of an mmap).
   if (!kCacheEnabled || bytes <= kSmallMax) return std::aligned_alloc(kAlign, bytes);
+  if (bytes >= kHugeMin) return map_huge_aligned(bytes);
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }

@@ -83,6 +83,25 @@ TEST(AllocatorClasses, AllocationsAreAlignedAndWritable) {
   }
 }
 
+// Blocks of 4 MiB and more start on a 2 MiB boundary (so the kernel can back
+// them with transparent huge pages) and are whole: every byte writable, and
+// freeing them to the OS (release) unmaps exactly what was mapped.
+TEST_F(Allocator, LargeBlocksAreHugePageAligned) {
+  for (size_t n : {4 * kMiB, 5 * kMiB + 3, 64 * kMiB - 100}) {
+    void* p = allocate(n);
+    ASSERT_NE(p, nullptr) << n;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (2 * kMiB), 0u) << n;
+    std::memset(p, 0x5a, block_size(n));
+    deallocate(p, n);
+  }
+  release_cached_blocks();
+  // Below the threshold, page alignment is all an mmap gives.
+  void* q = allocate(3 * kMiB);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(q) % 64, 0u);
+  deallocate(q, 3 * kMiB);
+}
+
 TEST_F(Allocator, ReusesBlocksOfNearSizes) {
   // One size class per (small, large) pair: a freed block serves the other.
   for (auto [first, second] : {std::pair<size_t, size_t>{1000, 1010}, {100000, 99000},
