@@ -7,7 +7,12 @@
 //   void bind_<concept>(py::module_& m) { ... }
 // declare it here and call it from module.cc. The CMake glob picks the file
 // up. Conversions of Shape, Scalar, Placements and DType are in casters.h;
-// long-running calls release the GIL (py::call_guard<py::gil_scoped_release>).
+// long-running calls release the GIL (py::call_guard<py::gil_scoped_release>,
+// `release_gil` in math_ops.h). A file adds methods to a class bound by
+// another (e.g. requires_grad_ on DTensor) through
+//   auto cls = py::reinterpret_borrow<py::class_<DTensor>>(m.attr("DTensor"));
+// as interop.cc does for Tensor. Errors: throw dtensor::Error (DT_CHECK);
+// it reaches Python as dtensor.Error with the message unchanged.
 #pragma once
 
 #include <pybind11/pybind11.h>
