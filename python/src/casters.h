@@ -95,7 +95,10 @@ struct type_caster<dtensor::Scalar> {
       value = dtensor::Scalar(src.cast<int64_t>());
       return true;
     }
-    if (PyFloat_Check(o)) {
+    // float, and NumPy's float16/float32 scalars (float64 is a float). Not
+    // anything with __float__: a one-element Tensor has one, and must stay
+    // a Tensor operand.
+    if (PyFloat_Check(o) || std::string(Py_TYPE(o)->tp_name).rfind("numpy.float", 0) == 0) {
       value = dtensor::Scalar(PyFloat_AsDouble(o));
       return true;
     }

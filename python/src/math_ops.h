@@ -29,6 +29,47 @@ using release_gil = py::call_guard<py::gil_scoped_release>;
 // Reductions (x, dim=None, keepdim=False).
 #define DTENSOR_PY_REDUCTIONS(X) X(sum) X(mean) X(prod) X(amax) X(amin)
 
+inline Tensor slice_of(const Tensor& x, int64_t d, int64_t s, int64_t e, int64_t st) {
+  return x.slice(d, s, e, st);
+}
+inline DTensor slice_of(const DTensor& x, int64_t d, int64_t s, int64_t e, int64_t st) {
+  return slice(x, d, s, e, st);
+}
+
+// x[key] for ints, slices (positive steps), None and tuples of them, as
+// basic NumPy indexing: a Tensor's result is a view; a DTensor's follows
+// the ops' rules (a sharded dim indexed is gathered first).
+template <class T>
+T index_of(const T& x, py::handle key) {
+  py::tuple items = PyTuple_Check(key.ptr()) ? py::reinterpret_borrow<py::tuple>(key)
+                                             : py::make_tuple(key);
+  T out = x;
+  int64_t dim = 0;
+  for (py::handle item : items) {
+    if (item.is_none()) {
+      out = out.unsqueeze(dim++);
+    } else if (PySlice_Check(item.ptr())) {
+      DT_CHECK(dim < out.dim(), "index: too many indices for a ", x.dim(), "-d tensor");
+      Py_ssize_t start = 0, stop = 0, step = 0;
+      if (PySlice_Unpack(item.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
+      DT_CHECK(step > 0, "index: slice step must be positive, got ", step);
+      PySlice_AdjustIndices(static_cast<Py_ssize_t>(out.size(dim)), &start, &stop, step);
+      out = slice_of(out, dim, start, std::max(start, stop), step);
+      ++dim;
+    } else if (PyIndex_Check(item.ptr()) && !PyBool_Check(item.ptr())) {
+      DT_CHECK(dim < out.dim(), "index: too many indices for a ", x.dim(), "-d tensor");
+      int64_t i = item.cast<int64_t>();
+      const int64_t n = out.size(dim);
+      DT_CHECK(i >= -n && i < n, "index: ", i, " is out of range for dim ", dim, " of size ", n);
+      out = out.select(dim, i < 0 ? i + n : i);
+    } else {
+      throw py::type_error("dtensor indexing takes ints, slices and None (got " +
+                           std::string(Py_TYPE(item.ptr())->tp_name) + ")");
+    }
+  }
+  return out;
+}
+
 // Operators and method forms for class T. Python's binary-operator protocol
 // does the rest: Tensor + DTensor falls back to DTensor.__radd__.
 template <class T, class Class>
@@ -166,6 +207,7 @@ void bind_math_methods(Class& c) {
       .def("fill_", [](T& a, S v) -> T& { return a.fill_(v); }, release_gil())
       .def("zero_", [](T& a) -> T& { return a.zero_(); }, release_gil())
       .def("copy_", [](T& a, const T& b) -> T& { return a.copy_(b); }, release_gil())
+      .def("__getitem__", [](const T& x, py::handle key) { return index_of(x, key); })
       .def_property_readonly("shape", [](const T& x) { return x.shape(); })
       .def("size", [](const T& x, std::optional<int64_t> d) -> py::object {
              if (d) return py::int_(x.size(*d));
