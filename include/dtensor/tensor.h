@@ -160,11 +160,20 @@ std::ostream& operator<<(std::ostream& os, const Scalar& s);
 class Storage {
  public:
   explicit Storage(size_t nbytes);
+  // Adopts memory someone else owns (a NumPy array's buffer, a DLPack
+  // tensor) without copying: `owner` keeps it alive and is released when
+  // the storage dies, on whichever thread drops the last reference. Such
+  // memory is never returned to dtensor's allocator. `data` must stay valid
+  // for nbytes bytes while owner lives; alignment is the caller's
+  // (kernels need only the element type's).
+  Storage(void* data, size_t nbytes, std::shared_ptr<void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
+  // Whether the memory is adopted (the constructor with an owner).
+  bool is_external() const { return owner_ != nullptr; }
   // Counts the in-place ops (fill_, copy_, add_, ...) that wrote to this
   // storage: autograd compares it to refuse a saved tensor changed since it
   // was saved. Writes through data<T>() are not counted.
@@ -175,6 +184,7 @@ class Storage {
   void* data_;
   size_t nbytes_;
   uint64_t version_ = 0;
+  std::shared_ptr<void> owner_;  // adopted memory only
 };
 
 // Returns every cached block of freed storages to the system; the bytes

@@ -103,7 +103,17 @@ Storage::Storage(size_t nbytes) : data_(nullptr), nbytes_(nbytes) {
   }
 }
 
-Storage::~Storage() { detail::deallocate(data_, nbytes_); }
+Storage::Storage(void* data, size_t nbytes, std::shared_ptr<void> owner)
+    : data_(data), nbytes_(nbytes), owner_(std::move(owner)) {
+  DT_CHECK(owner_ != nullptr, "Storage: adopting external memory needs an owner");
+  DT_CHECK(data != nullptr || nbytes == 0, "Storage: adopting a null pointer of ", nbytes,
+           " bytes");
+}
+
+Storage::~Storage() {
+  if (owner_ == nullptr) detail::deallocate(data_, nbytes_);
+  // Otherwise owner_'s release frees (or stops pinning) the memory.
+}
 
 // ---- shape helpers -------------------------------------------------------------
 

@@ -1,0 +1,57 @@
+"""dtensor: distributed tensors (PyTorch's DTensor model in native code).
+
+One logical tensor laid out over an n-d DeviceMesh of ranks by placements
+Shard(dim), Replicate(), Partial(op). World.simulated(n) runs all n ranks in
+this process; World.mpi() one rank per process under mpirun.
+
+    import dtensor as dt
+    mesh = dt.init_device_mesh((2, 2), mesh_dim_names=("dp", "tp"))
+    d = dt.distribute_tensor(np.arange(24.0).reshape(4, 6), mesh, [dt.Shard(0), dt.Shard(1)])
+    r = d.redistribute([dt.Replicate(), dt.Shard(1)])
+    r.full_tensor()
+"""
+
+import ctypes as _ctypes
+
+from . import _build_config
+
+# Open MPI loads its plugins (mca_*.so) with dlopen and expects them to find
+# libmpi's symbols globally; a Python extension is loaded with RTLD_LOCAL, so
+# libmpi is loaded with RTLD_GLOBAL first (as mpi4py does).
+if _build_config.MPI_LIBRARY:
+    try:
+        _ctypes.CDLL(_build_config.MPI_LIBRARY, mode=_ctypes.RTLD_GLOBAL)
+    except OSError:  # the extension's own link to libmpi then reports what is missing
+        pass
+
+from ._dtensor import *  # noqa: E402,F401,F403
+from ._dtensor import Error, World, DeviceMesh  # noqa: E402
+
+__version__ = _build_config.VERSION
+
+
+def init_device_mesh(mesh_shape, mesh_dim_names=None, *, world=None, device_type=None):
+    """A DeviceMesh of `mesh_shape` (a tuple, or an int for 1-d) over `world`.
+
+    Without a world: World.mpi() when this process was started by mpirun
+    (its size must equal the mesh's), otherwise a new World.simulated of the
+    mesh's size. `device_type` ("cpu") is accepted for PyTorch's signature,
+    init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp")).
+    """
+    if isinstance(mesh_shape, str):  # PyTorch's init_device_mesh(device_type, mesh_shape, ...)
+        device_type, mesh_shape, mesh_dim_names = mesh_shape, mesh_dim_names, None
+        if mesh_shape is None:
+            raise TypeError("init_device_mesh(device_type, mesh_shape, ...): mesh_shape missing")
+    if device_type not in (None, "cpu"):
+        raise Error(f'init_device_mesh: device_type "{device_type}": dtensor runs on the CPU only')
+    if isinstance(mesh_shape, int):
+        mesh_shape = (mesh_shape,)
+    size = 1
+    for s in mesh_shape:
+        size *= s
+    if world is None:
+        world = World.from_launcher(size)
+    if world.size != size:
+        raise Error(f"init_device_mesh: mesh shape {tuple(mesh_shape)} needs {size} ranks but "
+                    f"the world has {world.size}")
+    return DeviceMesh(world, tuple(mesh_shape), list(mesh_dim_names) if mesh_dim_names else None)

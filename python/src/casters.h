@@ -1,0 +1,162 @@
+// Conversions between Python values and the small dtensor value types, shared
+// by every binding file (include it before declaring functions that take
+// these types):
+//
+//   Shape / DimVector   <- an int or a sequence of ints;   -> a tuple of ints
+//   Scalar              <- bool, int (or anything with __index__), float
+//   Placements          <- a sequence of Shard/Replicate/Partial, or the text
+//                          form "S(0),R,P(sum)";            -> a tuple of them
+//   DType               <- dtensor.float32 ..., a NumPy dtype or type, or a
+//                          name ("float32", "f32", "int64", "bool")
+//
+// A placement crosses as the Python classes Shard, Replicate and Partial
+// (placement.cc), all three wrapping the one C++ Placement: a C++ function
+// returning Placements hands back instances of the right class.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "dtensor/dtensor.h"
+
+namespace dtensor::python {
+
+namespace py = pybind11;
+
+// The Python object (Shard, Replicate or Partial) of a placement.
+py::object placement_to_python(const Placement& p);
+// The dtype a Python value names (see above); nullopt when it names none.
+std::optional<DType> dtype_from_python(py::handle h);
+// dtensor.float32, ... (the module's dtype objects).
+py::object dtype_to_python(DType dtype);
+// A Tensor from a Python value: a Tensor itself; a NumPy array (or any
+// object with __dlpack__ / the buffer protocol) wrapped without a copy when
+// its layout allows; anything else (lists, numbers, other layouts) copied
+// through numpy.asarray. interop.cc.
+Tensor tensor_from_python(py::handle obj);
+
+}  // namespace dtensor::python
+
+namespace pybind11::detail {
+
+// Shape, strides, dim lists. A bare int is a one-element list, so that
+// sum(x, dim=1) and sum(x, dim=(0, 1)) both work as in PyTorch.
+template <>
+struct type_caster<dtensor::DimVector> {
+  PYBIND11_TYPE_CASTER(dtensor::DimVector, const_name("Sequence[int]"));
+
+  bool load(handle src, bool convert) {
+    if (!src) return false;
+    if (PyLong_Check(src.ptr()) || (convert && PyIndex_Check(src.ptr()) &&
+                                    !PySequence_Check(src.ptr()))) {
+      value.clear();
+      value.push_back(src.cast<int64_t>());
+      return true;
+    }
+    if (!PySequence_Check(src.ptr()) || PyUnicode_Check(src.ptr()) || PyBytes_Check(src.ptr()))
+      return false;
+    auto seq = reinterpret_borrow<sequence>(src);
+    value.clear();
+    for (handle item : seq) {
+      if (!PyIndex_Check(item.ptr())) return false;
+      value.push_back(item.cast<int64_t>());  // throws dtensor::Error beyond kMaxDims
+    }
+    return true;
+  }
+
+  static handle cast(const dtensor::DimVector& v, return_value_policy, handle) {
+    tuple t(v.size());
+    for (size_t i = 0; i < v.size(); ++i) t[i] = int_(v[i]);
+    return t.release();
+  }
+};
+
+// A number next to tensors: bool, int and float keep their kind (int64
+// tensor + 2 stays int64, + 2.5 is float32).
+template <>
+struct type_caster<dtensor::Scalar> {
+  PYBIND11_TYPE_CASTER(dtensor::Scalar, const_name("bool | int | float"));
+  type_caster() : value(0) {}
+
+  bool load(handle src, bool) {
+    if (!src) return false;
+    PyObject* o = src.ptr();
+    if (PyBool_Check(o)) {
+      value = dtensor::Scalar(o == Py_True);
+      return true;
+    }
+    // NumPy's bool_ is neither bool nor int.
+    if (std::string(Py_TYPE(o)->tp_name) == "numpy.bool_") {
+      value = dtensor::Scalar(static_cast<bool>(PyObject_IsTrue(o)));
+      return true;
+    }
+    if (PyLong_Check(o) || (PyIndex_Check(o) && !PyFloat_Check(o))) {
+      value = dtensor::Scalar(src.cast<int64_t>());
+      return true;
+    }
+    // float, and NumPy's float16/float32 scalars (float64 is a float). Not
+    // anything with __float__: a one-element Tensor has one, and must stay
+    // a Tensor operand.
+    if (PyFloat_Check(o) || std::string(Py_TYPE(o)->tp_name).rfind("numpy.float", 0) == 0) {
+      value = dtensor::Scalar(PyFloat_AsDouble(o));
+      return true;
+    }
+    return false;
+  }
+
+  static handle cast(const dtensor::Scalar& s, return_value_policy, handle) {
+    switch (s.kind()) {
+      case dtensor::Scalar::Kind::Bool: return bool_(s.to<bool>()).release();
+      case dtensor::Scalar::Kind::Int: return int_(s.to_int()).release();
+      default: return float_(s.to_double()).release();
+    }
+  }
+};
+
+template <>
+struct type_caster<dtensor::Placements> {
+  PYBIND11_TYPE_CASTER(dtensor::Placements, const_name("Sequence[Placement] | str"));
+
+  bool load(handle src, bool) {
+    if (!src) return false;
+    if (PyUnicode_Check(src.ptr())) {
+      value = dtensor::parse_placements(src.cast<std::string>());
+      return true;
+    }
+    if (!PySequence_Check(src.ptr())) return false;
+    dtensor::Placements out;
+    for (handle item : reinterpret_borrow<sequence>(src)) {
+      make_caster<dtensor::Placement> c;
+      if (!c.load(item, false)) return false;
+      out.push_back(cast_op<const dtensor::Placement&>(c));
+    }
+    value = out;
+    return true;
+  }
+
+  static handle cast(const dtensor::Placements& p, return_value_policy, handle) {
+    tuple t(p.size());
+    for (size_t i = 0; i < p.size(); ++i) t[i] = dtensor::python::placement_to_python(p[i]);
+    return t.release();
+  }
+};
+
+template <>
+struct type_caster<dtensor::DType> {
+  PYBIND11_TYPE_CASTER(dtensor::DType, const_name("dtype"));
+
+  bool load(handle src, bool) {
+    if (!src || src.is_none()) return false;
+    std::optional<dtensor::DType> d = dtensor::python::dtype_from_python(src);
+    if (!d) return false;
+    value = *d;
+    return true;
+  }
+
+  static handle cast(dtensor::DType d, return_value_policy, handle) {
+    return dtensor::python::dtype_to_python(d).release();
+  }
+};
+
+}  // namespace pybind11::detail

@@ -1,0 +1,226 @@
+// The arithmetic both Tensor and DTensor offer in Python: operators
+// (+ - * / @ ** unary -, comparisons, in-place += -= *= /=) and the method
+// forms of the ops (x.sum(dim), x.exp(), x.view(shape), ...). Written once as
+// templates over T (Tensor or DTensor): the free functions of tensor.h and
+// ops.h have the same names and signatures for both, so one table binds both
+// classes. Every call releases the GIL (kernels and collectives run in it).
+#pragma once
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+
+#include "casters.h"
+#include "dtensor/dtensor.h"
+
+namespace dtensor::python {
+
+using release_gil = py::call_guard<py::gil_scoped_release>;
+
+// The unary ops of both layers, named as in PyTorch.
+#define DTENSOR_PY_UNARY_OPS(X) \
+  X(neg) X(abs) X(exp) X(log) X(sqrt) X(rsqrt) X(tanh) X(sigmoid) X(erf) X(relu)
+// Binary ops taking (T, T) and (T, Scalar).
+#define DTENSOR_PY_BINARY_OPS(X) \
+  X(add) X(sub) X(mul) X(div) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
+// Binary ops taking (T, T) only.
+#define DTENSOR_PY_TENSOR_BINARY_OPS(X) X(maximum) X(minimum) X(mm) X(bmm) X(matmul)
+// Reductions (x, dim=None, keepdim=False).
+#define DTENSOR_PY_REDUCTIONS(X) X(sum) X(mean) X(prod) X(amax) X(amin)
+
+inline Tensor slice_of(const Tensor& x, int64_t d, int64_t s, int64_t e, int64_t st) {
+  return x.slice(d, s, e, st);
+}
+inline DTensor slice_of(const DTensor& x, int64_t d, int64_t s, int64_t e, int64_t st) {
+  return slice(x, d, s, e, st);
+}
+
+// x[key] for ints, slices (positive steps), None and tuples of them, as
+// basic NumPy indexing: a Tensor's result is a view; a DTensor's follows
+// the ops' rules (a sharded dim indexed is gathered first).
+template <class T>
+T index_of(const T& x, py::handle key) {
+  py::tuple items = PyTuple_Check(key.ptr()) ? py::reinterpret_borrow<py::tuple>(key)
+                                             : py::make_tuple(key);
+  T out = x;
+  int64_t dim = 0;
+  for (py::handle item : items) {
+    if (item.is_none()) {
+      out = out.unsqueeze(dim++);
+    } else if (PySlice_Check(item.ptr())) {
+      DT_CHECK(dim < out.dim(), "index: too many indices for a ", x.dim(), "-d tensor");
+      Py_ssize_t start = 0, stop = 0, step = 0;
+      if (PySlice_Unpack(item.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
+      DT_CHECK(step > 0, "index: slice step must be positive, got ", step);
+      PySlice_AdjustIndices(static_cast<Py_ssize_t>(out.size(dim)), &start, &stop, step);
+      out = slice_of(out, dim, start, std::max(start, stop), step);
+      ++dim;
+    } else if (PyIndex_Check(item.ptr()) && !PyBool_Check(item.ptr())) {
+      DT_CHECK(dim < out.dim(), "index: too many indices for a ", x.dim(), "-d tensor");
+      int64_t i = item.cast<int64_t>();
+      const int64_t n = out.size(dim);
+      DT_CHECK(i >= -n && i < n, "index: ", i, " is out of range for dim ", dim, " of size ", n);
+      out = out.select(dim, i < 0 ? i + n : i);
+    } else {
+      throw py::type_error("dtensor indexing takes ints, slices and None (got " +
+                           std::string(Py_TYPE(item.ptr())->tp_name) + ")");
+    }
+  }
+  return out;
+}
+
+// Operators and method forms for class T. Python's binary-operator protocol
+// does the rest: Tensor + DTensor falls back to DTensor.__radd__.
+template <class T, class Class>
+void bind_math_methods(Class& c) {
+  using S = Scalar;
+  c.def("__add__", [](const T& a, const T& b) { return a + b; }, py::is_operator(), release_gil())
+      .def("__add__", [](const T& a, S b) { return a + b; }, py::is_operator(), release_gil())
+      .def("__radd__", [](const T& a, S b) { return b + a; }, py::is_operator(), release_gil())
+      .def("__sub__", [](const T& a, const T& b) { return a - b; }, py::is_operator(), release_gil())
+      .def("__sub__", [](const T& a, S b) { return a - b; }, py::is_operator(), release_gil())
+      .def("__rsub__", [](const T& a, S b) { return b - a; }, py::is_operator(), release_gil())
+      .def("__mul__", [](const T& a, const T& b) { return a * b; }, py::is_operator(), release_gil())
+      .def("__mul__", [](const T& a, S b) { return a * b; }, py::is_operator(), release_gil())
+      .def("__rmul__", [](const T& a, S b) { return b * a; }, py::is_operator(), release_gil())
+      .def("__truediv__", [](const T& a, const T& b) { return a / b; }, py::is_operator(),
+           release_gil())
+      .def("__truediv__", [](const T& a, S b) { return a / b; }, py::is_operator(), release_gil())
+      .def("__rtruediv__", [](const T& a, S b) { return b / a; }, py::is_operator(), release_gil())
+      .def("__matmul__", [](const T& a, const T& b) { return matmul(a, b); }, py::is_operator(),
+           release_gil())
+      .def("__pow__", [](const T& a, S e) { return pow(a, e); }, py::is_operator(), release_gil())
+      .def("__neg__", [](const T& a) { return -a; }, release_gil())
+      .def("__pos__", [](const T& a) { return a; })
+      .def("__abs__", [](const T& a) { return abs(a); }, release_gil())
+      // Elementwise comparisons give bool tensors, as in PyTorch.
+      .def("__eq__", [](const T& a, const T& b) { return eq(a, b); }, py::is_operator(), release_gil())
+      .def("__eq__", [](const T& a, S b) { return eq(a, b); }, py::is_operator(), release_gil())
+      .def("__ne__", [](const T& a, const T& b) { return ne(a, b); }, py::is_operator(), release_gil())
+      .def("__ne__", [](const T& a, S b) { return ne(a, b); }, py::is_operator(), release_gil())
+      .def("__lt__", [](const T& a, const T& b) { return lt(a, b); }, py::is_operator(), release_gil())
+      .def("__lt__", [](const T& a, S b) { return lt(a, b); }, py::is_operator(), release_gil())
+      .def("__le__", [](const T& a, const T& b) { return le(a, b); }, py::is_operator(), release_gil())
+      .def("__le__", [](const T& a, S b) { return le(a, b); }, py::is_operator(), release_gil())
+      .def("__gt__", [](const T& a, const T& b) { return gt(a, b); }, py::is_operator(), release_gil())
+      .def("__gt__", [](const T& a, S b) { return gt(a, b); }, py::is_operator(), release_gil())
+      .def("__ge__", [](const T& a, const T& b) { return ge(a, b); }, py::is_operator(), release_gil())
+      .def("__ge__", [](const T& a, S b) { return ge(a, b); }, py::is_operator(), release_gil())
+      // Tensors are compared elementwise, so they hash by identity (as torch.Tensor).
+      .def("__hash__", [](py::handle self) { return py::hash(py::int_(reinterpret_cast<uintptr_t>(self.ptr()))); })
+      // In place: the result is written into this tensor's memory.
+      .def("__iadd__", [](T& a, const T& b) -> T& { return a += b; }, py::is_operator(), release_gil())
+      .def("__iadd__", [](T& a, S b) -> T& { return a += b; }, py::is_operator(), release_gil())
+      .def("__isub__", [](T& a, const T& b) -> T& { return a -= b; }, py::is_operator(), release_gil())
+      .def("__isub__", [](T& a, S b) -> T& { return a -= b; }, py::is_operator(), release_gil())
+      .def("__imul__", [](T& a, const T& b) -> T& { return a *= b; }, py::is_operator(), release_gil())
+      .def("__imul__", [](T& a, S b) -> T& { return a *= b; }, py::is_operator(), release_gil())
+      .def("__itruediv__", [](T& a, const T& b) -> T& { return a /= b; }, py::is_operator(),
+           release_gil())
+      .def("__itruediv__", [](T& a, S b) -> T& { return a /= b; }, py::is_operator(), release_gil());
+
+#define X(op) c.def(#op, [](const T& x) { return op(x); }, release_gil());
+  DTENSOR_PY_UNARY_OPS(X)
+#undef X
+#define X(op)                                                                 \
+  c.def(#op, [](const T& a, const T& b) { return op(a, b); }, release_gil()); \
+  c.def(#op, [](const T& a, S b) { return op(a, b); }, release_gil());
+  DTENSOR_PY_BINARY_OPS(X)
+#undef X
+#define X(op) c.def(#op, [](const T& a, const T& b) { return op(a, b); }, release_gil());
+  DTENSOR_PY_TENSOR_BINARY_OPS(X)
+#undef X
+#define X(op)                                                                               \
+  c.def(#op,                                                                                \
+        [](const T& x, std::optional<DimVector> dim, bool keepdim) {                       \
+          return op(x, dim.value_or(DimVector{}), keepdim);                                 \
+        },                                                                                  \
+        py::arg("dim") = py::none(), py::arg("keepdim") = false, release_gil());
+  DTENSOR_PY_REDUCTIONS(X)
+#undef X
+  c.def("var",
+        [](const T& x, std::optional<DimVector> dim, int64_t correction, bool keepdim) {
+          return var(x, dim.value_or(DimVector{}), correction, keepdim);
+        },
+        py::arg("dim") = py::none(), py::arg("correction") = 1, py::arg("keepdim") = false,
+        release_gil())
+      .def("argmax", [](const T& x, std::optional<int64_t> dim, bool keepdim) { return argmax(x, dim, keepdim); },
+           py::arg("dim") = py::none(), py::arg("keepdim") = false, release_gil())
+      .def("argmin", [](const T& x, std::optional<int64_t> dim, bool keepdim) { return argmin(x, dim, keepdim); },
+           py::arg("dim") = py::none(), py::arg("keepdim") = false, release_gil())
+      .def("pow", [](const T& x, S e) { return pow(x, e); }, py::arg("exponent"), release_gil())
+      .def("gelu", [](const T& x, const std::string& approximate) {
+             return gelu(x, approximate == "tanh" ? GeluApprox::Tanh : GeluApprox::None);
+           }, py::arg("approximate") = "none", release_gil())
+      .def("softmax", [](const T& x, int64_t dim) { return softmax(x, dim); }, py::arg("dim"),
+           release_gil())
+      .def("log_softmax", [](const T& x, int64_t dim) { return log_softmax(x, dim); },
+           py::arg("dim"), release_gil())
+      // Views (never copy a Tensor; a DTensor's shards are views when their strides allow).
+      .def("view", [](const T& x, const Shape& s) { return x.view(s); }, py::arg("shape"))
+      .def("view", [](const T& x, py::args s) { return x.view(s.cast<Shape>()); })
+      .def("reshape", [](const T& x, const Shape& s) { return x.reshape(s); }, py::arg("shape"),
+           release_gil())
+      .def("reshape", [](const T& x, py::args s) { return x.reshape(s.cast<Shape>()); })
+      .def("flatten", [](const T& x, int64_t s, int64_t e) { return x.flatten(s, e); },
+           py::arg("start_dim") = 0, py::arg("end_dim") = -1)
+      .def("squeeze", [](const T& x, std::optional<int64_t> d) { return d ? x.squeeze(*d) : x.squeeze(); },
+           py::arg("dim") = py::none())
+      .def("unsqueeze", [](const T& x, int64_t d) { return x.unsqueeze(d); }, py::arg("dim"))
+      .def("permute", [](const T& x, const DimVector& d) { return x.permute(d); }, py::arg("dims"))
+      .def("permute", [](const T& x, py::args d) { return x.permute(d.cast<DimVector>()); })
+      .def("transpose", [](const T& x, int64_t a, int64_t b) { return x.transpose(a, b); },
+           py::arg("dim0"), py::arg("dim1"))
+      .def("t", [](const T& x) { return x.t(); })
+      .def_property_readonly("T", [](const T& x) {
+        DimVector d;
+        for (int64_t i = x.dim(); i-- > 0;) d.push_back(i);
+        return x.permute(d);
+      })
+      .def("expand", [](const T& x, const Shape& s) { return x.expand(s); }, py::arg("shape"))
+      .def("expand", [](const T& x, py::args s) { return x.expand(s.cast<Shape>()); })
+      .def("narrow", [](const T& x, int64_t d, int64_t s, int64_t l) { return x.narrow(d, s, l); },
+           py::arg("dim"), py::arg("start"), py::arg("length"), release_gil())
+      .def("select", [](const T& x, int64_t d, int64_t i) { return x.select(d, i); },
+           py::arg("dim"), py::arg("index"), release_gil())
+      .def("chunk", [](const T& x, int64_t n, int64_t d) { return x.chunk(n, d); },
+           py::arg("chunks"), py::arg("dim") = 0, release_gil())
+      .def("split", [](const T& x, int64_t n, int64_t d) { return x.split(n, d); },
+           py::arg("split_size"), py::arg("dim") = 0, release_gil())
+      .def("contiguous", [](const T& x) { return x.contiguous(); }, release_gil())
+      .def("clone", [](const T& x) { return x.clone(); }, release_gil())
+      .def("to", [](const T& x, DType d) { return x.to(d); }, py::arg("dtype"), release_gil())
+      .def("float", [](const T& x) { return x.to(DType::Float32); }, release_gil())
+      .def("double", [](const T& x) { return x.to(DType::Float64); }, release_gil())
+      .def("long", [](const T& x) { return x.to(DType::Int64); }, release_gil())
+      .def("bool", [](const T& x) { return x.to(DType::Bool); }, release_gil())
+      // In place (PyTorch's trailing underscore).
+      .def("add_", [](T& a, const T& b) -> T& { return a.add_(b); }, release_gil())
+      .def("add_", [](T& a, S b) -> T& { return a.add_(b); }, release_gil())
+      .def("sub_", [](T& a, const T& b) -> T& { return a.sub_(b); }, release_gil())
+      .def("sub_", [](T& a, S b) -> T& { return a.sub_(b); }, release_gil())
+      .def("mul_", [](T& a, const T& b) -> T& { return a.mul_(b); }, release_gil())
+      .def("mul_", [](T& a, S b) -> T& { return a.mul_(b); }, release_gil())
+      .def("div_", [](T& a, const T& b) -> T& { return a.div_(b); }, release_gil())
+      .def("div_", [](T& a, S b) -> T& { return a.div_(b); }, release_gil())
+      .def("fill_", [](T& a, S v) -> T& { return a.fill_(v); }, release_gil())
+      .def("zero_", [](T& a) -> T& { return a.zero_(); }, release_gil())
+      .def("copy_", [](T& a, const T& b) -> T& { return a.copy_(b); }, release_gil())
+      .def("__getitem__", [](const T& x, py::handle key) { return index_of(x, key); })
+      .def_property_readonly("shape", [](const T& x) { return x.shape(); })
+      .def("size", [](const T& x, std::optional<int64_t> d) -> py::object {
+             if (d) return py::int_(x.size(*d));
+             return py::cast(x.shape());
+           }, py::arg("dim") = py::none())
+      .def_property_readonly("dtype", [](const T& x) { return x.dtype(); })
+      .def_property_readonly("ndim", [](const T& x) { return x.dim(); })
+      .def("dim", [](const T& x) { return x.dim(); })
+      .def("numel", [](const T& x) { return x.numel(); })
+      .def("__len__", [](const T& x) {
+        if (x.dim() == 0) throw py::type_error("len() of a 0-d tensor");
+        return x.size(0);
+      });
+}
+
+}  // namespace dtensor::python

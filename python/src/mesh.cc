@@ -1,0 +1,89 @@
+// dtensor.DeviceMesh: an n-d array of ranks over a World, with dim names,
+// sub-meshes by name (mesh["tp"], mesh["dp", "tp"]) and flattened dims.
+// init_device_mesh, PyTorch's entry point, is in dtensor/__init__.py.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "casters.h"
+
+namespace dtensor::python {
+
+namespace {
+
+std::vector<std::string> names_from(py::handle key) {
+  if (PyUnicode_Check(key.ptr())) return {key.cast<std::string>()};
+  return key.cast<std::vector<std::string>>();
+}
+
+}  // namespace
+
+void bind_mesh(py::module_& m) {
+  py::class_<DeviceMesh>(m, "DeviceMesh", R"doc(
+An n-d array of ranks over a World, with optional dim names. The group of
+mesh dim d for a rank is the ranks whose coordinates equal its own on every
+other dim. Sub-meshes (mesh["tp"], mesh["dp", "tp"]) and flattened dims
+(mesh.flatten(["dp", "cp"])) are views onto the same root mesh.
+)doc")
+      .def(py::init([](const World& world, const Shape& shape,
+                       std::optional<std::vector<std::string>> names,
+                       std::optional<std::vector<int>> ranks) {
+             std::vector<std::string> n = names.value_or(std::vector<std::string>{});
+             if (ranks) return DeviceMesh(world, shape, *ranks, n);
+             return DeviceMesh(world, shape, n);
+           }),
+           py::arg("world"), py::arg("mesh_shape"), py::arg("mesh_dim_names") = py::none(),
+           py::arg("ranks") = py::none(),
+           "A mesh of `mesh_shape` over the world's ranks 0..n-1 row-major (or over `ranks`).")
+      .def_property_readonly("world", &DeviceMesh::world)
+      .def_property_readonly("ndim", &DeviceMesh::ndim)
+      .def_property_readonly("shape", &DeviceMesh::shape)
+      .def("size", [](const DeviceMesh& mesh, py::object d) -> int64_t {
+             if (d.is_none()) return mesh.size();
+             if (PyUnicode_Check(d.ptr())) return mesh.size(d.cast<std::string>());
+             return mesh.size(d.cast<int>());
+           }, py::arg("mesh_dim") = py::none(),
+           "Ranks in the mesh, or the size of one dim (by index or name).")
+      .def_property_readonly("mesh_dim_names", [](const DeviceMesh& mesh) -> py::object {
+        std::vector<std::string> names = mesh.names();
+        bool any = false;
+        for (const auto& n : names) any = any || !n.empty();
+        if (!any) return py::none();
+        return py::tuple(py::cast(names));
+      }, "The dim names (None when unnamed, as in PyTorch).")
+      .def("get_dim_index", &DeviceMesh::dim_index, py::arg("name"))
+      .def("__getitem__", [](const DeviceMesh& mesh, py::handle key) {
+             std::vector<std::string> names = names_from(key);
+             return names.size() == 1 ? mesh[names[0]] : mesh[names];
+           }, "The sub-mesh of the named dims (in mesh order).")
+      .def("flatten", [](const DeviceMesh& mesh, py::object dims, const std::string& name) {
+             if (dims.is_none()) {
+               std::vector<int> all(static_cast<size_t>(mesh.ndim()));
+               for (int i = 0; i < mesh.ndim(); ++i) all[static_cast<size_t>(i)] = i;
+               return mesh.flatten(all, name);
+             }
+             if (PyUnicode_Check(dims.ptr())) return mesh.flatten(std::vector<int>{mesh.dim_index(dims.cast<std::string>())}, name);
+             py::list items(dims);
+             if (items.size() > 0 && PyUnicode_Check(items[0].ptr()))
+               return mesh.flatten(items.cast<std::vector<std::string>>(), name);
+             return mesh.flatten(items.cast<std::vector<int>>(), name);
+           }, py::arg("dims") = py::none(), py::arg("mesh_dim_name") = "",
+           "A 1-d mesh covering the given dims (names or indices; all by default) as one.")
+      .def("coordinate", &DeviceMesh::coordinate, py::arg("rank"),
+           "The rank's coordinate in this mesh (None when not in it).")
+      .def("get_coordinate", [](const DeviceMesh& mesh) { return mesh.coordinate(mesh.world().held_ranks().front()); },
+           "The coordinate of this process's (first held) rank.")
+      .def("group", &DeviceMesh::group, py::arg("rank"), py::arg("mesh_dim"))
+      .def("groups", &DeviceMesh::groups, py::arg("mesh_dim"))
+      .def("ranks", [](const DeviceMesh& mesh, std::optional<int> rank) {
+             return rank ? mesh.ranks(*rank) : mesh.ranks();
+           }, py::arg("rank") = py::none(),
+           "The mesh's ranks row-major (the view containing `rank` for a sub-mesh).")
+      .def("contains", &DeviceMesh::contains, py::arg("rank"))
+      .def("root", &DeviceMesh::root)
+      .def("__eq__", [](const DeviceMesh& a, const DeviceMesh& b) { return a == b; })
+      .def("__hash__", &DeviceMesh::hash)
+      .def("__repr__", &DeviceMesh::to_string);
+}
+
+}  // namespace dtensor::python

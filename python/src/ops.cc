@@ -1,0 +1,300 @@
+// The ops of tensor.h and ops.h as module functions: dtensor.mm(a, b),
+// dtensor.sum(x, dim=1), dtensor.softmax(x, -1), ... Each name takes
+// DTensors (layout propagated, collectives as needed) or Tensors (the plain
+// kernel): both overloads come from one table, as the C++ functions have
+// the same names and signatures on both layers. Factories (zeros, ones,
+// full, empty, rand, randn) make a Tensor, or a DTensor when given
+// device_mesh and placements. Every op releases the GIL.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "casters.h"
+#include "math_ops.h"
+
+namespace dtensor::python {
+
+namespace {
+
+Reduction parse_reduction(const std::string& r) {
+  if (r == "mean") return Reduction::Mean;
+  if (r == "sum") return Reduction::Sum;
+  if (r == "none") return Reduction::None;
+  DT_THROW("reduction: unknown \"", r, "\" (expected mean, sum or none)");
+}
+
+GeluApprox parse_gelu(const std::string& a) {
+  if (a == "none") return GeluApprox::None;
+  if (a == "tanh") return GeluApprox::Tanh;
+  DT_THROW("gelu: unknown approximate=\"", a, "\" (expected none or tanh)");
+}
+
+// The overloads of one layer T (Tensor or DTensor), for the names both share.
+template <class T>
+void bind_ops_of(py::module_& m) {
+  using S = Scalar;
+#define X(op) m.def(#op, [](const T& x) { return op(x); }, py::arg("input"), release_gil());
+  DTENSOR_PY_UNARY_OPS(X)
+#undef X
+#define X(op)                                                                                    \
+  m.def(#op, [](const T& a, const T& b) { return op(a, b); }, py::arg("input"), py::arg("other"), \
+        release_gil());                                                                          \
+  m.def(#op, [](const T& a, S b) { return op(a, b); }, py::arg("input"), py::arg("other"),        \
+        release_gil());
+  DTENSOR_PY_BINARY_OPS(X)
+#undef X
+#define X(op) \
+  m.def(#op, [](const T& a, const T& b) { return op(a, b); }, py::arg("input"), py::arg("other"), release_gil());
+  DTENSOR_PY_TENSOR_BINARY_OPS(X)
+#undef X
+#define X(op)                                                                                    \
+  m.def(#op,                                                                                     \
+        [](const T& x, std::optional<DimVector> dim, bool keepdim) {                            \
+          return op(x, dim.value_or(DimVector{}), keepdim);                                      \
+        },                                                                                       \
+        py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false, release_gil());
+  DTENSOR_PY_REDUCTIONS(X)
+#undef X
+  m.def("sub", [](S a, const T& b) { return sub(a, b); }, py::arg("input"), py::arg("other"), release_gil());
+  m.def("div", [](S a, const T& b) { return div(a, b); }, py::arg("input"), py::arg("other"), release_gil());
+  m.def("var",
+        [](const T& x, std::optional<DimVector> dim, int64_t correction, bool keepdim) {
+          return var(x, dim.value_or(DimVector{}), correction, keepdim);
+        },
+        py::arg("input"), py::arg("dim") = py::none(), py::arg("correction") = 1,
+        py::arg("keepdim") = false, release_gil());
+  m.def("argmax", [](const T& x, std::optional<int64_t> d, bool k) { return argmax(x, d, k); },
+        py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false, release_gil());
+  m.def("argmin", [](const T& x, std::optional<int64_t> d, bool k) { return argmin(x, d, k); },
+        py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false, release_gil());
+  m.def("pow", [](const T& x, S e) { return pow(x, e); }, py::arg("input"), py::arg("exponent"),
+        release_gil());
+  m.def("gelu", [](const T& x, const std::string& a) { return gelu(x, parse_gelu(a)); },
+        py::arg("input"), py::arg("approximate") = "none", release_gil());
+  m.def("softmax", [](const T& x, int64_t d) { return softmax(x, d); }, py::arg("input"),
+        py::arg("dim"), release_gil());
+  m.def("log_softmax", [](const T& x, int64_t d) { return log_softmax(x, d); }, py::arg("input"),
+        py::arg("dim"), release_gil());
+  m.def("addmm", [](const T& bias, const T& a, const T& b, S beta, S alpha) {
+          return addmm(bias, a, b, beta, alpha);
+        }, py::arg("input"), py::arg("mat1"), py::arg("mat2"), py::kw_only(), py::arg("beta") = 1,
+        py::arg("alpha") = 1, release_gil());
+  m.def("baddbmm", [](const T& bias, const T& a, const T& b, S beta, S alpha) {
+          return baddbmm(bias, a, b, beta, alpha);
+        }, py::arg("input"), py::arg("batch1"), py::arg("batch2"), py::kw_only(), py::arg("beta") = 1,
+        py::arg("alpha") = 1, release_gil());
+  m.def("where", [](const T& c, const T& a, const T& b) { return where(c, a, b); },
+        py::arg("condition"), py::arg("input"), py::arg("other"), release_gil());
+  m.def("where", [](const T& c, const T& a, S b) { return where(c, a, b); },
+        py::arg("condition"), py::arg("input"), py::arg("other"), release_gil());
+  m.def("masked_fill", [](const T& x, const T& mask, S v) { return masked_fill(x, mask, v); },
+        py::arg("input"), py::arg("mask"), py::arg("value"), release_gil());
+  m.def("cat", [](const std::vector<T>& ts, int64_t d) { return cat(ts, d); }, py::arg("tensors"),
+        py::arg("dim") = 0, release_gil());
+  m.def("stack", [](const std::vector<T>& ts, int64_t d) { return stack(ts, d); },
+        py::arg("tensors"), py::arg("dim") = 0, release_gil());
+  m.def("index_select", [](const T& x, int64_t d, const T& i) { return index_select(x, d, i); },
+        py::arg("input"), py::arg("dim"), py::arg("index"), release_gil());
+  m.def("embedding", [](const T& w, const T& i) { return embedding(w, i); }, py::arg("weight"),
+        py::arg("input"), release_gil());
+  m.def("nll_loss", [](const T& lp, const T& t, const std::string& r, int64_t ii) {
+          return nll_loss(lp, t, parse_reduction(r), ii);
+        }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean",
+        py::arg("ignore_index") = -100, release_gil());
+  m.def("cross_entropy", [](const T& lp, const T& t, const std::string& r, int64_t ii) {
+          return cross_entropy(lp, t, parse_reduction(r), ii);
+        }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean",
+        py::arg("ignore_index") = -100, release_gil());
+  m.def("zeros_like", [](const T& x) { return zeros_like(x); }, py::arg("input"), release_gil());
+  m.def("ones_like", [](const T& x) { return ones_like(x); }, py::arg("input"), release_gil());
+  m.def("full_like", [](const T& x, S v) { return full_like(x, v); }, py::arg("input"),
+        py::arg("fill_value"), release_gil());
+  // The method forms as functions (torch.transpose(x, 0, 1), ...).
+  m.def("clone", [](const T& x) { return x.clone(); }, py::arg("input"), release_gil());
+  m.def("contiguous", [](const T& x) { return x.contiguous(); }, py::arg("input"), release_gil());
+  m.def("reshape", [](const T& x, const Shape& s) { return x.reshape(s); }, py::arg("input"),
+        py::arg("shape"), release_gil());
+  m.def("flatten", [](const T& x, int64_t s, int64_t e) { return x.flatten(s, e); },
+        py::arg("input"), py::arg("start_dim") = 0, py::arg("end_dim") = -1, release_gil());
+  m.def("permute", [](const T& x, const DimVector& d) { return x.permute(d); }, py::arg("input"),
+        py::arg("dims"), release_gil());
+  m.def("transpose", [](const T& x, int64_t a, int64_t b) { return x.transpose(a, b); },
+        py::arg("input"), py::arg("dim0"), py::arg("dim1"), release_gil());
+  m.def("t", [](const T& x) { return x.t(); }, py::arg("input"), release_gil());
+  m.def("squeeze", [](const T& x, std::optional<int64_t> d) { return d ? x.squeeze(*d) : x.squeeze(); },
+        py::arg("input"), py::arg("dim") = py::none(), release_gil());
+  m.def("unsqueeze", [](const T& x, int64_t d) { return x.unsqueeze(d); }, py::arg("input"),
+        py::arg("dim"), release_gil());
+  m.def("narrow", [](const T& x, int64_t d, int64_t s, int64_t l) { return x.narrow(d, s, l); },
+        py::arg("input"), py::arg("dim"), py::arg("start"), py::arg("length"), release_gil());
+  m.def("select", [](const T& x, int64_t d, int64_t i) { return x.select(d, i); },
+        py::arg("input"), py::arg("dim"), py::arg("index"), release_gil());
+  m.def("chunk", [](const T& x, int64_t n, int64_t d) { return x.chunk(n, d); }, py::arg("input"),
+        py::arg("chunks"), py::arg("dim") = 0, release_gil());
+  m.def("split", [](const T& x, int64_t n, int64_t d) { return x.split(n, d); }, py::arg("input"),
+        py::arg("split_size"), py::arg("dim") = 0, release_gil());
+}
+
+// Tensor ops whose DTensor form takes optional DTensors (weight, bias) or
+// differs in shape: bound one by one.
+void bind_layer_ops(py::module_& m) {
+  m.def("linear", [](const DTensor& x, const DTensor& w, std::optional<DTensor> b) {
+          return b ? linear(x, w, *b) : linear(x, w);
+        }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), release_gil());
+  m.def("linear", [](const Tensor& x, const Tensor& w, std::optional<Tensor> b) {
+          return linear(x, w, b.value_or(Tensor()));
+        }, py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(), release_gil());
+  m.def("layer_norm", [](const DTensor& x, const Shape& s, std::optional<DTensor> w,
+                         std::optional<DTensor> b, double eps) { return layer_norm(x, s, w, b, eps); },
+        py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
+        py::arg("bias") = py::none(), py::arg("eps") = 1e-5, release_gil());
+  m.def("layer_norm", [](const Tensor& x, const Shape& s, std::optional<Tensor> w,
+                         std::optional<Tensor> b, double eps) {
+          return layer_norm(x, s, w.value_or(Tensor()), b.value_or(Tensor()), eps);
+        }, py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
+        py::arg("bias") = py::none(), py::arg("eps") = 1e-5, release_gil());
+  m.def("rms_norm", [](const DTensor& x, const Shape& s, std::optional<DTensor> w,
+                       std::optional<double> eps) { return rms_norm(x, s, w, eps); },
+        py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
+        py::arg("eps") = py::none(), release_gil());
+  m.def("rms_norm", [](const Tensor& x, const Shape& s, std::optional<Tensor> w,
+                       std::optional<double> eps) { return rms_norm(x, s, w.value_or(Tensor()), eps); },
+        py::arg("input"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
+        py::arg("eps") = py::none(), release_gil());
+  m.def("slice", [](const DTensor& x, int64_t d, int64_t s, int64_t e, int64_t st) {
+          return slice(x, d, s, e, st);
+        }, py::arg("input"), py::arg("dim"), py::arg("start"), py::arg("end"), py::arg("step") = 1,
+        release_gil());
+  m.def("slice", [](const Tensor& x, int64_t d, int64_t s, int64_t e, int64_t st) {
+          return x.slice(d, s, e, st);
+        }, py::arg("input"), py::arg("dim"), py::arg("start"), py::arg("end"), py::arg("step") = 1,
+        release_gil());
+  m.def("dropout", [](const DTensor& x, double p, uint64_t seed) { return dropout(x, p, seed); },
+        py::arg("input"), py::arg("p"), py::arg("seed"), release_gil());
+  // Comparisons of whole tensors (bools, not tensors).
+  m.def("equal", [](const Tensor& a, const Tensor& b) { return equal(a, b); }, py::arg("input"),
+        py::arg("other"), release_gil(), "Same shape and every element equal.");
+  m.def("allclose", [](const Tensor& a, const Tensor& b, double rtol, double atol, bool equal_nan) {
+          return allclose(a, b, rtol, atol, equal_nan);
+        }, py::arg("input"), py::arg("other"), py::arg("rtol") = 1e-5, py::arg("atol") = 1e-8,
+        py::arg("equal_nan") = false, release_gil());
+}
+
+// zeros(shape, dtype=float32, device_mesh=None, placements=None): a Tensor,
+// or a DTensor each of whose ranks allocates only its shard.
+template <class MakeTensor, class MakeDTensor>
+void bind_factory(py::module_& m, const char* name, MakeTensor make_tensor,
+                  MakeDTensor make_dtensor, const char* doc) {
+  m.def(name,
+        [=](const Shape& shape, DType dtype, std::optional<DeviceMesh> mesh,
+            std::optional<Placements> placements) -> py::object {
+          DT_CHECK(mesh.has_value() == placements.has_value(), name,
+                   ": give both device_mesh and placements (a DTensor) or neither (a Tensor)");
+          if (mesh) {
+            DTensor d;
+            {
+              py::gil_scoped_release release;
+              d = make_dtensor(shape, *mesh, *placements, dtype);
+            }
+            return py::cast(std::move(d));
+          }
+          Tensor t;
+          {
+            py::gil_scoped_release release;
+            t = make_tensor(shape, dtype);
+          }
+          return py::cast(std::move(t));
+        },
+        py::arg("size"), py::kw_only(), py::arg("dtype") = DType::Float32,
+        py::arg("device_mesh") = py::none(), py::arg("placements") = py::none(), doc);
+}
+
+}  // namespace
+
+void bind_ops(py::module_& m) {
+  bind_ops_of<DTensor>(m);
+  bind_ops_of<Tensor>(m);
+  bind_layer_ops(m);
+
+  bind_factory(m, "zeros", [](const Shape& s, DType d) { return Tensor::zeros(s, d); },
+               [](const Shape& s, const DeviceMesh& m, const Placements& p, DType d) { return zeros(s, m, p, d); },
+               "Zeros: a Tensor, or a DTensor with device_mesh and placements.");
+  bind_factory(m, "ones", [](const Shape& s, DType d) { return Tensor::ones(s, d); },
+               [](const Shape& s, const DeviceMesh& m, const Placements& p, DType d) { return ones(s, m, p, d); },
+               "Ones: a Tensor, or a DTensor with device_mesh and placements.");
+  bind_factory(m, "empty", [](const Shape& s, DType d) { return Tensor::empty(s, d); },
+               [](const Shape& s, const DeviceMesh& m, const Placements& p, DType d) { return empty(s, m, p, d); },
+               "Uninitialised: a Tensor, or a DTensor with device_mesh and placements.");
+  m.def("full",
+        [](const Shape& shape, Scalar value, std::optional<DType> dtype, std::optional<DeviceMesh> mesh,
+           std::optional<Placements> placements) -> py::object {
+          DT_CHECK(mesh.has_value() == placements.has_value(),
+                   "full: give both device_mesh and placements (a DTensor) or neither (a Tensor)");
+          const DType d = dtype.value_or(value.result_type(DType::Bool));
+          if (mesh) {
+            DTensor out;
+            {
+              py::gil_scoped_release release;
+              out = full(shape, value, *mesh, *placements, d);
+            }
+            return py::cast(std::move(out));
+          }
+          Tensor out;
+          {
+            py::gil_scoped_release release;
+            out = Tensor::full(shape, value, d);
+          }
+          return py::cast(std::move(out));
+        },
+        py::arg("size"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(),
+        py::arg("device_mesh") = py::none(), py::arg("placements") = py::none(),
+        "fill_value everywhere (dtype from the value unless given).");
+  // Counter-based random numbers: element i of the global tensor is the
+  // same whatever the layout (each rank makes only its own shard).
+  m.def("rand",
+        [](const Shape& shape, uint64_t seed, DType dtype, std::optional<DeviceMesh> mesh,
+           std::optional<Placements> placements) -> py::object {
+          if (mesh) return py::cast(rand(shape, *mesh, placements.value_or(Placements()), seed, dtype));
+          return py::cast(Tensor::rand(shape, seed, 0, dtype));
+        },
+        py::arg("size"), py::kw_only(), py::arg("seed"), py::arg("dtype") = DType::Float32,
+        py::arg("device_mesh") = py::none(), py::arg("placements") = py::none(),
+        "Uniform in [0, 1), the same global values whatever the layout.");
+  m.def("randn",
+        [](const Shape& shape, uint64_t seed, DType dtype, std::optional<DeviceMesh> mesh,
+           std::optional<Placements> placements) -> py::object {
+          if (mesh) return py::cast(randn(shape, *mesh, placements.value_or(Placements()), seed, dtype));
+          return py::cast(Tensor::randn(shape, seed, 0, dtype));
+        },
+        py::arg("size"), py::kw_only(), py::arg("seed"), py::arg("dtype") = DType::Float32,
+        py::arg("device_mesh") = py::none(), py::arg("placements") = py::none(),
+        "Standard normal, the same global values whatever the layout.");
+  m.def("arange",
+        [](double start, std::optional<double> end, double step, DType dtype) {
+          if (!end) return Tensor::arange(0, start, step, dtype);
+          return Tensor::arange(start, *end, step, dtype);
+        },
+        py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1,
+        py::arg("dtype") = DType::Int64, release_gil(), "arange(end) or arange(start, end, step).");
+
+  // `with dtensor.implicit_replication():` plain Tensors of any shape mix
+  // with DTensors as Replicate (every rank must pass the same tensor).
+  struct ImplicitReplicationScope {
+    std::unique_ptr<ImplicitReplication> active;
+  };
+  py::class_<ImplicitReplicationScope>(m, "implicit_replication",
+                                       "Context manager: plain Tensors mix with DTensors as "
+                                       "replicated values (PyTorch's implicit_replication).")
+      .def(py::init<>())
+      .def("__enter__", [](ImplicitReplicationScope& s) -> ImplicitReplicationScope& {
+        s.active = std::make_unique<ImplicitReplication>();
+        return s;
+      }, py::return_value_policy::reference)
+      .def("__exit__", [](ImplicitReplicationScope& s, py::args) {
+        s.active.reset();
+        return false;
+      });
+  m.def("implicit_replication_enabled", &implicit_replication_enabled);
+}
+
+}  // namespace dtensor::python
