@@ -1,17 +1,21 @@
-# Runs a C++ example (CPP) and its Python version (PYTHON SCRIPT); both must
-# exit 0 and print the same lines.
-#   cmake -DCPP=... -DPYTHON=python3 -DSCRIPT=x.py -P same_output.cmake
-execute_process(COMMAND ${CPP} OUTPUT_VARIABLE cpp_out ERROR_VARIABLE cpp_err RESULT_VARIABLE cpp_rc)
-execute_process(COMMAND ${PYTHON} ${SCRIPT} OUTPUT_VARIABLE py_out ERROR_VARIABLE py_err RESULT_VARIABLE py_rc)
-if(NOT cpp_rc EQUAL 0)
-  message(FATAL_ERROR "${CPP} exited ${cpp_rc}:\n${cpp_out}${cpp_err}")
+# Runs two commands, A and B (each a |-separated list: program|arg|...);
+# both must exit 0 and print the same lines. The examples use it to compare
+# a C++ example with its Python version, and a Python program in the
+# simulated world with the same program under mpirun.
+#   cmake "-DA=build/bin/example_x" "-DB=python3|x.py" -P same_output.cmake
+string(REPLACE "|" ";" a "${A}")
+string(REPLACE "|" ";" b "${B}")
+execute_process(COMMAND ${a} OUTPUT_VARIABLE a_out ERROR_VARIABLE a_err RESULT_VARIABLE a_rc)
+execute_process(COMMAND ${b} OUTPUT_VARIABLE b_out ERROR_VARIABLE b_err RESULT_VARIABLE b_rc)
+if(NOT a_rc EQUAL 0)
+  message(FATAL_ERROR "${a} exited ${a_rc}:\n${a_out}${a_err}")
 endif()
-if(NOT py_rc EQUAL 0)
-  message(FATAL_ERROR "${SCRIPT} exited ${py_rc}:\n${py_out}${py_err}")
+if(NOT b_rc EQUAL 0)
+  message(FATAL_ERROR "${b} exited ${b_rc}:\n${b_out}${b_err}")
 endif()
-if(NOT py_out STREQUAL cpp_out)
-  message(FATAL_ERROR "the outputs differ\n--- C++ (${CPP})\n${cpp_out}--- Python (${SCRIPT})\n${py_out}")
+if(NOT a_out STREQUAL b_out)
+  message(FATAL_ERROR "the outputs differ\n--- ${a}\n${a_out}--- ${b}\n${b_out}")
 endif()
-string(REGEX MATCHALL "\n" lines "${py_out}")
+string(REGEX MATCHALL "\n" lines "${a_out}")
 list(LENGTH lines n)
-message(STATUS "the same ${n} lines:\n${py_out}")
+message(STATUS "the same ${n} lines:\n${a_out}")
