@@ -2,7 +2,8 @@
 // dtensor.DTensor (requires_grad, requires_grad_(), grad, backward(),
 // detach(), is_leaf, grad_fn, retain_grad()), the grad-mode context
 // managers dtensor.no_grad(), enable_grad(), set_grad_enabled(mode) and
-// is_grad_enabled(), and dtensor.autograd.backward / graph_memory.
+// is_grad_enabled(), dtensor.autograd.backward / graph_memory and
+// dtensor.autograd.graph.saved_tensors_hooks.
 //
 // A Python DTensor object holds one C++ DTensor; every copy made after
 // requires_grad_() (the one an optimizer or a module keeps) shares its
@@ -11,6 +12,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <any>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -49,6 +51,37 @@ struct GradMode {
   void exit() {
     guard.reset();
     immediate = false;
+  }
+};
+
+// A Python object kept by C++ that may be dropped without the GIL (a graph
+// node freed by backward, which runs with the GIL released): its deleter
+// takes the GIL first.
+std::shared_ptr<py::object> keep(py::object o) {
+  return std::shared_ptr<py::object>(new py::object(std::move(o)), [](py::object* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+}
+
+// with dtensor.autograd.graph.saved_tensors_hooks(pack, unpack): the C++
+// SavedTensorHooks made in __enter__, calling the Python functions with the
+// GIL taken; what pack returns is kept as a Python object.
+struct SavedHooks {
+  std::shared_ptr<py::object> pack, unpack;
+  std::unique_ptr<SavedTensorHooks> live;
+  void enter() {
+    auto pk = pack, up = unpack;
+    live = std::make_unique<SavedTensorHooks>(
+        [pk](const DTensor& t) -> std::any {
+          py::gil_scoped_acquire gil;
+          return keep((*pk)(py::cast(t, py::return_value_policy::copy)));
+        },
+        [up](const std::any& packed) -> DTensor {
+          py::gil_scoped_acquire gil;
+          const auto& obj = std::any_cast<const std::shared_ptr<py::object>&>(packed);
+          return (*up)(*obj).cast<DTensor>();
+        });
   }
 };
 
@@ -143,7 +176,28 @@ void bind_autograd(py::module_& m) {
          py::arg("output"),
          "{'saved_bytes': ..., 'nodes': ...}: what the graph behind `output` keeps for its "
          "backward.");
-  py::module_::import("sys").attr("modules")["dtensor.autograd"] = ag;
+  py::module_ graph = ag.def_submodule("graph", "torch.autograd.graph's saved-tensor hooks.");
+  py::class_<SavedHooks>(graph, "saved_tensors_hooks", R"doc(
+with saved_tensors_hooks(pack_hook, unpack_hook): each DTensor an op saves for
+its backward is handed to pack_hook(t) when the op runs, and the node keeps
+what it returns; backward calls unpack_hook(packed), which must return a
+DTensor of the saved one's shape, dtype and mesh (torch.autograd.graph's).
+)doc")
+      .def(py::init([](py::function pack, py::function unpack) {
+             auto h = std::make_unique<SavedHooks>();
+             h->pack = keep(std::move(pack));
+             h->unpack = keep(std::move(unpack));
+             return h;
+           }),
+           py::arg("pack_hook"), py::arg("unpack_hook"))
+      .def("__enter__", [](SavedHooks& h) { h.enter(); })
+      .def("__exit__", [](SavedHooks& h, py::args) {
+        h.live.reset();
+        return false;
+      });
+  py::object modules = py::module_::import("sys").attr("modules");
+  modules["dtensor.autograd"] = ag;
+  modules["dtensor.autograd.graph"] = graph;
 }
 
 }  // namespace dtensor::python

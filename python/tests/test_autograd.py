@@ -185,3 +185,26 @@ def test_backward_releases_the_gil(mesh4):
     dt.sum(lin(x)).backward()
     assert calls == [threading.get_ident()]
     assert lin.weight.grad is not None
+
+
+def test_saved_tensors_hooks_pack_and_unpack(mesh4, rng):
+    from dtensor.autograd.graph import saved_tensors_hooks
+    a_np = rng.standard_normal((8,))
+    a = dt.distribute_tensor(a_np, mesh4, [dt.Shard(0)]).requires_grad_()
+    packed, unpacked = [], []
+
+    def pack(t):
+        packed.append(t.shape)
+        return ("kept", t)
+
+    def unpack(p):
+        assert p[0] == "kept"
+        unpacked.append(1)
+        return p[1]
+
+    with saved_tensors_hooks(pack, unpack):
+        y = dt.sum(a * a)  # mul saves both operands
+    assert len(packed) >= 1 and not unpacked
+    y.backward()
+    assert len(unpacked) == len(packed)
+    np.testing.assert_allclose(full(a.grad), 2 * a_np, rtol=1e-15)
