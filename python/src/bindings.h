@@ -31,7 +31,10 @@ void bind_dtensor(py::module_& m);    // dtensor.cc: DTensor, distribute_tensor,
 void bind_ops(py::module_& m);        // ops.cc: the ops of ops.h and tensor.h as functions
 void bind_plan(py::module_& m);       // plan.cc: plan_redistribute, RedistributePlan
 void bind_debug(py::module_& m);      // debug.cc: CommDebugMode, VerifyMode, visualize_sharding
-// The training side (autograd.cc, optim.cc, nn.cc, parallel.cc,
-// checkpoint.cc) adds its declarations here.
+void bind_autograd(py::module_& m);    // autograd.cc: requires_grad, backward, no_grad
+void bind_optim(py::module_& m);       // optim.cc: dtensor.optim (SGD, AdamW, schedules)
+void bind_nn(py::module_& m);          // nn.cc: dtensor.nn (Module, Linear, ...); after optim
+void bind_parallel(py::module_& m);    // parallel.cc: parallelize_module, styles, fully_shard
+void bind_checkpoint(py::module_& m);  // checkpoint.cc: dtensor.checkpoint (save, load)
 
 }  // namespace dtensor::python

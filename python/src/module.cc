@@ -30,4 +30,9 @@ PYBIND11_MODULE(_dtensor, m) {
   dp::bind_ops(m);
   dp::bind_plan(m);
   dp::bind_debug(m);
+  dp::bind_autograd(m);
+  dp::bind_optim(m);
+  dp::bind_nn(m);
+  dp::bind_parallel(m);
+  dp::bind_checkpoint(m);
 }

@@ -1,0 +1,390 @@
+// dtensor.nn: modules as torch.nn has them, over the C++ nn::Module tree
+// that parallelize_module and fully_shard work on.
+//
+//   class MLP(dtensor.nn.Module):
+//       def __init__(self, mesh):
+//           super().__init__(mesh)
+//           self.up = dtensor.nn.Linear(mesh, 16, 64, seed=1)     # a child module
+//           self.scale = dtensor.nn.Parameter(np.ones(64))        # a parameter
+//       def forward(self, x):
+//           return self.down(dtensor.gelu(self.up(x)) * self.scale)
+//
+// A Python subclass of Module is a C++ nn::Module whose forward() calls the
+// Python method, so C++ sees one tree: named_parameters() gives
+// "up.weight", parallelize_module replaces parameters in place and hooks
+// the children, and self.weight reads the parameter's current value.
+// Module.__call__ releases the GIL (forward hooks, collectives); forward
+// written in Python takes it back.
+//
+// Ownership. C++ owns children (nn::Module keeps unique_ptrs), Python owns
+// what it made. A module made in Python is owned by its Python object until
+// it is assigned as a child; from then on the parent (C++) owns it and the
+// Python object only refers to it: the holder's deleter skips modules that
+// were handed over (cpp_owned()). The parent's Python object keeps the
+// child's alive (it is in the parent's __dict__), and the child's keeps its
+// parent's alive (child._parent), so neither C++ object can go while
+// Python can reach it; the pair is an ordinary reference cycle for the
+// garbage collector. Children cannot be removed or replaced (nn::Module has
+// no way to), and a module has one parent.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <sstream>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "casters.h"
+#include "dtensor/nn.h"
+#include "dtensor/optim.h"
+
+namespace dtensor::python {
+
+namespace {
+
+// The holder of every module class: deletes the module unless a C++ parent
+// owns it (see the ownership note above).
+struct ModuleDeleter {
+  void operator()(nn::Module* m) const;
+};
+template <class M>
+using ModulePtr = std::unique_ptr<M, ModuleDeleter>;
+
+std::unordered_set<const nn::Module*>& cpp_owned() {
+  static auto* set = new std::unordered_set<const nn::Module*>();  // touched with the GIL held
+  return *set;
+}
+
+void ModuleDeleter::operator()(nn::Module* m) const {
+  // Handed to a C++ parent: the parent deletes it. The entry lives exactly
+  // as long as the Python object, so a later module at the same address is
+  // not mistaken for it.
+  if (cpp_owned().erase(m) != 0) return;
+  delete m;
+}
+
+using release_gil = py::call_guard<py::gil_scoped_release>;
+
+// A Module written in Python: forward() calls the Python method; children
+// and parameters are registered through the protected C++ calls.
+class PyModule : public nn::Module {
+ public:
+  using nn::Module::Module;
+  // The Python forward gets its own copy of the input (a DTensor handle
+  // sharing the shards), not a reference into this call's frame that the
+  // Python code might keep.
+  DTensor forward(const DTensor& x) override {
+    py::gil_scoped_acquire gil;
+    py::function f = py::get_override(static_cast<const nn::Module*>(this), "forward");
+    DT_CHECK(static_cast<bool>(f), "dtensor.nn.Module subclass ",
+             py::str(py::type::handle_of(py::cast(static_cast<nn::Module*>(this)))).cast<std::string>(),
+             " does not define forward(self, x)");
+    return f(py::cast(x, py::return_value_policy::copy)).cast<DTensor>();
+  }
+  DTensor* add_parameter(const std::string& name, DTensor value) {
+    return register_parameter(name, std::move(value));
+  }
+  DTensor* add_parameter(const std::string& name, const Tensor& full) {
+    return register_parameter(name, full);
+  }
+  void add_module(const std::string& name, nn::Module* child) {
+    register_module(name, std::unique_ptr<nn::Module>(child));
+  }
+};
+
+// dtensor.nn.Parameter(data, requires_grad=True): marks a value assigned to
+// a Module attribute as a parameter (torch.nn.Parameter). A full tensor (or
+// array) becomes Replicate on the module's mesh; a DTensor keeps its layout.
+struct Parameter {
+  py::object data;
+  bool requires_grad = true;
+};
+
+PyModule& python_module(nn::Module& m, const char* what) {
+  auto* p = dynamic_cast<PyModule*>(&m);
+  DT_CHECK(p != nullptr, what, ": only a module written in Python (a subclass of "
+           "dtensor.nn.Module) takes new parameters and children");
+  return *p;
+}
+
+bool has_own_parameter(nn::Module& m, const std::string& name) {
+  for (auto& [n, p] : m.named_parameters())
+    if (n == name) return true;
+  return false;
+}
+
+void check_name(nn::Module& m, const std::string& name) {
+  DT_CHECK(!name.empty() && name.find('.') == std::string::npos,
+           "a parameter or module name must be non-empty without '.', got '", name, "'");
+  DT_CHECK(!has_own_parameter(m, name), "the name '", name, "' is already a parameter of this module");
+  for (auto& [n, c] : m.named_modules())
+    DT_CHECK(n != name, "the name '", name, "' is already a module of this module (dtensor "
+             "modules cannot be replaced)");
+}
+
+void register_parameter(py::object self, const std::string& name, const Parameter& p) {
+  auto& m = python_module(self.cast<nn::Module&>(), "register_parameter");
+  check_name(m, name);
+  DTensor* slot;
+  if (py::isinstance<DTensor>(p.data)) {
+    DTensor value = p.data.cast<DTensor>();
+    if (p.requires_grad && !value.requires_grad()) {
+      value = value.detach();
+      value.requires_grad_();
+    }
+    slot = m.add_parameter(name, std::move(value));
+  } else {
+    Tensor full = tensor_from_python(p.data);
+    slot = m.add_parameter(name, full);
+    if (!p.requires_grad && slot->requires_grad()) slot->requires_grad_(false);
+  }
+  (void)slot;
+}
+
+void register_child(py::object self, const std::string& name, py::object child_obj) {
+  auto& m = python_module(self.cast<nn::Module&>(), "register_module");
+  auto& child = child_obj.cast<nn::Module&>();
+  check_name(m, name);
+  DT_CHECK(cpp_owned().count(&child) == 0, "register_module('", name,
+           "'): this module is already a child of another module (a module has one parent)");
+  for (auto& [n, c] : child.named_modules())
+    DT_CHECK(c != &m, "register_module('", name, "'): the module is this module or one of its "
+             "parents (the tree would be a cycle)");
+  cpp_owned().insert(&child);
+  m.add_module(name, &child);
+  // Keep the parent alive while Python reaches the child (its C++ object
+  // lives inside the parent now).
+  PyObject_GenericSetAttr(child_obj.ptr(), py::str("_parent").ptr(), self.ptr());
+}
+
+py::list named_modules(py::object self) {
+  py::list out;
+  for (auto& [name, mod] : self.cast<nn::Module&>().named_modules())
+    out.append(py::make_tuple(name, py::cast(mod, py::return_value_policy::reference_internal, self)));
+  return out;
+}
+
+std::string module_repr(py::handle self) {
+  auto& m = self.cast<nn::Module&>();
+  std::ostringstream os;
+  os << py::str(py::type::handle_of(self).attr("__name__")).cast<std::string>() << "(";
+  bool first = true;
+  for (auto& [name, p] : m.named_parameters()) {
+    if (name.find('.') != std::string::npos) continue;
+    os << (first ? "" : ", ") << name << "=" << p->shape() << " " << to_string(p->placements());
+    first = false;
+  }
+  for (auto& [name, c] : m.named_modules()) {
+    if (name.empty() || name.find('.') != std::string::npos) continue;
+    os << (first ? "" : ", ") << name << "="
+       << py::str(py::cast(c, py::return_value_policy::reference)).cast<std::string>();
+    first = false;
+  }
+  os << ")";
+  return os.str();
+}
+
+template <class M>
+using ModuleClass = py::class_<M, nn::Module, ModulePtr<M>>;
+
+}  // namespace
+
+void bind_nn(py::module_& m) {
+  py::module_ nm = m.def_submodule("nn", "Modules (torch.nn) for DTensor models.");
+
+  py::class_<Parameter>(nm, "Parameter", R"doc(
+Marks a value assigned to a Module attribute as a parameter (torch.nn.Parameter):
+a full tensor or array becomes Replicate on the module's mesh (every process
+passes the same values); a DTensor keeps its layout. Floating parameters
+require grad unless requires_grad=False.
+)doc")
+      .def(py::init([](py::object data, bool requires_grad) { return Parameter{std::move(data), requires_grad}; }),
+           py::arg("data"), py::arg("requires_grad") = true)
+      .def_readonly("data", &Parameter::data)
+      .def_readonly("requires_grad", &Parameter::requires_grad);
+
+  py::class_<nn::Module, PyModule, ModulePtr<nn::Module>>(nm, "Module", py::dynamic_attr(), R"doc(
+A module (torch.nn.Module) on a DeviceMesh: named parameters (DTensors that are
+autograd leaves), named children, forward hooks. Subclass it and write
+forward(x) in Python: one DTensor in, one out. Assigning a Module to an
+attribute makes it a child, assigning dtensor.nn.Parameter(...) a parameter
+(read back through the attribute, with its current layout).
+)doc")
+      .def(py::init<DeviceMesh>(), py::arg("device_mesh"))
+      .def("forward", &nn::Module::forward, py::arg("input"))
+      .def("__call__", &nn::Module::operator(), py::arg("input"), release_gil(),
+           "Pre-hooks, forward, hooks; returns the output.")
+      .def_property_readonly("device_mesh", &nn::Module::mesh)
+      .def("named_parameters",
+           [](nn::Module& mod) {
+             std::vector<std::pair<std::string, DTensor>> out;
+             for (auto& [name, p] : mod.named_parameters()) out.emplace_back(name, *p);
+             return out;
+           },
+           "[(dotted name, parameter)]: own parameters first, then each child's. The DTensors "
+           "share the parameters' storage and gradient.")
+      .def("parameters", &nn::Module::parameters)
+      .def("named_modules", &named_modules, "[(dotted name, module)], this module first (\"\").")
+      .def("modules",
+           [](py::object self) {
+             py::list out;
+             for (py::handle t : named_modules(self)) out.append(t.cast<py::tuple>()[1]);
+             return out;
+           })
+      .def("named_children",
+           [](py::object self) {
+             py::list out;
+             for (py::handle t : named_modules(self)) {
+               std::string name = t.cast<py::tuple>()[0].cast<std::string>();
+               if (!name.empty() && name.find('.') == std::string::npos) out.append(t);
+             }
+             return out;
+           })
+      .def("get_submodule",
+           [](py::object self, const std::string& name) {
+             return py::cast(&self.cast<nn::Module&>().submodule(name),
+                             py::return_value_policy::reference_internal, self);
+           },
+           py::arg("target"))
+      .def("get_parameter",
+           [](nn::Module& mod, const std::string& name) { return mod.parameter(name); },
+           py::arg("target"))
+      .def("state_dict",
+           [](nn::Module& mod) {
+             py::dict out;
+             for (auto& [name, p] : mod.named_parameters()) out[py::str(name)] = *p;
+             return out;
+           },
+           "{dotted name: parameter}; the DTensors alias the parameters, so "
+           "dtensor.checkpoint.load into it restores them in place.")
+      .def("zero_grad",
+           [](nn::Module& mod) {
+             for (auto& [name, p] : mod.named_parameters()) p->zero_grad();
+           },
+           "Sets every parameter's .grad to None.")
+      .def("register_forward_pre_hook",
+           [](nn::Module& mod, py::function hook) {
+             mod.register_forward_pre_hook([hook](nn::Module& self, const DTensor& x) {
+               py::gil_scoped_acquire gil;
+               py::object r = hook(py::cast(&self, py::return_value_policy::reference),
+                                 py::cast(x, py::return_value_policy::copy));
+               return r.is_none() ? x : r.cast<DTensor>();
+             });
+           },
+           py::arg("hook"),
+           "hook(module, input) -> a new input or None, before forward(). (No handle: hooks "
+           "cannot be removed.)")
+      .def("register_forward_hook",
+           [](nn::Module& mod, py::function hook) {
+             mod.register_forward_hook([hook](nn::Module& self, const DTensor& x, const DTensor& y) {
+               py::gil_scoped_acquire gil;
+               py::object r = hook(py::cast(&self, py::return_value_policy::reference),
+                                 py::cast(x, py::return_value_policy::copy),
+                                 py::cast(y, py::return_value_policy::copy));
+               return r.is_none() ? y : r.cast<DTensor>();
+             });
+           },
+           py::arg("hook"), "hook(module, input, output) -> a new output or None, after forward().")
+      .def("register_parameter",
+           [](py::object self, const std::string& name, py::object value) {
+             Parameter p = py::isinstance<Parameter>(value) ? value.cast<Parameter>()
+                                                             : Parameter{value, true};
+             register_parameter(self, name, p);
+           },
+           py::arg("name"), py::arg("param"))
+      .def("register_module", &register_child, py::arg("name"), py::arg("module"))
+      .def("add_module", &register_child, py::arg("name"), py::arg("module"))
+      .def("__setattr__",
+           [](py::object self, py::str name, py::object value) {
+             const std::string n = name;
+             auto& mod = self.cast<nn::Module&>();
+             if (py::isinstance<Parameter>(value)) {
+               register_parameter(self, n, value.cast<Parameter>());
+               return;
+             }
+             if (py::isinstance<nn::Module>(value)) register_child(self, n, value);
+             else if (n.rfind('_', 0) != 0 && has_own_parameter(mod, n)) {
+               // Assigning a DTensor to a parameter's name replaces the parameter.
+               DT_CHECK(py::isinstance<DTensor>(value), "cannot assign a ",
+                        py::str(py::type::handle_of(value).attr("__name__")).cast<std::string>(),
+                        " to parameter '", n, "' (a DTensor or dtensor.nn.Parameter expected)");
+               mod.parameter(n) = value.cast<DTensor>();
+               return;
+             }
+             if (PyObject_GenericSetAttr(self.ptr(), name.ptr(), value.ptr()) != 0)
+               throw py::error_already_set();
+           })
+      .def("__getattr__",
+           [](nn::Module& mod, const std::string& name) -> DTensor {
+             // Only reached when normal lookup fails: parameters live in C++.
+             if (has_own_parameter(mod, name)) return mod.parameter(name);
+             throw py::attribute_error("'" + std::string("Module") + "' object has no attribute '" +
+                                       name + "'");
+           })
+      .def("__repr__", [](py::handle self) { return module_repr(self); });
+
+  ModuleClass<nn::Linear>(nm, "Linear", "y = x W^T + b with W (out, in), b (out) (torch.nn.Linear).")
+      .def(py::init([](const DeviceMesh& mesh, int64_t in, int64_t out, bool bias, uint64_t seed) {
+             return ModulePtr<nn::Linear>(new nn::Linear(mesh, in, out, bias, seed));
+           }),
+           py::arg("device_mesh"), py::arg("in_features"), py::arg("out_features"),
+           py::arg("bias") = true, py::kw_only(), py::arg("seed") = 0,
+           "Weights uniform in +-1/sqrt(in_features) from `seed` (nn.Linear's initialisation; "
+           "every process draws the same), Replicate on the mesh.")
+      .def(py::init([](const DeviceMesh& mesh, py::object weight, py::object bias) {
+             std::optional<Tensor> b;
+             if (!bias.is_none()) b = tensor_from_python(bias);
+             return ModulePtr<nn::Linear>(new nn::Linear(mesh, tensor_from_python(weight), b));
+           }),
+           py::arg("device_mesh"), py::arg("weight"), py::arg("bias") = py::none(),
+           "From full weights (every process passes the same), Replicate on the mesh.")
+      .def_property_readonly("weight", [](nn::Linear& l) { return l.weight(); })
+      .def_property_readonly("bias", [](nn::Linear& l) -> std::optional<DTensor> {
+        if (l.bias() == nullptr) return std::nullopt;
+        return *l.bias();
+      })
+      .def_property_readonly("in_features", [](nn::Linear& l) { return l.weight().shape()[1]; })
+      .def_property_readonly("out_features", [](nn::Linear& l) { return l.weight().shape()[0]; });
+
+  ModuleClass<nn::Embedding>(nm, "Embedding", "Rows of a (num, dim) table looked up by int64 ids.")
+      .def(py::init([](const DeviceMesh& mesh, int64_t num, int64_t dim, uint64_t seed) {
+             return ModulePtr<nn::Embedding>(new nn::Embedding(mesh, Tensor::randn({num, dim}, seed)));
+           }),
+           py::arg("device_mesh"), py::arg("num_embeddings"), py::arg("embedding_dim"),
+           py::kw_only(), py::arg("seed") = 0, "A standard-normal table from `seed` (nn.Embedding's).")
+      .def(py::init([](const DeviceMesh& mesh, py::object weight) {
+             return ModulePtr<nn::Embedding>(new nn::Embedding(mesh, tensor_from_python(weight)));
+           }),
+           py::arg("device_mesh"), py::arg("weight"))
+      .def_property_readonly("weight", [](nn::Embedding& e) { return e.weight(); });
+
+  ModuleClass<nn::LayerNorm>(nm, "LayerNorm", "LayerNorm over the last dim, with weight and bias.")
+      .def(py::init([](const DeviceMesh& mesh, int64_t dim, double eps) {
+             return ModulePtr<nn::LayerNorm>(
+                 new nn::LayerNorm(mesh, Tensor::ones({dim}), Tensor::zeros({dim}), eps));
+           }),
+           py::arg("device_mesh"), py::arg("normalized_shape"), py::arg("eps") = 1e-5,
+           "Weight ones, bias zeros (nn.LayerNorm's).")
+      .def(py::init([](const DeviceMesh& mesh, py::object weight, py::object bias, double eps) {
+             return ModulePtr<nn::LayerNorm>(new nn::LayerNorm(
+                 mesh, tensor_from_python(weight), tensor_from_python(bias), eps));
+           }),
+           py::arg("device_mesh"), py::arg("weight"), py::arg("bias"), py::arg("eps") = 1e-5)
+      .def_property_readonly("weight", [](nn::LayerNorm& l) { return l.weight(); })
+      .def_property_readonly("bias", [](nn::LayerNorm& l) { return l.bias(); });
+
+  // torch.nn.utils.clip_grad_norm_ (the same function as dtensor.optim's).
+  py::module_ utils = nm.def_submodule("utils", "torch.nn.utils's gradient clipping.");
+  py::object om = m.attr("optim");
+  utils.attr("clip_grad_norm_") = om.attr("clip_grad_norm_");
+
+  py::object modules = py::module_::import("sys").attr("modules");
+  modules["dtensor.nn"] = nm;
+  modules["dtensor.nn.utils"] = utils;
+}
+
+}  // namespace dtensor::python

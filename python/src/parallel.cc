@@ -1,0 +1,341 @@
+// dtensor.parallel: tensor parallelism and data parallelism on modules, with
+// the names of torch.distributed.tensor.parallel and torch.distributed.fsdp:
+//
+//   parallelize_module(block, mesh["tp"], {"up": ColwiseParallel(),
+//                                          "down": RowwiseParallel()})
+//   fully_shard(block, mesh=mesh["dp"])
+//
+// plus the standalone Megatron layers of parallel.h (ColumnParallelLinear,
+// RowParallelLinear, VocabParallelEmbedding, SequenceParallelLayerNorm),
+// vocab_parallel_cross_entropy and with_placement. Also at the top level
+// (dtensor.parallelize_module, dtensor.fully_shard, ...).
+//
+// A mesh dim may be named the PyTorch way, as the 1-d sub-mesh of it
+// (mesh["tp"]), or by its index or name in the module's mesh. Layouts
+// name the tp dim's placement only: a Placement, or a 1-tuple of one as
+// PyTorch writes them.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "casters.h"
+#include "dtensor/fsdp.h"
+#include "dtensor/parallel.h"
+#include "dtensor/tensor_parallel.h"
+
+namespace dtensor::python {
+
+namespace {
+
+using release_gil = py::call_guard<py::gil_scoped_release>;
+
+// The dims of `mesh` that `which` covers: an index, a dim name, or a
+// sub-mesh (or flattened dim) of the same root.
+std::vector<int> mesh_dims_of(const DeviceMesh& mesh, py::handle which, const char* what) {
+  if (PyLong_Check(which.ptr())) return {which.cast<int>()};
+  if (PyUnicode_Check(which.ptr())) return {mesh.dim_index(which.cast<std::string>())};
+  if (py::isinstance<py::list>(which) || py::isinstance<py::tuple>(which)) {
+    std::vector<int> out;
+    for (py::handle h : which) {
+      std::vector<int> one = mesh_dims_of(mesh, h, what);
+      out.insert(out.end(), one.begin(), one.end());
+    }
+    return out;
+  }
+  const auto& sub = which.cast<const DeviceMesh&>();
+  DT_CHECK(sub.root() == mesh.root(), what, ": mesh ", sub.to_string(),
+           " is not a view of the module's mesh ", mesh.to_string());
+  MeshDimMask wanted = 0;
+  for (int d = 0; d < sub.ndim(); ++d) wanted |= sub.root_dims(d);
+  std::vector<int> out;
+  MeshDimMask covered = 0;
+  for (int d = 0; d < mesh.ndim(); ++d) {
+    if ((mesh.root_dims(d) & wanted) == 0) continue;
+    DT_CHECK((mesh.root_dims(d) & ~wanted) == 0, what, ": mesh ", sub.to_string(),
+             " covers part of dim ", d, " of the module's mesh ", mesh.to_string());
+    out.push_back(d);
+    covered |= mesh.root_dims(d);
+  }
+  DT_CHECK(covered == wanted && !out.empty(), what, ": mesh ", sub.to_string(),
+           " is not made of dims of the module's mesh ", mesh.to_string());
+  return out;
+}
+
+int tp_dim_of(const DeviceMesh& mesh, py::handle which, const char* what) {
+  std::vector<int> dims = mesh_dims_of(mesh, which, what);
+  DT_CHECK(dims.size() == 1, what, ": the tensor-parallel mesh must be one dim of the module's "
+           "mesh, got ", dims.size());
+  return dims[0];
+}
+
+// A Placement, or a one-element sequence of one (PyTorch's (Shard(1),)).
+Placement one_placement(py::handle h, const char* what) {
+  if (py::isinstance<py::tuple>(h) || py::isinstance<py::list>(h)) {
+    auto seq = py::reinterpret_borrow<py::sequence>(h);
+    DT_CHECK(seq.size() == 1, what, ": one placement (for the tp mesh dim) expected, got ",
+             seq.size());
+    return seq[0].cast<Placement>();
+  }
+  return h.cast<Placement>();
+}
+
+std::optional<Placement> optional_placement(py::handle h, const char* what) {
+  if (h.is_none()) return std::nullopt;
+  return one_placement(h, what);
+}
+
+py::object optional_to_python(const std::optional<Placement>& p) {
+  return p ? placement_to_python(*p) : py::none();
+}
+
+ParallelStyle style_from_python(py::handle h) {
+  if (py::isinstance<ColwiseParallel>(h)) return h.cast<ColwiseParallel>();
+  if (py::isinstance<RowwiseParallel>(h)) return h.cast<RowwiseParallel>();
+  if (py::isinstance<SequenceParallel>(h)) return h.cast<SequenceParallel>();
+  if (py::isinstance<PrepareModuleInput>(h)) return h.cast<PrepareModuleInput>();
+  if (py::isinstance<PrepareModuleOutput>(h)) return h.cast<PrepareModuleOutput>();
+  DT_THROW("parallelize_module: ", py::str(py::repr(h)).cast<std::string>(),
+           " is not a parallel style (ColwiseParallel, RowwiseParallel, SequenceParallel, "
+           "PrepareModuleInput, PrepareModuleOutput)");
+}
+
+ParallelizePlan plan_from_python(py::handle plan) {
+  ParallelizePlan out;
+  if (py::isinstance<py::dict>(plan)) {
+    for (auto [k, v] : py::reinterpret_borrow<py::dict>(plan))
+      out.emplace_back(k.cast<std::string>(), style_from_python(v));
+  } else if (py::isinstance<py::list>(plan) || py::isinstance<py::tuple>(plan)) {
+    for (py::handle item : plan) {
+      auto pair = item.cast<py::tuple>();
+      out.emplace_back(pair[0].cast<std::string>(), style_from_python(pair[1]));
+    }
+  } else {
+    out.emplace_back("", style_from_python(plan));  // one style for the module itself
+  }
+  return out;
+}
+
+std::string style_repr(const ParallelStyle& s) { return to_string(s); }
+
+template <class Layer>
+void bind_layer_accessors(py::class_<Layer>& c) {
+  c.def("__call__", &Layer::operator(), py::arg("input"), release_gil())
+      .def_property_readonly("weight", &Layer::weight);
+}
+
+}  // namespace
+
+void bind_parallel(py::module_& m) {
+  py::module_ pm = m.def_submodule(
+      "parallel", "Tensor and data parallelism on modules (torch.distributed.tensor.parallel, "
+                  "torch.distributed.fsdp).");
+
+  py::class_<ColwiseParallel>(pm, "ColwiseParallel", R"doc(
+Column-parallel: Linear W (out, in) Shard(0) and its bias Shard(0) on tp, the
+input made Replicate (all-gathered when sharded), the output Shard(-1). On an
+Embedding the table is Shard(1).
+)doc")
+      .def(py::init([](py::object input_layouts, py::object output_layouts) {
+             ColwiseParallel s;
+             s.input_layouts = optional_placement(input_layouts, "ColwiseParallel");
+             if (!output_layouts.is_none()) s.output_layouts = one_placement(output_layouts, "ColwiseParallel");
+             return s;
+           }),
+           py::kw_only(), py::arg("input_layouts") = py::none(), py::arg("output_layouts") = py::none())
+      .def_property_readonly("input_layouts", [](const ColwiseParallel& s) { return optional_to_python(s.input_layouts); })
+      .def_property_readonly("output_layouts", [](const ColwiseParallel& s) { return placement_to_python(s.output_layouts); })
+      .def("__repr__", [](const ColwiseParallel& s) { return style_repr(s); });
+
+  py::class_<RowwiseParallel>(pm, "RowwiseParallel", R"doc(
+Row-parallel: Linear W Shard(1) on tp, bias Replicate, the input made
+Shard(-1), the output Replicate (an all_reduce; Shard(d) reduce-scatters;
+Partial() leaves the sum). On an Embedding: vocabulary parallel (table Shard(0)).
+)doc")
+      .def(py::init([](py::object input_layouts, py::object output_layouts) {
+             RowwiseParallel s;
+             s.input_layouts = optional_placement(input_layouts, "RowwiseParallel");
+             if (!output_layouts.is_none()) s.output_layouts = one_placement(output_layouts, "RowwiseParallel");
+             return s;
+           }),
+           py::kw_only(), py::arg("input_layouts") = py::none(), py::arg("output_layouts") = py::none())
+      .def_property_readonly("input_layouts", [](const RowwiseParallel& s) { return optional_to_python(s.input_layouts); })
+      .def_property_readonly("output_layouts", [](const RowwiseParallel& s) { return placement_to_python(s.output_layouts); })
+      .def("__repr__", [](const RowwiseParallel& s) { return style_repr(s); });
+
+  py::class_<SequenceParallel>(pm, "SequenceParallel", R"doc(
+Sequence-parallel LayerNorm: weight and bias Replicate, the input made
+Shard(sequence_dim) on tp, each rank normalising its slice of the sequence.
+)doc")
+      .def(py::init([](int64_t sequence_dim) { return SequenceParallel{sequence_dim}; }),
+           py::kw_only(), py::arg("sequence_dim") = 1)
+      .def_readwrite("sequence_dim", &SequenceParallel::sequence_dim)
+      .def("__repr__", [](const SequenceParallel& s) { return style_repr(s); });
+
+  py::class_<PrepareModuleInput>(pm, "PrepareModuleInput",
+                                 "Any module: its input moved to desired_input_layouts on tp.")
+      .def(py::init([](py::object input_layouts, py::object desired) {
+             PrepareModuleInput s;
+             s.input_layouts = optional_placement(input_layouts, "PrepareModuleInput");
+             if (!desired.is_none()) s.desired_input_layouts = one_placement(desired, "PrepareModuleInput");
+             return s;
+           }),
+           py::kw_only(), py::arg("input_layouts") = py::none(),
+           py::arg("desired_input_layouts") = py::none())
+      .def("__repr__", [](const PrepareModuleInput& s) { return style_repr(s); });
+
+  py::class_<PrepareModuleOutput>(pm, "PrepareModuleOutput",
+                                  "Any module: its output moved to desired_output_layouts on tp.")
+      .def(py::init([](py::object output_layouts, py::object desired) {
+             PrepareModuleOutput s;
+             s.output_layouts = optional_placement(output_layouts, "PrepareModuleOutput");
+             if (!desired.is_none()) s.desired_output_layouts = one_placement(desired, "PrepareModuleOutput");
+             return s;
+           }),
+           py::kw_only(), py::arg("output_layouts") = py::none(),
+           py::arg("desired_output_layouts") = py::none())
+      .def("__repr__", [](const PrepareModuleOutput& s) { return style_repr(s); });
+
+  pm.def("parallelize_module",
+         [](py::object module, py::object device_mesh, py::object plan) {
+           auto& mod = module.cast<nn::Module&>();
+           const int tp = tp_dim_of(mod.mesh(), device_mesh, "parallelize_module");
+           ParallelizePlan p = plan_from_python(plan);
+           {
+             py::gil_scoped_release release;
+             parallelize_module(mod, tp, p);
+           }
+           return module;
+         },
+         py::arg("module"), py::arg("device_mesh"), py::arg("parallelize_plan"), R"doc(
+Applies a plan of parallel styles ({dotted module name (may hold *): style},
+or one style for the module itself) on the tensor-parallel mesh dim
+`device_mesh` (mesh["tp"], or the dim's index or name). Parameters are
+replaced in place (make the optimizer after); returns the module.
+)doc");
+
+  pm.def("fully_shard",
+         [](py::object module, py::object mesh, bool reshard_after_forward) {
+           auto& mod = module.cast<nn::Module&>();
+           FullyShardOptions o;
+           if (!mesh.is_none()) o.mesh_dims = mesh_dims_of(mod.mesh(), mesh, "fully_shard");
+           o.reshard_after_forward = reshard_after_forward;
+           {
+             py::gil_scoped_release release;
+             fully_shard(mod, o);
+           }
+           return module;
+         },
+         py::arg("module"), py::kw_only(), py::arg("mesh") = py::none(),
+         py::arg("reshard_after_forward") = true, R"doc(
+FSDP2: shards the module's parameters (those no inner fully_shard manages)
+Shard(0) over the data-parallel mesh dims `mesh` (mesh["dp"], a dim index or
+name, or a list of them; default dim 0), all-gathered as one group around its
+forward and reduce-scattered in backward. Apply bottom-up, after tensor
+parallelism and before making the optimizer. Returns the module.
+)doc");
+  pm.def("replicate",
+         [](py::object module, py::object mesh) {
+           auto& mod = module.cast<nn::Module&>();
+           std::vector<int> dims = {0};
+           if (!mesh.is_none()) dims = mesh_dims_of(mod.mesh(), mesh, "replicate");
+           {
+             py::gil_scoped_release release;
+             replicate(mod, dims);
+           }
+           return module;
+         },
+         py::arg("module"), py::kw_only(), py::arg("mesh") = py::none(),
+         "DDP: parameters Replicate over `mesh`, each gradient all-reduced over it in "
+         "backward. Returns the module.");
+  pm.def("is_fully_sharded", &is_fully_sharded, py::arg("module"));
+
+  // ---- the standalone layers of parallel.h -----------------------------------------
+  py::class_<ColumnParallelLinear> col(pm, "ColumnParallelLinear",
+                                      "Megatron's column-parallel Linear: W Shard(0) on tp.");
+  col.def(py::init([](const DeviceMesh& mesh, py::object tp, py::object w, py::object b, py::object out) {
+            std::optional<Tensor> bias;
+            if (!b.is_none()) bias = tensor_from_python(b);
+            return ColumnParallelLinear(mesh, tp_dim_of(mesh, tp, "ColumnParallelLinear"),
+                                        tensor_from_python(w), bias,
+                                        out.is_none() ? Shard(-1) : one_placement(out, "ColumnParallelLinear"));
+          }),
+          py::arg("device_mesh"), py::arg("tp"), py::arg("weight"), py::arg("bias") = py::none(),
+          py::arg("output") = py::none());
+  bind_layer_accessors(col);
+  col.def_property_readonly("bias", [](const ColumnParallelLinear& l) -> std::optional<DTensor> {
+    if (l.bias() == nullptr) return std::nullopt;
+    return *l.bias();
+  });
+
+  py::class_<RowParallelLinear> row(pm, "RowParallelLinear",
+                                   "Megatron's row-parallel Linear: W Shard(1) on tp.");
+  row.def(py::init([](const DeviceMesh& mesh, py::object tp, py::object w, py::object b, py::object out) {
+            std::optional<Tensor> bias;
+            if (!b.is_none()) bias = tensor_from_python(b);
+            return RowParallelLinear(mesh, tp_dim_of(mesh, tp, "RowParallelLinear"),
+                                     tensor_from_python(w), bias,
+                                     out.is_none() ? Replicate() : one_placement(out, "RowParallelLinear"));
+          }),
+          py::arg("device_mesh"), py::arg("tp"), py::arg("weight"), py::arg("bias") = py::none(),
+          py::arg("output") = py::none());
+  bind_layer_accessors(row);
+  row.def_property_readonly("bias", [](const RowParallelLinear& l) -> std::optional<DTensor> {
+    if (l.bias() == nullptr) return std::nullopt;
+    return *l.bias();
+  });
+
+  py::class_<VocabParallelEmbedding> emb(pm, "VocabParallelEmbedding",
+                                        "Megatron's vocabulary-parallel embedding: the table Shard(0) on tp.");
+  emb.def(py::init([](const DeviceMesh& mesh, py::object tp, py::object table, py::object out) {
+            return VocabParallelEmbedding(mesh, tp_dim_of(mesh, tp, "VocabParallelEmbedding"),
+                                          tensor_from_python(table),
+                                          out.is_none() ? Replicate() : one_placement(out, "VocabParallelEmbedding"));
+          }),
+          py::arg("device_mesh"), py::arg("tp"), py::arg("weight"), py::arg("output") = py::none());
+  bind_layer_accessors(emb);
+
+  py::class_<SequenceParallelLayerNorm> ln(pm, "SequenceParallelLayerNorm",
+                                          "A LayerNorm on sequence shards over tp.");
+  ln.def(py::init([](const DeviceMesh& mesh, py::object tp, py::object w, py::object b,
+                     int64_t sequence_dim, double eps) {
+           return SequenceParallelLayerNorm(mesh, tp_dim_of(mesh, tp, "SequenceParallelLayerNorm"),
+                                            tensor_from_python(w), tensor_from_python(b),
+                                            sequence_dim, eps);
+         }),
+         py::arg("device_mesh"), py::arg("tp"), py::arg("weight"), py::arg("bias"),
+         py::arg("sequence_dim") = 1, py::arg("eps") = 1e-5);
+  bind_layer_accessors(ln);
+  ln.def_property_readonly("bias", &SequenceParallelLayerNorm::bias);
+
+  pm.def("vocab_parallel_cross_entropy",
+         [](const DTensor& logits, const DTensor& target, py::object tp, int64_t ignore_index) {
+           const int d = tp_dim_of(logits.mesh(), tp, "vocab_parallel_cross_entropy");
+           py::gil_scoped_release release;
+           return vocab_parallel_cross_entropy(logits, target, d, ignore_index);
+         },
+         py::arg("logits"), py::arg("target"), py::arg("tp"), py::arg("ignore_index") = -100,
+         "Mean cross-entropy of logits sharded on the class dim over tp (loss_parallel), "
+         "without gathering them.");
+  pm.def("with_placement",
+         [](const DTensor& x, py::object mesh_dim, const Placement& p) {
+           const int d = tp_dim_of(x.mesh(), mesh_dim, "with_placement");
+           py::gil_scoped_release release;
+           return with_placement(x, d, p);
+         },
+         py::arg("input"), py::arg("mesh_dim"), py::arg("placement"),
+         "x redistributed so that one mesh dim has placement p (the others keep theirs).");
+
+  // The PyTorch spellings at the top level too: dtensor.parallelize_module, ...
+  for (const char* name : {"ColwiseParallel", "RowwiseParallel", "SequenceParallel",
+                           "PrepareModuleInput", "PrepareModuleOutput", "parallelize_module",
+                           "fully_shard", "replicate", "is_fully_sharded"})
+    m.attr(name) = pm.attr(name);
+  py::module_::import("sys").attr("modules")["dtensor.parallel"] = pm;
+}
+
+}  // namespace dtensor::python

@@ -1,0 +1,209 @@
+# Modules, parallelize_module, fully_shard and the parallel layers from
+# Python, each checked against the same math on full NumPy arrays.
+import gc
+
+import numpy as np
+import pytest
+
+import dtensor as dt
+import dtensor.nn as nn
+from dtensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel, fully_shard,
+                              parallelize_module)
+
+
+@pytest.fixture
+def mesh():
+    return dt.DeviceMesh(dt.World.simulated(8), (2, 4), ["dp", "tp"])
+
+
+def full(d):
+    return np.asarray(d.full_tensor())
+
+
+def gelu_np(x):
+    from math import erf
+    return 0.5 * x * (1 + np.vectorize(erf)(x / np.sqrt(2)))
+
+
+class Block(nn.Module):
+    """x + down(gelu(up(norm(x)))), as in examples/tensor_parallel.cc."""
+
+    def __init__(self, mesh, w_up, b_up, w_down, b_down, norm=False):
+        super().__init__(mesh)
+        if norm:
+            self.norm = nn.LayerNorm(mesh, w_up.shape[1])
+        self.up = nn.Linear(mesh, w_up, b_up)
+        self.down = nn.Linear(mesh, w_down, b_down)
+        self.has_norm = norm
+
+    def forward(self, x):
+        h = self.norm(x) if self.has_norm else x
+        return x + self.down(dt.gelu(self.up(h)))
+
+
+def weights(rng, hidden=16, ffn=64):
+    f = np.float32
+    return (rng.standard_normal((ffn, hidden)).astype(f) * 0.25, rng.standard_normal(ffn).astype(f) * 0.1,
+            rng.standard_normal((hidden, ffn)).astype(f) * 0.125, rng.standard_normal(hidden).astype(f) * 0.1)
+
+
+def block_np(x, w_up, b_up, w_down, b_down):
+    return x + gelu_np(x @ w_up.T + b_up) @ w_down.T + b_down
+
+
+def test_linear_matches_numpy_and_names(mesh, rng):
+    w, b = rng.standard_normal((3, 5)), rng.standard_normal(3)
+    lin = nn.Linear(mesh, w, b)
+    x_np = rng.standard_normal((4, 5))
+    y = lin(dt.distribute_tensor(x_np, mesh, [dt.Shard(0), dt.Replicate()]))
+    np.testing.assert_allclose(full(y), x_np @ w.T + b, rtol=1e-12)
+    assert [n for n, _ in lin.named_parameters()] == ["weight", "bias"]
+    assert lin.in_features == 5 and lin.out_features == 3
+    assert lin.weight.requires_grad and lin.weight.placements == (dt.Replicate(), dt.Replicate())
+    seeded = nn.Linear(mesh, 8, 4, seed=7)
+    bound = 1 / np.sqrt(8)
+    assert np.all(np.abs(full(seeded.weight)) <= bound)
+    np.testing.assert_array_equal(full(nn.Linear(mesh, 8, 4, seed=7).weight), full(seeded.weight))
+
+
+def test_python_module_tree_parameters_and_forward(mesh, rng):
+    class Scaled(nn.Module):
+        def __init__(self, mesh):
+            super().__init__(mesh)
+            self.scale = nn.Parameter(np.full(4, 2.0))
+            self.inner = nn.Linear(mesh, np.eye(4), None)
+
+        def forward(self, x):
+            return self.inner(x) * self.scale
+
+    m = Scaled(mesh)
+    assert [n for n, _ in m.named_parameters()] == ["scale", "inner.weight"]
+    assert [n for n, _ in m.named_modules()] == ["", "inner"]
+    assert m.get_submodule("inner") is m.inner
+    x_np = rng.standard_normal((2, 4))
+    y = m(dt.distribute_tensor(x_np, mesh, [dt.Replicate(), dt.Replicate()]))
+    np.testing.assert_allclose(full(y), x_np * 2.0, rtol=1e-15)
+    dt.sum(y).backward()
+    np.testing.assert_allclose(full(m.scale.grad), x_np.sum(0), rtol=1e-12)
+    m.zero_grad()
+    assert m.scale.grad is None
+    with pytest.raises(dt.Error, match="already"):
+        m.inner = nn.Linear(mesh, np.eye(4), None)
+    other = Scaled(mesh)
+    with pytest.raises(dt.Error, match="one parent"):
+        other.again = m.inner
+    with pytest.raises(AttributeError):
+        m.missing
+    assert "Scaled(" in repr(m)
+
+
+def test_modules_survive_their_python_names(mesh, rng):
+    def make():
+        b = Block(mesh, *weights(rng))
+        return b.up  # the child keeps its parent alive
+    up = make()
+    gc.collect()
+    x = dt.distribute_tensor(rng.standard_normal((2, 16)).astype(np.float32), mesh, [dt.Replicate()] * 2)
+    assert up(x).shape == (2, 64)
+    for _ in range(20):  # trees made and dropped: collected without crashing
+        Block(mesh, *weights(rng))
+    del up
+    gc.collect()
+
+
+def test_parallelize_module_colwise_rowwise(mesh, rng):
+    w = weights(rng)
+    x_np = rng.standard_normal((4, 8, 16)).astype(np.float32)
+    block = Block(mesh, *w)
+    assert parallelize_module(block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()}) is block
+    assert block.up.weight.placements == (dt.Replicate(), dt.Shard(0))
+    assert block.down.weight.placements == (dt.Replicate(), dt.Shard(1))
+    x = dt.distribute_tensor(x_np, mesh, [dt.Shard(0), dt.Replicate()])
+    with dt.CommDebugMode() as comm:
+        y = block(x)
+    assert comm.get_comm_counts()["all_reduce"] == 1 and comm.get_total_counts() == 1
+    assert y.placements == (dt.Shard(0), dt.Replicate())
+    np.testing.assert_allclose(full(y), block_np(x_np, *w), rtol=2e-5, atol=2e-5)
+
+
+def test_sequence_parallel_plan(mesh, rng):
+    w = weights(rng)
+    x_np = rng.standard_normal((4, 8, 16)).astype(np.float32)
+    block = Block(mesh, *w, norm=True)
+    parallelize_module(block, "tp", {"norm": SequenceParallel(), "up": ColwiseParallel(),
+                                     "down": RowwiseParallel(output_layouts=(dt.Shard(1),))})
+    x = dt.distribute_tensor(x_np, mesh, [dt.Shard(0), dt.Shard(1)])
+    with dt.CommDebugMode() as comm:
+        y = block(x)
+    counts = comm.get_comm_counts()
+    assert counts["all_gather"] == 1 and counts["reduce_scatter"] == 1
+    mu = x_np.mean(-1, keepdims=True)
+    var = x_np.var(-1, keepdims=True)
+    normed = (x_np - mu) / np.sqrt(var + 1e-5)
+    expected = x_np + gelu_np(normed @ w[0].T + w[1]) @ w[2].T + w[3]
+    np.testing.assert_allclose(full(y), expected, rtol=1e-4, atol=1e-4)
+    with pytest.raises(dt.Error):
+        parallelize_module(block, mesh["tp"], {"nothing.here": ColwiseParallel()})
+
+
+def test_fully_shard_trains_like_the_replicated_model(mesh, rng):
+    w = weights(rng)
+    x_np = rng.standard_normal((4, 8, 16)).astype(np.float32)
+    ref = Block(mesh, *w)
+    sharded = Block(mesh, *w)
+    fully_shard(sharded.up, mesh=mesh["dp"])
+    fully_shard(sharded, mesh=mesh["dp"])
+    assert dt.parallel.is_fully_sharded(sharded)
+    assert sharded.up.weight.placements[0] == dt.Shard(0)
+    xs = dt.distribute_tensor(x_np, mesh, [dt.Shard(0), dt.Replicate()])
+    losses = []
+    for model in (ref, sharded):
+        opt = dt.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            opt.zero_grad()
+            y = model(xs)
+            loss = dt.mean(y * y)
+            loss.backward()
+            opt.step()
+        losses.append(loss.full_tensor().item())
+        grads = {n: p.grad for n, p in model.named_parameters()}
+        assert all(g is not None for g in grads.values())
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    for (n, a), (_, b) in zip(ref.named_parameters(), sharded.named_parameters()):
+        np.testing.assert_allclose(full(a), full(b), rtol=1e-5, atol=1e-6, err_msg=n)
+
+
+def test_python_hooks(mesh, rng):
+    lin = nn.Linear(mesh, np.eye(3), None)
+    lin.register_forward_pre_hook(lambda m, x: x * 2.0)
+    lin.register_forward_hook(lambda m, x, y: None)  # None keeps the output
+    lin.register_forward_hook(lambda m, x, y: y + 1.0)
+    x_np = rng.standard_normal((2, 3))
+    y = lin(dt.distribute_tensor(x_np, mesh, [dt.Replicate()] * 2))
+    np.testing.assert_allclose(full(y), 2 * x_np + 1, rtol=1e-15)
+
+
+def test_parallel_layers_and_loss(mesh, rng):
+    from dtensor.parallel import (ColumnParallelLinear, RowParallelLinear,
+                                  vocab_parallel_cross_entropy)
+    w1, b1, w2, b2 = weights(rng)
+    up = ColumnParallelLinear(mesh, "tp", w1, b1)
+    down = RowParallelLinear(mesh, mesh["tp"], w2, b2)
+    x_np = rng.standard_normal((4, 16)).astype(np.float32)
+    x = dt.distribute_tensor(x_np, mesh, [dt.Shard(0), dt.Replicate()])
+    y = down(dt.gelu(up(x)))
+    np.testing.assert_allclose(full(y), gelu_np(x_np @ w1.T + b1) @ w2.T + b2, rtol=2e-5, atol=2e-5)
+    assert up.weight.placements == (dt.Replicate(), dt.Shard(0))
+
+    logits_np = rng.standard_normal((4, 6, 8))
+    target_np = rng.integers(0, 8, (4, 6))
+    logits = dt.distribute_tensor(logits_np, mesh, [dt.Shard(0), dt.Shard(2)]).requires_grad_()
+    target = dt.distribute_tensor(target_np, mesh, [dt.Shard(0), dt.Replicate()])
+    loss = vocab_parallel_cross_entropy(logits, target, tp=1)
+    lse = np.log(np.exp(logits_np).sum(-1))
+    picked = np.take_along_axis(logits_np, target_np[..., None], -1)[..., 0]
+    assert loss.full_tensor().item() == pytest.approx((lse - picked).mean(), rel=1e-12)
+    loss.backward()
+    soft = np.exp(logits_np - lse[..., None])
+    soft[np.arange(4)[:, None], np.arange(6)[None, :], target_np] -= 1
+    np.testing.assert_allclose(full(logits.grad), soft / 24, rtol=1e-10, atol=1e-14)
