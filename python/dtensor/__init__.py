@@ -30,18 +30,32 @@ from ._dtensor import Error, World, DeviceMesh  # noqa: E402
 __version__ = _build_config.VERSION
 
 
-def init_device_mesh(mesh_shape, mesh_dim_names=None, *, world=None, device_type=None):
+def init_device_mesh(*args, mesh_shape=None, mesh_dim_names=None, world=None, device_type=None):
     """A DeviceMesh of `mesh_shape` (a tuple, or an int for 1-d) over `world`.
 
+    Both spellings work: init_device_mesh((2, 2), ("dp", "tp")) and PyTorch's
+    init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp")).
     Without a world: World.mpi() when this process was started by mpirun
     (its size must equal the mesh's), otherwise a new World.simulated of the
-    mesh's size. `device_type` ("cpu") is accepted for PyTorch's signature,
-    init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp")).
+    mesh's size.
     """
-    if isinstance(mesh_shape, str):  # PyTorch's init_device_mesh(device_type, mesh_shape, ...)
-        device_type, mesh_shape, mesh_dim_names = mesh_shape, mesh_dim_names, None
-        if mesh_shape is None:
-            raise TypeError("init_device_mesh(device_type, mesh_shape, ...): mesh_shape missing")
+    args = list(args)
+    if args and isinstance(args[0], str):  # PyTorch's (device_type, mesh_shape, ...)
+        if device_type is not None:
+            raise TypeError("init_device_mesh: device_type given twice")
+        device_type = args.pop(0)
+    if len(args) > 2:
+        raise TypeError(f"init_device_mesh: too many positional arguments: {len(args)}")
+    if args:
+        if mesh_shape is not None:
+            raise TypeError("init_device_mesh: mesh_shape given twice")
+        mesh_shape = args.pop(0)
+    if args:
+        if mesh_dim_names is not None:
+            raise TypeError("init_device_mesh: mesh_dim_names given twice")
+        mesh_dim_names = args.pop(0)
+    if mesh_shape is None:
+        raise TypeError("init_device_mesh: mesh_shape missing")
     if device_type not in (None, "cpu"):
         raise Error(f'init_device_mesh: device_type "{device_type}": dtensor runs on the CPU only')
     if isinstance(mesh_shape, int):

@@ -136,6 +136,13 @@ def test_mesh():
     with pytest.raises(dt.Error, match="needs 4 ranks but the world has 6"):
         dt.init_device_mesh((2, 2), world=dt.World.simulated(6))
     assert dt.init_device_mesh("cpu", (2,)).shape == (2,)   # PyTorch's spelling
+    pt = dt.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    assert pt.shape == (2, 2) and pt.mesh_dim_names == ("dp", "tp")
+    assert dt.init_device_mesh((2, 3), ("a", "b")).mesh_dim_names == ("a", "b")
+    with pytest.raises(TypeError, match="mesh_dim_names given twice"):
+        dt.init_device_mesh((2, 2), ("a", "b"), mesh_dim_names=("c", "d"))
+    with pytest.raises(dt.Error, match="CPU only"):
+        dt.init_device_mesh("cuda", (2,))
     assert "DeviceMesh" in repr(mesh)
 
 
