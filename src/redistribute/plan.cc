@@ -45,9 +45,6 @@ namespace dtensor::redistribute_detail {
 
 namespace {
 
-// Beyond this many states the search falls back to the per-dim plan (only
-// reachable with many large mesh dims; realistic meshes have < 10^4).
-constexpr size_t kMaxStates = 50000;
 
 // 8 bits per mesh dim: the low 4 are 0 = R, 1..8 = S(0..7), 9..12 =
 // P(sum, avg, max, min); the high 4 a shard's order + 1 (0 = natural).
@@ -92,12 +89,13 @@ bool is_sum_or_avg(ReduceOp op) { return op == ReduceOp::Sum || op == ReduceOp::
 class Planner {
  public:
   Planner(const DTensorSpec& from, const DTensorSpec& to, const RedistributeOptions& options,
-          SearchMode mode)
+          SearchMode mode, size_t max_states)
       : from_(from),
         to_(to),
         mesh_(from.mesh()),
         options_(options),
-        exhaustive_(mode == SearchMode::Exhaustive),
+        mode_(mode),
+        max_states_(max_states),
         scratch_{from.mesh(), 0, 1, {}} {
     nd_ = mesh_.ndim();
     auto_flatten_ = options.auto_flatten.value_or(mesh_.auto_flatten());
@@ -109,18 +107,8 @@ class Planner {
     global_bytes_ = static_cast<double>(from.global_bytes());
     ordered_ = has_shard_order(from.placements()) || has_shard_order(to.placements());
     floating_ = is_floating(from.dtype());
-    // The fewest bytes per rank any state holds: every mesh dim sharding.
-    double min_bytes = global_bytes_;
-    for (int i = 0; i < nd_; ++i) min_bytes /= static_cast<double>(size_[i]);
-    // lb_[i]: the least any collective whose group includes mesh dim i can
-    // cost. A group over more dims has more ranks, a latency no lower and a
-    // bandwidth no higher (DeviceMesh::link takes the slowest link), every
-    // collective makes at least one ring pass, and it is charged for no
-    // fewer than min_bytes; the margin keeps rounding from overestimating.
-    for (int i = 0; i < nd_; ++i)
-      lb_[i] = size_[i] > 1
-                   ? all_gather_cost(min_bytes, size_[i], link_[i], base_us_) * (1 - 1e-9)
-                   : 0;
+    if (mode_ == SearchMode::Pruned) init_cover();
+    if (mode_ == SearchMode::CoarsePruned) init_coarse_bound();
   }
 
   RedistributePlan plan() {
@@ -129,7 +117,7 @@ class Planner {
     std::vector<RedistributeStep> steps;
     if (from_.placements() != to_.placements()) {
       // Merging is decided in one place, the search: merged collectives are
-      // edges of it, priced like the others. Past kMaxStates, or with the
+      // edges of it, priced like the others. Past max_states_, or with the
       // search off, the plan is the per-dim path, unmerged.
       std::optional<std::vector<RedistributeStep>> found;
       if (options_.search) found = search();
@@ -649,20 +637,120 @@ class Planner {
   }
 
   // ---- search ----
-  // A lower bound on the cost from p to the target (A*'s heuristic; 0 for
-  // the exhaustive search). Every mesh dim of more than one rank that holds
-  // a Partial the target lacks needs a reduction over a group including it,
-  // and one that shards tensor dim d where the target does not needs a
-  // gather or all_to_all including it while it still shards d. One
-  // collective serves only one of these classes (a reduction runs over
-  // Partial dims only, a merged gather over dims sharding one tensor dim, an
-  // all_to_all over one mesh dim), so the bound adds, per class, the
-  // cheapest collective its costliest member can be part of (lb_). It never
-  // overestimates, so the path found is a cheapest one, and along any edge
-  // it drops by no more than the edge costs (an edge empties at most its own
-  // class by its own members), so no state needs settling twice.
-  double lower_bound(const Placements& p) const {
-    if (exhaustive_) return 0;
+  // A* needs a lower bound on the cost from a state to the target that
+  // never overestimates (so the path found is a cheapest one) and drops
+  // along an edge by no more than the edge costs (consistency: so no state
+  // needs settling twice, and a settled state's cost, peak and steps are
+  // final). lower_bound gives one from the collectives the target forces.
+  //
+  // Mesh dims of more than one rank need a collective including them when:
+  // - they hold a Partial the target lacks (the partial class): a reduction;
+  // - they shard tensor dim d outside the part of d's split order that the
+  //   state shares with the target (one class per d). A split order is a
+  //   stack: a new shard splits last and only the last splitter may leave
+  //   (the nesting rule), so every splitter past the common prefix has to
+  //   leave d, by an all_gather or an all_to_all including it. Size-1 dims
+  //   split nothing and are left out of both orders.
+  // One collective serves one class only (a reduction runs over Partial
+  // dims, an all_gather over splitters of one d, an all_to_all over one mesh
+  // dim), and a free step (R -> S, R -> P) only adds members. So the bound is
+  // the sum over classes of the cheapest way to cover the class's members
+  // with collectives over disjoint groups (shard_cover_, partial_cover_),
+  // each priced by the least a collective of its kind over that group can
+  // cost (init_cover's floors). Adding
+  // up a class's members rather than taking its costliest one (the bound of
+  // issue 18) is what prunes the wide plateaus of free chunks: chunking one
+  // more replicated dim the target wants replicated now raises the bound by
+  // the gather it will need.
+  //
+  // The bytes a collective is charged are at least min_bytes_ (every mesh
+  // dim that may ever shard does) times what its kind adds: an all_gather is
+  // charged the gathered bytes (x group size), a reduction runs where its
+  // group's dims are Partial and so do not shard (x group size); an
+  // all_to_all, one mesh dim only, at least min_bytes_.
+  void init_cover() {
+    const Placements& src = from_.placements();
+    const Placements& dst = to_.placements();
+    // A Partial both ends hold stays one (no R -> P brings it back), so its
+    // mesh dim never shards.
+    double shards = 1;
+    for (int i = 0; i < nd_; ++i)
+      if (!(src[i].is_partial() && src[i] == dst[i] && !options_.allow_new_partial))
+        shards *= static_cast<double>(size_[i]);
+    min_bytes_ = global_bytes_ / shards;
+    for (int i = 0; i < nd_; ++i)
+      if (size_[i] > 1) live_ |= 1u << i;
+    const uint32_t all = 1u << nd_;
+    // The least a collective over the group of `dims` costs: a ring over n
+    // ranks on the slowest link of the group (DeviceMesh::link takes the
+    // least bandwidth and the largest latency), one pass; the margin keeps
+    // rounding from overestimating. Without merging, only single dims.
+    double shard_floor[1u << kMaxDims], partial_floor[1u << kMaxDims];
+    for (uint32_t dims = 1; dims < all; ++dims) {
+      shard_floor[dims] = partial_floor[dims] = kNoCover;
+      if ((dims & ~live_) != 0) continue;
+      const bool single = std::has_single_bit(dims);
+      if (!single && !options_.merge) continue;
+      int64_t n = 1;
+      LinkCost link{1e300, 0};
+      for (int i = 0; i < nd_; ++i) {
+        if (!(dims >> i & 1)) continue;
+        n *= size_[i];
+        link.bandwidth_gbps = std::min(link.bandwidth_gbps, link_[i].bandwidth_gbps);
+        link.latency_us = std::max(link.latency_us, link_[i].latency_us);
+      }
+      const double nb = min_bytes_ * static_cast<double>(n);
+      constexpr double kMargin = 1 - 1e-9;
+      // A Partial dim bound for R needs its reduction to be an all_reduce
+      // (a second ring pass) or a reduce_scatter and, later, an all_gather
+      // including it (only an all_gather makes S into R). Either way it adds
+      // at least its own ring pass without the base, (n_i - 1) hops and
+      // bytes; counted per dim, so that a later gather merged with other
+      // dims still pays it (a ring over a larger group costs at least the
+      // sum of its dims' hops).
+      double second_pass = 0;
+      for (int i = 0; i < nd_; ++i)
+        if ((dims >> i & 1) && dst[i].is_replicate())
+          second_pass += all_gather_cost(min_bytes_ * static_cast<double>(size_[i]), size_[i],
+                                         link_[i], 0);
+      partial_floor[dims] = (all_gather_cost(nb, n, link, base_us_) + second_pass) * kMargin;
+      // One mesh dim may leave d by an all_to_all, charged its input.
+      shard_floor[dims] = all_gather_cost(single ? min_bytes_ : nb, n, link, base_us_) * kMargin;
+    }
+    // cover[m]: the cheapest split of the dims m into groups; each split is
+    // counted once, by the group holding m's lowest dim.
+    auto cover = [&](const double* floor, double* out) {
+      out[0] = 0;
+      for (uint32_t m = 1; m < all; ++m) {
+        out[m] = kNoCover;
+        if ((m & ~live_) != 0) continue;
+        const uint32_t low = m & (~m + 1);
+        for (uint32_t sub = m; sub != 0; sub = (sub - 1) & m)
+          if ((sub & low) && floor[sub] < kNoCover)
+            out[m] = std::min(out[m], floor[sub] + out[m ^ sub]);
+      }
+    };
+    cover(shard_floor, shard_cover_);
+    cover(partial_floor, partial_cover_);
+    // The target's split orders, size-1 dims left out.
+    for (int64_t d = 0; d < from_.ndim(); ++d)
+      for (int64_t j : shard_split_order(dst, d))
+        if (size_[j] > 1) target_order_[d].push_back(static_cast<int>(j));
+  }
+
+  // The bound of issue 18, kept to measure the one above against (the
+  // bench's before/after): per class, the cheapest collective its costliest
+  // member can be part of, a ring pass of the fewest bytes any state holds.
+  void init_coarse_bound() {
+    double min_bytes = global_bytes_;
+    for (int i = 0; i < nd_; ++i) min_bytes /= static_cast<double>(size_[i]);
+    for (int i = 0; i < nd_; ++i)
+      lb_[i] = size_[i] > 1
+                   ? all_gather_cost(min_bytes, size_[i], link_[i], base_us_) * (1 - 1e-9)
+                   : 0;
+  }
+
+  double coarse_bound(const Placements& p) const {
     const Placements& dst = to_.placements();
     double partial = 0, total = 0;
     double shard[kMaxDims] = {};
@@ -677,6 +765,54 @@ class Planner {
     }
     for (double s : shard) total += s;
     return total + partial;
+  }
+
+  double lower_bound(const Placements& p) const {
+    if (mode_ == SearchMode::Exhaustive) return 0;
+    if (mode_ == SearchMode::CoarsePruned) return coarse_bound(p);
+    const Placements& dst = to_.placements();
+    uint32_t partial = 0;
+    uint32_t leave[kMaxDims] = {};  // per tensor dim: splitters that must leave it
+    if (!has_shard_order(p)) {
+      // A natural state splits each tensor dim in ascending mesh dims; walk
+      // them once, matching each against the target's order.
+      size_t matched[kMaxDims] = {};
+      bool diverged[kMaxDims] = {};
+      for (int i = 0; i < nd_; ++i) {
+        if (size_[i] == 1) continue;
+        if (p[i].is_partial()) {
+          if (p[i] != dst[i]) partial |= 1u << i;
+        } else if (p[i].is_shard()) {
+          const int64_t d = p[i].dim();
+          const auto& t = target_order_[d];
+          if (!diverged[d] && matched[d] < t.size() && t[matched[d]] == i) {
+            ++matched[d];
+          } else {
+            diverged[d] = true;
+            leave[d] |= 1u << i;
+          }
+        }
+      }
+    } else {
+      for (int i = 0; i < nd_; ++i)
+        if (size_[i] > 1 && p[i].is_partial() && p[i] != dst[i]) partial |= 1u << i;
+      for (int64_t d = 0; d < from_.ndim(); ++d) {
+        const auto& t = target_order_[d];
+        size_t k = 0;
+        bool diverged = false;
+        for (int64_t j : shard_split_order(p, d)) {
+          if (size_[j] == 1) continue;
+          if (!diverged && k < t.size() && t[k] == j) ++k;
+          else {
+            diverged = true;
+            leave[d] |= 1u << j;
+          }
+        }
+      }
+    }
+    double total = partial_cover_[partial];
+    for (int64_t d = 0; d < from_.ndim(); ++d) total += shard_cover_[leave[d]];
+    return total;
   }
 
   struct Node {
@@ -701,7 +837,7 @@ class Planner {
   }
 
   // The cheapest path, lowest peak memory among the cheapest, or nullopt
-  // past kMaxStates states. A* over the states with lower_bound(): the
+  // past max_states_ states. A* over the states with lower_bound(): the
   // queue orders by cost so far + bound, then peak, then steps, so among
   // paths of equal cost the one needing less memory settles a state first.
   std::optional<std::vector<RedistributeStep>> search() const {
@@ -745,7 +881,7 @@ class Planner {
         n.move = e;
         queue.emplace(c + lower_bound(e.next), pk, steps + 1, k);
       }
-      if (nodes.size() > kMaxStates) return std::nullopt;
+      if (nodes.size() > max_states_) return std::nullopt;
     }
     auto it = nodes.find(goal);
     DT_CHECK(it != nodes.end() && it->second.done, "redistribute: internal error: no plan from ",
@@ -871,13 +1007,24 @@ class Planner {
   const DTensorSpec& to_;
   const DeviceMesh& mesh_;
   RedistributeOptions options_;
-  bool exhaustive_ = false;  // no lower bound: plain Dijkstra, for tests
+  SearchMode mode_ = SearchMode::Pruned;
+  size_t max_states_ = kMaxPlanStates;
   mutable Group scratch_;
   mutable GroupInfo groups_[1u << kMaxDims];
   // same_chunking's answers, by (tensor dim, merged dims, the other
   // splitters of the dim in order): one merge is asked about from many states.
   mutable std::unordered_map<uint64_t, bool> chunking_;
-  double lb_[kMaxDims] = {};
+  // The pruned search's bound (init_cover): the cheapest cover of a class
+  // of mesh dims by collectives, by mask of mesh dims, for the tensor dims'
+  // classes and the Partial one; the target's split orders without size-1
+  // dims; the fewest bytes per rank a collective can be charged.
+  static constexpr double kNoCover = 1e300;
+  double shard_cover_[1u << kMaxDims] = {};
+  double partial_cover_[1u << kMaxDims] = {};
+  std::vector<int> target_order_[kMaxDims];
+  uint32_t live_ = 0;  // mesh dims of more than one rank
+  double min_bytes_ = 0;
+  double lb_[kMaxDims] = {};  // the coarse bound's, per mesh dim
   int nd_ = 0;
   bool auto_flatten_ = true;
   bool floating_ = true;
@@ -889,8 +1036,9 @@ class Planner {
 };
 
 RedistributePlan build_plan(const DTensorSpec& from, const DTensorSpec& to,
-                            const RedistributeOptions& options, SearchMode mode) {
-  RedistributePlan plan = Planner(from, to, options, mode).plan();
+                            const RedistributeOptions& options, SearchMode mode,
+                            size_t max_states) {
+  RedistributePlan plan = Planner(from, to, options, mode, max_states).plan();
   check_plan(plan);
   return plan;
 }
