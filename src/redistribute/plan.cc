@@ -641,101 +641,161 @@ class Planner {
   // never overestimates (so the path found is a cheapest one) and drops
   // along an edge by no more than the edge costs (consistency: so no state
   // needs settling twice, and a settled state's cost, peak and steps are
-  // final). lower_bound gives one from the collectives the target forces.
+  // final). lower_bound adds up three parts, each from collectives the
+  // target forces, and each collective's cost is split so that no part of
+  // it is counted twice:
   //
-  // Mesh dims of more than one rank need a collective including them when:
-  // - they hold a Partial the target lacks (the partial class): a reduction;
-  // - they shard tensor dim d outside the part of d's split order that the
-  //   state shares with the target (one class per d). A split order is a
-  //   stack: a new shard splits last and only the last splitter may leave
-  //   (the nesting rule), so every splitter past the common prefix has to
-  //   leave d, by an all_gather or an all_to_all including it. Size-1 dims
-  //   split nothing and are left out of both orders.
-  // One collective serves one class only (a reduction runs over Partial
-  // dims, an all_gather over splitters of one d, an all_to_all over one mesh
-  // dim), and a free step (R -> S, R -> P) only adds members. So the bound is
-  // the sum over classes of the cheapest way to cover the class's members
-  // with collectives over disjoint groups (shard_cover_, partial_cover_),
-  // each priced by the least a collective of its kind over that group can
-  // cost (init_cover's floors). Adding
-  // up a class's members rather than taking its costliest one (the bound of
-  // issue 18) is what prunes the wide plateaus of free chunks: chunking one
-  // more replicated dim the target wants replicated now raises the bound by
-  // the gather it will need.
+  // 1. Partial dims the target lacks: each needs a reduction over a group
+  //    including it (partial_cover_: the cheapest split of them into groups,
+  //    a ring pass each). One bound for R pays a second pass on top: an
+  //    all_reduce makes two, and a reduce_scatter leaves a shard that only
+  //    an all_gather can make R again; counted without the base (its hops
+  //    and bytes only), so that the gather may be shared with part 3.
+  // 2. Dims whose target is not R that shard tensor dim d past the part of
+  //    d's split order the state shares with the target: a split order is a
+  //    stack (a new shard splits last, only the last splitter may leave), so
+  //    each of them has to leave d by an all_gather or all_to_all including
+  //    it (shard_cover_ per d). Counted without the base when merging is on,
+  //    as such a gather may be the one part 3 charges the base of.
+  // 3. Dims whose target is R and that shard now: each needs a last
+  //    all_gather, and after it only the dims that may still shard divide
+  //    the bytes: those whose target is not R, the Partials bound for R (as
+  //    if they were already shards, a reduce_scatter away), and the dims
+  //    gathered later. So the last gathers in time run on the most bytes;
+  //    final_gathers() prices the cheapest order and grouping of them, where
+  //    dims now R whose target is R may be chunked and gathered too if that
+  //    makes the others cheaper. This part is what sees bandwidth: a bound
+  //    charging every gather the fewest bytes any state holds left wide
+  //    plateaus of free chunks that A* swept (issue 18's slowest layouts).
   //
-  // The bytes a collective is charged are at least min_bytes_ (every mesh
-  // dim that may ever shard does) times what its kind adds: an all_gather is
-  // charged the gathered bytes (x group size), a reduction runs where its
-  // group's dims are Partial and so do not shard (x group size); an
-  // all_to_all, one mesh dim only, at least min_bytes_.
+  // Free steps (R -> S, R -> P) only add members or drop dividers, so they
+  // never lower the bound. Size-1 dims move nothing and count nowhere.
   void init_cover() {
     const Placements& src = from_.placements();
     const Placements& dst = to_.placements();
     // A Partial both ends hold stays one (no R -> P brings it back), so its
     // mesh dim never shards.
     double shards = 1;
-    for (int i = 0; i < nd_; ++i)
-      if (!(src[i].is_partial() && src[i] == dst[i] && !options_.allow_new_partial))
-        shards *= static_cast<double>(size_[i]);
+    for (int i = 0; i < nd_; ++i) {
+      if (size_[i] == 1) continue;
+      live_ |= 1u << i;
+      if (src[i].is_partial() && src[i] == dst[i] && !options_.allow_new_partial) continue;
+      shards *= static_cast<double>(size_[i]);
+      if (dst[i].is_replicate()) to_replicate_ |= 1u << i;
+      else other_shards_ *= static_cast<double>(size_[i]);
+    }
     min_bytes_ = global_bytes_ / shards;
-    for (int i = 0; i < nd_; ++i)
-      if (size_[i] > 1) live_ |= 1u << i;
     const uint32_t all = 1u << nd_;
-    // The least a collective over the group of `dims` costs: a ring over n
-    // ranks on the slowest link of the group (DeviceMesh::link takes the
-    // least bandwidth and the largest latency), one pass; the margin keeps
-    // rounding from overestimating. Without merging, only single dims.
+    const double margin_base = options_.merge ? 0 : base_us_;
     double shard_floor[1u << kMaxDims], partial_floor[1u << kMaxDims];
     for (uint32_t dims = 1; dims < all; ++dims) {
       shard_floor[dims] = partial_floor[dims] = kNoCover;
       if ((dims & ~live_) != 0) continue;
       const bool single = std::has_single_bit(dims);
       if (!single && !options_.merge) continue;
-      int64_t n = 1;
-      LinkCost link{1e300, 0};
-      for (int i = 0; i < nd_; ++i) {
-        if (!(dims >> i & 1)) continue;
-        n *= size_[i];
-        link.bandwidth_gbps = std::min(link.bandwidth_gbps, link_[i].bandwidth_gbps);
-        link.latency_us = std::max(link.latency_us, link_[i].latency_us);
-      }
+      const int64_t n = group_size(dims);
+      const LinkCost link = slowest_link(dims);
       const double nb = min_bytes_ * static_cast<double>(n);
-      constexpr double kMargin = 1 - 1e-9;
-      // A Partial dim bound for R needs its reduction to be an all_reduce
-      // (a second ring pass) or a reduce_scatter and, later, an all_gather
-      // including it (only an all_gather makes S into R). Either way it adds
-      // at least its own ring pass without the base, (n_i - 1) hops and
-      // bytes; counted per dim, so that a later gather merged with other
-      // dims still pays it (a ring over a larger group costs at least the
-      // sum of its dims' hops).
+      // A reduction over the group is charged at least min_bytes_ x n (its
+      // dims are Partial, so they do not shard); see 1. above for the
+      // second pass of the dims bound for R.
       double second_pass = 0;
       for (int i = 0; i < nd_; ++i)
         if ((dims >> i & 1) && dst[i].is_replicate())
           second_pass += all_gather_cost(min_bytes_ * static_cast<double>(size_[i]), size_[i],
                                          link_[i], 0);
       partial_floor[dims] = (all_gather_cost(nb, n, link, base_us_) + second_pass) * kMargin;
-      // One mesh dim may leave d by an all_to_all, charged its input.
-      shard_floor[dims] = all_gather_cost(single ? min_bytes_ : nb, n, link, base_us_) * kMargin;
+      // An all_gather is charged the gathered bytes (x n); one mesh dim may
+      // leave by an all_to_all, charged its input.
+      shard_floor[dims] = all_gather_cost(single ? min_bytes_ : nb, n, link, margin_base) * kMargin;
     }
-    // cover[m]: the cheapest split of the dims m into groups; each split is
-    // counted once, by the group holding m's lowest dim.
-    auto cover = [&](const double* floor, double* out) {
-      out[0] = 0;
-      for (uint32_t m = 1; m < all; ++m) {
-        out[m] = kNoCover;
-        if ((m & ~live_) != 0) continue;
-        const uint32_t low = m & (~m + 1);
-        for (uint32_t sub = m; sub != 0; sub = (sub - 1) & m)
-          if ((sub & low) && floor[sub] < kNoCover)
-            out[m] = std::min(out[m], floor[sub] + out[m ^ sub]);
-      }
-    };
-    cover(shard_floor, shard_cover_);
-    cover(partial_floor, partial_cover_);
+    cheapest_cover(shard_floor, shard_cover_);
+    cheapest_cover(partial_floor, partial_cover_);
     // The target's split orders, size-1 dims left out.
     for (int64_t d = 0; d < from_.ndim(); ++d)
       for (int64_t j : shard_split_order(dst, d))
         if (size_[j] > 1) target_order_[d].push_back(static_cast<int>(j));
+  }
+
+  int64_t group_size(uint32_t dims) const {
+    int64_t n = 1;
+    for (int i = 0; i < nd_; ++i)
+      if (dims >> i & 1) n *= size_[i];
+    return n;
+  }
+
+  // DeviceMesh::link of a group: the least bandwidth and the largest
+  // latency of its dims (computed here, without the mesh's lock).
+  LinkCost slowest_link(uint32_t dims) const {
+    LinkCost link{1e300, 0};
+    for (int i = 0; i < nd_; ++i) {
+      if (!(dims >> i & 1)) continue;
+      link.bandwidth_gbps = std::min(link.bandwidth_gbps, link_[i].bandwidth_gbps);
+      link.latency_us = std::max(link.latency_us, link_[i].latency_us);
+    }
+    return link;
+  }
+
+  // out[m]: the cheapest split of the dims m into groups priced by floor;
+  // each split is counted once, by the group holding m's lowest dim.
+  void cheapest_cover(const double* floor, double* out) const {
+    const uint32_t all = 1u << nd_;
+    out[0] = 0;
+    for (uint32_t m = 1; m < all; ++m) {
+      out[m] = kNoCover;
+      if ((m & ~live_) != 0) continue;
+      const uint32_t low = m & (~m + 1);
+      for (uint32_t sub = m; sub != 0; sub = (sub - 1) & m)
+        if ((sub & low) && floor[sub] < kNoCover)
+          out[m] = std::min(out[m], floor[sub] + out[m ^ sub]);
+    }
+  }
+
+  // Part 3 of the bound: the least the last all_gathers of the dims
+  // `gather` (bound for R, sharding now) can cost while the dims `partial`
+  // (bound for R, Partial now) count as shards. Per `partial` (few of them
+  // occur in one search) a table by `gather`, made on first use: last[t] is
+  // the cheapest order of last gathers of the dims t when they are the last
+  // gathers of the plan (the earliest of them runs while the rest of t
+  // still shard), and the answer is the least last[t] over t holding
+  // `gather` and no Partial: the dims now R may join.
+  double final_gathers(uint32_t gather, uint32_t partial) const {
+    if (gather == 0) return 0;
+    for (const auto& [mask, table] : final_gathers_)
+      if (mask == partial) return table[gather];
+    const uint32_t all = 1u << nd_;
+    const uint32_t free = to_replicate_ & ~partial;
+    double divisor = other_shards_ * static_cast<double>(group_size(partial));
+    std::vector<double> last(all, kNoCover);
+    last[0] = 0;
+    // Subsets of `free`, smallest first, so that every proper subset is
+    // done before its supersets.
+    std::vector<uint32_t> subsets;
+    for (uint32_t t = free;; t = (t - 1) & free) {
+      subsets.push_back(t);
+      if (t == 0) break;
+    }
+    std::reverse(subsets.begin(), subsets.end());
+    for (uint32_t t : subsets) {
+      if (t == 0) continue;
+      for (uint32_t g = t; g != 0; g = (g - 1) & t) {
+        if (!options_.merge && !std::has_single_bit(g)) continue;
+        const uint32_t rest = t ^ g;
+        // Gathered, the group's dims are R; the rest of t still shard.
+        const double bytes = global_bytes_ / (divisor * static_cast<double>(group_size(rest)));
+        const double c =
+            all_gather_cost(bytes, group_size(g), slowest_link(g), base_us_) * kMargin;
+        last[t] = std::min(last[t], c + last[rest]);
+      }
+    }
+    // Supersets within `free`: the least over t holding each mask.
+    for (int i = 0; i < nd_; ++i) {
+      if (!(free >> i & 1)) continue;
+      for (uint32_t t : subsets)
+        if (!(t >> i & 1)) last[t] = std::min(last[t], last[t | 1u << i]);
+    }
+    final_gathers_.emplace_back(partial, std::move(last));
+    return final_gathers_.back().second[gather];
   }
 
   // The bound of issue 18, kept to measure the one above against (the
@@ -771,8 +831,14 @@ class Planner {
     if (mode_ == SearchMode::Exhaustive) return 0;
     if (mode_ == SearchMode::CoarsePruned) return coarse_bound(p);
     const Placements& dst = to_.placements();
-    uint32_t partial = 0;
-    uint32_t leave[kMaxDims] = {};  // per tensor dim: splitters that must leave it
+    uint32_t partial = 0, gather = 0;
+    uint32_t leave[kMaxDims] = {};  // part 2, per tensor dim: splitters that must leave it
+    // A splitter bound for R belongs to part 3, any other past the common
+    // prefix of the split orders to part 2.
+    auto must_leave = [&](int i, int64_t d) {
+      if (to_replicate_ >> i & 1) gather |= 1u << i;
+      else leave[d] |= 1u << i;
+    };
     if (!has_shard_order(p)) {
       // A natural state splits each tensor dim in ascending mesh dims; walk
       // them once, matching each against the target's order.
@@ -789,7 +855,7 @@ class Planner {
             ++matched[d];
           } else {
             diverged[d] = true;
-            leave[d] |= 1u << i;
+            must_leave(i, d);
           }
         }
       }
@@ -802,15 +868,16 @@ class Planner {
         bool diverged = false;
         for (int64_t j : shard_split_order(p, d)) {
           if (size_[j] == 1) continue;
-          if (!diverged && k < t.size() && t[k] == j) ++k;
-          else {
+          if (!diverged && k < t.size() && t[k] == j) {
+            ++k;
+          } else {
             diverged = true;
-            leave[d] |= 1u << j;
+            must_leave(static_cast<int>(j), d);
           }
         }
       }
     }
-    double total = partial_cover_[partial];
+    double total = partial_cover_[partial] + final_gathers(gather, partial & to_replicate_);
     for (int64_t d = 0; d < from_.ndim(); ++d) total += shard_cover_[leave[d]];
     return total;
   }
@@ -1019,10 +1086,18 @@ class Planner {
   // classes and the Partial one; the target's split orders without size-1
   // dims; the fewest bytes per rank a collective can be charged.
   static constexpr double kNoCover = 1e300;
+  // Floors are scaled by this so that rounding never makes them overestimate.
+  static constexpr double kMargin = 1 - 1e-9;
   double shard_cover_[1u << kMaxDims] = {};
   double partial_cover_[1u << kMaxDims] = {};
   std::vector<int> target_order_[kMaxDims];
   uint32_t live_ = 0;  // mesh dims of more than one rank
+  // Live mesh dims bound for R that may shard on the way; the product of
+  // the sizes of the other live dims that may shard.
+  uint32_t to_replicate_ = 0;
+  double other_shards_ = 1;
+  // final_gathers' tables, by the mask of Partials bound for R.
+  mutable std::vector<std::pair<uint32_t, std::vector<double>>> final_gathers_;
   double min_bytes_ = 0;
   double lb_[kMaxDims] = {};  // the coarse bound's, per mesh dim
   int nd_ = 0;
