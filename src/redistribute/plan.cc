@@ -655,8 +655,7 @@ class Planner {
   //    d's split order the state shares with the target: a split order is a
   //    stack (a new shard splits last, only the last splitter may leave), so
   //    each of them has to leave d by an all_gather or all_to_all including
-  //    it (shard_cover_ per d). Counted without the base when merging is on,
-  //    as such a gather may be the one part 3 charges the base of.
+  //    it (shard_cover_ per d).
   // 3. Dims whose target is R and that shard now: each needs a last
   //    all_gather, and after it only the dims that may still shard divide
   //    the bytes: those whose target is not R, the Partials bound for R (as
@@ -668,6 +667,10 @@ class Planner {
   //    charging every gather the fewest bytes any state holds left wide
   //    plateaus of free chunks that A* swept (issue 18's slowest layouts).
   //
+  // A gather of part 3 may be merged with splitters of part 2, one
+  // collective with one base: so the bound is the larger of two sums, one
+  // counting the bases of part 2's groups and not part 3's, the other the
+  // reverse (without merging no collective is shared, and both count all).
   // Free steps (R -> S, R -> P) only add members or drop dividers, so they
   // never lower the bound. Size-1 dims move nothing and count nowhere.
   void init_cover() {
@@ -686,10 +689,9 @@ class Planner {
     }
     min_bytes_ = global_bytes_ / shards;
     const uint32_t all = 1u << nd_;
-    const double margin_base = options_.merge ? 0 : base_us_;
-    double shard_floor[1u << kMaxDims], partial_floor[1u << kMaxDims];
+    double shard_floor[1u << kMaxDims], bare_floor[1u << kMaxDims], partial_floor[1u << kMaxDims];
     for (uint32_t dims = 1; dims < all; ++dims) {
-      shard_floor[dims] = partial_floor[dims] = kNoCover;
+      shard_floor[dims] = bare_floor[dims] = partial_floor[dims] = kNoCover;
       if ((dims & ~live_) != 0) continue;
       const bool single = std::has_single_bit(dims);
       if (!single && !options_.merge) continue;
@@ -707,9 +709,11 @@ class Planner {
       partial_floor[dims] = (all_gather_cost(nb, n, link, base_us_) + second_pass) * kMargin;
       // An all_gather is charged the gathered bytes (x n); one mesh dim may
       // leave by an all_to_all, charged its input.
-      shard_floor[dims] = all_gather_cost(single ? min_bytes_ : nb, n, link, margin_base) * kMargin;
+      shard_floor[dims] = all_gather_cost(single ? min_bytes_ : nb, n, link, base_us_) * kMargin;
+      bare_floor[dims] = all_gather_cost(single ? min_bytes_ : nb, n, link, 0) * kMargin;
     }
     cheapest_cover(shard_floor, shard_cover_);
+    cheapest_cover(options_.merge ? bare_floor : shard_floor, bare_cover_);
     cheapest_cover(partial_floor, partial_cover_);
     // The target's split orders, size-1 dims left out.
     for (int64_t d = 0; d < from_.ndim(); ++d)
@@ -759,10 +763,12 @@ class Planner {
   // gathers of the plan (the earliest of them runs while the rest of t
   // still shard), and the answer is the least last[t] over t holding
   // `gather` and no Partial: the dims now R may join.
-  double final_gathers(uint32_t gather, uint32_t partial) const {
+  double final_gathers(uint32_t gather, uint32_t partial, bool with_base) const {
     if (gather == 0) return 0;
+    const uint32_t key = partial | (with_base ? 1u << kMaxDims : 0);
     for (const auto& [mask, table] : final_gathers_)
-      if (mask == partial) return table[gather];
+      if (mask == key) return table[gather];
+    const double base = with_base || !options_.merge ? base_us_ : 0;
     const uint32_t all = 1u << nd_;
     const uint32_t free = to_replicate_ & ~partial;
     double divisor = other_shards_ * static_cast<double>(group_size(partial));
@@ -783,8 +789,7 @@ class Planner {
         const uint32_t rest = t ^ g;
         // Gathered, the group's dims are R; the rest of t still shard.
         const double bytes = global_bytes_ / (divisor * static_cast<double>(group_size(rest)));
-        const double c =
-            all_gather_cost(bytes, group_size(g), slowest_link(g), base_us_) * kMargin;
+        const double c = all_gather_cost(bytes, group_size(g), slowest_link(g), base) * kMargin;
         last[t] = std::min(last[t], c + last[rest]);
       }
     }
@@ -794,7 +799,7 @@ class Planner {
       for (uint32_t t : subsets)
         if (!(t >> i & 1)) last[t] = std::min(last[t], last[t | 1u << i]);
     }
-    final_gathers_.emplace_back(partial, std::move(last));
+    final_gathers_.emplace_back(key, std::move(last));
     return final_gathers_.back().second[gather];
   }
 
@@ -877,9 +882,14 @@ class Planner {
         }
       }
     }
-    double total = partial_cover_[partial] + final_gathers(gather, partial & to_replicate_);
-    for (int64_t d = 0; d < from_.ndim(); ++d) total += shard_cover_[leave[d]];
-    return total;
+    double leaving = 0, leaving_bare = 0;
+    for (int64_t d = 0; d < from_.ndim(); ++d) {
+      leaving += shard_cover_[leave[d]];
+      leaving_bare += bare_cover_[leave[d]];
+    }
+    const uint32_t a = partial & to_replicate_;
+    return partial_cover_[partial] + std::max(leaving + final_gathers(gather, a, false),
+                                              leaving_bare + final_gathers(gather, a, true));
   }
 
   struct Node {
@@ -1089,6 +1099,7 @@ class Planner {
   // Floors are scaled by this so that rounding never makes them overestimate.
   static constexpr double kMargin = 1 - 1e-9;
   double shard_cover_[1u << kMaxDims] = {};
+  double bare_cover_[1u << kMaxDims] = {};  // shard_cover_ without the bases (merging on)
   double partial_cover_[1u << kMaxDims] = {};
   std::vector<int> target_order_[kMaxDims];
   uint32_t live_ = 0;  // mesh dims of more than one rank
