@@ -645,32 +645,29 @@ class Planner {
   // target forces, and each collective's cost is split so that no part of
   // it is counted twice:
   //
-  // 1. Partial dims the target lacks: each needs a reduction over a group
+  // 1. Partial dims bound for S: each needs a reduction over a group
   //    including it (partial_cover_: the cheapest split of them into groups,
-  //    a ring pass each). One bound for R pays a second pass on top: an
-  //    all_reduce makes two, and a reduce_scatter leaves a shard that only
-  //    an all_gather can make R again; counted without the base (its hops
-  //    and bytes only), so that the gather may be shared with part 3.
+  //    a ring pass each on the fewest bytes a reduction can be charged).
   // 2. Dims whose target is not R that shard tensor dim d past the part of
   //    d's split order the state shares with the target: a split order is a
   //    stack (a new shard splits last, only the last splitter may leave), so
   //    each of them has to leave d by an all_gather or all_to_all including
   //    it (shard_cover_ per d).
-  // 3. Dims whose target is R and that shard now: each needs a last
-  //    all_gather, and after it only the dims that may still shard divide
-  //    the bytes: those whose target is not R, the Partials bound for R (as
-  //    if they were already shards, a reduce_scatter away), and the dims
-  //    gathered later. So the last gathers in time run on the most bytes;
-  //    final_gathers() prices the cheapest order and grouping of them, where
-  //    dims now R whose target is R may be chunked and gathered too if that
-  //    makes the others cheaper. This part is what sees bandwidth: a bound
-  //    charging every gather the fewest bytes any state holds left wide
-  //    plateaus of free chunks that A* swept (issue 18's slowest layouts).
+  // 3. Dims bound for R: those sharding now need a last all_gather, the
+  //    Partial ones a reduction (and a last gather if it is a
+  //    reduce_scatter). last_collectives() prices them on the bytes each can
+  //    run on: after a last gather only the dims that may still shard divide
+  //    the bytes, so the last gathers in time run on the most bytes, and a
+  //    reduction is cheap only where dims that must be gathered again shard
+  //    during it. This part is what sees bandwidth: a bound charging every
+  //    collective the fewest bytes any state holds left wide plateaus of
+  //    free chunks that A* swept (issue 18's slowest layouts).
   //
-  // A gather of part 3 may be merged with splitters of part 2, one
-  // collective with one base: so the bound is the larger of two sums, one
-  // counting the bases of part 2's groups and not part 3's, the other the
-  // reverse (without merging no collective is shared, and both count all).
+  // A merged collective may hold members of two parts (a gather of part 3
+  // with splitters of part 2, a reduction of part 3 with Partials of part
+  // 1), one collective with one base: so each such base is counted on one
+  // side only, and the bound is the largest of the ways to choose (without
+  // merging no collective is shared, and every part counts its bases).
   // Free steps (R -> S, R -> P) only add members or drop dividers, so they
   // never lower the bound. Size-1 dims move nothing and count nowhere.
   void init_cover() {
@@ -689,9 +686,11 @@ class Planner {
     }
     min_bytes_ = global_bytes_ / shards;
     const uint32_t all = 1u << nd_;
-    double shard_floor[1u << kMaxDims], bare_floor[1u << kMaxDims], partial_floor[1u << kMaxDims];
+    double shard_floor[1u << kMaxDims], bare_floor[1u << kMaxDims];
+    double partial_floor[1u << kMaxDims], partial_bare_floor[1u << kMaxDims];
     for (uint32_t dims = 1; dims < all; ++dims) {
-      shard_floor[dims] = bare_floor[dims] = partial_floor[dims] = kNoCover;
+      shard_floor[dims] = bare_floor[dims] = kNoCover;
+      partial_floor[dims] = partial_bare_floor[dims] = kNoCover;
       if ((dims & ~live_) != 0) continue;
       const bool single = std::has_single_bit(dims);
       if (!single && !options_.merge) continue;
@@ -699,14 +698,9 @@ class Planner {
       const LinkCost link = slowest_link(dims);
       const double nb = min_bytes_ * static_cast<double>(n);
       // A reduction over the group is charged at least min_bytes_ x n (its
-      // dims are Partial, so they do not shard); see 1. above for the
-      // second pass of the dims bound for R.
-      double second_pass = 0;
-      for (int i = 0; i < nd_; ++i)
-        if ((dims >> i & 1) && dst[i].is_replicate())
-          second_pass += all_gather_cost(min_bytes_ * static_cast<double>(size_[i]), size_[i],
-                                         link_[i], 0);
-      partial_floor[dims] = (all_gather_cost(nb, n, link, base_us_) + second_pass) * kMargin;
+      // dims are Partial, so they do not shard).
+      partial_floor[dims] = reduce_scatter_cost(nb, n, link, base_us_) * kMargin;
+      partial_bare_floor[dims] = reduce_scatter_cost(nb, n, link, 0) * kMargin;
       // An all_gather is charged the gathered bytes (x n); one mesh dim may
       // leave by an all_to_all, charged its input.
       shard_floor[dims] = all_gather_cost(single ? min_bytes_ : nb, n, link, base_us_) * kMargin;
@@ -715,6 +709,7 @@ class Planner {
     cheapest_cover(shard_floor, shard_cover_);
     cheapest_cover(options_.merge ? bare_floor : shard_floor, bare_cover_);
     cheapest_cover(partial_floor, partial_cover_);
+    cheapest_cover(options_.merge ? partial_bare_floor : partial_floor, partial_bare_cover_);
     // The target's split orders, size-1 dims left out.
     for (int64_t d = 0; d < from_.ndim(); ++d)
       for (int64_t j : shard_split_order(dst, d))
@@ -756,51 +751,92 @@ class Planner {
   }
 
   // Part 3 of the bound: the least the last all_gathers of the dims
-  // `gather` (bound for R, sharding now) can cost while the dims `partial`
-  // (bound for R, Partial now) count as shards. Per `partial` (few of them
-  // occur in one search) a table by `gather`, made on first use: last[t] is
-  // the cheapest order of last gathers of the dims t when they are the last
-  // gathers of the plan (the earliest of them runs while the rest of t
-  // still shard), and the answer is the least last[t] over t holding
-  // `gather` and no Partial: the dims now R may join.
-  double final_gathers(uint32_t gather, uint32_t partial, bool with_base) const {
-    if (gather == 0) return 0;
-    const uint32_t key = partial | (with_base ? 1u << kMaxDims : 0);
-    for (const auto& [mask, table] : final_gathers_)
+  // `gather` (bound for R, sharding now) and the reductions of the dims
+  // `partial` (bound for R, Partial now) can cost, given the bytes each runs
+  // on. It is the cheapest plan of a relaxed problem, solved backwards from
+  // the target: a reverse state (t, q) says which dims bound for R have
+  // their last gather later (t) and which Partials their reduction later
+  // (q). At any time the dims that may shard are the other dims that may
+  // ever shard (other_shards_) and t's dims that are not still Partial, so
+  // - a last gather of g runs with t \ q still sharding after it, and is
+  //   charged its output;
+  // - a reduction of r runs with t \ (q + r) sharding, charged its input,
+  //   one ring pass where all of r is gathered later (a reduce_scatter),
+  //   two otherwise (an all_reduce; only an all_gather turns S into R).
+  // The answer is the least over reverse states holding `gather`, all of
+  // `partial` reduced; dims now R whose target is R may join t (chunked
+  // and gathered again) when that makes the rest cheaper. Every real plan
+  // maps onto such a sequence with the same or more bytes at each step, so
+  // this never overestimates. Tables by (partial, which bases count), made
+  // on first use: one search meets few Partial masks.
+  double last_collectives(uint32_t gather, uint32_t partial, bool gather_base,
+                          bool reduce_base) const {
+    if (gather == 0 && partial == 0) return 0;
+    const uint32_t key = partial | (gather_base ? 1u << kMaxDims : 0) |
+                         (reduce_base ? 2u << kMaxDims : 0);
+    for (const auto& [mask, table] : last_collectives_)
       if (mask == key) return table[gather];
-    const double base = with_base || !options_.merge ? base_us_ : 0;
+    const double gbase = gather_base || !options_.merge ? base_us_ : 0;
+    const double rbase = reduce_base || !options_.merge ? base_us_ : 0;
+    const uint32_t u = to_replicate_;
     const uint32_t all = 1u << nd_;
-    const uint32_t free = to_replicate_ & ~partial;
-    double divisor = other_shards_ * static_cast<double>(group_size(partial));
-    std::vector<double> last(all, kNoCover);
-    last[0] = 0;
-    // Subsets of `free`, smallest first, so that every proper subset is
-    // done before its supersets.
-    std::vector<uint32_t> subsets;
-    for (uint32_t t = free;; t = (t - 1) & free) {
-      subsets.push_back(t);
-      if (t == 0) break;
-    }
-    std::reverse(subsets.begin(), subsets.end());
-    for (uint32_t t : subsets) {
-      if (t == 0) continue;
-      for (uint32_t g = t; g != 0; g = (g - 1) & t) {
+    // q is stored compacted to `partial`'s bits, above t's.
+    int pdims[kMaxDims];
+    int np = 0;
+    for (int i = 0; i < nd_; ++i)
+      if (partial >> i & 1) pdims[np++] = i;
+    auto expand = [&](uint32_t c) {
+      uint32_t q = 0;
+      for (int k = 0; k < np; ++k)
+        if (c >> k & 1) q |= 1u << pdims[k];
+      return q;
+    };
+    std::vector<double> dist(static_cast<size_t>(all) << np, kNoCover);
+    dist[0] = 0;
+    auto bytes_with = [&](uint32_t sharding) {
+      return global_bytes_ / (other_shards_ * static_cast<double>(group_size(sharding)));
+    };
+    auto relax = [&](size_t to, double c) { dist[to] = std::min(dist[to], c); };
+    // Events only add bits, so ascending indices are a topological order.
+    for (size_t idx = 0; idx < dist.size(); ++idx) {
+      if (dist[idx] >= kNoCover) continue;
+      const uint32_t t = static_cast<uint32_t>(idx) & (all - 1);
+      const uint32_t qc = static_cast<uint32_t>(idx >> nd_);
+      const uint32_t q = expand(qc);
+      const double here = dist[idx];
+      // A last gather: of dims not yet placed, not a Partial reduced later.
+      const uint32_t can_gather = u & ~t & ~q;
+      const double out_bytes = bytes_with(t & ~q);
+      for (uint32_t g = can_gather; g != 0; g = (g - 1) & can_gather) {
         if (!options_.merge && !std::has_single_bit(g)) continue;
-        const uint32_t rest = t ^ g;
-        // Gathered, the group's dims are R; the rest of t still shard.
-        const double bytes = global_bytes_ / (divisor * static_cast<double>(group_size(rest)));
-        const double c = all_gather_cost(bytes, group_size(g), slowest_link(g), base) * kMargin;
-        last[t] = std::min(last[t], c + last[rest]);
+        relax(idx | g,
+              here + all_gather_cost(out_bytes, group_size(g), slowest_link(g), gbase) * kMargin);
+      }
+      // A reduction of Partials not yet placed.
+      const uint32_t can_reduce = ((1u << np) - 1) & ~qc;
+      for (uint32_t rc = can_reduce; rc != 0; rc = (rc - 1) & can_reduce) {
+        if (!options_.merge && !std::has_single_bit(rc)) continue;
+        const uint32_t r = expand(rc);
+        const double in_bytes = bytes_with(t & ~(q | r));
+        const int64_t n = group_size(r);
+        const LinkCost link = slowest_link(r);
+        const double c = (r & ~t) == 0 ? reduce_scatter_cost(in_bytes, n, link, rbase)
+                                       : all_reduce_cost(in_bytes, n, link, rbase);
+        relax(idx | static_cast<size_t>(rc) << nd_, here + c * kMargin);
       }
     }
-    // Supersets within `free`: the least over t holding each mask.
+    // All of `partial` reduced; the least over t holding each mask.
+    std::vector<double> best(all, kNoCover);
+    const size_t done = static_cast<size_t>((1u << np) - 1) << nd_;
+    for (uint32_t t = 0; t < all; ++t)
+      if ((t & ~u) == 0) best[t] = dist[done | t];
     for (int i = 0; i < nd_; ++i) {
-      if (!(free >> i & 1)) continue;
-      for (uint32_t t : subsets)
-        if (!(t >> i & 1)) last[t] = std::min(last[t], last[t | 1u << i]);
+      if (!(u >> i & 1)) continue;
+      for (uint32_t t = 0; t < all; ++t)
+        if ((t & ~u) == 0 && !(t >> i & 1)) best[t] = std::min(best[t], best[t | 1u << i]);
     }
-    final_gathers_.emplace_back(key, std::move(last));
-    return final_gathers_.back().second[gather];
+    last_collectives_.emplace_back(key, std::move(best));
+    return last_collectives_.back().second[gather];
   }
 
   // The bound of issue 18, kept to measure the one above against (the
@@ -887,9 +923,21 @@ class Planner {
       leaving += shard_cover_[leave[d]];
       leaving_bare += bare_cover_[leave[d]];
     }
-    const uint32_t a = partial & to_replicate_;
-    return partial_cover_[partial] + std::max(leaving + final_gathers(gather, a, false),
-                                              leaving_bare + final_gathers(gather, a, true));
+    const uint32_t a = partial & to_replicate_, rest = partial & ~to_replicate_;
+    if (!options_.merge) {  // no collective is shared: every part counts its bases
+      return partial_cover_[rest] + leaving + last_collectives(gather, a, true, true);
+    }
+    // A merged collective is counted once: part 3's gathers may hold part
+    // 2's splitters and its reductions part 1's Partials, so each base goes
+    // to one side, and the bound is the largest of the four ways.
+    double best = 0;
+    for (int k = 0; k < 4; ++k) {
+      const bool reduce_base = k & 1, gather_base = k & 2;
+      best = std::max(best, (reduce_base ? partial_bare_cover_[rest] : partial_cover_[rest]) +
+                                (gather_base ? leaving_bare : leaving) +
+                                last_collectives(gather, a, gather_base, reduce_base));
+    }
+    return best;
   }
 
   struct Node {
@@ -1100,6 +1148,7 @@ class Planner {
   static constexpr double kMargin = 1 - 1e-9;
   double shard_cover_[1u << kMaxDims] = {};
   double bare_cover_[1u << kMaxDims] = {};  // shard_cover_ without the bases (merging on)
+  double partial_bare_cover_[1u << kMaxDims] = {};
   double partial_cover_[1u << kMaxDims] = {};
   std::vector<int> target_order_[kMaxDims];
   uint32_t live_ = 0;  // mesh dims of more than one rank
@@ -1107,8 +1156,9 @@ class Planner {
   // the sizes of the other live dims that may shard.
   uint32_t to_replicate_ = 0;
   double other_shards_ = 1;
-  // final_gathers' tables, by the mask of Partials bound for R.
-  mutable std::vector<std::pair<uint32_t, std::vector<double>>> final_gathers_;
+  // last_collectives' tables, by the mask of Partials bound for R and the
+  // bases counted.
+  mutable std::vector<std::pair<uint32_t, std::vector<double>>> last_collectives_;
   double min_bytes_ = 0;
   double lb_[kMaxDims] = {};  // the coarse bound's, per mesh dim
   int nd_ = 0;
