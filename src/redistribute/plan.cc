@@ -120,7 +120,7 @@ class Planner {
     ordered_ = has_shard_order(from.placements()) || has_shard_order(to.placements());
     floating_ = is_floating(from.dtype());
     if (mode_ == SearchMode::Pruned) init_cover();
-    if (mode_ == SearchMode::CoarsePruned) init_coarse_bound();
+    if (mode_ == SearchMode::CoarsePruned || coarse_) init_coarse_bound();
   }
 
   RedistributePlan plan() {
@@ -700,6 +700,21 @@ class Planner {
       else other_shards_ *= static_cast<double>(size_[i]);
     }
     min_bytes_ = global_bytes_ / shards;
+    // last_collectives' tables grow as 3^|R dims| x 2^|Partials| (and the
+    // other way round), one per Partial mask met: with many Partials (all
+    // of a 5-d mesh reduced, say) they cost more than the states they
+    // prune, and the coarse bound of issue 18 plans such layouts faster.
+    int np = 0, nr = 0;
+    for (int i = 0; i < nd_; ++i) {
+      np += size_[i] > 1 && src[i].is_partial() && src[i] != dst[i];
+      nr += to_replicate_ >> i & 1;
+    }
+    const double per_table = std::pow(3.0, nr) * std::pow(2.0, np) +
+                             std::pow(2.0, nr) * std::pow(3.0, np);
+    if (per_table * std::pow(2.0, np + 1) > kMaxBoundWork) {
+      coarse_ = true;
+      return;
+    }
     const uint32_t all = 1u << nd_;
     double shard_floor[1u << kMaxDims], bare_floor[1u << kMaxDims];
     for (uint32_t dims = 1; dims < all; ++dims) {
@@ -881,7 +896,7 @@ class Planner {
 
   double lower_bound(const Placements& p) const {
     if (mode_ == SearchMode::Exhaustive) return 0;
-    if (mode_ == SearchMode::CoarsePruned) return coarse_bound(p);
+    if (mode_ == SearchMode::CoarsePruned || coarse_) return coarse_bound(p);
     const Placements& dst = to_.placements();
     uint32_t partial = 0, gather = 0;
     uint32_t leave[kMaxDims] = {};  // part 1, per tensor dim: splitters that must leave it
@@ -1192,6 +1207,7 @@ class Planner {
   const DeviceMesh& mesh_;
   RedistributeOptions options_;
   SearchMode mode_ = SearchMode::Pruned;
+  bool coarse_ = false;  // Pruned, but with the coarse bound (see init_cover)
   size_t max_states_ = kMaxPlanStates;
   mutable Group scratch_;
   mutable GroupInfo groups_[1u << kMaxDims];
@@ -1203,6 +1219,9 @@ class Planner {
   // classes and the Partial one; the target's split orders without size-1
   // dims; the fewest bytes per rank a collective can be charged.
   static constexpr double kNoCover = 1e300;
+  // The most steps last_collectives' tables may take in one plan (measured:
+  // beyond it they cost more than the coarse bound's search).
+  static constexpr double kMaxBoundWork = 60000;
   // Floors are scaled by this so that rounding never makes them overestimate.
   static constexpr double kMargin = 1 - 1e-9;
   double shard_cover_[1u << kMaxDims] = {};
