@@ -1031,11 +1031,6 @@ class Planner {
   std::optional<std::vector<RedistributeStep>> search() const {
     const Placements& src = from_.placements();
     const uint64_t start = key_of(src), goal = key_of(to_.placements());
-    // The per-dim plan is one of the paths searched, so the cheapest costs
-    // no more (the margin keeps equally cheap paths, and their peaks, in).
-    double upper_bound = 0;
-    for (const RedistributeStep& st : per_dim_steps()) upper_bound += st.cost_us;
-    upper_bound += 1e-9 * std::max(1.0, upper_bound);
     NodeTable nodes;
     const uint32_t first = nodes.try_emplace(start).first;
     nodes[first].move.next = src;
@@ -1063,24 +1058,19 @@ class Planner {
       if (options_.merge) merged_edges(cur, edges);
       for (Move& e : edges) {
         const uint64_t k = key_of(e.next);
-        const Node* seen = nodes.find(k);
-        if (seen != nullptr && seen->done) continue;
+        const auto [to, fresh] = nodes.try_emplace(k);
+        if (!fresh && nodes[to].done) continue;
         price_move(cur, e);
         const double c = cost + e.cost;
         const double pk = std::max(peak, e.peak);
-        if (seen != nullptr && !better(c, pk, steps + 1, *seen)) continue;
-        // No path through a state whose cost plus bound exceeds the per-dim
-        // plan's cost is a cheapest one: such states are not even stored.
-        const double f = c + lower_bound(e.next);
-        if (f > upper_bound) continue;
-        const uint32_t to = nodes.try_emplace(k).first;
         Node& n = nodes[to];
+        if (!fresh && !better(c, pk, steps + 1, n)) continue;
         n.cost = c;
         n.peak = pk;
         n.steps = steps + 1;
         n.prev = at;
         n.move = e;
-        queue.emplace(f, pk, steps + 1, k, to);
+        queue.emplace(c + lower_bound(e.next), pk, steps + 1, k, to);
       }
       if (nodes.size() > max_states_) return std::nullopt;
     }
