@@ -800,8 +800,8 @@ class Planner {
       if (mask == key) return table[gather];
     const double gbase = gather_base || !options_.merge ? base_us_ : 0;
     const uint32_t u = to_replicate_;
-    // Partials bound for S shard once reduced (a reduce_scatter straight to
-    // their target), so they divide the bytes of what runs after their
+    // Partials bound for S may shard once reduced (a reduce_scatter leaves
+    // them sharding), so they divide the bytes of what runs after their
     // reduction; the other dims outside u that may shard always do.
     const uint32_t to_shard = partial & ~u;
     const double always = other_shards_ / static_cast<double>(group_size(to_shard));
@@ -846,8 +846,9 @@ class Planner {
         const double in_bytes = bytes_with((t | to_shard) & ~(q | r));
         const int64_t n = group_size(r);
         const LinkCost link = slowest_link(r);
-        const double c = (r & ~(t | to_shard)) == 0 ? reduce_scatter_cost(in_bytes, n, link, base_us_)
-                                                    : all_reduce_cost(in_bytes, n, link, base_us_);
+        const bool scatter = (r & ~(t | to_shard)) == 0;
+        const double c = scatter ? reduce_scatter_cost(in_bytes, n, link, base_us_)
+                                 : all_reduce_cost(in_bytes, n, link, base_us_);
         relax(idx | static_cast<size_t>(rc) << nd_, here + c * kMargin);
       }
     }
