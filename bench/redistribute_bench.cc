@@ -10,14 +10,18 @@
 // first round also pays for auto-flattening registering its groups.
 // Cached: the same pairs, warmed; each iteration is one cache hit.
 //
-// BM_PlanColdSweep/4, /5: the worst case of cold planning on 4-d and 5-d
-// meshes (2x2x2x2, 2x2x2x4, 4x2x2x2, 2x2x4x4; 2x2x2x2x2, 2x2x2x2x4,
-// 4x2x2x2x2) of a simulated world of 64: 200 random valid pairs (tensor rank
-// 1-4, dims 1-64, placements S / R / P(sum) or P(avg)); each pair is planned
-// cold (cache cleared, untimed) 3 times and its least thread CPU time kept, so that
-// the max over pairs is the slowest layout, not a scheduling hiccup of a
-// shared machine. Counters: mean_us and max_us over the pairs; the label
-// names the slowest pair.
+// BM_PlanColdSweep/3, /4, /5: the worst case of cold planning on 3-d, 4-d
+// and 5-d meshes (2x2x2, 2x4x1, 4x2x1, 1x2x4; 2x2x2x2, 2x2x2x4, 4x2x2x2,
+// 2x2x4x4; 2x2x2x2x2, 2x2x2x2x4, 4x2x2x2x2) of a simulated world of 64: 200
+// random valid pairs (tensor rank 1-4, dims 1-64, placements S / R / P(sum)
+// or P(avg)); each pair is planned from scratch (build_plan: the search and
+// the plan check, what a cache miss runs) 3 times and its least thread CPU
+// time kept, so that the max over pairs is the slowest layout, not a
+// scheduling hiccup of a shared machine. Each pair is planned by today's
+// search and by the A* of issue 18 (SearchMode::CoarsePruned) in turn.
+// Counters: mean_us and max_us over the pairs, before_mean_us and
+// before_max_us the same for issue 18's search; the label names the
+// slowest pair of each.
 //
 // BM_Redistribute_PRP_to_RRR: a 16 MiB float32 DTensor on a 2x2x2 mesh with
 // placements (P, R, P) redistributed to (R, R, R): per_dim (search = false,
@@ -41,6 +45,7 @@
 #include <vector>
 
 #include "dtensor/dtensor.h"
+#include "redistribute/plan_internal.h"
 
 namespace {
 
@@ -181,8 +186,9 @@ double thread_now() {
 std::vector<SpecPair> sweep_pairs(int mesh_ndim) {
   static World world = World::simulated(64);
   const std::vector<Shape> shapes =
-      mesh_ndim == 4 ? std::vector<Shape>{{2, 2, 2, 2}, {2, 2, 2, 4}, {4, 2, 2, 2}, {2, 2, 4, 4}}
-                     : std::vector<Shape>{{2, 2, 2, 2, 2}, {2, 2, 2, 2, 4}, {4, 2, 2, 2, 2}};
+      mesh_ndim == 3   ? std::vector<Shape>{{2, 2, 2}, {2, 4, 1}, {4, 2, 1}, {1, 2, 4}}
+      : mesh_ndim == 4 ? std::vector<Shape>{{2, 2, 2, 2}, {2, 2, 2, 4}, {4, 2, 2, 2}, {2, 2, 4, 4}}
+                       : std::vector<Shape>{{2, 2, 2, 2, 2}, {2, 2, 2, 2, 4}, {4, 2, 2, 2, 2}};
   std::vector<DeviceMesh> meshes;
   for (const Shape& s : shapes) meshes.emplace_back(world, s);
   std::mt19937_64 rng(7000 + mesh_ndim);
@@ -217,36 +223,55 @@ std::vector<SpecPair> sweep_pairs(int mesh_ndim) {
   return out;
 }
 
+// One pair's least thread CPU time over 3 cold plans by `mode` (the search
+// and the plan check, as plan_redistribute runs them on a cache miss).
+double least_cold_time(const SpecPair& p, redistribute_detail::SearchMode mode) {
+  double best = 1e300;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = thread_now();
+    auto plan = redistribute_detail::build_plan(p.first, p.second, {}, mode);
+    const auto t1 = thread_now();
+    benchmark::DoNotOptimize(plan.steps.data());
+    best = std::min(best, (t1 - t0));
+  }
+  return best;
+}
+
 void BM_PlanColdSweep(benchmark::State& state) {
+  using redistribute_detail::SearchMode;
   const std::vector<SpecPair> pairs = sweep_pairs(static_cast<int>(state.range(0)));
-  double sum = 0, worst = 0;
-  std::string worst_pair;
+  // The bound of issue 18 (CoarsePruned) beside today's (Pruned), pair by
+  // pair, so that both see the same load of a shared machine.
+  struct Figures {
+    double sum = 0, worst = 0;
+    std::string worst_pair;
+  } now, before;
   for (auto _ : state) {
-    sum = worst = 0;
+    now = before = Figures{};
     for (const SpecPair& p : pairs) {
-      double best = 1e300;
-      for (int rep = 0; rep < 3; ++rep) {
-        clear_redistribute_plan_cache();
-        const auto t0 = thread_now();
-        auto plan = plan_redistribute(p.first, p.second);
-        const auto t1 = thread_now();
-        benchmark::DoNotOptimize(plan.get());
-        best = std::min(best, (t1 - t0));
-      }
-      sum += best;
-      if (best > worst) {
-        worst = best;
-        worst_pair = p.first.mesh().to_string() + " " + to_string(p.first.shape()) + " " +
-                     to_string(p.first.placements()) + " -> " + to_string(p.second.placements());
+      const std::string name = p.first.mesh().to_string() + " " + to_string(p.first.shape()) +
+                               " " + to_string(p.first.placements()) + " -> " +
+                               to_string(p.second.placements());
+      for (auto [mode, f] : {std::pair{SearchMode::Pruned, &now},
+                             std::pair{SearchMode::CoarsePruned, &before}}) {
+        const double t = least_cold_time(p, mode);
+        f->sum += t;
+        if (t > f->worst) {
+          f->worst = t;
+          f->worst_pair = name;
+        }
       }
     }
   }
-  state.counters["mean_us"] = sum / static_cast<double>(pairs.size());
-  state.counters["max_us"] = worst;
-  state.counters["pairs"] = static_cast<double>(pairs.size());
-  state.SetLabel("slowest: " + worst_pair);
+  const double n = static_cast<double>(pairs.size());
+  state.counters["mean_us"] = now.sum / n;
+  state.counters["max_us"] = now.worst;
+  state.counters["before_mean_us"] = before.sum / n;
+  state.counters["before_max_us"] = before.worst;
+  state.counters["pairs"] = n;
+  state.SetLabel("slowest: " + now.worst_pair + "; before: " + before.worst_pair);
 }
-BENCHMARK(BM_PlanColdSweep)->Arg(4)->Arg(5)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PlanColdSweep)->Arg(3)->Arg(4)->Arg(5)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 constexpr int64_t kRows = 4096, kCols = 1024;  // float32: 16 MiB
 constexpr int64_t kGlobalBytes = kRows * kCols * static_cast<int64_t>(sizeof(float));

@@ -45,9 +45,6 @@ namespace dtensor::redistribute_detail {
 
 namespace {
 
-// Beyond this many states the search falls back to the per-dim plan (only
-// reachable with many large mesh dims; realistic meshes have < 10^4).
-constexpr size_t kMaxStates = 50000;
 
 // 8 bits per mesh dim: the low 4 are 0 = R, 1..8 = S(0..7), 9..12 =
 // P(sum, avg, max, min); the high 4 a shard's order + 1 (0 = natural).
@@ -85,6 +82,18 @@ std::vector<int64_t> nested_sizes(int64_t length, const std::vector<int64_t>& ns
   return pieces;
 }
 
+// has_shard_order (placement.h), inline: the search asks it of every state
+// and edge, and the call was 8% of a cold plan.
+inline bool has_order(const Placements& p) {
+  for (const Placement& q : p)
+    if (q.is_shard() && q.shard_order() >= 0) return true;
+  return false;
+}
+
+// Whether the mask of mesh dims holds exactly one (std::has_single_bit,
+// without the library call it becomes on a build for generic x86-64).
+constexpr bool one_dim(uint32_t dims) { return dims != 0 && (dims & (dims - 1)) == 0; }
+
 bool is_sum_or_avg(ReduceOp op) { return op == ReduceOp::Sum || op == ReduceOp::Avg; }
 
 }  // namespace
@@ -92,12 +101,13 @@ bool is_sum_or_avg(ReduceOp op) { return op == ReduceOp::Sum || op == ReduceOp::
 class Planner {
  public:
   Planner(const DTensorSpec& from, const DTensorSpec& to, const RedistributeOptions& options,
-          SearchMode mode)
+          SearchMode mode, size_t max_states)
       : from_(from),
         to_(to),
         mesh_(from.mesh()),
         options_(options),
-        exhaustive_(mode == SearchMode::Exhaustive),
+        mode_(mode),
+        max_states_(max_states),
         scratch_{from.mesh(), 0, 1, {}} {
     nd_ = mesh_.ndim();
     auto_flatten_ = options.auto_flatten.value_or(mesh_.auto_flatten());
@@ -109,18 +119,8 @@ class Planner {
     global_bytes_ = static_cast<double>(from.global_bytes());
     ordered_ = has_shard_order(from.placements()) || has_shard_order(to.placements());
     floating_ = is_floating(from.dtype());
-    // The fewest bytes per rank any state holds: every mesh dim sharding.
-    double min_bytes = global_bytes_;
-    for (int i = 0; i < nd_; ++i) min_bytes /= static_cast<double>(size_[i]);
-    // lb_[i]: the least any collective whose group includes mesh dim i can
-    // cost. A group over more dims has more ranks, a latency no lower and a
-    // bandwidth no higher (DeviceMesh::link takes the slowest link), every
-    // collective makes at least one ring pass, and it is charged for no
-    // fewer than min_bytes; the margin keeps rounding from overestimating.
-    for (int i = 0; i < nd_; ++i)
-      lb_[i] = size_[i] > 1
-                   ? all_gather_cost(min_bytes, size_[i], link_[i], base_us_) * (1 - 1e-9)
-                   : 0;
+    if (mode_ == SearchMode::Pruned) init_cover();
+    if (mode_ == SearchMode::CoarsePruned || coarse_) init_coarse_bound();
   }
 
   RedistributePlan plan() {
@@ -129,7 +129,7 @@ class Planner {
     std::vector<RedistributeStep> steps;
     if (from_.placements() != to_.placements()) {
       // Merging is decided in one place, the search: merged collectives are
-      // edges of it, priced like the others. Past kMaxStates, or with the
+      // edges of it, priced like the others. Past max_states_, or with the
       // search off, the plan is the per-dim path, unmerged.
       std::optional<std::vector<RedistributeStep>> found;
       if (options_.search) found = search();
@@ -185,7 +185,7 @@ class Planner {
   // size-1 dims) shards d: mesh_dim's chunks are adjacent pieces of one
   // range, so it may gather them or give them up.
   bool last_in_order(const Placements& p, int mesh_dim, int64_t d) const {
-    if (!has_shard_order(p)) return !sharded_after(p, mesh_dim, d);
+    if (!has_order(p)) return !sharded_after(p, mesh_dim, d);
     const DimVector seq = shard_split_order(p, d);
     bool after = false;
     for (int64_t j : seq) {
@@ -216,7 +216,7 @@ class Planner {
         if ((ordered_ || size_[j] > 1) && cur[j].is_shard(d)) return true;
       return false;
     };
-    if (!has_shard_order(cur) && !(q.is_shard() && later(q.dim()))) {
+    if (!has_order(cur) && !(q.is_shard() && later(q.dim()))) {
       Placements next = cur;
       next[i] = q.is_shard() ? Shard(q.dim()) : q;
       return next;
@@ -267,7 +267,7 @@ class Planner {
   }
 
   Group group_of(uint32_t dims) const {
-    if (std::has_single_bit(dims)) {
+    if (one_dim(dims)) {
       const int i = std::countr_zero(dims);
       return Group{mesh_, i, size_[i], link_[i]};
     }
@@ -328,6 +328,8 @@ class Planner {
   // An edge of the search before it is made a step: the state after, its
   // price, and what rebuilds the step (single_step or merged_step) for the
   // path the search returns, so the inner loop builds no RedistributeStep.
+  // Edges are priced (price_move) only once the search knows the state
+  // they lead to is not settled yet: most lead back to settled states.
   struct Move {
     Placements next;
     double cost = 0;
@@ -336,7 +338,14 @@ class Planner {
     bool merged = false;
     StepKind kind = StepKind::Local;
     Placement q;          // the placement the mesh dims go to (before renumbering)
+    int64_t tensor_dim = -1;  // the tensor dim price() is told
   };
+
+  void price_move(const Placements& cur, Move& m) const {
+    const Price pr = price(m.kind, m.dims, cur, m.next, m.tensor_dim, m.q);
+    m.cost = pr.cost_us;
+    m.peak = pr.peak;
+  }
 
   struct Price {
     StepKind kind = StepKind::Local;
@@ -411,9 +420,8 @@ class Planner {
   }
 
   Move single_move(const Placements& cur, int i, Placement q, const Placements& next) const {
-    const StepKind kind = single_kind(i, cur[i], q);
-    const Price pr = price(kind, 1u << i, cur, next, single_tensor_dim(cur[i], q), q);
-    return Move{next, pr.cost_us, pr.peak, 1u << i, false, kind, q};
+    return Move{next, 0, 0, 1u << i, false, single_kind(i, cur[i], q), q,
+                single_tensor_dim(cur[i], q)};
   }
 
   // The step changing mesh dim i from cur[i] to q (validity checked by the caller).
@@ -540,7 +548,7 @@ class Planner {
     // Every subset of `dims` with two or more members.
     auto for_subsets = [](uint32_t dims, auto&& f) {
       for (uint32_t sub = dims; sub != 0; sub = (sub - 1) & dims)
-        if (!std::has_single_bit(sub)) f(sub);
+        if (!one_dim(sub)) f(sub);
     };
     // The mesh dims of `sub` in the order their single steps to q would
     // run, or false when one of them breaks the nesting rule on the way:
@@ -569,8 +577,7 @@ class Planner {
       return true;
     };
     auto add = [&](uint32_t sub, StepKind kind, Placement q) {
-      const Price pr = price(kind, sub, cur, next, q.is_shard() ? q.dim() : -1, q);
-      out.push_back(Move{next, pr.cost_us, pr.peak, sub, true, kind, q});
+      out.push_back(Move{next, 0, 0, sub, true, kind, q, q.is_shard() ? q.dim() : -1});
     };
     for_subsets(partial_dims, [&](uint32_t sub) {
       // Reductions have no nesting rule: tensor dim -1 is sharded nowhere.
@@ -592,8 +599,7 @@ class Planner {
         if (!run_of(sub, Replicate(), d, /*gather=*/true)) return;
         if (!mergeable(cur, sub, order, StepKind::AllGather, d)) return;
         // The gather's bytes are priced from cur, its tensor dim is d.
-        const Price pr = price(StepKind::AllGather, sub, cur, next, d, Replicate());
-        out.push_back(Move{next, pr.cost_us, pr.peak, sub, true, StepKind::AllGather, Replicate()});
+        out.push_back(Move{next, 0, 0, sub, true, StepKind::AllGather, Replicate(), d});
       });
     }
   }
@@ -649,20 +655,230 @@ class Planner {
   }
 
   // ---- search ----
-  // A lower bound on the cost from p to the target (A*'s heuristic; 0 for
-  // the exhaustive search). Every mesh dim of more than one rank that holds
-  // a Partial the target lacks needs a reduction over a group including it,
-  // and one that shards tensor dim d where the target does not needs a
-  // gather or all_to_all including it while it still shards d. One
-  // collective serves only one of these classes (a reduction runs over
-  // Partial dims only, a merged gather over dims sharding one tensor dim, an
-  // all_to_all over one mesh dim), so the bound adds, per class, the
-  // cheapest collective its costliest member can be part of (lb_). It never
-  // overestimates, so the path found is a cheapest one, and along any edge
-  // it drops by no more than the edge costs (an edge empties at most its own
-  // class by its own members), so no state needs settling twice.
-  double lower_bound(const Placements& p) const {
-    if (exhaustive_) return 0;
+  // A* needs a lower bound on the cost from a state to the target that
+  // never overestimates (so the path found is a cheapest one) and drops
+  // along an edge by no more than the edge costs (consistency: so no state
+  // needs settling twice, and a settled state's cost, peak and steps are
+  // final). lower_bound adds up two parts, each from collectives the
+  // target forces, and each collective's cost is split so that no part of
+  // it is counted twice:
+  //
+  // 1. Dims whose target is not R that shard tensor dim d past the part of
+  //    d's split order the state shares with the target: a split order is a
+  //    stack (a new shard splits last, only the last splitter may leave), so
+  //    each of them has to leave d by an all_gather or all_to_all including
+  //    it (shard_cover_ per d: the cheapest split of them into groups, a
+  //    ring pass each on the fewest bytes such a collective is charged).
+  // 2. Partials the target lacks need a reduction, and dims bound for R
+  //    that shard now a last all_gather (as do Partials bound for R reduced
+  //    by a reduce_scatter). last_collectives() prices them on the bytes
+  //    each can run on: after a last gather only the dims that may still
+  //    shard divide the bytes, so the last gathers in time run on the most
+  //    bytes, and a reduction is cheap only where dims that must be gathered
+  //    again shard during it. This part is what sees bandwidth: a bound
+  //    charging every collective the fewest bytes any state holds left wide
+  //    plateaus of free chunks that A* swept (issue 18's slowest layouts).
+  //
+  // A merged gather may hold members of both parts, one collective with one
+  // base: so its base is counted on one side only, and the bound is the
+  // larger of the two ways to choose (without merging no collective is
+  // shared, and both parts count their bases). Free steps (R -> S, R -> P)
+  // only add members or drop dividers, so they never lower the bound.
+  // Size-1 dims move nothing and count nowhere.
+  void init_cover() {
+    const Placements& src = from_.placements();
+    const Placements& dst = to_.placements();
+    // A Partial both ends hold stays one (no R -> P brings it back), so its
+    // mesh dim never shards.
+    double shards = 1;
+    for (int i = 0; i < nd_; ++i) {
+      if (size_[i] == 1) continue;
+      live_ |= 1u << i;
+      if (src[i].is_partial() && src[i] == dst[i] && !options_.allow_new_partial) continue;
+      shards *= static_cast<double>(size_[i]);
+      if (dst[i].is_replicate()) to_replicate_ |= 1u << i;
+      else other_shards_ *= static_cast<double>(size_[i]);
+    }
+    min_bytes_ = global_bytes_ / shards;
+    // last_collectives' tables grow as 3^|R dims| x 2^|Partials| (and the
+    // other way round), one per Partial mask met: with many Partials (all
+    // of a 5-d mesh reduced, say) they cost more than the states they
+    // prune, and the coarse bound of issue 18 plans such layouts faster.
+    int np = 0, nr = 0;
+    for (int i = 0; i < nd_; ++i) {
+      np += size_[i] > 1 && src[i].is_partial() && src[i] != dst[i];
+      nr += to_replicate_ >> i & 1;
+    }
+    const double per_table = std::pow(3.0, nr) * std::pow(2.0, np) +
+                             std::pow(2.0, nr) * std::pow(3.0, np);
+    if (per_table * std::pow(2.0, np + 1) > kMaxBoundWork) {
+      coarse_ = true;
+      return;
+    }
+    const uint32_t all = 1u << nd_;
+    double shard_floor[1u << kMaxDims], bare_floor[1u << kMaxDims];
+    for (uint32_t dims = 1; dims < all; ++dims) {
+      shard_floor[dims] = bare_floor[dims] = kNoCover;
+      if ((dims & ~live_) != 0) continue;
+      const bool single = one_dim(dims);
+      if (!single && !options_.merge) continue;
+      const int64_t n = group_size(dims);
+      const LinkCost link = slowest_link(dims);
+      const double nb = min_bytes_ * static_cast<double>(n);
+      // An all_gather is charged the gathered bytes (x n); one mesh dim may
+      // leave by an all_to_all, charged its input.
+      shard_floor[dims] = all_gather_cost(single ? min_bytes_ : nb, n, link, base_us_) * kMargin;
+      bare_floor[dims] = all_gather_cost(single ? min_bytes_ : nb, n, link, 0) * kMargin;
+    }
+    cheapest_cover(shard_floor, shard_cover_);
+    cheapest_cover(options_.merge ? bare_floor : shard_floor, bare_cover_);
+    // The target's split orders, size-1 dims left out.
+    for (int64_t d = 0; d < from_.ndim(); ++d)
+      for (int64_t j : shard_split_order(dst, d))
+        if (size_[j] > 1) target_order_[d].push_back(static_cast<int>(j));
+  }
+
+  int64_t group_size(uint32_t dims) const {
+    int64_t n = 1;
+    for (int i = 0; i < nd_; ++i)
+      if (dims >> i & 1) n *= size_[i];
+    return n;
+  }
+
+  // DeviceMesh::link of a group: the least bandwidth and the largest
+  // latency of its dims (computed here, without the mesh's lock).
+  LinkCost slowest_link(uint32_t dims) const {
+    LinkCost link{1e300, 0};
+    for (int i = 0; i < nd_; ++i) {
+      if (!(dims >> i & 1)) continue;
+      link.bandwidth_gbps = std::min(link.bandwidth_gbps, link_[i].bandwidth_gbps);
+      link.latency_us = std::max(link.latency_us, link_[i].latency_us);
+    }
+    return link;
+  }
+
+  // out[m]: the cheapest split of the dims m into groups priced by floor;
+  // each split is counted once, by the group holding m's lowest dim.
+  void cheapest_cover(const double* floor, double* out) const {
+    const uint32_t all = 1u << nd_;
+    out[0] = 0;
+    for (uint32_t m = 1; m < all; ++m) {
+      out[m] = kNoCover;
+      if ((m & ~live_) != 0) continue;
+      const uint32_t low = m & (~m + 1);
+      for (uint32_t sub = m; sub != 0; sub = (sub - 1) & m)
+        if ((sub & low) && floor[sub] < kNoCover)
+          out[m] = std::min(out[m], floor[sub] + out[m ^ sub]);
+    }
+  }
+
+  // Part 2 of the bound: the least the last all_gathers of the dims
+  // `gather` (bound for R, sharding now) and the reductions of the dims
+  // `partial` (Partial now, the target not) can cost, given the bytes each runs
+  // on. It is the cheapest plan of a relaxed problem, solved backwards from
+  // the target: a reverse state (t, q) says which dims bound for R have
+  // their last gather later (t) and which Partials their reduction later
+  // (q). At any time the dims that may shard are the other dims that may
+  // ever shard (other_shards_; Partials bound for S only once reduced) and
+  // t's dims that are not still Partial, so
+  // - a last gather of g runs with t \ q still sharding after it, and is
+  //   charged its output;
+  // - a reduction of r runs with t \ (q + r) sharding, charged its input,
+  //   one ring pass where all of r is gathered later or bound for S (a
+  //   reduce_scatter), two otherwise (an all_reduce; only an all_gather
+  //   turns S into R).
+  // The answer is the least over reverse states holding `gather`, all of
+  // `partial` reduced; dims now R whose target is R may join t (chunked
+  // and gathered again) when that makes the rest cheaper. Every real plan
+  // maps onto such a sequence with the same or more bytes at each step, so
+  // this never overestimates. Tables by (partial, which bases count), made
+  // on first use: one search meets few Partial masks.
+  double last_collectives(uint32_t gather, uint32_t partial, bool gather_base) const {
+    if (gather == 0 && partial == 0) return 0;
+    const uint32_t key = partial | (gather_base ? 1u << kMaxDims : 0);
+    for (const auto& [mask, table] : last_collectives_)
+      if (mask == key) return table[gather];
+    const double gbase = gather_base || !options_.merge ? base_us_ : 0;
+    const uint32_t u = to_replicate_;
+    // Partials bound for S may shard once reduced (a reduce_scatter leaves
+    // them sharding), so they divide the bytes of what runs after their
+    // reduction; the other dims outside u that may shard always do.
+    const uint32_t to_shard = partial & ~u;
+    const double always = other_shards_ / static_cast<double>(group_size(to_shard));
+    const uint32_t all = 1u << nd_;
+    // q is stored compacted to `partial`'s bits, above t's.
+    int pdims[kMaxDims];
+    int np = 0;
+    for (int i = 0; i < nd_; ++i)
+      if (partial >> i & 1) pdims[np++] = i;
+    auto expand = [&](uint32_t c) {
+      uint32_t q = 0;
+      for (int k = 0; k < np; ++k)
+        if (c >> k & 1) q |= 1u << pdims[k];
+      return q;
+    };
+    std::vector<double> dist(static_cast<size_t>(all) << np, kNoCover);
+    dist[0] = 0;
+    auto bytes_with = [&](uint32_t sharding) {
+      return global_bytes_ / (always * static_cast<double>(group_size(sharding)));
+    };
+    auto relax = [&](size_t to, double c) { dist[to] = std::min(dist[to], c); };
+    // Events only add bits, so ascending indices are a topological order.
+    for (size_t idx = 0; idx < dist.size(); ++idx) {
+      if (dist[idx] >= kNoCover) continue;
+      const uint32_t t = static_cast<uint32_t>(idx) & (all - 1);
+      const uint32_t qc = static_cast<uint32_t>(idx >> nd_);
+      const uint32_t q = expand(qc);
+      const double here = dist[idx];
+      // A last gather: of dims not yet placed, not a Partial reduced later.
+      const uint32_t can_gather = u & ~t & ~q;
+      const double out_bytes = bytes_with((t | to_shard) & ~q);
+      for (uint32_t g = can_gather; g != 0; g = (g - 1) & can_gather) {
+        if (!options_.merge && !one_dim(g)) continue;
+        relax(idx | g,
+              here + all_gather_cost(out_bytes, group_size(g), slowest_link(g), gbase) * kMargin);
+      }
+      // A reduction of Partials not yet placed.
+      const uint32_t can_reduce = ((1u << np) - 1) & ~qc;
+      for (uint32_t rc = can_reduce; rc != 0; rc = (rc - 1) & can_reduce) {
+        if (!options_.merge && !one_dim(rc)) continue;
+        const uint32_t r = expand(rc);
+        const double in_bytes = bytes_with((t | to_shard) & ~(q | r));
+        const int64_t n = group_size(r);
+        const LinkCost link = slowest_link(r);
+        const bool scatter = (r & ~(t | to_shard)) == 0;
+        const double c = scatter ? reduce_scatter_cost(in_bytes, n, link, base_us_)
+                                 : all_reduce_cost(in_bytes, n, link, base_us_);
+        relax(idx | static_cast<size_t>(rc) << nd_, here + c * kMargin);
+      }
+    }
+    // All of `partial` reduced; the least over t holding each mask.
+    std::vector<double> best(all, kNoCover);
+    const size_t done = static_cast<size_t>((1u << np) - 1) << nd_;
+    for (uint32_t t = 0; t < all; ++t)
+      if ((t & ~u) == 0) best[t] = dist[done | t];
+    for (int i = 0; i < nd_; ++i) {
+      if (!(u >> i & 1)) continue;
+      for (uint32_t t = 0; t < all; ++t)
+        if ((t & ~u) == 0 && !(t >> i & 1)) best[t] = std::min(best[t], best[t | 1u << i]);
+    }
+    last_collectives_.emplace_back(key, std::move(best));
+    return last_collectives_.back().second[gather];
+  }
+
+  // The bound of issue 18, kept to measure the one above against (the
+  // bench's before/after): per class, the cheapest collective its costliest
+  // member can be part of, a ring pass of the fewest bytes any state holds.
+  void init_coarse_bound() {
+    double min_bytes = global_bytes_;
+    for (int i = 0; i < nd_; ++i) min_bytes /= static_cast<double>(size_[i]);
+    for (int i = 0; i < nd_; ++i)
+      lb_[i] = size_[i] > 1
+                   ? all_gather_cost(min_bytes, size_[i], link_[i], base_us_) * (1 - 1e-9)
+                   : 0;
+  }
+
+  double coarse_bound(const Placements& p) const {
     const Placements& dst = to_.placements();
     double partial = 0, total = 0;
     double shard[kMaxDims] = {};
@@ -679,12 +895,77 @@ class Planner {
     return total + partial;
   }
 
+  double lower_bound(const Placements& p) const {
+    if (mode_ == SearchMode::Exhaustive) return 0;
+    if (mode_ == SearchMode::CoarsePruned || coarse_) return coarse_bound(p);
+    const Placements& dst = to_.placements();
+    uint32_t partial = 0, gather = 0;
+    uint32_t leave[kMaxDims] = {};  // part 1, per tensor dim: splitters that must leave it
+    // A splitter bound for R belongs to part 2, any other past the common
+    // prefix of the split orders to part 1.
+    auto must_leave = [&](int i, int64_t d) {
+      if (to_replicate_ >> i & 1) gather |= 1u << i;
+      else leave[d] |= 1u << i;
+    };
+    if (!has_order(p)) {
+      // A natural state splits each tensor dim in ascending mesh dims; walk
+      // them once, matching each against the target's order.
+      size_t matched[kMaxDims] = {};
+      bool diverged[kMaxDims] = {};
+      for (int i = 0; i < nd_; ++i) {
+        if (size_[i] == 1) continue;
+        if (p[i].is_partial()) {
+          if (p[i] != dst[i]) partial |= 1u << i;
+        } else if (p[i].is_shard()) {
+          const int64_t d = p[i].dim();
+          const auto& t = target_order_[d];
+          if (!diverged[d] && matched[d] < t.size() && t[matched[d]] == i) {
+            ++matched[d];
+          } else {
+            diverged[d] = true;
+            must_leave(i, d);
+          }
+        }
+      }
+    } else {
+      for (int i = 0; i < nd_; ++i)
+        if (size_[i] > 1 && p[i].is_partial() && p[i] != dst[i]) partial |= 1u << i;
+      for (int64_t d = 0; d < from_.ndim(); ++d) {
+        const auto& t = target_order_[d];
+        size_t k = 0;
+        bool diverged = false;
+        for (int64_t j : shard_split_order(p, d)) {
+          if (size_[j] == 1) continue;
+          if (!diverged && k < t.size() && t[k] == j) {
+            ++k;
+          } else {
+            diverged = true;
+            must_leave(static_cast<int>(j), d);
+          }
+        }
+      }
+    }
+    double leaving = 0, leaving_bare = 0;
+    for (int64_t d = 0; d < from_.ndim(); ++d) {
+      leaving += shard_cover_[leave[d]];
+      leaving_bare += bare_cover_[leave[d]];
+    }
+    if (!options_.merge) {  // no collective is shared: every part counts its bases
+      return leaving + last_collectives(gather, partial, true);
+    }
+    // A gather of part 2 may hold splitters of part 1, one collective with
+    // one base: the base goes to one side, and the bound is the larger.
+    return std::max(leaving + last_collectives(gather, partial, false),
+                    leaving_bare + last_collectives(gather, partial, true));
+  }
+
   struct Node {
+    uint64_t key = 0;  // the state's key_of
     double cost = 0;
     double peak = 0;  // the most bytes per rank a step of the path holds
     int steps = 0;
     bool done = false;
-    uint64_t prev = 0;
+    uint32_t prev = 0;  // the node the path comes from
     Move move;  // the edge into this node; move.next is its state
   };
 
@@ -700,31 +981,76 @@ class Planner {
     return steps < n.steps;
   }
 
+  // The states the search has reached, by key: open addressing over a
+  // vector of nodes (indices stay valid as it grows; references do not),
+  // which allocates a few times per plan instead of once per state.
+  class NodeTable {
+   public:
+    NodeTable() : slots_(1024, kEmpty) { nodes_.reserve(512); }
+    // The node of `key`, added (default) if new; second: whether it was.
+    std::pair<uint32_t, bool> try_emplace(uint64_t key) {
+      if (2 * (nodes_.size() + 1) > slots_.size()) grow();
+      for (size_t s = slot_of(key);; s = (s + 1) & (slots_.size() - 1)) {
+        if (slots_[s] == kEmpty) {
+          slots_[s] = static_cast<uint32_t>(nodes_.size());
+          nodes_.emplace_back().key = key;
+          return {slots_[s], true};
+        }
+        if (nodes_[slots_[s]].key == key) return {slots_[s], false};
+      }
+    }
+    const Node* find(uint64_t key) const {
+      for (size_t s = slot_of(key);; s = (s + 1) & (slots_.size() - 1)) {
+        if (slots_[s] == kEmpty) return nullptr;
+        if (nodes_[slots_[s]].key == key) return &nodes_[slots_[s]];
+      }
+    }
+    Node& operator[](uint32_t index) { return nodes_[index]; }
+    size_t size() const { return nodes_.size(); }
+
+   private:
+    static constexpr uint32_t kEmpty = ~0u;
+    size_t slot_of(uint64_t key) const {
+      return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 32) & (slots_.size() - 1);
+    }
+    void grow() {
+      slots_.assign(2 * slots_.size(), kEmpty);
+      for (uint32_t i = 0; i < nodes_.size(); ++i) {
+        size_t s = slot_of(nodes_[i].key);
+        while (slots_[s] != kEmpty) s = (s + 1) & (slots_.size() - 1);
+        slots_[s] = i;
+      }
+    }
+    std::vector<uint32_t> slots_;
+    std::vector<Node> nodes_;
+  };
+
   // The cheapest path, lowest peak memory among the cheapest, or nullopt
-  // past kMaxStates states. A* over the states with lower_bound(): the
+  // past max_states_ states. A* over the states with lower_bound(): the
   // queue orders by cost so far + bound, then peak, then steps, so among
   // paths of equal cost the one needing less memory settles a state first.
   std::optional<std::vector<RedistributeStep>> search() const {
     const Placements& src = from_.placements();
     const uint64_t start = key_of(src), goal = key_of(to_.placements());
-    std::unordered_map<uint64_t, Node> nodes;
-    nodes.reserve(512);
-    Node& first = nodes[start];
-    first.move.next = src;
-    first.prev = start;
-    first.peak = bytes_of(src);
-    using Item = std::tuple<double, double, int, uint64_t>;  // cost + bound, peak, steps, key
+    NodeTable nodes;
+    const uint32_t first = nodes.try_emplace(start).first;
+    nodes[first].move.next = src;
+    nodes[first].prev = first;
+    nodes[first].peak = bytes_of(src);
+    // cost + bound, peak, steps, key (the last tie-break, as before the
+    // node table), node
+    using Item = std::tuple<double, double, int, uint64_t, uint32_t>;
     std::priority_queue<Item, std::vector<Item>, std::greater<>> queue;
-    queue.emplace(lower_bound(src), first.peak, 0, start);
+    queue.emplace(lower_bound(src), nodes[first].peak, 0, start, first);
     std::vector<Move> edges;
     edges.reserve(64);
     while (!queue.empty()) {
-      const uint64_t key = std::get<3>(queue.top());
+      const uint32_t at = std::get<4>(queue.top());
       queue.pop();
-      Node& node = nodes[key];
+      Node& node = nodes[at];
       if (node.done) continue;
       node.done = true;
-      if (key == goal) break;
+      if (node.key == goal) break;
       const Placements cur = node.move.next;
       const double cost = node.cost, peak = node.peak;
       const int steps = node.steps;
@@ -733,28 +1059,28 @@ class Planner {
       if (options_.merge) merged_edges(cur, edges);
       for (Move& e : edges) {
         const uint64_t k = key_of(e.next);
+        const auto [to, fresh] = nodes.try_emplace(k);
+        if (!fresh && nodes[to].done) continue;
+        price_move(cur, e);
         const double c = cost + e.cost;
         const double pk = std::max(peak, e.peak);
-        auto [it, fresh] = nodes.try_emplace(k);
-        Node& n = it->second;
-        if (!fresh && (n.done || !better(c, pk, steps + 1, n))) continue;
+        Node& n = nodes[to];
+        if (!fresh && !better(c, pk, steps + 1, n)) continue;
         n.cost = c;
         n.peak = pk;
         n.steps = steps + 1;
-        n.prev = key;
+        n.prev = at;
         n.move = e;
-        queue.emplace(c + lower_bound(e.next), pk, steps + 1, k);
+        queue.emplace(c + lower_bound(e.next), pk, steps + 1, k, to);
       }
-      if (nodes.size() > kMaxStates) return std::nullopt;
+      if (nodes.size() > max_states_) return std::nullopt;
     }
-    auto it = nodes.find(goal);
-    DT_CHECK(it != nodes.end() && it->second.done, "redistribute: internal error: no plan from ",
+    const Node* last = nodes.find(goal);
+    DT_CHECK(last != nullptr && last->done, "redistribute: internal error: no plan from ",
              to_string(src), " to ", to_string(to_.placements()), " on ", mesh_);
     std::vector<RedistributeStep> out;
-    for (uint64_t k = goal; k != start; k = nodes[k].prev) {
-      const Node& n = nodes[k];
-      out.push_back(step_of(nodes[n.prev].move.next, n.move));
-    }
+    for (const Node* n = last; n->key != start; n = &nodes[n->prev])
+      out.push_back(step_of(nodes[n->prev].move.next, n->move));
     std::reverse(out.begin(), out.end());
     return out;
   }
@@ -855,7 +1181,7 @@ class Planner {
   // The group a collective over `dims` prices with (the transforms' cost
   // functions read only n and link), without copying the mesh per edge.
   const Group& scratch_group(uint32_t dims) const {
-    if (std::has_single_bit(dims)) {
+    if (one_dim(dims)) {
       const int i = std::countr_zero(dims);
       scratch_.n = size_[i];
       scratch_.link = link_[i];
@@ -871,13 +1197,37 @@ class Planner {
   const DTensorSpec& to_;
   const DeviceMesh& mesh_;
   RedistributeOptions options_;
-  bool exhaustive_ = false;  // no lower bound: plain Dijkstra, for tests
+  SearchMode mode_ = SearchMode::Pruned;
+  bool coarse_ = false;  // Pruned, but with the coarse bound (see init_cover)
+  size_t max_states_ = kMaxPlanStates;
   mutable Group scratch_;
   mutable GroupInfo groups_[1u << kMaxDims];
   // same_chunking's answers, by (tensor dim, merged dims, the other
   // splitters of the dim in order): one merge is asked about from many states.
   mutable std::unordered_map<uint64_t, bool> chunking_;
-  double lb_[kMaxDims] = {};
+  // The pruned search's bound (init_cover): the cheapest cover of a class
+  // of mesh dims by collectives, by mask of mesh dims, for the tensor dims'
+  // classes and the Partial one; the target's split orders without size-1
+  // dims; the fewest bytes per rank a collective can be charged.
+  static constexpr double kNoCover = 1e300;
+  // The most steps last_collectives' tables may take in one plan (measured:
+  // beyond it they cost more than the coarse bound's search).
+  static constexpr double kMaxBoundWork = 60000;
+  // Floors are scaled by this so that rounding never makes them overestimate.
+  static constexpr double kMargin = 1 - 1e-9;
+  double shard_cover_[1u << kMaxDims] = {};
+  double bare_cover_[1u << kMaxDims] = {};  // shard_cover_ without the bases (merging on)
+  std::vector<int> target_order_[kMaxDims];
+  uint32_t live_ = 0;  // mesh dims of more than one rank
+  // Live mesh dims bound for R that may shard on the way; the product of
+  // the sizes of the other live dims that may shard.
+  uint32_t to_replicate_ = 0;
+  double other_shards_ = 1;
+  // last_collectives' tables, by the mask of Partials bound for R and the
+  // bases counted.
+  mutable std::vector<std::pair<uint32_t, std::vector<double>>> last_collectives_;
+  double min_bytes_ = 0;
+  double lb_[kMaxDims] = {};  // the coarse bound's, per mesh dim
   int nd_ = 0;
   bool auto_flatten_ = true;
   bool floating_ = true;
@@ -889,8 +1239,9 @@ class Planner {
 };
 
 RedistributePlan build_plan(const DTensorSpec& from, const DTensorSpec& to,
-                            const RedistributeOptions& options, SearchMode mode) {
-  RedistributePlan plan = Planner(from, to, options, mode).plan();
+                            const RedistributeOptions& options, SearchMode mode,
+                            size_t max_states) {
+  RedistributePlan plan = Planner(from, to, options, mode, max_states).plan();
   check_plan(plan);
   return plan;
 }

@@ -485,7 +485,8 @@ TEST_F(PlanTest, SearchPricesMergedCollectives) {
 // An 8-d mesh has too many placement states to search exhaustively (the
 // planner falls back to the per-dim plan past 50,000 states); the A*
 // search's lower bound keeps this one within the budget, and its plan is no
-// costlier than the per-dim one and correct.
+// costlier than the per-dim one and correct. The fallback itself is pinned
+// by PlanSearch.PastTheStateBudgetThePlanIsThePerDimOne (a lowered budget).
 TEST_F(PlanTest, HugeStateSpacesFallBackToThePerDimPlan) {
   World big = World::simulated(256);
   DeviceMesh mesh(big, {2, 2, 2, 2, 2, 2, 2, 2});
