@@ -1,4 +1,4 @@
-// The planner's search against its references (issue 19): the pruned A*
+// The planner's search against its references (issue 18): the pruned A*
 // search (the bound of plan.cc's lower_bound) must find plans exactly as
 // cheap, and as light in memory, as plain Dijkstra over every reachable
 // state (SearchMode::Exhaustive) and as the A* of issue 18 with its coarser
