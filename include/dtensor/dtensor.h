@@ -46,7 +46,8 @@ class DTensor {
   DTensor() = default;
   // REQUIRES: local holds, for every held rank of the mesh, the shard the
   // spec assigns to it (from_local and distribute_tensor check this).
-  DTensor(DTensorSpec spec, LocalTensor local);
+  DTensor(const DTensorSpec& spec, LocalTensor local);
+  DTensor(DTensorSpec&& spec, LocalTensor local);
 
   // Whether this DTensor holds a tensor (false only when default-constructed).
   bool defined() const { return spec_.has_value(); }

@@ -166,7 +166,13 @@ class DeviceMesh {
   std::string to_string() const;
 
   // Same root and same dims.
-  friend bool operator==(const DeviceMesh& a, const DeviceMesh& b);
+  friend bool operator==(const DeviceMesh& a, const DeviceMesh& b) {
+    // Inline, without memcmp: every propagation cache hit compares meshes.
+    if (a.root_ != b.root_ || a.ndim_ != b.ndim_) return false;
+    for (int i = 0; i < a.ndim_; ++i)
+      if (a.dims_[i] != b.dims_[i]) return false;
+    return true;
+  }
   friend bool operator!=(const DeviceMesh& a, const DeviceMesh& b) { return !(a == b); }
   size_t hash() const;
 

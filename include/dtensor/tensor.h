@@ -71,13 +71,30 @@ class DimVector {
 
   // Product of the values (1 when empty); throws dtensor::Error when it
   // overflows int64.
-  int64_t product() const;
+  int64_t product() const {
+    // Inline: every numel() and nbytes() comes here, several times per op.
+    int64_t p = 1;
+    bool overflow = false;
+    for (size_t i = 0; i < size_; ++i) overflow |= __builtin_mul_overflow(p, data_[i], &p);
+    if (overflow) [[unlikely]] return product_overflowed();
+    return p;
+  }
   std::vector<int64_t> vec() const { return std::vector<int64_t>(begin(), end()); }
 
-  friend bool operator==(const DimVector& a, const DimVector& b);
+  friend bool operator==(const DimVector& a, const DimVector& b) {
+    // A plain loop: std::equal calls memcmp, which costs more than the
+    // few values a shape has.
+    if (a.size_ != b.size_) return false;
+    for (size_t i = 0; i < a.size_; ++i)
+      if (a.data_[i] != b.data_[i]) return false;
+    return true;
+  }
   friend bool operator!=(const DimVector& a, const DimVector& b) { return !(a == b); }
 
  private:
+  // 0 when some value is 0 ([2^40, 2^40, 0] is empty); throws otherwise.
+  int64_t product_overflowed() const;
+
   int64_t data_[kMaxDims] = {};
   uint8_t size_ = 0;
 };
@@ -92,7 +109,15 @@ std::ostream& operator<<(std::ostream& os, const DimVector& v);
 // the larger of the two.
 enum class DType : uint8_t { Bool = 0, Int64 = 1, Float32 = 2, Float64 = 3 };
 
-size_t itemsize(DType dtype);
+inline size_t itemsize(DType dtype) {
+  switch (dtype) {
+    case DType::Bool: return 1;
+    case DType::Int64: return 8;
+    case DType::Float32: return 4;
+    case DType::Float64: return 8;
+  }
+  return 0;
+}
 bool is_floating(DType dtype);
 // "float32", "float64", "int64", "bool".
 const char* dtype_name(DType dtype);
@@ -158,6 +183,10 @@ std::ostream& operator<<(std::ostream& os, const Scalar& s);
 // overcommit it would otherwise "succeed" and the process be killed later,
 // when the pages are touched.
 class Storage {
+  struct InBlock {
+    explicit InBlock() = default;
+  };
+
  public:
   explicit Storage(size_t nbytes);
   // Adopts memory someone else owns (a NumPy array's buffer, a DLPack
@@ -167,6 +196,15 @@ class Storage {
   // for nbytes bytes while owner lives; alignment is the caller's
   // (kernels need only the element type's).
   Storage(void* data, size_t nbytes, std::shared_ptr<void> owner);
+  // A new storage of nbytes, as make_shared<Storage>(nbytes) but cheaper for
+  // a small one: up to kInBlockBytes of data share one block of the memory
+  // cache with the Storage and the shared_ptr's counts, so a small result
+  // costs one allocation instead of two (a malloc for the counts and the
+  // Storage, a cached block for the data).
+  static std::shared_ptr<Storage> make(size_t nbytes);
+  static constexpr size_t kInBlockBytes = 4096;
+  // make()'s form (InBlock is private): the data follows the control block.
+  Storage(InBlock, size_t nbytes);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -184,7 +222,11 @@ class Storage {
   void* data_;
   size_t nbytes_;
   uint64_t version_ = 0;
-  std::shared_ptr<void> owner_;  // adopted memory only
+  // Adopted memory only. Held through a pointer so that a Storage stays 40
+  // bytes: make()'s control block (counts, allocator, Storage) must fit in
+  // the 64 bytes before an in-block tensor's data.
+  std::unique_ptr<std::shared_ptr<void>> owner_;
+  bool in_block_ = false;  // data_ is freed with the control block
 };
 
 // Returns every cached block of freed storages to the system; the bytes
@@ -275,7 +317,10 @@ class Tensor {
              ", asked for ", dtype_of<T>::value);
     return static_cast<T*>(raw_data());
   }
-  void* raw_data() const;
+  void* raw_data() const {
+    if (storage_ == nullptr) [[unlikely]] throw_undefined_data();
+    return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(itemsize());
+  }
 
   // The elements in row-major order, converted to T.
   template <class T> std::vector<T> to_vector() const;
@@ -333,6 +378,11 @@ class Tensor {
   Tensor& masked_fill_(const Tensor& mask, Scalar value);
 
  private:
+  // A contiguous tensor over all of a new storage (empty()): its shape was
+  // checked, so none of the public constructor's checks can fail.
+  Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape, int64_t numel);
+  [[noreturn]] static void throw_undefined_data();
+
   std::shared_ptr<Storage> storage_;
   Shape shape_;
   Shape strides_;

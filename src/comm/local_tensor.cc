@@ -89,17 +89,31 @@ Tensor& LocalTensor::shard(int rank) {
 int LocalTensor::unshare(const Storage* also) {
   const size_t n = shards_.size();
   if (n == 0 || (n == 1 && also == nullptr)) return 0;
+  // A shard that holds the only reference to its storage shares it with no
+  // one (`also` belongs to a live tensor, which holds a reference too). A
+  // kernel's fresh results are all like that, so an op's output costs one
+  // look at each count instead of the pairwise comparison or the sort.
+  bool sole = true;
+  for (size_t i = 0; i < n && sole; ++i) {
+    const std::shared_ptr<Storage>& st = shards_[i].second.storage();
+    sole = st == nullptr || st.use_count() == 1;
+  }
+  if (sole) return 0;
   if (n <= 16) {
-    // The common case (every op's result), without allocating: pairwise.
+    // The common case (every op's result), without allocating: pairwise,
+    // over the pointers gathered once (a shard is a few cache lines apart
+    // from the next).
+    const Storage* st[16];
+    for (size_t i = 0; i < n; ++i) st[i] = shards_[i].second.storage().get();
     int cloned = 0;
     for (size_t i = 0; i < n; ++i) {
-      Tensor& t = shards_[i].second;
-      const Storage* st = t.storage().get();
-      if (st == nullptr) continue;
-      bool taken = st == also;
-      for (size_t j = 0; j < i && !taken; ++j) taken = shards_[j].second.storage().get() == st;
+      if (st[i] == nullptr) continue;
+      bool taken = st[i] == also;
+      for (size_t j = 0; j < i && !taken; ++j) taken = st[j] == st[i];
       if (taken) {
+        Tensor& t = shards_[i].second;
         t = t.clone();
+        st[i] = t.storage().get();
         ++cloned;
       }
     }

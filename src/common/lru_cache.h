@@ -2,6 +2,10 @@
 // used by the plan cache (src/redistribute/) and the sharding-propagation
 // cache (src/dispatch/). Lookups may use a probe type other than Key when
 // Hash and Equal are transparent, so a hit need not build (copy) a key.
+// Every DTensor op looks its sharding up here, so a hit takes a spin lock
+// (common/spin_lock.h) rather than a mutex; the sections under it are a
+// hash lookup, a list splice or an eviction, except erase_if's walk over
+// the entries (a mesh going away, rare).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +15,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/spin_lock.h"
 #include "dtensor/redistribute.h"  // CacheInfo
 
 namespace dtensor {
@@ -23,7 +28,7 @@ class LruCache {
   // The cached value, or nullptr; counts a hit or a miss.
   template <class Probe>
   std::shared_ptr<const Value> find(const Probe& probe) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<detail::SpinLock> lock(mu_);
     auto it = index_.find(probe);
     if (it == index_.end()) {
       ++misses_;
@@ -44,7 +49,7 @@ class LruCache {
   }
   template <class Hold>
   void insert(Key key, std::shared_ptr<const Value> value, Hold&& hold) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<detail::SpinLock> lock(mu_);
     if (index_.find(key) != index_.end()) return;
     lru_.emplace_front(std::move(key), std::move(value));
     hold(lru_.front().first);
@@ -61,7 +66,7 @@ class LruCache {
   int64_t erase_if(Pred pred) {
     std::list<Entry> dropped;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<detail::SpinLock> lock(mu_);
       for (auto it = lru_.begin(); it != lru_.end();) {
         auto next = std::next(it);
         if (pred(it->first, *it->second)) {
@@ -75,13 +80,13 @@ class LruCache {
   }
 
   CacheInfo info() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<detail::SpinLock> lock(mu_);
     return {hits_, misses_, static_cast<int64_t>(index_.size()), capacity_};
   }
 
   // Drops every entry and zeroes the counters.
   void clear() {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<detail::SpinLock> lock(mu_);
     index_.clear();
     lru_.clear();
     hits_ = misses_ = 0;
@@ -90,7 +95,7 @@ class LruCache {
  private:
   using Entry = std::pair<Key, std::shared_ptr<const Value>>;
   const int64_t capacity_;
-  mutable std::mutex mu_;
+  mutable detail::SpinLock mu_;
   std::list<Entry> lru_;
   std::unordered_map<Key, typename std::list<Entry>::iterator, Hash, Equal> index_;
   int64_t hits_ = 0;

@@ -724,11 +724,6 @@ std::string DeviceMesh::to_string() const {
   return os.str();
 }
 
-bool operator==(const DeviceMesh& a, const DeviceMesh& b) {
-  return a.root_ == b.root_ && a.ndim_ == b.ndim_ &&
-         std::equal(a.dims_, a.dims_ + a.ndim_, b.dims_);
-}
-
 size_t DeviceMesh::hash() const {
   size_t h = std::hash<const void*>{}(root_.get());
   for (int i = 0; i < ndim_; ++i) {

@@ -60,7 +60,14 @@ void check_placement_count(const DTensorSpec& spec, const Placements& placements
 // returns its input, a user passing one tensor for every rank) are many, so
 // the rule is kept here, where every DTensor is made, at the cost a real
 // world pays anyway: one copy per replica. Under MPI there is one shard.
-DTensor::DTensor(DTensorSpec spec, LocalTensor local)
+// Two overloads rather than one by value: an op's result copies its spec
+// from the propagation cache straight into place (a by-value parameter
+// would add a move and a destruction of a spec, mesh included, per op).
+DTensor::DTensor(const DTensorSpec& spec, LocalTensor local) : spec_(spec), local_(std::move(local)) {
+  local_.unshare();
+}
+
+DTensor::DTensor(DTensorSpec&& spec, LocalTensor local)
     : spec_(std::move(spec)), local_(std::move(local)) {
   local_.unshare();
 }

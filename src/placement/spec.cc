@@ -79,9 +79,12 @@ ShardExtent DTensorSpec::extent(const DimVector& coordinate) const {
   DT_CHECK(coordinate.size() == static_cast<size_t>(mesh_.ndim()), "coordinate ", coordinate,
            " has ", coordinate.size(), " entries, expected ", mesh_.ndim(), " for ", mesh_);
   ShardExtent e{meta_.shape, Shape(meta_.shape.size(), 0)};
+  // The mesh's sizes once: ops that need each rank's shard (views) call
+  // this per rank per op.
+  const Shape mesh_shape = mesh_.shape();
   for (size_t i = 0; i < placements_.size(); ++i)
-    DT_CHECK(coordinate[i] >= 0 && coordinate[i] < mesh_.size(static_cast<int>(i)),
-             "coordinate ", coordinate, " out of range for ", mesh_);
+    DT_CHECK(coordinate[i] >= 0 && coordinate[i] < mesh_shape[i], "coordinate ", coordinate,
+             " out of range for ", mesh_);
   // Each mesh dim sharding dim d chunks what the ones before it in d's
   // split order left. Natural order (the common case) is mesh dim order.
   auto split = [&](size_t i, int64_t d) {
@@ -89,8 +92,7 @@ ShardExtent DTensorSpec::extent(const DimVector& coordinate) const {
       e.global_offset[d] = meta_.shape[d];
       return;
     }
-    const int64_t n = mesh_.size(static_cast<int>(i));
-    const ChunkRange c = chunk_range(e.local_shape[d], n, coordinate[i]);
+    const ChunkRange c = chunk_range(e.local_shape[d], mesh_shape[i], coordinate[i]);
     if (c.size == 0) {
       e.local_shape[d] = 0;
       e.global_offset[d] = meta_.shape[d];

@@ -37,6 +37,7 @@
 #include <malloc.h>
 #endif
 
+#include "common/spin_lock.h"
 #include "dtensor/error.h"
 #include "dtensor/tensor.h"
 
@@ -192,24 +193,11 @@ struct Chain {
   }
 };
 
-// The lock of a thread's cache. Its owner takes it on every allocation and
-// free, other threads only to drain or read the cache (release, a lower
-// limit, statistics), so it is almost never contended: a test-and-set costs
-// a few instructions where a pthread mutex costs dozens, a tenth of what an
-// 8x8 add costs in all.
-class SpinLock {
- public:
-  void lock() {
-    while (locked_.exchange(true, std::memory_order_acquire)) {
-      while (locked_.load(std::memory_order_relaxed)) std::this_thread::yield();
-    }
-  }
-  void unlock() { locked_.store(false, std::memory_order_release); }
-
- private:
-  std::atomic<bool> locked_{false};
-};
-
+// The lock of a thread's cache (common/spin_lock.h). Its owner takes it on
+// every allocation and free, other threads only to drain or read the cache
+// (release, a lower limit, statistics), so it is almost never contended: a
+// test-and-set costs a few instructions where a pthread mutex costs dozens,
+// a tenth of what an 8x8 add costs in all.
 struct ThreadCache {
   SpinLock mu;
   FreeLists lists;

@@ -32,20 +32,10 @@ void DimVector::resize(size_t n, int64_t value) {
   size_ = static_cast<uint8_t>(n);
 }
 
-int64_t DimVector::product() const {
+int64_t DimVector::product_overflowed() const {
   for (size_t i = 0; i < size_; ++i)
     if (data_[i] == 0) return 0;  // [2^40, 2^40, 0] is empty, not an overflow
-  int64_t p = 1;
-  for (size_t i = 0; i < size_; ++i) {
-    if (__builtin_mul_overflow(p, data_[i], &p)) [[unlikely]] {
-      DT_THROW("the product of ", *this, " overflows int64 (at most ", INT64_MAX, ")");
-    }
-  }
-  return p;
-}
-
-bool operator==(const DimVector& a, const DimVector& b) {
-  return a.size_ == b.size_ && std::equal(a.begin(), a.end(), b.begin());
+  DT_THROW("the product of ", *this, " overflows int64 (at most ", INT64_MAX, ")");
 }
 
 std::string to_string(const DimVector& v) {
@@ -58,16 +48,6 @@ std::ostream& operator<<(std::ostream& os, const DimVector& v) {
   os << '[';
   for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
   return os << ']';
-}
-
-size_t itemsize(DType dtype) {
-  switch (dtype) {
-    case DType::Bool: return 1;
-    case DType::Int64: return 8;
-    case DType::Float32: return 4;
-    case DType::Float64: return 8;
-  }
-  return 0;
 }
 
 bool is_floating(DType dtype) { return dtype == DType::Float32 || dtype == DType::Float64; }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -179,6 +180,13 @@ std::pair<const char*, const char*> byte_range(const Tensor& t) {
 // it is exactly self's view or shares no memory with self, else a copy. A
 // partial overlap (x[1:] += x[:-1]) would otherwise read elements already
 // overwritten, with a result that depends on loop order and vectorisation.
+// x when it has `dtype` already, else x converted and kept in `converted`:
+// the common case copies no Tensor (no reference-count traffic).
+const Tensor& as_dtype(const Tensor& x, DType dtype, std::optional<Tensor>& converted) {
+  if (x.dtype() == dtype) return x;
+  return converted.emplace(x.to(dtype));
+}
+
 Tensor unaliased(const Tensor& self, const Tensor& input) {
   if (input.storage() != self.storage() || input.numel() == 0 || self.numel() == 0) return input;
   if (input.raw_data() == self.raw_data() && input.dtype() == self.dtype() &&
@@ -401,7 +409,8 @@ Tensor map_unary(const Tensor& x, Op op) {
 
 template <Types kTypes, class Op>
 Tensor unary(const char* name, const Tensor& x, DType compute, Op op) {
-  const Tensor xc = x.to(compute);
+  std::optional<Tensor> converted;
+  const Tensor& xc = as_dtype(x, compute, converted);
   return dispatch<kTypes>(compute, name, [&]<class T>() { return map_unary<T>(xc, op); });
 }
 
@@ -417,8 +426,9 @@ Tensor binary(const char* name, const Tensor& a, const Tensor& b, DType compute,
   check_defined(name, a);
   check_defined(name, b);
   const Shape shape = broadcast_for(name, a.shape(), b.shape());
-  const Tensor ac = a.to(compute);
-  const Tensor bc = b.to(compute);
+  std::optional<Tensor> a_converted, b_converted;
+  const Tensor& ac = as_dtype(a, compute, a_converted);
+  const Tensor& bc = as_dtype(b, compute, b_converted);
   return dispatch<kTypes>(compute, name, [&]<class T>() {
     using R = decltype(op(T(), T()));
     Tensor out = Tensor::empty(shape, dtype_of<R>::value);
@@ -432,7 +442,8 @@ Tensor binary(const char* name, const Tensor& a, const Tensor& b, DType compute,
 template <Types kTypes, bool kScalarFirst = false, class Op>
 Tensor binary_scalar(const char* name, const Tensor& a, Scalar s, DType compute, Op op) {
   check_defined(name, a);
-  const Tensor ac = a.to(compute);
+  std::optional<Tensor> converted;
+  const Tensor& ac = as_dtype(a, compute, converted);
   return dispatch<kTypes>(compute, name, [&]<class T>() {
     const T v = s.to<T>();
     if constexpr (kScalarFirst) {

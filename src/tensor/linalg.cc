@@ -61,13 +61,21 @@ struct Operand {
 };
 
 // REQUIRES: t.dim() >= 2 and t's batch dims broadcast to batch.
+// Size and stride of the dim `back` places from the last (0: the last),
+// without size(-1)'s out-of-line range check, which cost more than a small
+// product's kernel. REQUIRES: t.dim() > back (the product's checks).
+int64_t size_back(const Tensor& t, size_t back) { return t.shape()[t.shape().size() - 1 - back]; }
+int64_t stride_back(const Tensor& t, size_t back) {
+  return t.strides()[t.strides().size() - 1 - back];
+}
+
 Operand make_operand(const Tensor& t, const Shape& batch) {
   Operand op;
   op.tensor = t;
-  op.rows = t.size(-2);
-  op.cols = t.size(-1);
-  op.row_stride = t.stride(-2);
-  op.col_stride = t.stride(-1);
+  op.rows = size_back(t, 1);
+  op.cols = size_back(t, 0);
+  op.row_stride = stride_back(t, 1);
+  op.col_stride = stride_back(t, 0);
   op.batch_strides = DimVector(batch.size(), 0);
   const size_t t_batch = static_cast<size_t>(t.dim()) - 2;
   const size_t lead = batch.size() - t_batch;
@@ -256,7 +264,7 @@ int to_blas_int(int64_t v, const char* op, const char* what) {
 template <class T>
 void float_product(const char* op, Tensor& out, const Tensor& a_in, const Tensor& b_in,
                    const Shape& batch, T alpha, T beta, bool use_bias) {
-  const int64_t n = a_in.size(-2), k = a_in.size(-1), m = b_in.size(-1);
+  const int64_t n = size_back(a_in, 1), k = size_back(a_in, 0), m = size_back(b_in, 0);
   T* c = out.data_ptr<T>();
   if (k == 0) {  // an empty sum: only the bias term is left
     const int64_t total = out.numel();

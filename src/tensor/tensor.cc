@@ -104,15 +104,67 @@ Storage::Storage(size_t nbytes) : data_(nullptr), nbytes_(nbytes) {
 }
 
 Storage::Storage(void* data, size_t nbytes, std::shared_ptr<void> owner)
-    : data_(data), nbytes_(nbytes), owner_(std::move(owner)) {
-  DT_CHECK(owner_ != nullptr, "Storage: adopting external memory needs an owner");
+    : data_(data),
+      nbytes_(nbytes),
+      owner_(std::make_unique<std::shared_ptr<void>>(std::move(owner))) {
+  DT_CHECK(*owner_ != nullptr, "Storage: adopting external memory needs an owner");
   DT_CHECK(data != nullptr || nbytes == 0, "Storage: adopting a null pointer of ", nbytes,
            " bytes");
 }
 
 Storage::~Storage() {
-  if (owner_ == nullptr) detail::deallocate(data_, nbytes_);
-  // Otherwise owner_'s release frees (or stops pinning) the memory.
+  // Adopted memory: owner_'s release frees (or stops pinning) it. In-block
+  // data goes with the control block.
+  if (owner_ == nullptr && !in_block_) detail::deallocate(data_, nbytes_);
+}
+
+namespace {
+
+// The block of an in-block storage: the shared_ptr's control block (counts,
+// this allocator, the Storage) in the first kHeader bytes, the data after
+// it, 64-byte aligned like every block.
+constexpr size_t kHeader = 64;
+
+template <class T>
+struct InBlockAllocator {
+  using value_type = T;
+  size_t data_bytes;
+
+  explicit InBlockAllocator(size_t n) : data_bytes(n) {}
+  template <class U>
+  InBlockAllocator(const InBlockAllocator<U>& other) : data_bytes(other.data_bytes) {}  // NOLINT
+
+  T* allocate(size_t n) {
+    // T is the control block, which holds the Storage.
+    static_assert(sizeof(T) <= kHeader, "the control block must fit before the data");
+    DT_CHECK(n == 1, "internal error: InBlockAllocator allocates one control block, not ", n);
+    void* p = detail::allocate(kHeader + data_bytes);
+    if (p == nullptr) {
+      DT_THROW("out of memory: allocating a tensor of ", bytes_text(data_bytes), " failed (",
+               bytes_text(available_memory_bytes()), " available)");
+    }
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { detail::deallocate(p, kHeader + data_bytes); }
+
+  template <class U>
+  bool operator==(const InBlockAllocator<U>& other) const { return data_bytes == other.data_bytes; }
+};
+
+}  // namespace
+
+// The control block starts the block (allocate returned it) and is at most
+// kHeader bytes, so the block's start is `this` rounded down to the 64-byte
+// alignment, and the data starts kHeader bytes later.
+Storage::Storage(InBlock, size_t nbytes)
+    : data_(reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(this) & ~uintptr_t{kHeader - 1}) +
+            kHeader),
+      nbytes_(nbytes),
+      in_block_(true) {}
+
+std::shared_ptr<Storage> Storage::make(size_t nbytes) {
+  if (nbytes > kInBlockBytes) return std::make_shared<Storage>(nbytes);
+  return std::allocate_shared<Storage>(InBlockAllocator<Storage>(nbytes), InBlock{}, nbytes);
 }
 
 // ---- shape helpers -------------------------------------------------------------
@@ -153,6 +205,7 @@ void throw_overflow(const std::string& what, const char* op, int64_t a, int64_t 
 }  // namespace detail
 
 Shape broadcast_shapes(const Shape& a, const Shape& b) {
+  if (a == b) return a;  // most ops: nothing to broadcast
   const size_t n = std::max(a.size(), b.size());
   Shape out(n, 1);
   for (size_t i = 0; i < n; ++i) {
@@ -231,16 +284,26 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
-void* Tensor::raw_data() const {
-  DT_CHECK(defined(), "data access on an undefined tensor");
-  return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(itemsize());
+void Tensor::throw_undefined_data() { DT_THROW("data access on an undefined tensor"); }
+
+Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape, int64_t numel)
+    : storage_(std::move(storage)), shape_(shape), strides_(shape), dtype_(dtype) {
+  if (numel == 0) {
+    strides_ = contiguous_strides(shape);  // sizes beyond a 0 may overflow: checked
+    return;
+  }
+  // Every stride is a product of sizes, at most numel, which fits.
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides_[i] = s;
+    s *= shape[i];
+  }
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
   const int64_t n = checked_numel(shape, "empty");
   const int64_t bytes = checked_bytes(n, dtensor::itemsize(dtype), "empty: bytes of the tensor");
-  return Tensor(std::make_shared<Storage>(static_cast<size_t>(bytes)), dtype, shape,
-                contiguous_strides(shape), 0);
+  return Tensor(Storage::make(static_cast<size_t>(bytes)), dtype, shape, n);
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype) {
