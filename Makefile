@@ -1,16 +1,22 @@
 # The two commands a new user types (see README): `make run` and `make test`.
-# Others: `make bench`, `make asan` (tests under ASan+UBSan), `make clean`.
+# Others: `make bench`, `make asan` (tests under ASan+UBSan), `make install`
+# (PREFIX=/usr/local), `make deb` (docs/install.md), `make clean`.
 JOBS  ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+DEB_BUILD ?= build-deb
+PREFIX ?= /usr/local
+# The project's own builds (and so CI) fail on any compiler warning;
+# `make run WERROR=OFF` for a compiler newer than Debian 12's GCC 12.
+WERROR ?= ON
 
-.PHONY: run test bench asan deps configure build clean
+.PHONY: run test bench asan deps configure build install deb clean
 
 deps:
 	@scripts/install-deps
 
 configure: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DDTENSOR_WERROR=$(WERROR) >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -33,9 +39,24 @@ bench: build
 	  *) $$b --benchmark_min_time=0.2 || exit 1;; esac; done
 
 asan: deps
-	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDTENSOR_SANITIZE=ON -DDTENSOR_BUILD_BENCH=OFF >/dev/null
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDTENSOR_SANITIZE=ON -DDTENSOR_BUILD_BENCH=OFF \
+	  -DDTENSOR_WERROR=$(WERROR) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# The headers, both libraries, the CMake package, dtensor.pc and the
+# dtensor program under $(PREFIX); only those are built (not the tests).
+install: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target dtensor dtensor_shared dtensor_cli
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+# A Debian package of the same files under /usr (multiarch libdir), from
+# its own Release build without tests: $(DEB_BUILD)/dtensor_<version>_<arch>.deb.
+deb: deps
+	@cmake -S . -B $(DEB_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
+	  -DDTENSOR_BUILD_TESTS=OFF -DDTENSOR_BUILD_BENCH=OFF >/dev/null
+	@cmake --build $(DEB_BUILD) -j $(JOBS) --target dtensor dtensor_shared dtensor_cli
+	cd $(DEB_BUILD) && cpack -G DEB
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(DEB_BUILD)

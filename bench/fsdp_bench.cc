@@ -38,8 +38,11 @@ class Block : public nn::Module {
 class Mlp : public nn::Module {
  public:
   explicit Mlp(const DeviceMesh& mesh) : Module(mesh) {
-    for (int i = 0; i < 4; ++i)
-      blocks.push_back(register_module("b" + std::to_string(i), std::make_unique<Block>(mesh, i)));
+    for (int i = 0; i < 4; ++i) {
+      std::string name = "b";
+      name += std::to_string(i);
+      blocks.push_back(register_module(name, std::make_unique<Block>(mesh, i)));
+    }
   }
   DTensor forward(const DTensor& x) override {
     DTensor h = x;

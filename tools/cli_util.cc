@@ -100,7 +100,7 @@ nlohmann::ordered_json dims_json(const DimVector& v) {
 nlohmann::ordered_json mesh_names_json(const DeviceMesh& mesh) {
   std::vector<std::string> names = mesh.names();
   for (size_t i = 0; i < names.size(); ++i)
-    if (names[i].empty()) names[i] = "d" + std::to_string(i);
+    if (names[i].empty()) names[i].append("d").append(std::to_string(i));
   return names;
 }
 
@@ -191,7 +191,8 @@ std::string quote(const std::string& text) {
   if (e.size() <= kShown) return "'" + e + "'";
   size_t cut = kShown;  // do not split a UTF-8 sequence
   while (cut > 0 && (static_cast<unsigned char>(e[cut]) & 0xC0) == 0x80) --cut;
-  return "'" + e.substr(0, cut) + "...' (" + std::to_string(text.size()) + " bytes)";
+  e.resize(cut);
+  return "'" + e + "...' (" + std::to_string(text.size()) + " bytes)";
 }
 
 std::string one_line(std::string text) {

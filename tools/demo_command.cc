@@ -108,8 +108,12 @@ std::string dim_name(const DeviceMesh& mesh, int d) {
 std::string mesh_text(const DeviceMesh& mesh) {
   std::string sizes, named;
   for (int d = 0; d < mesh.ndim(); ++d) {
-    sizes += (d ? "x" : "") + std::to_string(mesh.size(d));
-    named += (d ? ", " : "") + dim_name(mesh, d) + "=" + std::to_string(mesh.size(d));
+    if (d) {
+      sizes += "x";
+      named += ", ";
+    }
+    sizes += std::to_string(mesh.size(d));
+    named += dim_name(mesh, d) + "=" + std::to_string(mesh.size(d));
   }
   return sizes + " (" + named + ")";
 }

@@ -39,7 +39,7 @@
 #include <variant>
 #include <vector>
 
-#include "dtensor/dtensor.h"
+#include "dtensor/distributed_tensor.h"
 
 namespace dtensor::nn {
 class Module;

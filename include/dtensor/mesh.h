@@ -53,7 +53,7 @@ struct Topology {
   double inter_host_latency_us = 2.7;
   // Explicit figures, one per root mesh dim, replacing the derivation above
   // (empty: derive).
-  std::vector<LinkCost> per_dim;
+  std::vector<LinkCost> per_dim = {};
 };
 
 class DeviceMesh {

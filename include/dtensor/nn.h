@@ -30,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-#include "dtensor/dtensor.h"
+#include "dtensor/distributed_tensor.h"
 
 namespace dtensor::nn {
 

@@ -23,7 +23,7 @@
 #include <optional>
 #include <vector>
 
-#include "dtensor/dtensor.h"
+#include "dtensor/distributed_tensor.h"
 
 namespace dtensor {
 

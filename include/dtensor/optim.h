@@ -42,7 +42,7 @@
 #include <utility>
 #include <vector>
 
-#include "dtensor/dtensor.h"
+#include "dtensor/distributed_tensor.h"
 
 namespace dtensor::optim {
 

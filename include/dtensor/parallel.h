@@ -36,7 +36,7 @@
 #include <memory>
 #include <optional>
 
-#include "dtensor/dtensor.h"
+#include "dtensor/distributed_tensor.h"
 #include "dtensor/ops.h"
 
 namespace dtensor {

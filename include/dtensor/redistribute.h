@@ -105,7 +105,7 @@ struct RedistributePlan {
 struct RedistributeOptions {
   // Whether the planner may create the flattened groups it merges
   // collectives over; unset: the mesh's auto_flatten().
-  std::optional<bool> auto_flatten;
+  std::optional<bool> auto_flatten = std::nullopt;
   // Whether R -> P may be planned (distribute_tensor uses it; a user's
   // redistribute may not introduce a Partial the source lacks).
   bool allow_new_partial = false;
@@ -118,7 +118,7 @@ struct RedistributeOptions {
   // Autograd: the placements the gradient is moved to on its way back to
   // the source. Unset: the source's, with Partial as Replicate (PyTorch's
   // rule; backward never makes a Partial). Planning ignores it.
-  std::optional<Placements> grad_placements;
+  std::optional<Placements> grad_placements = std::nullopt;
 };
 
 // The cheapest plan from `from` to `to` under the mesh's cost model.

@@ -210,8 +210,8 @@ std::string strip(const std::string& text) {
 std::string short_form(std::string s) {
   if (s == "replicate" || s == "replicate()") return "r";
   if (s == "partial" || s == "partial()") return "p";
-  if (s.rfind("shard(", 0) == 0) return "s" + s.substr(5);
-  if (s.rfind("partial(", 0) == 0) return "p" + s.substr(7);
+  if (s.rfind("shard(", 0) == 0) return s.erase(1, 4);    // "s(..."
+  if (s.rfind("partial(", 0) == 0) return s.erase(1, 6);  // "p(..."
   return s;
 }
 

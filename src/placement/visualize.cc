@@ -87,7 +87,10 @@ std::string visualize_sharding(const DTensorSpec& spec) {
     for (int64_t d = 0; d < spec.ndim(); ++d) {
       const int64_t a = e.global_offset[d];
       const int64_t b = a + e.local_shape[d];
-      std::string cell = "[" + std::to_string(a) + ", " + std::to_string(b) + ")";
+      // Appended piece by piece: "[" + std::to_string(a) warns under GCC 12
+      // at -O2 (-Wrestrict, GCC bug 105329).
+      std::string cell = "[";
+      cell += std::to_string(a) + ", " + std::to_string(b) + ")";
       if (e.local_shape[d] == 0) cell += " empty";
       row.push_back(std::move(cell));
     }

@@ -203,7 +203,8 @@ class Generator {
           {1}, {2}, {4}, {8}, {2, 2}, {4, 2}, {2, 4}, {2, 2, 2}, {3}, {3, 2}, {1, 4}, {2, 1, 2}};
       mesh_sizes_ = one(meshes);
       std::string s;
-      for (size_t i = 0; i < mesh_sizes_.size(); ++i) s += (i ? "x" : "") + std::to_string(mesh_sizes_[i]);
+      for (size_t i = 0; i < mesh_sizes_.size(); ++i)
+        s.append(i ? "x" : "").append(std::to_string(mesh_sizes_[i]));
       return s;
     }
     static const std::vector<std::string> bad = {
@@ -217,7 +218,7 @@ class Generator {
     if (chance(65)) {
       const int nd = pick(4);
       std::string s;
-      for (int i = 0; i < nd; ++i) s += (i ? "," : "") + small_number(0, 17);
+      for (int i = 0; i < nd; ++i) s.append(i ? "," : "").append(small_number(0, 17));
       if (chance(10)) s = "[" + s + "]";
       return s;
     }
@@ -255,7 +256,7 @@ class Generator {
     if (chance(10)) n += chance(50) ? 1 : -1;
     if (chance(2)) n = 9;
     std::string s;
-    for (int i = 0; i < n; ++i) s += (i ? "," : "") + placement(ndim_tensor);
+    for (int i = 0; i < n; ++i) s.append(i ? "," : "").append(placement(ndim_tensor));
     return s;
   }
 

@@ -36,10 +36,14 @@ TEST_F(IndexSemanticsTest, VocabParallelCrossEntropyIgnoresIgnoreIndex) {
   const double want = scalar(cross_entropy(logits, target));
   for (const Shape& mesh_shape : {Shape{2}, Shape{3}, Shape{4}, Shape{2, 2}, Shape{2, 3}}) {
     DeviceMesh mesh(world, mesh_shape);
-    const int tp = mesh.ndim() - 1;
-    Placements lp(static_cast<size_t>(mesh.ndim()), Replicate()), tgt = lp;
-    lp[tp] = Shard(1);
-    if (mesh.ndim() == 2) lp[0] = tgt[0] = Shard(0);  // batch over dp
+    const int tp = mesh.ndim() - 1;  // the last mesh dim; a 2-d mesh's first is dp
+    Placements lp, tgt;
+    if (mesh.ndim() == 2) {  // batch over dp
+      lp.push_back(Shard(0));
+      tgt.push_back(Shard(0));
+    }
+    lp.push_back(Shard(1));
+    tgt.push_back(Replicate());
     DTensor d = vocab_parallel_cross_entropy(distribute_tensor(logits, mesh, lp),
                                              distribute_tensor(target, mesh, tgt), tp);
     for (int r : mesh.ranks()) EXPECT_NEAR(scalar(d.to_local(r)), want, 1e-5) << mesh;

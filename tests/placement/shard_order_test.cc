@@ -136,8 +136,11 @@ TEST(ShardOrder, ChunkingMatchesTheReference) {
                                   to_string(shape) + " coord " + to_string(coord) + " dim " +
                                   std::to_string(d);
         ASSERT_EQ(e.local_shape[d], static_cast<int64_t>(want.size())) << where;
-        if (want.empty()) EXPECT_EQ(e.global_offset[d], shape[d]) << where;
-        else EXPECT_EQ(e.global_offset[d], want[0]) << where;
+        if (want.empty()) {
+          EXPECT_EQ(e.global_offset[d], shape[d]) << where;
+        } else {
+          EXPECT_EQ(e.global_offset[d], want[0]) << where;
+        }
       }
     }
   }

@@ -232,7 +232,9 @@ TEST_F(PlanMemoryTest, PeakIsAtMostTwiceTheLargerEndOrExplained) {
       const Placements next = replace_placements(state, s.mesh_dims, s.to);
       const double in = state_bytes(a, state), out = state_bytes(a, next);
       ASSERT_GE(s.peak_bytes, std::max(in, out)) << what;
-      if (s.group_size > 1) ASSERT_GE(s.peak_bytes, in + out - 1e-6) << what;
+      if (s.group_size > 1) {
+        ASSERT_GE(s.peak_bytes, in + out - 1e-6) << what;
+      }
       in_out = std::max(in_out, s.group_size > 1 ? in + out : in);
       largest = std::max(largest, out);
       peak = std::max(peak, s.peak_bytes);

@@ -119,7 +119,7 @@ void check_all(const GradFn& f, const std::vector<DTensor>& inputs, const Placem
 
 std::string describe(const DeviceMesh& mesh, const std::vector<DTensor>& inputs) {
   std::string s = "mesh " + mesh.to_string();
-  for (const DTensor& x : inputs) s += " " + x.spec().to_string();
+  for (const DTensor& x : inputs) s.append(" ").append(x.spec().to_string());
   return s;
 }
 

@@ -42,8 +42,9 @@ class Net : public nn::Module {
     int64_t in = 6;
     for (int i = 0; i < layers; ++i) {
       const int64_t out = i == 0 ? 7 : 5;
-      blocks.push_back(register_module("b" + std::to_string(i),
-                                       std::make_unique<Block>(mesh, in, out, 100 + 10 * i)));
+      std::string name = "b";
+      name += std::to_string(i);
+      blocks.push_back(register_module(name, std::make_unique<Block>(mesh, in, out, 100 + 10 * i)));
       in = out;
     }
     head = register_module("head", std::make_unique<nn::Linear>(mesh, in, 3, true, 7));
@@ -90,8 +91,11 @@ void sgd_step(nn::Module& net, bool exact = true) {
     ASSERT_TRUE(p->is_leaf()) << name;
     ASSERT_TRUE(p->grad().has_value()) << name;
     DTensor g = *p->grad();
-    if (exact) ASSERT_EQ(g.placements(), p->placements()) << name;
-    else g = g.redistribute(p->placements());
+    if (exact) {
+      ASSERT_EQ(g.placements(), p->placements()) << name;
+    } else {
+      g = g.redistribute(p->placements());
+    }
     for (const auto& [rank, shard] : p->local().shards()) {
       Tensor s = shard;
       s.sub_(g.to_local(rank) * kLr);

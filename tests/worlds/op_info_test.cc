@@ -319,7 +319,8 @@ class OpInfoTest : public ::testing::Test {
           const bool ok = i < op.partial_ok.size() && op.partial_ok[i];
           if ((p.is_partial() && !ok) || (p.is_shard() && full[i].dim() == 0)) p = Replicate();
         }
-        what += " " + to_string(pl) + " " + ::testing::PrintToString(full[i].shape());
+        what += " ";
+        what += to_string(pl) + " " + ::testing::PrintToString(full[i].shape());
         placements.push_back(pl);
       }
       if (!dtensor::testing::takes_part(mesh)) continue;
