@@ -44,18 +44,21 @@ asan: deps
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The headers, both libraries, the CMake package, dtensor.pc and the
-# dtensor program under $(PREFIX); only those are built (not the tests).
+# The headers, both libraries, the CMake package, dtensor.pc, the dtensor
+# program and the Python package under $(PREFIX); only those are built (not
+# the tests).
 install: configure
-	@cmake --build $(BUILD) -j $(JOBS) --target dtensor dtensor_shared dtensor_cli
+	@cmake --build $(BUILD) -j $(JOBS) --target dtensor_installables
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
-# A Debian package of the same files under /usr (multiarch libdir), from
-# its own Release build without tests: $(DEB_BUILD)/dtensor_<version>_<arch>.deb.
+# A Debian package of the same files under /usr (multiarch libdir; the
+# Python package in Debian's /usr/lib/python3/dist-packages), from its own
+# Release build without tests: $(DEB_BUILD)/dtensor_<version>_<arch>.deb.
 deb: deps
 	@cmake -S . -B $(DEB_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
-	  -DDTENSOR_BUILD_TESTS=OFF -DDTENSOR_BUILD_BENCH=OFF >/dev/null
-	@cmake --build $(DEB_BUILD) -j $(JOBS) --target dtensor dtensor_shared dtensor_cli
+	  -DDTENSOR_BUILD_TESTS=OFF -DDTENSOR_BUILD_BENCH=OFF \
+	  -DDTENSOR_PYTHON_INSTALL_DIR=lib/python3/dist-packages >/dev/null
+	@cmake --build $(DEB_BUILD) -j $(JOBS) --target dtensor_installables
 	cd $(DEB_BUILD) && cpack -G DEB
 
 clean:

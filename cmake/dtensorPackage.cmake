@@ -29,7 +29,18 @@ set(CPACK_DEBIAN_PACKAGE_DEPENDS "libopenblas-dev")
 if(DTENSOR_HAVE_MPI)
   string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", libopenmpi-dev")
 endif()
+if(DTENSOR_BUILD_PYTHON)
+  # The extension is built for one Python minor version's ABI (Debian's
+  # python3 (>= 3.11~), python3 (<< 3.12) form).
+  math(EXPR next_minor "${Python_VERSION_MINOR} + 1")
+  string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS
+         ", python3 (>= ${Python_VERSION_MAJOR}.${Python_VERSION_MINOR}~),"
+         " python3 (<< ${Python_VERSION_MAJOR}.${next_minor})")
+endif()
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "g++, cmake | pkg-config")
+if(DTENSOR_BUILD_PYTHON)
+  string(APPEND CPACK_DEBIAN_PACKAGE_RECOMMENDS ", python3-numpy")
+endif()
 if(DTENSOR_HAVE_MPI)
   string(APPEND CPACK_DEBIAN_PACKAGE_RECOMMENDS ", openmpi-bin")
 endif()
