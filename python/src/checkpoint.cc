@@ -108,6 +108,24 @@ void write_back(const ck::StateDict& state, const std::map<std::string, Slot>& s
   }
 }
 
+// load() and import_safetensors(): read into the flattened state with the
+// GIL released, then write plain values and replaced entries back into the
+// Python dict. read(state, options) is the C++ loader.
+template <class Read>
+void load_into(py::dict state_dict, bool strict, const std::optional<World>& world, Read read) {
+  ck::StateDict state;
+  std::map<std::string, Slot> slots;
+  flatten(state_dict, "", state, slots);
+  ck::LoadOptions o;
+  o.world = world;
+  o.strict = strict;
+  {
+    py::gil_scoped_release release;
+    read(state, o);
+  }
+  write_back(state, slots);
+}
+
 std::string path_of(py::handle p) {
   return py::str(py::module_::import("os").attr("fspath")(p)).cast<std::string>();
 }
@@ -185,18 +203,9 @@ the state holds no DTensor.
   cm.def("load",
          [](py::dict state_dict, py::object checkpoint_id, bool strict, std::optional<World> world) {
            DT_CHECK(!checkpoint_id.is_none(), "checkpoint.load: checkpoint_id (the directory) is required");
-           ck::StateDict state;
-           std::map<std::string, Slot> slots;
-           flatten(state_dict, "", state, slots);
-           ck::LoadOptions o;
-           o.world = world;
-           o.strict = strict;
            const std::string dir = path_of(checkpoint_id);
-           {
-             py::gil_scoped_release release;
-             ck::load(state, dir, o);
-           }
-           write_back(state, slots);
+           load_into(state_dict, strict, world,
+                     [&](ck::StateDict& state, const ck::LoadOptions& o) { ck::load(state, dir, o); });
          },
          py::arg("state_dict"), py::arg("checkpoint_id") = py::none(), py::kw_only(),
          py::arg("strict") = true, py::arg("world") = py::none(), R"doc(
@@ -231,18 +240,10 @@ the dict. strict=False leaves entries the checkpoint lacks as they are.
          "Writes the tensors as one safetensors file (values into its __metadata__).");
   cm.def("import_safetensors",
          [](py::dict state_dict, py::object path, bool strict, std::optional<World> world) {
-           ck::StateDict state;
-           std::map<std::string, Slot> slots;
-           flatten(state_dict, "", state, slots);
-           ck::LoadOptions o;
-           o.world = world;
-           o.strict = strict;
            const std::string p = path_of(path);
-           {
-             py::gil_scoped_release release;
+           load_into(state_dict, strict, world, [&](ck::StateDict& state, const ck::LoadOptions& o) {
              ck::import_safetensors(state, p, o);
-           }
-           write_back(state, slots);
+           });
          },
          py::arg("state_dict"), py::arg("path"), py::kw_only(), py::arg("strict") = true,
          py::arg("world") = py::none(), "Loads a safetensors file into the state dict, as load().");
