@@ -527,7 +527,7 @@ int run(int argc, char** argv) {
       "Exit status: 0 when no layout is incorrect, 1 when one is, 2 on a bad argument.");
   rules->add_option("--op", ru.op, "only the op cases whose name contains this, e.g. mm or sum");
   rules->add_option("--mesh", ru.meshes,
-                    "meshes checked exhaustively, comma-separated, e.g. 3,4,2x3")
+                    "meshes checked exhaustively, comma-separated, e.g. 3,4,2x3 ('': none)")
       ->capture_default_str();
   rules->add_option("--sampled", ru.sampled, "meshes checked on a sample, e.g. 2x2x2")
       ->capture_default_str();

@@ -11,6 +11,7 @@ namespace {
 
 std::vector<Shape> parse_meshes(const std::string& text, const char* option) {
   std::vector<Shape> meshes;
+  if (text.empty()) return meshes;  // --mesh '': none
   for (const std::string& item : split_list(text)) {
     Shape mesh = parse_mesh_arg(item);
     DT_CHECK(mesh.product() <= 64, option, ": mesh ", quote(item), " has ", mesh.product(),

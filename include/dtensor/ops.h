@@ -67,7 +67,8 @@ DTensor empty(const Shape& shape, const DeviceMesh& mesh, const Placements& plac
 std::ostream& operator<<(std::ostream& os, const DTensor& d);
 
 // ---- pointwise (broadcasting, type promotion as on Tensors) -------------------
-// add/sub keep Partial(sum|avg) when both inputs have it; mul/div keep
+// add/sub keep Partial(sum|avg) when both inputs have it or one is
+// replicated (taken as a Partial locally, as PyTorch does); mul/div keep
 // Partial(sum|avg) against a Replicate factor (div: numerator only);
 // maximum/minimum keep Partial(max)/Partial(min); other ops reduce first.
 DTensor add(const DTensor& a, const DTensor& b);

@@ -9,7 +9,7 @@
 // rest; avg likewise with the last holding n*x minus the others; max holds x
 // on one member per element (which one is random per element) and
 // x - 5(g+1) - u on the others (u random in [0, 3] per element), min
-// x + 5(g+1) + u. The randomness of mesh dim m depends only on the
+// x + 5(g+1) + u; with `half`, 1/2 further (see split()). The randomness of mesh dim m depends only on the
 // coordinates of the mesh dims split before it, so the members of a group
 // agree on each other's pieces.
 #include <algorithm>
@@ -29,7 +29,7 @@ Tensor piece(const Shape& shape, DType dtype, uint64_t key, int64_t g) {
   return mul(add(r, Scalar(10.0 * static_cast<double>(g + 1))), Scalar(sign));
 }
 
-Tensor split(const Tensor& x, ReduceOp op, int64_t g, int64_t n, uint64_t key) {
+Tensor split(const Tensor& x, ReduceOp op, int64_t g, int64_t n, uint64_t key, bool half) {
   const Shape& shape = x.shape();
   switch (op) {
     case ReduceOp::Sum:
@@ -55,9 +55,15 @@ Tensor split(const Tensor& x, ReduceOp op, int64_t g, int64_t n, uint64_t key) {
         h[0] = (h[0] + 1) % n;
       const Tensor holder = Tensor::from_vector(h, shape);
       const Tensor other = ne(holder, Scalar(g));
-      // 5(g+1) to 5(g+1)+3: distinct per member, varying per element.
+      // 5(g+1) to 5(g+1)+3: distinct per member, varying per element; with
+      // `half`, half an integer more (floats), so that no piece but the
+      // holder's equals an integer value of the data and no wrong choice
+      // among pieces gives the right number by luck. Without it pieces do
+      // meet values, which is what shows a comparison wrong.
+      const double off = 5.0 * static_cast<double>(g + 1) +
+                         (half && is_floating(x.dtype()) ? 0.5 : 0.0);
       const Tensor offset = add(Tensor::randint(0, 4, shape, mix(key, 1000 + g)).to(x.dtype()),
-                                Scalar(5.0 * static_cast<double>(g + 1)));
+                                Scalar(off));
       const Tensor moved = op == ReduceOp::Max ? sub(x, offset) : add(x, offset);
       return where(other, moved, x);
     }
@@ -78,7 +84,7 @@ Tensor make_input(const CaseInput& in, uint64_t seed) {
 }
 
 DTensor adversarial(const Tensor& full, const DeviceMesh& mesh, const Placements& pl,
-                    uint64_t seed) {
+                    uint64_t seed, bool half) {
   Placements base = pl;
   for (Placement& p : base)
     if (p.is_partial()) p = Replicate();
@@ -92,7 +98,7 @@ DTensor adversarial(const Tensor& full, const DeviceMesh& mesh, const Placements
       for (size_t j = 0; j < m; ++j)
         if (pl[j].is_partial())
           key = mix(key, static_cast<uint64_t>(mesh.group_index(rank, static_cast<int>(j))));
-      return split(t, pl[m].reduce_op(), mesh.group_index(rank, md), mesh.size(md), key);
+      return split(t, pl[m].reduce_op(), mesh.group_index(rank, md), mesh.size(md), key, half);
     });
   }
   return DTensor(spec, std::move(local));

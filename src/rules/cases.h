@@ -56,9 +56,10 @@ void add_nn_cases(std::vector<OpCase>& cases);
 const std::vector<OpCase>& all_cases();
 
 // A DTensor with placements `pl` whose full value is `full`, with the
-// adversarial Partial pieces described in rules.h.
+// adversarial Partial pieces described in rules.h (`half`: Partial(max|min)
+// pieces off the integers, see adversarial.cc).
 DTensor adversarial(const Tensor& full, const DeviceMesh& mesh, const Placements& pl,
-                    uint64_t seed);
+                    uint64_t seed, bool half);
 
 // The full input of a case input.
 Tensor make_input(const CaseInput& in, uint64_t seed);

@@ -120,6 +120,8 @@ class Checker {
         sampled_(sampled), opt_(opt), rng_(seed), seed_(seed) {
     // Two data sets: the second confirms a layout the search found, so
     // that no coincidence of values or pieces counts as a missing layout.
+    // The first's Partial(max|min) pieces lie off the integers, the
+    // second's on them (adversarial.cc): each catches what the other lets by.
     for (int k = 0; k < 2; ++k) {
       Data& d = data_[k];
       d.full = c.examples;
@@ -162,7 +164,8 @@ class Checker {
   DTensors inputs(int k, const std::vector<Placements>& in) const {
     DTensors args;
     for (size_t i = 0; i < in.size(); ++i)
-      args.push_back(adversarial(data_[k].full[i], mesh_, in[i], seed_ + 1000 * (k + 1) + i));
+      args.push_back(
+          adversarial(data_[k].full[i], mesh_, in[i], seed_ + 1000 * (k + 1) + i, k == 0));
     return args;
   }
 

@@ -16,8 +16,41 @@ namespace {
 
 // Ops whose rule communicates where the validator found a layout that does
 // not need to, and why that stays so.
+// (docs/rules.md gives the same reasons with the table.)
 const std::map<std::string, std::string>& explained() {
+  static const std::string sign =
+      "the sign of the factor decides whether P(max) stays P(max) or becomes P(min); a "
+      "scalar enters the schema by kind, not value (one cached layout for every value), and a "
+      "tensor divisor's sign is data";
+  static const std::string domain =
+      "monotone only where defined: P(min) of positive pieces passes, but a piece outside the "
+      "domain gives NaN/inf that the reduction does not undo";
+  static const std::string compare =
+      "a comparison of a P(max|min) operand with a replicated one is the any/all of the "
+      "pieces' comparisons (a bool P(max|min)) for lt/le/gt/ge, and for eq/ne only when no "
+      "piece meets the other value; dtensor makes no Partials of bool outputs";
+  static const std::string empty =
+      "a size-1 or tiny dim sharded over 2x3 ranks leaves empty shards on most ranks, and "
+      "layouts that agree only on those empty shards line up by luck of the shape";
   static const std::map<std::string, std::string> m = {
+      {"add", empty}, {"sub", empty}, {"minimum", empty}, {"masked_fill", empty},
+      {"where_scalar", empty}, {"squeeze(1)", empty},
+      {"div", sign}, {"mul_scalar", sign}, {"div_scalar", sign},
+      {"log", domain}, {"sqrt", domain}, {"rsqrt", domain}, {"rdiv_scalar", domain},
+      {"eq", compare}, {"ne", compare}, {"lt", compare}, {"le", compare}, {"gt", compare},
+      {"ge", compare}, {"eq_scalar", compare}, {"ne_scalar", compare}, {"lt_scalar", compare},
+      {"le_scalar", compare}, {"gt_scalar", compare}, {"ge_scalar", compare},
+      {"nll_loss(none)",
+       "-log_probs[target] turns P(max) into P(min); a loss over Partial(max) log-probabilities "
+       "does not arise, so the rule reduces first"},
+      {"view[2,2,5,2]",
+       "a dim split into (2, 2) and sharded over both mesh dims maps onto the two new dims only "
+       "when the outer size equals the first mesh dim's; the view rule keeps the outermost part"},
+      {"slice(1,1,5,2)",
+       "a strided slice of a sharded dim stays sharded only when the shard bounds fall on the "
+       "stride, as 5 over 3 or 4 ranks happens to; the rule gathers"},
+      {"slice_backward(1,1,5,2)",
+       "the same shapes as slice(1,1,5,2): shard bounds on the stride by luck"},
   };
   return m;
 }
