@@ -86,9 +86,12 @@ TensorMeta addmm_meta(const OpSchema& s) {
 // dim d sharded (R when the input lacks or broadcasts it); ka/kb are the
 // contraction dims. With a bias (input 0), it follows the output's
 // sharding, and is replicated or partial when the output is partial.
+// `bias_keeps_order`: beta > 0, so that a P(max|min) bias keeps its kind
+// (a negative beta would turn max into min).
 template <class A, class B, class Bias>
 void product_strategies(int64_t out_ndim, A a_dim, B b_dim, int64_t ka, int64_t kb, bool bias,
-                        Bias bias_dim, std::vector<DimStrategy>& c) {
+                        Bias bias_dim, std::vector<DimStrategy>& c,
+                        bool bias_keeps_order = false) {
   auto push = [&](Placement bp, Placement ap, Placement bq, Placement out) {
     if (bias) c.push_back({{bp, ap, bq}, out});
     else c.push_back({{ap, bq}, out});
@@ -107,9 +110,11 @@ void product_strategies(int64_t out_ndim, A a_dim, B b_dim, int64_t ka, int64_t 
     push(kAvg, kAvg, kR, kAvg);
     push(kAvg, kR, kAvg, kAvg);
     push(kAvg, kR, kR, kAvg);
-    // A replicated product added to a P(max|min) bias keeps it.
-    push(Partial(ReduceOp::Max), kR, kR, Partial(ReduceOp::Max));
-    push(Partial(ReduceOp::Min), kR, kR, Partial(ReduceOp::Min));
+    // A replicated product added to a P(max|min) bias (times beta > 0) keeps it.
+    if (bias_keeps_order) {
+      push(Partial(ReduceOp::Max), kR, kR, Partial(ReduceOp::Max));
+      push(Partial(ReduceOp::Min), kR, kR, Partial(ReduceOp::Min));
+    }
   }
   push(kR, kR, kR, kR);
 }
@@ -128,7 +133,7 @@ void mm_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStra
   product_strategies(
       2, [](int64_t d) { return d == 0 ? Shard(0) : kR; },
       [](int64_t d) { return d == 1 ? Shard(1) : kR; }, 1, 0, bias,
-      [&](int64_t d) { return aligned(bias_shape, out.shape, d); }, c);
+      [&](int64_t d) { return aligned(bias_shape, out.shape, d); }, c, bias && s.args[0] != 0);
 }
 
 // ---- bmm / baddbmm ------------------------------------------------------------------
@@ -160,7 +165,7 @@ void bmm_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStr
   product_strategies(
       3, [](int64_t d) { return d < 2 ? Shard(d) : kR; },
       [](int64_t d) { return d == 0 ? Shard(0) : d == 2 ? Shard(2) : kR; }, 2, 1, bias,
-      [&](int64_t d) { return aligned(bias_shape, out.shape, d); }, c);
+      [&](int64_t d) { return aligned(bias_shape, out.shape, d); }, c, bias && s.args[0] != 0);
 }
 
 // ---- matmul -------------------------------------------------------------------------
@@ -402,7 +407,9 @@ DTensor mm(const DTensor& a, const DTensor& b) {
 
 DTensor addmm(const DTensor& bias, const DTensor& a, const DTensor& b, Scalar beta,
               Scalar alpha) {
-  const OpSchema schema(OpId::Addmm, {&bias.spec(), &a.spec(), &b.spec()});
+  // The sign of beta is layout-relevant (see product_strategies).
+  const OpSchema schema(OpId::Addmm, {&bias.spec(), &a.spec(), &b.spec()},
+                        {beta.to_double() > 0 ? 1 : 0});
   const DTensor* inputs[] = {&bias, &a, &b};
   DTensor out =
       run(schema, kAddmm, inputs, [&](int rank, const Tensor* const* t, const OutputSharding& s) {
@@ -434,7 +441,8 @@ DTensor bmm(const DTensor& a, const DTensor& b) {
 
 DTensor baddbmm(const DTensor& bias, const DTensor& a, const DTensor& b, Scalar beta,
                 Scalar alpha) {
-  const OpSchema schema(OpId::Baddbmm, {&bias.spec(), &a.spec(), &b.spec()});
+  const OpSchema schema(OpId::Baddbmm, {&bias.spec(), &a.spec(), &b.spec()},
+                        {beta.to_double() > 0 ? 1 : 0});
   const DTensor* inputs[] = {&bias, &a, &b};
   DTensor out = run(schema, kBaddbmm, inputs,
                     [&](int rank, const Tensor* const* t, const OutputSharding& s) {

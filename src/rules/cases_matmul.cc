@@ -12,6 +12,10 @@ void add_matmul_cases(std::vector<OpCase>& c) {
   c.push_back({"addmm", OpId::Addmm, {{{3}}, {{5, 4}}, {{4, 3}}},
                [](const Tensors& x) { return addmm(x[0], x[1], x[2], 1, 2); },
                [](const DTensors& x) { return addmm(x[0], x[1], x[2], 1, 2); }});
+  // A negative beta turns a Partial(max) bias into a Partial(min) term.
+  c.push_back({"addmm(beta=-1)", OpId::Addmm, {{{3}}, {{5, 4}}, {{4, 3}}},
+               [](const Tensors& x) { return addmm(x[0], x[1], x[2], -1, 3); },
+               [](const DTensors& x) { return addmm(x[0], x[1], x[2], -1, 3); }});
   c.push_back({"bmm", OpId::Bmm, {{{2, 5, 4}}, {{2, 4, 3}}},
                [](const Tensors& x) { return bmm(x[0], x[1]); },
                [](const DTensors& x) { return bmm(x[0], x[1]); }});

@@ -35,7 +35,7 @@ const std::map<std::string, std::string>& explained() {
   static const std::map<std::string, std::string> m = {
       {"add", empty}, {"sub", empty}, {"minimum", empty}, {"masked_fill", empty},
       {"where_scalar", empty}, {"squeeze(1)", empty},
-      {"div", sign}, {"mul_scalar", sign}, {"div_scalar", sign},
+      {"div", sign}, {"mul_scalar", sign}, {"div_scalar", sign}, {"addmm(beta=-1)", sign},
       {"log", domain}, {"sqrt", domain}, {"rsqrt", domain}, {"rdiv_scalar", domain},
       {"eq", compare}, {"ne", compare}, {"lt", compare}, {"le", compare}, {"gt", compare},
       {"ge", compare}, {"eq_scalar", compare}, {"ne_scalar", compare}, {"lt_scalar", compare},
