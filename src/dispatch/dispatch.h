@@ -42,6 +42,8 @@ enum class OpId : uint16_t {
   // NN math
   Softmax, LogSoftmax, LayerNorm, RmsNorm, NllLoss, Embedding, Dropout, NllLossBackward,
   EmbeddingBackward,
+  // scans, sorting, logical reductions (src/ops/scan.cc)
+  Cumsum, CumsumReverse, Logsumexp, All, Any, SortIndices, TopkIndices, TakeAlongDim, ScatterAlongDim,
 };
 
 // cat/stack of more tensors join them in groups of kMaxInputs.
