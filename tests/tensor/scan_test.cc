@@ -169,7 +169,9 @@ TEST(ScanSort, MatchesAStableReferenceSort) {
         const double want = rows[static_cast<size_t>(r * n + order[static_cast<size_t>(j)])];
         const double have = got_v[static_cast<size_t>(r * n + j)];
         ASSERT_TRUE(std::isnan(want) ? std::isnan(have) : have == want);
-        if (j < k) ASSERT_EQ(got_k[static_cast<size_t>(r * k + j)], order[static_cast<size_t>(j)]);
+        if (j < k) {
+          ASSERT_EQ(got_k[static_cast<size_t>(r * k + j)], order[static_cast<size_t>(j)]);
+        }
       }
     }
   }
