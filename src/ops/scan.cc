@@ -178,9 +178,10 @@ TensorMeta sort_meta(const OpSchema& s) {
   } else {
     const int64_t d = wrap_dim(s.args[0], std::max<int64_t>(x.ndim(), 1), "topk");
     const int64_t n = x.ndim() == 0 ? 1 : x.shape()[d];
-    DT_CHECK(s.args[1] >= 0 && s.args[1] <= n, "topk: k = ", s.args[1],
+    const int64_t lo = x.ndim() == 0 ? 1 : 0;  // as the plain op
+    DT_CHECK(s.args[1] >= lo && s.args[1] <= n, "topk: k = ", s.args[1],
              " is out of range for dim ", d, " of size ", n, " (input shape ", x.shape(),
-             "; expected 0 <= k <= ", n, ")");
+             "; expected ", lo, " <= k <= ", n, ")");
     if (x.ndim() > 0) out[d] = s.args[1];
   }
   return {out, contiguous_strides(out), DType::Int64};

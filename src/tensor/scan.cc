@@ -188,8 +188,10 @@ ValuesIndices<Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest
                            bool /*sorted*/) {
   const int64_t d = checked_dim(x, dim, "topk");
   const int64_t n = dim_size(x, d);
-  DT_CHECK(k >= 0 && k <= n, "topk: k = ", k, " is out of range for dim ", d, " of size ", n,
-           " (input shape ", x.shape(), "; expected 0 <= k <= ", n, ")");
+  // A 0-d result cannot hold no element: k = 0 needs a dim to be empty along.
+  const int64_t lo = x.dim() == 0 ? 1 : 0;
+  DT_CHECK(k >= lo && k <= n, "topk: k = ", k, " is out of range for dim ", d, " of size ", n,
+           " (input shape ", x.shape(), "; expected ", lo, " <= k <= ", n, ")");
   return select_rows(x, d, k, largest, "topk");
 }
 
