@@ -34,6 +34,41 @@ class ScanWorldTest : public ::testing::Test {
   World world = dtensor::testing::test_world();
 };
 
+// make_dtensor's layout with pieces that tell Partial kinds apart better:
+// its avg pieces all hold the value and its max/min pieces hold it on the
+// group's first member and value -/+ 7 elsewhere, so any monotone or
+// shift-invariant op seems to commute with them (cumsum of such max pieces
+// has its max on member 0 again). Here avg members hold value + k(2g-n+1)
+// (offsets summing to 0), and each element's exact value sits on a random
+// member, the others 7 below (max) or above (min).
+DTensor mixed_partial(const Tensor& full, const DeviceMesh& mesh, const Placements& pl,
+                      uint64_t seed) {
+  Placements base = pl;
+  for (Placement& p : base)
+    if (p.is_partial()) p = Replicate();
+  LocalTensor local = distribute_tensor(full, mesh, base).local();
+  for (size_t m = 0; m < pl.size(); ++m) {
+    if (!pl[m].is_partial()) continue;
+    const int md = static_cast<int>(m);
+    const ReduceOp op = pl[m].reduce_op();
+    local = local.map([&](int rank, const Tensor& t) {
+      const int64_t g = mesh.group_index(rank, md), n = mesh.size(md);
+      if (op == ReduceOp::Sum) {
+        const Tensor k = dtensor::testing::int_valued(t.shape(), seed + 17 * m).to(t.dtype());
+        return g == 0 ? t - k * static_cast<double>(n - 1) : k.clone();
+      }
+      if (op == ReduceOp::Avg) {
+        const Tensor k = dtensor::testing::int_valued(t.shape(), seed + 17 * m).to(t.dtype());
+        return t + k * static_cast<double>(2 * g - n + 1);
+      }
+      // The same random owner per element on every member of the group.
+      const Tensor mask = eq(Tensor::randint(0, n, t.shape(), seed + 31 * m), g);
+      return where(mask, t, op == ReduceOp::Max ? t - 7.0 : t + 7.0);
+    });
+  }
+  return DTensor(DTensorSpec(mesh, pl, full.shape(), full.dtype()), local);
+}
+
 Placements replicate(const DeviceMesh& mesh) {
   return Placements(static_cast<size_t>(mesh.ndim()), Replicate());
 }
@@ -89,7 +124,9 @@ TEST_F(ScanWorldTest, MatchesThePlainOps) {
     // Few distinct values: ties for sort/topk, zeros for all/any.
     const Tensor full = op >= 4 ? Tensor::randint(-1, 2, shape, iter).to(DType::Float32)
                                 : dtensor::testing::int_valued(shape, iter);
-    const DTensor x = make_dtensor(full, mesh, pl, iter + 1);
+    const DTensor x = (iter / 6) % 2 ? mixed_partial(full, mesh, pl, iter + 1)
+                               : make_dtensor(full, mesh, pl, iter + 1);
+    ASSERT_TRUE(equal(x.full_tensor(), full));
     std::string what = "mesh " + mesh.to_string() + " " + x.spec().to_string() + " op " +
                        std::to_string(op) + " dim " + std::to_string(dim) + " dims " +
                        to_string(dims) + " k " + std::to_string(k) + " flag " +
@@ -182,7 +219,7 @@ TEST_F(ScanWorldTest, LayoutsThatNeedNoCommunication) {
   const Tensor sparse = Tensor::randint(-1, 2, {3, 5}, 2).to(DType::Float32);
   auto check = [&](const char* name, const Placements& in, auto&& f, const Placements& want_out,
                    auto&& plain, const Tensor& data) {
-    const DTensor x = make_dtensor(data, mesh, in, 3);
+    const DTensor x = mixed_partial(data, mesh, in, 3);
     CommDebugMode comm;
     const DTensor out = f(x);
     EXPECT_EQ(comm.total_count(), 0) << name << " on " << to_string(in) << ":\n" << comm.table();
@@ -250,13 +287,37 @@ TEST_F(ScanWorldTest, SortMovesItsInputOnce) {
     EXPECT_EQ(v.placements(), i.placements());
   }
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min}) {
-    const DTensor x = make_dtensor(full, mesh, {Partial(op)}, 9);
+    const DTensor x = mixed_partial(full, mesh, {Partial(op)}, 9);
     CommDebugMode comm;
     const auto [v, i] = topk(x, 3, 1);
     EXPECT_EQ(comm.total_count(), 1) << comm.table();
     EXPECT_TRUE(equal(v.full_tensor(), topk(full, 3, 1).values));
     EXPECT_TRUE(equal(i.full_tensor(), topk(full, 3, 1).indices));
   }
+}
+
+// cumsum is not max- or min-linear, and a bool sum is a logical or: those
+// Partials are reduced (one all_reduce) before the scan, and the result is
+// right with pieces whose maxima sit on different members.
+TEST_F(ScanWorldTest, CumsumReducesNonLinearPartials) {
+  if (world.size() < 4) return;
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  const Tensor full = dtensor::testing::int_valued({3, 9}, 4);
+  for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min}) {
+    const DTensor x = mixed_partial(full, mesh, {Partial(op)}, 5);
+    CommDebugMode comm;
+    const DTensor y = cumsum(x, 1);
+    EXPECT_EQ(comm.count(CollectiveKind::AllReduce) + comm.count(CollectiveKind::ReduceScatter), 1)
+        << comm.table();
+    EXPECT_FALSE(y.placements()[0].is_partial());
+    EXPECT_TRUE(equal(y.full_tensor(), cumsum(full, 1)));
+  }
+  // Two bool pieces true at the same place: their sum (or) is one true.
+  const Tensor b = Tensor::from_vector(std::vector<bool>{true, false, true}, Shape{3});
+  const DTensor xb = DTensor(DTensorSpec(mesh, {Partial(ReduceOp::Sum)}, b.shape(), b.dtype()),
+                             distribute_tensor(b, mesh, {Replicate()}).local());
+  EXPECT_TRUE(equal(cumsum(xb, 0).full_tensor(), cumsum(b, 0)));
 }
 
 TEST_F(ScanWorldTest, ErrorsNameTheOpAndPlacements) {
@@ -329,7 +390,7 @@ TEST_F(ScanWorldTest, Gradients) {
         const Placements pg = dtensor::testing::random_input_placements(rng, mesh.ndim(), nd);
         if (!dtensor::testing::takes_part(mesh)) continue;
         // randn: distinct values, so sort and topk are differentiable here.
-        DTensor x = make_dtensor(Tensor::randn(shape, 10 + k, 0, DType::Float64), mesh, pl, 3);
+        DTensor x = mixed_partial(Tensor::randn(shape, 10 + k, 0, DType::Float64), mesh, pl, 3);
         x.requires_grad_();
         GradFn f;
         std::string name;
