@@ -510,8 +510,8 @@ struct ValuesIndices {
 };
 // Sorted along dim; indices (int64) say where each value came from. NaN
 // sorts above every number (last ascending, first descending). The order
-// is always stable (ties keep the lower index first), so `stable` only
-// documents the caller's wish, as in PyTorch on CPU.
+// is always stable (ties keep the lower index first): stable=false lets
+// ties come in any order, and this is one of them.
 ValuesIndices<Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false,
                            bool stable = false);
 // The k largest (or smallest) elements along dim, in sorted order (also
