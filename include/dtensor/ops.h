@@ -198,6 +198,24 @@ DTensor var(const DTensor& x, const DimVector& dims = {}, int64_t correction = 1
 DTensor argmax(const DTensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 DTensor argmin(const DTensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 
+// ---- scans, sorting, logical reductions -------------------------------------------
+// Dims the op does not work along stay sharded (renumbered when reduced
+// dims are dropped). cumsum gathers `dim`; it is linear, so Partial(sum)
+// passes (and Partial(avg) for floating inputs). sort and topk gather
+// `dim` and reduce Partials first; values and indices come out alike, and
+// the input is moved once for both. logsumexp gathers a sharded reduced
+// dim and reduces Partials first. all / any over a sharded dim give
+// Partial(min) / Partial(max) bool outputs (an empty shard holds true /
+// false); Partial inputs are reduced first.
+DTensor cumsum(const DTensor& x, int64_t dim);
+ValuesIndices<DTensor> sort(const DTensor& x, int64_t dim = -1, bool descending = false,
+                            bool stable = false);
+ValuesIndices<DTensor> topk(const DTensor& x, int64_t k, int64_t dim = -1, bool largest = true,
+                            bool sorted = true);
+DTensor logsumexp(const DTensor& x, const DimVector& dims, bool keepdim = false);
+DTensor all(const DTensor& x, const DimVector& dims = {}, bool keepdim = false);
+DTensor any(const DTensor& x, const DimVector& dims = {}, bool keepdim = false);
+
 // ---- views -------------------------------------------------------------------------
 // view/reshape track which input dims become which output dims: a sharded
 // dim that is split or merged stays sharded when it is the outermost part

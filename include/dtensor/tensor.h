@@ -495,6 +495,41 @@ Tensor var(const Tensor& x, const DimVector& dims = {}, int64_t correction = 1,
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 
+// ---- scans, sorting and logical reductions (PyTorch's semantics) ------------------
+// dim may be negative; a 0-d tensor takes dim 0 or -1 and acts as one
+// element. Bad dims, a repeated dim or k out of range throw dtensor::Error.
+// Inclusive cumulative sum along dim: bool and int64 give int64 (wrapping
+// on overflow), floating dtypes keep theirs (float32 accumulates in double).
+Tensor cumsum(const Tensor& x, int64_t dim);
+// The result of sort and topk, as PyTorch's (values, indices) named tuple:
+// `auto [values, indices] = sort(x);`.
+template <class T>
+struct ValuesIndices {
+  T values;
+  T indices;  // int64 positions along dim in the input
+};
+// Sorted along dim; indices (int64) say where each value came from. NaN
+// sorts above every number (last ascending, first descending). The order
+// is always stable (ties keep the lower index first): stable=false lets
+// ties come in any order, and this is one of them.
+ValuesIndices<Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false,
+                           bool stable = false);
+// The k largest (or smallest) elements along dim, in sorted order (also
+// when sorted is false: any order is allowed then, and this one is the
+// cheapest to keep consistent); ties go to the lower index; NaN counts as
+// the largest value. REQUIRES: 0 <= k <= the size of dim.
+ValuesIndices<Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true,
+                           bool sorted = true);
+// log(sum(exp(x))) over dims (every dim when empty), stable: the maximum
+// is subtracted first. A slice of all -inf (or an empty one) gives -inf,
+// any +inf gives +inf, any NaN gives NaN. bool and int64 give float32.
+Tensor logsumexp(const Tensor& x, const DimVector& dims, bool keepdim = false);
+// Whether every / some element over dims (every dim when empty) is
+// nonzero (NaN counts as nonzero), as bool. An empty slice gives true for
+// all and false for any.
+Tensor all(const Tensor& x, const DimVector& dims = {}, bool keepdim = false);
+Tensor any(const Tensor& x, const DimVector& dims = {}, bool keepdim = false);
+
 // ---- linear algebra (OpenBLAS for float32/float64, exact loops for int64) -------
 // (n,k) @ (k,m) -> (n,m)
 Tensor mm(const Tensor& a, const Tensor& b);

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "casters.h"
+#include "scan_ops.h"
 #include "dtensor/dtensor.h"
 
 namespace dtensor::python {
@@ -221,6 +222,7 @@ void bind_math_methods(Class& c) {
         if (x.dim() == 0) throw py::type_error("len() of a 0-d tensor");
         return x.size(0);
       });
+  bind_scan_ops<T>(c);
 }
 
 }  // namespace dtensor::python

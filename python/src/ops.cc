@@ -11,6 +11,7 @@
 #include "bindings.h"
 #include "casters.h"
 #include "math_ops.h"
+#include "scan_ops.h"
 
 namespace dtensor::python {
 
@@ -133,6 +134,7 @@ void bind_ops_of(py::module_& m) {
         py::arg("chunks"), py::arg("dim") = 0, release_gil());
   m.def("split", [](const T& x, int64_t n, int64_t d) { return x.split(n, d); }, py::arg("input"),
         py::arg("split_size"), py::arg("dim") = 0, release_gil());
+  bind_scan_ops<T>(m);
 }
 
 // Tensor ops whose DTensor form takes optional DTensors (weight, bias) or

@@ -44,6 +44,8 @@ enum class OpId : uint16_t {
   EmbeddingBackward,
   // users' ops (custom_op.h; the registration's index is the schema's first argument)
   Custom,
+  // scans, sorting, logical reductions (src/ops/scan.cc)
+  Cumsum, CumsumReverse, Logsumexp, All, Any, SortIndices, TopkIndices, TakeAlongDim, ScatterAlongDim,
 };
 
 // cat/stack of more tensors join them in groups of kMaxInputs.
