@@ -83,21 +83,24 @@ DTensor repeat_backward(DTensor g, const Shape& shape, const DimVector& repeats)
   for (int64_t d = 0; d < nd; ++d) {
     const int64_t r = repeats[lead + d], n = shape[d];
     if (r == 1) continue;
-    const Shape before = g.shape();
+    // The gradient's sizes now: dims < d summed back already, d and later not.
+    Shape now;
+    for (int64_t k = 0; k < nd; ++k) now.push_back(k < d ? shape[k] : shape[k] * repeats[lead + k]);
     if (nd < kMaxDims) {
       // (..., r·n, ...) -> (..., r, n, ...): copy k of element i is at k·n + i.
-      Shape split = before;
-      split[d] = n;
-      split.insert(static_cast<size_t>(d), r);
+      Shape split;
+      for (int64_t k = 0; k < nd; ++k) {
+        if (k == d) split.push_back(r);
+        split.push_back(k == d ? n : now[k]);
+      }
       g = sum(reshape(g, split), {d});
     } else {
       // No room for one more dim: (outer, r, n·inner), summed, and back.
       int64_t outer = 1, inner = 1;
-      for (int64_t k = 0; k < d; ++k) outer *= before[k];
-      for (int64_t k = d + 1; k < nd; ++k) inner *= before[k];
-      Shape back = before;
-      back[d] = n;
-      g = reshape(sum(reshape(g, {outer, r, n * inner}), {1}), back);
+      for (int64_t k = 0; k < d; ++k) outer *= now[k];
+      for (int64_t k = d + 1; k < nd; ++k) inner *= now[k];
+      now[d] = n;
+      g = reshape(sum(reshape(g, {outer, r, n * inner}), {1}), now);
     }
   }
   return g;
@@ -149,7 +152,7 @@ constexpr OpRule kPad{"pad", pad_meta, pad_strategies};
 
 // One schema holds kMaxArgs - kPadList pads; more (5+ padded dims) are
 // applied in two constant pads, which compose exactly.
-constexpr size_t kMaxPads = kMaxArgs - kPadList;
+constexpr size_t kMaxPads = (kMaxArgs - kPadList) / 2 * 2;
 
 DTensor pad_once(const DTensor& x, const std::vector<int64_t>& pads, const std::string& mode,
                  std::optional<Scalar> value) {
@@ -161,8 +164,14 @@ DTensor pad_once(const DTensor& x, const std::vector<int64_t>& pads, const std::
   OpSchema schema(OpId::Pad, {&x.spec()},
                   {static_cast<int64_t>(m), value ? 1 : 0, zero ? 1 : 0});
   for (int64_t v : pads) schema.push_arg(v);
-  return run_unary(schema, kPad, x,
-                   [&](int, const Tensor& t) { return pad(t, pads, mode, value); });
+  const DTensor* inputs[] = {&x};
+  return run(schema, kPad, inputs, [&](int rank, const Tensor* const* t, const OutputSharding& s) {
+    // An empty shard of an unpadded dim would fail reflect/replicate's
+    // non-empty check, which holds for the global tensor; its result is
+    // empty too. (A constant pad of an empty shard is not: it is all value.)
+    if (m != PadMode::Constant && t[0]->numel() == 0) return Tensor::zeros(output_local_shape(s, rank), x.dtype());
+    return pad(*t[0], pads, mode, value);
+  });
 }
 
 // The adjoint of reflect/replicate: each padded dim's gradient added back
@@ -174,9 +183,10 @@ DTensor pad_copy_backward(DTensor g, const Shape& shape, const PadPlan& p) {
     if (p.lo[d] == 0 && p.hi[d] == 0) continue;
     const DTensor index =
         distribute_tensor(pad_index_for(shape[d], p.lo[d], p.hi[d], p.mode), g.mesh(), all_r);
-    Shape before = g.shape();
-    before[d] = shape[d];
-    g = index_select_backward(g, before, d, index);
+    Shape unpadded;  // the shape before dim d was padded
+    for (int64_t k = 0; k < static_cast<int64_t>(shape.size()); ++k)
+      unpadded.push_back(k == d ? shape[k] : g.shape()[k]);
+    g = index_select_backward(g, unpadded, d, index);
   }
   return g;
 }
@@ -272,7 +282,6 @@ DTensor pad(const DTensor& x, const std::vector<int64_t>& pads, const std::strin
     std::vector<int64_t> inner(pads.begin(), pads.begin() + kMaxPads), outer = pads;
     std::fill(outer.begin(), outer.begin() + kMaxPads, 0);
     out = pad_once(pad_once(x, inner, mode, value), outer, mode, value);
-    return out;  // each pad_once records its own backward
   }
   if (autograd::recording({&x})) {
     const PadPlan p = pad_plan(x.shape(), pads, mode, value.has_value());

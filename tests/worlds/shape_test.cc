@@ -144,9 +144,10 @@ TEST_F(ShapeOpsTest, ConstantPadRule) {
       EXPECT_EQ(out.placements(), d.placements) << what;
     }
     // A nonzero value can not stay Partial(sum): it would be counted n times.
-    if (sum_blocked)
+    if (sum_blocked) {
       for (const Placement& p : out.placements())
         EXPECT_FALSE(p.is_partial() && p.reduce_op() == ReduceOp::Sum) << what;
+    }
   }
 }
 
@@ -166,6 +167,25 @@ TEST_F(ShapeOpsTest, ConstantPadKeepsPartialMaxWithANonzeroValue) {
     EXPECT_EQ(out.placements(), pl);
     EXPECT_TRUE(equal(out.full_tensor(), pad(full, {2, 1, 0, 1}, "constant", -60.0)));
   }
+}
+
+TEST_F(ShapeOpsTest, ConstantPadOfFiveDimsAndItsGradient) {
+  // 10 pads are more than one op schema holds: two pads, one backward.
+  DeviceMesh mesh(world, {2, 2});
+  if (!takes_part(mesh)) return;
+  const Tensor full = dtensor::testing::int_valued({2, 3, 1, 2, 3}, 8).to(DType::Float64);
+  const std::vector<int64_t> pads{1, 0, 0, 0, 0, 2, 1, 1, 1, -1};  // dim 3 unpadded
+  const Placements pl{Shard(3), Partial(ReduceOp::Max)};
+  DTensor x = make_dtensor(full, mesh, pl, 9);
+  const DTensor out = pad(x, pads, "constant", 4.0);
+  EXPECT_EQ(out.placements(), pl);
+  EXPECT_TRUE(equal(out.full_tensor(), pad(full, pads, "constant", 4.0)));
+  const DTensor y = make_dtensor(full, mesh, {Shard(2), Partial(ReduceOp::Sum)}, 10);
+  const dtensor::testing::GradFn f = [pads](const std::vector<DTensor>& in) {
+    return pad(in[0], pads, "constant", 4.0);
+  };
+  EXPECT_EQ(dtensor::testing::check_matches_replicated(f, {y.detach().requires_grad_()}, 11), "");
+  EXPECT_EQ(dtensor::testing::check_gradients(f, {y.detach().requires_grad_()}, 12), "");
 }
 
 TEST_F(ShapeOpsTest, ReflectAndReplicatePadPassEveryPartial) {
