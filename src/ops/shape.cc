@@ -279,9 +279,19 @@ DTensor pad(const DTensor& x, const std::vector<int64_t>& pads, const std::strin
   } else {
     // Checked whole first, so errors name the pads as given.
     pad_plan(x.shape(), pads, mode, value.has_value());
-    std::vector<int64_t> inner(pads.begin(), pads.begin() + kMaxPads), outer = pads;
-    std::fill(outer.begin(), outer.begin() + kMaxPads, 0);
-    out = pad_once(pad_once(x, inner, mode, value), outer, mode, value);
+    // The first kMaxPads pads (the last dims) directly; the rest with those
+    // dims rotated to the front, so the remaining pads come first. One
+    // backward is recorded below for the whole.
+    NoGradGuard no_grad;
+    const int64_t nd = x.dim(), k = static_cast<int64_t>(kMaxPads / 2);
+    DimVector to_front, back;
+    for (int64_t j = nd - k; j < nd; ++j) to_front.push_back(j);
+    for (int64_t j = 0; j < nd - k; ++j) to_front.push_back(j);
+    for (int64_t j = 0; j < nd; ++j) back.push_back(j < nd - k ? j + k : j - (nd - k));
+    const std::vector<int64_t> inner(pads.begin(), pads.begin() + kMaxPads);
+    const std::vector<int64_t> outer(pads.begin() + kMaxPads, pads.end());
+    out = permute(pad_once(permute(pad_once(x, inner, mode, value), to_front), outer, mode, value),
+                  back);
   }
   if (autograd::recording({&x})) {
     const PadPlan p = pad_plan(x.shape(), pads, mode, value.has_value());

@@ -156,12 +156,13 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, const std::string& 
   if (p.mode == PadMode::Constant) {
     Tensor out = Tensor::full(p.out, value.value_or(0), x.dtype());
     // The part of x that survives (negative pads crop) and where it lands.
+    // A crop deeper than the dim leaves nothing of x: all value.
     Tensor src = x, dst = out;
     for (int64_t d = 0; d < nd; ++d) {
       const int64_t from = std::max<int64_t>(0, -p.lo[d]);
       const int64_t to = std::max<int64_t>(0, p.lo[d]);
-      const int64_t len = std::max<int64_t>(
-          0, x.shape()[d] - from - std::max<int64_t>(0, -p.hi[d]));
+      const int64_t len = x.shape()[d] - from - std::max<int64_t>(0, -p.hi[d]);
+      if (len <= 0) return out;
       src = src.narrow(d, from, len);
       dst = dst.narrow(d, to, len);
     }

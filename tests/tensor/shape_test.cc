@@ -106,6 +106,11 @@ TEST(ShapeOps, ConstantPad) {
   p = pad(x, {-2, -1, 0, 0});
   EXPECT_EQ(p.shape(), (Shape{2, 0}));
   EXPECT_EQ(pad(x, {-3, 0}).shape(), (Shape{2, 0}));
+  // Cropping past the data and padding beyond it: nothing of x is left.
+  p = pad(iota({2, 1}), {-2, 3}, "constant", 7);
+  EXPECT_EQ(values(p), (std::vector<int64_t>{7, 7, 7, 7}));
+  p = pad(iota({1, 2}), {3, -4}, "constant", 7);
+  EXPECT_EQ(values(p), (std::vector<int64_t>{7}));
   // Float value into a float tensor; bool pads with a bool.
   p = pad(Tensor::ones({1, 1}), {1, 0}, "constant", 0.5);
   EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{0.5f, 1.0f}));
