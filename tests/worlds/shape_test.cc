@@ -190,6 +190,23 @@ TEST_F(ShapeOpsTest, ConstantPadOfFiveDimsAndItsGradient) {
   EXPECT_EQ(dtensor::testing::check_gradients(f, {y.detach().requires_grad_()}, 12), "");
 }
 
+TEST_F(ShapeOpsTest, RepeatGradientOfEightDims) {
+  // kMaxDims dims leave no room to split a dim into (r, n): the backward
+  // folds the other dims around it instead.
+  DeviceMesh mesh(world, {2, 2});
+  if (!takes_part(mesh)) return;
+  const Tensor full = Tensor::randn({2, 1, 3, 1, 1, 1, 1, 2}, 20, 0, DType::Float64);
+  const DimVector repeats{1, 2, 2, 1, 1, 1, 1, 3};
+  DTensor x = make_dtensor(full, mesh, {Shard(2), Partial(ReduceOp::Sum)}, 21);
+  x.requires_grad_();
+  EXPECT_TRUE(equal(repeat(x, repeats).full_tensor(), repeat(full, repeats)));
+  const dtensor::testing::GradFn f = [repeats](const std::vector<DTensor>& in) {
+    return repeat(in[0], repeats);
+  };
+  EXPECT_EQ(dtensor::testing::check_gradients(f, {x}, 22), "");
+  EXPECT_EQ(dtensor::testing::check_matches_replicated(f, {x}, 23, 1e-12, 1e-12), "");
+}
+
 TEST_F(ShapeOpsTest, ReflectAndReplicatePadPassEveryPartial) {
   std::mt19937 rng(13);
   const int cases = dtensor::testing::property_cases(120);
