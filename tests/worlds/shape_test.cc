@@ -195,7 +195,8 @@ TEST_F(ShapeOpsTest, RepeatGradientOfEightDims) {
   // folds the other dims around it instead.
   DeviceMesh mesh(world, {2, 2});
   if (!takes_part(mesh)) return;
-  const Tensor full = Tensor::randn({2, 1, 3, 1, 1, 1, 1, 2}, 20, 0, DType::Float64);
+  const Tensor full =
+      dtensor::testing::int_valued({2, 1, 3, 1, 1, 1, 1, 2}, 20).to(DType::Float64);
   const DimVector repeats{1, 2, 2, 1, 1, 1, 1, 3};
   DTensor x = make_dtensor(full, mesh, {Shard(2), Partial(ReduceOp::Sum)}, 21);
   x.requires_grad_();
