@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "dtensor/distributed_tensor.h"
@@ -268,6 +269,38 @@ DTensor index_select(const DTensor& x, int64_t dim, const DTensor& index);
 // Partial(sum|avg) grads stay Partial.
 DTensor index_select_backward(const DTensor& grad, const Shape& input_shape, int64_t dim,
                               const DTensor& index);
+
+// ---- shape ops: repeat, tile, unbind, split, pad, new_*, einsum ---------------------------
+// PyTorch's semantics and checks, as the plain Tensor ops of the same names.
+// repeat/tile: a dim repeated once keeps its shard; a repeated dim is
+// gathered (the copies of a shard are not one chunk of the result); every
+// Partial passes (copying commutes with the reduction).
+DTensor repeat(const DTensor& x, const DimVector& repeats);
+DTensor tile(const DTensor& x, const DimVector& reps);
+// select/narrow pieces (their rules and gradients); a sharded `dim` is
+// gathered once up front, not once per piece. split(x, {2}) is the int
+// overload (pieces of 2): pass a std::vector for one size.
+std::vector<DTensor> unbind(const DTensor& x, int64_t dim = 0);
+std::vector<DTensor> split(const DTensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
+// Unpadded dims keep their shards; a padded or cropped dim is gathered.
+// Every rank fills the same value, so Partial(avg|max|min) pass for any
+// value and Partial(sum) only for a 0 value; reflect/replicate pass every
+// Partial (they copy elements).
+DTensor pad(const DTensor& x, const std::vector<int64_t>& pad, const std::string& mode = "constant",
+            std::optional<Scalar> value = std::nullopt);
+// Replicated on x's mesh, x's dtype unless given (torch.Tensor.new_*).
+DTensor new_empty(const DTensor& x, const Shape& shape, std::optional<DType> dtype = std::nullopt);
+DTensor new_zeros(const DTensor& x, const Shape& shape, std::optional<DType> dtype = std::nullopt);
+DTensor new_ones(const DTensor& x, const Shape& shape, std::optional<DType> dtype = std::nullopt);
+DTensor new_full(const DTensor& x, const Shape& shape, Scalar value,
+                 std::optional<DType> dtype = std::nullopt);
+// x's layout, uninitialised (a Partial x gives Replicate, like zeros_like).
+DTensor empty_like(const DTensor& x);
+// Contracted pairwise (left to right) with sum, permute, reshape, expand
+// and mm/bmm, so the layouts are theirs: a batch label sharded alike on
+// both operands stays sharded, a contracted label sharded alike gives
+// Partial(sum), a label summed while sharded gives Partial(sum).
+DTensor einsum(const std::string& equation, const std::vector<DTensor>& operands);
 
 // ---- neural-network math ---------------------------------------------------------------
 // Sharded on a dim other than `dim`: stays sharded; `dim` is gathered.

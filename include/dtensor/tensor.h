@@ -577,6 +577,40 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 // weight[indices]: (V, D) table and int64 indices of any shape -> indices.shape + (D).
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 
+// ---- shape ops: repeat, tile, unbind, split, pad, new_*, einsum -------------------------
+// PyTorch's semantics and argument names. Every dtype unless said otherwise.
+// torch.Tensor.repeat: repeats.size() >= x.dim() (extra leading repeats add
+// dims), each >= 0; the result is a new tensor of size x.size(d) * repeats[d].
+Tensor repeat(const Tensor& x, const DimVector& repeats);
+// torch.tile: reps padded with leading 1s when shorter than x.dim(), then repeat.
+Tensor tile(const Tensor& x, const DimVector& reps);
+// torch.unbind: the x.size(dim) slices along dim (views).
+std::vector<Tensor> unbind(const Tensor& x, int64_t dim = 0);
+// torch.split with a list of sizes (they must sum to x.size(dim)); views.
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
+// torch.nn.functional.pad: `pad` lists (before, after) pairs from the last dim
+// backwards; negative pads crop. mode "constant" (fills with value, 0 when
+// not given; any number of dims), "reflect" (mirrors, pads < the dim's size)
+// or "replicate" (repeats the edge): these two take non-negative pads of 1-3
+// trailing dims of a (k+1)-d or (k+2)-d (batched) numeric input whose dims
+// other than the batch dim are non-empty, and no value.
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pad, const std::string& mode = "constant",
+           std::optional<Scalar> value = std::nullopt);
+// torch.Tensor.new_*: a new tensor of `shape`, x's dtype unless given.
+Tensor new_empty(const Tensor& x, const Shape& shape, std::optional<DType> dtype = std::nullopt);
+Tensor new_zeros(const Tensor& x, const Shape& shape, std::optional<DType> dtype = std::nullopt);
+Tensor new_ones(const Tensor& x, const Shape& shape, std::optional<DType> dtype = std::nullopt);
+Tensor new_full(const Tensor& x, const Shape& shape, Scalar value,
+                std::optional<DType> dtype = std::nullopt);
+// torch.einsum: "ij,jk->ik" (explicit output) or "ij,jk" (implicit: the
+// labels seen once, alphabetical with upper case first, after the
+// ellipsis dims). Labels a-z, A-Z; "..." stands for broadcast dims; size-1
+// dims broadcast. A label repeated within one operand (a diagonal) is
+// refused. Operands (of one dtype) are contracted left to right, each pair
+// with one bmm/mm after summing the labels no later operand or the output
+// needs.
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
+
 // ---- comparison helpers ---------------------------------------------------------------
 // Same shape and every element equal (after promotion).
 bool equal(const Tensor& a, const Tensor& b);

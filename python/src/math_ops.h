@@ -189,6 +189,31 @@ void bind_math_methods(Class& c) {
            py::arg("chunks"), py::arg("dim") = 0, release_gil())
       .def("split", [](const T& x, int64_t n, int64_t d) { return x.split(n, d); },
            py::arg("split_size"), py::arg("dim") = 0, release_gil())
+      // Shape ops and factories (the shape family: repeat, tile, unbind, split
+      // with sizes, new_*).
+      .def("split", [](const T& x, const std::vector<int64_t>& sizes, int64_t d) {
+             return split(x, sizes, d);
+           }, py::arg("split_size"), py::arg("dim") = 0, release_gil())
+      .def("repeat", [](const T& x, const DimVector& r) { return repeat(x, r); },
+           py::arg("repeats"), release_gil())
+      .def("repeat", [](const T& x, py::args r) { return repeat(x, r.cast<DimVector>()); })
+      .def("tile", [](const T& x, const DimVector& r) { return tile(x, r); }, py::arg("dims"),
+           release_gil())
+      .def("unbind", [](const T& x, int64_t d) { return unbind(x, d); }, py::arg("dim") = 0,
+           release_gil())
+      .def("new_zeros", [](const T& x, const Shape& s, std::optional<DType> d) {
+             return new_zeros(x, s, d);
+           }, py::arg("size"), py::kw_only(), py::arg("dtype") = py::none(), release_gil())
+      .def("new_ones", [](const T& x, const Shape& s, std::optional<DType> d) {
+             return new_ones(x, s, d);
+           }, py::arg("size"), py::kw_only(), py::arg("dtype") = py::none(), release_gil())
+      .def("new_empty", [](const T& x, const Shape& s, std::optional<DType> d) {
+             return new_empty(x, s, d);
+           }, py::arg("size"), py::kw_only(), py::arg("dtype") = py::none(), release_gil())
+      .def("new_full", [](const T& x, const Shape& s, S v, std::optional<DType> d) {
+             return new_full(x, s, v, d);
+           }, py::arg("size"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(),
+           release_gil())
       .def("contiguous", [](const T& x) { return x.contiguous(); }, release_gil())
       .def("clone", [](const T& x) { return x.clone(); }, release_gil())
       .def("to", [](const T& x, DType d) { return x.to(d); }, py::arg("dtype"), release_gil())

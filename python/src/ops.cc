@@ -135,6 +135,47 @@ void bind_ops_of(py::module_& m) {
   m.def("split", [](const T& x, int64_t n, int64_t d) { return x.split(n, d); }, py::arg("input"),
         py::arg("split_size"), py::arg("dim") = 0, release_gil());
   bind_scan_ops<T>(m);
+  // The shape family: repeat, tile, unbind, split with sizes, pad, empty_like.
+  m.def("split", [](const T& x, const std::vector<int64_t>& s, int64_t d) { return split(x, s, d); },
+        py::arg("input"), py::arg("split_size_or_sections"), py::arg("dim") = 0, release_gil());
+  m.def("repeat", [](const T& x, const DimVector& r) { return repeat(x, r); }, py::arg("input"),
+        py::arg("repeats"), release_gil());
+  m.def("tile", [](const T& x, const DimVector& r) { return tile(x, r); }, py::arg("input"),
+        py::arg("dims"), release_gil());
+  m.def("unbind", [](const T& x, int64_t d) { return unbind(x, d); }, py::arg("input"),
+        py::arg("dim") = 0, release_gil());
+  m.def("pad", [](const T& x, const std::vector<int64_t>& p, const std::string& mode,
+                  std::optional<double> value) {
+          return pad(x, p, mode, value ? std::optional<Scalar>(*value) : std::nullopt);
+        }, py::arg("input"), py::arg("pad"), py::arg("mode") = "constant",
+        py::arg("value") = py::none(), release_gil());
+  m.def("empty_like", [](const T& x) { return empty_like(x); }, py::arg("input"), release_gil());
+}
+
+// torch.einsum(equation, *operands), or with one list of operands: all
+// DTensors (layouts propagated) or all Tensors.
+py::object einsum_of(const std::string& equation, py::args args) {
+  py::sequence ops = args;
+  if (args.size() == 1 && (py::isinstance<py::list>(args[0]) || py::isinstance<py::tuple>(args[0])))
+    ops = args[0].cast<py::sequence>();
+  bool all_dtensors = py::len(ops) > 0;
+  for (py::handle o : ops) all_dtensors = all_dtensors && py::isinstance<DTensor>(o);
+  if (all_dtensors) {
+    auto operands = ops.cast<std::vector<DTensor>>();
+    DTensor out;
+    {
+      py::gil_scoped_release release;
+      out = einsum(equation, operands);
+    }
+    return py::cast(std::move(out));
+  }
+  auto operands = ops.cast<std::vector<Tensor>>();
+  Tensor out;
+  {
+    py::gil_scoped_release release;
+    out = einsum(equation, operands);
+  }
+  return py::cast(std::move(out));
 }
 
 // Tensor ops whose DTensor form takes optional DTensors (weight, bias) or
@@ -217,6 +258,8 @@ void bind_ops(py::module_& m) {
   bind_ops_of<DTensor>(m);
   bind_ops_of<Tensor>(m);
   bind_layer_ops(m);
+  m.def("einsum", &einsum_of, py::arg("equation"),
+        "torch.einsum: einsum('ij,jk->ik', a, b) or einsum('ij,jk', [a, b]).");
 
   bind_factory(m, "zeros", [](const Shape& s, DType d) { return Tensor::zeros(s, d); },
                [](const Shape& s, const DeviceMesh& m, const Placements& p, DType d) { return zeros(s, m, p, d); },

@@ -46,6 +46,8 @@ enum class OpId : uint16_t {
   Custom,
   // scans, sorting, logical reductions (src/ops/scan.cc)
   Cumsum, CumsumReverse, Logsumexp, All, Any, SortIndices, TopkIndices, TakeAlongDim, ScatterAlongDim,
+  // shape ops (src/ops/shape.cc)
+  Repeat, Pad, EmptyLike,
 };
 
 // cat/stack of more tensors join them in groups of kMaxInputs.
