@@ -197,6 +197,19 @@ DTensor var(const DTensor& x, const DimVector& dims = {}, int64_t correction = 1
 DTensor argmax(const DTensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 DTensor argmin(const DTensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 
+// ---- norms (as the Tensor versions in tensor.h) ------------------------------------
+// Kept dims stay sharded. A reduced dim that is sharded leaves each rank
+// with its shard's part of the norm, reduced by ONE collective: for ord 0
+// and 1 the output is Partial(sum) (counts, sums of |x|), for inf
+// Partial(max), for -inf Partial(min) (of local max/min |x|), so no data
+// moves at all; for any other ord the local sums of |x|^ord are
+// Partial(sum), reduced (all_reduce, or reduce_scatter onto a kept dim)
+// before the root 1/ord is taken. Partial inputs do not pass through (the
+// norm of a sum is not the sum of norms): they are reduced first.
+DTensor vector_norm(const DTensor& x, double ord = 2, const DimVector& dims = {},
+                    bool keepdim = false);
+DTensor norm(const DTensor& x, double p = 2, const DimVector& dims = {}, bool keepdim = false);
+
 // ---- views -------------------------------------------------------------------------
 // view/reshape track which input dims become which output dims: a sharded
 // dim that is split or merged stays sharded when it is the outermost part

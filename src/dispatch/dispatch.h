@@ -42,6 +42,7 @@ enum class OpId : uint16_t {
   // NN math
   Softmax, LogSoftmax, LayerNorm, RmsNorm, NllLoss, Embedding, Dropout, NllLossBackward,
   EmbeddingBackward,
+  NormPart,  // norms (src/ops/norm.cc): vector_norm's per-shard part
 };
 
 // cat/stack of more tensors join them in groups of kMaxInputs.
