@@ -125,7 +125,7 @@ DTensor norm_backward(const autograd::Context& c, double ord, const DimVector& d
     // The gradient goes to the elements whose |x| is the norm (or NaN),
     // split evenly among ties.
     const DTensor a = abs(x);
-    const DTensor hit = ne(add(eq(a, n), ne(a, a)), 0);
+    const DTensor hit = add(eq(a, n), ne(a, a));  // bool + bool is or
     return mul(sgn(x), mul(div(g, sum(hit, dims, true)), hit));
   }
   if (ord < 1) {

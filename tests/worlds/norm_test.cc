@@ -186,7 +186,9 @@ TEST(NormWorld, RootlessOrdsStayPartial) {
     CommDebugMode comm;
     const DTensor n = vector_norm(x, ord, {0});
     EXPECT_EQ(comm.total_count(), 0) << ord << comm.table();
-    if (mesh.size(0) > 1) EXPECT_EQ(n.placements(), Placements{placement}) << ord;
+    if (mesh.size(0) > 1) {
+      EXPECT_EQ(n.placements(), Placements{placement}) << ord;
+    }
     const DTensor r = n.redistribute({Replicate()});
     EXPECT_LE(comm.count(CollectiveKind::AllReduce), 1);
     EXPECT_TRUE(allclose(r.full_tensor(), vector_norm(full, ord, {0}), 1e-6, 1e-6)) << ord;
