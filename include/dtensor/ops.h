@@ -203,8 +203,9 @@ DTensor argmin(const DTensor& x, std::optional<int64_t> dim = std::nullopt, bool
 // and 1 the output is Partial(sum) (counts, sums of |x|), for inf
 // Partial(max), for -inf Partial(min) (of local max/min |x|), so no data
 // moves at all; for any other ord the local sums of |x|^ord are
-// Partial(sum), reduced (all_reduce, or reduce_scatter onto a kept dim)
-// before the root 1/ord is taken. Partial inputs do not pass through (the
+// all-reduced (one all_reduce, over the flattened group when several mesh
+// dims shard reduced dims) before the root 1/ord is taken, and the output
+// is Replicate on those mesh dims. Partial inputs do not pass through (the
 // norm of a sum is not the sum of norms): they are reduced first.
 DTensor vector_norm(const DTensor& x, double ord = 2, const DimVector& dims = {},
                     bool keepdim = false);

@@ -8,10 +8,13 @@
 // Partial inputs never pass: |a + b| is not |a| + |b| (nor max |a_r| the
 // |max a_r|), so they are reduced first. For ord 0, 1 and ±inf the
 // combined parts are the norm itself, so the output stays Partial and no
-// data moves. For other ords root() (sqrt, pow) is a pointwise op on the
-// parts; it reduces a Partial(sum) input first, so the norm costs exactly
-// one reduction (an all_reduce, or a reduce_scatter onto a kept dim when
-// the planner finds that cheaper) and never a gather of the input.
+// data moves. For other ords the Partial(sum) parts are all-reduced (one
+// redistribute to Replicate on those mesh dims, which the planner merges
+// into one all_reduce over their flattened group when that is cheaper)
+// and root() (sqrt, pow) runs locally: one reduction of the small parts,
+// never a gather of the input. (Leaving the Partial to the pointwise rule
+// of sqrt/pow would let it pick a reduce_scatter onto some output dim,
+// which can cost an all_to_all more to line up with the kept shards.)
 //
 // PyTorch instead has a placement (_NormPartial(p)) holding each rank's
 // p-norm, so that even a 2-norm stays lazy until reduced. dtensor has no
@@ -100,11 +103,16 @@ DTensor parts(const DTensor& x, double ord, const DimVector& dims, bool keepdim)
   });
 }
 
-// norm_parts::root on DTensors: the same Tensor kernels run on each shard.
+// norm_parts::root on DTensors, after reducing the parts' Partials: the
+// same Tensor kernels run on each shard.
 DTensor root(const DTensor& s, double ord) {
   if (norm_parts::rootless(ord)) return s;
-  if (ord == 2) return sqrt(s);
-  return pow(s, 1.0 / ord);
+  Placements reduced = s.placements();
+  for (Placement& p : reduced)
+    if (p.is_partial()) p = Replicate();
+  const DTensor whole = reduced == s.placements() ? s : s.redistribute(reduced);
+  if (ord == 2) return sqrt(whole);
+  return pow(whole, 1.0 / ord);
 }
 
 // PyTorch's sgn: -1, 0 or 1 by sign, NaN for NaN (x * 0 keeps a NaN; the

@@ -6,9 +6,9 @@
 //    sums are exact in any order; 1e-12 relative for other ords);
 //  - the layouts the rule claims: from Shard/Replicate inputs, ords 0, 1
 //    and ±inf need no collective and give Partial(sum|max|min) on the mesh
-//    dims sharding a reduced dim; other ords need one reduction per such
-//    mesh dim at most (never a gather), and no collective when no reduced
-//    dim is sharded;
+//    dims sharding a reduced dim; other ords need all_reduces only (one
+//    per such mesh dim at most, never a gather) and give Replicate there,
+//    and no collective when no reduced dim is sharded;
 //  - gradients: finite differences, the gradient on replicated inputs, and
 //    PyTorch's formula computed with plain Tensor ops.
 #include <gtest/gtest.h>
@@ -99,12 +99,20 @@ TEST(NormWorld, MatchesPlainOnRandomLayouts) {
     }
     CommDebugMode comm;
     const DTensor got = use_norm ? norm(x, ord, dims, keepdim) : vector_norm(x, ord, dims, keepdim);
+    // Counted before full_tensor() gathers the result.
     const int64_t collectives = comm.total_count();
+    const int64_t moves =
+        comm.count(CollectiveKind::AllGather) + comm.count(CollectiveKind::AllToAll);
+    const int64_t all_reduces = comm.count(CollectiveKind::AllReduce);
+    const std::string table = comm.table();
     const Tensor want = vector_norm(full, ord, dims, keepdim);
     const Tensor g = got.full_tensor();
     ASSERT_EQ(g.shape(), want.shape()) << what;
-    if (exact_ord(ord)) EXPECT_TRUE(equal(g, want)) << what << "\n" << g << "\nwant " << want;
-    else EXPECT_TRUE(allclose(g, want, 1e-12, 1e-300)) << what << "\n" << g << "\nwant " << want;
+    if (exact_ord(ord)) {
+      EXPECT_TRUE(equal(g, want)) << what << "\n" << g << "\nwant " << want;
+    } else {
+      EXPECT_TRUE(allclose(g, want, 1e-12, 1e-300)) << what << "\n" << g << "\nwant " << want;
+    }
     ++checked;
     if (partial) continue;
     // The rule, from Shard/Replicate inputs.
@@ -112,10 +120,9 @@ TEST(NormWorld, MatchesPlainOnRandomLayouts) {
     for (size_t m = 0; m < pl.size(); ++m)
       if (pl[m].is_shard() && is_reduced(dims, pl[m].dim(), nd) && mesh.size(static_cast<int>(m)) > 1)
         ++sharding_reduced;
-    EXPECT_EQ(comm.count(CollectiveKind::AllGather), 0) << what << comm.table();
-    EXPECT_EQ(comm.count(CollectiveKind::AllToAll), 0) << what << comm.table();
+    EXPECT_EQ(moves, 0) << what << table;
     if (rootless(ord) || sharding_reduced == 0) {
-      EXPECT_EQ(collectives, 0) << what << comm.table();
+      EXPECT_EQ(collectives, 0) << what << table;
       // Kept dims stay sharded (renumbered), reduced ones give the Partial.
       for (size_t m = 0; m < pl.size(); ++m) {
         Placement expected = Replicate();
@@ -139,10 +146,19 @@ TEST(NormWorld, MatchesPlainOnRandomLayouts) {
       }
       lazy += sharding_reduced > 0;
     } else {
-      // The power sums are reduced once per mesh dim at most; no Partial is left.
+      // The power sums are all-reduced (once per mesh dim at most, once in
+      // all when the planner merges); those mesh dims become Replicate.
       EXPECT_GE(collectives, 1) << what;
-      EXPECT_LE(collectives, sharding_reduced) << what << comm.table();
-      for (const Placement& p : got.placements()) EXPECT_FALSE(p.is_partial()) << what;
+      EXPECT_LE(collectives, sharding_reduced) << what << table;
+      EXPECT_EQ(all_reduces, collectives) << what << table;
+      for (size_t m = 0; m < pl.size(); ++m) {
+        const bool reduces = pl[m].is_shard() && is_reduced(dims, pl[m].dim(), nd);
+        if (reduces) {
+          EXPECT_EQ(got.placements()[m], Replicate()) << what << " mesh dim " << m;
+        } else {
+          EXPECT_FALSE(got.placements()[m].is_partial()) << what;
+        }
+      }
       ++reduced_once;
     }
   }
