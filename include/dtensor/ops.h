@@ -216,6 +216,19 @@ ValuesIndices<DTensor> topk(const DTensor& x, int64_t k, int64_t dim = -1, bool 
 DTensor logsumexp(const DTensor& x, const DimVector& dims, bool keepdim = false);
 DTensor all(const DTensor& x, const DimVector& dims = {}, bool keepdim = false);
 DTensor any(const DTensor& x, const DimVector& dims = {}, bool keepdim = false);
+// ---- norms (as the Tensor versions in tensor.h) ------------------------------------
+// Kept dims stay sharded. A reduced dim that is sharded leaves each rank
+// with its shard's part of the norm, reduced by ONE collective: for ord 0
+// and 1 the output is Partial(sum) (counts, sums of |x|), for inf
+// Partial(max), for -inf Partial(min) (of local max/min |x|), so no data
+// moves at all; for any other ord the local sums of |x|^ord are
+// all-reduced (one all_reduce, over the flattened group when several mesh
+// dims shard reduced dims) before the root 1/ord is taken, and the output
+// is Replicate on those mesh dims. Partial inputs do not pass through (the
+// norm of a sum is not the sum of norms): they are reduced first.
+DTensor vector_norm(const DTensor& x, double ord = 2, const DimVector& dims = {},
+                    bool keepdim = false);
+DTensor norm(const DTensor& x, double p = 2, const DimVector& dims = {}, bool keepdim = false);
 
 // ---- views -------------------------------------------------------------------------
 // view/reshape track which input dims become which output dims: a sharded

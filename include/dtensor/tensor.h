@@ -529,6 +529,19 @@ Tensor logsumexp(const Tensor& x, const DimVector& dims, bool keepdim = false);
 // all and false for any.
 Tensor all(const Tensor& x, const DimVector& dims = {}, bool keepdim = false);
 Tensor any(const Tensor& x, const DimVector& dims = {}, bool keepdim = false);
+// ---- norms --------------------------------------------------------------------------
+// torch.linalg.vector_norm: the ord-norm of x over `dims` (every dim when
+// empty; negative allowed, no repeats), as if those dims were flattened.
+//   ord = inf: max |x|;  ord = -inf: min |x|;  ord = 0: the number of
+//   nonzero elements (NaN counts);  any other real ord (negative too):
+//   (sum |x|^ord)^(1/ord) (sqrt of the sum of squares for 2, sum |x| for 1).
+// NaN propagates. The result has x's dtype.
+// REQUIRES: x is float32 or float64; ord is not NaN; for ord < 0 or inf,
+// no reduced dim is empty (such norms have no identity; PyTorch's check).
+Tensor vector_norm(const Tensor& x, double ord = 2, const DimVector& dims = {},
+                   bool keepdim = false);
+// torch.norm with a numeric p: the same as vector_norm(x, p, dims, keepdim).
+Tensor norm(const Tensor& x, double p = 2, const DimVector& dims = {}, bool keepdim = false);
 
 // ---- linear algebra (OpenBLAS for float32/float64, exact loops for int64) -------
 // (n,k) @ (k,m) -> (n,m)

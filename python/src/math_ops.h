@@ -151,6 +151,10 @@ void bind_math_methods(Class& c) {
       .def("argmin", [](const T& x, std::optional<int64_t> dim, bool keepdim) { return argmin(x, dim, keepdim); },
            py::arg("dim") = py::none(), py::arg("keepdim") = false, release_gil())
       .def("pow", [](const T& x, S e) { return pow(x, e); }, py::arg("exponent"), release_gil())
+      .def("norm", [](const T& x, double p, std::optional<DimVector> dim, bool keepdim) {
+             return norm(x, p, dim.value_or(DimVector{}), keepdim);
+           }, py::arg("p") = 2.0, py::arg("dim") = py::none(), py::arg("keepdim") = false,
+           release_gil())
       .def("gelu", [](const T& x, const std::string& approximate) {
              return gelu(x, approximate == "tanh" ? GeluApprox::Tanh : GeluApprox::None);
            }, py::arg("approximate") = "none", release_gil())

@@ -70,6 +70,22 @@ void bind_ops_of(py::module_& m) {
         py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false, release_gil());
   m.def("pow", [](const T& x, S e) { return pow(x, e); }, py::arg("input"), py::arg("exponent"),
         release_gil());
+  // Norms: torch.norm (a numeric p) and torch.linalg.vector_norm, also as
+  // dtensor.linalg.vector_norm.
+  m.def("norm",
+        [](const T& x, double p, std::optional<DimVector> dim, bool keepdim) {
+          return norm(x, p, dim.value_or(DimVector{}), keepdim);
+        },
+        py::arg("input"), py::arg("p") = 2.0, py::arg("dim") = py::none(),
+        py::arg("keepdim") = false, release_gil());
+  auto vector_norm_of = [](const T& x, double ord, std::optional<DimVector> dim, bool keepdim) {
+    return vector_norm(x, ord, dim.value_or(DimVector{}), keepdim);
+  };
+  m.def("vector_norm", vector_norm_of, py::arg("x"), py::arg("ord") = 2.0,
+        py::arg("dim") = py::none(), py::arg("keepdim") = false, release_gil());
+  m.def_submodule("linalg", "torch.linalg's functions for Tensors and DTensors.")
+      .def("vector_norm", vector_norm_of, py::arg("x"), py::arg("ord") = 2.0,
+           py::arg("dim") = py::none(), py::arg("keepdim") = false, release_gil());
   m.def("gelu", [](const T& x, const std::string& a) { return gelu(x, parse_gelu(a)); },
         py::arg("input"), py::arg("approximate") = "none", release_gil());
   m.def("softmax", [](const T& x, int64_t d) { return softmax(x, d); }, py::arg("input"),

@@ -48,6 +48,7 @@ enum class OpId : uint16_t {
   Cumsum, CumsumReverse, Logsumexp, All, Any, SortIndices, TopkIndices, TakeAlongDim, ScatterAlongDim,
   // shape ops (src/ops/shape.cc)
   Repeat, Pad, EmptyLike,
+  NormPart,  // norms (src/ops/norm.cc): vector_norm's per-shard part
 };
 
 // cat/stack of more tensors join them in groups of kMaxInputs.
