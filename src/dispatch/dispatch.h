@@ -42,6 +42,8 @@ enum class OpId : uint16_t {
   // NN math
   Softmax, LogSoftmax, LayerNorm, RmsNorm, NllLoss, Embedding, Dropout, NllLossBackward,
   EmbeddingBackward,
+  // attention (src/ops/attention.cc)
+  ScaledDotProductAttention, ScaledDotProductAttentionBackward,
 };
 
 // cat/stack of more tensors join them in groups of kMaxInputs.
