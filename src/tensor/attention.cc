@@ -13,7 +13,11 @@
 // (since 2.5), which gives 0 for a row whose every score is -inf instead of
 // the 0/0 = NaN of a plain softmax, so a padded query gets a zero output
 // (and zero gradients). That is matched here. A NaN score still makes its
-// row NaN, as there.
+// row NaN, as there. The row pass runs through simd_dispatch with the
+// softmax family's exp (tensor/row_math.h), so every SIMD level gives the
+// same bits.
+// FMA contraction off: the SIMD copies must round like the baseline (simd.h).
+#pragma GCC optimize("fp-contract=off")
 #include "tensor/attention.h"
 
 #include <algorithm>
@@ -23,6 +27,8 @@
 
 #include "common/parallel.h"
 #include "tensor/dispatch.h"
+#include "tensor/row_math.h"
+#include "tensor/simd.h"
 
 namespace dtensor {
 namespace detail {
@@ -82,11 +88,38 @@ class Slices {
   Tensor expanded_;
 };
 
+// softmax of one masked row in place: the maximum subtracted, exp through
+// the vectorisable float32 polynomial of the softmax family (row_math.h;
+// arguments clamped at -110, where exp is already 0, so masked -inf entries
+// give 0), the sum in double lanes.
+template <class T>
+void softmax_row(T* row, int64_t n) {
+  const T mx = row_max(row, n);
+  if (mx == -std::numeric_limits<T>::infinity()) {
+    // Every entry -inf (fully masked: _safe_softmax's zeros), or NaN among them.
+    bool nan = false;
+    for (int64_t j = 0; j < n; ++j) nan = nan || std::isnan(row[j]);
+    std::fill(row, row + n, nan ? std::numeric_limits<T>::quiet_NaN() : T(0));
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float d = row[j] - mx;
+      row[j] = d < -110.0f ? -110.0f : d;
+    }
+    for (int64_t j = 0; j < n; ++j) row[j] = exp_f32_core(row[j]);
+  } else {
+    for (int64_t j = 0; j < n; ++j) row[j] = std::exp(row[j] - mx);
+  }
+  const T inv = static_cast<T>(1.0 / sum_lanes(row, n));
+  for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+}
+
 // A slice's raw scores (rows x cols, contiguous) become attention
 // probabilities in place: scaled, masked (causal: global query row
 // q_offset + i sees keys j <= q_offset + i; a bool mask keeps the true
-// entries; a float mask is added), then softmaxed with the row maximum
-// subtracted and the sum accumulated in double.
+// entries; a float mask is added), then softmaxed. A NaN score makes its
+// row NaN (through exp(x - max)), as softmax does.
 template <class T>
 void probabilities(T* s, int64_t rows, int64_t cols, T scale, const Tensor& mask, bool causal,
                    int64_t q_offset) {
@@ -96,38 +129,23 @@ void probabilities(T* s, int64_t rows, int64_t cols, T scale, const Tensor& mask
   const int64_t ms0 = mask.defined() ? mask.stride(0) : 0, ms1 = mask.defined() ? mask.stride(1) : 0;
   const bool* mb = bool_mask ? mask.data_ptr<bool>() : nullptr;
   const T* mf = float_mask ? mask.data_ptr<T>() : nullptr;
-  for (int64_t i = 0; i < rows; ++i) {
-    T* row = s + i * cols;
-    for (int64_t j = 0; j < cols; ++j) row[j] *= scale;
-    if (causal) {
-      const int64_t first_masked = std::clamp<int64_t>(q_offset + i + 1, 0, cols);
-      for (int64_t j = first_masked; j < cols; ++j) row[j] = kNegInf;
+  simd_dispatch([&] {
+    for (int64_t i = 0; i < rows; ++i) {
+      T* row = s + i * cols;
+      for (int64_t j = 0; j < cols; ++j) row[j] *= scale;
+      if (causal) {
+        const int64_t first_masked = std::clamp<int64_t>(q_offset + i + 1, 0, cols);
+        for (int64_t j = first_masked; j < cols; ++j) row[j] = kNegInf;
+      }
+      if (bool_mask) {
+        for (int64_t j = 0; j < cols; ++j)
+          if (!mb[i * ms0 + j * ms1]) row[j] = kNegInf;
+      } else if (float_mask) {
+        for (int64_t j = 0; j < cols; ++j) row[j] += mf[i * ms0 + j * ms1];
+      }
+      softmax_row(row, cols);
     }
-    if (bool_mask) {
-      for (int64_t j = 0; j < cols; ++j)
-        if (!mb[i * ms0 + j * ms1]) row[j] = kNegInf;
-    } else if (float_mask) {
-      for (int64_t j = 0; j < cols; ++j) row[j] += mf[i * ms0 + j * ms1];
-    }
-    T mx = kNegInf;
-    bool nan = false;
-    for (int64_t j = 0; j < cols; ++j) {
-      nan = nan || std::isnan(row[j]);
-      mx = row[j] > mx ? row[j] : mx;
-    }
-    if (nan || mx == kNegInf) {
-      // NaN propagates (as softmax's does); an all -inf row is _safe_softmax's 0.
-      std::fill(row, row + cols, nan ? std::numeric_limits<T>::quiet_NaN() : T(0));
-      continue;
-    }
-    double sum = 0;
-    for (int64_t j = 0; j < cols; ++j) {
-      row[j] = std::exp(row[j] - mx);
-      sum += static_cast<double>(row[j]);
-    }
-    const T inv = static_cast<T>(1.0 / sum);
-    for (int64_t j = 0; j < cols; ++j) row[j] *= inv;
-  }
+  });
 }
 
 // grad_S = P * (grad_P - rowsum(grad_P * P)), in place over grad_P.

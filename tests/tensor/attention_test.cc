@@ -26,7 +26,8 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Tensor col(const std::vector<double>& v) {
+// A float32 column [n, 1].
+Tensor col(const std::vector<float>& v) {
   return Tensor::from_vector(v, Shape{static_cast<int64_t>(v.size()), 1});
 }
 
@@ -156,7 +157,7 @@ TEST(Attention, BoolAndFloatMasks) {
 TEST(Attention, NaNAndEmptyEdgeCases) {
   const Tensor v = col({1, 3});
   // A NaN score makes its row NaN, the other row stays finite.
-  auto vals = values(scaled_dot_product_attention(col({std::nan(""), 0}), col({1, 0}), v));
+  auto vals = values(scaled_dot_product_attention(col({std::nanf(""), 0}), col({1, 0}), v));
   EXPECT_TRUE(std::isnan(vals[0]));
   EXPECT_NEAR(vals[1], 2.0, 1e-6);
   // S = 0: every row is an empty sum of values, zeros.
@@ -232,7 +233,15 @@ TEST(Attention, MatchesReferenceOnRandomShapes) {
     const int kind = static_cast<int>(rng() % 4);  // none, causal, bool, float
     Tensor mask;
     if (kind >= 2) {
-      Shape ms = input_shape(L, S);
+      // Broadcastable to the scores [batch..., L, S] of q, k and v.
+      Shape ms = detail::sdpa_output_shape("test", q.shape(), dtype, k.shape(), dtype, v.shape(),
+                                           dtype, nullptr, DType::Bool, 0.0, false);
+      ms.back() = S;
+      const size_t skip = rng() % (ms.size() - 1);
+      Shape kept;
+      for (size_t i = skip; i < ms.size(); ++i)
+        kept.push_back(i + 2 < ms.size() && rng() % 3 == 0 ? 1 : ms[i]);
+      ms = kept;
       if (rng() % 3 == 0) ms[ms.size() - 2] = 1;
       mask = kind == 2 ? lt(Tensor::rand(ms, iter + 3), 0.7)
                        : Tensor::randn(ms, iter + 3, 0, dtype);

@@ -32,10 +32,6 @@ class AttentionTest : public ::testing::Test {
   World world = dtensor::testing::test_world();
 };
 
-Placements replicate(const DeviceMesh& mesh) {
-  return Placements(static_cast<size_t>(mesh.ndim()), Replicate());
-}
-
 // Random placements of a tensor of `ndim` dims: Shard/Replicate and, when
 // allowed, Partials of one kind (or sum mixed with avg).
 Placements random_placements(std::mt19937& rng, const DeviceMesh& mesh, int64_t ndim,
@@ -62,10 +58,15 @@ Shapes random_shapes(std::mt19937& rng, int64_t max_seq) {
     s.push_back(c);
     return s;
   };
-  Shapes s{make(L, E), make(S, E), make(S, Ev), make(L, S)};
-  // The batch dims must broadcast: a dim one input has at size 0 while
-  // another has it at 1 is fine; sizes are only batch[i] or 1.
-  if (rng() % 3 == 0) s.mask[s.mask.size() - 2] = 1;
+  Shapes s{make(L, E), make(S, E), make(S, Ev), {}};
+  // The mask broadcasts to the scores [batch..., L, S] of q, k and v: each
+  // of its dims is the scores' or 1 (L too, at times), leading ones dropped.
+  Shape scores = detail::sdpa_output_shape("test", s.q, DType::Float32, s.k, DType::Float32, s.v,
+                                           DType::Float32, nullptr, DType::Bool, 0.0, false);
+  scores.back() = S;
+  const size_t skip = rng() % 4 == 0 ? rng() % (scores.size() - 1) : 0;
+  for (size_t i = skip; i < scores.size(); ++i)
+    s.mask.push_back(i + 1 < scores.size() && rng() % 4 == 0 ? 1 : scores[i]);
   return s;
 }
 
