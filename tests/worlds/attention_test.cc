@@ -205,8 +205,8 @@ TEST_F(AttentionTest, ShardedKeySequenceIsGathered) {
   const DTensor dk = distribute_tensor(k, mesh, {Shard(1)}), dv = distribute_tensor(v, mesh, {Shard(1)});
   CommDebugMode comm;
   const DTensor out = scaled_dot_product_attention(dq, dk, dv, std::nullopt, 0.0, true);
+  if (!dtensor::testing::takes_part(mesh)) return;  // MPI: this rank is not in the mesh
   EXPECT_GT(comm.count(CollectiveKind::AllGather), 0);
-  if (!dtensor::testing::takes_part(mesh)) return;
   EXPECT_TRUE(allclose(out.full_tensor(), scaled_dot_product_attention(q, k, v, Tensor(), 0.0, true),
                        1e-5, 1e-5));
 }
@@ -266,6 +266,7 @@ TEST_F(AttentionTest, GradientsMatchFiniteDifferencesAndReplicated) {
     const GradFn f = [&](const std::vector<DTensor>& x) {
       return scaled_dot_product_attention(x[0], x[1], x[2], dmask, 0.0, kind == 1, 0.6);
     };
+    if (!dtensor::testing::takes_part(mesh)) continue;  // MPI: the checks gather full tensors
     const std::vector<DTensor> inputs = {leaf(q, mesh, pl[0], iter), leaf(k, mesh, pl[1], iter + 1),
                                          leaf(v, mesh, pl[2], iter + 2)};
     if (q.numel() + k.numel() + v.numel() <= 80) {
