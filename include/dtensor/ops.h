@@ -287,8 +287,8 @@ DTensor embedding(const DTensor& weight, const DTensor& indices);
 // across ranks (ring attention): it is gathered, as are Partial queries,
 // keys and masks. The backward is one DTensor op per input with the same
 // layouts (an input replicated against a sharded query sequence or head
-// dim, or a broadcast one, gets a Partial(sum) gradient); the mask gets no
-// gradient.
+// dim, or a broadcast one, gets a Partial(sum) gradient). A float mask gets
+// a gradient (the scores' gradient, as PyTorch's); a bool mask none.
 DTensor scaled_dot_product_attention(const DTensor& query, const DTensor& key,
                                      const DTensor& value,
                                      const std::optional<DTensor>& attn_mask = std::nullopt,

@@ -92,17 +92,17 @@ void candidates(const OpSchema& s, const Shape& out, std::vector<DimStrategy>& c
     return st;
   };
   for (int64_t j = 0; j + 2 < n; ++j) {
-    DimStrategy st;
+    DimStrategy st = with_mask({}, j);
     for (int i = 0; i < 3; ++i) st.in[i] = aligned(s.input(i), out, j);
     if (backward) st.in[3] = Shard(j);
     st.out = out_of(Kind::Batch, st, j);
-    c.push_back(with_mask(st, j));
+    c.push_back(st);
   }
-  DimStrategy seq;
+  DimStrategy seq = with_mask({}, n - 2);
   seq.in[0] = Shard(q.ndim() - 2);
   if (backward) seq.in[3] = Shard(n - 2);
   seq.out = out_of(Kind::QuerySeq, seq, -1);
-  c.push_back(with_mask(seq, n - 2));
+  c.push_back(seq);
   DimStrategy cols;
   cols.in[2] = Shard(v.ndim() - 1);
   if (backward) cols.in[3] = Shard(n - 1);
@@ -140,18 +140,26 @@ void sdpa_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimSt
 
 // ---- backward ------------------------------------------------------------------
 
+// The schema input whose gradient the backward op makes (args[0] is a
+// detail::SdpaInput; the mask is input 4).
+int input_of(const OpSchema& s) {
+  return static_cast<detail::SdpaInput>(s.args[0]) == detail::SdpaInput::Mask
+             ? 4
+             : static_cast<int>(s.args[0]);
+}
+
 TensorMeta sdpa_backward_meta(const OpSchema& s) {
   const Shape out = output_shape(s);
   const DTensorSpec& g = s.input(3);
   DT_CHECK(g.shape() == out && g.dtype() == s.input(0).dtype(), kName,
            ": the output's gradient must have the output's shape ", out, " and dtype ",
            s.input(0).dtype(), ", got ", g.shape(), " and ", g.dtype());
-  const DTensorSpec& x = s.input(static_cast<int>(s.args[0]));
+  const DTensorSpec& x = s.input(input_of(s));
   return {x.shape(), contiguous_strides(x.shape()), x.dtype()};
 }
 
 void sdpa_backward_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
-  const int w = static_cast<int>(s.args[0]);
+  const int w = input_of(s);
   const Shape out = output_shape(s);
   candidates(s, out, c, [&](Kind kind, const DimStrategy& st, int64_t) -> Placement {
     switch (kind) {
@@ -161,7 +169,7 @@ void sdpa_backward_strategies(const OpSchema& s, const TensorMeta&, std::vector<
       case Kind::Batch:
       case Kind::QuerySeq:
       case Kind::ValueCols: return st.in[w].is_shard() ? st.in[w] : Partial();
-      // grad_v = P^T grad does not read v; grad_q and grad_k are linear in it.
+      // grad_v = P^T grad does not read v; the others are linear in it.
       case Kind::PartialValue: return w == 2 ? kR : st.in[2];
       case Kind::PartialGrad: return st.in[3];
       default: return kR;
@@ -216,16 +224,21 @@ DTensor scaled_dot_product_attention(const DTensor& query, const DTensor& key,
                                                   has_mask ? *t[3] : Tensor(), is_causal, sc,
                                                   query_offset(s, rank));
                     });
-  if (autograd::recording({&query, &key, &value})) {
+  // A float mask is added to the scores, so it has a gradient (PyTorch's);
+  // a bool one selects and has none.
+  const bool float_mask = has_mask && attn_mask->dtype() != DType::Bool;
+  const std::vector<const DTensor*> differentiable = {&query, &key, &value,
+                                                      float_mask ? &*attn_mask : nullptr};
+  if (autograd::recording(differentiable)) {
     std::vector<DTensor> saved = {query, key, value};
     if (attn_mask) saved.push_back(*attn_mask);
-    autograd::record(out, kName, {&query, &key, &value}, std::move(saved),
-                     [is_causal, sc, has_mask](const autograd::Context& c) {
+    autograd::record(out, kName, differentiable, std::move(saved),
+                     [is_causal, sc, has_mask, float_mask](const autograd::Context& c) {
                        const std::optional<DTensor> mask =
                            has_mask ? std::optional<DTensor>(c.saved(3)) : std::nullopt;
-                       autograd::Grads g(3);
-                       for (int i = 0; i < 3; ++i)
-                         if (c.needs(static_cast<size_t>(i)))
+                       autograd::Grads g(4);
+                       for (int i = 0; i < 4; ++i)
+                         if ((i < 3 || float_mask) && c.needs(static_cast<size_t>(i)))
                            g[static_cast<size_t>(i)] = sdpa_backward(
                                static_cast<detail::SdpaInput>(i), c.grad, c.saved(0), c.saved(1),
                                c.saved(2), mask, is_causal, sc);

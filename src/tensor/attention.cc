@@ -298,10 +298,20 @@ Tensor sdpa_backward(SdpaInput which, const Tensor& grad, const Tensor& q, const
   DT_CHECK(grad.shape() == out_shape && grad.dtype() == q.dtype(), kOp,
            ": the output's gradient must have the output's shape ", out_shape, " and dtype ",
            q.dtype(), ", got ", grad.shape(), " and ", grad.dtype());
-  const Tensor& input = which == SdpaInput::Query ? q : which == SdpaInput::Key ? k : v;
+  DT_CHECK(which != SdpaInput::Mask || (mask.defined() && mask.dtype() != DType::Bool), kOp,
+           ": only a float attn_mask has a gradient");
+  const Tensor& input = which == SdpaInput::Query ? q
+                        : which == SdpaInput::Key ? k
+                        : which == SdpaInput::Value ? v
+                                                    : mask;
   Shape full_shape = pr.batch;
-  full_shape.push_back(input.size(-2));
-  full_shape.push_back(input.size(-1));
+  if (which == SdpaInput::Mask) {
+    full_shape.push_back(pr.L);
+    full_shape.push_back(pr.S);
+  } else {
+    full_shape.push_back(input.size(-2));
+    full_shape.push_back(input.size(-1));
+  }
   Tensor full = Tensor::zeros(full_shape, q.dtype());
   if (full.numel() == 0) return sum_to(full, input.shape());
   const Slices g(grad, pr.batch);
@@ -317,7 +327,8 @@ Tensor sdpa_backward(SdpaInput which, const Tensor& grad, const Tensor& q, const
         Tensor gs = matmul(g.at(b), pr.v.at(b).t()).contiguous();
         softmax_backward<T>(p.data_ptr<T>(), gs.data_ptr<T>(), pr.L, pr.S);
         if (which == SdpaInput::Query) store<T>(matmul(gs, pr.k.at(b)), full, b, factor);
-        else store<T>(matmul(gs.t(), pr.q.at(b)), full, b, factor);
+        else if (which == SdpaInput::Key) store<T>(matmul(gs.t(), pr.q.at(b)), full, b, factor);
+        else store<T>(gs, full, b, T(1));
       }
     });
   });

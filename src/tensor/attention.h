@@ -31,14 +31,16 @@ double sdpa_scale(int64_t head_dim, std::optional<double> scale);
 Tensor sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                     bool is_causal, double scale, int64_t q_offset);
 
-enum class SdpaInput : int64_t { Query = 0, Key = 1, Value = 2 };
+enum class SdpaInput : int64_t { Query = 0, Key = 1, Value = 2, Mask = 3 };
 
 // The gradient of the forward's output with respect to `which`, given the
 // output's gradient `grad` (PyTorch's math backward, with the attention
 // probabilities P recomputed):
 //   grad_v = P^T grad, grad_P = grad v^T, grad_S = P * (grad_P - rowsum(grad_P * P)),
 //   grad_q = grad_S k * scale, grad_k = grad_S^T q * scale,
-// each summed over the batch dims the input was broadcast along.
+//   grad_mask = grad_S (a float mask is added to the scores),
+// each summed over the dims the input was broadcast along.
+// REQUIRES: which == Mask only with a float mask.
 Tensor sdpa_backward(SdpaInput which, const Tensor& grad, const Tensor& q, const Tensor& k,
                      const Tensor& v, const Tensor& mask, bool is_causal, double scale,
                      int64_t q_offset);

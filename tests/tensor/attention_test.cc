@@ -200,6 +200,10 @@ TEST(Attention, Errors) {
                {op, "attn_mask of shape [3, 4]", "[2, 3, 5]"});
   expect_error([&] { scaled_dot_product_attention(q, k, v, Tensor::ones({3, 5}), 0.0, true); },
                {op, "must not be given with is_causal"});
+  expect_error([&] {
+    detail::sdpa_backward(detail::SdpaInput::Mask, Tensor::ones({2, 3, 6}), q, k, v,
+                          Tensor::ones({3, 5}, DType::Bool), false, 0.5, 0);
+  }, {op, "only a float attn_mask has a gradient"});
   // Sizes whose scores [batch, L, S] overflow int64 are refused before any allocation.
   const int64_t big = int64_t{1} << 40;
   expect_error([&] {
@@ -277,7 +281,7 @@ TEST(Attention, ShardKernelUsesTheGlobalQueryOffset) {
 }
 
 // The backward kernel against central differences of sum(out * w) in
-// float64, with broadcasting, masks and causal.
+// float64, with broadcasting, masks and causal; a float mask's gradient too.
 TEST(Attention, BackwardMatchesFiniteDifferences) {
   struct Case {
     Shape q, k, v, mask;
@@ -304,8 +308,8 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
     const double scale = 0.7;
     const Tensor out = scaled_dot_product_attention(q, k, v, mask, 0.0, causal, scale);
     const Tensor w = Tensor::randn(out.shape(), seed++, 0, DType::Float64);
-    const Tensor inputs[3] = {q, k, v};
-    for (int which = 0; which < 3; ++which) {
+    const Tensor inputs[4] = {q, k, v, mask};
+    for (int which = 0; which < (c.kind == 3 ? 4 : 3); ++which) {
       const Tensor got = detail::sdpa_backward(static_cast<detail::SdpaInput>(which), w, q, k, v,
                                                mask, causal, scale, 0);
       ASSERT_EQ(got.shape(), inputs[which].shape());
@@ -315,9 +319,9 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
         auto loss = [&](double delta) {
           std::vector<double> moved = x;
           moved[j] += delta;
-          Tensor in[3] = {q, k, v};
+          Tensor in[4] = {q, k, v, mask};
           in[which] = Tensor::from_vector(moved, inputs[which].shape());
-          return sum(scaled_dot_product_attention(in[0], in[1], in[2], mask, 0.0, causal, scale) *
+          return sum(scaled_dot_product_attention(in[0], in[1], in[2], in[3], 0.0, causal, scale) *
                      w).item<double>();
         };
         const double numeric = (loss(eps) - loss(-eps)) / (2 * eps);

@@ -238,12 +238,13 @@ DTensor leaf(const Tensor& full, const DeviceMesh& mesh, const Placements& pl, u
 }  // namespace
 
 // Float64 gradients on random small shapes and layouts (Partials included,
-// causal and both mask kinds): against central differences of the full
-// tensors, and against the same computation on replicated inputs.
+// causal and both mask kinds, a float mask differentiated too): against
+// central differences of the full tensors, and against the same
+// computation on replicated inputs.
 TEST_F(AttentionTest, GradientsMatchFiniteDifferencesAndReplicated) {
   std::mt19937 rng(77);
   const std::vector<Shape> meshes = dtensor::testing::grad_meshes(world.size());
-  const int iterations = dtensor::testing::property_cases(24);
+  const int iterations = dtensor::testing::property_cases(32);
   for (int iter = 0; iter < iterations; ++iter) {
     DeviceMesh mesh(world, meshes[rng() % meshes.size()]);
     Shapes s = random_shapes(rng, 5);
@@ -254,22 +255,25 @@ TEST_F(AttentionTest, GradientsMatchFiniteDifferencesAndReplicated) {
     Placements pl[4];
     for (int i = 0; i < 3; ++i)
       pl[i] = random_placements(rng, mesh, static_cast<int64_t>((i == 0 ? s.q : i == 1 ? s.k : s.v).size()), true);
+    // A bool mask is a constant; a float one is a fourth input with a gradient.
     std::optional<DTensor> dmask;
+    Tensor fmask;
     if (kind >= 2) {
-      pl[3] = random_placements(rng, mesh, static_cast<int64_t>(s.mask.size()), false);
-      const Tensor mask = kind == 2 ? lt(Tensor::rand(s.mask, iter + 3), 0.7)
-                                    : Tensor::randn(s.mask, iter + 3, 0, DType::Float64);
-      dmask = distribute_tensor(mask, mesh, pl[3]);
+      pl[3] = random_placements(rng, mesh, static_cast<int64_t>(s.mask.size()), kind == 3);
+      if (kind == 2) dmask = distribute_tensor(lt(Tensor::rand(s.mask, iter + 3), 0.7), mesh, pl[3]);
+      else fmask = Tensor::randn(s.mask, iter + 3, 0, DType::Float64);
     }
     const std::string what = "iter " + std::to_string(iter) + " mesh " + mesh.to_string() +
                              " kind " + std::to_string(kind) + describe(s, pl, kind >= 2 ? 4 : 3);
     const GradFn f = [&](const std::vector<DTensor>& x) {
-      return scaled_dot_product_attention(x[0], x[1], x[2], dmask, 0.0, kind == 1, 0.6);
+      return scaled_dot_product_attention(x[0], x[1], x[2], x.size() > 3 ? x[3] : dmask, 0.0,
+                                          kind == 1, 0.6);
     };
     if (!dtensor::testing::takes_part(mesh)) continue;  // MPI: the checks gather full tensors
-    const std::vector<DTensor> inputs = {leaf(q, mesh, pl[0], iter), leaf(k, mesh, pl[1], iter + 1),
-                                         leaf(v, mesh, pl[2], iter + 2)};
-    if (q.numel() + k.numel() + v.numel() <= 80) {
+    std::vector<DTensor> inputs = {leaf(q, mesh, pl[0], iter), leaf(k, mesh, pl[1], iter + 1),
+                                   leaf(v, mesh, pl[2], iter + 2)};
+    if (kind == 3) inputs.push_back(leaf(fmask, mesh, pl[3], iter + 3));
+    if (q.numel() + k.numel() + v.numel() + (fmask.defined() ? fmask.numel() : 0) <= 80) {
       const std::string fd = dtensor::testing::check_gradients(f, inputs, iter);
       EXPECT_EQ(fd, "") << what;
     }
