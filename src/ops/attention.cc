@@ -23,7 +23,9 @@
 // output gets a gradient sharded alike; an input replicated against a
 // sharded query sequence, value column or broadcast batch dim sums over
 // the rows its rank holds, a Partial(sum) gradient; and gradients are
-// linear in the output's gradient, so a Partial(sum|avg) one passes.
+// linear in the output's gradient, so a Partial(sum|avg) one passes. A
+// float mask's gradient (the scores' gradient) follows the same rules; a
+// bool mask has none.
 #include "autograd/graph.h"
 #include "dispatch/dispatch.h"
 #include "tensor/attention.h"

@@ -335,3 +335,52 @@ TEST_F(AttentionTest, BackwardOfKeptLayoutsNeedsNoCommunication) {
     }
   }
 }
+
+// A float mask's gradient keeps the layouts too: sharded like the query
+// sequence it is sharded alike, and broadcast over sharded heads it is a
+// Partial(sum) of each rank's heads; no collective either way.
+TEST_F(AttentionTest, FloatMaskGradientLayouts) {
+  struct Case {
+    Shape mesh, q, mask;
+    Placements pq, pmask, gmask;
+  };
+  const std::vector<Case> cases = {
+      {{4}, {2, 7, 3}, {7, 5}, {Shard(1)}, {Shard(0)}, {Shard(0)}},
+      {{2, 2}, {2, 4, 5, 3}, {2, 1, 5, 5}, {Shard(1), Shard(0)}, {Replicate(), Shard(0)},
+       {Partial(), Shard(0)}},
+  };
+  int seed = 200;
+  for (const Case& c : cases) {
+    if (c.mesh.product() > world.size()) continue;
+    DeviceMesh mesh(world, c.mesh);
+    Shape ks = c.q, vs = c.q;
+    ks[ks.size() - 2] = 5;
+    vs[vs.size() - 2] = 5;
+    vs.back() = 2;
+    // Key and value follow the query on batch and heads, replicated on its sequence.
+    Placements pkv = c.pq;
+    for (Placement& p : pkv)
+      if (p.is_shard(static_cast<int64_t>(c.q.size()) - 2)) p = Replicate();
+    const Tensor q = Tensor::randn(c.q, seed++, 0, DType::Float64);
+    const Tensor k = Tensor::randn(ks, seed++, 0, DType::Float64);
+    const Tensor v = Tensor::randn(vs, seed++, 0, DType::Float64);
+    const Tensor m = Tensor::randn(c.mask, seed++, 0, DType::Float64);
+    const DTensor dq = distribute_tensor(q, mesh, c.pq), dk = distribute_tensor(k, mesh, pkv);
+    const DTensor dv = distribute_tensor(v, mesh, pkv);
+    DTensor dm = distribute_tensor(m, mesh, c.pmask).requires_grad_();
+    const DTensor out = scaled_dot_product_attention(dq, dk, dv, dm);
+    const Tensor g = Tensor::randn(out.shape(), seed++, 0, DType::Float64);
+    const std::string what = "mesh " + mesh.to_string() + " q " + to_string(c.pq);
+    {
+      CommDebugMode comm;
+      out.backward(distribute_tensor(g, mesh, out.placements()));
+      EXPECT_EQ(comm.total_count(), 0) << what << "\n" << comm.table();
+    }
+    ASSERT_TRUE(dm.grad().has_value()) << what;
+    EXPECT_EQ(dm.grad()->placements(), c.gmask) << what;
+    if (!dtensor::testing::takes_part(mesh)) continue;
+    const Tensor want = detail::sdpa_backward(detail::SdpaInput::Mask, g, q, k, v, m, false,
+                                              1 / std::sqrt(3.0), 0);
+    EXPECT_TRUE(allclose(dm.grad()->full_tensor(), want, 1e-10, 1e-10)) << what;
+  }
+}
