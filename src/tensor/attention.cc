@@ -183,8 +183,10 @@ struct Problem {
 
   // Slices per parallel chunk: about 2^16 multiply-adds of work each.
   int64_t grain() const {
-    const int64_t work = std::max<int64_t>(1, L * S * (E + Ev + 1));
-    return std::max<int64_t>(1, (int64_t{1} << 16) / work);
+    // In double: L * S * (E + Ev) may exceed int64 where L * S alone does not.
+    const double work = static_cast<double>(L) * static_cast<double>(S) *
+                        static_cast<double>(E + Ev + 1);
+    return work >= 65536.0 ? 1 : static_cast<int64_t>(65536.0 / std::max(work, 1.0));
   }
 
   // Slice b's attention probabilities (L x S, contiguous).
