@@ -199,6 +199,28 @@ struct Problem {
   }
 };
 
+// Query rows per block of the causal forward.
+constexpr int64_t kCausalRows = 64;
+
+// Slice b of a causal forward into `out`, by blocks of query rows: a block
+// whose last row is global row g sees keys 0..g only, so its scores and its
+// product with v cover just those keys, skipping the masked upper triangle
+// (about half the multiply-adds of a square attention).
+template <class T>
+void causal_slice(const Problem& pr, int64_t b, int64_t q_offset, Tensor& out) {
+  const Tensor q = pr.q.at(b), k = pr.k.at(b), v = pr.v.at(b);
+  T* dst = out.data_ptr<T>() + b * pr.L * pr.Ev;
+  for (int64_t r0 = 0; r0 < pr.L; r0 += kCausalRows) {
+    const int64_t rows = std::min(kCausalRows, pr.L - r0);
+    const int64_t keys = std::clamp<int64_t>(q_offset + r0 + rows, 0, pr.S);
+    Tensor p = matmul(q.narrow(0, r0, rows), k.narrow(0, 0, keys).t()).contiguous();
+    probabilities<T>(p.data_ptr<T>(), rows, keys, static_cast<T>(pr.scale), Tensor(), true,
+                     q_offset + r0);
+    const Tensor o = matmul(p, v.narrow(0, 0, keys)).contiguous();
+    std::memcpy(dst + r0 * pr.Ev, o.data_ptr<T>(), static_cast<size_t>(rows * pr.Ev) * sizeof(T));
+  }
+}
+
 // Copies contiguous slice `r` (times `factor` unless 1) into slice b of out.
 template <class T>
 void store(const Tensor& r, Tensor& out, int64_t b, T factor) {
@@ -282,6 +304,10 @@ Tensor sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   dispatch_floating(q.dtype(), kOp, [&]<class T>() {
     parallel_for(pr.slices, pr.grain(), [&](int64_t first, int64_t last) {
       for (int64_t b = first; b < last; ++b) {
+        if (is_causal) {
+          causal_slice<T>(pr, b, q_offset, out);
+          continue;
+        }
         const Tensor p = pr.probs<T>(b, is_causal, q_offset);
         store<T>(matmul(p, pr.v.at(b)), out, b, T(1));
       }

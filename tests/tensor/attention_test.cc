@@ -331,3 +331,29 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
     }
   }
 }
+
+// The causal forward works in blocks of 64 query rows that see only the
+// keys up to their last row: long sequences (several blocks, L > S and
+// L < S, a block's keys clamped at S) against the reference, and shards
+// starting inside a block against the rows of the whole.
+TEST(Attention, CausalBlocksMatchReference) {
+  for (const auto& [L, S] : std::vector<std::pair<int64_t, int64_t>>{{150, 130}, {70, 200}, {64, 64}}) {
+    for (DType dtype : {DType::Float64, DType::Float32}) {
+      const Tensor q = Tensor::randn({2, L, 5}, L, 0, dtype);
+      const Tensor k = Tensor::randn({2, S, 5}, S, 0, dtype);
+      const Tensor v = Tensor::randn({2, S, 3}, L + S, 0, dtype);
+      const double scale = 1 / std::sqrt(5.0);
+      Shape shape;
+      const auto ref = reference(q, k, v, Tensor(), true, scale, &shape);
+      const Tensor whole = scaled_dot_product_attention(q, k, v, Tensor(), 0.0, true);
+      const std::string what = "L " + std::to_string(L) + " S " + std::to_string(S);
+      expect_close(whole, shape, ref, what);
+      for (int64_t off : {int64_t{0}, int64_t{37}, L - 1}) {
+        const int64_t n = std::min<int64_t>(L - off, 90);
+        const Tensor part = detail::sdpa_forward(q.narrow(1, off, n), k, v, Tensor(), true, scale, off);
+        EXPECT_LE(max_abs_diff(part, whole.narrow(1, off, n)), dtype == DType::Float64 ? 1e-12 : 1e-5)
+            << what << " rows from " << off;
+      }
+    }
+  }
+}

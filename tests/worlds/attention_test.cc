@@ -150,6 +150,8 @@ TEST_F(AttentionTest, KeptLayoutsNeedNoCommunication) {
       {{4}, {2, 7, 3}, {2, 7, 3}, {2, 7, 2}, {Shard(1)}, {R}, {R}, true, 0, {}, {Shard(1)}},
       {{4}, {2, 2, 3}, {2, 5, 3}, {2, 5, 2}, {Shard(1)}, {R}, {R}, true, 0, {}, {Shard(1)}},
       {{4}, {2, 0, 3}, {2, 5, 3}, {2, 5, 2}, {Shard(1)}, {R}, {R}, true, 0, {}, {Shard(1)}},
+      // Long enough for several of the kernel's causal row blocks per shard (38, 38, 38, 36).
+      {{4}, {1, 150, 2}, {1, 140, 2}, {1, 140, 3}, {Shard(1)}, {R}, {R}, true, 0, {}, {Shard(1)}},
       // L != S (9 queries, 4 keys), nested over both mesh dims of 2x3 (uneven, empty).
       {{2, 3}, {9, 3}, {4, 3}, {4, 5}, {Shard(0), Shard(0)}, {R, R}, {R, R}, true, 0, {},
        {Shard(0), Shard(0)}},
