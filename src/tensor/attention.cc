@@ -6,8 +6,10 @@
 // pass over each row, and are multiplied by v at once, so the block is still
 // in cache for the second product. The plain composition (matmul, mul,
 // softmax, matmul) streams the whole [batch, L, S] tensor through memory
-// four times. Slices run in parallel; the arithmetic of a slice does not
-// depend on the thread count, so neither do the bits.
+// four times. A causal slice goes in blocks of query rows, each seeing only
+// the keys up to its last row, so the masked triangle is never computed.
+// Slices run in parallel; the arithmetic of a slice does not depend on the
+// thread count, so neither do the bits.
 //
 // Fully masked rows: PyTorch's math backend softmaxes with _safe_softmax
 // (since 2.5), which gives 0 for a row whose every score is -inf instead of
