@@ -339,6 +339,27 @@ DTensor cross_entropy(const DTensor& logits, const DTensor& target,
 // in its own rows and leaves zeros for the others (PyTorch's masked partial).
 DTensor embedding(const DTensor& weight, const DTensor& indices);
 
+// ---- attention ----------------------------------------------------------------------
+// scaled_dot_product_attention as on Tensors (tensor.h). Without
+// communication: batch/head dims sharded alike on query, key, value (and the
+// mask where it has the dim; a broadcast size-1 dim replicated) -> output
+// sharded alike (tensor-parallel heads); the query sequence sharded (query
+// S(-2), the mask's L dim alike, key and value replicated) -> output S(-2),
+// the causal mask placed at each shard's global query offset; value sharded
+// on its last dim -> output S(-1); a Partial(sum|avg) value with replicated
+// query and key -> output Partial of the same kind (the probabilities weigh
+// each piece linearly). A sharded key/value sequence would need a softmax
+// across ranks (ring attention): it is gathered, as are Partial queries,
+// keys and masks. The backward is one DTensor op per input with the same
+// layouts (an input replicated against a sharded query sequence or head
+// dim, or a broadcast one, gets a Partial(sum) gradient). A float mask gets
+// a gradient (the scores' gradient, as PyTorch's); a bool mask none.
+DTensor scaled_dot_product_attention(const DTensor& query, const DTensor& key,
+                                     const DTensor& value,
+                                     const std::optional<DTensor>& attn_mask = std::nullopt,
+                                     double dropout_p = 0.0, bool is_causal = false,
+                                     std::optional<double> scale = std::nullopt);
+
 // ---- random (layout-invariant) -----------------------------------------------------------
 // Element i (row-major) of the global tensor is Tensor::rand(shape, seed)'s
 // element i whatever the placements: each rank makes only its own shard.

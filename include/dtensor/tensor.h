@@ -581,6 +581,23 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
 
+// ---- attention ------------------------------------------------------------------------
+// torch.nn.functional.scaled_dot_product_attention (its math backend):
+// softmax(query key^T * scale + mask) value for query [..., L, E], key
+// [..., S, E], value [..., S, Ev] -> [..., L, Ev], the batch dims (...)
+// broadcast. float32/float64; query, key and value of one dtype.
+// scale defaults to 1/sqrt(E). is_causal masks key j for query i when
+// j > i (top-left aligned, as PyTorch's is_causal also for L != S).
+// attn_mask (undefined: none) broadcasts to [..., L, S]: bool (true =
+// attend) or of the query's dtype (added to the scores); not with
+// is_causal. A row with every key masked gives zeros, as PyTorch's
+// _safe_softmax does, not NaN. Max-subtracted softmax, row sums in double.
+// REQUIRES: dropout_p == 0 (dropout is not supported; others throw).
+Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
+                                    const Tensor& attn_mask = Tensor(), double dropout_p = 0.0,
+                                    bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
+
 // ---- joining and indexing -----------------------------------------------------------
 // REQUIRES: same dtype-promotable tensors whose shapes agree except on dim.
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);

@@ -230,6 +230,22 @@ void bind_layer_ops(py::module_& m) {
         release_gil());
   m.def("dropout", [](const DTensor& x, double p, uint64_t seed) { return dropout(x, p, seed); },
         py::arg("input"), py::arg("p"), py::arg("seed"), release_gil());
+  // torch.nn.functional.scaled_dot_product_attention's signature (no enable_gqa).
+  m.def("scaled_dot_product_attention",
+        [](const DTensor& q, const DTensor& k, const DTensor& v, std::optional<DTensor> mask,
+           double dropout_p, bool is_causal, std::optional<double> scale) {
+          return scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal, scale);
+        }, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
+        py::arg("dropout_p") = 0.0, py::arg("is_causal") = false, py::arg("scale") = py::none(),
+        release_gil());
+  m.def("scaled_dot_product_attention",
+        [](const Tensor& q, const Tensor& k, const Tensor& v, std::optional<Tensor> mask,
+           double dropout_p, bool is_causal, std::optional<double> scale) {
+          return scaled_dot_product_attention(q, k, v, mask.value_or(Tensor()), dropout_p,
+                                              is_causal, scale);
+        }, py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
+        py::arg("dropout_p") = 0.0, py::arg("is_causal") = false, py::arg("scale") = py::none(),
+        release_gil());
   // Comparisons of whole tensors (bools, not tensors).
   m.def("equal", [](const Tensor& a, const Tensor& b) { return equal(a, b); }, py::arg("input"),
         py::arg("other"), release_gil(), "Same shape and every element equal.");

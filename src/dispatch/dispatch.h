@@ -49,6 +49,8 @@ enum class OpId : uint16_t {
   // shape ops (src/ops/shape.cc)
   Repeat, Pad, EmptyLike,
   NormPart,  // norms (src/ops/norm.cc): vector_norm's per-shard part
+  // attention (src/ops/attention.cc)
+  ScaledDotProductAttention, ScaledDotProductAttentionBackward,
 };
 
 // cat/stack of more tensors join them in groups of kMaxInputs.
