@@ -51,6 +51,9 @@ void add_reduction_cases(std::vector<OpCase>& cases);
 void add_view_cases(std::vector<OpCase>& cases);
 void add_tensor_cases(std::vector<OpCase>& cases);
 void add_nn_cases(std::vector<OpCase>& cases);
+void add_scan_cases(std::vector<OpCase>& cases);
+void add_shape_cases(std::vector<OpCase>& cases);
+void add_attention_cases(std::vector<OpCase>& cases);
 
 // Every case, in table order.
 const std::vector<OpCase>& all_cases();

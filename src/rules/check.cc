@@ -293,6 +293,9 @@ const std::vector<OpCase>& all_cases() {
     add_view_cases(c);
     add_tensor_cases(c);
     add_nn_cases(c);
+    add_scan_cases(c);
+    add_shape_cases(c);
+    add_attention_cases(c);
     return c;
   }();
   return cases;
