@@ -1,0 +1,140 @@
+// dtensor.register_sharding and dtensor.check_rules (custom_op.h, rules.h):
+// ops of your own with a sharding rule, written in Python.
+//
+//   scale_cols = dt.register_sharding(
+//       "scale_cols", lambda x, s: x * s,
+//       [([dt.Shard(0), dt.Replicate()], dt.Shard(0)),
+//        ([dt.Partial(), dt.Replicate()], dt.Partial()),
+//        ([dt.Replicate(), dt.Replicate()], dt.Replicate())])
+//   y = scale_cols(x, scale)                 # DTensors or Tensors
+//   print(dt.check_rules(scale_cols, [x_full, s_full]))
+//
+// The kernel runs once per rank on worker threads: each call takes the GIL,
+// and the op releases it while it runs, so the workers can have it.
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "casters.h"
+#include "dtensor/custom_op.h"
+#include "dtensor/rules.h"
+
+namespace dtensor::python {
+
+namespace {
+
+// A Python object kept by C++ callbacks that may be copied and dropped on
+// threads without the GIL: the last owner takes the GIL to release it.
+std::shared_ptr<py::object> held(py::object o) {
+  return std::shared_ptr<py::object>(new py::object(std::move(o)), [](py::object* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+}
+
+std::vector<OpStrategy> to_strategies(const py::object& list) {
+  std::vector<OpStrategy> out;
+  for (const py::handle item : list) {
+    const auto pair = item.cast<py::tuple>();
+    DT_CHECK(pair.size() == 2, "register_sharding: a strategy is (input placements, output "
+             "placement), got a tuple of ", pair.size());
+    OpStrategy s;
+    for (const py::handle p : pair[0]) s.inputs.push_back(p.cast<Placement>());
+    s.output = pair[1].cast<Placement>();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_custom_op(py::module_& m) {
+  py::class_<CustomOp>(m, "CustomOp", "An op registered with register_sharding.")
+      .def_property_readonly("name", &CustomOp::name)
+      .def(
+          "__call__",
+          [](const CustomOp& op, py::args args) -> py::object {
+            DT_CHECK(args.size() > 0, op.name(), ": needs at least one input");
+            if (py::isinstance<DTensor>(args[0])) {
+              std::vector<DTensor> in;
+              for (const py::handle a : args) in.push_back(a.cast<DTensor>());
+              DTensor out;
+              {
+                py::gil_scoped_release release;  // the kernels take it on the workers
+                out = op(in);
+              }
+              return py::cast(std::move(out));
+            }
+            std::vector<Tensor> in;
+            for (const py::handle a : args) in.push_back(a.cast<Tensor>());
+            return py::cast(op(in));
+          })
+      .def("__repr__", [](const CustomOp& op) { return "CustomOp(" + op.name() + ")"; });
+
+  m.def(
+      "register_sharding",
+      [](const std::string& name, py::object kernel, py::object strategies, py::object backward) {
+        CustomOpDef def;
+        def.name = name;
+        auto k = held(std::move(kernel));
+        def.kernel = [k](const std::vector<Tensor>& t) {
+          py::gil_scoped_acquire gil;
+          py::tuple args(t.size());
+          for (size_t i = 0; i < t.size(); ++i) args[i] = py::cast(t[i]);
+          return (*k)(*args).cast<Tensor>();
+        };
+        auto s = held(std::move(strategies));
+        def.strategies = [s](const std::vector<TensorMeta>& metas) {
+          py::gil_scoped_acquire gil;
+          if (!PyCallable_Check(s->ptr())) return to_strategies(*s);
+          py::list shapes;
+          for (const TensorMeta& meta : metas) shapes.append(py::cast(meta.shape));
+          return to_strategies((*s)(shapes));
+        };
+        if (!backward.is_none()) {
+          auto b = held(std::move(backward));
+          def.backward = [b](const DTensor& grad, const std::vector<DTensor>& in) {
+            py::gil_scoped_acquire gil;
+            py::tuple args(in.size() + 1);
+            args[0] = py::cast(grad);
+            for (size_t i = 0; i < in.size(); ++i) args[i + 1] = py::cast(in[i]);
+            std::vector<DTensor> g;
+            for (const py::handle x : (*b)(*args)) g.push_back(x.cast<DTensor>());
+            return g;
+          };
+        }
+        return register_sharding(std::move(def));
+      },
+      py::arg("name"), py::arg("kernel"), py::arg("strategies"), py::arg("backward") = py::none(),
+      "Registers an op of your own with a sharding rule (PyTorch's register_sharding).\n"
+      "kernel(*tensors) -> Tensor runs on each rank's shards (and on full tensors);\n"
+      "strategies: a list of ([input placements], output placement), one per candidate\n"
+      "for one mesh dim, or a callable taking the input shapes and returning it;\n"
+      "backward(grad, *inputs) -> [input grads] with DTensor ops, optional.");
+
+  m.def(
+      "check_rules",
+      [](const CustomOp& op, const std::vector<Tensor>& examples, std::vector<Shape> meshes,
+         std::vector<Shape> sampled) {
+        RuleCheckOptions o;
+        o.meshes = std::move(meshes);
+        o.sampled_meshes = std::move(sampled);
+        RuleCheckReport r;
+        {
+          py::gil_scoped_release release;
+          r = check_rules(op, examples, o);
+        }
+        py::dict d;
+        d["incorrect"] = r.incorrect();
+        d["missing"] = r.missing();
+        d["layouts"] = r.layouts();
+        d["table"] = r.table();
+        return d;
+      },
+      py::arg("op"), py::arg("examples"), py::arg("meshes") = std::vector<Shape>{{3}, {2, 3}},
+      py::arg("sampled_meshes") = std::vector<Shape>{},
+      "The sharding-rule validator on your op (docs/rules.md): a dict with the counts of\n"
+      "incorrect and missing layouts, the layouts tried, and the markdown table.");
+}
+
+}  // namespace dtensor::python
