@@ -42,6 +42,8 @@ enum class OpId : uint16_t {
   // NN math
   Softmax, LogSoftmax, LayerNorm, RmsNorm, NllLoss, Embedding, Dropout, NllLossBackward,
   EmbeddingBackward,
+  // clamping, triangles, gather/scatter, indexed updates (ops/clamp_triangle.cc, ops/indexing.cc)
+  Clamp, Tril, Triu, Gather, Scatter, ScatterValue, ScatterAdd, IndexAdd, IndexPut, IndexGet,
 };
 
 // cat/stack of more tensors join them in groups of kMaxInputs.
