@@ -50,7 +50,7 @@ def test_gather_scatter_index_add(mesh):
         np.testing.assert_array_equal(np_of(x.gather(dim=1, index=i)), want_gather)
         np.testing.assert_array_equal(np_of(dt.scatter(x, 1, i, src=s)), want_scatter)
         np.testing.assert_array_equal(np_of(dt.scatter_add(x, 1, i, s)), want_add)
-        r = dt.tensor(rows) if x.__class__ is dt.Tensor else dt.distribute_tensor(rows, mesh, rep)
+        r = dt.distribute_tensor(rows, mesh, rep) if isinstance(x, dt.DTensor) else dt.tensor(rows)
         np.testing.assert_array_equal(np_of(dt.index_add(x, 0, r, x, alpha=2)), want_index_add)
     v = dt.scatter(dt.tensor(a), 0, dt.tensor(np.zeros((1, 4), dtype=np.int64)), value=-1.0)
     assert np_of(v)[0].tolist() == [-1, -1, -1, -1]

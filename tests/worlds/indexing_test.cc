@@ -205,6 +205,34 @@ Case draw_case(std::mt19937& rng, int64_t ranks, int kind, uint64_t seed) {
   }
 }
 
+// make_dtensor, except that Partial(max|min) pieces put the extreme on a
+// different member for different elements (member (k + mesh dim) mod n for
+// local element k; the others hold 7 less / more). With make_dtensor's
+// pieces member 0 holds every extreme, which hides a rule that wrongly
+// lets max pass through a sum (max_r(a_r + b_r) = max a + max b then).
+DTensor make_input(const Tensor& full, const DeviceMesh& mesh, const Placements& pl,
+                   uint64_t seed) {
+  Placements base = pl;
+  for (Placement& p : base)
+    if (p.is_partial() && (p.reduce_op() == ReduceOp::Max || p.reduce_op() == ReduceOp::Min))
+      p = Replicate();
+  if (base == pl) return make_dtensor(full, mesh, pl, seed);
+  LocalTensor local = distribute_tensor(full, mesh, base).local();
+  for (size_t i = 0; i < pl.size(); ++i) {
+    if (base[i] == pl[i]) continue;
+    const int md = static_cast<int>(i);
+    const double step = pl[i].reduce_op() == ReduceOp::Max ? -7.0 : 7.0;
+    local = local.map([&](int rank, const Tensor& t) {
+      const int64_t g = mesh.group_index(rank, md), n = mesh.size(md);
+      std::vector<bool> holds(static_cast<size_t>(t.numel()));
+      for (size_t k = 0; k < holds.size(); ++k)
+        holds[k] = (static_cast<int64_t>(k) + md) % n == g;
+      return where(Tensor::from_vector(holds, t.shape()), t, t + step);
+    });
+  }
+  return DTensor(DTensorSpec(mesh, pl, full.shape(), full.dtype()), local);
+}
+
 constexpr int kKinds = 8;
 
 class IndexingWorldTest : public ::testing::Test {
@@ -228,13 +256,23 @@ TEST_F(IndexingWorldTest, MatchesPlainOpsOnRandomLayouts) {
       for (Placement& p : pl)
         if ((p.is_partial() && c.is_index[i]) || (p.is_shard() && c.full[i].dim() == 0))
           p = Replicate();
-      what += " " + to_string(pl) + " " + ::testing::PrintToString(c.full[i].shape());
       pls.push_back(pl);
     }
+    // A third of the cases give every value input the first one's layout,
+    // so that joint Partials (x and src both P(max), ...) come up often.
+    if (rng() % 3 == 0)
+      for (size_t i = 1; i < c.full.size(); ++i) {
+        if (c.is_index[i]) continue;
+        pls[i] = pls[0];
+        for (Placement& p : pls[i])
+          if (p.is_shard() && p.dim() >= c.full[i].dim()) p = Replicate();
+      }
+    for (size_t i = 0; i < c.full.size(); ++i)
+      what += " " + to_string(pls[i]) + " " + ::testing::PrintToString(c.full[i].shape());
     if (!takes_part(mesh)) continue;
     DInputs in;
     for (size_t i = 0; i < c.full.size(); ++i)
-      in.push_back(make_dtensor(c.full[i], mesh, pls[i], iter + 11 * i));
+      in.push_back(make_input(c.full[i], mesh, pls[i], iter + 11 * i));
     const Tensor want = c.plain(c.full);
     const DTensor got = c.dist(in);
     what += " -> " + to_string(got.placements());
@@ -259,7 +297,7 @@ void expect_local(const DeviceMesh& mesh, const std::string& what, const Inputs&
   DInputs xs;
   std::string where = what + " on " + mesh.to_string() + ":";
   for (size_t i = 0; i < full.size(); ++i) {
-    xs.push_back(make_dtensor(full[i], mesh, Placements(mnd, in[i]), 3 + i));
+    xs.push_back(make_input(full[i], mesh, Placements(mnd, in[i]), 3 + i));
     where += " " + to_string(xs.back().placements());
   }
   std::optional<DTensor> got;
@@ -360,6 +398,60 @@ TEST_F(IndexingWorldTest, PromisedLayoutsNeedNoCommunication) {
   }
 }
 
+// Partials an op does not commute with are reduced first: the value is
+// right, and it took a collective.
+void expect_reduced(const DeviceMesh& mesh, const std::string& what, const Inputs& full,
+                    const std::vector<Placement>& in,
+                    const std::function<Tensor(const Inputs&)>& plain,
+                    const std::function<DTensor(const DInputs&)>& dist) {
+  const size_t mnd = static_cast<size_t>(mesh.ndim());
+  DInputs xs;
+  std::string where = what + " on " + mesh.to_string() + ":";
+  for (size_t i = 0; i < full.size(); ++i) {
+    xs.push_back(make_input(full[i], mesh, Placements(mnd, in[i]), 5 + i));
+    where += " " + to_string(xs.back().placements());
+  }
+  std::optional<DTensor> got;
+  {
+    CommDebugMode comm;
+    got = dist(xs);
+    EXPECT_GT(comm.total_count(), 0) << where;
+  }
+  for (const Placement& p : got->placements())
+    EXPECT_TRUE(!p.is_partial() || p.reduce_op() == in[0].reduce_op()) << where;
+  EXPECT_TRUE(equal(got->full_tensor(), plain(full))) << where;
+}
+
+TEST_F(IndexingWorldTest, OtherPartialsAreReducedFirst) {
+  const Placement r = Replicate();
+  const Placement sum = Partial(ReduceOp::Sum), avg = Partial(ReduceOp::Avg);
+  const Placement max = Partial(ReduceOp::Max), min = Partial(ReduceOp::Min);
+  for (const Shape& ms : dtensor::testing::test_meshes(world)) {
+    DeviceMesh mesh(world, ms);
+    if (!takes_part(mesh)) continue;
+    const Tensor x = int_valued({4, 6, 3}, 8), src = int_valued({4, 2, 3}, 9);
+    const Tensor si = Tensor::randint(0, 6, {4, 2, 3}, 10);
+    const Tensor ai = Tensor::from_vector(std::vector<int64_t>{5, 5});
+    auto cl = [](const auto& v) { return clamp(v[0], -3, 4); };
+    auto tl = [](const auto& v) { return tril(v[0]); };
+    auto sv = [](const auto& v) { return scatter(v[0], 1, v[1], 4); };
+    auto sa = [](const auto& v) { return scatter_add(v[0], 1, v[1], v[2]); };
+    auto ia = [](const auto& v) { return index_add(v[0], 1, v[1], v[2]); };
+    auto ip = [](const auto& v) {
+      using T = std::decay_t<decltype(v[0])>;
+      return index_put(v[0], {std::nullopt, std::optional<T>(v[1])}, v[2], true);
+    };
+    for (Placement p : {sum, avg}) expect_reduced(mesh, "clamp", {x}, {p}, cl, cl);
+    for (Placement p : {max, min}) {
+      expect_reduced(mesh, "tril", {x}, {p}, tl, tl);
+      expect_reduced(mesh, "scatter_add", {x, si, src}, {p, r, p}, sa, sa);
+      expect_reduced(mesh, "index_add", {x, ai, src}, {p, r, p}, ia, ia);
+      expect_reduced(mesh, "index_put accumulate", {x, ai, src}, {p, r, p}, ip, ip);
+    }
+    expect_reduced(mesh, "scatter value", {x, si}, {sum, r}, sv, sv);
+  }
+}
+
 TEST_F(IndexingWorldTest, ErrorsNameTheOpAndPlacements) {
   DeviceMesh mesh(world, {2});
   if (!takes_part(mesh)) return;
@@ -396,7 +488,7 @@ void check_grads(const Op& op, const std::vector<DTensor>& inputs, uint64_t seed
 }
 
 DTensor value_input(const Shape& s, const DeviceMesh& mesh, const Placements& pl, uint64_t seed) {
-  DTensor x = make_dtensor(Tensor::randn(s, seed, 0, DType::Float64), mesh, pl, seed + 1);
+  DTensor x = make_input(Tensor::randn(s, seed, 0, DType::Float64), mesh, pl, seed + 1);
   x.requires_grad_();
   return x;
 }
@@ -427,7 +519,7 @@ TEST_F(IndexingWorldTest, Gradients) {
   for (const Shape& ms : dtensor::testing::grad_meshes(world.size())) {
     DeviceMesh mesh(world, ms);
     const int mnd = mesh.ndim();
-    for (int k = 0; k < dtensor::testing::property_cases(2); ++k) {
+    for (int k = 0; k < dtensor::testing::property_cases(1); ++k) {
       auto pl = [&](int64_t nd, bool partial = true) {
         return dtensor::testing::random_input_placements(rng, mnd, nd, partial);
       };
