@@ -74,7 +74,7 @@ Case draw_case(std::mt19937& rng, int64_t ranks, int kind, uint64_t seed) {
       c.is_index = {false};
       const int which = static_cast<int>(rng() % 3);
       const double lo = static_cast<double>(uniform(rng, -30, 10)), hi = lo + static_cast<double>(uniform(rng, -5, 40));
-      c.what = "clamp" + std::to_string(which);
+      c.what = std::string("clamp") + std::to_string(which);
       if (which == 0) {
         c.plain = [=](const Inputs& x) { return clamp(x[0], lo, hi); };
         c.dist = [=](const DInputs& x) { return clamp(x[0], lo, hi); };
@@ -105,7 +105,7 @@ Case draw_case(std::mt19937& rng, int64_t ranks, int kind, uint64_t seed) {
       const Shape is = gather_index_shape(rng, s, dim);
       c.full = {int_valued(s, seed), Tensor::randint(0, s[dim], is, seed + 1)};
       c.is_index = {false, true};
-      c.what = "gather dim " + std::to_string(dim);
+      c.what = std::string("gather dim ") + std::to_string(dim);
       c.plain = [=](const Inputs& x) { return gather(x[0], dim, x[1]); };
       c.dist = [=](const DInputs& x) { return gather(x[0], dim, x[1]); };
       return c;
@@ -123,7 +123,7 @@ Case draw_case(std::mt19937& rng, int64_t ranks, int kind, uint64_t seed) {
       c.full = {int_valued(s, seed), Tensor::randint(0, s[dim], is, seed + 1),
                 int_valued(ss, seed + 2)};
       c.is_index = {false, true, false};
-      c.what = "scatter" + std::to_string(kind) + " dim " + std::to_string(dim);
+      c.what = std::string("scatter") + std::to_string(kind) + " dim " + std::to_string(dim);
       if (kind == 3) {
         c.plain = [=](const Inputs& x) { return scatter(x[0], dim, x[1], x[2]); };
         c.dist = [=](const DInputs& x) { return scatter(x[0], dim, x[1], x[2]); };
@@ -149,7 +149,7 @@ Case draw_case(std::mt19937& rng, int64_t ranks, int kind, uint64_t seed) {
       c.full = {int_valued(s, seed), Tensor::randint(0, s[dim], {m}, seed + 1),
                 int_valued(ss, seed + 2)};
       c.is_index = {false, true, false};
-      c.what = "index_add dim " + std::to_string(dim);
+      c.what = std::string("index_add dim ") + std::to_string(dim);
       c.plain = [=](const Inputs& x) { return index_add(x[0], dim, x[1], x[2], alpha); };
       c.dist = [=](const DInputs& x) { return index_add(x[0], dim, x[1], x[2], alpha); };
       return c;
@@ -267,15 +267,20 @@ TEST_F(IndexingWorldTest, MatchesPlainOpsOnRandomLayouts) {
         for (Placement& p : pls[i])
           if (p.is_shard() && p.dim() >= c.full[i].dim()) p = Replicate();
       }
-    for (size_t i = 0; i < c.full.size(); ++i)
-      what += " " + to_string(pls[i]) + " " + ::testing::PrintToString(c.full[i].shape());
+    for (size_t i = 0; i < c.full.size(); ++i) {
+      what += ' ';
+      what += to_string(pls[i]);
+      what += ' ';
+      what += ::testing::PrintToString(c.full[i].shape());
+    }
     if (!takes_part(mesh)) continue;
     DInputs in;
     for (size_t i = 0; i < c.full.size(); ++i)
       in.push_back(make_input(c.full[i], mesh, pls[i], iter + 11 * i));
     const Tensor want = c.plain(c.full);
     const DTensor got = c.dist(in);
-    what += " -> " + to_string(got.placements());
+    what += " -> ";
+    what += to_string(got.placements());
     for (int rank : got.local().ranks())
       ASSERT_EQ(got.to_local(rank).shape(), got.spec().extent_of_rank(rank)->local_shape) << what;
     ASSERT_EQ(got.dtype(), want.dtype()) << what;
@@ -298,7 +303,8 @@ void expect_local(const DeviceMesh& mesh, const std::string& what, const Inputs&
   std::string where = what + " on " + mesh.to_string() + ":";
   for (size_t i = 0; i < full.size(); ++i) {
     xs.push_back(make_input(full[i], mesh, Placements(mnd, in[i]), 3 + i));
-    where += " " + to_string(xs.back().placements());
+    where += ' ';
+    where += to_string(xs.back().placements());
   }
   std::optional<DTensor> got;
   {
@@ -409,7 +415,8 @@ void expect_reduced(const DeviceMesh& mesh, const std::string& what, const Input
   std::string where = what + " on " + mesh.to_string() + ":";
   for (size_t i = 0; i < full.size(); ++i) {
     xs.push_back(make_input(full[i], mesh, Placements(mnd, in[i]), 5 + i));
-    where += " " + to_string(xs.back().placements());
+    where += ' ';
+    where += to_string(xs.back().placements());
   }
   std::optional<DTensor> got;
   {
@@ -528,7 +535,7 @@ TEST_F(IndexingWorldTest, Gradients) {
       const Placements p3a = pl(3), p3b = pl(3), i3 = ipl(3), p2 = pl(2), i1 = ipl(1);
       const int64_t diag = uniform(rng, -2, 2);
       if (!takes_part(mesh)) continue;
-      const std::string m = " mesh " + to_string(ms);
+      const std::string m = std::string(" mesh ") + to_string(ms);
       // clamp (bounds off the data's grid of randn values).
       check_grads([](const auto& v) { return clamp(v[0], -0.3, 0.45); },
                   {value_input({3, 2, 2}, mesh, p3a, seed)}, seed, "clamp" + m);
