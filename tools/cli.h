@@ -100,4 +100,18 @@ struct CheckpointInspectArgs {
 // checksum does not match.
 int run_checkpoint_inspect(const CheckpointInspectArgs& args);
 
+struct RulesArgs {
+  std::string op;
+  std::string meshes = "3,4,2x3";
+  std::string sampled = "2x2x2";
+  bool no_sampled = false;
+  int64_t max_layouts = 2048;
+  int64_t samples = 48;
+  bool no_search = false;
+  uint64_t seed = 1;
+  bool list = false;
+};
+// Exit 1 when a layout is incorrect.
+int run_rules(const RulesArgs& args);
+
 }  // namespace dtensor::cli

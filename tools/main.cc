@@ -6,6 +6,7 @@
 //   visualize  which rank holds which part of a tensor
 //   plan       the cheapest redistribution plan between two layouts
 //   checkpoint inspect: what a checkpoint directory holds, checksums verified
+//   rules      the sharding-rule validator's table
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -48,11 +49,11 @@ CLI::Validator int_range(int64_t lo, int64_t hi) {
 }
 
 // The commands, as messages list them.
-constexpr const char* kCommands = "train, demo, visualize, plan or checkpoint";
+constexpr const char* kCommands = "train, demo, visualize, plan, checkpoint or rules";
 
 bool is_command(const std::string& word) {
   return word == "train" || word == "demo" || word == "visualize" || word == "plan" ||
-         word == "checkpoint";
+         word == "checkpoint" || word == "rules";
 }
 
 // One of the listed words.
@@ -181,6 +182,7 @@ int run(int argc, char** argv) {
       "  dtensor visualize --mesh 4x2 --names dp,tp --shape 13,2 --placements 'S(0),S(0)'\n"
       "  dtensor plan --mesh 4 --shape 10,10 --from 'S(0)' --to R\n"
       "  dtensor checkpoint inspect ckpt/step-100\n"
+      "  dtensor rules --op mm\n"
       "\n"
       "Guides: docs/README.md in the source tree.");
   // CLI::PositiveNumber's own message prints the largest double in full.
@@ -502,6 +504,46 @@ int run(int argc, char** argv) {
                     "num_chunks, bytes, saved_layout, and chunks with --chunks), files, values,\n"
                     "total_chunks, total_bytes, file_bytes, blocks, verified (and error)");
 
+  RulesArgs ru;
+  auto* rules = app.add_subcommand(
+      "rules", "Check every op's sharding rule against the plain op and print the table");
+  rules->footer(
+      "For every op case (docs/rules.md lists them) and every combination of input\n"
+      "placements on the --mesh meshes (a seeded sample beyond --max-layouts; a sample of\n"
+      "--samples on the --sampled meshes), builds adversarial inputs (uneven Partial\n"
+      "pieces with alternating signs, distinct Partial(max/min) pieces, uneven and empty\n"
+      "shards), runs the op, and compares full_tensor() with the plain op. A layout is\n"
+      "'local' (right, no collective), 'communicated' (right, and no layout without\n"
+      "communication is), 'missing' (right, but the validator ran the op's kernel under a\n"
+      "layout without communication the rule does not offer, and it was right too) or\n"
+      "'incorrect' (wrong: a bug). Prints a markdown table, the totals and examples.\n"
+      "The ranks are simulated in this process.\n"
+      "\n"
+      "Examples:\n"
+      "  dtensor rules\n"
+      "  dtensor rules --op mm --mesh 4,2x2 --no-sampled\n"
+      "  dtensor rules --list\n"
+      "\n"
+      "Exit status: 0 when no layout is incorrect, 1 when one is, 2 on a bad argument.");
+  rules->add_option("--op", ru.op, "only the op cases whose name contains this, e.g. mm or sum");
+  rules->add_option("--mesh", ru.meshes,
+                    "meshes checked exhaustively, comma-separated, e.g. 3,4,2x3")
+      ->capture_default_str();
+  rules->add_option("--sampled", ru.sampled, "meshes checked on a sample, e.g. 2x2x2")
+      ->capture_default_str();
+  rules->add_flag("--no-sampled", ru.no_sampled, "skip the sampled meshes");
+  rules->add_option("--max-layouts", ru.max_layouts,
+                    "at most this many layouts per op and mesh; more are sampled")
+      ->capture_default_str()
+      ->check(int_range(1, int64_t{1} << 24));
+  rules->add_option("--samples", ru.samples, "layouts per op on a sampled mesh")
+      ->capture_default_str()
+      ->check(int_range(1, int64_t{1} << 24));
+  rules->add_flag("--no-search", ru.no_search,
+                  "do not search for missing layouts (faster; 'missing' stays 0)");
+  rules->add_option("--seed", ru.seed, "seed of the inputs and samples")->capture_default_str();
+  rules->add_flag("--list", ru.list, "list the op cases and exit");
+
   // An unknown command gets a message naming the commands (CLI11 would only
   // say that one is required).
   if (argc > 1 && argv[1][0] != '-') {
@@ -546,6 +588,7 @@ int run(int argc, char** argv) {
                         : train->parsed()   ? train
                         : plan->parsed()    ? plan
                         : demo->parsed()    ? demo
+                        : rules->parsed()   ? rules
                                             : nullptr) {
       std::cerr << "dtensor " << cmd->get_name() << ": " << one_line(message) << " (see dtensor "
                 << cmd->get_name() << " --help)\n";
@@ -566,9 +609,10 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
-  for (CLI::App* cmd : {train, demo, visualize, plan}) {
+  for (CLI::App* cmd : {train, demo, visualize, plan, rules}) {
     if (!cmd->parsed()) continue;
     try {
+      if (cmd == rules) return run_rules(ru);
       if (cmd == train) {
         train_args.sequence_parallel = !train_no_sp;
         train_args.check = !train_no_check;

@@ -16,6 +16,7 @@
 #include "dtensor/autograd.h"            // requires_grad_, backward, NoGradGuard
 #include "dtensor/checked.h"             // overflow-checked size arithmetic
 #include "dtensor/checkpoint.h"          // save / load in any layout, safetensors
+#include "dtensor/custom_op.h"           // register_sharding: ops of your own
 #include "dtensor/debug.h"               // CommDebugMode, VerifyMode
 #include "dtensor/distributed_tensor.h"  // DTensor, distribute_tensor, from_local
 #include "dtensor/error.h"               // dtensor::Error
@@ -28,6 +29,7 @@
 #include "dtensor/parallel.h"            // tensor-parallel layers, loss_parallel
 #include "dtensor/placement.h"           // Shard, Replicate, Partial
 #include "dtensor/redistribute.h"        // the planner
+#include "dtensor/rules.h"               // the sharding-rule validator
 #include "dtensor/spec.h"                // DTensorSpec
 #include "dtensor/tensor.h"              // the dense tensor
 #include "dtensor/tensor_parallel.h"     // parallelize_module and the parallel styles

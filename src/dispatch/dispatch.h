@@ -42,6 +42,8 @@ enum class OpId : uint16_t {
   // NN math
   Softmax, LogSoftmax, LayerNorm, RmsNorm, NllLoss, Embedding, Dropout, NllLossBackward,
   EmbeddingBackward,
+  // users' ops (custom_op.h; the registration's index is the schema's first argument)
+  Custom,
   // clamping, triangles, gather/scatter, indexed updates (ops/clamp_triangle.cc, ops/indexing.cc)
   Clamp, Tril, Triu, Gather, Scatter, ScatterValue, ScatterAdd, IndexAdd, IndexPut, IndexGet,
 };
@@ -107,6 +109,32 @@ struct OutputSharding {
 // The cached propagation of `schema` under `rule`. Throws dtensor::Error
 // naming the op and placements for shape errors or inputs on different meshes.
 std::shared_ptr<const OutputSharding> propagate(const OpSchema& schema, const OpRule& rule);
+
+// The rule validator's hook (src/rules/): while a ForcedLayout is alive on
+// this thread, the next propagation of an op with id `op` returns exactly
+// these input and output placements, uncached, instead of the rule's
+// choice; the inputs are then moved there as usual (the validator asks only
+// for moves without communication: R -> S, R -> P). So the op's own kernel
+// runs under a layout its rule may not offer, and the validator learns
+// whether that layout would have been correct.
+class ForcedLayout {
+ public:
+  ForcedLayout(OpId op, std::vector<Placements> inputs, Placements output);
+  ~ForcedLayout();
+  ForcedLayout(const ForcedLayout&) = delete;
+  ForcedLayout& operator=(const ForcedLayout&) = delete;
+  // Whether an op with the id took the layout (a composite op may never
+  // dispatch its own id).
+  bool used() const { return used_; }
+
+ private:
+  friend std::shared_ptr<const OutputSharding> propagate(const OpSchema&, const OpRule&);
+  OpId op_;
+  std::vector<Placements> inputs_;
+  Placements output_;
+  bool used_ = false;
+  ForcedLayout* outer_;
+};
 
 // The inputs moved to the layouts the sharding asks for.
 DTensor prepare_input(const DTensor& x, const OutputSharding& s, int i);

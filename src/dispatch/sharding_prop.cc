@@ -4,9 +4,11 @@
 //
 // Choosing: every combination of one per-mesh-dim candidate per mesh dim is
 // a candidate layout. Its cost is the sum of the cheapest plans moving each
-// input to the layout's input placements; a move the rules forbid (S->P, a
-// new Partial) rules the candidate out, and so does moving an input to a
-// layout that shards a dim over more ranks than it has elements.
+// input to the layout's input placements; a move the rules forbid (S->P,
+// P(a)->P(b)) rules the candidate out, and so does moving an input with
+// collectives to a layout that shards a dim over more ranks than it has
+// elements (a local chunk to such a layout is fine). R->P is a local move, so a rule's linear candidates (P(sum) + P(sum) -> P(sum))
+// also serve a replicated operand: P(sum) + R stays partial, as in PyTorch.
 // Pricing every layout with the planner would cost microseconds each (a
 // 3-input op on a 3-d mesh has ~1000 layouts), so the layouts are first
 // ranked by a cheap per-mesh-dim estimate (each transform's collective on
@@ -156,14 +158,15 @@ constexpr double kLocalMove = 1e-6;
 // An estimate of the cost of moving input `have` to placement `want` on mesh
 // dim m alone: the elementary transform's collective on the input's local
 // bytes (SEMANTICS.md's cost model), ignoring what the other mesh dims do.
-// Cheap, for ranking only; a move the rules forbid (a new Partial) is
+// Cheap, for ranking only; a move the rules forbid (S -> P, P(a) -> P(b)) is
 // infinite.
 double estimate_dim(const DTensorSpec& have, int m, Placement want, double base_us) {
   const Placement p = have.placements()[m];
   if (p == want) return 0;
   const DeviceMesh& mesh = have.mesh();
   const int64_t n = mesh.size(m);
-  if (want.is_partial()) return kForbidden;
+  // R -> P is local (prepare_input); S -> P and P(a) -> P(b) are not moves.
+  if (want.is_partial()) return p.is_replicate() ? kLocalMove : kForbidden;
   // Nothing moves on a size-1 dim, but keeping the placement it has is
   // still better: the estimate ranks (and trims) the candidates, and a free
   // change ranked alike could push the unchanged layout out of the priced
@@ -281,8 +284,12 @@ OutputSharding choose(const OpSchema& schema, const OpRule& rule) {
         const DTensorSpec& have = schema.input(i);
         DTensorSpec want = have.with_placements(in_pl[i]);
         if (!(want == have)) {
-          if (over_sharded(want)) throw Error("over-sharded");
-          cand.cost_us += plan_redistribute(have, want)->cost_us;
+          const auto plan = plan_redistribute(have, want, {.allow_new_partial = true});
+          // Sharding a dim over more ranks than it has elements is refused
+          // when it costs communication, and allowed as a local chunk (R ->
+          // S), e.g. to match an input that is already sharded that way.
+          if (plan->num_collectives() > 0 && over_sharded(want)) throw Error("over-sharded");
+          cand.cost_us += plan->cost_us;
           cand.needs_redistribute = true;
         }
         cand.input_targets[i] = std::move(want);
@@ -353,7 +360,38 @@ OutputSharding choose(const OpSchema& schema, const OpRule& rule) {
 
 }  // namespace
 
+namespace {
+thread_local ForcedLayout* t_forced = nullptr;
+
+// The forced layout's sharding for `schema` (see ForcedLayout).
+std::shared_ptr<const OutputSharding> forced_sharding(const OpSchema& schema, const OpRule& rule,
+                                                      const Placements* inputs,
+                                                      const Placements& output) {
+  const DeviceMesh& mesh = schema.input(0).mesh();
+  OutputSharding s{DTensorSpec(mesh, output, rule.output_meta(schema)), {}, false, 0};
+  for (int i = 0; i < schema.num_inputs; ++i) {
+    DTensorSpec want = schema.input(i).with_placements(inputs[i]);
+    s.needs_redistribute = s.needs_redistribute || !(want == schema.input(i));
+    s.input_targets[i] = std::move(want);
+  }
+  return std::make_shared<const OutputSharding>(std::move(s));
+}
+}  // namespace
+
+ForcedLayout::ForcedLayout(OpId op, std::vector<Placements> inputs, Placements output)
+    : op_(op), inputs_(std::move(inputs)), output_(std::move(output)), outer_(t_forced) {
+  t_forced = this;
+}
+
+ForcedLayout::~ForcedLayout() { t_forced = outer_; }
+
 std::shared_ptr<const OutputSharding> propagate(const OpSchema& schema, const OpRule& rule) {
+  if (ForcedLayout* f = t_forced; f != nullptr && !f->used_ && f->op_ == schema.op) [[unlikely]] {
+    f->used_ = true;
+    DT_CHECK(static_cast<int>(f->inputs_.size()) == schema.num_inputs, rule.name, ": forced ",
+             "layout names ", f->inputs_.size(), " inputs, the op has ", schema.num_inputs);
+    return forced_sharding(schema, rule, f->inputs_.data(), f->output_);
+  }
   if (auto hit = cache().find(schema)) return hit;
   auto value = std::make_shared<const OutputSharding>(choose(schema, rule));
   // The cache's handles must not keep the meshes (and their World) alive.
@@ -382,7 +420,10 @@ Shape output_local_shape(const OutputSharding& s, int rank) {
 DTensor prepare_input(const DTensor& x, const OutputSharding& s, int i) {
   const DTensorSpec& want = *s.input_targets[i];
   if (want == x.spec()) return x;
-  return x.redistribute(want.placements());
+  // A rule may ask for a replicated input as a Partial: a local move (R ->
+  // P keeps the value on one rank of the group, zeros elsewhere, for sum;
+  // the value everywhere for avg, max, min), how P(sum) + R stays partial.
+  return x.redistribute(want.placements(), {.allow_new_partial = true});
 }
 
 }  // namespace dtensor::dispatch

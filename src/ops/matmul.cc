@@ -5,13 +5,17 @@
 // of C (R·S(1) -> S(1)); the contraction dim sharded on both gives partial
 // products to be summed (S(1)·S(0) -> P(sum)); batch dims sharded alike give
 // batch-sharded output; and since the product is linear in each factor, a
-// P(sum) factor times a replicated one stays P(sum).
+// P(sum) factor times a replicated one stays P(sum), and a P(avg) factor
+// times a replicated one stays P(avg) (mean_r(a_r·b) = mean_r(a_r)·b, as
+// PyTorch keeps it).
 //
 // With a bias (addmm, baddbmm, linear) and a P(sum) output, each term of
 // beta * bias + alpha * (A·B) must be counted once in the sum over the mesh
 // dim: a term that is replicated there is added only on the rank at
 // coordinate 0 of that mesh dim (what R -> P does), a partial term on every
-// rank. So a replicated bias costs nothing when the product is partial.
+// rank. So a replicated bias costs nothing when the product is partial. A
+// P(avg) output averages: every rank adds every term; and a replicated
+// product added to a P(max|min) bias keeps that Partial.
 //
 // The backwards are PyTorch's (grad_a = grad @ b^T, grad_b = a^T @ grad),
 // written with DTensor products of transposed views, so their layouts come
@@ -30,6 +34,7 @@ namespace {
 
 constexpr Placement kR = Replicate();
 constexpr Placement kP = Partial(ReduceOp::Sum);
+constexpr Placement kAvg = Partial(ReduceOp::Avg);
 
 bool broadcasts_to(const Shape& from, const Shape& to) {
   if (from.size() > to.size()) return false;
@@ -92,11 +97,19 @@ void product_strategies(int64_t out_ndim, A a_dim, B b_dim, int64_t ka, int64_t 
   push(kR, Shard(ka), Shard(kb), kP);
   push(kR, kP, kR, kP);
   push(kR, kR, kP, kP);
+  push(kR, kAvg, kR, kAvg);
+  push(kR, kR, kAvg, kAvg);
   if (bias) {
     push(kP, Shard(ka), Shard(kb), kP);
     push(kP, kP, kR, kP);
     push(kP, kR, kP, kP);
     push(kP, kR, kR, kP);
+    push(kAvg, kAvg, kR, kAvg);
+    push(kAvg, kR, kAvg, kAvg);
+    push(kAvg, kR, kR, kAvg);
+    // A replicated product added to a P(max|min) bias keeps it.
+    push(Partial(ReduceOp::Max), kR, kR, Partial(ReduceOp::Max));
+    push(Partial(ReduceOp::Min), kR, kR, Partial(ReduceOp::Min));
   }
   push(kR, kR, kR, kR);
 }
@@ -249,10 +262,18 @@ void linear_strategies(const OpSchema& s, const TensorMeta& out, std::vector<Dim
   add(Shard(on - 1), Shard(1), kR, kP);
   add(kP, kR, kR, kP);
   add(kR, kP, kR, kP);
+  add(kAvg, kR, kR, kAvg);
+  add(kR, kAvg, kR, kAvg);
   if (bias) {
     add(Shard(on - 1), Shard(1), kP, kP);
     add(kP, kR, kP, kP);
     add(kR, kR, kP, kP);
+    add(kAvg, kR, kAvg, kAvg);
+    add(kR, kAvg, kAvg, kAvg);
+    add(kR, kR, kAvg, kAvg);
+    add(kR, kP, kP, kP);
+    add(kR, kR, Partial(ReduceOp::Max), Partial(ReduceOp::Max));
+    add(kR, kR, Partial(ReduceOp::Min), Partial(ReduceOp::Min));
   }
   add(kR, kR, kR, kR);
 }
@@ -265,12 +286,12 @@ constexpr OpRule kMatmul{"matmul", matmul_meta, matmul_strategies};
 constexpr OpRule kLinear{"linear", linear_meta, linear_strategies};
 
 // Whether `rank` adds a term made of the given inputs: always, except on a
-// mesh dim where the output is Partial and every one of those inputs is
-// replicated; there only the rank at coordinate 0 adds it.
+// mesh dim where the output is Partial(sum) and every one of those inputs
+// is replicated; there only the rank at coordinate 0 adds it.
 bool adds_term(const OutputSharding& s, int rank, std::initializer_list<int> inputs) {
   const Placements& out = s.output.placements();
   for (size_t m = 0; m < out.size(); ++m) {
-    if (!out[m].is_partial()) continue;
+    if (out[m] != Partial(ReduceOp::Sum)) continue;
     bool replicated = true;
     for (int i : inputs) replicated = replicated && s.input_targets[i]->placements()[m].is_replicate();
     if (replicated && s.output.mesh().group_index(rank, static_cast<int>(m)) != 0) return false;

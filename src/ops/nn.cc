@@ -122,9 +122,23 @@ TensorMeta norm_meta(const OpSchema& s) {
 
 // Leading dims stay sharded; weight and bias (inputs 1, 2) are replicated
 // (DimStrategy's default placement).
+// Over a replicated x the output is linear in (weight, bias) together and
+// monotone in bias alone: Partial(sum|avg) parameters give that Partial
+// (a replicated one taken as a Partial: R -> P is local), and a
+// Partial(max|min) bias beside a replicated weight gives that Partial.
 void norm_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
   const int64_t lead = static_cast<int64_t>(out.shape.size()) - s.args[0];
   for (int64_t d = 0; d < lead; ++d) c.push_back({{Shard(d)}, Shard(d)});
+  const bool has_w = s.args[s.num_args - 2] != 0, has_b = s.args[s.num_args - 1] != 0;
+  auto params = [&](Placement w, Placement b, Placement o) {
+    if (has_w && has_b) c.push_back({{kR, w, b}, o});
+    else if (has_w) c.push_back({{kR, w}, o});
+    else if (has_b) c.push_back({{kR, b}, o});
+  };
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg})
+    if (has_w || op == ReduceOp::Avg) params(Partial(op), Partial(op), Partial(op));
+  if (has_b)
+    for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min}) params(kR, Partial(op), Partial(op));
   c.push_back({{kR}, kR});
 }
 

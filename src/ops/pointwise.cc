@@ -13,7 +13,10 @@
 //    replicated value or a scalar keeps P(max); negating turns it into
 //    P(min); relu, exp, tanh, sigmoid and erf are increasing and defined
 //    everywhere (log and sqrt are not: a negative piece would give NaN);
-//    maximum/minimum and where()/masked_fill selecting per element commute.
+//    maximum/minimum and where()/masked_fill selecting per element commute;
+//    so does max against a replicated value with P(min) (max distributes
+//    over min), and min with P(max). A scalar filled in by where/masked_fill
+//    is its own average, so P(avg) passes them too.
 // Everything else reduces the Partial first.
 #include "autograd/graph.h"
 #include "dispatch/dispatch.h"
@@ -167,20 +170,22 @@ void pointwise_strategies(const OpSchema& s, const TensorMeta& out, std::vector<
     case OpId::Div:
       for (Placement p : {sum, avg}) both(p, r, p);
       break;
-    case OpId::Maximum:
+    case OpId::Maximum:  // max distributes over min: max(b, min_r a_r) = min_r max(b, a_r)
       both(max, max, max), both(max, r, max), both(r, max, max);
+      both(min, r, min), both(r, min, min);
       break;
     case OpId::Minimum:
       both(min, min, min), both(min, r, min), both(r, min, min);
+      both(max, r, max), both(r, max, max);
       break;
     case OpId::Where:
       for (Placement p : {sum, avg, max, min}) c.push_back({{r, p, p}, p});
       break;
-    case OpId::WhereScalar:
-      for (Placement p : {max, min}) c.push_back({{r, p}, p});
+    case OpId::WhereScalar:  // the scalar is the same on every rank: its avg, max, min
+      for (Placement p : {avg, max, min}) c.push_back({{r, p}, p});
       break;
     case OpId::MaskedFill:
-      for (Placement p : {max, min}) both(p, r, p);
+      for (Placement p : {avg, max, min}) both(p, r, p);
       break;
     case OpId::MulScalar:
     case OpId::DivScalar:

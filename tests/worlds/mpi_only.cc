@@ -68,7 +68,7 @@ TEST(MpiWorld, AdoptsAnExistingCommunicator) {
     EXPECT_EQ(sub.rank(), half == 0 ? world.rank() : world.rank() - world.size() / 2);
     DeviceMesh mesh(sub, {size});
     const DTensor d = distribute_tensor(Tensor::full({3}, half + 1), mesh, {Partial()});
-    // R -> P keeps the value on coordinate 0 only (floating: x / n each); the sum is the value.
+    // R -> P keeps the value on coordinate 0 only; the sum is the value.
     EXPECT_TRUE(allclose(d.full_tensor(), Tensor::full({3}, half + 1)));
   }
   MPI_Comm_free(&comm);

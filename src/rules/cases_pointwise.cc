@@ -1,0 +1,94 @@
+// Validator cases of the pointwise ops (src/ops/pointwise.cc): unary ops on
+// [4, 5, 2], binary ops against a broadcast [5, 1] operand, the scalar forms,
+// where and masked_fill. Shapes: on 3 or 4 ranks, 4, 5 and 2 split unevenly
+// and leave empty shards.
+#include "rules/cases.h"
+
+namespace dtensor::rules {
+
+namespace {
+
+using dispatch::OpId;
+
+const Shape kX{4, 5, 2};
+const Shape kB{5, 1};
+constexpr double kFloat = 1e-4;  // transcendental ops: float32 rounding
+
+template <class F>
+OpCase unary(std::string name, OpId id, F f, InputKind kind = InputKind::Values, double tol = 0) {
+  return {std::move(name), id, {{kX, kind}},
+          [f](const Tensors& x) { return f(x[0]); },
+          [f](const DTensors& x) { return f(x[0]); }, tol};
+}
+
+template <class F>
+OpCase binary(std::string name, OpId id, F f, InputKind b_kind = InputKind::Values,
+              double tol = 0) {
+  return {std::move(name), id, {{kX}, {kB, b_kind}},
+          [f](const Tensors& x) { return f(x[0], x[1]); },
+          [f](const DTensors& x) { return f(x[0], x[1]); }, tol};
+}
+
+}  // namespace
+
+void add_pointwise_cases(std::vector<OpCase>& c) {
+  c.push_back(binary("add", OpId::Add, [](const auto& a, const auto& b) { return add(a, b); }));
+  c.push_back(binary("sub", OpId::Sub, [](const auto& a, const auto& b) { return sub(a, b); }));
+  c.push_back(binary("mul", OpId::Mul, [](const auto& a, const auto& b) { return mul(a, b); }));
+  c.push_back(binary("div", OpId::Div, [](const auto& a, const auto& b) { return div(a, b); },
+                     InputKind::Positive, kFloat));
+  c.push_back(binary("maximum", OpId::Maximum,
+                     [](const auto& a, const auto& b) { return maximum(a, b); }));
+  c.push_back(binary("minimum", OpId::Minimum,
+                     [](const auto& a, const auto& b) { return minimum(a, b); }));
+  c.push_back(binary("eq", OpId::Eq, [](const auto& a, const auto& b) { return eq(a, b); }));
+  c.push_back(binary("ne", OpId::Ne, [](const auto& a, const auto& b) { return ne(a, b); }));
+  c.push_back(binary("lt", OpId::Lt, [](const auto& a, const auto& b) { return lt(a, b); }));
+  c.push_back(binary("le", OpId::Le, [](const auto& a, const auto& b) { return le(a, b); }));
+  c.push_back(binary("gt", OpId::Gt, [](const auto& a, const auto& b) { return gt(a, b); }));
+  c.push_back(binary("ge", OpId::Ge, [](const auto& a, const auto& b) { return ge(a, b); }));
+  c.push_back(unary("add_scalar", OpId::AddScalar, [](const auto& x) { return add(x, 2.0); }));
+  c.push_back(unary("sub_scalar", OpId::SubScalar, [](const auto& x) { return sub(x, 2.0); }));
+  c.push_back(unary("rsub_scalar", OpId::RSubScalar, [](const auto& x) { return sub(2.0, x); }));
+  c.push_back(unary("mul_scalar", OpId::MulScalar, [](const auto& x) { return mul(x, -3.0); }));
+  c.push_back(unary("div_scalar", OpId::DivScalar, [](const auto& x) { return div(x, 4.0); }));
+  c.push_back(unary("rdiv_scalar", OpId::RDivScalar, [](const auto& x) { return div(4.0, x); },
+                    InputKind::Positive, kFloat));
+  c.push_back(unary("eq_scalar", OpId::EqScalar, [](const auto& x) { return eq(x, 3); }));
+  c.push_back(unary("ne_scalar", OpId::NeScalar, [](const auto& x) { return ne(x, 3); }));
+  c.push_back(unary("lt_scalar", OpId::LtScalar, [](const auto& x) { return lt(x, 0.5); }));
+  c.push_back(unary("le_scalar", OpId::LeScalar, [](const auto& x) { return le(x, 0.5); }));
+  c.push_back(unary("gt_scalar", OpId::GtScalar, [](const auto& x) { return gt(x, 0.5); }));
+  c.push_back(unary("ge_scalar", OpId::GeScalar, [](const auto& x) { return ge(x, 0.5); }));
+  c.push_back(unary("neg", OpId::Neg, [](const auto& x) { return neg(x); }));
+  c.push_back(unary("abs", OpId::Abs, [](const auto& x) { return abs(x); }));
+  c.push_back(unary("relu", OpId::Relu, [](const auto& x) { return relu(x); }));
+  c.push_back(unary("pow", OpId::Pow, [](const auto& x) { return pow(x, 2); }));
+  c.push_back(unary("exp", OpId::Exp, [](const auto& x) { return exp(x); }, InputKind::Values,
+                    kFloat));
+  c.push_back(unary("log", OpId::Log, [](const auto& x) { return log(x); }, InputKind::Positive,
+                    kFloat));
+  c.push_back(unary("sqrt", OpId::Sqrt, [](const auto& x) { return sqrt(x); },
+                    InputKind::Positive, kFloat));
+  c.push_back(unary("rsqrt", OpId::Rsqrt, [](const auto& x) { return rsqrt(x); },
+                    InputKind::Positive, kFloat));
+  c.push_back(unary("tanh", OpId::Tanh, [](const auto& x) { return tanh(x); }, InputKind::Values,
+                    kFloat));
+  c.push_back(unary("sigmoid", OpId::Sigmoid, [](const auto& x) { return sigmoid(x); },
+                    InputKind::Values, kFloat));
+  c.push_back(unary("erf", OpId::Erf, [](const auto& x) { return erf(x); }, InputKind::Values,
+                    kFloat));
+  c.push_back(unary("gelu", OpId::Gelu, [](const auto& x) { return gelu(x); }, InputKind::Values,
+                    kFloat));
+  c.push_back({"where", OpId::Where, {{kB, InputKind::Mask}, {kX}, {kB}},
+               [](const Tensors& x) { return where(x[0], x[1], x[2]); },
+               [](const DTensors& x) { return where(x[0], x[1], x[2]); }});
+  c.push_back({"where_scalar", OpId::WhereScalar, {{kB, InputKind::Mask}, {kX}},
+               [](const Tensors& x) { return where(x[0], x[1], -1.5); },
+               [](const DTensors& x) { return where(x[0], x[1], -1.5); }});
+  c.push_back({"masked_fill", OpId::MaskedFill, {{kX}, {kB, InputKind::Mask}},
+               [](const Tensors& x) { return masked_fill(x[0], x[1], 9); },
+               [](const DTensors& x) { return masked_fill(x[0], x[1], 9); }});
+}
+
+}  // namespace dtensor::rules

@@ -1,0 +1,168 @@
+// The sharding-rule validator over every op case (include/dtensor/rules.h),
+// one test per case so that ctest runs them in parallel: no layout may be
+// incorrect, and every op with missing layouts (a layout without
+// communication that the rule does not offer) must be explained below; an
+// explanation whose op no longer misses any fails too, so the list stays true.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+
+#include "dtensor/dtensor.h"
+
+using namespace dtensor;
+
+namespace {
+
+// Ops whose rule communicates where the validator found a layout that does
+// not need to, and why that stays so.
+const std::map<std::string, std::string>& explained() {
+  static const std::map<std::string, std::string> m = {
+  };
+  return m;
+}
+
+// The sanitizer build runs fewer layouts (DTENSOR_RULES_QUICK=1, set by
+// tests/CMakeLists.txt there).
+bool quick() {
+  const char* q = std::getenv("DTENSOR_RULES_QUICK");
+  return q != nullptr && std::string(q) == "1";
+}
+
+RuleCheckOptions options_for(const std::string& name) {
+  RuleCheckOptions o;
+  o.op = name;
+  if (quick()) {
+    o.max_layouts = 256;
+    o.samples = 16;
+    o.max_search = 64;
+  }
+  return o;
+}
+
+class RulesTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RulesTest, CorrectAndExplained) {
+  const std::string name = GetParam();
+  RuleCheckReport report = check_rules(options_for(name));
+  // --op matches by substring: keep this case's rows only.
+  std::erase_if(report.rows, [&](const RuleCheckRow& r) { return r.op != name; });
+  ASSERT_FALSE(report.rows.empty());
+  EXPECT_EQ(report.incorrect(), 0) << report.table();
+  const bool has_reason = explained().count(name) > 0;
+  if (report.missing() > 0) {
+    EXPECT_TRUE(has_reason) << "missing layouts:\n" << report.table();
+  }
+  // Only when the whole search ran can "no longer missing" be told.
+  if (has_reason && !quick()) {
+    EXPECT_GT(report.missing(), 0) << name << " misses no layout any more; drop its explanation";
+  }
+  int64_t layouts = 0;
+  for (const RuleCheckRow& r : report.rows) layouts += r.layouts;
+  EXPECT_GT(layouts, 0);
+}
+
+std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s;
+  for (char ch : info.param) s += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, RulesTest, ::testing::ValuesIn(rule_check_cases()), test_name);
+
+TEST(RulesValidator, KnowsItsOwnCases) {
+  const auto names = rule_check_cases();
+  EXPECT_GE(names.size(), 80u);
+  EXPECT_THROW(check_rules({.op = "no such op"}), Error);
+}
+
+// out[i, j] = x[i, j] * scale[j], with a rule that is right but leaves out
+// Partial(avg) x (mean_r(x_r * s) = mean_r(x_r) * s).
+CustomOp scale_cols() {
+  static const CustomOp op = register_sharding(
+      {.name = "test_scale_cols",
+       .kernel = [](const std::vector<Tensor>& t) { return mul(t[0], t[1]); },
+       .strategies =
+           [](const std::vector<TensorMeta>&) {
+             return std::vector<OpStrategy>{{{Shard(0), Replicate()}, Shard(0)},
+                                            {{Shard(1), Shard(0)}, Shard(1)},
+                                            {{Partial(), Replicate()}, Partial()},
+                                            {{Replicate(), Replicate()}, Replicate()}};
+           },
+       .backward = [](const DTensor& g, const std::vector<DTensor>& in) {
+         return std::vector<DTensor>{mul(g, in[1]), sum(mul(g, in[0]), {0})};
+       }});
+  return op;
+}
+
+// A wrong rule: x + 1 on Partial(sum) pieces adds n, not 1.
+CustomOp bad_add_one() {
+  static const CustomOp op = register_sharding(
+      {.name = "test_bad_add_one",
+       .kernel = [](const std::vector<Tensor>& t) { return add(t[0], Scalar(1.0)); },
+       .strategies = [](const std::vector<TensorMeta>&) {
+         return std::vector<OpStrategy>{{{Partial()}, Partial()}, {{Shard(0)}, Shard(0)},
+                                        {{Replicate()}, Replicate()}};
+       }});
+  return op;
+}
+
+const std::vector<Tensor> kScaleExamples = {Tensor::randint(-9, 10, {4, 5}, 1).to(DType::Float32),
+                                            Tensor::randint(-9, 10, {5}, 2).to(DType::Float32)};
+
+TEST(RegisterSharding, RunsTheRuleWithoutCommunication) {
+  const CustomOp op = scale_cols();
+  DeviceMesh mesh(World::simulated(4), {4});
+  const DTensor x = distribute_tensor(kScaleExamples[0], mesh, {Shard(1)});
+  const DTensor s = distribute_tensor(kScaleExamples[1], mesh, {Shard(0)});
+  CommDebugMode comm;
+  const DTensor y = op({x, s});
+  EXPECT_EQ(comm.total_count(), 0);
+  EXPECT_EQ(y.placements(), Placements({Shard(1)}));
+  EXPECT_TRUE(equal(y.full_tensor(), mul(kScaleExamples[0], kScaleExamples[1])));
+  EXPECT_TRUE(equal(op(kScaleExamples), mul(kScaleExamples[0], kScaleExamples[1])));
+}
+
+TEST(RegisterSharding, Backward) {
+  const CustomOp op = scale_cols();
+  DeviceMesh mesh(World::simulated(3), {3});
+  DTensor x = distribute_tensor(kScaleExamples[0], mesh, {Shard(0)});
+  DTensor s = distribute_tensor(kScaleExamples[1], mesh, {Replicate()});
+  x.requires_grad_();
+  s.requires_grad_();
+  sum(op({x, s})).backward();
+  EXPECT_TRUE(equal(x.grad()->full_tensor(), kScaleExamples[1].expand({4, 5}).contiguous()));
+  EXPECT_TRUE(equal(s.grad()->full_tensor(), sum(kScaleExamples[0], {0})));
+}
+
+TEST(RegisterSharding, BadInput) {
+  EXPECT_THROW(register_sharding({.name = "test_scale_cols",
+                                  .kernel = [](const std::vector<Tensor>& t) { return t[0]; },
+                                  .strategies = [](const std::vector<TensorMeta>&) {
+                                    return std::vector<OpStrategy>{};
+                                  }}),
+               Error);  // the name is taken
+  scale_cols();
+  EXPECT_THROW(register_sharding({.name = "test_no_kernel"}), Error);
+  const CustomOp op = bad_add_one();
+  DeviceMesh mesh(World::simulated(2), {2});
+  DTensor x = distribute_tensor(kScaleExamples[0], mesh, {Shard(0)});
+  x.requires_grad_();
+  EXPECT_THROW(op({x}), Error);  // no backward registered
+}
+
+// The validator on users' rules: the wrong one is called incorrect, the
+// incomplete one missing (with the Partial(avg) layout it leaves out).
+TEST(RegisterSharding, ValidatorFindsWrongAndMissingRules) {
+  RuleCheckOptions o;
+  o.meshes = {{3}};
+  o.sampled_meshes = {};
+  const RuleCheckReport bad = check_rules(bad_add_one(), {kScaleExamples[0]}, o);
+  EXPECT_GT(bad.incorrect(), 0) << bad.table();
+  const RuleCheckReport scale = check_rules(scale_cols(), kScaleExamples, o);
+  EXPECT_EQ(scale.incorrect(), 0) << scale.table();
+  EXPECT_GT(scale.missing(), 0) << scale.table();
+  EXPECT_NE(scale.table().find("P(avg)"), std::string::npos) << scale.table();
+}
+
+}  // namespace
