@@ -9,9 +9,10 @@
 // dims. A shard of those dims holds rows [r0, r0 + m) and columns
 // [c0, c0 + n) of each matrix; global (r0 + i, c0 + j) is kept when
 // (c0 + j) - (r0 + i) <= diagonal, i.e. local (i, j) is kept by the local
-// op with diagonal + r0 - c0. So every dim may stay sharded. Zeroing is
-// linear (a sum or average of zeros is zero), so Partial(sum|avg) pass; a
-// zero is not the identity of max or min, so Partial(max|min) are reduced.
+// op with diagonal + r0 - c0. So every dim may stay sharded. Every piece
+// of a Partial is zeroed at the same positions, and any reduction of zeros
+// is zero, so every Partial kind passes (max_r tril(a_r) = tril(max_r a_r):
+// the zeros never meet a value of another piece).
 //
 // Backward (PyTorch's): clamp passes the gradient where min <= x <= max
 // (0 elsewhere, NaN x included); tril/triu take the same triangle of it.
@@ -67,7 +68,8 @@ TensorMeta triangle_meta(const OpSchema& s) {
 
 void triangle_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
   for (int64_t d = 0; d < s.input(0).ndim(); ++d) c.push_back({{Shard(d)}, Shard(d)});
-  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) c.push_back({{Partial(op)}, Partial(op)});
+  for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min})
+    c.push_back({{Partial(op)}, Partial(op)});
   c.push_back({{Replicate()}, Replicate()});
 }
 

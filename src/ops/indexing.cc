@@ -16,6 +16,12 @@
 // index_add, accumulating index_put), and x and the written values must
 // then be Partial of the same kind. Writing a scalar keeps
 // Partial(avg|max|min) but not sum (each piece would hold the value).
+// Adding a replicated amount to every piece commutes with max and min
+// (max_r(a_r + c) = max_r(a_r) + c), so scatter_add, index_add and
+// accumulating index_put keep Partial(max|min) x against replicated
+// src/values. And an add split over the ranks is a Partial(sum): a
+// Partial(sum) x with index and src sharded alike along `dim` (each rank
+// adds its own part of src) stays Partial(sum).
 //
 // Backward (PyTorch's formulas): gather -> scatter_add into zeros;
 // scatter_add -> grad and gather(grad); scatter -> grad with the written
@@ -94,9 +100,17 @@ void scatter_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStr
   }
   for (ReduceOp op : kAllOps) {
     const bool linear = op == ReduceOp::Sum || op == ReduceOp::Avg;
-    if (s.op == OpId::ScatterAdd && !linear) continue;
+    if (s.op == OpId::ScatterAdd && !linear) {
+      each(Partial(op), r, r, Partial(op));
+      continue;
+    }
     if (s.op == OpId::ScatterValue && op == ReduceOp::Sum) continue;
     each(Partial(op), r, Partial(op), Partial(op));
+  }
+  if (s.op == OpId::ScatterAdd && x.ndim() > 0) {
+    const int64_t dim = wrap_dim(s.args[0], x.ndim(), "scatter_add");
+    if (index.shape()[dim] == s.input(2).shape()[dim])
+      each(Partial(ReduceOp::Sum), Shard(dim), Shard(dim), Partial(ReduceOp::Sum));
   }
   each(r, r, r, r);
 }
@@ -133,6 +147,12 @@ void index_add_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimS
       if (d != dim) c.push_back({{Shard(d), r, Shard(d)}, Shard(d)});
   }
   for (ReduceOp op : kLinearOps) c.push_back({{Partial(op), r, Partial(op)}, Partial(op)});
+  for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min}) c.push_back({{Partial(op), r, r}, Partial(op)});
+  if (x.ndim() > 0 && s.input(1).ndim() == 1) {
+    const int64_t dim = wrap_dim(s.args[0], x.ndim(), "index_add");
+    const Placement sum = Partial(ReduceOp::Sum);
+    c.push_back({{sum, Shard(0), Shard(dim)}, sum});
+  }
   c.push_back({{r, r, r}, r});
 }
 
@@ -198,9 +218,12 @@ void index_put_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimS
     else if (vd < 0 || values.shape()[vd] == 1) each(Shard(d), r, Shard(d));
   }
   const bool accumulate = s.args[0] != 0;
-  for (ReduceOp op : kAllOps)
+  for (ReduceOp op : kAllOps) {
     if (!accumulate || op == ReduceOp::Sum || op == ReduceOp::Avg)
       each(Partial(op), Partial(op), Partial(op));
+    else
+      each(Partial(op), r, Partial(op));
+  }
   each(r, r, r);
 }
 

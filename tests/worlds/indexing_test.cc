@@ -331,14 +331,14 @@ TEST_F(IndexingWorldTest, PromisedLayoutsNeedNoCommunication) {
     for (int64_t d = 0; d < 3; ++d) expect_local(mesh, "clamp", {x}, {Shard(d)}, Shard(d), cl, cl);
     for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min})
       expect_local(mesh, "clamp", {x}, {Partial(op)}, Partial(op), cl, cl);
-    // tril/triu: every dim (the matrix dims with offsets), Partial(sum|avg).
+    // tril/triu: every dim (the matrix dims with offsets), every Partial.
     auto tl = [](const auto& v) { return tril(v[0], 1); };
     auto tu = [](const auto& v) { return triu(v[0], -2); };
     for (int64_t d = 0; d < 3; ++d) {
       expect_local(mesh, "tril", {x}, {Shard(d)}, Shard(d), tl, tl);
       expect_local(mesh, "triu", {x}, {Shard(d)}, Shard(d), tu, tu);
     }
-    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+    for (ReduceOp op : all) {
       expect_local(mesh, "tril", {x}, {Partial(op)}, Partial(op), tl, tl);
       expect_local(mesh, "triu", {x}, {Partial(op)}, Partial(op), tu, tu);
     }
@@ -369,6 +369,12 @@ TEST_F(IndexingWorldTest, PromisedLayoutsNeedNoCommunication) {
     }
     expect_local(mesh, "scatter value", {x, si}, {Partial(ReduceOp::Avg), r},
                  Partial(ReduceOp::Avg), sv, sv);
+    // scatter_add split over the ranks along dim: each adds its part of src.
+    const Placement psum = Partial(ReduceOp::Sum);
+    expect_local(mesh, "scatter_add", {x, si, src}, {psum, Shard(1), Shard(1)}, psum, sa, sa);
+    // A replicated amount added to every piece keeps max and min.
+    for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min})
+      expect_local(mesh, "scatter_add", {x, si, src}, {Partial(op), r, r}, Partial(op), sa, sa);
     // index_add along dim 1: dims 0 and 2 with source sharded alike; Partial(sum|avg).
     const Tensor ai = Tensor::from_vector(std::vector<int64_t>{6, 0, 6, 2});
     const Tensor source = int_valued({5, 4, 3}, 5);
@@ -377,6 +383,9 @@ TEST_F(IndexingWorldTest, PromisedLayoutsNeedNoCommunication) {
       expect_local(mesh, "index_add", {x, ai, source}, {Shard(d), r, Shard(d)}, Shard(d), ia, ia);
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg})
       expect_local(mesh, "index_add", {x, ai, source}, {Partial(op), r, Partial(op)}, Partial(op), ia, ia);
+    for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min})
+      expect_local(mesh, "index_add", {x, ai, source}, {Partial(op), r, r}, Partial(op), ia, ia);
+    expect_local(mesh, "index_add", {x, ai, source}, {psum, Shard(0), Shard(1)}, psum, ia, ia);
     // index_put x[:, i] = v: dims 0 and 2 keep their shards, with values
     // sharded alike (dims 0 and 2 of x[:, i] of shape (5, 4, 3)) or
     // replicated where it broadcasts; every Partial without accumulating.
@@ -400,6 +409,9 @@ TEST_F(IndexingWorldTest, PromisedLayoutsNeedNoCommunication) {
         if (!acc || op == ReduceOp::Sum || op == ReduceOp::Avg)
           expect_local(mesh, "index_put", {x, values, pi}, {Partial(op), Partial(op), r},
                        Partial(op), put(acc), put(acc));
+        else  // adding replicated values to every piece keeps max and min
+          expect_local(mesh, "index_put", {x, values, pi}, {Partial(op), r, r}, Partial(op),
+                       put(acc), put(acc));
     }
   }
 }
@@ -440,7 +452,6 @@ TEST_F(IndexingWorldTest, OtherPartialsAreReducedFirst) {
     const Tensor si = Tensor::randint(0, 6, {4, 2, 3}, 10);
     const Tensor ai = Tensor::from_vector(std::vector<int64_t>{5, 5});
     auto cl = [](const auto& v) { return clamp(v[0], -3, 4); };
-    auto tl = [](const auto& v) { return tril(v[0]); };
     auto sv = [](const auto& v) { return scatter(v[0], 1, v[1], 4); };
     auto sa = [](const auto& v) { return scatter_add(v[0], 1, v[1], v[2]); };
     auto ia = [](const auto& v) { return index_add(v[0], 1, v[1], v[2]); };
@@ -450,7 +461,6 @@ TEST_F(IndexingWorldTest, OtherPartialsAreReducedFirst) {
     };
     for (Placement p : {sum, avg}) expect_reduced(mesh, "clamp", {x}, {p}, cl, cl);
     for (Placement p : {max, min}) {
-      expect_reduced(mesh, "tril", {x}, {p}, tl, tl);
       expect_reduced(mesh, "scatter_add", {x, si, src}, {p, r, p}, sa, sa);
       expect_reduced(mesh, "index_add", {x, ai, src}, {p, r, p}, ia, ia);
       expect_reduced(mesh, "index_put accumulate", {x, ai, src}, {p, r, p}, ip, ip);
