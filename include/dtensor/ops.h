@@ -314,6 +314,54 @@ DTensor empty_like(const DTensor& x);
 // both operands stays sharded, a contracted label sharded alike gives
 // Partial(sum), a label summed while sharded gives Partial(sum).
 DTensor einsum(const std::string& equation, const std::vector<DTensor>& operands);
+// ---- clamping, triangles, gather/scatter, indexed updates --------------------------------
+// clamp is elementwise: every shard passes. It is non-decreasing, so
+// Partial(max|min) pass too (max_r clamp(a_r) = clamp(max_r a_r));
+// Partial(sum|avg) are reduced first. At least one bound must be given.
+DTensor clamp(const DTensor& x, std::optional<Scalar> min,
+              std::optional<Scalar> max = std::nullopt);
+DTensor clamp_min(const DTensor& x, Scalar min);
+DTensor clamp_max(const DTensor& x, Scalar max);
+// tril/triu of the last two dims: every dim may stay sharded (each shard is
+// cut at the diagonal shifted by its global row and column offsets); every
+// Partial passes (all pieces are zeroed at the same positions, and any
+// reduction of zeros is zero).
+DTensor tril(const DTensor& x, int64_t diagonal = 0);
+DTensor triu(const DTensor& x, int64_t diagonal = 0);
+// gather: a dim d != dim stays sharded when x and index are sharded alike
+// on it with equal sizes; an index sharded on `dim` against a replicated x
+// gives an output sharded alike; x Partial (any kind) with a replicated
+// index stays Partial (gather picks elements); otherwise inputs are moved.
+DTensor gather(const DTensor& x, int64_t dim, const DTensor& index);
+// scatter / scatter_add: a dim d != dim stays sharded when x, index and src
+// are sharded alike on it with equal sizes. With a replicated index,
+// Partial x and src of one kind stay Partial: scatter for every kind (the
+// write is linear and commutes with max/min), scatter_add for sum and avg;
+// scatter_add also keeps Partial(max|min) x against a replicated src (the
+// same amount is added to every piece), and Partial(sum) x with index and
+// src sharded alike on `dim` (each rank adds its part of src). scatter of
+// a value keeps Partial(avg|max|min) x (not sum: every piece would hold
+// the value). Duplicate indices: the last write in index order.
+DTensor scatter(const DTensor& x, int64_t dim, const DTensor& index, const DTensor& src);
+DTensor scatter(const DTensor& x, int64_t dim, const DTensor& index, Scalar value);
+DTensor scatter_add(const DTensor& x, int64_t dim, const DTensor& index, const DTensor& src);
+// index_add: dims other than `dim` stay sharded when x and source are
+// sharded alike (index replicated); linear in (x, source), so Partial(sum)
+// or Partial(avg) on both with a replicated index stays Partial; Partial(
+// max|min) x against a replicated source stays Partial; Partial(sum) x
+// with the index sharded and source sharded alike on `dim` stays
+// Partial(sum) (each rank adds its own slices).
+DTensor index_add(const DTensor& x, int64_t dim, const DTensor& index, const DTensor& source,
+                  Scalar alpha = 1);
+// index_put with int64 index tensors (bool masks: plain Tensors only, their
+// shape depends on the data). Dims not indexed stay sharded, with values
+// sharded alike on the matching dim (or replicated where values broadcast
+// over it); indexed dims and index tensors are replicated. Partial x and
+// values of one kind stay Partial: sum/avg when accumulating, every kind
+// when writing; accumulating into Partial(max|min) x keeps it against
+// replicated values.
+DTensor index_put(const DTensor& x, const std::vector<std::optional<DTensor>>& indices,
+                  const DTensor& values, bool accumulate = false);
 
 // ---- neural-network math ---------------------------------------------------------------
 // Sharded on a dim other than `dim`: stays sharded; `dim` is gathered.

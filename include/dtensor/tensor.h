@@ -640,6 +640,49 @@ Tensor new_full(const Tensor& x, const Shape& shape, Scalar value,
 // with one bmm/mm after summing the labels no later operand or the output
 // needs.
 Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
+// ---- clamping, triangles, gather/scatter and indexed updates ------------------------
+// As torch.clamp: min(max(x, min), max) with the bounds given (at least one;
+// min > max gives max everywhere); NaN in x or in a bound gives NaN. The
+// result's dtype is x's promoted with the bounds (int64 x with 0.5 gives
+// float32). REQUIRES: x is not bool.
+Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+Tensor clamp_min(const Tensor& x, Scalar min);
+Tensor clamp_max(const Tensor& x, Scalar max);
+// The lower / upper triangle of the last two dims (earlier dims are a
+// batch): elements (i, j) with j - i <= diagonal (tril) or >= diagonal
+// (triu) are kept, the others zeroed. REQUIRES: x has at least 2 dims.
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+// torch.gather: out[i][j][k] = x[index[i][j][k]][j][k] for dim 0 (likewise
+// for other dims). index is int64 with x's number of dims and
+// index.size(d) <= x.size(d) for d != dim; the result has index's shape.
+// Indices must lie in [0, x.size(dim)) (no negative ones, as in PyTorch).
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// torch.scatter: a copy of x with out[index[i][j][k]][j][k] = src[i][j][k]
+// (dim 0) for every element of index; src has x's dtype and
+// index.size(d) <= src.size(d) for every d. Duplicate indices (undefined in
+// PyTorch) take the last write in index order (row-major), deterministically.
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+Tensor scatter(const Tensor& x, int64_t dim, const Tensor& index, Scalar value);
+// As scatter, but adds: duplicate indices accumulate, in index order.
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+// torch.index_add: a copy of x with alpha * source's slice k along dim added
+// to x's slice index[k]; index is 0-d or 1-d int64 in [0, x.size(dim)),
+// source has x's dtype and shape except source.size(dim) == index.numel().
+// A floating alpha needs a floating x.
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source,
+                 Scalar alpha = 1);
+// torch.index_put (x[indices] = values as a new tensor): indices lists one
+// optional index tensor per leading dim of x (nullopt = the whole dim, as
+// ':'); int64 tensors are broadcast together and may be negative (counted
+// from the end); a bool tensor stands for the int64 tensors of its nonzero
+// positions over as many dims as it has. As in NumPy, the broadcast index
+// dims replace the indexed dims in place when those are adjacent, else go
+// first. values (x's dtype) broadcast to that shape. accumulate adds
+// (duplicates add up); otherwise duplicates take the last write in index
+// order, deterministically.
+Tensor index_put(const Tensor& x, const std::vector<std::optional<Tensor>>& indices,
+                 const Tensor& values, bool accumulate = false);
 
 // ---- comparison helpers ---------------------------------------------------------------
 // Same shape and every element equal (after promotion).

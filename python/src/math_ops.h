@@ -237,6 +237,28 @@ void bind_math_methods(Class& c) {
       .def("fill_", [](T& a, S v) -> T& { return a.fill_(v); }, release_gil())
       .def("zero_", [](T& a) -> T& { return a.zero_(); }, release_gil())
       .def("copy_", [](T& a, const T& b) -> T& { return a.copy_(b); }, release_gil())
+      // Clamping, triangles, gather/scatter, indexed updates (as new tensors).
+      .def("clamp", [](const T& x, std::optional<S> lo, std::optional<S> hi) { return clamp(x, lo, hi); },
+           py::arg("min") = py::none(), py::arg("max") = py::none(), release_gil())
+      .def("clamp_min", [](const T& x, S lo) { return clamp_min(x, lo); }, py::arg("min"), release_gil())
+      .def("clamp_max", [](const T& x, S hi) { return clamp_max(x, hi); }, py::arg("max"), release_gil())
+      .def("tril", [](const T& x, int64_t d) { return tril(x, d); }, py::arg("diagonal") = 0, release_gil())
+      .def("triu", [](const T& x, int64_t d) { return triu(x, d); }, py::arg("diagonal") = 0, release_gil())
+      .def("gather", [](const T& x, int64_t d, const T& i) { return gather(x, d, i); },
+           py::arg("dim"), py::arg("index"), release_gil())
+      .def("scatter", [](const T& x, int64_t d, const T& i, const T& src) { return scatter(x, d, i, src); },
+           py::arg("dim"), py::arg("index"), py::arg("src"), release_gil())
+      .def("scatter", [](const T& x, int64_t d, const T& i, S v) { return scatter(x, d, i, v); },
+           py::arg("dim"), py::arg("index"), py::arg("value"), release_gil())
+      .def("scatter_add", [](const T& x, int64_t d, const T& i, const T& src) { return scatter_add(x, d, i, src); },
+           py::arg("dim"), py::arg("index"), py::arg("src"), release_gil())
+      .def("index_add", [](const T& x, int64_t d, const T& i, const T& src, S alpha) {
+             return index_add(x, d, i, src, alpha);
+           }, py::arg("dim"), py::arg("index"), py::arg("source"), py::kw_only(), py::arg("alpha") = 1,
+           release_gil())
+      .def("index_put", [](const T& x, const std::vector<std::optional<T>>& i, const T& v, bool acc) {
+             return index_put(x, i, v, acc);
+           }, py::arg("indices"), py::arg("values"), py::arg("accumulate") = false, release_gil())
       .def("__getitem__", [](const T& x, py::handle key) { return index_of(x, key); })
       .def_property_readonly("shape", [](const T& x) { return x.shape(); })
       .def("size", [](const T& x, std::optional<int64_t> d) -> py::object {

@@ -114,6 +114,34 @@ void bind_ops_of(py::module_& m) {
         py::arg("input"), py::arg("dim"), py::arg("index"), release_gil());
   m.def("embedding", [](const T& w, const T& i) { return embedding(w, i); }, py::arg("weight"),
         py::arg("input"), release_gil());
+  // Clamping, triangles, gather/scatter, indexed updates (PyTorch's names and keywords).
+  m.def("clamp", [](const T& x, std::optional<S> lo, std::optional<S> hi) { return clamp(x, lo, hi); },
+        py::arg("input"), py::arg("min") = py::none(), py::arg("max") = py::none(), release_gil());
+  m.def("clamp_min", [](const T& x, S lo) { return clamp_min(x, lo); }, py::arg("input"),
+        py::arg("min"), release_gil());
+  m.def("clamp_max", [](const T& x, S hi) { return clamp_max(x, hi); }, py::arg("input"),
+        py::arg("max"), release_gil());
+  m.def("tril", [](const T& x, int64_t d) { return tril(x, d); }, py::arg("input"),
+        py::arg("diagonal") = 0, release_gil());
+  m.def("triu", [](const T& x, int64_t d) { return triu(x, d); }, py::arg("input"),
+        py::arg("diagonal") = 0, release_gil());
+  m.def("gather", [](const T& x, int64_t d, const T& i) { return gather(x, d, i); },
+        py::arg("input"), py::arg("dim"), py::arg("index"), release_gil());
+  m.def("scatter", [](const T& x, int64_t d, const T& i, const T& src) { return scatter(x, d, i, src); },
+        py::arg("input"), py::arg("dim"), py::arg("index"), py::arg("src"), release_gil());
+  m.def("scatter", [](const T& x, int64_t d, const T& i, S v) { return scatter(x, d, i, v); },
+        py::arg("input"), py::arg("dim"), py::arg("index"), py::arg("value"), release_gil());
+  m.def("scatter_add", [](const T& x, int64_t d, const T& i, const T& src) {
+          return scatter_add(x, d, i, src);
+        }, py::arg("input"), py::arg("dim"), py::arg("index"), py::arg("src"), release_gil());
+  m.def("index_add", [](const T& x, int64_t d, const T& i, const T& src, S alpha) {
+          return index_add(x, d, i, src, alpha);
+        }, py::arg("input"), py::arg("dim"), py::arg("index"), py::arg("source"), py::kw_only(),
+        py::arg("alpha") = 1, release_gil());
+  m.def("index_put", [](const T& x, const std::vector<std::optional<T>>& i, const T& v, bool acc) {
+          return index_put(x, i, v, acc);
+        }, py::arg("input"), py::arg("indices"), py::arg("values"), py::arg("accumulate") = false,
+        release_gil());
   m.def("nll_loss", [](const T& lp, const T& t, const std::string& r, int64_t ii) {
           return nll_loss(lp, t, parse_reduction(r), ii);
         }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean",

@@ -51,6 +51,8 @@ enum class OpId : uint16_t {
   NormPart,  // norms (src/ops/norm.cc): vector_norm's per-shard part
   // attention (src/ops/attention.cc)
   ScaledDotProductAttention, ScaledDotProductAttentionBackward,
+  // clamping, triangles, gather/scatter, indexed updates (ops/clamp_triangle.cc, ops/indexing.cc)
+  Clamp, Tril, Triu, Gather, Scatter, ScatterValue, ScatterAdd, IndexAdd, IndexPut, IndexGet,
 };
 
 // cat/stack of more tensors join them in groups of kMaxInputs.

@@ -53,6 +53,7 @@ void add_tensor_cases(std::vector<OpCase>& cases);
 void add_nn_cases(std::vector<OpCase>& cases);
 void add_scan_cases(std::vector<OpCase>& cases);
 void add_shape_cases(std::vector<OpCase>& cases);
+void add_index_cases(std::vector<OpCase>& cases);
 void add_attention_cases(std::vector<OpCase>& cases);
 
 // Every case, in table order.

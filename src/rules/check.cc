@@ -295,6 +295,7 @@ const std::vector<OpCase>& all_cases() {
     add_nn_cases(c);
     add_scan_cases(c);
     add_shape_cases(c);
+    add_index_cases(c);
     add_attention_cases(c);
     return c;
   }();
