@@ -32,6 +32,18 @@ std::shared_ptr<py::object> held(py::object o) {
   });
 }
 
+// Calls a Python callback; a Python exception becomes a dtensor::Error
+// carrying its message (the C++ side, e.g. the validator trying layouts,
+// handles dtensor::Error).
+template <class F>
+auto calling(const std::string& op, const char* what, F&& f) {
+  try {
+    return f();
+  } catch (py::error_already_set& e) {
+    DT_THROW(op, ": the ", what, " raised ", e.what());
+  }
+}
+
 std::vector<OpStrategy> to_strategies(const py::object& list) {
   std::vector<OpStrategy> out;
   for (const py::handle item : list) {
@@ -77,30 +89,36 @@ void bind_custom_op(py::module_& m) {
         CustomOpDef def;
         def.name = name;
         auto k = held(std::move(kernel));
-        def.kernel = [k](const std::vector<Tensor>& t) {
+        def.kernel = [k, name](const std::vector<Tensor>& t) {
           py::gil_scoped_acquire gil;
-          py::tuple args(t.size());
-          for (size_t i = 0; i < t.size(); ++i) args[i] = py::cast(t[i]);
-          return (*k)(*args).cast<Tensor>();
+          return calling(name, "kernel", [&] {
+            py::tuple args(t.size());
+            for (size_t i = 0; i < t.size(); ++i) args[i] = py::cast(t[i]);
+            return (*k)(*args).cast<Tensor>();
+          });
         };
         auto s = held(std::move(strategies));
-        def.strategies = [s](const std::vector<TensorMeta>& metas) {
+        def.strategies = [s, name](const std::vector<TensorMeta>& metas) {
           py::gil_scoped_acquire gil;
-          if (!PyCallable_Check(s->ptr())) return to_strategies(*s);
-          py::list shapes;
-          for (const TensorMeta& meta : metas) shapes.append(py::cast(meta.shape));
-          return to_strategies((*s)(shapes));
+          return calling(name, "strategies", [&] {
+            if (!PyCallable_Check(s->ptr())) return to_strategies(*s);
+            py::list shapes;
+            for (const TensorMeta& meta : metas) shapes.append(py::cast(meta.shape));
+            return to_strategies((*s)(shapes));
+          });
         };
         if (!backward.is_none()) {
           auto b = held(std::move(backward));
-          def.backward = [b](const DTensor& grad, const std::vector<DTensor>& in) {
+          def.backward = [b, name](const DTensor& grad, const std::vector<DTensor>& in) {
             py::gil_scoped_acquire gil;
-            py::tuple args(in.size() + 1);
-            args[0] = py::cast(grad);
-            for (size_t i = 0; i < in.size(); ++i) args[i + 1] = py::cast(in[i]);
-            std::vector<DTensor> g;
-            for (const py::handle x : (*b)(*args)) g.push_back(x.cast<DTensor>());
-            return g;
+            return calling(name, "backward", [&] {
+              py::tuple args(in.size() + 1);
+              args[0] = py::cast(grad);
+              for (size_t i = 0; i < in.size(); ++i) args[i + 1] = py::cast(in[i]);
+              std::vector<DTensor> g;
+              for (const py::handle x : (*b)(*args)) g.push_back(x.cast<DTensor>());
+              return g;
+            });
           };
         }
         return register_sharding(std::move(def));

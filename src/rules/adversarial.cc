@@ -77,6 +77,12 @@ Tensor make_input(const CaseInput& in, uint64_t seed) {
   switch (in.kind) {
     case InputKind::Values: return Tensor::randint(-9, 10, in.shape, seed).to(DType::Float32);
     case InputKind::Positive: return Tensor::randint(1, 10, in.shape, seed).to(DType::Float32);
+    case InputKind::FewZeros:
+    case InputKind::FewNonzeros: {
+      const Tensor picks = Tensor::randint(0, 5, in.shape, seed);
+      const Tensor keep = in.kind == InputKind::FewZeros ? ne(picks, Scalar(0)) : eq(picks, Scalar(0));
+      return mul(keep.to(DType::Float32), Tensor::randint(-9, 10, in.shape, seed + 1).to(DType::Float32));
+    }
     case InputKind::Mask: return gt(Tensor::rand(in.shape, seed), Scalar(0.5));
     case InputKind::Index: return Tensor::randint(0, in.bound, in.shape, seed);
   }

@@ -19,6 +19,12 @@ namespace dtensor::rules {
 enum class InputKind {
   Values,    // integer-valued floats in [-9, 9]
   Positive,  // integer-valued floats in [1, 9] (log, sqrt, divisors)
+  // Values with more zeros, for all/any: about a fifth (FewZeros) or four
+  // fifths (FewNonzeros) of them 0, so that a row's all/any varies; the
+  // rest in [-9, 9] as Values, so that Partial pieces can be 0 where the
+  // value is not.
+  FewZeros,
+  FewNonzeros,
   Mask,      // bool
   Index,     // int64 in [0, bound)
 };

@@ -13,8 +13,9 @@ const Shape kX{4, 5, 2};
 constexpr double kFloat = 1e-4;
 
 template <class F>
-OpCase on_x(std::string name, std::optional<OpId> id, F f, double tol = 0) {
-  return {std::move(name), id, {{kX}},
+OpCase on_x(std::string name, std::optional<OpId> id, F f, double tol = 0,
+            InputKind kind = InputKind::Values) {
+  return {std::move(name), id, {{kX, kind}},
           [f](const Tensors& x) { return f(x[0]); },
           [f](const DTensors& x) { return f(x[0]); }, tol};
 }
@@ -31,8 +32,11 @@ void add_scan_cases(std::vector<OpCase>& c) {
                    [](const auto& x) { return topk(x, 2, 1).values; }));
   c.push_back(on_x("logsumexp(1)", OpId::Logsumexp,
                    [](const auto& x) { return logsumexp(x, {1}); }, kFloat));
-  c.push_back(on_x("all(1)", OpId::All, [](const auto& x) { return all(x, {1}); }));
-  c.push_back(on_x("any()", OpId::Any, [](const auto& x) { return any(x); }));
+  // Data with zeros often enough that all/any of a row is sometimes false/true.
+  c.push_back(on_x("all(1)", OpId::All, [](const auto& x) { return all(x, {1}); }, 0,
+                   InputKind::FewZeros));
+  c.push_back(on_x("any(1)", OpId::Any, [](const auto& x) { return any(x, {1}); }, 0,
+                   InputKind::FewNonzeros));
   c.push_back(on_x("vector_norm(2,1)", OpId::NormPart,
                    [](const auto& x) { return vector_norm(x, 2, {1}); }, kFloat));
   c.push_back(on_x("vector_norm(1)", OpId::NormPart,

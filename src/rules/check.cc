@@ -17,7 +17,7 @@ namespace rules {
 
 namespace {
 
-bool takes_partial(InputKind k) { return k == InputKind::Values || k == InputKind::Positive; }
+bool takes_partial(InputKind k) { return k != InputKind::Mask && k != InputKind::Index; }
 
 // The placements one tensor of `ndim` dims may have on one mesh dim.
 std::vector<Placement> options_of(int64_t ndim, bool partial) {
