@@ -28,6 +28,7 @@
 
 #include "autograd/graph.h"
 #include "dispatch/dispatch.h"
+#include "ops/reduce_schema.h"
 #include "tensor/norm_parts.h"
 
 namespace dtensor {
@@ -37,22 +38,10 @@ using namespace dispatch;
 namespace {
 
 // Schema args: keepdim, the bits of ord, then the dims as given (none = all).
-bool keepdim_of(const OpSchema& s) { return s.args[0] != 0; }
+bool keepdim_of(const OpSchema& s) { return reduce_keepdim(s); }
 double ord_of(const OpSchema& s) { return std::bit_cast<double>(s.args[1]); }
-
-DimVector dims_of(const OpSchema& s) {
-  DimVector dims;
-  for (int i = 2; i < s.num_args; ++i) dims.push_back(s.args[i]);
-  return dims;
-}
-
-bool reduced(const OpSchema& s, int64_t d) {
-  if (s.num_args == 2) return true;
-  const int64_t ndim = s.input(0).ndim();
-  for (int i = 2; i < s.num_args; ++i)
-    if (s.args[i] == d || s.args[i] + ndim == d) return true;
-  return false;
-}
+DimVector dims_of(const OpSchema& s) { return reduce_dims(s, 2); }
+bool reduced(const OpSchema& s, int64_t d) { return reduces_dim(s, 2, d); }
 
 // How the parts of pieces of a reduced dim combine into the part of the whole.
 ReduceOp combine_op(double ord) {

@@ -23,6 +23,7 @@
 
 #include "autograd/graph.h"
 #include "dispatch/dispatch.h"
+#include "ops/reduce_schema.h"
 
 namespace dtensor {
 
@@ -33,21 +34,9 @@ namespace {
 // Schema args: keepdim, then the reduced dims as given (none = all; the
 // rule's meta validates them like the plain op). argmax/argmin: keepdim,
 // then the dim when one is given.
-bool keepdim_of(const OpSchema& s) { return s.args[0] != 0; }
-
-bool reduced(const OpSchema& s, int64_t d) {
-  if (s.num_args == 1) return true;
-  const int64_t ndim = s.input(0).ndim();
-  for (int i = 1; i < s.num_args; ++i)
-    if (s.args[i] == d || s.args[i] + ndim == d) return true;
-  return false;
-}
-
-DimVector dims_of(const OpSchema& s) {
-  DimVector dims;
-  for (int i = 1; i < s.num_args; ++i) dims.push_back(s.args[i]);
-  return dims;
-}
+bool keepdim_of(const OpSchema& s) { return reduce_keepdim(s); }
+bool reduced(const OpSchema& s, int64_t d) { return reduces_dim(s, 1, d); }
+DimVector dims_of(const OpSchema& s) { return reduce_dims(s, 1); }
 
 // The plain reduction (var with its default correction; only the shape and
 // dtype of the result matter where this is called with a probe).

@@ -32,6 +32,7 @@
 
 #include "autograd/graph.h"
 #include "dispatch/dispatch.h"
+#include "ops/reduce_schema.h"
 #include "tensor/scan.h"
 
 namespace dtensor {
@@ -100,21 +101,9 @@ DTensor reverse_cumsum(const DTensor& x, int64_t dim) { return scan(x, dim, true
 // ---- reductions: logsumexp, all, any ----------------------------------------------
 // args: keepdim, then the reduced dims as given (none = all).
 
-bool keepdim_of(const OpSchema& s) { return s.args[0] != 0; }
-
-DimVector dims_of(const OpSchema& s) {
-  DimVector dims;
-  for (int i = 1; i < s.num_args; ++i) dims.push_back(s.args[i]);
-  return dims;
-}
-
-bool reduced(const OpSchema& s, int64_t d) {
-  if (s.num_args == 1) return true;
-  const int64_t ndim = s.input(0).ndim();
-  for (int i = 1; i < s.num_args; ++i)
-    if (s.args[i] == d || s.args[i] + ndim == d) return true;
-  return false;
-}
+bool keepdim_of(const OpSchema& s) { return reduce_keepdim(s); }
+DimVector dims_of(const OpSchema& s) { return reduce_dims(s, 1); }
+bool reduced(const OpSchema& s, int64_t d) { return reduces_dim(s, 1, d); }
 
 Tensor plain_reduce(OpId op, const Tensor& x, const DimVector& dims, bool keepdim) {
   if (op == OpId::Logsumexp) return logsumexp(x, dims, keepdim);

@@ -1,0 +1,29 @@
+// The schema arguments the reduction-like ops share (sum, mean, ...,
+// logsumexp, all, any, vector_norm): args[0] is keepdim, args[dims_at..]
+// the reduced dims as given (none: every dim); ops with more arguments put
+// them between (vector_norm's ord at 1). One reading of them for every
+// family, so that "which dims are reduced" means the same everywhere.
+#pragma once
+
+#include "dispatch/dispatch.h"
+
+namespace dtensor::dispatch {
+
+inline bool reduce_keepdim(const OpSchema& s) { return s.args[0] != 0; }
+
+inline DimVector reduce_dims(const OpSchema& s, int dims_at) {
+  DimVector dims;
+  for (int i = dims_at; i < s.num_args; ++i) dims.push_back(s.args[i]);
+  return dims;
+}
+
+// Whether input dim d is reduced (dims given negative count from the end).
+inline bool reduces_dim(const OpSchema& s, int dims_at, int64_t d) {
+  if (s.num_args == dims_at) return true;
+  const int64_t ndim = s.input(0).ndim();
+  for (int i = dims_at; i < s.num_args; ++i)
+    if (s.args[i] == d || s.args[i] + ndim == d) return true;
+  return false;
+}
+
+}  // namespace dtensor::dispatch
