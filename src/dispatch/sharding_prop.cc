@@ -7,8 +7,9 @@
 // input to the layout's input placements; a move the rules forbid (S->P,
 // P(a)->P(b)) rules the candidate out, and so does moving an input with
 // collectives to a layout that shards a dim over more ranks than it has
-// elements (a local chunk to such a layout is fine). R->P is a local move, so a rule's linear candidates (P(sum) + P(sum) -> P(sum))
-// also serve a replicated operand: P(sum) + R stays partial, as in PyTorch.
+// elements (a local chunk to such a layout is fine). R->P is a local move,
+// so a rule's linear candidates (P(sum) + P(sum) -> P(sum)) also serve a
+// replicated operand: P(sum) + R stays partial, as in PyTorch.
 // Pricing every layout with the planner would cost microseconds each (a
 // 3-input op on a 3-d mesh has ~1000 layouts), so the layouts are first
 // ranked by a cheap per-mesh-dim estimate (each transform's collective on
