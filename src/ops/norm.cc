@@ -58,17 +58,8 @@ TensorMeta part_meta(const OpSchema& s) {
 }
 
 void part_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
-  const DTensorSpec& x = s.input(0);
   const Placement combined = Partial(combine_op(ord_of(s)));
-  int64_t out_dim = 0;
-  for (int64_t d = 0; d < x.ndim(); ++d) {
-    if (!reduced(s, d)) {
-      c.push_back({{Shard(d)}, Shard(out_dim++)});
-      continue;
-    }
-    if (keepdim_of(s)) ++out_dim;
-    c.push_back({{Shard(d)}, combined});
-  }
+  kept_dims_stay_sharded(s, 2, c, [&](int64_t d) { c.push_back({{Shard(d)}, combined}); });
   c.push_back({{Replicate()}, Replicate()});
 }
 

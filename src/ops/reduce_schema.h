@@ -26,4 +26,32 @@ inline bool reduces_dim(const OpSchema& s, int dims_at, int64_t d) {
   return false;
 }
 
+// The output shape: the kept dims, the reduced ones dropped (1 with keepdim).
+inline Shape reduced_shape(const OpSchema& s, int dims_at) {
+  const DTensorSpec& x = s.input(0);
+  Shape out;
+  for (int64_t d = 0; d < x.ndim(); ++d) {
+    if (!reduces_dim(s, dims_at, d)) out.push_back(x.shape()[d]);
+    else if (reduce_keepdim(s)) out.push_back(1);
+  }
+  return out;
+}
+
+// The per-dim candidates every reduction shares: a kept dim stays sharded
+// (renumbered in the output); for a reduced dim d, `partial_of(d)` appends
+// the candidates a shard of it gives (none: the dim is gathered).
+template <class F>
+void kept_dims_stay_sharded(const OpSchema& s, int dims_at, std::vector<DimStrategy>& c,
+                            F partial_of) {
+  int64_t out_dim = 0;
+  for (int64_t d = 0; d < s.input(0).ndim(); ++d) {
+    if (!reduces_dim(s, dims_at, d)) {
+      c.push_back({{Shard(d)}, Shard(out_dim++)});
+      continue;
+    }
+    if (reduce_keepdim(s)) ++out_dim;
+    partial_of(d);
+  }
+}
+
 }  // namespace dtensor::dispatch

@@ -65,25 +65,14 @@ TensorMeta reduce_meta(const OpSchema& s) {
   for (int64_t n : x.shape()) probe_shape.push_back(std::min<int64_t>(n, 1));
   const DType dtype =
       plain(s.op, Tensor::zeros(probe_shape, x.dtype()), dims_of(s), keepdim_of(s)).dtype();
-  Shape out;
-  for (int64_t d = 0; d < x.ndim(); ++d) {
-    if (!reduced(s, d)) out.push_back(x.shape()[d]);
-    else if (keepdim_of(s)) out.push_back(1);
-  }
+  const Shape out = reduced_shape(s, 1);
   return {out, contiguous_strides(out), dtype};
 }
 
 void reduce_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
-  const DTensorSpec& x = s.input(0);
   const Placement sum = Partial(ReduceOp::Sum), avg = Partial(ReduceOp::Avg);
   const Placement max = Partial(ReduceOp::Max), min = Partial(ReduceOp::Min);
-  int64_t out_dim = 0;
-  for (int64_t d = 0; d < x.ndim(); ++d) {
-    if (!reduced(s, d)) {
-      c.push_back({{Shard(d)}, Shard(out_dim++)});
-      continue;
-    }
-    if (keepdim_of(s)) ++out_dim;
+  kept_dims_stay_sharded(s, 1, c, [&](int64_t d) {
     switch (s.op) {
       case OpId::Sum: c.push_back({{Shard(d)}, sum}); break;
       case OpId::Mean: c.push_back({{Shard(d)}, avg}), c.push_back({{Shard(d)}, sum}); break;
@@ -91,7 +80,7 @@ void reduce_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStra
       case OpId::Amin: c.push_back({{Shard(d)}, min}); break;
       default: break;
     }
-  }
+  });
   switch (s.op) {
     case OpId::Sum:
     case OpId::Mean: c.push_back({{sum}, sum}), c.push_back({{avg}, avg}); break;

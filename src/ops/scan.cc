@@ -103,7 +103,6 @@ DTensor reverse_cumsum(const DTensor& x, int64_t dim) { return scan(x, dim, true
 
 bool keepdim_of(const OpSchema& s) { return reduce_keepdim(s); }
 DimVector dims_of(const OpSchema& s) { return reduce_dims(s, 1); }
-bool reduced(const OpSchema& s, int64_t d) { return reduces_dim(s, 1, d); }
 
 Tensor plain_reduce(OpId op, const Tensor& x, const DimVector& dims, bool keepdim) {
   if (op == OpId::Logsumexp) return logsumexp(x, dims, keepdim);
@@ -118,26 +117,15 @@ TensorMeta reduce_meta(const OpSchema& s) {
   for (int64_t n : x.shape()) probe.push_back(std::min<int64_t>(n, 1));
   const DType dtype =
       plain_reduce(s.op, Tensor::zeros(probe, x.dtype()), dims_of(s), keepdim_of(s)).dtype();
-  Shape out;
-  for (int64_t d = 0; d < x.ndim(); ++d) {
-    if (!reduced(s, d)) out.push_back(x.shape()[d]);
-    else if (keepdim_of(s)) out.push_back(1);
-  }
+  const Shape out = reduced_shape(s, 1);
   return {out, contiguous_strides(out), dtype};
 }
 
 void reduce_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
-  const DTensorSpec& x = s.input(0);
-  int64_t out_dim = 0;
-  for (int64_t d = 0; d < x.ndim(); ++d) {
-    if (!reduced(s, d)) {
-      c.push_back({{Shard(d)}, Shard(out_dim++)});
-      continue;
-    }
-    if (keepdim_of(s)) ++out_dim;
+  kept_dims_stay_sharded(s, 1, c, [&](int64_t d) {
     if (s.op == OpId::All) c.push_back({{Shard(d)}, Partial(ReduceOp::Min)});
     if (s.op == OpId::Any) c.push_back({{Shard(d)}, Partial(ReduceOp::Max)});
-  }
+  });
   c.push_back({{kR}, kR});
 }
 
