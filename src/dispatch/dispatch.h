@@ -69,9 +69,10 @@ struct OpSchema {
 
   OpSchema(OpId id, std::initializer_list<const DTensorSpec*> specs,
            std::initializer_list<int64_t> arguments = {});
-  void push_arg(int64_t a);  // before hash is read; rehashes
-  void push_input(const DTensorSpec* spec);  // likewise
-  void set_input(int i, const DTensorSpec* spec);  // likewise
+  // Each keeps the hash up to date (push_arg in O(1): args hash last).
+  void push_arg(int64_t a);
+  void push_input(const DTensorSpec* spec);
+  void set_input(int i, const DTensorSpec* spec);
   const DTensorSpec& input(int i) const { return *inputs[i]; }
 
  private:
@@ -84,6 +85,8 @@ struct DimStrategy {
   Placement in[kMaxInputs];
   Placement out;
 };
+
+struct OutputSharding;
 
 struct OpRule {
   const char* name;
@@ -103,6 +106,10 @@ struct OpRule {
   // (no broadcasting counted). Lets inputs with shard orders keep their
   // layout (see choose() in sharding_prop.cc).
   bool elementwise = false;
+  // Optional: decides the whole layout itself instead of the search over
+  // `strategies` (in-place ops, whose self never moves, src/ops/inplace.cc).
+  // Its result is cached like a chosen one; it throws when no layout is valid.
+  OutputSharding (*decide)(const OpSchema&, const OpRule&) = nullptr;
 };
 
 struct OutputSharding {
@@ -111,6 +118,10 @@ struct OutputSharding {
   std::optional<DTensorSpec> input_targets[kMaxInputs];
   bool needs_redistribute = false;
   double cost_us = 0;
+  // The output's local shape when every rank's is the same (each sharded
+  // dim divides evenly), so that kernels asking per rank (views) skip the
+  // extent arithmetic; empty otherwise. Set by propagate().
+  std::optional<Shape> uniform_local_shape = std::nullopt;
 };
 
 // The cached propagation of `schema` under `rule`. Throws dtensor::Error

@@ -29,6 +29,10 @@
 
 namespace dtensor::dispatch {
 
+namespace {
+constexpr size_t kHashPrime = 0x100000001B3ull;
+}  // namespace
+
 OpSchema::OpSchema(OpId id, std::initializer_list<const DTensorSpec*> specs,
                    std::initializer_list<int64_t> arguments)
     : op(id) {
@@ -40,7 +44,7 @@ OpSchema::OpSchema(OpId id, std::initializer_list<const DTensorSpec*> specs,
 void OpSchema::push_arg(int64_t a) {
   DT_CHECK(num_args < kMaxArgs, "OpSchema: too many arguments");
   args[num_args++] = a;
-  rehash();
+  hash = (hash ^ static_cast<size_t>(a)) * kHashPrime;  // rehash()'s last step, once more
 }
 
 void OpSchema::push_input(const DTensorSpec* spec) {
@@ -57,8 +61,8 @@ void OpSchema::set_input(int i, const DTensorSpec* spec) {
 
 void OpSchema::rehash() {
   size_t h = static_cast<size_t>(op) * 0x9E3779B97F4A7C15ull;
-  for (int i = 0; i < num_inputs; ++i) h = (h ^ inputs[i]->hash()) * 0x100000001B3ull;
-  for (int i = 0; i < num_args; ++i) h = (h ^ static_cast<size_t>(args[i])) * 0x100000001B3ull;
+  for (int i = 0; i < num_inputs; ++i) h = (h ^ inputs[i]->hash()) * kHashPrime;
+  for (int i = 0; i < num_args; ++i) h = (h ^ static_cast<size_t>(args[i])) * kHashPrime;
   hash = h;
 }
 
@@ -257,7 +261,7 @@ OutputSharding choose(const OpSchema& schema, const OpRule& rule) {
     for (int i = 0; i < schema.num_inputs; ++i)
       keep = keep && schema.input(i).placements() == p && schema.input(i).shape() == out_meta.shape;
     if (keep) {
-      OutputSharding same{DTensorSpec(mesh, p, out_meta), {}, false, 0};
+      OutputSharding same{DTensorSpec(mesh, p, out_meta), {}, false, 0, {}};
       for (int i = 0; i < schema.num_inputs; ++i) same.input_targets[i] = schema.input(i);
       return same;
     }
@@ -280,7 +284,7 @@ OutputSharding choose(const OpSchema& schema, const OpRule& rule) {
     try {
       if (rule.accepts != nullptr && !rule.accepts(schema, out_meta, in_pl, out_pl))
         throw Error("the layouts do not chunk alike");
-      OutputSharding cand{DTensorSpec(mesh, out_pl, out_meta), {}, false, 0};
+      OutputSharding cand{DTensorSpec(mesh, out_pl, out_meta), {}, false, 0, {}};
       for (int i = 0; i < schema.num_inputs; ++i) {
         const DTensorSpec& have = schema.input(i);
         DTensorSpec want = have.with_placements(in_pl[i]);
@@ -369,7 +373,7 @@ std::shared_ptr<const OutputSharding> forced_sharding(const OpSchema& schema, co
                                                       const Placements* inputs,
                                                       const Placements& output) {
   const DeviceMesh& mesh = schema.input(0).mesh();
-  OutputSharding s{DTensorSpec(mesh, output, rule.output_meta(schema)), {}, false, 0};
+  OutputSharding s{DTensorSpec(mesh, output, rule.output_meta(schema)), {}, false, 0, {}};
   for (int i = 0; i < schema.num_inputs; ++i) {
     DTensorSpec want = schema.input(i).with_placements(inputs[i]);
     s.needs_redistribute = s.needs_redistribute || !(want == schema.input(i));
@@ -386,6 +390,32 @@ ForcedLayout::ForcedLayout(OpId op, std::vector<Placements> inputs, Placements o
 
 ForcedLayout::~ForcedLayout() { t_forced = outer_; }
 
+namespace {
+
+// The output's local shape when it is the same on every rank: each tensor
+// dim's size divides by the product of the mesh dims sharding it (chunks
+// are ceil(n / k) long, so only then are they all equal, nested or not).
+std::optional<Shape> uniform_local_shape(const DTensorSpec& spec) {
+  Shape local = spec.shape();
+  int64_t ways[kMaxDims];
+  for (int64_t d = 0; d < spec.ndim(); ++d) ways[d] = 1;
+  for (size_t i = 0; i < spec.placements().size(); ++i)
+    if (spec.placements()[i].is_shard())
+      ways[spec.placements()[i].dim()] *= spec.mesh().size(static_cast<int>(i));
+  for (int64_t d = 0; d < spec.ndim(); ++d) {
+    if (local[d] % ways[d] != 0) return std::nullopt;
+    local[d] /= ways[d];
+  }
+  return local;
+}
+
+std::shared_ptr<const OutputSharding> finished(OutputSharding s) {
+  s.uniform_local_shape = uniform_local_shape(s.output);
+  return std::make_shared<const OutputSharding>(std::move(s));
+}
+
+}  // namespace
+
 std::shared_ptr<const OutputSharding> propagate(const OpSchema& schema, const OpRule& rule) {
   if (ForcedLayout* f = t_forced; f != nullptr && !f->used_ && f->op_ == schema.op) [[unlikely]] {
     f->used_ = true;
@@ -394,7 +424,7 @@ std::shared_ptr<const OutputSharding> propagate(const OpSchema& schema, const Op
     return forced_sharding(schema, rule, f->inputs_.data(), f->output_);
   }
   if (auto hit = cache().find(schema)) return hit;
-  auto value = std::make_shared<const OutputSharding>(choose(schema, rule));
+  auto value = finished(rule.decide ? rule.decide(schema, rule) : choose(schema, rule));
   // The cache's handles must not keep the meshes (and their World) alive.
   MeshCacheAccess::hold(value->output.mesh());
   for (const std::optional<DTensorSpec>& t : value->input_targets)
@@ -415,6 +445,7 @@ DTensor wrap(const OutputSharding& s, LocalTensor local) {
 }
 
 Shape output_local_shape(const OutputSharding& s, int rank) {
+  if (s.uniform_local_shape) return *s.uniform_local_shape;
   return s.output.extent_of_rank(rank)->local_shape;
 }
 

@@ -13,7 +13,10 @@
 // a Partial(sum) self adds only a Partial(sum) other, so a replicated other
 // becomes Partial(sum) (R->P keeps the value on one rank of each group) and
 // is added once, not once per rank; a scalar added to a Partial(sum) takes
-// the same path as a one-element DTensor.
+// the same path as a one-element DTensor. The decision is the in-place
+// rule's OpRule::decide (keep_self), so it is cached with the out-of-place
+// propagations under a schema marked kInPlace: a repeated in-place op
+// costs one cache lookup, as an out-of-place one does.
 //
 // Autograd: in grad mode a leaf that requires grad must not change (its
 // gradient would belong to a value that no longer exists); optimizers
@@ -51,11 +54,15 @@ void check_operand(const char* op, const DTensor& self, const DTensor& other) {
 }
 
 // The result of the out-of-place op must have self's shape (self never
-// grows) and a dtype self can hold.
-void check_result(const char* op, const DTensor& self, const TensorMeta& out, bool cast) {
+// grows; checked while deciding the layout, keep_self) and a dtype self
+// can hold (checked on every call: copy_ casts, the others may not).
+void check_shape(const char* op, const DTensorSpec& self, const TensorMeta& out) {
   DT_CHECK(out.shape == self.shape(), op, ": output with shape ", self.shape(),
            " doesn't match the broadcast shape ", out.shape,
            " (an in-place op cannot broadcast self)");
+}
+
+void check_dtype(const char* op, const DTensor& self, const TensorMeta& out, bool cast) {
   if (!cast) return;
   DT_CHECK(!(is_floating(out.dtype) && !is_floating(self.dtype())) &&
                !(out.dtype != DType::Bool && self.dtype() == DType::Bool),
@@ -63,34 +70,48 @@ void check_result(const char* op, const DTensor& self, const TensorMeta& out, bo
            self.dtype(), " of self (", self.spec().to_string(), ")");
 }
 
-[[noreturn]] void self_would_move(const char* op, const OpSchema& schema, const OpRule& rule,
-                                  const DTensor& self, size_t mesh_dim) {
+// Schemas of in-place ops end with this argument, so that the propagation
+// cache keeps their layouts apart from the out-of-place op's (the base
+// rule reads its arguments from the front and never sees it).
+constexpr int64_t kInPlace = INT64_MIN + 0x1f;
+
+// The schema without kInPlace: the out-of-place op's.
+OpSchema out_of_place(const OpSchema& keyed) {
+  OpSchema s(keyed.op, {});
+  for (int i = 0; i < keyed.num_inputs; ++i) s.push_input(keyed.inputs[i]);
+  for (int i = 0; i + 1 < keyed.num_args; ++i) s.push_arg(keyed.args[i]);
+  return s;
+}
+
+[[noreturn]] void self_would_move(const OpSchema& keyed, const OpRule& rule, size_t mesh_dim) {
+  const DTensorSpec& self = keyed.input(0);
   std::string need = "other placements";
   try {
-    const auto s = propagate(schema, rule);
+    const OpRule& base = pointwise_rule();
+    const auto s = propagate(out_of_place(keyed), base);
     need = to_string(s->input_targets[0]->placements());
   } catch (const Error&) {
   }
-  DT_THROW(op, ": self ", self.spec().to_string(), " would have to be redistributed: no layout ",
+  DT_THROW(rule.name, ": self ", self.to_string(), " would have to be redistributed: no layout ",
            "of ", rule.name, " keeps ", to_string(self.placements()[mesh_dim]), " on mesh dim ",
            mesh_dim, " (the out-of-place op takes self as ", need,
            "); an in-place op writes into self's shards and never moves them, so redistribute ",
            "self first");
 }
 
-// The placements `other` must have for the in-place form of schema's op on
-// self (other null: a one-input form; the result only says self may stay).
-// Throws when self would have to move; returns nullopt instead when
-// `or_null` (the caller has another way).
-std::optional<Placements> operand_layout(const char* op, const OpSchema& schema,
-                                         const DTensor& self, const DTensor* other,
-                                         bool cast = true, bool or_null = false) {
+// OpRule::decide of the in-place ops: self (input 0) stays where it is; on
+// each mesh dim, the candidates of the out-of-place op whose input 0 and
+// output are self's placement there say what the other operand (input 1,
+// if any) may be, and it keeps its placement when that is among them, else
+// takes the first. Throws when no candidate keeps self on some mesh dim.
+OutputSharding keep_self(const OpSchema& keyed, const OpRule& rule) {
   const OpRule& base = pointwise_rule();
-  const OpRule rule{op, base.output_meta, base.strategies, base.accepts};
-  const TensorMeta out = rule.output_meta(schema);
-  check_result(op, self, out, cast);
+  const TensorMeta out = base.output_meta(keyed);
+  check_shape(rule.name, keyed.input(0), out);
   std::vector<DimStrategy> candidates;
-  rule.strategies(schema, out, candidates);
+  base.strategies(keyed, out, candidates);
+  const DTensorSpec& self = keyed.input(0);
+  const DTensorSpec* other = keyed.num_inputs > 1 ? &keyed.input(1) : nullptr;
   Placements want;
   for (size_t k = 0; k < self.placements().size(); ++k) {
     const Placement& sp = self.placements()[k];
@@ -107,13 +128,44 @@ std::optional<Placements> operand_layout(const char* op, const OpSchema& schema,
         break;
       }
     }
-    if (!pick) {
-      if (or_null) return std::nullopt;
-      self_would_move(op, schema, rule, self, k);
-    }
+    if (!pick) self_would_move(keyed, rule, k);
     want.push_back(*pick);
   }
-  return want;
+  OutputSharding s{DTensorSpec(self.mesh(), self.placements(), out), {}, false, 0, {}};
+  s.input_targets[0] = self;
+  if (other) {
+    s.input_targets[1] = other->with_placements(want);
+    s.needs_redistribute = !(*s.input_targets[1] == *other);
+  }
+  return s;
+}
+
+// The in-place form of the op `id` on self (and `other`, if given; args:
+// the schema's arguments): the layout `other` must have (self's own
+// placements when there is none), cached like any propagation. Throws when
+// self would have to move; returns nullopt instead when `or_null` (the
+// caller has another way).
+std::optional<Placements> operand_layout(const char* op, OpId id, const DTensor& self,
+                                         const DTensor* other,
+                                         std::initializer_list<int64_t> args = {},
+                                         bool cast = true, bool or_null = false) {
+  OpSchema keyed(id, {&self.spec()}, args);
+  if (other) keyed.push_input(&other->spec());
+  keyed.push_arg(kInPlace);
+  const OpRule& base = pointwise_rule();
+  const OpRule rule{op, base.output_meta, base.strategies, base.accepts, false, keep_self};
+  std::shared_ptr<const OutputSharding> s;
+  if (!or_null) {
+    s = propagate(keyed, rule);
+  } else {
+    try {
+      s = propagate(keyed, rule);
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+  }
+  check_dtype(op, self, s->output.meta(), cast);
+  return s->input_targets[other ? 1 : 0]->placements();
 }
 
 // `other` (detached: the op records its own node) moved to `want`. The
@@ -123,11 +175,11 @@ std::optional<Placements> operand_layout(const char* op, const OpSchema& schema,
 // on the others (R->P's x/n split would round), the other kinds keep it on
 // every rank (their reduction of equal pieces is the value). With `zero`,
 // those zeros are not made: zero[i] says shard i stands for zeros (its
-// data is the value, to be ignored), which add_ skips and copy_ fills.
+// data is the value, to be ignored), which add_ skips and copy_ fills;
+// `zero` stays empty when no shard does.
 DTensor move_operand(const DTensor& other, const Placements& want,
                      std::vector<char>* zero = nullptr) {
   DTensor x = other.detach();
-  if (zero) zero->assign(x.local().size(), 0);
   if (x.placements() == want) return x;
   Placements step = want;
   std::vector<int> zero_dims;
@@ -148,6 +200,7 @@ DTensor move_operand(const DTensor& other, const Placements& want,
     return false;
   };
   if (zero) {
+    zero->assign(x.local().size(), 0);
     const auto& shards = x.local().shards();
     for (size_t i = 0; i < shards.size(); ++i) (*zero)[i] = zeroed(shards[i].first);
     return DTensor(x.spec().with_placements(want), x.local());
@@ -318,8 +371,7 @@ void apply_local(Arith a, Tensor& s, Scalar x) {
 DTensor& arith_(DTensor& self, Arith a, const char* op, const DTensor& other, Scalar alpha) {
   check_self(op, self);
   check_operand(op, self, other);
-  const OpSchema schema(binary_id(a), {&self.spec(), &other.spec()});
-  const Placements want = *operand_layout(op, schema, self, &other);
+  const Placements want = *operand_layout(op, binary_id(a), self, &other);
   InplaceCheck verify(self, {&other});
   std::vector<char> zero;
   DTensor o = move_operand(other, want, &zero);
@@ -347,7 +399,7 @@ DTensor& arith_(DTensor& self, Arith a, const char* op, const DTensor& other, Sc
   }
   size_t i = 0;
   each_shard(self, o, [&](Tensor& s, const Tensor& x) {
-    if (zero[i++]) touch(s);  // adding zeros (mul/div never get a new Partial(sum))
+    if (!zero.empty() && zero[i++]) touch(s);  // adding zeros (mul/div never get a new Partial(sum))
     else apply_local(a, s, scaled ? mul(x, alpha) : x);
   });
   verify.check(self, op, [&](Tensor& r, const std::vector<Tensor>& in) {
@@ -390,8 +442,8 @@ DTensor& arith_(DTensor& self, Arith a, const char* op, const DTensor& other, Sc
 
 DTensor& arith_(DTensor& self, Arith a, const char* op, Scalar other) {
   check_self(op, self);
-  const OpSchema schema(scalar_id(a), {&self.spec()}, {static_cast<int64_t>(other.kind())});
-  if (!operand_layout(op, schema, self, nullptr, true, /*or_null=*/true)) {
+  if (!operand_layout(op, scalar_id(a), self, nullptr, {static_cast<int64_t>(other.kind())}, true,
+                      /*or_null=*/true)) {
     // No layout of the scalar form keeps self (a scalar added to a
     // Partial(sum)): the one-element DTensor form may (it adds the value on
     // one rank of each group); if it cannot either, its error says why.
@@ -462,8 +514,7 @@ DTensor& DTensor::copy_(const DTensor& src) {
   // says what src may be (a Partial(sum) self takes a Partial(sum) src; a
   // Partial(avg|max|min) self a replicated one, every piece then holding
   // the value).
-  const OpSchema schema(OpId::Add, {&spec(), &src.spec()});
-  const Placements want = *operand_layout("copy_", schema, *this, &src, /*cast=*/false);
+  const Placements want = *operand_layout("copy_", OpId::Add, *this, &src, {}, /*cast=*/false);
   InplaceCheck verify(*this, {&src});
   std::vector<char> zero;
   const DTensor o = move_operand(src, want, &zero);
@@ -472,7 +523,7 @@ DTensor& DTensor::copy_(const DTensor& src) {
   if (recording) prev = before(*this);
   size_t i = 0;
   each_shard(*this, o, [&](Tensor& s, const Tensor& x) {
-    if (zero[i++]) s.fill_(0);
+    if (!zero.empty() && zero[i++]) s.fill_(0);
     else s.copy_(x);
   });
   verify.check(*this, "copy_", [](Tensor& r, const std::vector<Tensor>& in) { r.copy_(in[0]); });
@@ -630,8 +681,7 @@ DTensor& DTensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
   // clamp is nondecreasing: it commutes with Partial(max|min) and shards
   // pass, as relu's do; a sum or average of clamped pieces is not the
   // clamped sum. relu's candidates say exactly that.
-  const OpSchema schema(OpId::Relu, {&spec()});
-  operand_layout("clamp_", schema, *this, nullptr);
+  operand_layout("clamp_", OpId::Relu, *this, nullptr);
   const bool recording = autograd::recording({this});
   std::optional<DTensor> prev, old;
   if (recording) {
