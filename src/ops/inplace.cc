@@ -168,7 +168,9 @@ std::optional<Placements> operand_layout(const char* op, OpId id, const DTensor&
   return s->input_targets[other ? 1 : 0]->placements();
 }
 
-// `other` (detached: the op records its own node) moved to `want`. The
+// `other` moved to `want` (detached: the op records its own node), or
+// nullopt when it has that layout already (the caller reads its shards
+// as they are; no copy of the DTensor on the common path). The
 // planner refuses S->P and P(a)->P(b): a Partial target the operand lacks
 // is reached through Replicate, and then taken locally and exactly: a
 // Partial(sum) keeps the value on the first rank of each group and zeros
@@ -177,10 +179,10 @@ std::optional<Placements> operand_layout(const char* op, OpId id, const DTensor&
 // those zeros are not made: zero[i] says shard i stands for zeros (its
 // data is the value, to be ignored), which add_ skips and copy_ fills;
 // `zero` stays empty when no shard does.
-DTensor move_operand(const DTensor& other, const Placements& want,
-                     std::vector<char>* zero = nullptr) {
+std::optional<DTensor> move_operand(const DTensor& other, const Placements& want,
+                                    std::vector<char>* zero = nullptr) {
+  if (other.placements() == want) return std::nullopt;
   DTensor x = other.detach();
-  if (x.placements() == want) return x;
   Placements step = want;
   std::vector<int> zero_dims;
   bool new_partial = false;
@@ -374,7 +376,8 @@ DTensor& arith_(DTensor& self, Arith a, const char* op, const DTensor& other, Sc
   const Placements want = *operand_layout(op, binary_id(a), self, &other);
   InplaceCheck verify(self, {&other});
   std::vector<char> zero;
-  DTensor o = move_operand(other, want, &zero);
+  const std::optional<DTensor> moved = move_operand(other, want, &zero);
+  const DTensor& o = moved ? *moved : other;
   const bool scaled = (a == Arith::Add || a == Arith::Sub) && !is_one(alpha);
   if (scaled) {
     // Scaling commutes with every Partial the rule lets an add/sub operand
@@ -400,7 +403,8 @@ DTensor& arith_(DTensor& self, Arith a, const char* op, const DTensor& other, Sc
   size_t i = 0;
   each_shard(self, o, [&](Tensor& s, const Tensor& x) {
     if (!zero.empty() && zero[i++]) touch(s);  // adding zeros (mul/div never get a new Partial(sum))
-    else apply_local(a, s, scaled ? mul(x, alpha) : x);
+    else if (scaled) apply_local(a, s, mul(x, alpha));
+    else apply_local(a, s, x);  // (a ?: would copy x)
   });
   verify.check(self, op, [&](Tensor& r, const std::vector<Tensor>& in) {
     apply_local(a, r, scaled ? mul(in[0], alpha) : in[0]);
@@ -517,7 +521,8 @@ DTensor& DTensor::copy_(const DTensor& src) {
   const Placements want = *operand_layout("copy_", OpId::Add, *this, &src, {}, /*cast=*/false);
   InplaceCheck verify(*this, {&src});
   std::vector<char> zero;
-  const DTensor o = move_operand(src, want, &zero);
+  const std::optional<DTensor> moved = move_operand(src, want, &zero);
+  const DTensor& o = moved ? *moved : src;
   const bool recording = autograd::recording({this, &src});
   std::optional<DTensor> prev;
   if (recording) prev = before(*this);
