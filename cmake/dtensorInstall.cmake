@@ -39,8 +39,10 @@ install(FILES ${PROJECT_BINARY_DIR}/dtensorConfig.cmake
 # pkg-config: -ldtensor finds the shared library; `pkg-config --static`
 # adds what the static one needs (Requires.private, Libs.private), and the
 # cflags of Requires.private (MPI's include path, for dtensor/mpi.h).
+# The public headers need C++20: the cflags say so, as a
+# find_package consumer gets cxx_std_20 from the target.
 set(DTENSOR_PC_REQUIRES_PRIVATE openblas)
-set(DTENSOR_PC_CFLAGS "")
+set(DTENSOR_PC_CFLAGS " -std=c++20")
 set(DTENSOR_PC_LIBS "")
 if(DTENSOR_HAVE_MPI)
   # Open MPI and MPICH install their .pc under these names; mpi-c is
