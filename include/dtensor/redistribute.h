@@ -116,6 +116,9 @@ struct RedistributeOptions {
   bool search = true;
   // false: never merge collectives over flattened groups.
   bool merge = true;
+  // false: never replace the searched plan by one box exchange (S/R -> S/R
+  // in one all_to_allv of boxes). For comparisons.
+  bool box_exchange = true;
   // Autograd: the placements the gradient is moved to on its way back to
   // the source. Unset: the source's, with Partial as Replicate (PyTorch's
   // rule; backward never makes a Partial). Planning ignores it.

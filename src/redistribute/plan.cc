@@ -135,7 +135,7 @@ class Planner {
       if (options_.search) found = search();
       steps = found ? std::move(*found) : per_dim_steps();
       order_all_reduces(steps);
-      if (options_.search) prefer_box_exchange(steps);
+      if (found && options_.box_exchange) prefer_box_exchange(steps);
     }
     out.output_bytes = bytes_of(to_.placements());
     out.peak_bytes = bytes_of(from_.placements());
