@@ -185,6 +185,7 @@ int run_plan(const PlanArgs& args) {
   const DTensorSpec to(mesh, parse_placements(args.to), shape, dtype);
   RedistributeOptions options;
   options.auto_flatten = !args.no_auto_flatten;
+  options.box_exchange = !args.no_box_exchange;
   auto plan = plan_redistribute(from, to, options);
   const bool ok = !args.verify || verify(from, to, *plan, options);
   if (args.json) {

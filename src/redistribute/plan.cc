@@ -160,6 +160,11 @@ class Planner {
   // search rather than an edge of it: it spans any set of mesh dims and
   // its cost depends on both ends, not on one state.
   void prefer_box_exchange(std::vector<RedistributeStep>& steps) const {
+    // A plan of local steps only never becomes a collective, even a lighter
+    // one: under MPI it would make every rank wait for the others.
+    if (std::all_of(steps.begin(), steps.end(),
+                    [](const RedistributeStep& s) { return s.kind == StepKind::Local; }))
+      return;
     std::optional<RedistributeStep> box = box_exchange_step(from_, to_, base_us_);
     if (!box) return;
     // Over several mesh dims it runs on their flattened group, which must

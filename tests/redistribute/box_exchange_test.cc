@@ -149,6 +149,20 @@ TEST(BoxExchange, TransposeOnTwoByTwoPeaksAtTwiceItsOutput) {
   }
 }
 
+// A plan of local steps (R -> S) stays local: a box exchange would be
+// lighter (input + output, no chunk per step) but would make every rank
+// wait for the others.
+TEST(BoxExchange, LocalPlansStayLocal) {
+  World world = World::simulated(4);
+  DeviceMesh mesh(world, {2, 2});
+  const Tensor x = int_valued({8, 8}, 2);
+  const DTensor d = distribute_tensor(x, mesh, parse_placements("R,R"));
+  CommDebugMode comm;
+  const DTensor r = d.redistribute(parse_placements("S(0),S(1)"));
+  EXPECT_EQ(comm.total_count(), 0) << comm.table();
+  expect_shards(r.local(), r.spec(), x, "R,R -> S(0),S(1)");
+}
+
 // A sub-mesh's spec has one view per coordinate of the other root dims;
 // the exchange runs in every view, each with its own ranks.
 TEST(BoxExchange, SubMeshViewsExchangeIndependently) {
