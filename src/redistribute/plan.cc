@@ -179,9 +179,16 @@ class Planner {
       cost += s.cost_us;
       peak = std::max(peak, s.peak_bytes);
     }
+    // On a tie in cost, memory decides only against a plan of several
+    // collectives, which passes intermediate layouts. Against one collective
+    // (S(1) -> R's all_gather) the box exchange would save no more than the
+    // backend's reorder buffer, and the named collective is the one real
+    // backends implement best.
+    int collectives = 0;
+    for (const RedistributeStep& s : steps) collectives += s.kind != StepKind::Local;
     const double cost_eps = 1e-9 * std::max(1.0, cost), peak_eps = 1e-9 * std::max(1.0, peak);
     if (box->cost_us < cost - cost_eps ||
-        (box->cost_us <= cost + cost_eps && box->peak_bytes < peak - peak_eps))
+        (collectives > 1 && box->cost_us <= cost + cost_eps && box->peak_bytes < peak - peak_eps))
       steps = {std::move(*box)};
   }
 
