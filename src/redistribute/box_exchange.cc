@@ -67,9 +67,9 @@ bool replicated(const Placements& p) {
 
 }  // namespace
 
-std::optional<std::vector<BoxPiece>> box_pieces(const DTensorSpec& from, const DTensorSpec& to,
-                                                size_t max_pairs) {
-  if (!replicated(from.placements()) || !replicated(to.placements())) return std::nullopt;
+bool for_each_box_piece(const DTensorSpec& from, const DTensorSpec& to, size_t max_pairs,
+                        const PieceVisitor& visit) {
+  if (!replicated(from.placements()) || !replicated(to.placements())) return false;
   const DeviceMesh& mesh = from.mesh();
   const int nd = mesh.ndim();
   const std::vector<DimVector> coords = coordinates(mesh);
@@ -83,10 +83,9 @@ std::optional<std::vector<BoxPiece>> box_pieces(const DTensorSpec& from, const D
       first = first && (coords[c][i] == 0 || !from.placements()[i].is_replicate());
     if (first) holders.push_back(static_cast<int64_t>(c));
   }
-  if (holders.size() * coords.size() > max_pairs) return std::nullopt;
+  if (holders.size() * coords.size() > max_pairs) return false;
   const std::vector<Box> src = boxes_of(from, coords), dst = boxes_of(to, coords);
   const size_t td = static_cast<size_t>(from.ndim());
-  std::vector<BoxPiece> out;
   for (size_t q = 0; q < coords.size(); ++q) {
     for (int64_t h : holders) {
       // The holder of h's box that shares q's coordinates on replicated dims.
@@ -95,42 +94,61 @@ std::optional<std::vector<BoxPiece>> box_pieces(const DTensorSpec& from, const D
         if (from.placements()[i].is_replicate()) s += coords[q][i] * stride[i];
       const Box& a = src[static_cast<size_t>(s)];
       const Box& b = dst[q];
-      BoxPiece p{s, static_cast<int64_t>(q), Shape(td, 0), Shape(td, 0)};
+      int64_t lo[kMaxDims], size[kMaxDims];
       bool empty = false;
       for (size_t d = 0; d < td && !empty; ++d) {
-        const int64_t lo = std::max(a.start[d], b.start[d]);
-        const int64_t hi = std::min(a.start[d] + a.size[d], b.start[d] + b.size[d]);
-        empty = hi <= lo;
-        p.start[d] = lo;
-        p.size[d] = hi - lo;
+        lo[d] = std::max(a.start[d], b.start[d]);
+        size[d] = std::min(a.start[d] + a.size[d], b.start[d] + b.size[d]) - lo[d];
+        empty = size[d] <= 0;
       }
-      if (!empty) out.push_back(std::move(p));
+      if (!empty) visit(s, static_cast<int64_t>(q), lo, size);
     }
   }
+  return true;
+}
+
+std::optional<std::vector<BoxPiece>> box_pieces(const DTensorSpec& from, const DTensorSpec& to,
+                                                size_t max_pairs) {
+  std::vector<BoxPiece> out;
+  const size_t td = static_cast<size_t>(from.ndim());
+  const bool ok = for_each_box_piece(
+      from, to, max_pairs, [&](int64_t s, int64_t q, const int64_t* start, const int64_t* size) {
+        BoxPiece p{s, q, Shape(td, 0), Shape(td, 0)};
+        for (size_t d = 0; d < td; ++d) {
+          p.start[d] = start[d];
+          p.size[d] = size[d];
+        }
+        out.push_back(std::move(p));
+      });
+  if (!ok) return std::nullopt;
   return out;
 }
 
 std::optional<RedistributeStep> box_exchange_step(const DTensorSpec& from, const DTensorSpec& to,
                                                   double base_us) {
-  const std::optional<std::vector<BoxPiece>> pieces = box_pieces(from, to);
-  if (!pieces) return std::nullopt;
   const DeviceMesh& mesh = from.mesh();
   const int nd = mesh.ndim();
   const std::vector<DimVector> coords = coordinates(mesh);
   // Per rank: peers and bytes sent and received; the mesh dims crossed.
+  // Counted piece by piece, never stored: the planner asks for every pair
+  // of S/R layouts, and 64 ranks may make 4096 pieces.
   const size_t n = coords.size();
   std::vector<int64_t> sends(n, 0), recvs(n, 0), sent(n, 0), received(n, 0);
   std::vector<bool> crossed(static_cast<size_t>(nd), false);
   const int64_t isz = static_cast<int64_t>(itemsize(from.dtype()));
-  for (const BoxPiece& p : *pieces) {
-    if (p.from == p.to) continue;
-    const int64_t bytes = p.size.product() * isz;
-    ++sends[p.from];
-    ++recvs[p.to];
-    sent[p.from] += bytes;
-    received[p.to] += bytes;
-    for (int i = 0; i < nd; ++i) crossed[i] = crossed[i] || coords[p.from][i] != coords[p.to][i];
-  }
+  const size_t td = static_cast<size_t>(from.ndim());
+  const bool ok = for_each_box_piece(
+      from, to, size_t{1} << 16, [&](int64_t s, int64_t q, const int64_t*, const int64_t* size) {
+        if (s == q) return;
+        int64_t bytes = isz;
+        for (size_t d = 0; d < td; ++d) bytes *= size[d];
+        ++sends[s];
+        ++recvs[q];
+        sent[s] += bytes;
+        received[q] += bytes;
+        for (int i = 0; i < nd; ++i) crossed[i] = crossed[i] || coords[s][i] != coords[q][i];
+      });
+  if (!ok) return std::nullopt;
   int64_t peers = 0, bytes = 0;
   for (size_t r = 0; r < n; ++r) {
     peers = std::max({peers, sends[r], recvs[r]});

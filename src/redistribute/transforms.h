@@ -16,6 +16,7 @@
 // dim chunks the local piece, so its mesh dim becomes the last in the order.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -83,6 +84,13 @@ struct BoxPiece {
 // when there are more than max_pairs (holder, receiver) pairs to intersect.
 std::optional<std::vector<BoxPiece>> box_pieces(const DTensorSpec& from, const DTensorSpec& to,
                                                 size_t max_pairs = size_t{1} << 16);
+// The same pieces, handed one by one to visit(from, to, start, size) (the
+// box as tensor-dim arrays) without storing them; false where box_pieces
+// gives nullopt.
+using PieceVisitor =
+    std::function<void(int64_t from, int64_t to, const int64_t* start, const int64_t* size)>;
+bool for_each_box_piece(const DTensorSpec& from, const DTensorSpec& to, size_t max_pairs,
+                        const PieceVisitor& visit);
 // The one-step plan from `from` to `to` as a box exchange, with its cost and
 // peak; nullopt when box_pieces has none or nothing changes. Its mesh dims:
 // those whose placement changes or that data crosses (every dim when the
