@@ -84,6 +84,7 @@ struct PlanArgs {
   std::string to;
   std::vector<std::string> flatten;
   bool no_auto_flatten = false;
+  bool no_box_exchange = false;
   int64_t devices_per_host = 8;
   bool json = false;
   bool verify = false;

@@ -446,6 +446,8 @@ int run(int argc, char** argv) {
       ->type_name("DIMS");
   plan->add_flag("--no-auto-flatten", pl.no_auto_flatten,
                  "merge collectives only over groups declared with --flatten");
+  plan->add_flag("--no-box-exchange", pl.no_box_exchange,
+                 "plan one-mesh-dim steps only, never one box exchange (for comparisons)");
   plan->add_option("--devices-per-host", pl.devices_per_host,
                    "ranks per host for the cost model: mesh dims spanning more cross hosts")
       ->capture_default_str()

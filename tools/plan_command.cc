@@ -97,7 +97,8 @@ bool verify(const DTensorSpec& from, const DTensorSpec& to, const RedistributePl
       {StepKind::AllGather, CollectiveKind::AllGather},
       {StepKind::AllReduce, CollectiveKind::AllReduce},
       {StepKind::ReduceScatter, CollectiveKind::ReduceScatter},
-      {StepKind::AllToAll, CollectiveKind::AllToAll}};
+      {StepKind::AllToAll, CollectiveKind::AllToAll},
+      {StepKind::BoxExchange, CollectiveKind::BoxExchange}};
   for (const auto& [step, coll] : kinds) {
     if (comm.count(coll) != plan.count(step)) {
       problem() << "ran " << comm.count(coll) << ' ' << to_string(coll) << " but the plan has "
@@ -159,6 +160,8 @@ nlohmann::ordered_json plan_json(const DeviceMesh& mesh, const RedistributePlan&
                    {"all_reduce", plan.count(StepKind::AllReduce)},
                    {"reduce_scatter", plan.count(StepKind::ReduceScatter)},
                    {"all_to_all", plan.count(StepKind::AllToAll)}};
+  if (plan.count(StepKind::BoxExchange) > 0)
+    out["counts"]["box_exchange"] = plan.count(StepKind::BoxExchange);
   out["groups"] = plan.groups;
   out["cost_us"] = plan.cost_us;
   // Bytes per rank: the output, and the most any step holds live at once.
@@ -182,6 +185,7 @@ int run_plan(const PlanArgs& args) {
   const DTensorSpec to(mesh, parse_placements(args.to), shape, dtype);
   RedistributeOptions options;
   options.auto_flatten = !args.no_auto_flatten;
+  options.box_exchange = !args.no_box_exchange;
   auto plan = plan_redistribute(from, to, options);
   const bool ok = !args.verify || verify(from, to, *plan, options);
   if (args.json) {

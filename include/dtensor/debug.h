@@ -15,10 +15,11 @@
 namespace dtensor {
 
 enum class CollectiveKind : uint8_t {
-  AllGather, AllReduce, ReduceScatter, AllToAll, Broadcast, Scatter
+  AllGather, AllReduce, ReduceScatter, AllToAll, Broadcast, Scatter, BoxExchange
 };
-inline constexpr int kNumCollectiveKinds = 6;
-// "all_gather", "all_reduce", "reduce_scatter", "all_to_all", "broadcast", "scatter"
+inline constexpr int kNumCollectiveKinds = 7;
+// "all_gather", "all_reduce", "reduce_scatter", "all_to_all", "broadcast", "scatter",
+// "box_exchange"
 const char* to_string(CollectiveKind kind);
 
 // While alive, counts every collective the backends run (one per call, as a

@@ -39,9 +39,10 @@ double all_to_all_cost(double bytes, int64_t n, LinkCost link, double base_us = 
 
 // ---- Plans ----
 
-enum class StepKind : uint8_t { AllGather, AllReduce, ReduceScatter, AllToAll, Local };
-inline constexpr int kNumStepKinds = 5;
-// "all_gather", "all_reduce", "reduce_scatter", "all_to_all", "local"
+// BoxExchange: S/R -> S/R in one all_to_allv of boxes (docs/redistribution.md).
+enum class StepKind : uint8_t { AllGather, AllReduce, ReduceScatter, AllToAll, Local, BoxExchange };
+inline constexpr int kNumStepKinds = 6;
+// "all_gather", "all_reduce", "reduce_scatter", "all_to_all", "local", "box_exchange"
 const char* to_string(StepKind kind);
 
 struct RedistributeStep {
@@ -115,6 +116,9 @@ struct RedistributeOptions {
   bool search = true;
   // false: never merge collectives over flattened groups.
   bool merge = true;
+  // false: never replace the searched plan by one box exchange (S/R -> S/R
+  // in one all_to_allv of boxes). For comparisons.
+  bool box_exchange = true;
   // Autograd: the placements the gradient is moved to on its way back to
   // the source. Unset: the source's, with Partial as Replicate (PyTorch's
   // rule; backward never makes a Partial). Planning ignores it.

@@ -21,13 +21,14 @@ namespace {
 
 constexpr std::array<CollectiveKind, kNumCollectiveKinds> kKinds = {
     CollectiveKind::AllGather, CollectiveKind::AllReduce, CollectiveKind::ReduceScatter,
-    CollectiveKind::AllToAll,  CollectiveKind::Broadcast, CollectiveKind::Scatter};
+    CollectiveKind::AllToAll,  CollectiveKind::Broadcast, CollectiveKind::Scatter,
+    CollectiveKind::BoxExchange};
 
 CollectiveKind parse_kind(const std::string& name) {
   for (CollectiveKind k : kKinds)
     if (name == to_string(k)) return k;
   DT_THROW("CommDebugMode: unknown collective \"", name, "\" (expected all_gather, all_reduce, "
-           "reduce_scatter, all_to_all, broadcast or scatter)");
+           "reduce_scatter, all_to_all, broadcast, scatter or box_exchange)");
 }
 
 // The C++ mode counts from construction to destruction, so the Python mode
@@ -95,7 +96,7 @@ single rank sees it, however many ranks the process holds.
           if (s.count(k) > 0) d[to_string(k)] = s.count(k);
         return d;
       }, "{collective name: count} of the collectives that ran (names as in the C++ API: "
-         "all_gather, all_reduce, reduce_scatter, all_to_all, broadcast, scatter).")
+         "all_gather, all_reduce, reduce_scatter, all_to_all, broadcast, scatter, box_exchange).")
       .def("get_comm_bytes", [](const PyCommDebugMode& s) {
         py::dict d;
         for (CollectiveKind k : kKinds)

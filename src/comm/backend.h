@@ -22,12 +22,33 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "dtensor/local_tensor.h"
 #include "dtensor/mesh.h"
 #include "dtensor/placement.h"
 
 namespace dtensor {
+
+// One piece of a box exchange: the box of `size` that starts at from_start
+// in the shard of world rank `from` and lands at to_start in the output of
+// world rank `to` (from == to: a local copy).
+struct BoxMove {
+  int from = 0;
+  int to = 0;
+  Shape size;
+  Shape from_start;
+  Shape to_start;
+};
+
+// What a box exchange does (src/redistribute/box_exchange.cc makes it from
+// two layouts): the shape of every output, by world rank, and the pieces.
+// Each output byte is the target of exactly one move.
+struct BoxRoutes {
+  std::vector<std::pair<int, Shape>> outputs;
+  std::vector<BoxMove> moves;
+};
 
 class Backend {
  public:
@@ -49,6 +70,13 @@ class Backend {
   // order, concatenated along concat_dim. REQUIRES: split_dim != concat_dim.
   virtual LocalTensor all_to_all(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                  int64_t split_dim, int64_t concat_dim) = 0;
+  // An all_to_allv of boxes: every rank of the mesh listed in routes.outputs
+  // gets a fresh tensor of its shape, filled by the moves to it, each read
+  // from its sender's shard. Ranks talk only to the peers they share a move
+  // with. REQUIRES: the two ends of every move are in one group of mesh_dim;
+  // the moves to a rank tile its output (checked by the planner, plan_check.cc).
+  virtual LocalTensor exchange_boxes(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                                     const BoxRoutes& routes) = 0;
   // Every rank gets the shard of group member `root`.
   virtual LocalTensor broadcast(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                 int64_t root) = 0;

@@ -55,7 +55,8 @@ Registry& registry() {
 
 constexpr CollectiveKind kAllKinds[kNumCollectiveKinds] = {
     CollectiveKind::AllGather, CollectiveKind::AllReduce, CollectiveKind::ReduceScatter,
-    CollectiveKind::AllToAll,  CollectiveKind::Broadcast, CollectiveKind::Scatter};
+    CollectiveKind::AllToAll,  CollectiveKind::Broadcast, CollectiveKind::Scatter,
+    CollectiveKind::BoxExchange};
 
 }  // namespace
 
@@ -67,6 +68,7 @@ const char* to_string(CollectiveKind kind) {
     case CollectiveKind::AllToAll: return "all_to_all";
     case CollectiveKind::Broadcast: return "broadcast";
     case CollectiveKind::Scatter: return "scatter";
+    case CollectiveKind::BoxExchange: return "box_exchange";
   }
   return "unknown";
 }

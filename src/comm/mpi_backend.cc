@@ -324,7 +324,7 @@ Call make_call(Kind kind, int mesh_dim, int group_size, int64_t first_rank, cons
 // (describe() trusts its fields: a stray or truncated message must never
 // index past the shape).
 bool well_formed(const Call& c) {
-  return c.magic == kCallMagic && c.kind >= 0 && c.kind <= static_cast<int32_t>(Kind::Scatter) &&
+  return c.magic == kCallMagic && c.kind >= 0 && c.kind <= static_cast<int32_t>(Kind::BoxExchange) &&
          c.ndim >= -1 && c.ndim <= kMaxDims && c.dtype >= -1 &&
          c.dtype <= static_cast<int32_t>(DType::Float64) && c.reduce_op >= -1 &&
          c.reduce_op <= static_cast<int32_t>(ReduceOp::Min);
@@ -840,6 +840,100 @@ LocalTensor MpiBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, i
                            static_cast<int>(root), g.comm),
               "MPI_Scatterv");
   }
+  LocalTensor out;
+  out.set(rank_, std::move(result));
+  return out;
+}
+
+namespace {
+
+// A committed datatype for the box [start, start + size) of a contiguous
+// tensor of `whole` shape (a 0-d tensor: its one element).
+MPI_Datatype box_type(const Shape& whole, const Shape& start, const Shape& size,
+                      MPI_Datatype base) {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  const int nd = static_cast<int>(whole.size());
+  if (nd == 0) {
+    check_mpi(MPI_Type_dup(base, &type), "MPI_Type_dup");
+    return type;
+  }
+  int sizes[kMaxDims], subsizes[kMaxDims], starts[kMaxDims];
+  for (int d = 0; d < nd; ++d) {
+    sizes[d] = count_of(whole[d], "box_exchange");
+    subsizes[d] = count_of(size[d], "box_exchange");
+    starts[d] = count_of(start[d], "box_exchange");
+  }
+  check_mpi(MPI_Type_create_subarray(nd, sizes, subsizes, starts, MPI_ORDER_C, base, &type),
+            "MPI_Type_create_subarray");
+  check_mpi(MPI_Type_commit(&type), "MPI_Type_commit");
+  return type;
+}
+
+}  // namespace
+
+// One MPI_Alltoallw over the group, every piece described in place by a
+// subarray datatype: MPI reads the boxes straight from the shard and writes
+// them straight into the result, so the step holds its input and its output
+// and no packed copy. Members that share no box pass count 0 to each other
+// (no message moves); the call is still collective over the group, which
+// keeps the watchdog's and the desync check's conventions of every other
+// collective (a member that fails or never comes is named, never waited
+// for silently).
+LocalTensor MpiBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                                       const BoxRoutes& routes) {
+  const Group g = group_of(mesh, mesh_dim, Kind::BoxExchange);
+  if (g.size == 0) return {};
+  const Tensor& t = own_shard(in, rank_, "box_exchange");
+  if (check_) {
+    // Shards and outputs legitimately differ in every dim: dtype and ndim only.
+    Call c = make_call(Kind::BoxExchange, mesh_dim, g.size, mesh.group(rank_, mesh_dim)[0], &t,
+                       -1, -1, -1);
+    for (int d = 0; d < c.ndim; ++d) c.shape[d] = -1;
+    check_same_call(g, c, mesh, rank_);
+  }
+  record_collective(CollectiveKind::BoxExchange, static_cast<int64_t>(t.nbytes()));
+  const Shape* out_shape = nullptr;
+  for (const auto& [rank, shape] : routes.outputs)
+    if (rank == rank_) out_shape = &shape;
+  DT_CHECK(out_shape != nullptr, "box_exchange over mesh dim ", mesh_dim, " of ", mesh.to_string(),
+           ": no output shape for rank ", rank_);
+  Tensor result = Tensor::empty(*out_shape, t.dtype());
+  const Tensor src = t.contiguous();
+  // The member index of each peer (a size-1 group has no member list).
+  auto member = [&](int rank) {
+    if (g.size == 1) return rank == rank_ ? 0 : -1;
+    for (int j = 0; j < g.size; ++j)
+      if ((*g.ranks)[j] == rank) return j;
+    return -1;
+  };
+  const MPI_Datatype base = mpi_type(t.dtype());
+  const size_t n = static_cast<size_t>(g.size);
+  std::vector<MPI_Datatype> send_types(n, base), recv_types(n, base);
+  std::vector<int> send_counts(n, 0), recv_counts(n, 0), zeros(n, 0);
+  std::vector<MPI_Datatype> made;
+  for (const BoxMove& m : routes.moves) {
+    if (m.from != rank_ && m.to != rank_) continue;
+    const int peer = member(m.from == rank_ ? m.to : m.from);
+    DT_CHECK(peer >= 0, "box_exchange over mesh dim ", mesh_dim, " of ", mesh.to_string(),
+             ": rank ", m.from, " sends to rank ", m.to, ", outside its group");
+    if (m.from == rank_) {
+      DT_CHECK(send_counts[peer] == 0, "box_exchange: two boxes from rank ", m.from, " to ", m.to);
+      made.push_back(box_type(src.shape(), m.from_start, m.size, base));
+      send_types[peer] = made.back();
+      send_counts[peer] = 1;
+    }
+    if (m.to == rank_) {
+      DT_CHECK(recv_counts[peer] == 0, "box_exchange: two boxes from rank ", m.from, " to ", m.to);
+      made.push_back(box_type(result.shape(), m.to_start, m.size, base));
+      recv_types[peer] = made.back();
+      recv_counts[peer] = 1;
+    }
+  }
+  const int rc = MPI_Alltoallw(src.raw_data(), send_counts.data(), zeros.data(), send_types.data(),
+                               result.raw_data(), recv_counts.data(), zeros.data(),
+                               recv_types.data(), g.comm);
+  for (MPI_Datatype& type : made) MPI_Type_free(&type);
+  check_mpi(rc, "MPI_Alltoallw");
   LocalTensor out;
   out.set(rank_, std::move(result));
   return out;

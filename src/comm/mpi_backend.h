@@ -8,7 +8,8 @@
 // rank runs the same plan, all members create it at the same call.
 //
 // The MPI calls: all_gather -> MPI_Allgatherv, all_to_all -> MPI_Alltoallw,
-// broadcast -> MPI_Bcast, scatter -> MPI_Scatterv. Reductions are not left
+// broadcast -> MPI_Bcast, scatter -> MPI_Scatterv, exchange_boxes ->
+// MPI_Alltoallw with a subarray datatype per nonempty box. Reductions are not left
 // to MPI_Allreduce / MPI_Reduce_scatter, whose order of terms is the
 // library's (and whose MPI_MAX / MPI_MIN drop NaN): reduce_scatter sends
 // chunk j of every member's shard to member j (MPI_Alltoallv), which folds
@@ -77,12 +78,16 @@ class MpiBackend final : public Backend {
                         int64_t root) override;
   LocalTensor scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim, int64_t root,
                       int64_t scatter_dim) override;
+  LocalTensor exchange_boxes(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                             const BoxRoutes& routes) override;
 
   void set_desync_check(bool on) { check_ = on; }
   bool desync_check() const { return check_; }
 
   // The collectives, as named in desync and timeout messages.
-  enum class Kind : int32_t { AllGather, AllReduce, ReduceScatter, AllToAll, Broadcast, Scatter };
+  enum class Kind : int32_t {
+    AllGather, AllReduce, ReduceScatter, AllToAll, Broadcast, Scatter, BoxExchange
+  };
 
   // What a member is about to call (exchanged by the desync check). -1 in
   // dtype/ndim means "not known here" (a non-root member of

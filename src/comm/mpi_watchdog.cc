@@ -26,7 +26,8 @@ namespace dtensor {
 namespace {
 
 const char* const kKindNames[] = {"all_gather", "all_reduce", "reduce_scatter",
-                                  "all_to_all", "broadcast",  "scatter"};
+                                  "all_to_all", "broadcast",  "scatter",
+                                  "box_exchange"};
 
 // Milliseconds from seconds; throws naming `what` unless a finite number
 // >= 0 that fits (a typo must not silently leave the default in force).
@@ -115,7 +116,7 @@ void set_collective_timeout_seconds(double seconds) {
 }
 
 const char* collective_kind_name(int k) {
-  return k >= 0 && k < 6 ? kKindNames[k] : "an unknown collective";
+  return k >= 0 && k < 7 ? kKindNames[k] : "an unknown collective";
 }
 
 uint64_t group_hash(const std::vector<int>& ranks) {

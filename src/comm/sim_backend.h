@@ -38,6 +38,9 @@ class SimBackend final : public Backend {
                         int64_t root) override;
   LocalTensor scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim, int64_t root,
                       int64_t scatter_dim) override;
+  // In its own file, sim_box_exchange.cc.
+  LocalTensor exchange_boxes(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
+                             const BoxRoutes& routes) override;
 };
 
 }  // namespace dtensor

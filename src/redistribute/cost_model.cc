@@ -48,6 +48,7 @@ const char* to_string(StepKind kind) {
     case StepKind::ReduceScatter: return "reduce_scatter";
     case StepKind::AllToAll: return "all_to_all";
     case StepKind::Local: return "local";
+    case StepKind::BoxExchange: return "box_exchange";
   }
   return "?";
 }

@@ -28,10 +28,24 @@ Group group_of(const DeviceMesh& mesh, const RedistributeStep& s) {
   return Group{flat, 0, flat.size(0), {}};
 }
 
-LocalTensor run_step(const DeviceMesh& mesh, const RedistributeStep& s, const LocalTensor& in) {
+// The layout before step k: the plan's source with steps 0..k-1 applied.
+DTensorSpec spec_before(const RedistributePlan& plan, size_t k) {
+  Placements p = plan.from.placements();
+  for (size_t j = 0; j < k; ++j) p = replace_placements(p, plan.steps[j].mesh_dims, plan.steps[j].to);
+  return plan.from.with_placements(p);
+}
+
+LocalTensor run_step(const RedistributePlan& plan, size_t k, const LocalTensor& in) {
+  const RedistributeStep& s = plan.steps[k];
   if (s.group_size == 1) return in;  // a size-1 group moves nothing
-  const Group g = group_of(mesh, s);
+  const Group g = group_of(plan.from.mesh(), s);
   switch (s.kind) {
+    case StepKind::BoxExchange: {
+      const DTensorSpec before = spec_before(plan, k);
+      return box_exchange(in, g, before,
+                          before.with_placements(
+                              replace_placements(before.placements(), s.mesh_dims, s.to)));
+    }
     case StepKind::AllGather: return shard_to_replicate(in, g, s.tensor_dim);
     case StepKind::AllToAll: return shard_to_shard(in, g, s.tensor_dim, s.to_tensor_dim);
     case StepKind::AllReduce: return partial_to_replicate(in, g, s.op, s.divisor);
@@ -53,7 +67,7 @@ LocalTensor execute_plan(const RedistributePlan& plan, const LocalTensor& in) {
   // (its last reference) once the step has made its own.
   LocalTensor local;
   for (size_t k = 0; k < plan.steps.size(); ++k) {
-    LocalTensor next = run_step(plan.from.mesh(), plan.steps[k], k == 0 ? in : local);
+    LocalTensor next = run_step(plan, k, k == 0 ? in : local);
     if (observer != nullptr) observer(observer_context, k, k == 0 ? in : local, next);
     local = std::move(next);
   }

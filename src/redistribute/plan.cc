@@ -135,6 +135,7 @@ class Planner {
       if (options_.search) found = search();
       steps = found ? std::move(*found) : per_dim_steps();
       order_all_reduces(steps);
+      if (found && options_.box_exchange) prefer_box_exchange(steps);
     }
     out.output_bytes = bytes_of(to_.placements());
     out.peak_bytes = bytes_of(from_.placements());
@@ -152,6 +153,45 @@ class Planner {
   }
 
  private:
+  // Between layouts without Partial, one box exchange (box_exchange.cc)
+  // replaces the searched path when it is cheaper, or as cheap and lighter
+  // in memory: it passes through no intermediate layout, which no path of
+  // one-mesh-dim steps can avoid (issue 18). It is a candidate beside the
+  // search rather than an edge of it: it spans any set of mesh dims and
+  // its cost depends on both ends, not on one state.
+  void prefer_box_exchange(std::vector<RedistributeStep>& steps) const {
+    // A plan of local steps only never becomes a collective, even a lighter
+    // one: under MPI it would make every rank wait for the others.
+    if (std::all_of(steps.begin(), steps.end(),
+                    [](const RedistributeStep& s) { return s.kind == StepKind::Local; }))
+      return;
+    std::optional<RedistributeStep> box = box_exchange_step(from_, to_, base_us_);
+    if (!box) return;
+    // Over several mesh dims it runs on their flattened group, which must
+    // exist or be allowed to be made, as for a merged collective.
+    if (box->mesh_dims.size() > 1) {
+      MeshDimMask roots = 0;
+      for (int64_t i : box->mesh_dims) roots |= mesh_.root_dims(static_cast<int>(i));
+      if (!mesh_.find_flattened(roots) && (!auto_flatten_ || !options_.merge)) return;
+    }
+    double cost = 0, peak = bytes_of(from_.placements());
+    for (const RedistributeStep& s : steps) {
+      cost += s.cost_us;
+      peak = std::max(peak, s.peak_bytes);
+    }
+    // On a tie in cost, memory decides only against a plan of several
+    // collectives, which passes intermediate layouts. Against one collective
+    // (S(1) -> R's all_gather) the box exchange would save no more than the
+    // backend's reorder buffer, and the named collective is the one real
+    // backends implement best.
+    int collectives = 0;
+    for (const RedistributeStep& s : steps) collectives += s.kind != StepKind::Local;
+    const double cost_eps = 1e-9 * std::max(1.0, cost), peak_eps = 1e-9 * std::max(1.0, peak);
+    if (box->cost_us < cost - cost_eps ||
+        (collectives > 1 && box->cost_us <= cost + cost_eps && box->peak_bytes < peak - peak_eps))
+      steps = {std::move(*box)};
+  }
+
   // ---- validation: the messages users see for forbidden moves ----
   void validate() const {
     DT_CHECK(from_.mesh() == to_.mesh(), "redistribute: source mesh ", from_.mesh(),
@@ -398,7 +438,8 @@ class Planner {
         c = partial_to_shard_cost(b, g, base_us_);
         out.peak = b + c.bytes_after + b * (n - 1) / n + (tensor_dim > 0 ? b : 0);
         break;
-      case StepKind::Local: break;
+      case StepKind::Local:
+      case StepKind::BoxExchange: break;  // not an edge of the search
     }
     out.cost_us = c.cost_us;
     out.bytes = c.bytes_charged;
@@ -1303,6 +1344,7 @@ std::string RedistributePlan::explain() const {
   os << "total " << total << ": " << count(StepKind::AllGather) << " all_gather, "
      << count(StepKind::AllReduce) << " all_reduce, " << count(StepKind::ReduceScatter)
      << " reduce_scatter, " << count(StepKind::AllToAll) << " all_to_all";
+  if (count(StepKind::BoxExchange) > 0) os << ", " << count(StepKind::BoxExchange) << " box_exchange";
   if (!groups.empty()) {
     os << "; flattened groups:";
     for (const std::string& g : groups) os << ' ' << g;

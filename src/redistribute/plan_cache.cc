@@ -56,7 +56,8 @@ PlanCache& cache() {
 Key make_key(const DTensorSpec& from, const DTensorSpec& to, const RedistributeOptions& options) {
   const bool auto_flatten = options.auto_flatten.value_or(from.mesh().auto_flatten());
   const uint8_t flags = static_cast<uint8_t>(auto_flatten | options.allow_new_partial << 1 |
-                                             !options.search << 2 | !options.merge << 3);
+                                             !options.search << 2 | !options.merge << 3 |
+                                             !options.box_exchange << 4);
   const uint64_t config = from.mesh().config_version();
   const uint64_t flat = auto_flatten ? 0 : from.mesh().flatten_version();
   size_t h = from.hash() * 0x9E3779B97F4A7C15ull ^ to.hash();

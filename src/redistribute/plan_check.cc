@@ -18,6 +18,7 @@
 #include <algorithm>
 
 #include "redistribute/plan_internal.h"
+#include "redistribute/transforms.h"
 
 namespace dtensor::redistribute_detail {
 
@@ -57,7 +58,8 @@ class Replay {
       const RedistributeStep& s = plan_.steps[k];
       Placements next = check_shape_of_step(s, cur);
       Boxes want = boxes_of(next);
-      replay(s, boxes, want);
+      if (s.kind == StepKind::BoxExchange) check_box_exchange(s, cur, next, boxes, want);
+      else replay(s, boxes, want);
       cur = next;
       boxes = std::move(want);
     }
@@ -178,6 +180,78 @@ class Replay {
                   std::to_string(s.divisor) + " does not give the value of " + to_string(s.from));
   }
 
+  // A box exchange: its pieces, made as the executor makes them, each lie
+  // in its sender's box and its receiver's next box, join coordinates that
+  // differ only on the step's mesh dims (its group), and tile every next
+  // box: inside it, disjoint, and as large in all. Disjoint without
+  // comparing every pair of a receiver's pieces (64^2 per receiver on 64
+  // ranks): the holders of distinct source boxes (coordinate 0 on the
+  // mesh dims the source replicates) hold disjoint boxes, checked once, and
+  // a receiver's pieces come from distinct holders' boxes.
+  void check_box_exchange(const RedistributeStep& s, const Placements& cur, const Placements& next,
+                          const Boxes& in, const Boxes& want) const {
+    const std::optional<std::vector<BoxPiece>> pieces = box_pieces(
+        plan_.from.with_placements(cur), plan_.from.with_placements(next), static_cast<size_t>(-1));
+    if (!pieces) fail("a box exchange runs between layouts without Partial");
+    bool in_step[kMaxDims] = {};
+    for (int64_t i : s.mesh_dims) in_step[i] = true;
+    const int64_t td = in.ndim;
+    auto inside = [](int64_t start, int64_t size, ChunkRange r) {
+      return size > 0 && start >= r.start && start + size <= r.start + r.size;
+    };
+    // The holder of c's box: c with 0 on the replicated mesh dims.
+    auto holder = [&](int64_t c) {
+      for (int i = 0; i < nd_; ++i)
+        if (cur[i].is_replicate()) c -= c / stride_[i] % size_[i] * stride_[i];
+      return c;
+    };
+    std::vector<int64_t> holders;
+    for (int64_t c = 0; c < numel_; ++c)
+      if (holder(c) == c) holders.push_back(c);
+    for (size_t a = 0; a < holders.size(); ++a)
+      for (size_t b = a + 1; b < holders.size(); ++b) {
+        bool overlap = true;
+        for (int64_t d = 0; d < td && overlap; ++d) {
+          const ChunkRange x = in.at(holders[a], d), y = in.at(holders[b], d);
+          overlap = x.start < y.start + y.size && y.start < x.start + x.size;
+        }
+        if (overlap) fail("coordinates " + std::to_string(holders[a]) + " and " +
+                          std::to_string(holders[b]) + " hold overlapping source boxes");
+      }
+    std::vector<std::vector<const BoxPiece*>> by(static_cast<size_t>(numel_));
+    for (const BoxPiece& p : *pieces) {
+      for (int i = 0; i < nd_; ++i)
+        if (!in_step[i] && p.from / stride_[i] % size_[i] != p.to / stride_[i] % size_[i])
+          fail("a box exchange moves a piece from coordinate " + std::to_string(p.from) + " to " +
+               std::to_string(p.to) + " across mesh dim " + std::to_string(i) +
+               ", outside its mesh dims");
+      for (int64_t d = 0; d < td; ++d)
+        if (!inside(p.start[d], p.size[d], in.at(p.from, d)) ||
+            !inside(p.start[d], p.size[d], want.at(p.to, d)))
+          fail("a box exchange piece from coordinate " + std::to_string(p.from) + " to " +
+               std::to_string(p.to) + " lies outside the sender's or the receiver's range of "
+               "tensor dim " + std::to_string(d));
+      by[static_cast<size_t>(p.to)].push_back(&p);
+    }
+    for (int64_t c = 0; c < numel_; ++c) {
+      const std::vector<const BoxPiece*>& got = by[static_cast<size_t>(c)];
+      int64_t need = 1, have = 0;
+      for (int64_t d = 0; d < td; ++d) need *= want.at(c, d).size;
+      std::vector<int64_t> from;
+      for (const BoxPiece* p : got) {
+        have += p->size.product();
+        from.push_back(holder(p->from));
+      }
+      std::sort(from.begin(), from.end());
+      if (std::adjacent_find(from.begin(), from.end()) != from.end())
+        fail("a box exchange sends coordinate " + std::to_string(c) +
+             " two pieces of one source box");
+      if (have != need)
+        fail("a box exchange gives coordinate " + std::to_string(c) + " " + std::to_string(have) +
+             " elements of the " + std::to_string(need) + " its next box holds");
+    }
+  }
+
   void replay(const RedistributeStep& s, const Boxes& in,
               const Boxes& want) const {
     const int64_t td = in.ndim;
@@ -269,6 +343,7 @@ class Replay {
           }
         });
         return;
+      case StepKind::BoxExchange: return;  // check_box_exchange
       case StepKind::Local:
         if (s.mesh_dims.size() != 1) fail("a local step changes one mesh dim");
         // A size-1 group moves nothing, whatever the placements say.

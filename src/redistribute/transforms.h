@@ -16,6 +16,10 @@
 // dim chunks the local piece, so its mesh dim becomes the last in the order.
 #pragma once
 
+#include <functional>
+#include <optional>
+#include <vector>
+
 #include "dtensor/local_tensor.h"
 #include "dtensor/mesh.h"
 #include "dtensor/redistribute.h"
@@ -65,6 +69,37 @@ LocalTensor replicate_to_shard(const LocalTensor& in, const Group& g, int64_t to
 // avg/max/min keep x.                                                 (r_to_p.cc)
 TransformCost replicate_to_partial_cost(double bytes);
 LocalTensor replicate_to_partial(const LocalTensor& in, const Group& g, ReduceOp op);
+
+// S/R -> S/R in one step: every rank receives its target box's pieces
+// straight from ranks that hold them (an all_to_allv of boxes over the
+// mesh dims data crosses).                                      (box_exchange.cc)
+// A piece: the box [start, start + size) of the global tensor, sent from
+// mesh coordinate `from` to `to` (row-major linear indices).
+struct BoxPiece {
+  int64_t from = 0, to = 0;
+  Shape start, size;
+};
+// The pieces from layout `from` to `to`, grouped by receiver: each target
+// byte is in exactly one piece. nullopt when either end has a Partial, or
+// when there are more than max_pairs (holder, receiver) pairs to intersect.
+std::optional<std::vector<BoxPiece>> box_pieces(const DTensorSpec& from, const DTensorSpec& to,
+                                                size_t max_pairs = size_t{1} << 16);
+// The same pieces, handed one by one to visit(from, to, start, size) (the
+// box as tensor-dim arrays) without storing them; false where box_pieces
+// gives nullopt.
+using PieceVisitor =
+    std::function<void(int64_t from, int64_t to, const int64_t* start, const int64_t* size)>;
+bool for_each_box_piece(const DTensorSpec& from, const DTensorSpec& to, size_t max_pairs,
+                        const PieceVisitor& visit);
+// The one-step plan from `from` to `to` as a box exchange, with its cost and
+// peak; nullopt when box_pieces has none or nothing changes. Its mesh dims:
+// those whose placement changes or that data crosses (every dim when the
+// shard orders of the untouched ones would be renumbered).
+std::optional<RedistributeStep> box_exchange_step(const DTensorSpec& from, const DTensorSpec& to,
+                                                  double base_us);
+// Runs it over g, the (flattened) group of the step's mesh dims.
+LocalTensor box_exchange(const LocalTensor& in, const Group& g, const DTensorSpec& from,
+                         const DTensorSpec& to);
 
 // Divides every shard by `divisor` (no-op for 1), in place.
 // REQUIRES: no other handle shares the shards' storage (a collective's output).

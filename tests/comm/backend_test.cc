@@ -1269,13 +1269,13 @@ TEST(CommDebugMode, TableAndJson) {
   record_collective(CollectiveKind::AllReduce, 20);
   EXPECT_EQ(mode.json(),
             "{\"all_gather\":1,\"all_reduce\":2,\"reduce_scatter\":0,\"all_to_all\":0,"
-            "\"broadcast\":0,\"scatter\":0,\"total\":3}");
+            "\"broadcast\":0,\"scatter\":0,\"box_exchange\":0,\"total\":3}");
   const std::string table = mode.table();
   std::istringstream lines(table);
   std::string line;
   std::vector<std::string> all;
   while (std::getline(lines, line)) all.push_back(line);
-  ASSERT_EQ(all.size(), 8u) << table;  // header, six kinds, total
+  ASSERT_EQ(all.size(), 9u) << table;  // header, seven kinds, total
   for (const std::string& l : all) EXPECT_EQ(l.size(), all[0].size()) << "misaligned:\n" << table;
   auto fields = [](const std::string& l) {
     std::istringstream is(l);
@@ -1288,7 +1288,8 @@ TEST(CommDebugMode, TableAndJson) {
   EXPECT_EQ(fields(all[2]), (std::vector<std::string>{"all_reduce", "2", "30"}));
   EXPECT_EQ(fields(all[3]), (std::vector<std::string>{"reduce_scatter", "0", "0"}));
   EXPECT_EQ(fields(all[6]), (std::vector<std::string>{"scatter", "0", "0"}));
-  EXPECT_EQ(fields(all[7]), (std::vector<std::string>{"total", "3", "1234597"}));
+  EXPECT_EQ(fields(all[7]), (std::vector<std::string>{"box_exchange", "0", "0"}));
+  EXPECT_EQ(fields(all[8]), (std::vector<std::string>{"total", "3", "1234597"}));
 }
 
 // A mode counts its own thread's collectives only (as PyTorch's thread-local

@@ -54,9 +54,12 @@ TEST_F(PlanMemoryTest, PeakMemoryOfKnownCases) {
   auto p = plan_of(m4, "S(0)", "R", {16, 16});
   EXPECT_EQ(p->output_bytes, 1024);
   EXPECT_EQ(p->peak_bytes, 256 + 1024) << p->explain();
-  // S(1) -> R: the gather lands in a flat buffer reordered along dim 1.
+  // S(1) -> R: the gather lands in a flat buffer reordered along dim 1. A
+  // box exchange, as cheap, would hold input and output only, but on a tie
+  // one named collective is kept (plan.cc, prefer_box_exchange).
   p = plan_of(m4, "S(1)", "R", {16, 16});
   EXPECT_EQ(p->peak_bytes, 256 + 2 * 1024) << p->explain();
+  EXPECT_EQ(p->count(StepKind::AllGather), 1) << p->explain();
   // P -> R: input, output, and 3 of 4 pieces received before the fold.
   p = plan_of(m4, "P", "R", {16, 16});
   EXPECT_EQ(p->peak_bytes, 1024 + 1024 + 768) << p->explain();
@@ -68,18 +71,25 @@ TEST_F(PlanMemoryTest, PeakMemoryOfKnownCases) {
       << p->explain();
 
   // (S0,S1) -> (S1,S0) on 2x2: no chain of one-mesh-dim all_to_alls joins
-  // the two layouts (the nesting rule), so every plan passes a state of
-  // 512 bytes per rank; the cheapest ones gather one mesh dim, all_to_all
-  // the other at 512 bytes, and chunk. Gathering mesh dim 0 first gathers
-  // along tensor dim 0 (no reorder buffer): 1024 bytes at the all_to_all,
-  // 4x the output, where gathering mesh dim 1 first would peak at 1280.
+  // the two layouts (the nesting rule), so every path of one-mesh-dim steps
+  // passes a state of 512 bytes per rank: gather mesh dim 0, all_to_all the
+  // other at 512 bytes, and chunk, peaking at 1024 (4x the output). The box
+  // exchange swaps the two off-diagonal quarters in one step: one
+  // collective instead of two, holding input and output only (2x).
   DeviceMesh m22(world, {2, 2});
   p = plan_of(m22, "S(0),S(1)", "S(1),S(0)", {16, 16});
   EXPECT_EQ(p->output_bytes, 256);
+  EXPECT_EQ(p->peak_bytes, 2 * 256) << p->explain();
+  EXPECT_LE(p->peak_bytes, 2 * p->output_bytes) << p->explain();
+  ASSERT_EQ(p->steps.size(), 1u) << p->explain();
+  EXPECT_EQ(p->steps[0].kind, StepKind::BoxExchange) << p->explain();
+  EXPECT_EQ(p->steps[0].mesh_dims, (DimVector{0, 1})) << p->explain();
+  // The one-mesh-dim plan it replaces: the search's, as before.
+  RedistributeOptions no_box;
+  no_box.box_exchange = false;
+  p = plan_redistribute(p->from, p->to, no_box);
   EXPECT_EQ(p->peak_bytes, 1024) << p->explain();
-  ASSERT_EQ(p->steps.size(), 3u) << p->explain();
-  EXPECT_EQ(p->steps[0].kind, StepKind::AllGather) << p->explain();
-  EXPECT_EQ(p->steps[0].tensor_dim, 0) << p->explain();
+  EXPECT_EQ(p->count(StepKind::BoxExchange), 0) << p->explain();
 }
 
 // The executor lets go of each intermediate once the next step has made
