@@ -164,6 +164,47 @@ TEST_F(ThreadsTest, Reductions) {
   expect_stable("empty sum", [&] { return sum(Tensor::randn({0, 7}, 1), {0}); });
 }
 
+// Reductions over the outer dims of a contiguous tensor fold several rows
+// per pass (reduce.cc, fold_columns). A view with every other column of a
+// wider tensor has the same values but a column stride of 2, so it takes
+// the row-by-row walk: each slot must come out with the same bits, whatever
+// the op, dtype, thread count and SIMD level. 301 rows and 2077 columns
+// leave a partial group of rows and a partial column chunk.
+TEST_F(ThreadsTest, ColumnReductionsKeepTheRowByRowBits) {
+  const Tensor wide = spread({301, 2 * 2077}, 31);
+  Tensor wide_nan = wide.clone();
+  wide_nan.narrow(0, 200, 1).narrow(1, 1000, 1).fill_(std::nan(""));
+  const Tensor wide3 = spread({7, 43, 2 * 129}, 32);
+  const Tensor wide_i = Tensor::randint(-1000, 1000, {301, 2 * 2077}, 33);
+  const Tensor wide_d = wide.to(DType::Float64);
+  auto every_other = [](const Tensor& t) { return t.slice(-1, 0, t.shape().back(), 2); };
+  struct Case {
+    std::string what;
+    std::function<Tensor(const Tensor&)> op;
+    const Tensor* input;
+  };
+  const std::vector<Case> cases = {
+      {"sum dim 0", [](const Tensor& t) { return sum(t, {0}); }, &wide},
+      {"mean dim 0", [](const Tensor& t) { return mean(t, {0}); }, &wide},
+      {"var dim 0", [](const Tensor& t) { return var(t, {0}); }, &wide},
+      {"prod dim 0", [](const Tensor& t) { return prod(add(mul(t, 1e-3), 1.0), {0}); }, &wide},
+      {"amax dim 0 with a NaN", [](const Tensor& t) { return amax(t, {0}); }, &wide_nan},
+      {"amin dim 0", [](const Tensor& t) { return amin(t, {0}); }, &wide},
+      {"sum dims 0,1 of a 3-d", [](const Tensor& t) { return sum(t, {0, 1}); }, &wide3},
+      {"int64 sum dim 0", [](const Tensor& t) { return sum(t, {0}); }, &wide_i},
+      {"float64 sum dim 0", [](const Tensor& t) { return sum(t, {0}); }, &wide_d},
+  };
+  for (const Case& c : cases) {
+    const Tensor strided = every_other(*c.input);
+    const Tensor packed = strided.contiguous();
+    set_num_threads(1);
+    detail::set_simd_level(SimdLevel::kBaseline);
+    const Tensor row_by_row = c.op(strided);
+    EXPECT_TRUE(same_bits(c.op(packed), row_by_row)) << c.what;
+    expect_stable(c.what, [&] { return c.op(packed); });
+  }
+}
+
 TEST_F(ThreadsTest, FullReductionsMatchAScalarLoop) {
   set_num_threads(2);
   const Tensor x = spread({301, 777}, 21);

@@ -1,0 +1,180 @@
+// transpose_tile (transpose.h): square blocks through vector registers, the
+// ragged edges element by element.
+//
+// Block sizes per level: the baseline (SSE2) transposes 8x8 bytes, 8x8
+// 2-byte, 4x4 4-byte and 2x2 8-byte elements in 128-bit registers; AVX2
+// does 8x8 4-byte and 4x4 8-byte ones in 256-bit registers. The AVX-512
+// level uses the AVX2 blocks: a 16x16 float transpose needs two more
+// shuffle stages, and on CPUs that split 512-bit shuffles into halves
+// (Zen 4) it is no faster, while the tile (32 wide) is loaded from L1
+// either way.
+#include "tensor/transpose.h"
+
+#include <emmintrin.h>
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "tensor/simd.h"
+
+namespace dtensor::detail {
+namespace {
+
+using Block = void (*)(const char* src, int64_t ss, char* dst, int64_t ds);
+
+// Blocks of B x B elements of S bytes where whole ones fit, the rest one
+// element at a time.
+template <int S, int B, Block kBlock>
+void tile_loop(const char* src, int64_t ss, char* dst, int64_t ds, int64_t rows, int64_t cols) {
+  const int64_t rb = rows / B * B, cb = cols / B * B;
+  for (int64_t r = 0; r < rb; r += B) {
+    for (int64_t c = 0; c < cb; c += B) kBlock(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    // the right strip of every row; the bottom rows in full
+    for (int64_t c = r < rb ? cb : 0; c < cols; ++c) {
+      std::memcpy(dst + c * ds + r * S, src + r * ss + c * S, S);
+    }
+  }
+}
+
+// ---- baseline (SSE2) --------------------------------------------------------
+
+// 8x8 bytes: each row is one 64-bit load.
+void block_1x8(const char* s, int64_t ss, char* d, int64_t ds) {
+  __m128i r[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + i * ss));
+  // a0 b0 a1 b1 ... a7 b7, and likewise for rows 2/3, 4/5, 6/7
+  const __m128i p0 = _mm_unpacklo_epi8(r[0], r[1]), p1 = _mm_unpacklo_epi8(r[2], r[3]);
+  const __m128i p2 = _mm_unpacklo_epi8(r[4], r[5]), p3 = _mm_unpacklo_epi8(r[6], r[7]);
+  // a0 b0 c0 d0 ... a3 b3 c3 d3 | a4 .. d7
+  const __m128i q0 = _mm_unpacklo_epi16(p0, p1), q1 = _mm_unpackhi_epi16(p0, p1);
+  const __m128i q2 = _mm_unpacklo_epi16(p2, p3), q3 = _mm_unpackhi_epi16(p2, p3);
+  // two output rows per register
+  const __m128i o[4] = {_mm_unpacklo_epi32(q0, q2), _mm_unpackhi_epi32(q0, q2),
+                        _mm_unpacklo_epi32(q1, q3), _mm_unpackhi_epi32(q1, q3)};
+  for (int i = 0; i < 4; ++i) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(d + (2 * i) * ds), o[i]);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(d + (2 * i + 1) * ds), _mm_srli_si128(o[i], 8));
+  }
+}
+
+// 8x8 2-byte elements.
+void block_2x8(const char* s, int64_t ss, char* d, int64_t ds) {
+  __m128i r[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i * ss));
+  __m128i p[8];
+  for (int i = 0; i < 4; ++i) {
+    p[2 * i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);      // a0 b0 .. a3 b3
+    p[2 * i + 1] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]);  // a4 b4 .. a7 b7
+  }
+  __m128i q[8];
+  for (int h = 0; h < 2; ++h) {  // rows 0-3, then 4-7
+    const __m128i* x = p + 4 * h;
+    q[4 * h + 0] = _mm_unpacklo_epi32(x[0], x[2]);  // a0 b0 c0 d0 a1 b1 c1 d1
+    q[4 * h + 1] = _mm_unpackhi_epi32(x[0], x[2]);  // columns 2, 3
+    q[4 * h + 2] = _mm_unpacklo_epi32(x[1], x[3]);  // columns 4, 5
+    q[4 * h + 3] = _mm_unpackhi_epi32(x[1], x[3]);  // columns 6, 7
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (2 * i) * ds), _mm_unpacklo_epi64(q[i], q[4 + i]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (2 * i + 1) * ds),
+                     _mm_unpackhi_epi64(q[i], q[4 + i]));
+  }
+}
+
+// 4x4 4-byte elements (the moves are on float registers; no arithmetic, so
+// NaN payloads pass unchanged).
+void block_4x4(const char* s, int64_t ss, char* d, int64_t ds) {
+  __m128 r0 = _mm_loadu_ps(reinterpret_cast<const float*>(s));
+  __m128 r1 = _mm_loadu_ps(reinterpret_cast<const float*>(s + ss));
+  __m128 r2 = _mm_loadu_ps(reinterpret_cast<const float*>(s + 2 * ss));
+  __m128 r3 = _mm_loadu_ps(reinterpret_cast<const float*>(s + 3 * ss));
+  _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+  _mm_storeu_ps(reinterpret_cast<float*>(d), r0);
+  _mm_storeu_ps(reinterpret_cast<float*>(d + ds), r1);
+  _mm_storeu_ps(reinterpret_cast<float*>(d + 2 * ds), r2);
+  _mm_storeu_ps(reinterpret_cast<float*>(d + 3 * ds), r3);
+}
+
+// 2x2 8-byte elements.
+void block_8x2(const char* s, int64_t ss, char* d, int64_t ds) {
+  const __m128d r0 = _mm_loadu_pd(reinterpret_cast<const double*>(s));
+  const __m128d r1 = _mm_loadu_pd(reinterpret_cast<const double*>(s + ss));
+  _mm_storeu_pd(reinterpret_cast<double*>(d), _mm_unpacklo_pd(r0, r1));
+  _mm_storeu_pd(reinterpret_cast<double*>(d + ds), _mm_unpackhi_pd(r0, r1));
+}
+
+void transpose_baseline(int64_t item, const char* s, int64_t ss, char* d, int64_t ds,
+                        int64_t rows, int64_t cols) {
+  switch (item) {
+    case 1: tile_loop<1, 8, block_1x8>(s, ss, d, ds, rows, cols); return;
+    case 2: tile_loop<2, 8, block_2x8>(s, ss, d, ds, rows, cols); return;
+    case 4: tile_loop<4, 4, block_4x4>(s, ss, d, ds, rows, cols); return;
+    default: tile_loop<8, 2, block_8x2>(s, ss, d, ds, rows, cols); return;
+  }
+}
+
+// ---- AVX2 -------------------------------------------------------------------
+
+// 8x8 4-byte elements: pairs of rows interleaved, then pairs of pairs, then
+// the 128-bit halves exchanged.
+__attribute__((target("avx2"))) void block_4x8(const char* s, int64_t ss, char* d, int64_t ds) {
+  __m256 r[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(s + i * ss));
+  __m256 t[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  __m256 u[8];
+  for (int h = 0; h < 2; ++h) {
+    const __m256* x = t + 4 * h;
+    u[4 * h + 0] = _mm256_shuffle_ps(x[0], x[2], 0x44);
+    u[4 * h + 1] = _mm256_shuffle_ps(x[0], x[2], 0xEE);
+    u[4 * h + 2] = _mm256_shuffle_ps(x[1], x[3], 0x44);
+    u[4 * h + 3] = _mm256_shuffle_ps(x[1], x[3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(reinterpret_cast<float*>(d + i * ds), _mm256_permute2f128_ps(u[i], u[4 + i], 0x20));
+    _mm256_storeu_ps(reinterpret_cast<float*>(d + (4 + i) * ds),
+                     _mm256_permute2f128_ps(u[i], u[4 + i], 0x31));
+  }
+}
+
+// 4x4 8-byte elements.
+__attribute__((target("avx2"))) void block_8x4(const char* s, int64_t ss, char* d, int64_t ds) {
+  __m256d r[4];
+  for (int i = 0; i < 4; ++i) r[i] = _mm256_loadu_pd(reinterpret_cast<const double*>(s + i * ss));
+  const __m256d t0 = _mm256_unpacklo_pd(r[0], r[1]);  // a0 b0 a2 b2
+  const __m256d t1 = _mm256_unpackhi_pd(r[0], r[1]);  // a1 b1 a3 b3
+  const __m256d t2 = _mm256_unpacklo_pd(r[2], r[3]);  // c0 d0 c2 d2
+  const __m256d t3 = _mm256_unpackhi_pd(r[2], r[3]);  // c1 d1 c3 d3
+  _mm256_storeu_pd(reinterpret_cast<double*>(d), _mm256_permute2f128_pd(t0, t2, 0x20));
+  _mm256_storeu_pd(reinterpret_cast<double*>(d + ds), _mm256_permute2f128_pd(t1, t3, 0x20));
+  _mm256_storeu_pd(reinterpret_cast<double*>(d + 2 * ds), _mm256_permute2f128_pd(t0, t2, 0x31));
+  _mm256_storeu_pd(reinterpret_cast<double*>(d + 3 * ds), _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+
+__attribute__((target("avx2"), flatten)) void transpose_avx2(int64_t item, const char* s,
+                                                             int64_t ss, char* d, int64_t ds,
+                                                             int64_t rows, int64_t cols) {
+  switch (item) {
+    case 4: tile_loop<4, 8, block_4x8>(s, ss, d, ds, rows, cols); return;
+    case 8: tile_loop<8, 4, block_8x4>(s, ss, d, ds, rows, cols); return;
+    default: transpose_baseline(item, s, ss, d, ds, rows, cols); return;
+  }
+}
+
+}  // namespace
+
+void transpose_tile(int64_t item, const char* src, int64_t src_stride, char* dst,
+                    int64_t dst_stride, int64_t rows, int64_t cols) {
+  if (simd_level() >= SimdLevel::kAvx2) {
+    transpose_avx2(item, src, src_stride, dst, dst_stride, rows, cols);
+  } else {
+    transpose_baseline(item, src, src_stride, dst, dst_stride, rows, cols);
+  }
+}
+
+}  // namespace dtensor::detail
