@@ -8,7 +8,6 @@
 // every op can be read against the bandwidth limit at the same thread count.
 #include <benchmark/benchmark.h>
 
-#include <immintrin.h>
 #include <sys/mman.h>
 
 #include <cstdlib>
@@ -18,10 +17,12 @@
 
 #include "dtensor/tensor.h"
 #include "dtensor/threads.h"
+#include "tensor/transpose.h"
 
 namespace {
 
 using dtensor::Tensor;
+namespace detail = dtensor::detail;
 
 constexpr int64_t kN = int64_t{1} << 24;  // 16M floats = 64 MiB
 constexpr int64_t kBytes = kN * static_cast<int64_t>(sizeof(float));
@@ -172,33 +173,17 @@ BENCHMARK(BM_ContiguousOfTransposed)->Arg(1)->Arg(2)->Unit(benchmark::kMilliseco
 // buffers, 8x8 blocks through AVX2 registers straight from source to
 // destination, in 256x256 blocks (the fastest of the block shapes tried).
 // No staging, no threads, no allocation: what the memory system allows a
-// transpose, to read BM_ContiguousOfTransposed against.
-__attribute__((target("avx2"))) void transpose_8x8(const float* s, int64_t ss, float* d, int64_t ds) {
-  __m256 r[8], t[8], u[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * ss);
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int h = 0; h < 2; ++h) {
-    const __m256* x = t + 4 * h;
-    u[4 * h + 0] = _mm256_shuffle_ps(x[0], x[2], 0x44);
-    u[4 * h + 1] = _mm256_shuffle_ps(x[0], x[2], 0xEE);
-    u[4 * h + 2] = _mm256_shuffle_ps(x[1], x[3], 0x44);
-    u[4 * h + 3] = _mm256_shuffle_ps(x[1], x[3], 0xEE);
-  }
-  for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(d + i * ds, _mm256_permute2f128_ps(u[i], u[4 + i], 0x20));
-    _mm256_storeu_ps(d + (4 + i) * ds, _mm256_permute2f128_ps(u[i], u[4 + i], 0x31));
-  }
-}
-
-__attribute__((target("avx2"))) void raw_transpose(const float* s, float* d, int64_t n) {
+// transpose, to read BM_ContiguousOfTransposed against. The 8x8 register
+// blocks are the library's (detail::transpose_tile at the AVX2 level).
+void raw_transpose(const float* s, float* d, int64_t n) {
   constexpr int64_t kBlock = 256;
+  const int64_t row = n * static_cast<int64_t>(sizeof(float));
   for (int64_t rb = 0; rb < n; rb += kBlock)
     for (int64_t cb = 0; cb < n; cb += kBlock)
       for (int64_t c = cb; c < cb + kBlock; c += 8)
-        for (int64_t r = rb; r < rb + kBlock; r += 8) transpose_8x8(s + r * n + c, n, d + c * n + r, n);
+        for (int64_t r = rb; r < rb + kBlock; r += 8)
+          detail::transpose_tile(4, reinterpret_cast<const char*>(s + r * n + c), row,
+                                 reinterpret_cast<char*>(d + c * n + r), row, 8, 8);
 }
 
 void BM_RawTransposeAvx2(benchmark::State& state) {
