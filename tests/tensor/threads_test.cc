@@ -22,6 +22,7 @@
 #include "dtensor/tensor.h"
 #include "dtensor/threads.h"
 #include "tensor/simd.h"
+#include "tensor/simd_threads.h"
 
 using namespace dtensor;
 
@@ -29,16 +30,7 @@ namespace {
 
 using detail::SimdLevel;
 
-// Restores the thread count and SIMD level a test changed.
-class ThreadsTest : public ::testing::Test {
- protected:
-  void SetUp() override { threads_ = num_threads(); }
-  void TearDown() override {
-    set_num_threads(threads_);
-    detail::set_simd_level(SimdLevel::kAvx512);
-  }
-  int threads_ = 1;
-};
+using ThreadsTest = dtensor::testing::ThreadsAndSimdTest;
 
 bool same_bits(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;

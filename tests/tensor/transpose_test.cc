@@ -15,7 +15,7 @@
 
 #include "dtensor/tensor.h"
 #include "dtensor/threads.h"
-#include "tensor/simd.h"
+#include "tensor/simd_threads.h"
 #include "tensor/transpose.h"
 
 using namespace dtensor;
@@ -24,23 +24,7 @@ namespace {
 
 using detail::SimdLevel;
 
-std::vector<SimdLevel> levels() {
-  std::vector<SimdLevel> out;
-  for (SimdLevel l : {SimdLevel::kBaseline, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
-    if (l <= detail::simd_cpu_level()) out.push_back(l);
-  }
-  return out;
-}
-
-class TransposeTest : public ::testing::Test {
- protected:
-  void SetUp() override { threads_ = num_threads(); }
-  void TearDown() override {
-    set_num_threads(threads_);
-    detail::set_simd_level(SimdLevel::kAvx512);
-  }
-  int threads_ = 1;
-};
+using TransposeTest = dtensor::testing::ThreadsAndSimdTest;
 
 std::vector<unsigned char> random_bytes(size_t n, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -51,7 +35,7 @@ std::vector<unsigned char> random_bytes(size_t n, uint32_t seed) {
 
 TEST_F(TransposeTest, TileMatchesAScalarCopy) {
   const int64_t sizes[] = {0, 1, 3, 4, 7, 8, 9, 16, 17, 31, 32, 33};
-  for (SimdLevel level : levels()) {
+  for (SimdLevel level : dtensor::testing::simd_levels()) {
     detail::set_simd_level(level);
     for (int64_t item : {1, 2, 4, 8}) {
       for (int64_t rows : sizes) {
@@ -122,7 +106,7 @@ std::vector<unsigned char> bytes_of(const Tensor& t) {
 // Runs check() at every level and thread count.
 template <class F>
 void everywhere(const F& check) {
-  for (SimdLevel level : levels()) {
+  for (SimdLevel level : dtensor::testing::simd_levels()) {
     detail::set_simd_level(level);
     for (int threads : {1, 2, 3, 8}) {
       set_num_threads(threads);
