@@ -90,27 +90,33 @@ void bind_plan(py::module_& m) {
       });
 
   auto plan = [](const DTensorSpec& src, const Placements& placements, std::optional<bool> merge,
-                 std::optional<bool> auto_flatten, bool search) {
+                 std::optional<bool> auto_flatten, bool search, bool box_exchange) {
     RedistributeOptions o;
     o.merge = merge.value_or(true);
     o.auto_flatten = auto_flatten;
     o.search = search;
+    o.box_exchange = box_exchange;
     return std::const_pointer_cast<RedistributePlan>(
         plan_redistribute(src, src.with_placements(placements), o));
   };
   m.def("plan_redistribute",
         [plan](const DTensor& d, const Placements& p, std::optional<bool> merge,
-               std::optional<bool> af, bool search) { return plan(d.spec(), p, merge, af, search); },
+               std::optional<bool> af, bool search, bool box) {
+          return plan(d.spec(), p, merge, af, search, box);
+        },
         py::arg("src"), py::arg("placements"), py::kw_only(), py::arg("merge") = py::none(),
         py::arg("auto_flatten") = py::none(), py::arg("search") = true,
-        py::call_guard<py::gil_scoped_release>());
+        py::arg("box_exchange") = true, py::call_guard<py::gil_scoped_release>());
   m.def("plan_redistribute", plan, py::arg("src"), py::arg("placements"), py::kw_only(),
         py::arg("merge") = py::none(), py::arg("auto_flatten") = py::none(),
-        py::arg("search") = true, py::call_guard<py::gil_scoped_release>(), R"doc(
+        py::arg("search") = true, py::arg("box_exchange") = true,
+        py::call_guard<py::gil_scoped_release>(), R"doc(
 The plan that would move `src` (a DTensor or a DTensorSpec) to `placements`
 on the same mesh: its steps, cost and peak memory; str(plan) is the text
 `dtensor plan` prints. Raises dtensor.Error for S->P, P(a)->P(b) or a new
-Partial.
+Partial. box_exchange=False keeps the plan to one-mesh-dim collectives
+(the planner otherwise moves S/R layouts by one exchange of boxes when
+that is cheaper, or as cheap and lighter in memory).
 )doc");
   m.def("redistribute_cost", [](const DTensorSpec& src, const Placements& p) {
           return redistribute_cost(src, src.with_placements(p));

@@ -45,7 +45,13 @@ def test_visualize_sharding():
 def test_plan_redistribute():
     mesh = dt.init_device_mesh((2, 2), mesh_dim_names=("dp", "tp"))
     d = dt.distribute_tensor(np.ones((8, 8), dtype=np.float32), mesh, [dt.Shard(0), dt.Shard(1)])
-    plan = dt.plan_redistribute(d, [dt.Replicate(), dt.Replicate()])
+    # one exchange of boxes over the flattened group, the cheapest plan
+    box = dt.plan_redistribute(d, [dt.Replicate(), dt.Replicate()])
+    assert box.counts == {"box_exchange": 1} and box.steps[0].group_size == 4
+    assert box.peak_bytes <= 2 * 256
+    # the plan of one-mesh-dim collectives: one all_gather per tensor dim
+    plan = dt.plan_redistribute(d, [dt.Replicate(), dt.Replicate()], box_exchange=False)
+    assert box.cost_us < plan.cost_us
     assert len(plan.steps) >= 1
     assert all(s.kind == "all_gather" for s in plan.steps)
     assert sorted(s.tensor_dim for s in plan.steps) == [0, 1]
@@ -63,4 +69,4 @@ def test_plan_redistribute():
         dt.plan_redistribute(d, [dt.Partial(), dt.Replicate()])
     with dt.CommDebugMode() as comm:
         d.redistribute([dt.Replicate(), dt.Replicate()])
-    assert comm.get_total_counts() == plan.num_collectives
+    assert comm.get_total_counts() == box.num_collectives == 1
