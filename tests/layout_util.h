@@ -147,4 +147,15 @@ inline Placements with_random_orders(std::mt19937& rng, Placements p) {
   return p;
 }
 
+// Random placements without Partial for an `nd`-d tensor on a mesh of
+// `mesh_nd` dims: each mesh dim Replicate about one time in three, else
+// Shard of a random dim (always Replicate for a 0-d tensor), then random
+// split orders where a dim is sharded twice or more.
+inline Placements random_shard_or_replicate(std::mt19937& rng, int mesh_nd, int64_t nd) {
+  Placements p;
+  for (int i = 0; i < mesh_nd; ++i)
+    p.push_back(rng() % 3 == 0 || nd == 0 ? Replicate() : Shard(static_cast<int64_t>(rng() % nd)));
+  return with_random_orders(rng, p);
+}
+
 }  // namespace dtensor::testing

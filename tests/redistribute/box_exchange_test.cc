@@ -19,14 +19,9 @@ using namespace dtensor;
 using namespace dtensor::redistribute_detail;
 using dtensor::testing::int_valued;
 
-namespace {
+using dtensor::testing::random_shard_or_replicate;
 
-Placements random_sr(std::mt19937& rng, int mesh_nd, int64_t nd) {
-  Placements p;
-  for (int i = 0; i < mesh_nd; ++i)
-    p.push_back(rng() % 3 == 0 || nd == 0 ? Replicate() : Shard(static_cast<int64_t>(rng() % nd)));
-  return dtensor::testing::with_random_orders(rng, p);
-}
+namespace {
 
 // The one-step plan of a box exchange from a to b (nullopt: nothing moves).
 std::optional<RedistributePlan> box_plan(const DTensorSpec& a, const DTensorSpec& b) {
@@ -67,7 +62,8 @@ TEST(BoxExchange, RandomLayoutPairsMoveEveryBit) {
     DeviceMesh mesh(world, mesh_shape);
     const Shape shape = dtensor::testing::random_shape_for(rng, mesh.size());
     const int64_t nd = static_cast<int64_t>(shape.size());
-    const Placements from = random_sr(rng, mesh.ndim(), nd), to = random_sr(rng, mesh.ndim(), nd);
+    const Placements from = random_shard_or_replicate(rng, mesh.ndim(), nd);
+    const Placements to = random_shard_or_replicate(rng, mesh.ndim(), nd);
     const DType dtype = iter % 3 == 0 ? DType::Int64 : iter % 3 == 1 ? DType::Float32 : DType::Bool;
     const Tensor x = dtype == DType::Bool ? gt(int_valued(shape, iter), 0.0) : int_valued(shape, iter).to(dtype);
     const DTensor d = distribute_tensor(x, mesh, from);
@@ -102,7 +98,8 @@ TEST(BoxExchange, PlannedRedistributionsKeepTheBits) {
     DeviceMesh mesh(world, dtensor::testing::random_mesh(rng, world.size()));
     const Shape shape = dtensor::testing::random_shape_for(rng, mesh.size());
     const int64_t nd = static_cast<int64_t>(shape.size());
-    const Placements from = random_sr(rng, mesh.ndim(), nd), to = random_sr(rng, mesh.ndim(), nd);
+    const Placements from = random_shard_or_replicate(rng, mesh.ndim(), nd);
+    const Placements to = random_shard_or_replicate(rng, mesh.ndim(), nd);
     const Tensor x = int_valued(shape, iter);
     const DTensor d = distribute_tensor(x, mesh, from);
     const DTensorSpec b = d.spec().with_placements(to);

@@ -17,19 +17,14 @@
 using namespace dtensor;
 using namespace dtensor::redistribute_detail;
 
+using dtensor::testing::random_shard_or_replicate;
+
 namespace {
 
 class BoxExchangeWorldTest : public ::testing::Test {
  protected:
   World world = dtensor::testing::test_world();
 };
-
-Placements random_sr(std::mt19937& rng, int mesh_nd, int64_t nd) {
-  Placements p;
-  for (int i = 0; i < mesh_nd; ++i)
-    p.push_back(rng() % 3 == 0 || nd == 0 ? Replicate() : Shard(static_cast<int64_t>(rng() % nd)));
-  return dtensor::testing::with_random_orders(rng, p);
-}
 
 // This process's shards of `out` are the boxes of `full` the layout gives.
 void expect_own_shards(const LocalTensor& out, const DTensorSpec& spec, const Tensor& full,
@@ -53,8 +48,8 @@ TEST_F(BoxExchangeWorldTest, RandomLayoutPairsMatchTheFullTensor) {
     for (int iter = 0; iter < 6; ++iter) {
       const Shape shape = dtensor::testing::random_shape_for(rng, mesh.size());
       const int64_t nd = static_cast<int64_t>(shape.size());
-      const Placements from = random_sr(rng, mesh.ndim(), nd);
-      const Placements to = random_sr(rng, mesh.ndim(), nd);
+      const Placements from = random_shard_or_replicate(rng, mesh.ndim(), nd);
+      const Placements to = random_shard_or_replicate(rng, mesh.ndim(), nd);
       if (!dtensor::testing::takes_part(mesh)) continue;  // after drawing, as every rank
       const Tensor x = dtensor::testing::int_valued(shape, iter).to(DType::Float32);
       const DTensor d = distribute_tensor(x, mesh, from);

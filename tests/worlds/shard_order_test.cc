@@ -16,20 +16,14 @@
 using namespace dtensor;
 using dtensor::testing::make_dtensor;
 
+using dtensor::testing::random_shard_or_replicate;
+
 namespace {
 
 class ShardOrderTest : public ::testing::Test {
  protected:
   World world = dtensor::testing::test_world();
 };
-
-// Random placements without Partial, orders on dims sharded twice or more.
-Placements random_ordered(std::mt19937& rng, int mesh_nd, int64_t nd) {
-  Placements p;
-  for (int i = 0; i < mesh_nd; ++i)
-    p.push_back(rng() % 3 == 0 ? Replicate() : Shard(static_cast<int64_t>(rng() % nd)));
-  return dtensor::testing::with_random_orders(rng, p);
-}
 
 }  // namespace
 
@@ -80,7 +74,7 @@ TEST_F(ShardOrderTest, RandomRedistributionsKeepTheValue) {
     auto [from, to] = dtensor::testing::random_placement_pair(rng, mesh.ndim(), nd);
     from = dtensor::testing::with_random_orders(rng, from);
     to = dtensor::testing::with_random_orders(rng, to);
-    const Placements plain = random_ordered(rng, mesh.ndim(), nd);
+    const Placements plain = random_shard_or_replicate(rng, mesh.ndim(), nd);
     const int src = static_cast<int>(rng() % static_cast<uint32_t>(mesh.size()));
     if (!dtensor::testing::takes_part(mesh)) continue;
     const std::string where = mesh.to_string() + " " + to_string(from) + " -> " + to_string(to) +
@@ -111,9 +105,9 @@ TEST_F(ShardOrderTest, OpsOnOrderedInputs) {
     const Shape ms = meshes[static_cast<size_t>(iter) % meshes.size()];
     DeviceMesh mesh(world, ms);
     const int64_t m = 1 + rng() % 9, k = 1 + rng() % 9, n = 1 + rng() % 9;
-    const Placements pa = random_ordered(rng, mesh.ndim(), 2);
-    const Placements pb = random_ordered(rng, mesh.ndim(), 2);
-    const Placements pc = random_ordered(rng, mesh.ndim(), 2);
+    const Placements pa = random_shard_or_replicate(rng, mesh.ndim(), 2);
+    const Placements pb = random_shard_or_replicate(rng, mesh.ndim(), 2);
+    const Placements pc = random_shard_or_replicate(rng, mesh.ndim(), 2);
     // Every process draws the same numbers, whether it takes part or not.
     if (!dtensor::testing::takes_part(mesh)) continue;
     const std::string where = mesh.to_string() + " " + to_string(pa) + " / " + to_string(pb) +
@@ -156,8 +150,8 @@ TEST_F(ShardOrderTest, RedistributeGradientKeepsTheSourceOrder) {
     DeviceMesh mesh(world, ms);
     const Shape shape = dtensor::testing::random_shape_for(rng, mesh.size());
     const int64_t nd = static_cast<int64_t>(shape.size());
-    const Placements from = random_ordered(rng, mesh.ndim(), nd);
-    const Placements to = random_ordered(rng, mesh.ndim(), nd);
+    const Placements from = random_shard_or_replicate(rng, mesh.ndim(), nd);
+    const Placements to = random_shard_or_replicate(rng, mesh.ndim(), nd);
     if (!dtensor::testing::takes_part(mesh)) continue;
     const std::string where =
         mesh.to_string() + " " + to_string(from) + " -> " + to_string(to) + " " + to_string(shape);
