@@ -1,10 +1,13 @@
 // MpiBackend: each collective over the calling rank's group communicator
 // (see mpi_backend.h).
 //
-// Buffers: MPI moves contiguous runs of elements, so a shard is made
-// contiguous first (free when it already is). Pieces along a dim other than
-// the leading one are packed into one buffer in member order (send side) or
-// cut out of the receive buffer as views and concatenated (receive side).
+// Buffers: MPI moves runs of elements, so a shard is made contiguous first
+// (free when it already is). A piece along a dim other than the leading one
+// is described in place by a derived datatype wherever a redistribution
+// runs it (all_gather, all_to_all, reduce_scatter, exchange_boxes), so a
+// step holds its input, its output and, for a reduction, a receive buffer
+// bounded by the group size (fold_temp.h); only scatter and the native
+// reduce_scatter pack the root's or the own chunks into one buffer first.
 // Reductions fold what arrived with reduce_kernel.h in member order, the
 // kernel the simulated backend uses, so both worlds give the same bits.
 // Counts and displacements are MPI ints: more than 2^31-1 elements in a
@@ -20,6 +23,7 @@
 #include <string>
 
 #include "comm/around.h"
+#include "comm/fold_temp.h"
 #include "comm/reduce_kernel.h"
 #include "dtensor/debug.h"
 #include "dtensor/error.h"
@@ -84,12 +88,6 @@ int64_t check_dim(const Tensor& t, int64_t dim, const char* coll, const char* wh
   return dim < 0 ? dim + nd : dim;
 }
 
-// A contiguous tensor of `shape` viewing `buffer` from element `offset`.
-Tensor view_into(const Tensor& buffer, const Shape& shape, int64_t offset) {
-  return Tensor(buffer.storage(), buffer.dtype(), shape, contiguous_strides(shape),
-                buffer.storage_offset() + offset);
-}
-
 // DTENSOR_MPI_NATIVE_REDUCE=1 (read once): all_reduce and reduce_scatter
 // on MPI_Allreduce / MPI_Reduce_scatter, whose order of terms is the MPI
 // library's, instead of the deterministic exchange plus ordered fold.
@@ -101,12 +99,6 @@ bool native_reduce() {
   return on;
 }
 
-// all_reduce of shards up to this size: one MPI_Allgather and a fold of all
-// n shards on every member, instead of the two exchanges of the
-// reduce-scatter + all-gather; below it latency, not bytes, is the cost
-// (16 KiB on 4 processes: 0.71x MPI_Allreduce against 1.16x with the two
-// exchanges; docs/PERFORMANCE.md).
-constexpr size_t kSmallAllReduceBytes = 64 * 1024;
 
 
 // One run of `run` bytes. stream: with non-temporal stores where the
@@ -232,62 +224,119 @@ std::vector<int> displacements(const std::vector<int>& counts) {
   return displs;
 }
 
-// Pieces of a receive buffer (shapes[j], back to back) joined along dim;
-// the buffer itself when dim is the leading one.
-Tensor unpack_cat(const Tensor& buffer, const std::vector<Shape>& shapes, int64_t dim) {
-  Shape whole = shapes[0];
-  whole[dim] = 0;
-  for (const Shape& s : shapes) whole[dim] += s[dim];
-  if (dim == 0) return view_into(buffer, whole, 0);
-  std::vector<Tensor> parts;
-  int64_t at = 0;
-  for (const Shape& s : shapes) {
-    parts.push_back(view_into(buffer, s, at));
-    at += s.product();
-  }
-  return cat(parts, dim);
-}
-
 // ---- deterministic reductions ---------------------------------------------------
 
-// Where this member's n inputs of a reduction lie: member k's piece (k !=
-// this member's index) arrives in `recv`, in slot k (k - 1 after this
-// member's own); the own piece is never sent to itself and is read where
-// it lies in the send buffer.
-struct Arrivals {
-  Tensor recv;
-  std::vector<const void*> in;  // in[k]: member k's piece, in group order
+// A reduction's pieces: the shard seen as [outer, len, inner] (around.h);
+// piece j is rows [ranges[j].start, + size) of len under every outer index,
+// taken in memory order, and member j folds piece j of every member's shard.
+struct Pieces {
+  Around a;
+  std::vector<ChunkRange> ranges;
+  int64_t row(int j) const { return ranges[j].size * a.inner; }  // elements per outer index
+  int64_t elems(int j) const { return a.outer * row(j); }
+  // Element e of piece j, as an element offset in the shard.
+  int64_t at(int j, int64_t e) const {
+    const int64_t w = row(j);
+    return (e / w) * a.len * a.inner + ranges[j].start * a.inner + e % w;
+  }
+  // Whether piece j is one run of the shard (nothing before the dim, or the
+  // whole dim), so it can be read in place.
+  bool flat(int j) const { return a.outer == 1 || ranges[j].size == a.len || elems(j) == 0; }
 };
 
-// Member j sends piece j of its buffer (send + displs[j], counts[j]
-// elements) to member j; every member receives its own piece's count from
-// each other member. counts are the same on every member, so both sides of
-// every pair agree, empty pieces included.
-Arrivals exchange_pieces(const void* send, const std::vector<int64_t>& counts,
-                         const std::vector<int64_t>& displs, DType dtype, const MpiBackend::Group& g,
-                         const char* coll) {
+// A committed datatype for elements [e0, e1) of piece j, in piece order,
+// displaced in bytes from the shard's start: the rest of a row, whole rows
+// (a vector), the start of a row. Three blocks at most, however many rows.
+// REQUIRES: e0 < e1.
+MPI_Datatype piece_range_type(const Pieces& p, int j, int64_t e0, int64_t e1, MPI_Datatype base,
+                              int64_t isz, const char* coll) {
+  const int64_t w = p.row(j), stride = p.a.len * p.a.inner;
+  int counts[3];
+  MPI_Aint displs[3];
+  MPI_Datatype types[3];
+  MPI_Datatype rows = MPI_DATATYPE_NULL;
+  int blocks = 0;
+  auto run = [&](int64_t from, int64_t count, MPI_Datatype type) {
+    counts[blocks] = count_of(count, coll);
+    displs[blocks] = static_cast<MPI_Aint>(p.at(j, from) * isz);
+    types[blocks++] = type;
+  };
+  if (e0 / w == (e1 - 1) / w) {
+    run(e0, e1 - e0, base);  // within one row
+  } else {
+    const int64_t first_whole = (e0 + w - 1) / w, end_whole = e1 / w;
+    if (e0 % w != 0) run(e0, w - e0 % w, base);
+    if (end_whole > first_whole) {
+      check_mpi(MPI_Type_vector(count_of(end_whole - first_whole, coll), count_of(w, coll),
+                                count_of(stride, coll), base, &rows),
+                "MPI_Type_vector");
+      run(first_whole * w, 1, rows);
+    }
+    if (e1 % w != 0) run(end_whole * w, e1 % w, base);
+  }
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  check_mpi(MPI_Type_create_struct(blocks, counts, displs, types, &type), "MPI_Type_create_struct");
+  check_mpi(MPI_Type_commit(&type), "MPI_Type_commit");
+  if (rows != MPI_DATATYPE_NULL) MPI_Type_free(&rows);
+  return type;
+}
+
+// Folds piece `me` of every member's shard, in member order, into `out`
+// (elems(me) elements). The pieces arrive in rounds of at most
+// fold_temp::slot_bytes(n) per member (MPI_Alltoallw, each range described
+// in place by piece_range_type: no packed copy of the shard), each round
+// folded before the next, so the receive buffer is bounded by the group
+// size, not by the shard (fold_temp.h). Every element is folded on its own
+// in the same order whatever the rounds, so the bits are those of one
+// exchange of whole pieces, and of the simulated backend. The own piece is
+// read where it lies when it is one run of the shard; otherwise it is
+// copied into a slot of its own by the same call.
+void exchange_and_fold(const void* shard, const Pieces& p, DType dtype, ReduceOp op,
+                       const MpiBackend::Group& g, void* out, const char* coll) {
   const int n = g.size, me = g.index;
-  const int64_t mine = counts[me];
-  const size_t isz = itemsize(dtype);
-  Arrivals a;
-  a.recv = Tensor::empty({(n - 1) * mine}, dtype);
-  std::vector<int> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
-  for (int k = 0; k < n; ++k) {
-    const int slot = k < me ? k : k - 1;
-    send_counts[k] = k == me ? 0 : count_of(counts[k], coll);
-    send_displs[k] = count_of(displs[k], coll);
-    recv_counts[k] = k == me ? 0 : count_of(mine, coll);
-    recv_displs[k] = k == me ? 0 : count_of(slot * mine, coll);
-    a.in.push_back(k == me ? static_cast<const std::byte*>(send) + displs[me] * isz
-                           : static_cast<const std::byte*>(a.recv.raw_data()) + slot * mine * isz);
+  const int64_t isz = static_cast<int64_t>(itemsize(dtype));
+  int64_t most = 0;
+  for (int k = 0; k < n; ++k) most = std::max(most, p.elems(k));
+  if (most == 0) return;
+  const int64_t slot = std::min(fold_temp::slot_bytes(n) / isz, most);
+  const bool own_in_place = p.flat(me);
+  // Member k's slot in the receive buffer: the own one (if any) last.
+  auto slot_of = [&](int k) { return k == me ? n - 1 : k < me ? k : k - 1; };
+  const Tensor recv = Tensor::empty({(own_in_place ? n - 1 : n) * slot}, dtype);
+  const auto* src = static_cast<const std::byte*>(shard);
+  auto* recv_at = static_cast<std::byte*>(recv.raw_data());
+  const MPI_Datatype base = mpi_type(dtype);
+  const size_t un = static_cast<size_t>(n);
+  std::vector<int> send_counts(un), recv_counts(un), zeros(un, 0), recv_displs(un);
+  std::vector<MPI_Datatype> send_types(un, base), recv_types(un, base);
+  std::vector<const void*> in(un);
+  for (int64_t e0 = 0; e0 < most; e0 += slot) {
+    const int64_t mine = std::clamp<int64_t>(p.elems(me) - e0, 0, slot);
+    for (int k = 0; k < n; ++k) {
+      const int64_t theirs = std::clamp<int64_t>(p.elems(k) - e0, 0, slot);
+      const bool local = k == me && own_in_place;
+      send_types[k] = base;
+      send_counts[k] = 0;
+      if (theirs > 0 && !local) {
+        send_types[k] = piece_range_type(p, k, e0, e0 + theirs, base, isz, coll);
+        send_counts[k] = 1;
+      }
+      recv_counts[k] = local ? 0 : count_of(mine, coll);
+      recv_displs[k] = count_of(slot_of(k) * slot * isz, coll);
+      in[k] = local ? src + (mine > 0 ? p.at(me, e0) : 0) * isz
+                    : recv_at + slot_of(k) * slot * isz;
+    }
+    int rc = MPI_SUCCESS;
+    if (n > 1 || !own_in_place)
+      rc = MPI_Alltoallw(shard, send_counts.data(), zeros.data(), send_types.data(), recv_at,
+                         recv_counts.data(), recv_displs.data(), recv_types.data(), g.comm);
+    for (int k = 0; k < n; ++k)
+      if (send_counts[k] > 0) MPI_Type_free(&send_types[k]);
+    check_mpi(rc, "MPI_Alltoallw");
+    if (mine > 0)
+      reduce_kernel::fold(dtype, op, in.data(), in.size(), static_cast<std::byte*>(out) + e0 * isz,
+                          mine);
   }
-  if (n > 1) {
-    const MPI_Datatype type = mpi_type(dtype);
-    check_mpi(MPI_Alltoallv(send, send_counts.data(), send_displs.data(), type, a.recv.raw_data(),
-                            recv_counts.data(), recv_displs.data(), type, g.comm),
-              "MPI_Alltoallv");
-  }
-  return a;
 }
 
 // ---- desync check ---------------------------------------------------------------
@@ -524,24 +573,45 @@ LocalTensor MpiBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
   check_mpi(MPI_Allgather(&len, 1, MPI_INT64_T, lens.data(), 1, MPI_INT64_T, g.comm),
             "MPI_Allgather");
   if (check_) check_received_lengths(g, lens, mesh, "all_gather", "gather dim");
-  std::vector<Shape> shapes;
-  std::vector<int> counts;
-  int64_t total = 0;
-  for (int64_t l : lens) {
-    Shape s = t.shape();
-    s[gather_dim] = l;
-    counts.push_back(count_of(s.product(), "all_gather"));
-    total += s.product();
-    shapes.push_back(s);
-  }
-  const std::vector<int> displs = displacements(counts);
   const Tensor src = t.contiguous();
-  Tensor buffer = Tensor::empty({total}, t.dtype());
+  const Around a = around(src.shape(), gather_dim);
+  Shape out_shape = src.shape();
+  out_shape[gather_dim] = 0;
+  for (int64_t l : lens) out_shape[gather_dim] += l;
+  Tensor result = Tensor::empty(out_shape, t.dtype());
   const MPI_Datatype type = mpi_type(t.dtype());
-  check_mpi(MPI_Allgatherv(src.raw_data(), counts[g.index], type, buffer.raw_data(), counts.data(),
-                           displs.data(), type, g.comm),
-            "MPI_Allgatherv");
-  out.set(rank_, unpack_cat(buffer, shapes, gather_dim));
+  if (a.outer == 1) {
+    // Nothing before the gather dim: the members' shards follow one another
+    // in the result, so MPI writes them straight into place.
+    std::vector<int> counts;
+    for (int64_t l : lens) counts.push_back(count_of(l * a.inner, "all_gather"));
+    const std::vector<int> displs = displacements(counts);
+    check_mpi(MPI_Allgatherv(src.raw_data(), counts[g.index], type, result.raw_data(),
+                             counts.data(), displs.data(), type, g.comm),
+              "MPI_Allgatherv");
+  } else {
+    // Member j's shard lands in rows [at_j, at_j + len_j) of the gather dim
+    // under every outer index: a subarray of the result, which MPI writes
+    // in place (MPI_Alltoallw, the same contiguous shard sent to every
+    // member), so the step holds its input and its output and no flat
+    // receive buffer to reorder. Uneven lengths are one type per member.
+    const size_t n = static_cast<size_t>(g.size);
+    const int whole = count_of(src.numel(), "all_gather");
+    std::vector<int> send_counts(n, whole), recv_counts(n, 0), zeros(n, 0);
+    std::vector<MPI_Datatype> send_types(n, type), recv_types;
+    int64_t at = 0;
+    for (size_t j = 0; j < n; ++j) {
+      recv_types.push_back(block_type(out_shape, gather_dim, at, lens[j], type));
+      recv_counts[j] = lens[j] == 0 || result.numel() == 0 ? 0 : 1;
+      at += lens[j];
+    }
+    const int rc = MPI_Alltoallw(src.raw_data(), send_counts.data(), zeros.data(),
+                                 send_types.data(), result.raw_data(), recv_counts.data(),
+                                 zeros.data(), recv_types.data(), g.comm);
+    for (MPI_Datatype& rt : recv_types) MPI_Type_free(&rt);
+    check_mpi(rc, "MPI_Alltoallw");
+  }
+  out.set(rank_, std::move(result));
   return out;
 }
 
@@ -565,7 +635,7 @@ LocalTensor MpiBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh
                             mpi_type(t.dtype()), mpi_op(op, t.dtype()), g.comm),
               "MPI_Allreduce");
     if (op == ReduceOp::Avg) result.div_(static_cast<double>(g.size));
-  } else if (g.size > 1 && t.nbytes() <= kSmallAllReduceBytes) {
+  } else if (fold_temp::small_all_reduce(g.size, static_cast<int64_t>(t.nbytes()))) {
     // Small shards: latency, not bandwidth, is the cost, so one exchange
     // (every member gets every shard) and every member folds all of them.
     Tensor all = Tensor::empty({g.size * t.numel()}, t.dtype());
@@ -590,10 +660,11 @@ LocalTensor MpiBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh
       displs.push_back(at);
       at += counts.back();
     }
-    const Arrivals a = exchange_pieces(src.raw_data(), counts, displs, t.dtype(), g, "all_reduce");
+    Pieces pieces{Around{1, total, 1}, {}};
+    for (int64_t j = 0; j < n; ++j) pieces.ranges.push_back(ChunkRange{counts[j], displs[j]});
     const size_t isz = itemsize(t.dtype());
-    reduce_kernel::fold(t.dtype(), op, a.in.data(), a.in.size(),
-                        bytes_of(result) + displs[g.index] * isz, counts[g.index]);
+    exchange_and_fold(src.raw_data(), pieces, t.dtype(), op, g,
+                      bytes_of(result) + displs[g.index] * isz, "all_reduce");
     if (g.size > 1) {
       std::vector<int> gather_counts, gather_displs;
       for (int64_t j = 0; j < n; ++j) {
@@ -626,27 +697,25 @@ LocalTensor MpiBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& 
                                  static_cast<int>(op)),
                     mesh, rank_);
   record_collective(CollectiveKind::ReduceScatter, static_cast<int64_t>(t.nbytes()));
-  std::vector<int> counts;
-  const Tensor send = pack_chunks(t, g.size, scatter_dim, counts, "reduce_scatter");
-  Tensor result = Tensor::empty(t.chunk(g.size, scatter_dim)[g.index].shape(), t.dtype());
+  const Tensor src = t.contiguous();
+  Pieces pieces{around(src.shape(), scatter_dim), {}};
+  for (int64_t j = 0; j < g.size; ++j) pieces.ranges.push_back(chunk_range(pieces.a.len, g.size, j));
+  Shape result_shape = src.shape();
+  result_shape[scatter_dim] = pieces.ranges[g.index].size;
+  Tensor result = Tensor::empty(result_shape, t.dtype());
   if (native_reduce() && g.size > 1) {
+    std::vector<int> counts;
+    const Tensor send = pack_chunks(src, g.size, scatter_dim, counts, "reduce_scatter");
     check_mpi(MPI_Reduce_scatter(send.raw_data(), result.raw_data(), counts.data(),
                                  mpi_type(t.dtype()), mpi_op(op, t.dtype()), g.comm),
               "MPI_Reduce_scatter");
     if (op == ReduceOp::Avg) result.div_(static_cast<double>(g.size));
   } else {
-    // Chunk j of every member goes to member j (MPI_Alltoallv), which folds
-    // the n chunks in member order: the bytes of a ring reduce-scatter, in
-    // a fixed order of terms. The own chunk is read where it was packed.
-    std::vector<int64_t> counts64(counts.begin(), counts.end()), displs;
-    for (int64_t c = 0, at = 0; c < g.size; ++c) {
-      displs.push_back(at);
-      at += counts64[c];
-    }
-    const Arrivals a =
-        exchange_pieces(send.raw_data(), counts64, displs, t.dtype(), g, "reduce_scatter");
-    reduce_kernel::fold(t.dtype(), op, a.in.data(), a.in.size(), result.raw_data(),
-                        counts64[g.index]);
+    // Chunk j of every member goes to member j, which folds the n chunks in
+    // member order: the bytes of a ring reduce-scatter, in a fixed order of
+    // terms, read from the shard in place (exchange_and_fold).
+    exchange_and_fold(src.raw_data(), pieces, t.dtype(), op, g, result.raw_data(),
+                      "reduce_scatter");
   }
   LocalTensor out;
   out.set(rank_, std::move(result));

@@ -7,22 +7,24 @@
 // the life of the world. A flattened mesh dim is one more group: since every
 // rank runs the same plan, all members create it at the same call.
 //
-// The MPI calls: all_gather -> MPI_Allgatherv, all_to_all -> MPI_Alltoallw,
-// broadcast -> MPI_Bcast, scatter -> MPI_Scatterv, exchange_boxes ->
-// MPI_Alltoallw with a subarray datatype per nonempty box. Reductions are not left
-// to MPI_Allreduce / MPI_Reduce_scatter, whose order of terms is the
-// library's (and whose MPI_MAX / MPI_MIN drop NaN): reduce_scatter sends
-// chunk j of every member's shard to member j (MPI_Alltoallv), which folds
-// the n chunks in member order with the simulated backend's kernel
-// (reduce_kernel.h); all_reduce is that over n flat pieces of the shard,
-// then MPI_Allgatherv of the folded pieces in place. The bytes moved are a
-// ring algorithm's, and the results are bit for bit the simulated world's.
+// The MPI calls: all_gather -> MPI_Allgatherv (MPI_Alltoallw into a
+// subarray of the result per member when a dim comes before the gather
+// dim), all_to_all -> MPI_Alltoallw, broadcast -> MPI_Bcast, scatter ->
+// MPI_Scatterv, exchange_boxes -> MPI_Alltoallw with a subarray datatype
+// per nonempty box. Reductions are not left to MPI_Allreduce /
+// MPI_Reduce_scatter, whose order of terms is the library's (and whose
+// MPI_MAX / MPI_MIN drop NaN): reduce_scatter sends chunk j of every
+// member's shard to member j (MPI_Alltoallw, in rounds of a bounded size:
+// fold_temp.h), which folds the n chunks in member order with the
+// simulated backend's kernel (reduce_kernel.h); all_reduce is that over n
+// flat pieces of the shard, then MPI_Allgatherv of the folded pieces in
+// place. The bytes moved are a ring algorithm's, and the results are bit
+// for bit the simulated world's.
 // DTENSOR_MPI_NATIVE_REDUCE=1 in the environment (read once) uses the
 // native calls instead (avg: sum, then divide).
-// When the dim moved is the leading one the data goes straight from the
-// shard into MPI and from MPI into the result; otherwise all_gather,
-// reduce_scatter and scatter pack or unpack the pieces with one copy, and
-// all_to_all describes them in place with subarray datatypes (no copy).
+// Pieces along a dim other than the leading one are described in place by
+// derived datatypes (no packed copy) except by scatter, which packs the
+// root's chunks with one copy.
 // Uneven shards need their sizes: all_gather and all_to_all first exchange
 // one int64 per member (MPI_Allgather); broadcast and scatter send the
 // root's shape first.
