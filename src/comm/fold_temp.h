@@ -3,14 +3,17 @@
 // with the planner (plan.cc, price()), whose peak-memory model must agree
 // with what the backend allocates.
 //
-// A large reduction receives in rounds: at most slot_bytes(n) from each
-// member per round, folded into the output before the next round arrives,
-// so the temporary is bounded by the group size, not by the tensor (a 64
-// MiB all_reduce on 4 ranks holds 3 x 256 KiB, not 48 MiB). Each round is
-// one more collective call; slots of 256 KiB keep that latency small next
-// to the bytes. A small all_reduce instead gathers every member's whole
-// shard in one exchange (latency, not bytes, is its cost), bounded the same
-// way: n shards of at most 64 KiB and at most kBudgetBytes together.
+// A large all_reduce receives the others' parts of its share into its own
+// result, where their folded pieces arrive afterwards: nothing besides input
+// and output. A reduce_scatter's output has no such room: it receives in
+// rounds of at most slot_bytes(n) from each member, folded into the output
+// before the next round, so its temporary is bounded by the group size, not
+// by the tensor (a 64 MiB reduce_scatter on 4 ranks holds 4 x 256 KiB, not
+// 48 MiB). Each round is one more collective call; slots of 256 KiB keep
+// that latency small next to the bytes. A small all_reduce gathers every
+// member's whole shard in one exchange (latency, not bytes, is its cost),
+// bounded the same way: shards of at most 64 KiB, n of them within
+// kBudgetBytes.
 #pragma once
 
 #include <algorithm>
@@ -37,13 +40,12 @@ inline bool small_all_reduce(int64_t n, int64_t shard_bytes) {
 }
 
 // The temporaries of an all_reduce of `shard_bytes` per member over n:
-// every shard (small), or a slot for each other member (large; the own
-// piece is read where it lies).
+// every member's shard (small), or none (large; pieces of fewer than one
+// element per member, a tensor smaller than the group, take n - 1 elements).
 inline double all_reduce_temp(int64_t n, double shard_bytes) {
   if (n <= 1) return 0;
-  if (small_all_reduce(n, static_cast<int64_t>(shard_bytes))) return static_cast<double>(n) * shard_bytes;
-  const double piece = shard_bytes / static_cast<double>(n);
-  return static_cast<double>(n - 1) * std::min(static_cast<double>(slot_bytes(n)), piece);
+  return small_all_reduce(n, static_cast<int64_t>(shard_bytes)) ? static_cast<double>(n) * shard_bytes
+                                                                : 0;
 }
 
 // The temporaries of a reduce_scatter: a slot for every member, the own one

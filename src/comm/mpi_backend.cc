@@ -5,9 +5,9 @@
 // (free when it already is). A piece along a dim other than the leading one
 // is described in place by a derived datatype wherever a redistribution
 // runs it (all_gather, all_to_all, reduce_scatter, exchange_boxes), so a
-// step holds its input, its output and, for a reduction, a receive buffer
-// bounded by the group size (fold_temp.h); only scatter and the native
-// reduce_scatter pack the root's or the own chunks into one buffer first.
+// step holds its input, its output and, for a reduce_scatter or a small
+// all_reduce, a receive buffer bounded by the group size (fold_temp.h);
+// only scatter and the native reduce_scatter pack chunks into one buffer.
 // Reductions fold what arrived with reduce_kernel.h in member order, the
 // kernel the simulated backend uses, so both worlds give the same bits.
 // Counts and displacements are MPI ints: more than 2^31-1 elements in a
@@ -281,33 +281,61 @@ MPI_Datatype piece_range_type(const Pieces& p, int j, int64_t e0, int64_t e1, MP
   return type;
 }
 
+// Where the pieces of this member's share land before they are folded: by
+// default a receive buffer of a slot per member (fold_temp.h); all_reduce
+// passes its result instead, since member k's part of this member's share
+// can wait where member k's folded piece arrives later.
+struct Landing {
+  std::byte* base = nullptr;   // the buffer the slots lie in
+  std::vector<std::byte*> at;  // at[k]: member k's slot (k != this member)
+  int64_t room = 0;            // elements in every slot, the same on every member
+};
+
+// A committed datatype for `count` elements at `disp` bytes from the buffer
+// given to MPI: displacements travel as MPI_Aint, past the 2 GiB of the
+// int byte displacements of MPI_Alltoallw.
+MPI_Datatype run_at(int count, MPI_Aint disp, MPI_Datatype base) {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  check_mpi(MPI_Type_create_struct(1, &count, &disp, &base, &type), "MPI_Type_create_struct");
+  check_mpi(MPI_Type_commit(&type), "MPI_Type_commit");
+  return type;
+}
+
 // Folds piece `me` of every member's shard, in member order, into `out`
-// (elems(me) elements). The pieces arrive in rounds of at most
-// fold_temp::slot_bytes(n) per member (MPI_Alltoallw, each range described
-// in place by piece_range_type: no packed copy of the shard), each round
-// folded before the next, so the receive buffer is bounded by the group
-// size, not by the shard (fold_temp.h). Every element is folded on its own
-// in the same order whatever the rounds, so the bits are those of one
-// exchange of whole pieces, and of the simulated backend. The own piece is
-// read where it lies when it is one run of the shard; otherwise it is
-// copied into a slot of its own by the same call.
+// (elems(me) elements). The pieces arrive in rounds (MPI_Alltoallw, each
+// range of a shard described in place by piece_range_type: no packed copy),
+// each folded before the next, so what is received at a time is bounded by
+// the slots: fold_temp::slot_bytes(n) per member, or the room of a landing
+// area. Every element is folded on its own in the same order whatever the
+// rounds, so the bits are those of one exchange of whole pieces, and of the
+// simulated backend. The own piece is read where it lies when it is one run
+// of the shard; otherwise the same call copies it into a slot of its own.
 void exchange_and_fold(const void* shard, const Pieces& p, DType dtype, ReduceOp op,
-                       const MpiBackend::Group& g, void* out, const char* coll) {
+                       const MpiBackend::Group& g, void* out, const char* coll,
+                       const Landing* landing = nullptr) {
   const int n = g.size, me = g.index;
   const int64_t isz = static_cast<int64_t>(itemsize(dtype));
   int64_t most = 0;
   for (int k = 0; k < n; ++k) most = std::max(most, p.elems(k));
   if (most == 0) return;
-  const int64_t slot = std::min(fold_temp::slot_bytes(n) / isz, most);
   const bool own_in_place = p.flat(me);
-  // Member k's slot in the receive buffer: the own one (if any) last.
+  if (landing != nullptr && (landing->room == 0 || !own_in_place)) landing = nullptr;
+  const int64_t slot =
+      std::min(landing != nullptr ? landing->room : fold_temp::slot_bytes(n) / isz, most);
+  // Without a landing area, member k's slot in a receive buffer (the own
+  // one, if any, last).
   auto slot_of = [&](int k) { return k == me ? n - 1 : k < me ? k : k - 1; };
-  const Tensor recv = Tensor::empty({(own_in_place ? n - 1 : n) * slot}, dtype);
+  const Tensor buffer =
+      landing != nullptr ? Tensor() : Tensor::empty({(own_in_place ? n - 1 : n) * slot}, dtype);
   const auto* src = static_cast<const std::byte*>(shard);
-  auto* recv_at = static_cast<std::byte*>(recv.raw_data());
+  auto* recv_base = landing != nullptr ? landing->base : static_cast<std::byte*>(buffer.raw_data());
+  auto recv_at = [&](int k) {
+    return landing != nullptr ? landing->at[k]
+                              : static_cast<std::byte*>(buffer.raw_data()) + slot_of(k) * slot * isz;
+  };
   const MPI_Datatype base = mpi_type(dtype);
   const size_t un = static_cast<size_t>(n);
-  std::vector<int> send_counts(un), recv_counts(un), zeros(un, 0), recv_displs(un);
+  std::vector<int> send_counts(un), recv_counts(un), zeros(un, 0);
   std::vector<MPI_Datatype> send_types(un, base), recv_types(un, base);
   std::vector<const void*> in(un);
   for (int64_t e0 = 0; e0 < most; e0 += slot) {
@@ -315,23 +343,26 @@ void exchange_and_fold(const void* shard, const Pieces& p, DType dtype, ReduceOp
     for (int k = 0; k < n; ++k) {
       const int64_t theirs = std::clamp<int64_t>(p.elems(k) - e0, 0, slot);
       const bool local = k == me && own_in_place;
-      send_types[k] = base;
-      send_counts[k] = 0;
+      send_types[k] = recv_types[k] = base;
+      send_counts[k] = recv_counts[k] = 0;
       if (theirs > 0 && !local) {
         send_types[k] = piece_range_type(p, k, e0, e0 + theirs, base, isz, coll);
         send_counts[k] = 1;
       }
-      recv_counts[k] = local ? 0 : count_of(mine, coll);
-      recv_displs[k] = count_of(slot_of(k) * slot * isz, coll);
-      in[k] = local ? src + (mine > 0 ? p.at(me, e0) : 0) * isz
-                    : recv_at + slot_of(k) * slot * isz;
+      if (mine > 0 && !local) {
+        recv_types[k] = run_at(count_of(mine, coll), recv_at(k) - recv_base, base);
+        recv_counts[k] = 1;
+      }
+      in[k] = local ? src + (mine > 0 ? p.at(me, e0) : 0) * isz : recv_at(k);
     }
     int rc = MPI_SUCCESS;
     if (n > 1 || !own_in_place)
-      rc = MPI_Alltoallw(shard, send_counts.data(), zeros.data(), send_types.data(), recv_at,
-                         recv_counts.data(), recv_displs.data(), recv_types.data(), g.comm);
-    for (int k = 0; k < n; ++k)
+      rc = MPI_Alltoallw(shard, send_counts.data(), zeros.data(), send_types.data(), recv_base,
+                         recv_counts.data(), zeros.data(), recv_types.data(), g.comm);
+    for (int k = 0; k < n; ++k) {
       if (send_counts[k] > 0) MPI_Type_free(&send_types[k]);
+      if (recv_counts[k] > 0) MPI_Type_free(&recv_types[k]);
+    }
     check_mpi(rc, "MPI_Alltoallw");
     if (mine > 0)
       reduce_kernel::fold(dtype, op, in.data(), in.size(), static_cast<std::byte*>(out) + e0 * isz,
@@ -662,9 +693,15 @@ LocalTensor MpiBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh
     }
     Pieces pieces{Around{1, total, 1}, {}};
     for (int64_t j = 0; j < n; ++j) pieces.ranges.push_back(ChunkRange{counts[j], displs[j]});
+    // Member k's part of this member's share lands where member k's folded
+    // piece arrives afterwards, so the step holds its input and its output
+    // and nothing more; pieces differ by one element at most, so the
+    // smallest gives every slot its room (one round, or two when uneven).
     const size_t isz = itemsize(t.dtype());
+    Landing landing{bytes_of(result), {}, *std::min_element(counts.begin(), counts.end())};
+    for (int64_t k = 0; k < n; ++k) landing.at.push_back(bytes_of(result) + displs[k] * isz);
     exchange_and_fold(src.raw_data(), pieces, t.dtype(), op, g,
-                      bytes_of(result) + displs[g.index] * isz, "all_reduce");
+                      bytes_of(result) + displs[g.index] * isz, "all_reduce", &landing);
     if (g.size > 1) {
       std::vector<int> gather_counts, gather_displs;
       for (int64_t j = 0; j < n; ++j) {

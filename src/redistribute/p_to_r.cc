@@ -3,13 +3,15 @@
 // sizes: avg over a dim is sum/n, and the sums commute, so
 // avg_A(sum_B(x)) = sum_{A,B}(x) / |A| exactly as the nested reductions.
 #include "comm/backend.h"
+#include "comm/fold_temp.h"
 #include "dtensor/world.h"
 #include "redistribute/transforms.h"
 
 namespace dtensor::redistribute_detail {
 
 TransformCost partial_to_replicate_cost(double bytes, const Group& g, double base_us) {
-  return {all_reduce_cost(bytes, g.n, g.link, base_us), bytes, bytes};
+  return {all_reduce_cost(bytes, g.n, g.link, base_us), bytes, bytes,
+          fold_temp::all_reduce_temp(g.n, bytes)};
 }
 
 LocalTensor partial_to_replicate(const LocalTensor& in, const Group& g, ReduceOp op,

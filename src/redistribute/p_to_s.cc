@@ -5,6 +5,7 @@
 // index only when the outer dim chunks first; and only when the flat
 // chunking of the length equals the nested one (the planner checks).
 #include "comm/backend.h"
+#include "comm/fold_temp.h"
 #include "dtensor/world.h"
 #include "redistribute/transforms.h"
 
@@ -12,7 +13,7 @@ namespace dtensor::redistribute_detail {
 
 TransformCost partial_to_shard_cost(double bytes, const Group& g, double base_us) {
   return {reduce_scatter_cost(bytes, g.n, g.link, base_us), bytes,
-          bytes / static_cast<double>(g.n)};
+          bytes / static_cast<double>(g.n), fold_temp::reduce_scatter_temp(g.n, bytes)};
 }
 
 LocalTensor partial_to_shard(const LocalTensor& in, const Group& g, ReduceOp op, double divisor,

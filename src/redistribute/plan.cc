@@ -396,14 +396,13 @@ class Planner {
 
   // What changing the mesh dims `dims` from `cur` to `next` by a step of
   // `kind` costs, and the bytes per rank it holds live: its input, its
-  // output and the temporaries of the backends (docs/redistribution.md,
-  // "Peak memory"): an all_gather along a tensor dim other than the first
-  // receives into one flat buffer and then reorders it (MPI); a reduction
-  // receives the other members' pieces of its share before folding them in
-  // a fixed order (n-1 of n parts of the input), and a reduce_scatter along
-  // a dim other than the first packs its input into chunk order first.
+  // output and the backends' temporaries (docs/redistribution.md, "Peak
+  // memory"): the collectives write straight into their outputs; under MPI
+  // a reduce_scatter (or a small all_reduce) receives the others' pieces
+  // into a buffer bounded by the group size (TransformCost::temp_bytes,
+  // comm/fold_temp.h).
   Price price(StepKind kind, uint32_t dims, const Placements& cur, const Placements& next,
-              int64_t tensor_dim, Placement q) const {
+              int64_t /*tensor_dim*/, Placement q) const {
     Price out;
     out.kind = kind;
     const double b = bytes_of(cur);
@@ -419,28 +418,16 @@ class Planner {
       return out;
     }
     const Group& g = scratch_group(dims);
-    const double n = static_cast<double>(g.n);
     TransformCost c;
     switch (kind) {
-      case StepKind::AllGather:
-        c = shard_to_replicate_cost(b, g, base_us_);
-        out.peak = b + c.bytes_after * (tensor_dim > 0 ? 2 : 1);
-        break;
-      case StepKind::AllToAll:
-        c = shard_to_shard_cost(b, g, base_us_);
-        out.peak = b + c.bytes_after;
-        break;
-      case StepKind::AllReduce:
-        c = partial_to_replicate_cost(b, g, base_us_);
-        out.peak = b + c.bytes_after + b * (n - 1) / n;
-        break;
-      case StepKind::ReduceScatter:
-        c = partial_to_shard_cost(b, g, base_us_);
-        out.peak = b + c.bytes_after + b * (n - 1) / n + (tensor_dim > 0 ? b : 0);
-        break;
+      case StepKind::AllGather: c = shard_to_replicate_cost(b, g, base_us_); break;
+      case StepKind::AllToAll: c = shard_to_shard_cost(b, g, base_us_); break;
+      case StepKind::AllReduce: c = partial_to_replicate_cost(b, g, base_us_); break;
+      case StepKind::ReduceScatter: c = partial_to_shard_cost(b, g, base_us_); break;
       case StepKind::Local:
       case StepKind::BoxExchange: break;  // not an edge of the search
     }
+    out.peak = b + c.bytes_after + c.temp_bytes;
     out.cost_us = c.cost_us;
     out.bytes = c.bytes_charged;
     return out;

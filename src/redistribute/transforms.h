@@ -39,6 +39,9 @@ struct TransformCost {
   double cost_us = 0;
   double bytes_charged = 0;  // what the collective moves per rank
   double bytes_after = 0;    // b of the state after the step
+  // Bytes per rank the backends hold during the step besides its input and
+  // output: a reduction's receive buffer under MPI (comm/fold_temp.h).
+  double temp_bytes = 0;
 };
 
 // S(d) -> R: all_gather along d; charged for the gathered bytes b*n.  (s_to_r.cc)

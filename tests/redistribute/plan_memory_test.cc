@@ -54,15 +54,31 @@ TEST_F(PlanMemoryTest, PeakMemoryOfKnownCases) {
   auto p = plan_of(m4, "S(0)", "R", {16, 16});
   EXPECT_EQ(p->output_bytes, 1024);
   EXPECT_EQ(p->peak_bytes, 256 + 1024) << p->explain();
-  // S(1) -> R: the gather lands in a flat buffer reordered along dim 1. A
-  // box exchange, as cheap, would hold input and output only, but on a tie
-  // one named collective is kept (plan.cc, prefer_box_exchange).
+  // S(1) -> R: gathered straight into place as well (under MPI a subarray
+  // of the output per member), no flat buffer to reorder. The box exchange
+  // would hold as much; on a tie one named collective is kept (plan.cc,
+  // prefer_box_exchange).
   p = plan_of(m4, "S(1)", "R", {16, 16});
-  EXPECT_EQ(p->peak_bytes, 256 + 2 * 1024) << p->explain();
+  EXPECT_EQ(p->peak_bytes, 256 + 1024) << p->explain();
   EXPECT_EQ(p->count(StepKind::AllGather), 1) << p->explain();
-  // P -> R: input, output, and 3 of 4 pieces received before the fold.
+  // P -> R of a small tensor: under MPI one exchange of the 4 whole shards
+  // (latency is its cost; comm/fold_temp.h), folded on every member.
   p = plan_of(m4, "P", "R", {16, 16});
-  EXPECT_EQ(p->peak_bytes, 1024 + 1024 + 768) << p->explain();
+  EXPECT_EQ(p->peak_bytes, 1024 + 1024 + 4 * 1024) << p->explain();
+  // P -> R of 4 MiB: the others' parts of the own share land in the output,
+  // where their folded pieces arrive afterwards: input and output only.
+  const double mib4 = 4 << 20;
+  p = plan_of(m4, "P", "R", {1024, 1024});
+  EXPECT_EQ(p->peak_bytes, 2 * mib4) << p->explain();
+  EXPECT_LE(p->peak_bytes, 2 * p->output_bytes) << p->explain();
+  // P -> S(1) and P -> S(0) of 4 MiB: input, output, and a receive slot of
+  // 256 KiB per member (the own chunk's too, strided for S(1)), folded in
+  // rounds: no packed copy of the input, no (n-1)/n of it received at once.
+  for (const char* to : {"S(0)", "S(1)"}) {
+    p = plan_of(m4, "P", to, {1024, 1024});
+    EXPECT_EQ(p->output_bytes, mib4 / 4);
+    EXPECT_EQ(p->peak_bytes, mib4 + mib4 / 4 + 4 * (256 << 10)) << p->explain();
+  }
   // R -> S(0): the replica and the copied chunk.
   p = plan_of(m4, "R", "S(0)", {16, 16});
   EXPECT_EQ(p->peak_bytes, 1024 + 256) << p->explain();
@@ -143,7 +159,13 @@ TEST_F(PlanMemoryTest, ExecutorHoldsAtMostOneStepsInputAndOutput) {
                         {{4}, "S(0)", "R"},
                         {{2, 4}, "S(0),S(1)", "R,S(0)"},
                         {{2, 2, 4}, "S(1),P,S(0)", "R,S(1),S(1)"},
-                        {{2, 2, 2}, "P(avg),P,S(2)", "S(0),R,R"}};
+                        {{2, 2, 2}, "P(avg),P,S(2)", "S(0),R,R"},
+                        {{4}, "P", "R"},
+                        {{4}, "S(1)", "R"},
+                        {{4}, "S(2)", "R"},
+                        {{4}, "P(max)", "S(1)"},
+                        {{2, 4}, "P,P(avg)", "S(2),R"},
+                        {{2, 4}, "S(0),P(min)", "R,S(1)"}};
   for (const Case& c : cases) {
     DeviceMesh mesh(w64, c.mesh);
     Tensor x = int_valued({16, 32, 16}, 3).to(DType::Float32);
