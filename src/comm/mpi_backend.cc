@@ -334,8 +334,14 @@ void exchange_and_fold(const void* shard, const Pieces& p, DType dtype, ReduceOp
                               : static_cast<std::byte*>(buffer.raw_data()) + slot_of(k) * slot * isz;
   };
   const MPI_Datatype base = mpi_type(dtype);
+  // Every piece one run (nothing before the dim: all_reduce, or a leading
+  // scatter dim): counts and element displacements (MPI_Alltoallv), which
+  // Open MPI runs faster than the same moves as one-block datatypes of
+  // MPI_Alltoallw (64 MiB all_reduce on 4 processes: ~90 against ~130 ms).
+  // (Counts and displacements are then MPI ints, as for MPI_Allgatherv.)
+  const bool runs = p.a.outer == 1 && own_in_place;
   const size_t un = static_cast<size_t>(n);
-  std::vector<int> send_counts(un), recv_counts(un), zeros(un, 0);
+  std::vector<int> send_counts(un), recv_counts(un), zeros(un, 0), send_displs(un), recv_displs(un);
   std::vector<MPI_Datatype> send_types(un, base), recv_types(un, base);
   std::vector<const void*> in(un);
   for (int64_t e0 = 0; e0 < most; e0 += slot) {
@@ -344,26 +350,38 @@ void exchange_and_fold(const void* shard, const Pieces& p, DType dtype, ReduceOp
       const int64_t theirs = std::clamp<int64_t>(p.elems(k) - e0, 0, slot);
       const bool local = k == me && own_in_place;
       send_types[k] = recv_types[k] = base;
-      send_counts[k] = recv_counts[k] = 0;
-      if (theirs > 0 && !local) {
+      send_counts[k] = recv_counts[k] = send_displs[k] = recv_displs[k] = 0;
+      in[k] = local ? src + (mine > 0 ? p.at(me, e0) : 0) * isz : recv_at(k);
+      if (local) continue;
+      if (runs) {
+        send_counts[k] = count_of(theirs, coll);
+        send_displs[k] = theirs > 0 ? count_of(p.at(k, e0), coll) : 0;
+        recv_counts[k] = count_of(mine, coll);
+        recv_displs[k] = count_of((recv_at(k) - recv_base) / isz, coll);
+        continue;
+      }
+      if (theirs > 0) {
         send_types[k] = piece_range_type(p, k, e0, e0 + theirs, base, isz, coll);
         send_counts[k] = 1;
       }
-      if (mine > 0 && !local) {
+      if (mine > 0) {
         recv_types[k] = run_at(count_of(mine, coll), recv_at(k) - recv_base, base);
         recv_counts[k] = 1;
       }
-      in[k] = local ? src + (mine > 0 ? p.at(me, e0) : 0) * isz : recv_at(k);
     }
     int rc = MPI_SUCCESS;
-    if (n > 1 || !own_in_place)
+    if (runs && n > 1) {
+      rc = MPI_Alltoallv(shard, send_counts.data(), send_displs.data(), base, recv_base,
+                         recv_counts.data(), recv_displs.data(), base, g.comm);
+    } else if (!runs) {
       rc = MPI_Alltoallw(shard, send_counts.data(), zeros.data(), send_types.data(), recv_base,
                          recv_counts.data(), zeros.data(), recv_types.data(), g.comm);
-    for (int k = 0; k < n; ++k) {
-      if (send_counts[k] > 0) MPI_Type_free(&send_types[k]);
-      if (recv_counts[k] > 0) MPI_Type_free(&recv_types[k]);
+      for (int k = 0; k < n; ++k) {
+        if (send_counts[k] > 0) MPI_Type_free(&send_types[k]);
+        if (recv_counts[k] > 0) MPI_Type_free(&recv_types[k]);
+      }
     }
-    check_mpi(rc, "MPI_Alltoallw");
+    check_mpi(rc, runs ? "MPI_Alltoallv" : "MPI_Alltoallw");
     if (mine > 0)
       reduce_kernel::fold(dtype, op, in.data(), in.size(), static_cast<std::byte*>(out) + e0 * isz,
                           mine);
