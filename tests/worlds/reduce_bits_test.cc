@@ -12,7 +12,8 @@
 // (sums wrap); random bools. Shapes give uneven and empty chunks.
 //
 // Also all_to_all with uneven shards and empty chunks, on every
-// combination of packed / in-place sides, against chunk + cat.
+// combination of packed / in-place sides, against chunk + cat, and
+// all_gather of uneven and empty shards along every dim against cat.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -323,6 +324,33 @@ TEST_F(ReduceBitsTest, AllToAllOfUnevenAndEmptyPiecesMatchesChunkAndCat) {
                 << concat << " over " << mesh.to_string() << " dim " << md << ", rank " << r;
           }
         }
+      }
+    }
+  }
+}
+
+// all_gather along each dim of a 3-d shard with uneven and empty shards
+// (rank r: r % 3 along the gather dim) against cat: along a later dim each
+// member's shard is a strided block of the output, which MPI writes in
+// place (a subarray per member), as the simulated backend copies it.
+TEST_F(ReduceBitsTest, AllGatherOfUnevenAndEmptyShardsMatchesCat) {
+  Backend& backend = world.backend();
+  for (const auto& [mesh, md] : mesh_dims(world)) {
+    if (!takes_part(mesh)) continue;
+    for (int64_t dim = 0; dim < 3; ++dim) {
+      auto make = [&](int r) {
+        Shape shape = {3, 4, 2};
+        shape[dim] = r % 3;
+        return (Tensor::arange(shape.product(), DType::Float64) + 1000.0 * r).reshape(shape);
+      };
+      const LocalTensor in = held_inputs(mesh, make);
+      const LocalTensor out = backend.all_gather(in, mesh, md, dim);
+      for (int r : in.ranks()) {
+        std::vector<Tensor> pieces;
+        for (int j : mesh.group(r, md)) pieces.push_back(make(j));
+        EXPECT_TRUE(same_bits(out.shard(r), cat(pieces, dim)))
+            << "all_gather dim " << dim << " over " << mesh.to_string() << " dim " << md
+            << ", rank " << r;
       }
     }
   }
