@@ -99,8 +99,6 @@ bool native_reduce() {
   return on;
 }
 
-
-
 // One run of `run` bytes. stream: with non-temporal stores where the
 // destination allows (16-byte aligned, whole 16-byte words), which skip the
 // read-for-ownership of every destination line and leave the cache alone.
@@ -336,8 +334,9 @@ void exchange_and_fold(const void* shard, const Pieces& p, DType dtype, ReduceOp
   const MPI_Datatype base = mpi_type(dtype);
   // Every piece one run (nothing before the dim: all_reduce, or a leading
   // scatter dim): counts and element displacements (MPI_Alltoallv), which
-  // Open MPI runs faster than the same moves as one-block datatypes of
-  // MPI_Alltoallw (64 MiB all_reduce on 4 processes: ~90 against ~130 ms).
+  // Open MPI ran faster than the same moves as one-block datatypes of
+  // MPI_Alltoallw (64 MiB all_reduce on 4 processes, alternating runs:
+  // ~90-130 against ~130 ms).
   // (Counts and displacements are then MPI ints, as for MPI_Allgatherv.)
   const bool runs = p.a.outer == 1 && own_in_place;
   const size_t un = static_cast<size_t>(n);
