@@ -38,13 +38,6 @@ bool Planner::last_in_order(const Placements& p, int mesh_dim, int64_t d) const 
   return true;
 }
 
-// Whether a mesh dim after `mesh_dim` (size-1 dims aside) shards d.
-bool Planner::sharded_after(const Placements& p, int mesh_dim, int64_t d) const {
-  for (int j = mesh_dim + 1; j < nd_; ++j)
-    if (size_[j] > 1 && p[j].is_shard(d)) return true;
-  return false;
-}
-
 // The state after mesh dim i goes to q; a shard becomes the last to
 // split its tensor dim (what every transform that starts sharding does).
 Placements Planner::after(const Placements& cur, int i, Placement q) const {
@@ -71,38 +64,6 @@ Placements Planner::after(const Placements& cur, int i, Placement q) const {
     q = Shard(q.dim(), k);
   }
   return replace_placements(cur, DimVector{i}, Placements{q});
-}
-
-// Partials in one state must be of one kind, or sum mixed with avg.
-bool Planner::valid_partials(const Placements& p) {
-  std::optional<ReduceOp> seen;
-  for (const Placement& q : p) {
-    if (!q.is_partial()) continue;
-    if (!seen) seen = q.reduce_op();
-    else if (*seen != q.reduce_op() && !(is_sum_or_avg(*seen) && is_sum_or_avg(q.reduce_op())))
-      return false;
-  }
-  return true;
-}
-
-// The kind of the step taking mesh dim i from p to q.
-StepKind Planner::single_kind(int i, Placement p, Placement q) const {
-  if (size_[i] == 1) return StepKind::Local;
-  if (p.is_shard()) return q.is_replicate() ? StepKind::AllGather : StepKind::AllToAll;
-  if (p.is_partial()) return q.is_replicate() ? StepKind::AllReduce : StepKind::ReduceScatter;
-  return StepKind::Local;
-}
-
-// The tensor dim a single step gathers, splits or (all_to_all) leaves.
-int64_t Planner::single_tensor_dim(Placement p, Placement q) {
-  if (p.is_shard()) return p.dim();
-  return q.is_shard() ? q.dim() : -1;
-}
-
-Planner::Move Planner::single_move(const Placements& cur, int i, Placement q,
-                                   const Placements& next) const {
-  return Move{next, 0, 0, 1u << i, false, single_kind(i, cur[i], q), q,
-              single_tensor_dim(cur[i], q)};
 }
 
 void Planner::single_edges(const Placements& cur, std::vector<Move>& out) const {

@@ -45,12 +45,6 @@ const Group& Planner::scratch_group(uint32_t dims) const {
   return scratch_;
 }
 
-void Planner::price_move(const Placements& cur, Move& m) const {
-  const Price pr = price(m.kind, m.dims, cur, m.next, m.tensor_dim, m.q);
-  m.cost = pr.cost_us;
-  m.peak = pr.peak;
-}
-
 // What changing the mesh dims `dims` from `cur` to `next` by a step of
 // `kind` costs, and the bytes per rank it holds live: its input, its
 // output and the temporaries of the backends (docs/redistribution.md,
