@@ -2,6 +2,7 @@
 // and runs the step).
 #include <algorithm>
 
+#include "redistribute/box_exchange.h"
 #include "redistribute/planner.h"
 
 namespace dtensor::redistribute_detail {
@@ -41,8 +42,11 @@ void Planner::prefer_box_exchange(std::vector<RedistributeStep>& steps) const {
   for (const RedistributeStep& s : steps) collectives += s.kind != StepKind::Local;
   const double cost_eps = 1e-9 * std::max(1.0, cost), peak_eps = 1e-9 * std::max(1.0, peak);
   if (box->cost_us < cost - cost_eps ||
-      (collectives > 1 && box->cost_us <= cost + cost_eps && box->peak_bytes < peak - peak_eps))
+      (collectives > 1 && box->cost_us <= cost + cost_eps && box->peak_bytes < peak - peak_eps)) {
+    // Its pieces, once: a cached plan then runs it without geometry.
+    box->box_routes = box_routes(from_, to_);
     steps = {std::move(*box)};
+  }
 }
 
 }  // namespace dtensor::redistribute_detail
