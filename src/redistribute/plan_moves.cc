@@ -69,9 +69,16 @@ Placements Planner::after(const Placements& cur, int i, Placement q) const {
 void Planner::single_edges(const Placements& cur, std::vector<Move>& out) const {
   const Placements& dst = to_.placements();
   const int64_t ndim = from_.ndim();
+  // Asked of every edge, so worked out once per state: a move to R or S
+  // keeps valid Partials valid, and the mesh dims (of more than one rank)
+  // sharding each tensor dim answer sharded_after with one shift.
+  const bool valid = valid_partials(cur);
+  uint32_t sharding[kMaxDims] = {};
+  for (int j = 0; j < nd_; ++j)
+    if (size_[j] > 1 && cur[j].is_shard()) sharding[cur[j].dim()] |= 1u << j;
   auto add = [&](int i, Placement q) {
     Placements next = after(cur, i, q);
-    if (!valid_partials(next)) return;
+    if ((!valid || q.is_partial()) && !valid_partials(next)) return;
     out.push_back(single_move(cur, i, q, next));
   };
   for (int i = 0; i < nd_; ++i) {
@@ -93,7 +100,7 @@ void Planner::single_edges(const Placements& cur, std::vector<Move>& out) const 
     // shard only right of the mesh dims splitting its dim): an ordered
     // detour only has to be undone again, and the states it would add
     // made cold plans about 4x slower.
-    auto may_take = [&](int64_t e) { return ordered_ || !sharded_after(cur, i, e); };
+    auto may_take = [&](int64_t e) { return ordered_ || (sharding[e] >> (i + 1)) == 0; };
     if (p.is_shard()) {
       if (!last_in_order(cur, i, p.dim())) continue;
       add(i, Replicate());
