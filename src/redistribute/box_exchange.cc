@@ -225,6 +225,12 @@ LocalTensor box_exchange(const LocalTensor& in, const Group& g, const DeviceMesh
   // only this process's view, and its own moves, are needed.
   const bool all = mesh.world().is_simulated();
   BoxRoutes routes;
+  // Every view's routes (simulated) or this rank's view's (MPI), at most.
+  const size_t views =
+      all ? std::max<size_t>(1, in.shards().size() / std::max<size_t>(1, by_coord.outputs.size()))
+          : 1;
+  routes.outputs.reserve(views * by_coord.outputs.size());
+  routes.moves.reserve(views * by_coord.moves.size());
   std::vector<int> done;
   for (const auto& [rank, shard] : in.shards()) {
     if (!mesh.contains(rank) || std::find(done.begin(), done.end(), rank) != done.end()) continue;
