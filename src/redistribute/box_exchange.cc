@@ -197,25 +197,27 @@ std::optional<RedistributeStep> box_exchange_step(const DTensorSpec& from, const
 }
 
 std::shared_ptr<const BoxRoutes> box_routes(const DTensorSpec& from, const DTensorSpec& to) {
-  const std::optional<std::vector<BoxPiece>> pieces =
-      box_pieces(from, to, static_cast<size_t>(-1));
-  DT_CHECK(pieces.has_value(), "redistribute: internal error: a box exchange from ",
-           from.to_string(), " to ", to.to_string(), " (a Partial has no boxes)");
   const std::vector<DimVector> coords = coordinates(from.mesh());
   const std::vector<Box> src = boxes_of(from, coords), dst = boxes_of(to, coords);
   auto out = std::make_shared<BoxRoutes>();
   out->outputs.reserve(coords.size());
   for (size_t c = 0; c < coords.size(); ++c)
     out->outputs.emplace_back(static_cast<int>(c), dst[c].size);
-  out->moves.reserve(pieces->size());
-  for (const BoxPiece& p : *pieces) {
-    BoxMove m{static_cast<int>(p.from), static_cast<int>(p.to), p.size, p.start, p.start};
-    for (size_t d = 0; d < p.start.size(); ++d) {
-      m.from_start[d] -= src[static_cast<size_t>(p.from)].start[d];
-      m.to_start[d] -= dst[static_cast<size_t>(p.to)].start[d];
-    }
-    out->moves.push_back(std::move(m));
-  }
+  const size_t td = static_cast<size_t>(from.ndim());
+  const bool ok = for_each_box_piece(
+      from, to, static_cast<size_t>(-1),
+      [&](int64_t s, int64_t q, const int64_t* start, const int64_t* size) {
+        BoxMove& m = out->moves.emplace_back();
+        m.from = static_cast<int>(s);
+        m.to = static_cast<int>(q);
+        for (size_t d = 0; d < td; ++d) {
+          m.size.push_back(size[d]);
+          m.from_start.push_back(start[d] - src[static_cast<size_t>(s)].start[d]);
+          m.to_start.push_back(start[d] - dst[static_cast<size_t>(q)].start[d]);
+        }
+      });
+  DT_CHECK(ok, "redistribute: internal error: a box exchange from ", from.to_string(), " to ",
+           to.to_string(), " (a Partial has no boxes)");
   return out;
 }
 
