@@ -76,3 +76,29 @@ TEST(PlanBoxRoutes, PlannedBoxExchangesCarryTheirPiecesAndRunAsWorkedOutAgain) {
   }
   EXPECT_GT(boxes, 0);
 }
+
+// The plan check checks the pieces the step carries, which are what runs:
+// a move dropped, shifted or sent to the wrong coordinate is refused.
+TEST(PlanBoxRoutes, ThePlanCheckRefusesWrongRoutes) {
+  World world = World::simulated(4);
+  DeviceMesh mesh(world, {2, 2});
+  const DTensorSpec from(mesh, parse_placements("S(0),S(1)"), Shape{6, 5}, DType::Float32);
+  const auto plan = plan_redistribute(from, from.with_placements(parse_placements("S(1),S(0)")));
+  ASSERT_EQ(plan->count(StepKind::BoxExchange), 1) << plan->explain();
+  ASSERT_NE(plan->steps[0].box_routes, nullptr);
+  EXPECT_NO_THROW(check_plan(*plan));
+  ASSERT_GT(plan->steps[0].box_routes->moves.size(), 1u);
+  auto with_routes = [&](auto&& change) {
+    RedistributePlan p = *plan;
+    auto routes = std::make_shared<BoxRoutes>(*p.steps[0].box_routes);
+    change(*routes);
+    p.steps[0].box_routes = routes;
+    return p;
+  };
+  EXPECT_THROW(check_plan(with_routes([](BoxRoutes& r) { r.moves.pop_back(); })), Error);
+  EXPECT_THROW(check_plan(with_routes([](BoxRoutes& r) { r.moves[1].to_start[0] += 1; })), Error);
+  EXPECT_THROW(
+      check_plan(with_routes([](BoxRoutes& r) { r.moves[1].to = (r.moves[1].to + 1) % 4; })),
+      Error);
+  EXPECT_THROW(check_plan(with_routes([](BoxRoutes& r) { r.outputs[0].second[0] += 1; })), Error);
+}
