@@ -8,6 +8,7 @@
 //   plan_search.cc    the A* search over states
 //   plan_baseline.cc  the per-dim plan (no search)
 //   plan_box.cc       the box exchange as a candidate beside the search
+// (plan_explain.cc prints a plan; it needs no Planner.)
 // One Planner plans one pair; it is not shared between threads.
 #pragma once
 
@@ -75,6 +76,7 @@ class Planner {
   void prefer_box_exchange(std::vector<RedistributeStep>& steps) const;
 
   // plan_moves.cc: states
+  // Bytes per rank of a state under the cost model: global bytes / shards.
   double bytes_of(const Placements& p) const {
     double shards = 1;
     for (int i = 0; i < nd_; ++i)
