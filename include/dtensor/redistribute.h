@@ -39,6 +39,8 @@ double all_to_all_cost(double bytes, int64_t n, LinkCost link, double base_us = 
 
 // ---- Plans ----
 
+struct BoxRoutes;  // a box exchange's pieces (src/comm/backend.h)
+
 // BoxExchange: S/R -> S/R in one all_to_allv of boxes (docs/redistribution.md).
 enum class StepKind : uint8_t { AllGather, AllReduce, ReduceScatter, AllToAll, Local, BoxExchange };
 inline constexpr int kNumStepKinds = 6;
@@ -77,6 +79,11 @@ struct RedistributeStep {
   // dim), and whether planning created it (auto-flattening).
   std::string group;
   bool created_group = false;
+  // BoxExchange: its pieces, by mesh coordinate (row-major), made once with
+  // the plan so that running a cached plan does no geometry. Internal
+  // (src/redistribute/box_exchange.h); null in a step built by hand, which
+  // the executor then works out.
+  std::shared_ptr<const BoxRoutes> box_routes;
 };
 
 struct RedistributePlan {

@@ -247,17 +247,39 @@ bool view_accepts(const OpSchema& s, const TensorMeta& out, const Placements* in
   }
 }
 
-constexpr OpRule kView{"view", view_meta, view_strategies, view_accepts};
-constexpr OpRule kReshape{"reshape", view_meta, view_strategies, view_accepts};
-constexpr OpRule kFlatten{"flatten", view_meta, view_strategies, view_accepts};
-constexpr OpRule kSqueeze{"squeeze", view_meta, view_strategies, view_accepts};
-constexpr OpRule kUnsqueeze{"unsqueeze", view_meta, view_strategies, view_accepts};
+constexpr OpRule view_rule(const char* name) {
+  return {.name = name, .output_meta = view_meta, .strategies = view_strategies,
+          .accepts = view_accepts, .views = true};
+}
+constexpr OpRule kView = view_rule("view");
+constexpr OpRule kReshape = view_rule("reshape");
+constexpr OpRule kFlatten = view_rule("flatten");
+constexpr OpRule kSqueeze = view_rule("squeeze");
+constexpr OpRule kUnsqueeze = view_rule("unsqueeze");
 
-// Reshapes each shard to the output's local shape.
+// Reshapes each shard to the output's local shape. The shards of an even
+// split share one geometry, so the view's strides are worked out on the
+// first shard and reused for every later shard of the same shape and
+// strides (the rule's `views` keeps the loop in rank order on this thread).
+// A reshape that had to copy is not reused.
 DTensor run_view(const OpSchema& schema, const OpRule& rule, const DTensor& x) {
   const DTensor* inputs[] = {&x};
-  return run(schema, rule, inputs, [](int rank, const Tensor* const* t, const OutputSharding& s) {
-    return t[0]->reshape(output_local_shape(s, rank));
+  bool known = false;  // whether in_shape/in_strides -> out_shape/out_strides is a view seen
+  Shape in_shape, in_strides, out_shape, out_strides;
+  return run(schema, rule, inputs, [&](int rank, const Tensor* const* t, const OutputSharding& s) {
+    const Tensor& in = *t[0];
+    const Shape shape = output_local_shape(s, rank);
+    if (known && shape == out_shape && in.shape() == in_shape && in.strides() == in_strides)
+      return Tensor(in.storage(), in.dtype(), shape, out_strides, in.storage_offset());
+    Tensor out = in.reshape(shape);
+    if (!known && out.storage() == in.storage() && out.storage_offset() == in.storage_offset()) {
+      known = true;
+      in_shape = in.shape();
+      in_strides = in.strides();
+      out_shape = shape;
+      out_strides = out.strides();
+    }
+    return out;
   });
 }
 

@@ -20,10 +20,11 @@
 // receives over the slowest link among the mesh dims data crosses. On one
 // mesh dim with even shards this is the all_to_all formula exactly.
 #include <algorithm>
+#include <memory>
 
 #include "comm/backend.h"
 #include "dtensor/world.h"
-#include "redistribute/transforms.h"
+#include "redistribute/box_exchange.h"
 
 namespace dtensor::redistribute_detail {
 
@@ -195,39 +196,63 @@ std::optional<RedistributeStep> box_exchange_step(const DTensorSpec& from, const
   return s;
 }
 
-LocalTensor box_exchange(const LocalTensor& in, const Group& g, const DTensorSpec& from,
-                         const DTensorSpec& to) {
-  const std::optional<std::vector<BoxPiece>> pieces =
-      box_pieces(from, to, static_cast<size_t>(-1));
-  DT_CHECK(pieces.has_value(), "redistribute: internal error: a box exchange from ",
-           from.to_string(), " to ", to.to_string(), " (a Partial has no boxes)");
-  const DeviceMesh& mesh = from.mesh();
-  const std::vector<DimVector> coords = coordinates(mesh);
+std::shared_ptr<const BoxRoutes> box_routes(const DTensorSpec& from, const DTensorSpec& to) {
+  const std::vector<DimVector> coords = coordinates(from.mesh());
   const std::vector<Box> src = boxes_of(from, coords), dst = boxes_of(to, coords);
-  // The pieces name mesh coordinates; each view of the mesh (a sub-mesh has
-  // one per coordinate of the other root dims) maps them to its own ranks.
-  // Under MPI only this process's view, and its own pieces, are needed.
+  auto out = std::make_shared<BoxRoutes>();
+  out->outputs.reserve(coords.size());
+  for (size_t c = 0; c < coords.size(); ++c)
+    out->outputs.emplace_back(static_cast<int>(c), dst[c].size);
+  const size_t td = static_cast<size_t>(from.ndim());
+  const bool ok = for_each_box_piece(
+      from, to, static_cast<size_t>(-1),
+      [&](int64_t s, int64_t q, const int64_t* start, const int64_t* size) {
+        BoxMove& m = out->moves.emplace_back();
+        m.from = static_cast<int>(s);
+        m.to = static_cast<int>(q);
+        for (size_t d = 0; d < td; ++d) {
+          m.size.push_back(size[d]);
+          m.from_start.push_back(start[d] - src[static_cast<size_t>(s)].start[d]);
+          m.to_start.push_back(start[d] - dst[static_cast<size_t>(q)].start[d]);
+        }
+      });
+  DT_CHECK(ok, "redistribute: internal error: a box exchange from ", from.to_string(), " to ",
+           to.to_string(), " (a Partial has no boxes)");
+  return out;
+}
+
+LocalTensor box_exchange(const LocalTensor& in, const Group& g, const DeviceMesh& mesh,
+                         const BoxRoutes& by_coord) {
+  // Each view of the mesh maps the coordinates to its own ranks. Under MPI
+  // only this process's view, and its own moves, are needed.
   const bool all = mesh.world().is_simulated();
   BoxRoutes routes;
+  // Every view's routes (simulated) or this rank's view's (MPI), at most.
+  const size_t views =
+      all ? std::max<size_t>(1, in.shards().size() / std::max<size_t>(1, by_coord.outputs.size()))
+          : 1;
+  routes.outputs.reserve(views * by_coord.outputs.size());
+  routes.moves.reserve(views * by_coord.moves.size());
   std::vector<int> done;
   for (const auto& [rank, shard] : in.shards()) {
     if (!mesh.contains(rank) || std::find(done.begin(), done.end(), rank) != done.end()) continue;
     const std::vector<int> view = mesh.ranks(rank);
     done.insert(done.end(), view.begin(), view.end());
-    for (size_t c = 0; c < view.size(); ++c)
-      if (all || view[c] == rank) routes.outputs.emplace_back(view[c], dst[c].size);
-    for (const BoxPiece& p : *pieces) {
-      const int a = view[static_cast<size_t>(p.from)], b = view[static_cast<size_t>(p.to)];
+    for (const auto& [c, shape] : by_coord.outputs)
+      if (all || view[static_cast<size_t>(c)] == rank)
+        routes.outputs.emplace_back(view[static_cast<size_t>(c)], shape);
+    for (const BoxMove& m : by_coord.moves) {
+      const int a = view[static_cast<size_t>(m.from)], b = view[static_cast<size_t>(m.to)];
       if (!all && a != rank && b != rank) continue;
-      BoxMove m{a, b, p.size, p.start, p.start};
-      for (size_t d = 0; d < p.start.size(); ++d) {
-        m.from_start[d] -= src[static_cast<size_t>(p.from)].start[d];
-        m.to_start[d] -= dst[static_cast<size_t>(p.to)].start[d];
-      }
-      routes.moves.push_back(std::move(m));
+      routes.moves.push_back(BoxMove{a, b, m.size, m.from_start, m.to_start});
     }
   }
   return g.mesh.world().backend().exchange_boxes(in, g.mesh, g.dim, routes);
+}
+
+LocalTensor box_exchange(const LocalTensor& in, const Group& g, const DTensorSpec& from,
+                         const DTensorSpec& to) {
+  return box_exchange(in, g, from.mesh(), *box_routes(from, to));
 }
 
 }  // namespace dtensor::redistribute_detail

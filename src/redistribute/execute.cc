@@ -8,6 +8,7 @@
 #include "dtensor/debug.h"
 #include "dtensor/error.h"
 #include "dtensor/world.h"
+#include "redistribute/box_exchange.h"
 #include "redistribute/plan_internal.h"
 #include "redistribute/transforms.h"
 
@@ -41,6 +42,9 @@ LocalTensor run_step(const RedistributePlan& plan, size_t k, const LocalTensor& 
   const Group g = group_of(plan.from.mesh(), s);
   switch (s.kind) {
     case StepKind::BoxExchange: {
+      // The planner works the pieces out with the plan; a step built by
+      // hand has none.
+      if (s.box_routes) return box_exchange(in, g, plan.from.mesh(), *s.box_routes);
       const DTensorSpec before = spec_before(plan, k);
       return box_exchange(in, g, before,
                           before.with_placements(

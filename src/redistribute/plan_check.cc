@@ -17,6 +17,7 @@
 // once), so a few microseconds for realistic meshes, paid once per plan.
 #include <algorithm>
 
+#include "comm/backend.h"
 #include "redistribute/plan_internal.h"
 #include "redistribute/transforms.h"
 
@@ -180,7 +181,50 @@ class Replay {
                   std::to_string(s.divisor) + " does not give the value of " + to_string(s.from));
   }
 
-  // A box exchange: its pieces, made as the executor makes them, each lie
+  // The pieces a step's routes move (by coordinate, starts relative to the
+  // sender's and the receiver's boxes; box_exchange.h), in global indices:
+  // each output must have its next box's shape, and each move must write
+  // where it reads. check_box_exchange then checks them as any pieces.
+  std::vector<BoxPiece> routed_pieces(const BoxRoutes& r, const Boxes& in,
+                                      const Boxes& want) const {
+    const int64_t td = in.ndim;
+    auto coordinate = [&](int64_t c) { return c >= 0 && c < numel_; };
+    if (static_cast<int64_t>(r.outputs.size()) != numel_)
+      fail("a box exchange's routes have " + std::to_string(r.outputs.size()) +
+           " outputs for " + std::to_string(numel_) + " mesh coordinates");
+    for (const auto& [c, shape] : r.outputs) {
+      if (!coordinate(c) || static_cast<int64_t>(shape.size()) != td)
+        fail("a box exchange's routes give coordinate " + std::to_string(c) + " an output of " +
+             std::to_string(shape.size()) + " dims");
+      for (int64_t d = 0; d < td; ++d)
+        if (shape[d] != want.at(c, d).size)
+          fail("a box exchange's routes give coordinate " + std::to_string(c) + " " +
+               std::to_string(shape[d]) + " elements of tensor dim " + std::to_string(d) +
+               " where its next box has " + std::to_string(want.at(c, d).size));
+    }
+    std::vector<BoxPiece> out;
+    out.reserve(r.moves.size());
+    for (const BoxMove& m : r.moves) {
+      if (!coordinate(m.from) || !coordinate(m.to) ||
+          static_cast<int64_t>(m.size.size()) != td ||
+          static_cast<int64_t>(m.from_start.size()) != td ||
+          static_cast<int64_t>(m.to_start.size()) != td)
+        fail("a box exchange route from coordinate " + std::to_string(m.from) + " to " +
+             std::to_string(m.to) + " lies outside the mesh or the tensor's dims");
+      BoxPiece p{m.from, m.to, Shape(static_cast<size_t>(td), 0), m.size};
+      for (int64_t d = 0; d < td; ++d) {
+        p.start[d] = in.at(m.from, d).start + m.from_start[d];
+        if (want.at(m.to, d).start + m.to_start[d] != p.start[d])
+          fail("a box exchange route from coordinate " + std::to_string(m.from) + " to " +
+               std::to_string(m.to) + " writes tensor dim " + std::to_string(d) +
+               " elsewhere than it reads");
+      }
+      out.push_back(std::move(p));
+    }
+    return out;
+  }
+
+  // A box exchange: its pieces, the ones the executor runs, each lie
   // in its sender's box and its receiver's next box, join coordinates that
   // differ only on the step's mesh dims (its group), and tile every next
   // box: inside it, disjoint, and as large in all. Disjoint without
@@ -190,8 +234,12 @@ class Replay {
   // a receiver's pieces come from distinct holders' boxes.
   void check_box_exchange(const RedistributeStep& s, const Placements& cur, const Placements& next,
                           const Boxes& in, const Boxes& want) const {
-    const std::optional<std::vector<BoxPiece>> pieces = box_pieces(
-        plan_.from.with_placements(cur), plan_.from.with_placements(next), static_cast<size_t>(-1));
+    // The planner keeps the pieces with the step: check those, which are
+    // what the executor runs; a step built by hand has its pieces worked out.
+    const std::optional<std::vector<BoxPiece>> pieces =
+        s.box_routes ? std::optional(routed_pieces(*s.box_routes, in, want))
+                     : box_pieces(plan_.from.with_placements(cur),
+                                  plan_.from.with_placements(next), static_cast<size_t>(-1));
     if (!pieces) fail("a box exchange runs between layouts without Partial");
     bool in_step[kMaxDims] = {};
     for (int64_t i : s.mesh_dims) in_step[i] = true;

@@ -289,3 +289,37 @@ TEST_F(ViewOpsTest, ErrorsAreThePlainOpsWithThePlacements) {
 }
 
 }  // namespace
+
+namespace {
+
+// A view works its strides out once and reuses them for later shards of the
+// same geometry (run_view, src/ops/view.cc). Shards of one shape but
+// different strides, and shards whose reshape must copy, take their own.
+TEST_F(ViewOpsTest, ShardsOfOneShapeWithDifferentStridesViewAlike) {
+  DeviceMesh mesh(world, {4});
+  const Tensor x = int_valued({4, 6, 5}, 12);
+  // Rank r holds rows [r] of x: contiguous on even ranks; on odd ranks the
+  // same values through a transposed layout, where a reshape that merges
+  // the last two dims has to copy.
+  const DTensor d = from_local(
+      [&](int rank) {
+        const Tensor shard = x.narrow(0, rank, 1).contiguous();
+        if (rank % 2 == 0) return shard;
+        return shard.transpose(1, 2).contiguous().transpose(1, 2);
+      },
+      mesh, {Shard(0)});
+  EXPECT_NE(d.to_local(0).strides(), d.to_local(1).strides());
+  for (const Shape& to : {Shape{4, 30}, Shape{4, 6, 5, 1}, Shape{2, 2, 6, 5}}) {
+    const DTensor v = reshape(d, to);
+    EXPECT_TRUE(equal(v.full_tensor(), x.reshape(to))) << to;
+    expect_local_shapes(v);
+  }
+  // Same strides on every rank: the even split of a contiguous tensor.
+  const DTensor e = distribute_tensor(x, mesh, {Shard(0)});
+  const DTensor w = view(e, {4, 3, 2, 5});
+  EXPECT_TRUE(equal(w.full_tensor(), x.view({4, 3, 2, 5})));
+  for (int rank = 1; rank < 4; ++rank)
+    EXPECT_EQ(w.to_local(rank).strides(), w.to_local(0).strides());
+}
+
+}  // namespace

@@ -65,7 +65,8 @@ TEST(BoxExchange, RandomLayoutPairsMoveEveryBit) {
     const Placements from = random_shard_or_replicate(rng, mesh.ndim(), nd);
     const Placements to = random_shard_or_replicate(rng, mesh.ndim(), nd);
     const DType dtype = iter % 3 == 0 ? DType::Int64 : iter % 3 == 1 ? DType::Float32 : DType::Bool;
-    const Tensor x = dtype == DType::Bool ? gt(int_valued(shape, iter), 0.0) : int_valued(shape, iter).to(dtype);
+    const Tensor v = int_valued(shape, iter);
+    const Tensor x = dtype == DType::Bool ? gt(v, 0.0) : v.to(dtype);
     const DTensor d = distribute_tensor(x, mesh, from);
     const DTensorSpec b = d.spec().with_placements(to);
     const std::string what = mesh.to_string() + " " + to_string(d.spec().placements()) + " -> " +

@@ -247,6 +247,25 @@ TEST_F(ThreadsTest, RowKernels) {
   expect_stable("empty softmax", [&] { return softmax(Tensor::randn({0, 9}, 1), 1); });
 }
 
+// Products big enough to be cut into blocks of output rows or columns, one
+// BLAS call each (src/tensor/linalg.cc): the blocks depend on the shape
+// alone, so the bits do not depend on the thread count. Shapes cut by rows
+// (more rows than columns), by columns, into the most blocks, and a last
+// block that is partial; operands transposed; a batch folded into rows.
+TEST_F(ThreadsTest, Products) {
+  const Tensor a = Tensor::randn({613, 301}, 41), b = Tensor::randn({301, 257}, 42);
+  const Tensor wide = Tensor::randn({97, 2100}, 43), tall = Tensor::randn({2100, 97}, 44);
+  const Tensor x3 = Tensor::randn({3, 333, 128}, 45), w = Tensor::randn({515, 128}, 46);
+  const Tensor bias = Tensor::randn({515}, 47);
+  expect_stable("mm by rows", [&] { return mm(a, b); });
+  expect_stable("mm by columns", [&] { return mm(b.t(), a.t()); });
+  expect_stable("mm, most blocks", [&] { return mm(tall, wide); });
+  expect_stable("mm, transposed operands", [&] { return mm(wide.t(), tall.t()); });
+  expect_stable("float64 mm", [&] { return mm(a.to(DType::Float64), b.to(DType::Float64)); });
+  expect_stable("linear, batch folded into rows", [&] { return linear(x3, w, bias); });
+  expect_stable("bmm", [&] { return matmul(x3, x3.transpose(1, 2)); });
+}
+
 TEST_F(ThreadsTest, SoftmaxMatchesAScalarLoop) {
   set_num_threads(2);
   const Tensor x = Tensor::randn({211, 1031}, 41) * 4.0;

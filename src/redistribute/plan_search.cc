@@ -1,0 +1,156 @@
+// The search: A* over placement states, from the source to the target.
+#include <algorithm>
+#include <queue>
+#include <tuple>
+
+#include "redistribute/planner.h"
+
+namespace dtensor::redistribute_detail {
+
+namespace {
+
+// 8 bits per mesh dim: the low 4 are 0 = R, 1..8 = S(0..7), 9..12 =
+// P(sum, avg, max, min); the high 4 a shard's order + 1 (0 = natural).
+// States are normalized (placement.h), so one layout has one key.
+uint64_t code(Placement p) {
+  if (p.is_shard())
+    return (1 + static_cast<uint64_t>(p.dim())) | static_cast<uint64_t>(p.shard_order() + 1) << 4;
+  if (p.is_partial()) return 9 + static_cast<uint64_t>(p.reduce_op());
+  return 0;
+}
+
+uint64_t key_of(const Placements& p) {
+  uint64_t k = 0;
+  for (size_t i = 0; i < p.size(); ++i) k |= code(p[i]) << (8 * i);
+  return k;
+}
+
+struct Node {
+  uint64_t key = 0;  // the state's key_of
+  double cost = 0;
+  double peak = 0;  // the most bytes per rank a step of the path holds
+  int steps = 0;
+  bool done = false;
+  uint32_t prev = 0;  // the node the path comes from
+  Planner::Move move;  // the edge into this node; move.next is its state
+};
+
+// Whether a path of (cost, peak, steps) beats node n: cheaper; as cheap
+// and needing less memory; or as cheap and as much memory in fewer steps.
+bool better(double cost, double peak, int steps, const Node& n) {
+  constexpr double kEps = 1e-9;
+  if (cost < n.cost - kEps) return true;
+  if (cost > n.cost + kEps) return false;
+  const double peak_eps = 1e-9 * std::max(1.0, n.peak);
+  if (peak < n.peak - peak_eps) return true;
+  if (peak > n.peak + peak_eps) return false;
+  return steps < n.steps;
+}
+
+// The states the search has reached, by key: open addressing over a
+// vector of nodes (indices stay valid as it grows; references do not),
+// which allocates a few times per plan instead of once per state.
+class NodeTable {
+ public:
+  NodeTable() : slots_(1024, kEmpty) { nodes_.reserve(512); }
+  // The node of `key`, added (default) if new; second: whether it was.
+  std::pair<uint32_t, bool> try_emplace(uint64_t key) {
+    if (2 * (nodes_.size() + 1) > slots_.size()) grow();
+    for (size_t s = slot_of(key);; s = (s + 1) & (slots_.size() - 1)) {
+      if (slots_[s] == kEmpty) {
+        slots_[s] = static_cast<uint32_t>(nodes_.size());
+        nodes_.emplace_back().key = key;
+        return {slots_[s], true};
+      }
+      if (nodes_[slots_[s]].key == key) return {slots_[s], false};
+    }
+  }
+  const Node* find(uint64_t key) const {
+    for (size_t s = slot_of(key);; s = (s + 1) & (slots_.size() - 1)) {
+      if (slots_[s] == kEmpty) return nullptr;
+      if (nodes_[slots_[s]].key == key) return &nodes_[slots_[s]];
+    }
+  }
+  Node& operator[](uint32_t index) { return nodes_[index]; }
+  size_t size() const { return nodes_.size(); }
+
+ private:
+  static constexpr uint32_t kEmpty = ~0u;
+  size_t slot_of(uint64_t key) const {
+    return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 32) & (slots_.size() - 1);
+  }
+  void grow() {
+    slots_.assign(2 * slots_.size(), kEmpty);
+    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+      size_t s = slot_of(nodes_[i].key);
+      while (slots_[s] != kEmpty) s = (s + 1) & (slots_.size() - 1);
+      slots_[s] = i;
+    }
+  }
+  std::vector<uint32_t> slots_;
+  std::vector<Node> nodes_;
+};
+
+}  // namespace
+
+// The cheapest path, lowest peak memory among the cheapest, or nullopt
+// past max_states_ states. A* over the states with lower_bound(): the
+// queue orders by cost so far + bound, then peak, then steps, so among
+// paths of equal cost the one needing less memory settles a state first.
+std::optional<std::vector<RedistributeStep>> Planner::search() const {
+  const Placements& src = from_.placements();
+  const uint64_t start = key_of(src), goal = key_of(to_.placements());
+  NodeTable nodes;
+  const uint32_t first = nodes.try_emplace(start).first;
+  nodes[first].move.next = src;
+  nodes[first].prev = first;
+  nodes[first].peak = bytes_of(src);
+  // cost + bound, peak, steps, key (the last tie-break, as before the
+  // node table), node
+  using Item = std::tuple<double, double, int, uint64_t, uint32_t>;
+  std::priority_queue<Item, std::vector<Item>, std::greater<>> queue;
+  queue.emplace(lower_bound(src), nodes[first].peak, 0, start, first);
+  std::vector<Move> edges;
+  edges.reserve(64);
+  while (!queue.empty()) {
+    const uint32_t at = std::get<4>(queue.top());
+    queue.pop();
+    Node& node = nodes[at];
+    if (node.done) continue;
+    node.done = true;
+    if (node.key == goal) break;
+    const Placements cur = node.move.next;
+    const double cost = node.cost, peak = node.peak;
+    const int steps = node.steps;
+    edges.clear();
+    single_edges(cur, edges);
+    if (options_.merge) merged_edges(cur, edges);
+    for (Move& e : edges) {
+      const uint64_t k = key_of(e.next);
+      const auto [to, fresh] = nodes.try_emplace(k);
+      if (!fresh && nodes[to].done) continue;
+      price_move(cur, e);
+      const double c = cost + e.cost;
+      const double pk = std::max(peak, e.peak);
+      Node& n = nodes[to];
+      if (!fresh && !better(c, pk, steps + 1, n)) continue;
+      n.cost = c;
+      n.peak = pk;
+      n.steps = steps + 1;
+      n.prev = at;
+      n.move = e;
+      queue.emplace(c + lower_bound(e.next), pk, steps + 1, k, to);
+    }
+    if (nodes.size() > max_states_) return std::nullopt;
+  }
+  const Node* last = nodes.find(goal);
+  DT_CHECK(last != nullptr && last->done, "redistribute: internal error: no plan from ",
+           to_string(src), " to ", to_string(to_.placements()), " on ", mesh_);
+  std::vector<RedistributeStep> out;
+  for (const Node* n = last; n->key != start; n = &nodes[n->prev])
+    out.push_back(step_of(nodes[n->prev].move.next, n->move));
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace dtensor::redistribute_detail

@@ -1,0 +1,104 @@
+// A planned box exchange carries its pieces (RedistributeStep::box_routes,
+// src/redistribute/box_exchange.h), worked out once with the plan: they are
+// the pieces of the two layouts, and running the plan with them gives the
+// same shards as working them out again, on a whole mesh and on a sub-mesh
+// (whose views map the same coordinates to different ranks).
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "comm/backend.h"
+#include "dtensor/dtensor.h"
+#include "layout_util.h"
+#include "redistribute/box_exchange.h"
+#include "redistribute/plan_internal.h"
+#include "test_util.h"
+
+using namespace dtensor;
+using namespace dtensor::redistribute_detail;
+using dtensor::testing::int_valued;
+
+namespace {
+
+bool same_moves(const BoxRoutes& a, const BoxRoutes& b) {
+  if (a.outputs != b.outputs || a.moves.size() != b.moves.size()) return false;
+  for (size_t k = 0; k < a.moves.size(); ++k) {
+    const BoxMove& x = a.moves[k];
+    const BoxMove& y = b.moves[k];
+    if (x.from != y.from || x.to != y.to || x.size != y.size || x.from_start != y.from_start ||
+        x.to_start != y.to_start)
+      return false;
+  }
+  return true;
+}
+
+// Every shard of `out` (on the ranks of every view of spec's mesh) is the
+// one `ref` holds.
+void expect_same_shards(const LocalTensor& out, const LocalTensor& ref, const std::string& what) {
+  ASSERT_EQ(out.shards().size(), ref.shards().size()) << what;
+  for (const auto& [rank, t] : ref.shards()) {
+    ASSERT_TRUE(out.holds(rank)) << what << " rank " << rank;
+    EXPECT_TRUE(equal(out.shard(rank), t)) << what << " rank " << rank;
+  }
+}
+
+}  // namespace
+
+TEST(PlanBoxRoutes, PlannedBoxExchangesCarryTheirPiecesAndRunAsWorkedOutAgain) {
+  World world = World::simulated(16);
+  DeviceMesh root(world, {2, 2, 4}, {"a", "b", "c"});
+  std::mt19937 rng(4711);
+  int boxes = 0;
+  for (int iter = 0; iter < dtensor::testing::property_cases(60); ++iter) {
+    // Alternately the whole mesh and the sub-mesh of (b, c), which has two
+    // views: the pieces name coordinates, each view its own ranks.
+    const DeviceMesh mesh = iter % 2 == 0 ? root : root[{"b", "c"}];
+    const Shape shape{1 + static_cast<int64_t>(rng() % 13), 1 + static_cast<int64_t>(rng() % 9)};
+    const Placements from = dtensor::testing::random_shard_or_replicate(rng, mesh.ndim(), 2);
+    const Placements to = dtensor::testing::random_shard_or_replicate(rng, mesh.ndim(), 2);
+    const DTensor d = distribute_tensor(int_valued(shape, iter), mesh, from);
+    const DTensorSpec target = d.spec().with_placements(to);
+    const auto plan = plan_redistribute(d.spec(), target);
+    const std::string what = plan->explain();
+    if (plan->count(StepKind::BoxExchange) == 0) continue;
+    ++boxes;
+    ASSERT_EQ(plan->steps.size(), 1u) << what;
+    const RedistributeStep& step = plan->steps[0];
+    ASSERT_NE(step.box_routes, nullptr) << what;
+    EXPECT_TRUE(same_moves(*step.box_routes, *box_routes(d.spec(), target))) << what;
+    // The same plan without its pieces makes the executor work them out.
+    RedistributePlan by_hand = *plan;
+    by_hand.steps[0].box_routes = nullptr;
+    expect_same_shards(execute_plan(*plan, d.local()), execute_plan(by_hand, d.local()), what);
+    // And both are the target layout of the tensor.
+    expect_same_shards(execute_plan(*plan, d.local()),
+                       distribute_tensor(int_valued(shape, iter), mesh, to).local(), what);
+  }
+  EXPECT_GT(boxes, 0);
+}
+
+// The plan check checks the pieces the step carries, which are what runs:
+// a move dropped, shifted or sent to the wrong coordinate is refused.
+TEST(PlanBoxRoutes, ThePlanCheckRefusesWrongRoutes) {
+  World world = World::simulated(4);
+  DeviceMesh mesh(world, {2, 2});
+  const DTensorSpec from(mesh, parse_placements("S(0),S(1)"), Shape{6, 5}, DType::Float32);
+  const auto plan = plan_redistribute(from, from.with_placements(parse_placements("S(1),S(0)")));
+  ASSERT_EQ(plan->count(StepKind::BoxExchange), 1) << plan->explain();
+  ASSERT_NE(plan->steps[0].box_routes, nullptr);
+  EXPECT_NO_THROW(check_plan(*plan));
+  ASSERT_GT(plan->steps[0].box_routes->moves.size(), 1u);
+  auto with_routes = [&](auto&& change) {
+    RedistributePlan p = *plan;
+    auto routes = std::make_shared<BoxRoutes>(*p.steps[0].box_routes);
+    change(*routes);
+    p.steps[0].box_routes = routes;
+    return p;
+  };
+  EXPECT_THROW(check_plan(with_routes([](BoxRoutes& r) { r.moves.pop_back(); })), Error);
+  EXPECT_THROW(check_plan(with_routes([](BoxRoutes& r) { r.moves[1].to_start[0] += 1; })), Error);
+  EXPECT_THROW(
+      check_plan(with_routes([](BoxRoutes& r) { r.moves[1].to = (r.moves[1].to + 1) % 4; })),
+      Error);
+  EXPECT_THROW(check_plan(with_routes([](BoxRoutes& r) { r.outputs[0].second[0] += 1; })), Error);
+}
