@@ -35,8 +35,8 @@ void Planner::prefer_box_exchange(std::vector<RedistributeStep>& steps) const {
   }
   // On a tie in cost, memory decides only against a plan of several
   // collectives, which passes intermediate layouts. Against one collective
-  // (S(1) -> R's all_gather) the box exchange would save no more than the
-  // backend's reorder buffer, and the named collective is the one real
+  // (S(1) -> R's all_gather) it saves nothing: a collective writes
+  // straight into its output too, and the named collective is the one real
   // backends implement best.
   int collectives = 0;
   for (const RedistributeStep& s : steps) collectives += s.kind != StepKind::Local;
