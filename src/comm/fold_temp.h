@@ -1,6 +1,6 @@
 // What a reduction holds under MPI besides its input and output: the pieces
 // it receives before folding them in member order (mpi_backend.cc). Shared
-// with the planner (plan.cc, price()), whose peak-memory model must agree
+// with the planner (plan_price.cc, price()), whose peak-memory model must agree
 // with what the backend allocates.
 //
 // A large all_reduce receives the others' parts of its share into its own
@@ -33,7 +33,9 @@ constexpr int64_t kMinSlotBytes = int64_t{16} << 10;
 constexpr int64_t kSmallAllReduceBytes = int64_t{64} << 10;
 
 // Bytes received from one member per round.
-inline int64_t slot_bytes(int64_t n) { return std::max(kBudgetBytes / std::max<int64_t>(n, 1), kMinSlotBytes); }
+inline int64_t slot_bytes(int64_t n) {
+  return std::max(kBudgetBytes / std::max<int64_t>(n, 1), kMinSlotBytes);
+}
 
 inline bool small_all_reduce(int64_t n, int64_t shard_bytes) {
   return n > 1 && shard_bytes <= kSmallAllReduceBytes && n * shard_bytes <= kBudgetBytes;
@@ -44,8 +46,8 @@ inline bool small_all_reduce(int64_t n, int64_t shard_bytes) {
 // element per member, a tensor smaller than the group, take n - 1 elements).
 inline double all_reduce_temp(int64_t n, double shard_bytes) {
   if (n <= 1) return 0;
-  return small_all_reduce(n, static_cast<int64_t>(shard_bytes)) ? static_cast<double>(n) * shard_bytes
-                                                                : 0;
+  const bool small = small_all_reduce(n, static_cast<int64_t>(shard_bytes));
+  return small ? static_cast<double>(n) * shard_bytes : 0;
 }
 
 // The temporaries of a reduce_scatter: a slot for every member, the own one
