@@ -169,8 +169,8 @@ void for_each_batch(const Shape& batch, const DimVector& a_strides, const DimVec
 
 // Every block packs the whole other operand again, so small blocks cost
 // memory traffic: with blocks of 64 rows, a simulated rank's 512 x 512 x 512
-// product of the TP demo packed its weight 8 times, and the packing took a
-// fifth of the forward pass. Blocks of at least 256 rows or columns keep
+// product of the TP demo packed its weight 8 times, and packing took a
+// seventh of the forward pass. Blocks of at least 256 rows or columns keep
 // the repacking at most 1/256 of the multiply-adds.
 constexpr int64_t kGemmSplitWork = int64_t{1} << 21;  // multiply-adds
 constexpr int64_t kGemmMaxBlocks = 8;

@@ -86,7 +86,7 @@ void sort_dims_by_stride(Shape& shape, detail::StridedOperands<N>& ops, size_t l
     return s == 0 ? std::numeric_limits<int64_t>::max() : s;
   };
   // A stable insertion sort: at most kMaxDims entries, and std::stable_sort
-  // allocates a buffer on every call (a fifth of a small sum's instructions).
+  // allocates a buffer on every call (an eighth of a small sum's instructions).
   for (size_t i = 1; i < nd; ++i) {
     const int d = order[i];
     size_t j = i;
