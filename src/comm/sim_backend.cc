@@ -364,7 +364,7 @@ LocalTensor SimBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
 
   // The group's shards joined once, into member 0's output: for each outer
   // index, member j's rows [outer, len_j, inner] follow one another.
-  detail::parallel_items(groups, all_bytes / n, [&](int64_t begin, int64_t end) {
+  detail::parallel_copies(groups, all_bytes / n, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
       Shape shape = p.shards[g][0]->shape();
       const Around a = around(shape, gather_dim);
@@ -384,7 +384,7 @@ LocalTensor SimBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
   });
   // Then a straight memcpy per other member: the same bytes as joining for
   // each member, without reading n sources n times.
-  detail::parallel_items(groups * n, all_bytes, [&](int64_t begin, int64_t end) {
+  detail::parallel_copies(groups * n, all_bytes / n, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       const int64_t g = k / n, i = k % n;
       if (i == 0) continue;
@@ -500,7 +500,7 @@ LocalTensor SimBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
     out[p.groups[g][i]] = std::move(t);
   }
 
-  detail::parallel_items(groups * n, all_bytes, [&](int64_t begin, int64_t end) {
+  detail::parallel_copies(groups * n, all_bytes, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       const int64_t g = k / n;
       const int64_t len = join.len[k], at = join.at[k], total = join.total[g];
@@ -560,7 +560,7 @@ LocalTensor SimBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh,
   const int64_t groups = static_cast<int64_t>(p.groups.size());
   const int64_t n = static_cast<int64_t>(p.groups[0].size());
   RankSlots out(p);
-  detail::parallel_items(groups * n, p.max_bytes * n * groups, [&](int64_t begin, int64_t end) {
+  detail::parallel_copies(groups * n, p.max_bytes * groups, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       const int64_t g = k / n, i = k % n;
       const Tensor& from = *p.shards[g][root];
@@ -585,7 +585,7 @@ LocalTensor SimBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, i
   RankSlots out(p);
   // Member i gets rows [start_i, start_i + size_i) of the root's
   // [outer, len, inner]: one run per outer index.
-  detail::parallel_items(groups * n, p.max_bytes * groups, [&](int64_t begin, int64_t end) {
+  detail::parallel_copies(groups * n, p.max_bytes * groups, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       const int64_t g = k / n, i = k % n;
       const Tensor& from = *p.shards[g][root];

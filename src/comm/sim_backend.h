@@ -19,6 +19,7 @@
 #pragma once
 
 #include "comm/backend.h"
+#include "common/shard_map.h"
 
 namespace dtensor {
 
@@ -42,5 +43,25 @@ class SimBackend final : public Backend {
   LocalTensor exchange_boxes(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                              const BoxRoutes& routes) override;
 };
+
+namespace detail {
+
+// The collectives that only copy (all_gather, all_to_all, broadcast,
+// scatter, the box exchange) stay on the calling thread below this many
+// bytes: a copy is bound by memory bandwidth, which a second thread
+// shares. On the 2-core test machine the pool made them up to 2.2x slower
+// below 4-16 MiB (docs/PERFORMANCE.md, "Simulated collectives"). The
+// reductions also fold and keep the kernels' threshold (parallel_items).
+// `bytes` counts what the copies read once: a fan-out of one source to n
+// members (all_gather's result, a broadcast) counts the source once, since
+// its n copies read it from cache.
+inline constexpr int64_t kParallelCopyBytes = int64_t{8} << 20;
+
+inline void parallel_copies(int64_t items, int64_t bytes, ChunkFn body) {
+  if (bytes < kParallelCopyBytes) return body(0, items);
+  parallel_items(items, bytes, std::move(body));
+}
+
+}  // namespace detail
 
 }  // namespace dtensor

@@ -86,7 +86,7 @@ LocalTensor SimBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
     to[at->second].push_back(&m);
     bytes += m.size.product() * isz;
   }
-  detail::parallel_items(static_cast<int64_t>(outs.size()), bytes, [&](int64_t begin, int64_t end) {
+  detail::parallel_copies(static_cast<int64_t>(outs.size()), bytes, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       Tensor& out = outs[static_cast<size_t>(k)];
       auto* dst = static_cast<std::byte*>(out.raw_data());

@@ -954,13 +954,14 @@ TEST(SimBackend, ScatterMatchesChunkOnRandomLayouts) {
   }
 }
 
-// Large enough (256 KiB a shard, 2 MiB a call) that the collectives run on the thread pool:
-// one thread and four must give the same bits.
+// Large enough (4 MiB a shard, 8-34 MiB a call) that the collectives run on the thread pool
+// (the copying ones from kParallelCopyBytes, sim_backend.h): one thread and four must give the
+// same bits.
 TEST(SimBackend, ThreadCountChangesNoBit) {
   World w = World::simulated(8);
   DeviceMesh mesh(w, Shape{2, 4});
   LocalTensor in;
-  for (int r = 0; r < 8; ++r) in.set(r, Tensor::randn({255, 257}, r));
+  for (int r = 0; r < 8; ++r) in.set(r, Tensor::randn({1024, 1031}, r));
   Backend& b = w.backend();
   auto run_all = [&] {
     std::vector<LocalTensor> outs;

@@ -182,12 +182,12 @@ TEST(BoxExchange, SubMeshViewsExchangeIndependently) {
   }
 }
 
-// The simulated exchange copies on the thread pool above 256 KiB: the bits
-// are the same on 1 and 4 threads.
+// The simulated exchange copies on the thread pool from kParallelCopyBytes
+// (8 MiB) on: the bits are the same on 1 and 4 threads.
 TEST(BoxExchange, BitsDoNotDependOnTheThreadCount) {
   World world = World::simulated(8);
   DeviceMesh mesh(world, {2, 4});
-  const Tensor x = Tensor::rand({300, 257}, 11);
+  const Tensor x = Tensor::rand({3000, 1025}, 11);  // 12 MiB
   const DTensor d = distribute_tensor(x, mesh, parse_placements("S(0),S(1)"));
   const DTensorSpec b = d.spec().with_placements(parse_placements("S(1),S(0)"));
   const std::optional<RedistributePlan> plan = box_plan(d.spec(), b);
