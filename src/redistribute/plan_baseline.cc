@@ -32,17 +32,12 @@ std::vector<RedistributeStep> Planner::per_dim_steps() const {
   }
   std::vector<RedistributeStep> out;
   Placements cur = src;
-  auto step = [&](int i, Placement q) {
-    Placements next = after(cur, i, q);
-    out.push_back(single_step(cur, i, q, next));
-    cur = next;
-  };
   for (int i = nd_ - 1; i >= 0; --i) {
-    if (via_replicate[i] && cur[i].is_shard()) step(i, Replicate());
-    else if (cur[i].is_partial() && dst[i].is_replicate()) step(i, Replicate());
+    if (via_replicate[i] && cur[i].is_shard()) push_single(cur, i, Replicate(), out);
+    else if (cur[i].is_partial() && dst[i].is_replicate()) push_single(cur, i, Replicate(), out);
   }
   for (int i = 0; i < nd_; ++i)
-    if (cur[i] != dst[i]) step(i, dst[i]);
+    if (cur[i] != dst[i]) push_single(cur, i, dst[i], out);
   return out;
 }
 
@@ -57,27 +52,30 @@ std::vector<RedistributeStep> Planner::per_dim_ordered_steps() const {
   const Placements& dst = to_.placements();
   std::vector<RedistributeStep> out;
   Placements cur = src;
-  auto step = [&](int i, Placement q) {
-    Placements next = after(cur, i, q);
-    out.push_back(single_step(cur, i, q, next));
-    cur = next;
-  };
   size_t common[kMaxDims] = {};
   for (int64_t d = 0; d < from_.ndim(); ++d) {
     const DimVector s = shard_split_order(src, d), t = shard_split_order(dst, d);
     size_t& k = common[d];
     while (k < s.size() && k < t.size() && s[k] == t[k]) ++k;
-    for (size_t j = s.size(); j-- > k;) step(static_cast<int>(s[j]), Replicate());
+    for (size_t j = s.size(); j-- > k;) push_single(cur, static_cast<int>(s[j]), Replicate(), out);
   }
   for (int i = nd_ - 1; i >= 0; --i)
-    if (cur[i].is_partial() && dst[i].is_replicate()) step(i, Replicate());
+    if (cur[i].is_partial() && dst[i].is_replicate()) push_single(cur, i, Replicate(), out);
   for (int64_t d = 0; d < from_.ndim(); ++d) {
     const DimVector t = shard_split_order(dst, d);
-    for (size_t j = common[d]; j < t.size(); ++j) step(static_cast<int>(t[j]), Shard(d));
+    for (size_t j = common[d]; j < t.size(); ++j)
+      push_single(cur, static_cast<int>(t[j]), Shard(d), out);
   }
   for (int i = 0; i < nd_; ++i)
-    if (cur[i] != dst[i]) step(i, dst[i]);
+    if (cur[i] != dst[i]) push_single(cur, i, dst[i], out);
   return out;
+}
+
+void Planner::push_single(Placements& cur, int i, Placement q,
+                          std::vector<RedistributeStep>& out) const {
+  Placements next = after(cur, i, q);
+  out.push_back(single_step(cur, i, q, next));
+  cur = std::move(next);
 }
 
 }  // namespace dtensor::redistribute_detail

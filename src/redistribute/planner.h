@@ -172,6 +172,8 @@ class Planner {
   // plan_baseline.cc
   std::vector<RedistributeStep> per_dim_steps() const;
   std::vector<RedistributeStep> per_dim_ordered_steps() const;
+  // Appends the single step moving mesh dim i of `cur` to q, and advances cur.
+  void push_single(Placements& cur, int i, Placement q, std::vector<RedistributeStep>& out) const;
 
   const DTensorSpec& from_;
   const DTensorSpec& to_;
