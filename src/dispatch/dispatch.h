@@ -181,18 +181,19 @@ template <class F>
 DTensor run_unchecked(const OpSchema& schema, const OpRule& rule, const DTensor* const* inputs,
                       F&& kernel) {
   auto s = propagate(schema, rule);
-  // The moved inputs live in a vector made only when some input moves: an
+  // The moved inputs live in an array made only when some input moves: an
   // array of kMaxInputs optional DTensors was zeroed on every call (2.5 KiB,
-  // a third of a cache hit's overhead).
-  std::vector<DTensor> moved;
+  // a third of a cache hit's overhead), and even an empty vector's
+  // destructor is an out-of-line call.
+  std::unique_ptr<DTensor[]> moved;
   const LocalTensor* locals[kMaxInputs];
   for (int i = 0; i < schema.num_inputs; ++i) locals[i] = &inputs[i]->local();
   if (s->needs_redistribute) {
-    moved.reserve(static_cast<size_t>(schema.num_inputs));  // no reallocation: locals point in
+    moved = std::make_unique<DTensor[]>(static_cast<size_t>(schema.num_inputs));
     for (int i = 0; i < schema.num_inputs; ++i) {
       if (*s->input_targets[i] == inputs[i]->spec()) continue;
-      moved.push_back(prepare_input(*inputs[i], *s, i));
-      locals[i] = &moved.back().local();
+      moved[i] = prepare_input(*inputs[i], *s, i);
+      locals[i] = &moved[i].local();
     }
   }
   auto bytes = [&] {

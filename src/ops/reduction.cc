@@ -164,6 +164,18 @@ Tensor identity(OpId op, const Shape& shape, DType dtype) {
 DTensor reduce(OpId op, const OpRule& rule, const DTensor& x, const DimVector& dims, bool keepdim) {
   const OpSchema schema = reduce_schema(op, x, dims, keepdim);
   const DTensor* inputs[] = {&x};
+  // Only mean and amax/amin shards differ from the plain op when a reduced
+  // dim is sharded (the file comment): a sum's shards hold their local sums,
+  // and prod, var, argmax and argmin gather the reduced dims first. The
+  // others skip the per-shard look at the placements.
+  if (op == OpId::Sum)  // the common one, without plain()'s switch per shard
+    return run(schema, rule, inputs, [&](int, const Tensor* const* t, const OutputSharding&) {
+      return sum(*t[0], dims, keepdim);
+    });
+  if (op != OpId::Mean && op != OpId::Amax && op != OpId::Amin)
+    return run(schema, rule, inputs, [&](int, const Tensor* const* t, const OutputSharding&) {
+      return plain(op, *t[0], dims, keepdim);
+    });
   return run(schema, rule, inputs, [&](int rank, const Tensor* const* t, const OutputSharding& s) {
     const Tensor& local = *t[0];
     const Placements& in = s.input_targets[0]->placements();
