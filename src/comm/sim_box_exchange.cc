@@ -5,7 +5,7 @@
 // when the bytes pay for it; each writes only its own output, so the bits
 // never depend on the thread count. Linear in the moves and the bytes.
 #include <algorithm>
-#include <unordered_map>
+#include <vector>
 
 #include "comm/box_copy.h"
 #include "comm/sim_backend.h"
@@ -32,16 +32,26 @@ LocalTensor SimBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
   DT_CHECK(mesh_dim >= -ndim && mesh_dim < ndim, "box_exchange: mesh dim ", mesh_dim,
            " out of range for ", mesh.to_string(), " (expected ", -ndim, " <= mesh dim < ", ndim,
            ")");
+  // Tables by world rank, not hash maps: a simulated world holds every rank,
+  // and on 1024 ranks the maps' allocations and lookups cost more than the
+  // copies of small boxes.
+  const size_t world = static_cast<size_t>(mesh.world().size());
+  auto checked_rank = [&](int rank, const char* what) {
+    DT_CHECK(rank >= 0 && static_cast<size_t>(rank) < world && mesh.contains(rank),
+             "box_exchange over ", mesh.to_string(), ": ", what, " rank ", rank,
+             " is not in the mesh");
+    return static_cast<size_t>(rank);
+  };
   // Each sender's shard, contiguous; the dtype is the senders' (all agree).
-  std::unordered_map<int, Tensor> sources;
+  std::vector<Tensor> sources(world);
   const Tensor* first = nullptr;
   int first_rank = -1;
   int64_t max_bytes = 0;
   for (const BoxMove& m : routes.moves) {
-    if (sources.count(m.from) != 0) continue;
-    DT_CHECK(mesh.contains(m.from) && in.holds(m.from) && in.shard(m.from).defined(),
-             "box_exchange over ", mesh.to_string(), ": rank ", m.from,
-             " sends a box but holds no shard");
+    const size_t from = checked_rank(m.from, "sending");
+    if (sources[from].defined()) continue;
+    DT_CHECK(in.holds(m.from) && in.shard(m.from).defined(), "box_exchange over ",
+             mesh.to_string(), ": rank ", m.from, " sends a box but holds no shard");
     const Tensor& t = in.shard(m.from);
     if (first == nullptr) {
       first = &t;
@@ -50,7 +60,7 @@ LocalTensor SimBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
     DT_CHECK(t.dtype() == first->dtype(), "box_exchange over ", mesh.to_string(), ": rank ",
              m.from, " holds ", t.dtype(), " where rank ", first_rank, " holds ", first->dtype());
     max_bytes = std::max<int64_t>(max_bytes, static_cast<int64_t>(t.nbytes()));
-    sources.emplace(m.from, t.contiguous());
+    sources[from] = t.contiguous();
   }
   for (const auto& [rank, t] : in.shards())
     if (mesh.contains(rank) && t.defined()) {
@@ -62,36 +72,47 @@ LocalTensor SimBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
 
   const DType dtype = first->dtype();
   const int64_t isz = static_cast<int64_t>(itemsize(dtype));
-  std::unordered_map<int, size_t> slot;  // world rank -> index in routes.outputs
+  std::vector<int64_t> slot(world, -1);  // world rank -> index in routes.outputs
   std::vector<Tensor> outs;
   outs.reserve(routes.outputs.size());
   for (const auto& [rank, shape] : routes.outputs) {
-    DT_CHECK(mesh.contains(rank) && slot.emplace(rank, outs.size()).second, "box_exchange over ",
-             mesh.to_string(), ": output of rank ", rank, " listed twice or not in the mesh");
+    const size_t r = checked_rank(rank, "receiving");
+    DT_CHECK(slot[r] < 0, "box_exchange over ", mesh.to_string(), ": output of rank ", rank,
+             " listed twice");
+    slot[r] = static_cast<int64_t>(outs.size());
     outs.push_back(Tensor::empty(shape, dtype));
   }
-  // The moves by receiver, each checked to lie inside both of its tensors.
-  std::vector<std::vector<const BoxMove*>> to(outs.size());
+  // The moves by receiver (a counting sort, in route order within each),
+  // each checked to lie inside both of its tensors.
+  std::vector<size_t> begin_of(outs.size() + 1, 0);
+  for (const BoxMove& m : routes.moves) {
+    const int64_t k = slot[checked_rank(m.to, "receiving")];
+    DT_CHECK(k >= 0, "box_exchange over ", mesh.to_string(), ": rank ", m.to,
+             " receives a box but has no output shape");
+    ++begin_of[static_cast<size_t>(k) + 1];
+  }
+  for (size_t k = 0; k < outs.size(); ++k) begin_of[k + 1] += begin_of[k];
+  std::vector<const BoxMove*> to(routes.moves.size());
+  std::vector<size_t> fill(begin_of.begin(), begin_of.end() - 1);
   int64_t bytes = 0;
   for (const BoxMove& m : routes.moves) {
-    auto at = slot.find(m.to);
-    DT_CHECK(at != slot.end(), "box_exchange over ", mesh.to_string(), ": rank ", m.to,
-             " receives a box but has no output shape");
-    const Shape& src = sources.at(m.from).shape();
-    const Shape& dst = outs[at->second].shape();
+    const size_t k = static_cast<size_t>(slot[static_cast<size_t>(m.to)]);
+    const Shape& src = sources[static_cast<size_t>(m.from)].shape();
+    const Shape& dst = outs[k].shape();
     DT_CHECK(inside(m.from_start, m.size, src) && inside(m.to_start, m.size, dst),
              "box_exchange over ", mesh.to_string(), ": the box of size ", m.size, " from rank ",
              m.from, " at ", m.from_start, " (shard ", src, ") to rank ", m.to, " at ",
              m.to_start, " (output ", dst, ") does not fit");
-    to[at->second].push_back(&m);
+    to[fill[k]++] = &m;
     bytes += m.size.product() * isz;
   }
   detail::parallel_copies(static_cast<int64_t>(outs.size()), bytes, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       Tensor& out = outs[static_cast<size_t>(k)];
       auto* dst = static_cast<std::byte*>(out.raw_data());
-      for (const BoxMove* m : to[static_cast<size_t>(k)]) {
-        const Tensor& src = sources.at(m->from);
+      for (size_t i = begin_of[static_cast<size_t>(k)]; i < begin_of[static_cast<size_t>(k) + 1]; ++i) {
+        const BoxMove* m = to[i];
+        const Tensor& src = sources[static_cast<size_t>(m->from)];
         comm_detail::copy_box(dst, out.shape(), m->to_start,
                               static_cast<const std::byte*>(src.raw_data()), src.shape(),
                               m->from_start, m->size, isz);

@@ -218,4 +218,19 @@ TEST(BoxExchange, BackendRefusesABoxThatDoesNotFit) {
   dtensor::testing::expect_error(
       [&] { world.backend().exchange_boxes(d.local(), mesh, 0, routes); },
       {"box_exchange", "rank 1", "no output shape"});
+  // Ranks index tables by rank: one outside the world is refused, not read.
+  routes.outputs.push_back({1, Shape{2, 4}});
+  routes.moves[0] = BoxMove{5, 1, Shape{2, 4}, Shape{0, 0}, Shape{0, 0}};
+  dtensor::testing::expect_error(
+      [&] { world.backend().exchange_boxes(d.local(), mesh, 0, routes); },
+      {"box_exchange", "sending rank 5", "not in the mesh"});
+  routes.moves[0] = BoxMove{0, -1, Shape{2, 4}, Shape{0, 0}, Shape{0, 0}};
+  dtensor::testing::expect_error(
+      [&] { world.backend().exchange_boxes(d.local(), mesh, 0, routes); },
+      {"box_exchange", "receiving rank -1", "not in the mesh"});
+  routes.moves[0] = BoxMove{0, 1, Shape{2, 4}, Shape{0, 0}, Shape{0, 0}};
+  routes.outputs.push_back({1, Shape{2, 4}});
+  dtensor::testing::expect_error(
+      [&] { world.backend().exchange_boxes(d.local(), mesh, 0, routes); },
+      {"box_exchange", "output of rank 1", "listed twice"});
 }
