@@ -43,6 +43,12 @@ class Planner {
 
   RedistributePlan plan();
 
+  // A lower bound on the cost of the box exchange from the source to the
+  // target (box_exchange_step's cost_us), or 0 when either has a Partial;
+  // it may stop counting once past `enough` (plan_box.cc). Public so that
+  // tests can hold it against the exchange's cost.
+  double box_exchange_floor(double enough) const;
+
   // An edge of the search before it is made a step: the state after, its
   // price, and what rebuilds the step (single_step or merged_step) for the
   // path the search returns, so the inner loop builds no RedistributeStep.
