@@ -259,7 +259,7 @@ double Planner::lower_bound(const Placements& p) const {
     if (to_replicate_ >> i & 1) gather |= 1u << i;
     else leave[d] |= 1u << i;
   };
-  if (!has_order(p)) {
+  if (!ordered(p)) {
     // A natural state splits each tensor dim in ascending mesh dims; walk
     // them once, matching each against the target's order.
     size_t matched[kMaxDims] = {};

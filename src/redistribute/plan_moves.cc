@@ -28,7 +28,7 @@ std::vector<int64_t> nested_sizes(int64_t length, const std::vector<int64_t>& ns
 // size-1 dims) shards d: mesh_dim's chunks are adjacent pieces of one
 // range, so it may gather them or give them up.
 bool Planner::last_in_order(const Placements& p, int mesh_dim, int64_t d) const {
-  if (!has_order(p)) return !sharded_after(p, mesh_dim, d);
+  if (!ordered(p)) return !sharded_after(p, mesh_dim, d);
   const DimVector seq = shard_split_order(p, d);
   bool after = false;
   for (int64_t j : seq) {
@@ -52,7 +52,7 @@ Placements Planner::after(const Placements& cur, int i, Placement q) const {
       if ((ordered_ || size_[j] > 1) && cur[j].is_shard(d)) return true;
     return false;
   };
-  if (!has_order(cur) && !(q.is_shard() && later(q.dim()))) {
+  if (!ordered(cur) && !(q.is_shard() && later(q.dim()))) {
     Placements next = cur;
     next[i] = q.is_shard() ? Shard(q.dim()) : q;
     return next;

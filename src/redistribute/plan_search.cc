@@ -28,6 +28,7 @@ uint64_t key_of(const Placements& p) {
 struct Node {
   uint64_t key = 0;  // the state's key_of
   double cost = 0;
+  double bound = 0;  // lower_bound of the state, worked out once
   double peak = 0;  // the most bytes per rank a step of the path holds
   int steps = 0;
   bool done = false;
@@ -125,21 +126,33 @@ std::optional<std::vector<RedistributeStep>> Planner::search() const {
     edges.clear();
     single_edges(cur, edges);
     if (options_.merge) merged_edges(cur, edges);
+    // A collective's price depends on its kind, its mesh dims and the
+    // bytes of cur, not on the tensor dim it moves (price()): the edges of
+    // one mesh dim to S(0), S(1), ... share one.
+    const Move* priced = nullptr;
     for (Move& e : edges) {
       const uint64_t k = key_of(e.next);
       const auto [to, fresh] = nodes.try_emplace(k);
       if (!fresh && nodes[to].done) continue;
-      price_move(cur, e);
+      if (priced && e.kind != StepKind::Local && e.kind == priced->kind &&
+          e.dims == priced->dims) {
+        e.cost = priced->cost;
+        e.peak = priced->peak;
+      } else {
+        price_move(cur, e);
+        priced = &e;
+      }
       const double c = cost + e.cost;
       const double pk = std::max(peak, e.peak);
       Node& n = nodes[to];
-      if (!fresh && !better(c, pk, steps + 1, n)) continue;
+      if (fresh) n.bound = lower_bound(e.next);
+      else if (!better(c, pk, steps + 1, n)) continue;
       n.cost = c;
       n.peak = pk;
       n.steps = steps + 1;
       n.prev = at;
       n.move = e;
-      queue.emplace(c + lower_bound(e.next), pk, steps + 1, k, to);
+      queue.emplace(c + n.bound, pk, steps + 1, k, to);
     }
     if (nodes.size() > max_states_) return std::nullopt;
   }

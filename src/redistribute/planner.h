@@ -89,6 +89,12 @@ class Planner {
       if (p[i].is_shard()) shards *= static_cast<double>(size_[i]);
     return global_bytes_ / shards;
   }
+  // Whether state p carries a shard order. Between natural ends no state
+  // does (a new shard is only ever taken right of the dims splitting its
+  // dim, see single_edges and merged_edges, so after() and
+  // replace_placements keep every state natural), and the search asks
+  // this of every edge: it is answered without looking then.
+  bool ordered(const Placements& p) const { return ordered_ && has_order(p); }
   bool last_in_order(const Placements& p, int mesh_dim, int64_t d) const;
   Placements after(const Placements& cur, int i, Placement q) const;
   // plan_moves.cc: moves
