@@ -1,5 +1,6 @@
 // The search: A* over placement states, from the source to the target.
 #include <algorithm>
+#include <bit>
 #include <queue>
 #include <tuple>
 
@@ -121,6 +122,7 @@ std::optional<std::vector<RedistributeStep>> Planner::search() const {
     node.done = true;
     if (node.key == goal) break;
     const Placements cur = node.move.next;
+    const uint64_t node_key = node.key;
     const double cost = node.cost, peak = node.peak;
     const int steps = node.steps;
     edges.clear();
@@ -131,7 +133,16 @@ std::optional<std::vector<RedistributeStep>> Planner::search() const {
     // one mesh dim to S(0), S(1), ... share one.
     const Move* priced = nullptr;
     for (Move& e : edges) {
-      const uint64_t k = key_of(e.next);
+      // Between natural ends a single-dim move changes that dim's
+      // placement alone (after() renumbers no order), so its key is cur's
+      // with one byte replaced.
+      uint64_t k;
+      if (!e.merged && !ordered_) {
+        const int i = std::countr_zero(e.dims);
+        k = (node_key & ~(uint64_t{0xFF} << (8 * i))) | code(e.next[i]) << (8 * i);
+      } else {
+        k = key_of(e.next);
+      }
       const auto [to, fresh] = nodes.try_emplace(k);
       if (!fresh && nodes[to].done) continue;
       if (priced && e.kind != StepKind::Local && e.kind == priced->kind &&
