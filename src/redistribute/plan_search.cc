@@ -1,5 +1,6 @@
 // The search: A* over placement states, from the source to the target.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <queue>
 #include <tuple>
@@ -114,6 +115,10 @@ std::optional<std::vector<RedistributeStep>> Planner::search() const {
   queue.emplace(lower_bound(src), nodes[first].peak, 0, start, first);
   std::vector<Move> edges;
   edges.reserve(64);
+  // With twins (plan_symmetry.cc) a node's state is its class's
+  // representative: the edge into it ran in the previous state's names,
+  // and its tensor dim d became renames[node][d].
+  std::vector<std::array<int8_t, kMaxDims>> renames;
   while (!queue.empty()) {
     const uint32_t at = std::get<4>(queue.top());
     queue.pop();
@@ -137,7 +142,11 @@ std::optional<std::vector<RedistributeStep>> Planner::search() const {
       // placement alone (after() renumbers no order), so its key is cur's
       // with one byte replaced.
       uint64_t k;
-      if (!e.merged && !ordered_) {
+      Rename rename;
+      if (symmetric_) {
+        e.next = canonical(e.next, rename);
+        k = key_of(e.next);
+      } else if (!e.merged && !ordered_) {
         const int i = std::countr_zero(e.dims);
         k = (node_key & ~(uint64_t{0xFF} << (8 * i))) | code(e.next[i]) << (8 * i);
       } else {
@@ -163,6 +172,10 @@ std::optional<std::vector<RedistributeStep>> Planner::search() const {
       n.steps = steps + 1;
       n.prev = at;
       n.move = e;
+      if (symmetric_) {
+        if (renames.size() < nodes.size()) renames.resize(2 * nodes.size());
+        std::copy(rename, rename + kMaxDims, renames[to].begin());
+      }
       queue.emplace(c + n.bound, pk, steps + 1, k, to);
     }
     if (nodes.size() > max_states_) return std::nullopt;
@@ -170,10 +183,37 @@ std::optional<std::vector<RedistributeStep>> Planner::search() const {
   const Node* last = nodes.find(goal);
   DT_CHECK(last != nullptr && last->done, "redistribute: internal error: no plan from ",
            to_string(src), " to ", to_string(to_.placements()), " on ", mesh_);
+  std::vector<uint32_t> path;  // node indices, the source's left out
+  for (uint32_t n = nodes.try_emplace(goal).first; nodes[n].key != start; n = nodes[n].prev)
+    path.push_back(n);
+  std::reverse(path.begin(), path.end());
   std::vector<RedistributeStep> out;
-  for (const Node* n = last; n->key != start; n = &nodes[n->prev])
-    out.push_back(step_of(nodes[n->prev].move.next, n->move));
-  std::reverse(out.begin(), out.end());
+  Placements cur = src;
+  // With twins, `real` names each dim of the current representative as
+  // the plan knows it; the source and the target shard no twin, so both
+  // ends read the same in either naming.
+  Rename real;
+  for (int d = 0; d < kMaxDims; ++d) real[d] = static_cast<int8_t>(d);
+  for (const uint32_t index : path) {
+    const Node* n = &nodes[index];
+    if (!symmetric_) {
+      out.push_back(step_of(cur, n->move));
+      cur = n->move.next;
+      continue;
+    }
+    // The edge in the previous representative's names: its state before
+    // renaming is move.next with rename undone.
+    Rename back, next_real;
+    const auto& rename = renames[index];
+    for (int d = 0; d < from_.ndim(); ++d) back[rename[d]] = static_cast<int8_t>(d);
+    Move m = n->move;
+    m.next = renamed(m.next, back);
+    m = renamed(m, real);
+    out.push_back(step_of(cur, m));
+    cur = m.next;
+    for (int d = 0; d < from_.ndim(); ++d) next_real[d] = real[back[d]];
+    std::copy(next_real, next_real + kMaxDims, real);
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 //   plan_price.cc     what a move costs and holds; the steps of a path
 //   plan_bound.cc     the admissible lower bound the search is steered by
 //   plan_search.cc    the A* search over states
+//   plan_symmetry.cc  interchangeable tensor dims, one state per class
 //   plan_baseline.cc  the per-dim plan (no search)
 //   plan_box.cc       the box exchange as a candidate beside the search
 // (plan_explain.cc prints a plan; it needs no Planner.)
@@ -43,11 +44,22 @@ class Planner {
 
   RedistributePlan plan();
 
+  // New names of tensor dims, by old name (plan_symmetry.cc).
+  using Rename = int8_t[kMaxDims];
+
   // A lower bound on the cost of the box exchange from the source to the
   // target (box_exchange_step's cost_us), or 0 when either has a Partial;
   // it may stop counting once past `enough` (plan_box.cc). Public so that
   // tests can hold it against the exchange's cost.
   double box_exchange_floor(double enough) const;
+
+  // The representative of p's class of states under swaps of
+  // interchangeable tensor dims (plan_symmetry.cc); to[d] receives the
+  // name dim d takes in it. p itself when the pair has no such dims or the
+  // mode is not Pruned. Public so that tests can check it is one per class.
+  Placements canonical(const Placements& p, Rename& to) const;
+  // p with every tensor dim d renamed to[d].
+  static Placements renamed(const Placements& p, const Rename& to);
 
   // An edge of the search before it is made a step: the state after, its
   // price, and what rebuilds the step (single_step or merged_step) for the
@@ -178,6 +190,10 @@ class Planner {
   double coarse_bound(const Placements& p) const;
   double lower_bound(const Placements& p) const;
 
+  // plan_symmetry.cc: interchangeable tensor dims (Pruned mode only)
+  void init_twins();
+  static Move renamed(const Move& m, const Rename& to);
+
   // plan_search.cc
   std::optional<std::vector<RedistributeStep>> search() const;
 
@@ -226,6 +242,10 @@ class Planner {
   bool auto_flatten_ = true;
   bool floating_ = true;
   bool ordered_ = false;  // either end has a shard order
+  // Per tensor dim, the first dim of its class of interchangeable dims
+  // (itself when it has no twin); whether any class has two.
+  int8_t twin_of_[kMaxDims] = {};
+  bool symmetric_ = false;
   double base_us_ = 6.6;
   double global_bytes_ = 0;
   int64_t size_[kMaxDims] = {};
