@@ -237,6 +237,10 @@ class Planner {
   // bases counted.
   mutable std::vector<std::pair<uint32_t, std::vector<double>>> last_collectives_;
   double min_bytes_ = 0;
+  // By mask of mesh dims (init_cover): the product of their sizes, their
+  // slowest link.
+  int64_t mask_n_[1u << kMaxDims] = {};
+  LinkCost mask_link_[1u << kMaxDims];
   double lb_[kMaxDims] = {};  // the coarse bound's, per mesh dim
   int nd_ = 0;
   bool auto_flatten_ = true;
