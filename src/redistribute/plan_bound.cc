@@ -151,8 +151,15 @@ void Planner::cheapest_cover(const double* floor, double* out) const {
 double Planner::last_collectives(uint32_t gather, uint32_t partial, bool gather_base) const {
   if (gather == 0 && partial == 0) return 0;
   const uint32_t key = partial | (gather_base ? 1u << kMaxDims : 0);
+  // Most states share their Partials with the state before: the last
+  // table used (per base choice) is asked first.
+  Memo& memo = last_table_[gather_base];
+  if (memo.key == key) return memo.table[gather];
   for (const auto& [mask, table] : last_collectives_)
-    if (mask == key) return table[gather];
+    if (mask == key) {
+      memo = {key, table.data()};
+      return table[gather];
+    }
   const double gbase = gather_base || !options_.merge ? base_us_ : 0;
   const uint32_t u = to_replicate_;
   // Partials bound for S may shard once reduced (a reduce_scatter leaves
@@ -218,7 +225,8 @@ double Planner::last_collectives(uint32_t gather, uint32_t partial, bool gather_
       if ((t & ~u) == 0 && !(t >> i & 1)) best[t] = std::min(best[t], best[t | 1u << i]);
   }
   last_collectives_.emplace_back(key, std::move(best));
-  return last_collectives_.back().second[gather];
+  memo = {key, last_collectives_.back().second.data()};
+  return memo.table[gather];
 }
 
 // The bound of issue 18, kept to measure the one above against (the

@@ -236,6 +236,13 @@ class Planner {
   // last_collectives' tables, by the mask of Partials bound for R and the
   // bases counted.
   mutable std::vector<std::pair<uint32_t, std::vector<double>>> last_collectives_;
+  // The table last used for each choice of bases (its data stays put when
+  // last_collectives_ grows).
+  struct Memo {
+    uint32_t key = ~0u;
+    const double* table = nullptr;
+  };
+  mutable Memo last_table_[2];
   double min_bytes_ = 0;
   // By mask of mesh dims (init_cover): the product of their sizes, their
   // slowest link.
