@@ -32,9 +32,11 @@ void Planner::init_twins() {
   for (int64_t d = 0; d < ndim; ++d) twin_of_[d] = static_cast<int8_t>(d);
   for (int64_t d = 0; d < ndim; ++d) {
     if (touched[d] || twin_of_[d] != d) continue;
+    members_[d][class_size_[d]++] = static_cast<int8_t>(d);
     for (int64_t e = d + 1; e < ndim; ++e)
       if (!touched[e] && from_.shape()[e] == from_.shape()[d]) {
         twin_of_[e] = static_cast<int8_t>(d);
+        members_[d][class_size_[d]++] = static_cast<int8_t>(e);
         symmetric_ = true;
       }
   }
@@ -43,39 +45,30 @@ void Planner::init_twins() {
 // p with the dims of each class of twins renamed in the order they first
 // shard a mesh dim (mesh dim 0 first) to the class's dims in ascending
 // order: equal for every state of one class. to[d] is the name dim d gets.
+// Asked of every edge, so the usual answer, p itself, is found without
+// building anything.
 Placements Planner::canonical(const Placements& p, Rename& to) const {
   const int64_t ndim = from_.ndim();
-  if (!symmetric_) {
-    for (int64_t d = 0; d < ndim; ++d) to[d] = static_cast<int8_t>(d);
-    return p;
-  }
-  for (int64_t d = 0; d < ndim; ++d) to[d] = -1;
-  int8_t next_free[kMaxDims];  // per class (by its first dim): the next name
-  for (int64_t d = 0; d < ndim; ++d) next_free[d] = twin_of_[d] == d ? static_cast<int8_t>(d) : -1;
-  auto advance = [&](int8_t cls, int8_t from) {
-    for (int64_t e = from + 1; e < ndim; ++e)
-      if (twin_of_[e] == cls) return static_cast<int8_t>(e);
-    return static_cast<int8_t>(-1);
-  };
-  Placements out = p;
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (!p[i].is_shard()) continue;
-    const int64_t d = p[i].dim();
-    if (to[d] < 0) {
-      const int8_t cls = twin_of_[d];
-      to[d] = next_free[cls];
-      next_free[cls] = advance(cls, next_free[cls]);
-    }
-    out[i] = Shard(to[d], p[i].shard_order());
-  }
-  // Dims no mesh dim shards take the names left, in order (a permutation).
-  for (int64_t d = 0; d < ndim; ++d) {
-    if (to[d] >= 0) continue;
+  for (int64_t d = 0; d < ndim; ++d) to[d] = static_cast<int8_t>(d);
+  if (!symmetric_) return p;
+  int8_t handed[kMaxDims] = {};  // per class (by its first dim): names given so far
+  bool named[kMaxDims] = {};
+  bool same = true;
+  for (const Placement& q : p) {
+    if (!q.is_shard()) continue;
+    const int64_t d = q.dim();
     const int8_t cls = twin_of_[d];
-    to[d] = next_free[cls];
-    next_free[cls] = advance(cls, next_free[cls]);
+    if (class_size_[cls] < 2 || named[d]) continue;
+    named[d] = true;
+    to[d] = members_[cls][handed[cls]++];
+    same = same && to[d] == d;
   }
-  return out;
+  // Dims no mesh dim shards take the names left, in order (a permutation;
+  // when the named dims kept theirs, so do these).
+  if (same) return p;
+  for (int64_t d = 0; d < ndim; ++d)
+    if (!named[d] && class_size_[twin_of_[d]] >= 2) to[d] = members_[twin_of_[d]][handed[twin_of_[d]]++];
+  return renamed(p, to);
 }
 
 // p (or a move) with every tensor dim d renamed to to[d].

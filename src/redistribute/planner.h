@@ -257,6 +257,9 @@ class Planner {
   // (itself when it has no twin); whether any class has two.
   int8_t twin_of_[kMaxDims] = {};
   bool symmetric_ = false;
+  // Per class (by its first dim): its dims in ascending order, how many.
+  int8_t members_[kMaxDims][kMaxDims] = {};
+  int8_t class_size_[kMaxDims] = {};
   double base_us_ = 6.6;
   double global_bytes_ = 0;
   int64_t size_[kMaxDims] = {};
