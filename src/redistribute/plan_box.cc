@@ -56,10 +56,9 @@ void Planner::prefer_box_exchange(std::vector<RedistributeStep>& steps) const {
 // A lower bound on the box exchange's cost (box_exchange.cc: one base, the
 // busiest rank's peers times the latency and its bytes over the bandwidth
 // of the slowest link among the mesh dims data crosses; 0 when nothing
-// crosses), from the two layouts' boxes alone, in O(distinct boxes x pieces
-// per tensor dim) instead of O(ranks x source boxes); it stops once past
-// `enough`. Per receiver q (among the target's holders), exactly as the
-// exchange counts them:
+// crosses), from the two layouts' boxes alone, in O(a few receivers x
+// pieces per tensor dim) instead of O(ranks x source boxes); it stops once
+// past `enough`. Per receiver q, exactly as the exchange counts them:
 // - The source boxes tile the tensor as a grid, the product over tensor
 //   dims d of the pieces d's splitters cut (one source box per holder), so
 //   the boxes meeting q's target box number prod_d count_d, count_d the
@@ -78,46 +77,54 @@ double Planner::box_exchange_floor(double enough) const {
     for (const Placement& q : *p)
       if (q.is_partial()) return 0;  // no box exchange: not a bound
   const int64_t td = from_.ndim();
-  // Boxes at the holders of a layout (coordinate 0 on the mesh dims it
-  // replicates): one per distinct box. Receivers are taken among the
-  // target's holders only, which still bounds the busiest rank from below.
-  auto holders = [&](const Placements& p) {
+  // The coordinates that differ only on the mesh dims of `dims` (0 on the
+  // others), in row-major order.
+  auto coordinates_over = [&](uint32_t dims) {
     std::vector<DimVector> out;
     DimVector c(static_cast<size_t>(nd_), 0);
     for (;;) {
       out.push_back(c);
       int i = nd_ - 1;
       for (; i >= 0; --i) {
-        if (p[i].is_replicate() || size_[i] == 1) continue;
+        if (!(dims >> i & 1)) continue;
         if (++c[i] < size_[i]) break;
         c[i] = 0;
       }
       if (i < 0) return out;
     }
   };
-  // The nonempty source pieces of each tensor dim: (start, end).
-  std::vector<std::pair<int64_t, int64_t>> pieces[kMaxDims];
-  for (const DimVector& c : holders(src)) {
-    const ShardExtent e = from_.extent(c);
-    for (int64_t d = 0; d < td; ++d)
-      if (e.local_shape[d] > 0)
-        pieces[d].emplace_back(e.global_offset[d], e.global_offset[d] + e.local_shape[d]);
-  }
-  for (int64_t d = 0; d < td; ++d) {
-    auto& v = pieces[d];
-    std::sort(v.begin(), v.end());
-    v.erase(std::unique(v.begin(), v.end()), v.end());
-  }
   // Per tensor dim, the mesh dims splitting it in the source (size > 1).
   uint32_t splitters[kMaxDims] = {};
   for (int i = 0; i < nd_; ++i)
     if (size_[i] > 1 && src[i].is_shard()) splitters[src[i].dim()] |= 1u << i;
+  // The nonempty source pieces of each tensor dim, (start, end): d's range
+  // in a box depends on the coordinates on d's splitters alone.
+  std::vector<std::pair<int64_t, int64_t>> pieces[kMaxDims];
+  for (int64_t d = 0; d < td; ++d) {
+    auto& v = pieces[d];
+    for (const DimVector& c : coordinates_over(splitters[d])) {
+      const ShardExtent e = from_.extent(c);
+      if (e.local_shape[d] > 0)
+        v.emplace_back(e.global_offset[d], e.global_offset[d] + e.local_shape[d]);
+    }
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  }
   const double item = static_cast<double>(itemsize(from_.dtype()));
   double best = 0;
-  const std::vector<DimVector> receivers = holders(to_.placements());
-  for (size_t k = 0; k < receivers.size() && best <= enough; ++k) {
-    const ShardExtent own = from_.extent(receivers[k]);
-    const ShardExtent want = to_.extent(receivers[k]);
+  // Receivers: a few of the target's holders (coordinate 0 on the mesh
+  // dims it replicates; one per distinct target box), spread over them:
+  // any receiver bounds the busiest rank from below, and on a pair whose
+  // exchange wins every one counted is wasted.
+  uint32_t target_sharding = 0;
+  for (int i = 0; i < nd_; ++i)
+    if (size_[i] > 1 && to_.placements()[i].is_shard()) target_sharding |= 1u << i;
+  const std::vector<DimVector> holders = coordinates_over(target_sharding);
+  constexpr size_t kReceivers = 4;
+  const size_t stride = std::max<size_t>(1, holders.size() / kReceivers);
+  for (size_t k = 0; k < holders.size() && best <= enough; k += stride) {
+    const ShardExtent own = from_.extent(holders[k]);
+    const ShardExtent want = to_.extent(holders[k]);
     double boxes = 1, volume = 1, kept = 1;
     double latency = 0, inverse_bandwidth = 0;
     for (int64_t d = 0; d < td && boxes > 0; ++d) {
