@@ -21,7 +21,12 @@
 // search and by the A* of issue 18 (SearchMode::CoarsePruned) in turn.
 // Counters: mean_us and max_us over the pairs, before_mean_us and
 // before_max_us the same for issue 18's search; the label names the
-// slowest pair of each.
+// slowest pair of each. Under callgrind, with DTENSOR_PLAN_CALLGRIND set,
+// each pair's first plan by today's search is one dump named after the
+// pair (instructions that the load does not change):
+//   DTENSOR_PLAN_CALLGRIND=1 valgrind --tool=callgrind --callgrind-out-file=cg.%p
+//     build/bin/redistribute_bench --benchmark_filter=PlanColdSweep  (one line)
+//   for f in cg.*.*; do echo "$(sed -n 's/^totals: //p' $f) $(sed -n 's/^desc: Trigger: Client Request: //p' $f)"; done | sort -n
 //
 // BM_Redistribute_PRP_to_RRR: a 16 MiB float32 DTensor on a 2x2x2 mesh with
 // placements (P, R, P) redistributed to (R, R, R): per_dim (search = false,
@@ -54,6 +59,13 @@
 
 #include "dtensor/dtensor.h"
 #include "redistribute/plan_internal.h"
+
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#else
+#define CALLGRIND_ZERO_STATS
+#define CALLGRIND_DUMP_STATS_AT(name) (void)(name)
+#endif
 
 namespace {
 
@@ -232,13 +244,17 @@ std::vector<SpecPair> sweep_pairs(int mesh_ndim) {
 }
 
 // One pair's least thread CPU time over 3 cold plans by `mode` (the search
-// and the plan check, as plan_redistribute runs them on a cache miss).
-double least_cold_time(const SpecPair& p, redistribute_detail::SearchMode mode) {
+// and the plan check, as plan_redistribute runs them on a cache miss);
+// `dump` names the first plan's callgrind dump (see the top), if not null.
+double least_cold_time(const SpecPair& p, redistribute_detail::SearchMode mode,
+                       const char* dump) {
   double best = 1e300;
   for (int rep = 0; rep < 3; ++rep) {
+    if (dump && rep == 0) CALLGRIND_ZERO_STATS;
     const auto t0 = thread_now();
     auto plan = redistribute_detail::build_plan(p.first, p.second, {}, mode);
     const auto t1 = thread_now();
+    if (dump && rep == 0) CALLGRIND_DUMP_STATS_AT(dump);
     benchmark::DoNotOptimize(plan.steps.data());
     best = std::min(best, (t1 - t0));
   }
@@ -254,6 +270,7 @@ void BM_PlanColdSweep(benchmark::State& state) {
     double sum = 0, worst = 0;
     std::string worst_pair;
   } now, before;
+  const bool callgrind = std::getenv("DTENSOR_PLAN_CALLGRIND") != nullptr;
   for (auto _ : state) {
     now = before = Figures{};
     for (const SpecPair& p : pairs) {
@@ -262,7 +279,8 @@ void BM_PlanColdSweep(benchmark::State& state) {
                                to_string(p.second.placements());
       for (auto [mode, f] : {std::pair{SearchMode::Pruned, &now},
                              std::pair{SearchMode::CoarsePruned, &before}}) {
-        const double t = least_cold_time(p, mode);
+        const bool dump = callgrind && mode == SearchMode::Pruned;
+        const double t = least_cold_time(p, mode, dump ? name.c_str() : nullptr);
         f->sum += t;
         if (t > f->worst) {
           f->worst = t;

@@ -67,7 +67,10 @@ Planner::Planner(const DTensorSpec& from, const DTensorSpec& to, const Redistrib
   global_bytes_ = static_cast<double>(from.global_bytes());
   ordered_ = has_shard_order(from.placements()) || has_shard_order(to.placements());
   floating_ = is_floating(from.dtype());
-  if (mode_ == SearchMode::Pruned) init_cover();
+  if (mode_ == SearchMode::Pruned) {
+    init_cover();
+    init_twins();
+  }
   if (mode_ == SearchMode::CoarsePruned || coarse_) init_coarse_bound();
 }
 

@@ -1,6 +1,7 @@
 // The lower bound that steers the search (A*): the cost the target still
 // forces from a state, never more.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "redistribute/planner.h"
@@ -68,6 +69,20 @@ void Planner::init_cover() {
     return;
   }
   const uint32_t all = 1u << nd_;
+  // The group size and the slowest link of every mask of mesh dims, which
+  // the floors below and last_collectives' tables ask for in their inner
+  // loops.
+  for (uint32_t dims = 1; dims < all; ++dims) {
+    const int low = std::countr_zero(dims);
+    const uint32_t rest = dims & (dims - 1);
+    mask_n_[dims] = size_[low] * (rest ? mask_n_[rest] : 1);
+    LinkCost link = link_[low];
+    if (rest) {
+      link.bandwidth_gbps = std::min(link.bandwidth_gbps, mask_link_[rest].bandwidth_gbps);
+      link.latency_us = std::max(link.latency_us, mask_link_[rest].latency_us);
+    }
+    mask_link_[dims] = link;
+  }
   double shard_floor[1u << kMaxDims], bare_floor[1u << kMaxDims];
   for (uint32_t dims = 1; dims < all; ++dims) {
     shard_floor[dims] = bare_floor[dims] = kNoCover;
@@ -90,24 +105,12 @@ void Planner::init_cover() {
       if (size_[j] > 1) target_order_[d].push_back(static_cast<int>(j));
 }
 
-int64_t Planner::group_size(uint32_t dims) const {
-  int64_t n = 1;
-  for (int i = 0; i < nd_; ++i)
-    if (dims >> i & 1) n *= size_[i];
-  return n;
-}
+int64_t Planner::group_size(uint32_t dims) const { return dims ? mask_n_[dims] : 1; }
 
 // DeviceMesh::link of a group: the least bandwidth and the largest
-// latency of its dims (computed here, without the mesh's lock).
-LinkCost Planner::slowest_link(uint32_t dims) const {
-  LinkCost link{1e300, 0};
-  for (int i = 0; i < nd_; ++i) {
-    if (!(dims >> i & 1)) continue;
-    link.bandwidth_gbps = std::min(link.bandwidth_gbps, link_[i].bandwidth_gbps);
-    link.latency_us = std::max(link.latency_us, link_[i].latency_us);
-  }
-  return link;
-}
+// latency of its dims (worked out once per mask in init_cover, without
+// the mesh's lock). REQUIRES: dims != 0.
+LinkCost Planner::slowest_link(uint32_t dims) const { return mask_link_[dims]; }
 
 // out[m]: the cheapest split of the dims m into groups priced by floor;
 // each split is counted once, by the group holding m's lowest dim.
@@ -148,8 +151,15 @@ void Planner::cheapest_cover(const double* floor, double* out) const {
 double Planner::last_collectives(uint32_t gather, uint32_t partial, bool gather_base) const {
   if (gather == 0 && partial == 0) return 0;
   const uint32_t key = partial | (gather_base ? 1u << kMaxDims : 0);
+  // Most states share their Partials with the state before: the last
+  // table used (per base choice) is asked first.
+  Memo& memo = last_table_[gather_base];
+  if (memo.key == key) return memo.table[gather];
   for (const auto& [mask, table] : last_collectives_)
-    if (mask == key) return table[gather];
+    if (mask == key) {
+      memo = {key, table.data()};
+      return table[gather];
+    }
   const double gbase = gather_base || !options_.merge ? base_us_ : 0;
   const uint32_t u = to_replicate_;
   // Partials bound for S may shard once reduced (a reduce_scatter leaves
@@ -215,7 +225,8 @@ double Planner::last_collectives(uint32_t gather, uint32_t partial, bool gather_
       if ((t & ~u) == 0 && !(t >> i & 1)) best[t] = std::min(best[t], best[t | 1u << i]);
   }
   last_collectives_.emplace_back(key, std::move(best));
-  return last_collectives_.back().second[gather];
+  memo = {key, last_collectives_.back().second.data()};
+  return memo.table[gather];
 }
 
 // The bound of issue 18, kept to measure the one above against (the
@@ -259,7 +270,7 @@ double Planner::lower_bound(const Placements& p) const {
     if (to_replicate_ >> i & 1) gather |= 1u << i;
     else leave[d] |= 1u << i;
   };
-  if (!has_order(p)) {
+  if (!ordered(p)) {
     // A natural state splits each tensor dim in ascending mesh dims; walk
     // them once, matching each against the target's order.
     size_t matched[kMaxDims] = {};

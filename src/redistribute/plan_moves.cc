@@ -7,28 +7,11 @@
 
 namespace dtensor::redistribute_detail {
 
-namespace {
-
-// Sizes of the pieces of `length` chunked by ns[0], then each piece by
-// ns[1], ... (nested, left to right), in order.
-std::vector<int64_t> nested_sizes(int64_t length, const std::vector<int64_t>& ns) {
-  std::vector<int64_t> pieces{length};
-  for (int64_t n : ns) {
-    std::vector<int64_t> next;
-    for (int64_t len : pieces)
-      for (int64_t r = 0; r < n; ++r) next.push_back(chunk_range(len, n, r).size);
-    pieces = std::move(next);
-  }
-  return pieces;
-}
-
-}  // namespace
-
 // No mesh dim after `mesh_dim` in tensor dim d's split order (other than
 // size-1 dims) shards d: mesh_dim's chunks are adjacent pieces of one
 // range, so it may gather them or give them up.
 bool Planner::last_in_order(const Placements& p, int mesh_dim, int64_t d) const {
-  if (!has_order(p)) return !sharded_after(p, mesh_dim, d);
+  if (!ordered(p)) return !sharded_after(p, mesh_dim, d);
   const DimVector seq = shard_split_order(p, d);
   bool after = false;
   for (int64_t j : seq) {
@@ -52,7 +35,7 @@ Placements Planner::after(const Placements& cur, int i, Placement q) const {
       if ((ordered_ || size_[j] > 1) && cur[j].is_shard(d)) return true;
     return false;
   };
-  if (!has_order(cur) && !(q.is_shard() && later(q.dim()))) {
+  if (!ordered(cur) && !(q.is_shard() && later(q.dim()))) {
     Placements next = cur;
     next[i] = q.is_shard() ? Shard(q.dim()) : q;
     return next;
@@ -235,10 +218,18 @@ bool Planner::same_chunking(const Placements& p, uint32_t dims, int64_t d) const
   if (from_.shape()[d] % all == 0) return true;
   uint64_t key = static_cast<uint64_t>(d) | static_cast<uint64_t>(dims) << 4;
   int shift = 12;
-  for (int64_t j : shard_split_order(p, d)) {
-    if (size_[j] == 1 || (dims >> j & 1)) continue;
-    key |= static_cast<uint64_t>(j + 1) << shift;
-    shift += 4;
+  if (!ordered(p)) {
+    // A natural order is ascending, so the splitters' mask says it all
+    // (bits 44+, apart from an order's; with no splitter both keys agree,
+    // as they mean the same).
+    for (int j = 0; j < nd_; ++j)
+      if (size_[j] > 1 && !(dims >> j & 1) && p[j].is_shard(d)) key |= uint64_t{1} << (44 + j);
+  } else {
+    for (int64_t j : shard_split_order(p, d)) {
+      if (size_[j] == 1 || (dims >> j & 1)) continue;
+      key |= static_cast<uint64_t>(j + 1) << shift;
+      shift += 4;
+    }
   }
   auto [it, fresh] = chunking_.try_emplace(key, false);
   if (fresh) it->second = chunks_alike(p, dims, d);
@@ -246,11 +237,12 @@ bool Planner::same_chunking(const Placements& p, uint32_t dims, int64_t d) const
 }
 
 bool Planner::chunks_alike(const Placements& p, uint32_t dims, int64_t d) const {
-  std::vector<int64_t> ns;
+  int64_t ns[kMaxDims];
+  int levels = 0;
   int64_t total = 1;
   for (int i = 0; i < nd_; ++i)
     if (dims >> i & 1) {
-      ns.push_back(size_[i]);
+      ns[levels++] = size_[i];
       total *= size_[i];
     }
   std::vector<int64_t> lens{from_.shape()[d]};
@@ -263,9 +255,18 @@ bool Planner::chunks_alike(const Placements& p, uint32_t dims, int64_t d) const 
     next.erase(std::unique(next.begin(), next.end()), next.end());
     lens = std::move(next);
   }
-  for (int64_t len : lens) {
-    if (nested_sizes(len, ns) != nested_sizes(len, {total})) return false;
-  }
+  // Piece r of the flattened group is, nested, piece digit_k of ns[k] at
+  // each level k, its digits r in mixed radix (ns[0] the most significant).
+  for (int64_t len : lens)
+    for (int64_t r = 0; r < total; ++r) {
+      int64_t piece = len, rest = r, below = total;
+      for (int k = 0; k < levels; ++k) {
+        below /= ns[k];
+        piece = chunk_range(piece, ns[k], rest / below).size;
+        rest %= below;
+      }
+      if (piece != chunk_range(len, total, r).size) return false;
+    }
   return true;
 }
 

@@ -1,5 +1,7 @@
 // The search: A* over placement states, from the source to the target.
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <queue>
 #include <tuple>
 
@@ -28,6 +30,7 @@ uint64_t key_of(const Placements& p) {
 struct Node {
   uint64_t key = 0;  // the state's key_of
   double cost = 0;
+  double bound = 0;  // lower_bound of the state, worked out once
   double peak = 0;  // the most bytes per rank a step of the path holds
   int steps = 0;
   bool done = false;
@@ -112,6 +115,10 @@ std::optional<std::vector<RedistributeStep>> Planner::search() const {
   queue.emplace(lower_bound(src), nodes[first].peak, 0, start, first);
   std::vector<Move> edges;
   edges.reserve(64);
+  // With twins (plan_symmetry.cc) a node's state is its class's
+  // representative: the edge into it ran in the previous state's names,
+  // and its tensor dim d became renames[node][d].
+  std::vector<std::array<int8_t, kMaxDims>> renames;
   while (!queue.empty()) {
     const uint32_t at = std::get<4>(queue.top());
     queue.pop();
@@ -120,36 +127,93 @@ std::optional<std::vector<RedistributeStep>> Planner::search() const {
     node.done = true;
     if (node.key == goal) break;
     const Placements cur = node.move.next;
+    const uint64_t node_key = node.key;
     const double cost = node.cost, peak = node.peak;
     const int steps = node.steps;
     edges.clear();
     single_edges(cur, edges);
     if (options_.merge) merged_edges(cur, edges);
+    // A collective's price depends on its kind, its mesh dims and the
+    // bytes of cur, not on the tensor dim it moves (price()): the edges of
+    // one mesh dim to S(0), S(1), ... share one.
+    const Move* priced = nullptr;
     for (Move& e : edges) {
-      const uint64_t k = key_of(e.next);
+      // Between natural ends a single-dim move changes that dim's
+      // placement alone (after() renumbers no order), so its key is cur's
+      // with one byte replaced.
+      uint64_t k;
+      Rename rename;
+      if (symmetric_) {
+        e.next = canonical(e.next, rename);
+        k = key_of(e.next);
+      } else if (!e.merged && !ordered_) {
+        const int i = std::countr_zero(e.dims);
+        k = (node_key & ~(uint64_t{0xFF} << (8 * i))) | code(e.next[i]) << (8 * i);
+      } else {
+        k = key_of(e.next);
+      }
       const auto [to, fresh] = nodes.try_emplace(k);
       if (!fresh && nodes[to].done) continue;
-      price_move(cur, e);
+      if (priced && e.kind != StepKind::Local && e.kind == priced->kind &&
+          e.dims == priced->dims) {
+        e.cost = priced->cost;
+        e.peak = priced->peak;
+      } else {
+        price_move(cur, e);
+        priced = &e;
+      }
       const double c = cost + e.cost;
       const double pk = std::max(peak, e.peak);
       Node& n = nodes[to];
-      if (!fresh && !better(c, pk, steps + 1, n)) continue;
+      if (fresh) n.bound = lower_bound(e.next);
+      else if (!better(c, pk, steps + 1, n)) continue;
       n.cost = c;
       n.peak = pk;
       n.steps = steps + 1;
       n.prev = at;
       n.move = e;
-      queue.emplace(c + lower_bound(e.next), pk, steps + 1, k, to);
+      if (symmetric_) {
+        if (renames.size() < nodes.size()) renames.resize(2 * nodes.size());
+        std::copy(rename, rename + kMaxDims, renames[to].begin());
+      }
+      queue.emplace(c + n.bound, pk, steps + 1, k, to);
     }
     if (nodes.size() > max_states_) return std::nullopt;
   }
   const Node* last = nodes.find(goal);
   DT_CHECK(last != nullptr && last->done, "redistribute: internal error: no plan from ",
            to_string(src), " to ", to_string(to_.placements()), " on ", mesh_);
+  std::vector<uint32_t> path;  // node indices, the source's left out
+  for (uint32_t n = nodes.try_emplace(goal).first; nodes[n].key != start; n = nodes[n].prev)
+    path.push_back(n);
+  std::reverse(path.begin(), path.end());
   std::vector<RedistributeStep> out;
-  for (const Node* n = last; n->key != start; n = &nodes[n->prev])
-    out.push_back(step_of(nodes[n->prev].move.next, n->move));
-  std::reverse(out.begin(), out.end());
+  Placements cur = src;
+  // With twins, `real` names each dim of the current representative as
+  // the plan knows it; the source and the target shard no twin, so both
+  // ends read the same in either naming.
+  Rename real;
+  for (int d = 0; d < kMaxDims; ++d) real[d] = static_cast<int8_t>(d);
+  for (const uint32_t index : path) {
+    const Node* n = &nodes[index];
+    if (!symmetric_) {
+      out.push_back(step_of(cur, n->move));
+      cur = n->move.next;
+      continue;
+    }
+    // The edge in the previous representative's names: its state before
+    // renaming is move.next with rename undone.
+    Rename back, next_real;
+    const auto& rename = renames[index];
+    for (int d = 0; d < from_.ndim(); ++d) back[rename[d]] = static_cast<int8_t>(d);
+    Move m = n->move;
+    m.next = renamed(m.next, back);
+    m = renamed(m, real);
+    out.push_back(step_of(cur, m));
+    cur = m.next;
+    for (int d = 0; d < from_.ndim(); ++d) next_real[d] = real[back[d]];
+    std::copy(next_real, next_real + kMaxDims, real);
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 //   plan_price.cc     what a move costs and holds; the steps of a path
 //   plan_bound.cc     the admissible lower bound the search is steered by
 //   plan_search.cc    the A* search over states
+//   plan_symmetry.cc  interchangeable tensor dims, one state per class
 //   plan_baseline.cc  the per-dim plan (no search)
 //   plan_box.cc       the box exchange as a candidate beside the search
 // (plan_explain.cc prints a plan; it needs no Planner.)
@@ -42,6 +43,23 @@ class Planner {
           SearchMode mode, size_t max_states);
 
   RedistributePlan plan();
+
+  // New names of tensor dims, by old name (plan_symmetry.cc).
+  using Rename = int8_t[kMaxDims];
+
+  // A lower bound on the cost of the box exchange from the source to the
+  // target (box_exchange_step's cost_us), or 0 when either has a Partial;
+  // it may stop counting once past `enough` (plan_box.cc). Public so that
+  // tests can hold it against the exchange's cost.
+  double box_exchange_floor(double enough) const;
+
+  // The representative of p's class of states under swaps of
+  // interchangeable tensor dims (plan_symmetry.cc); to[d] receives the
+  // name dim d takes in it. p itself when the pair has no such dims or the
+  // mode is not Pruned. Public so that tests can check it is one per class.
+  Placements canonical(const Placements& p, Rename& to) const;
+  // p with every tensor dim d renamed to[d].
+  static Placements renamed(const Placements& p, const Rename& to);
 
   // An edge of the search before it is made a step: the state after, its
   // price, and what rebuilds the step (single_step or merged_step) for the
@@ -83,6 +101,12 @@ class Planner {
       if (p[i].is_shard()) shards *= static_cast<double>(size_[i]);
     return global_bytes_ / shards;
   }
+  // Whether state p carries a shard order. Between natural ends no state
+  // does (a new shard is only ever taken right of the dims splitting its
+  // dim, see single_edges and merged_edges, so after() and
+  // replace_placements keep every state natural), and the search asks
+  // this of every edge: it is answered without looking then.
+  bool ordered(const Placements& p) const { return ordered_ && has_order(p); }
   bool last_in_order(const Placements& p, int mesh_dim, int64_t d) const;
   Placements after(const Placements& cur, int i, Placement q) const;
   // plan_moves.cc: moves
@@ -166,6 +190,10 @@ class Planner {
   double coarse_bound(const Placements& p) const;
   double lower_bound(const Placements& p) const;
 
+  // plan_symmetry.cc: interchangeable tensor dims (Pruned mode only)
+  void init_twins();
+  static Move renamed(const Move& m, const Rename& to);
+
   // plan_search.cc
   std::optional<std::vector<RedistributeStep>> search() const;
 
@@ -208,12 +236,30 @@ class Planner {
   // last_collectives' tables, by the mask of Partials bound for R and the
   // bases counted.
   mutable std::vector<std::pair<uint32_t, std::vector<double>>> last_collectives_;
+  // The table last used for each choice of bases (its data stays put when
+  // last_collectives_ grows).
+  struct Memo {
+    uint32_t key = ~0u;
+    const double* table = nullptr;
+  };
+  mutable Memo last_table_[2];
   double min_bytes_ = 0;
+  // By mask of mesh dims (init_cover): the product of their sizes, their
+  // slowest link.
+  int64_t mask_n_[1u << kMaxDims] = {};
+  LinkCost mask_link_[1u << kMaxDims];
   double lb_[kMaxDims] = {};  // the coarse bound's, per mesh dim
   int nd_ = 0;
   bool auto_flatten_ = true;
   bool floating_ = true;
   bool ordered_ = false;  // either end has a shard order
+  // Per tensor dim, the first dim of its class of interchangeable dims
+  // (itself when it has no twin); whether any class has two.
+  int8_t twin_of_[kMaxDims] = {};
+  bool symmetric_ = false;
+  // Per class (by its first dim): its dims in ascending order, how many.
+  int8_t members_[kMaxDims][kMaxDims] = {};
+  int8_t class_size_[kMaxDims] = {};
   double base_us_ = 6.6;
   double global_bytes_ = 0;
   int64_t size_[kMaxDims] = {};
