@@ -31,9 +31,13 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "common/parallel.h"
 #include "dtensor/tensor.h"
@@ -68,6 +72,18 @@ inline constexpr int64_t kTile = 32;
 // 32-row bands. The other order (the tile dim last) was 1.2-1.7x slower
 // on a 4096x4096 transposing copy (docs/PERFORMANCE.md).
 inline constexpr int64_t kTileBlock = 256;
+// A tiled walk whose output (operand 0) spans at least this many bytes, and
+// is contiguous along the innermost dim, writes it with non-temporal
+// stores: a transposing copy then moves its bytes once each way instead of
+// also reading every output line in first (read-for-ownership). Below it
+// the output may still be in cache for the next op, which streaming would
+// throw away. (glibc's memcpy streams only from 127 MiB on this machine, so
+// the memcpy yardstick of docs/PERFORMANCE.md pays that read.)
+inline constexpr int64_t kStreamBytes = int64_t{16} << 20;
+// kStreamBytes, unless a test lowered it to run the streaming path on small
+// tensors (tests/tensor/transpose_test.cc).
+inline std::atomic<int64_t> stream_bytes{kStreamBytes};
+inline int64_t stream_threshold() { return stream_bytes.load(std::memory_order_relaxed); }
 
 namespace loops {
 
@@ -79,7 +95,25 @@ struct Walk {
   std::array<std::array<int64_t, kMaxDims>, N> st{};
   std::array<int64_t, N> item{};
   int tile_dim = -1;  // the dim tiled against the innermost one, or -1
+  bool stream = false;  // a tiled walk writes operand 0 non-temporally (kStreamBytes)
 };
+
+// Copies `bytes` from the 16-byte aligned tile buffer `src` to `dst` with
+// non-temporal stores when dst and bytes allow it (16-byte aligned; a tile
+// row of 32 floats is two whole cache lines), else with memcpy. The bytes
+// are the same either way; only whether the lines go through the cache.
+inline bool stream_row(char* dst, const char* src, int64_t bytes) {
+#if defined(__SSE2__)
+  if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0 && (bytes & 15) == 0) {
+    for (int64_t i = 0; i < bytes; i += 16)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i),
+                       _mm_load_si128(reinterpret_cast<const __m128i*>(src + i)));
+    return true;
+  }
+#endif
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
+  return false;
+}
 
 // false when the shape is empty (nothing to walk).
 template <size_t N>
@@ -220,6 +254,14 @@ void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
     staged[k] = (item == 1 || item == 2 || item == 4 || item == 8) && w.st[k][j] == item &&
                 std::abs(w.st[k][l]) >= 64;
   }
+  // A large output contiguous along l goes through its tile buffer too, and
+  // each tile row is streamed out (stream_row). Copies only (one input): on
+  // a 4096x4096 float32 a.t().contiguous() this took 0.8-0.85x the CPU time,
+  // but a.t() + b 1.0-1.5x (docs/PERFORMANCE.md), so two-input kernels
+  // keep writing in place.
+  const bool stream0 = N == 2 && w.stream && !staged[0] && w.st[0][l] == w.item[0] &&
+                       w.item[0] > 0 && w.item[0] <= 8;
+  bool streamed = false;
   alignas(64) char buf[N][kTile * kTile * 8];
   Walk<N> rest;  // the other dims, as a walk of single elements
   for (int d = 0; d < l; ++d) {
@@ -239,7 +281,7 @@ void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
         std::array<int64_t, N> step, run_st;
         for (size_t k = 0; k < N; ++k) {
           char* origin = p[k] + j0 * w.st[k][j] + l0 * w.st[k][l];
-          if (staged[k]) {
+          if (staged[k] || (k == 0 && stream0)) {
             if (k != 0) stage_tile<true>(w.item[k], buf[k], origin, jn, ln, w.st[k][l]);
             q[k] = buf[k];
             step[k] = ln * w.item[k];
@@ -257,19 +299,30 @@ void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
         if (staged[0]) {
           stage_tile<false>(w.item[0], buf[0], p[0] + j0 * w.st[0][j] + l0 * w.st[0][l], jn, ln,
                             w.st[0][l]);
+        } else if (stream0) {
+          const int64_t row = ln * w.item[0];
+          char* out = p[0] + j0 * w.st[0][j] + l0 * w.item[0];
+          for (int64_t r = 0; r < jn; ++r)
+            streamed |= stream_row(out + r * w.st[0][j], buf[0] + r * row, row);
         }
       }
     }
   };
   if (rest.nd == 0) {
     plane(base, 1, inner);
-    return;
+  } else {
+    // Walk `rest` one element per "run": make its innermost dim a run of 1.
+    rest.sizes[rest.nd] = 1;
+    for (size_t k = 0; k < N; ++k) rest.st[k][rest.nd] = 0;
+    ++rest.nd;
+    walk_rows(rest, base, plane);
   }
-  // Walk `rest` one element per "run": make its innermost dim a run of 1.
-  rest.sizes[rest.nd] = 1;
-  for (size_t k = 0; k < N; ++k) rest.st[k][rest.nd] = 0;
-  ++rest.nd;
-  walk_rows(rest, base, plane);
+#if defined(__SSE2__)
+  // Non-temporal stores are not ordered by the release that publishes a
+  // parallel block's end (or by anything but a fence): the fence makes the
+  // output visible before this walk returns.
+  if (streamed) _mm_sfence();
+#endif
 }
 
 template <size_t N, class Kernel>
@@ -311,6 +364,13 @@ void for_each_strided(const Shape& shape, const StridedOperands<N>& ops, Kernel&
   loops::Walk<N> w;
   if (!loops::coalesce(shape, ops, w)) return;
   if constexpr (!(kFlags & kNoTiles)) w.tile_dim = loops::pick_tile_dim(w);
+  if (w.tile_dim >= 0) {
+    // Operand 0's bytes: its non-broadcast dims only.
+    int64_t out_bytes = w.item[0];
+    for (int d = 0; d < w.nd; ++d)
+      if (w.st[0][d] != 0) out_bytes *= w.sizes[d];
+    w.stream = out_bytes >= stream_threshold();
+  }
   auto run = [&kernel](const loops::Walk<N>& sub, const std::array<char*, N>& p) {
     if constexpr ((kFlags & kSimd) != 0) {
       simd_dispatch([&] { loops::walk(sub, p, kernel); });

@@ -15,6 +15,7 @@
 
 #include "dtensor/tensor.h"
 #include "dtensor/threads.h"
+#include "tensor/loops.h"
 #include "tensor/simd_threads.h"
 #include "tensor/transpose.h"
 
@@ -163,6 +164,37 @@ TEST_F(TransposeTest, AddOfATransposeMatchesAScalarLoop) {
       EXPECT_EQ(bytes_of(add(a.t(), b)), bytes_of(want)) << dtype_name(dtype) << where;
       EXPECT_EQ(bytes_of(add(b, a.t())), bytes_of(want)) << dtype_name(dtype) << where;
     });
+  }
+}
+
+// The non-temporal output path of copies (loops.h, kStreamBytes) on small tensors:
+// with the threshold at 0 every tiled walk streams its output. Shapes with
+// rows of a multiple of 16 bytes take the streaming stores, the others the
+// memcpy fallback of stream_row; both must give the scalar walk's bytes.
+TEST_F(TransposeTest, StreamedOutputsMatchAScalarWalk) {
+  struct Threshold {
+    int64_t before = detail::stream_bytes.exchange(0);
+    ~Threshold() { detail::stream_bytes = before; }
+  } threshold;
+  for (DType dtype : {DType::Bool, DType::Int64, DType::Float32, DType::Float64}) {
+    const std::string name = std::string(" (") + dtype_name(dtype) + ")";
+    for (const Shape& shape : {Shape{512, 96}, Shape{96, 512}, Shape{517, 333}, Shape{64, 48}}) {
+      const Tensor a = random_tensor(shape, dtype, 7);
+      const Tensor b = random_tensor({shape[1], shape[0]}, dtype, 8);
+      const std::vector<unsigned char> at = scalar_contiguous(a.t());
+      const std::vector<unsigned char> p3 = scalar_contiguous(a.view({shape[0], shape[1], 1}).permute({1, 2, 0}));
+      everywhere([&](const std::string& where) {
+        const std::string what = " of " + to_string(shape) + name + where;
+        EXPECT_EQ(bytes_of(a.t().contiguous()), at) << "a.t().contiguous()" << what;
+        EXPECT_EQ(bytes_of(a.view({shape[0], shape[1], 1}).permute({1, 2, 0}).contiguous()), p3)
+            << "permute" << what;
+        if (dtype != DType::Bool) {
+          // a.t() + b against the sum of two unit-stride operands
+          const Tensor want = add(a.t().contiguous(), b);
+          EXPECT_EQ(bytes_of(add(a.t(), b)), bytes_of(want)) << "a.t() + b" << what;
+        }
+      });
+    }
   }
 }
 
