@@ -20,8 +20,8 @@
 namespace dtensor {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaNElementwise = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInfElementwise = std::numeric_limits<double>::infinity();
 
 // ---- reference machinery --------------------------------------------------------------
 
@@ -242,7 +242,7 @@ TEST(Elementwise, SubMulDivHandValues) {
   EXPECT_TRUE(matches(sub(a, b), {3}, DType::Float64, {4, -12, 2}));
   EXPECT_TRUE(matches(mul(a, b), {3}, DType::Float64, {12, -32, -0.75}));
   EXPECT_TRUE(matches(div(a, b), {3}, DType::Float64, {3, -0.5, -3}));
-  EXPECT_TRUE(matches(div(a, f64({0, 0, -0.0})), {3}, DType::Float64, {kInf, -kInf, -kInf}));
+  EXPECT_TRUE(matches(div(a, f64({0, 0, -0.0})), {3}, DType::Float64, {kInfElementwise, -kInfElementwise, -kInfElementwise}));
 }
 
 TEST(Elementwise, ScalarFormsHandValues) {
@@ -258,9 +258,9 @@ TEST(Elementwise, ScalarFormsHandValues) {
 TEST(Elementwise, IntDivisionIsTrueDivisionInFloat32) {
   const Tensor a = i64({1, 2, 3, -7, 0});
   const Tensor b = i64({2, 2, 2, 2, 0});
-  EXPECT_TRUE(matches(div(a, b), {5}, DType::Float32, {0.5, 1, 1.5, -3.5, kNaN}));
+  EXPECT_TRUE(matches(div(a, b), {5}, DType::Float32, {0.5, 1, 1.5, -3.5, kNaNElementwise}));
   EXPECT_TRUE(matches(div(a, 2), {5}, DType::Float32, {0.5, 1, 1.5, -3.5, 0}));
-  EXPECT_TRUE(matches(div(3, i64({2, 0})), {2}, DType::Float32, {1.5, kInf}));
+  EXPECT_TRUE(matches(div(3, i64({2, 0})), {2}, DType::Float32, {1.5, kInfElementwise}));
   EXPECT_TRUE(matches(div(bools({true, false}), 2), {2}, DType::Float32, {0.5, 0}));
 }
 
@@ -343,8 +343,8 @@ TEST(Elementwise, Int64ArithmeticWrapsLikePyTorch) {
 TEST(Elementwise, MaximumMinimumPropagateNaN) {
   const Tensor a = f32({1, NAN, 3, NAN, -0.5f});
   const Tensor b = f32({2, 1, NAN, NAN, -1});
-  EXPECT_TRUE(matches(maximum(a, b), {5}, DType::Float32, {2, kNaN, kNaN, kNaN, -0.5}));
-  EXPECT_TRUE(matches(minimum(a, b), {5}, DType::Float32, {1, kNaN, kNaN, kNaN, -1}));
+  EXPECT_TRUE(matches(maximum(a, b), {5}, DType::Float32, {2, kNaNElementwise, kNaNElementwise, kNaNElementwise, -0.5}));
+  EXPECT_TRUE(matches(minimum(a, b), {5}, DType::Float32, {1, kNaNElementwise, kNaNElementwise, kNaNElementwise, -1}));
   EXPECT_TRUE(matches(maximum(i64({1, 5}), f64({2, 3})), {2}, DType::Float64, {2, 5}));
 }
 
@@ -364,25 +364,25 @@ TEST(Elementwise, PowKeepsIntegersForIntegerExponents) {
 TEST(Elementwise, PowFloatingExponents) {
   const Tensor x = f64({4, 2, -8, 0});
   EXPECT_TRUE(matches(pow(x, 2), {4}, DType::Float64, {16, 4, 64, 0}));
-  EXPECT_TRUE(matches(pow(x, 0.5), {4}, DType::Float64, {2, std::sqrt(2.0), kNaN, 0}));
+  EXPECT_TRUE(matches(pow(x, 0.5), {4}, DType::Float64, {2, std::sqrt(2.0), kNaNElementwise, 0}));
   EXPECT_TRUE(matches(pow(x, 3), {4}, DType::Float64, {64, 8, -512, 0}));
-  EXPECT_TRUE(matches(pow(x, -1.0), {4}, DType::Float64, {0.25, 0.5, -0.125, kInf}));
-  EXPECT_TRUE(matches(pow(x, 1.5), {4}, DType::Float64, {8, std::pow(2.0, 1.5), kNaN, 0}));
+  EXPECT_TRUE(matches(pow(x, -1.0), {4}, DType::Float64, {0.25, 0.5, -0.125, kInfElementwise}));
+  EXPECT_TRUE(matches(pow(x, 1.5), {4}, DType::Float64, {8, std::pow(2.0, 1.5), kNaNElementwise, 0}));
   EXPECT_EQ(pow(f32({2}), 2.0).dtype(), DType::Float32);
 }
 
 TEST(Elementwise, UnaryHandValues) {
   const Tensor x = f64({0, 1, 4});
   EXPECT_TRUE(matches(exp(x), {3}, DType::Float64, {1, std::exp(1.0), std::exp(4.0)}));
-  EXPECT_TRUE(matches(log(x), {3}, DType::Float64, {-kInf, 0, std::log(4.0)}));
+  EXPECT_TRUE(matches(log(x), {3}, DType::Float64, {-kInfElementwise, 0, std::log(4.0)}));
   EXPECT_TRUE(matches(sqrt(x), {3}, DType::Float64, {0, 1, 2}));
-  EXPECT_TRUE(matches(rsqrt(x), {3}, DType::Float64, {kInf, 1, 0.5}));
+  EXPECT_TRUE(matches(rsqrt(x), {3}, DType::Float64, {kInfElementwise, 1, 0.5}));
   EXPECT_TRUE(matches(tanh(x), {3}, DType::Float64, {0, std::tanh(1.0), std::tanh(4.0)}));
   EXPECT_TRUE(matches(sigmoid(f64({0, 1000, -1000})), {3}, DType::Float64, {0.5, 1, 0}));
-  EXPECT_TRUE(matches(relu(f64({-1, 0, 2, kNaN})), {4}, DType::Float64, {0, 0, 2, kNaN}));
+  EXPECT_TRUE(matches(relu(f64({-1, 0, 2, kNaNElementwise})), {4}, DType::Float64, {0, 0, 2, kNaNElementwise}));
   EXPECT_TRUE(matches(neg(f64({-1, 0, 2})), {3}, DType::Float64, {1, 0, -2}));
   EXPECT_TRUE(matches(abs(f64({-1.5, 0, 2})), {3}, DType::Float64, {1.5, 0, 2}));
-  EXPECT_TRUE(matches(log(f64({-1})), {1}, DType::Float64, {kNaN}));
+  EXPECT_TRUE(matches(log(f64({-1})), {1}, DType::Float64, {kNaNElementwise}));
   // PyTorch: gelu(1) = 0.8413447460685429, gelu(1, approximate='tanh') = 0.8411919906082768.
   EXPECT_TRUE(matches(gelu(f64({1, 0, -1})), {3}, DType::Float64,
                       {0.8413447460685429, 0, -0.15865525393145707}, 1e-15));
@@ -470,7 +470,7 @@ TEST(Elementwise, MaskedFillKeepsDTypeAndBroadcastsMask) {
   EXPECT_TRUE(matches(masked_fill(x, row_mask, 9.7), {2, 3}, DType::Int64, {9, 2, 9, 9, 5, 9}));
   const Tensor f = f32({1, 2});
   EXPECT_TRUE(
-      matches(masked_fill(f, bools({false, true}), -INFINITY), {2}, DType::Float32, {1, -kInf}));
+      matches(masked_fill(f, bools({false, true}), -INFINITY), {2}, DType::Float32, {1, -kInfElementwise}));
   // The input is untouched.
   EXPECT_EQ(x.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
   // A float an int64 cannot hold is refused, not converted.
@@ -536,10 +536,10 @@ DType floating_or_f32(DType d) { return is_floating(d) ? d : DType::Float32; }
 DType to_bool(DType) { return DType::Bool; }
 
 double ref_max(double x, double y) {
-  return std::isnan(x) || std::isnan(y) ? kNaN : std::max(x, y);
+  return std::isnan(x) || std::isnan(y) ? kNaNElementwise : std::max(x, y);
 }
 double ref_min(double x, double y) {
-  return std::isnan(x) || std::isnan(y) ? kNaN : std::min(x, y);
+  return std::isnan(x) || std::isnan(y) ? kNaNElementwise : std::min(x, y);
 }
 
 const std::vector<BinaryCase>& binary_cases() {

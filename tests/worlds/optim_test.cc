@@ -139,7 +139,7 @@ std::string describe(const DeviceMesh& mesh, const Layout& l) {
          to_string(l.param) + " grad " + to_string(l.grad);
 }
 
-struct Case {
+struct OptimCase {
   std::string name;
   std::function<std::unique_ptr<Optimizer>(std::vector<DTensor>)> make;
   // steps the reference of one parameter
@@ -148,8 +148,8 @@ struct Case {
   std::vector<std::string> buffers;
 };
 
-std::vector<Case> all_cases() {
-  std::vector<Case> cases;
+std::vector<OptimCase> all_cases() {
+  std::vector<OptimCase> cases;
   for (double momentum : {0.0, 0.9})
     for (double dampening : {0.0, 0.25})
       for (double wd : {0.0, 0.05})
@@ -199,7 +199,7 @@ std::vector<Case> all_cases() {
 }
 
 template <class T>
-void check_case(const World& world, const Case& c, std::mt19937& rng, uint64_t seed) {
+void check_case(const World& world, const OptimCase& c, std::mt19937& rng, uint64_t seed) {
   const DType dtype = dtype_of<T>::value;
   const DeviceMesh mesh(world, dtensor::testing::random_mesh(rng, world.size()));
   std::vector<Layout> layouts;
@@ -257,7 +257,7 @@ void check_case(const World& world, const Case& c, std::mt19937& rng, uint64_t s
 TEST_F(OptimWorldTest, OptimizersMatchReferenceOnRandomLayouts) {
   std::mt19937 rng(2026);
   uint64_t seed = 1;
-  for (const Case& c : all_cases()) {
+  for (const OptimCase& c : all_cases()) {
     for (int trial = 0; trial < 3; ++trial) {
       check_case<float>(world, c, rng, seed += 10);
       check_case<double>(world, c, rng, seed += 10);

@@ -132,7 +132,7 @@ auto group_folds(std::function<const Tensor&(int)> input_of, ReduceOp op) {
 // mesh dim and group member was most of the test's time (96 s of a Release
 // run on 64 simulated ranks).
 template <class T>
-class Inputs {
+class RankInputs {
  public:
   const Tensor& of(uint64_t case_seed, int r, const Shape& shape) {
     auto [it, added] = cache_.try_emplace({case_seed, r});
@@ -210,7 +210,7 @@ void check_reductions(const World& world, uint64_t seed) {
       {{2, 3, 10}, 2}, {{0, 5}, 1},         {{9, 1000}, 0},     {{3, 40000, 2}, 1},
       {{300001}, 0}};
   Backend& backend = world.backend();
-  Inputs<T> inputs;
+  RankInputs<T> inputs;
   const auto dims = mesh_dims(world);
   for (size_t i = 0; i < dims.size(); ++i) {
     const auto& [mesh, md] = dims[i];
