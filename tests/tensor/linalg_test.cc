@@ -176,7 +176,7 @@ Tensor make_matrix(int64_t r, int64_t c, LinalgLayout layout, DType dtype, uint6
   return Tensor();
 }
 
-std::string describe(const Tensor& a, const Tensor& b) {
+std::string describe_linalg(const Tensor& a, const Tensor& b) {
   return to_string(a.shape()) + " strides " + to_string(a.strides()) + " @ " +
          to_string(b.shape()) + " strides " + to_string(b.strides()) + " " +
          dtype_name(a.dtype());
@@ -253,7 +253,7 @@ TEST(Linalg, MmMatchesReferenceAcrossShapes) {
     for (const auto& s : shapes) {
       Tensor a = rnd({s[0], s[1]}, dt, seed++);
       Tensor b = rnd({s[1], s[2]}, dt, seed++);
-      expect_matches(mm(a, b), ref_matmul(a, b), dt, describe(a, b));
+      expect_matches(mm(a, b), ref_matmul(a, b), dt, describe_linalg(a, b));
     }
   }
 }
@@ -280,7 +280,7 @@ TEST(Linalg, MmStridedLayouts) {
           Tensor b = make_matrix(s[1], s[2], lb, dt, seed++);
           const std::vector<double> a_before = a.to_vector<double>();
           expect_matches(mm(a, b), ref_matmul(a, b), dt,
-                         describe(a, b) + " (" + linalg_layout_name(la) + " @ " + linalg_layout_name(lb) + ")");
+                         describe_linalg(a, b) + " (" + linalg_layout_name(la) + " @ " + linalg_layout_name(lb) + ")");
           EXPECT_EQ(a.to_vector<double>(), a_before) << "mm modified its input";
           ++checked;
         }
@@ -320,7 +320,7 @@ TEST(Linalg, BmmMatchesReference) {
           Tensor a = make_batch(s[0], s[1], s[2], la, dt, seed++);
           Tensor b = make_batch(s[0], s[2], s[3], lb, dt, seed++);
           expect_matches(bmm(a, b), ref_matmul(a, b), dt,
-                         describe(a, b) + " layouts " + std::to_string(la) + "," +
+                         describe_linalg(a, b) + " layouts " + std::to_string(la) + "," +
                              std::to_string(lb));
         }
       }
@@ -382,8 +382,8 @@ TEST(Linalg, MatmulAllRankCombinationsAndBroadcast) {
       Tensor a = rnd(c.a, dt, seed++);
       Tensor b = rnd(c.b, dt, seed++);
       Tensor out = matmul(a, b);
-      EXPECT_EQ(out.shape(), c.expected) << describe(a, b);
-      expect_matches(out, ref_matmul(a, b), dt, describe(a, b));
+      EXPECT_EQ(out.shape(), c.expected) << describe_linalg(a, b);
+      expect_matches(out, ref_matmul(a, b), dt, describe_linalg(a, b));
     }
   }
 }
@@ -409,7 +409,7 @@ TEST(Linalg, MatmulStridedBatchOperands) {
         {r({2, 2, 3, 4}).permute({1, 0, 2, 3}), r({2, 4, 5})},
     };
     for (const auto& [a, b] : pairs) {
-      expect_matches(matmul(a, b), ref_matmul(a, b), dt, describe(a, b));
+      expect_matches(matmul(a, b), ref_matmul(a, b), dt, describe_linalg(a, b));
     }
   }
 }
@@ -434,7 +434,7 @@ TEST(Linalg, AddmmBroadcastBiasAndScalars) {
             expect_matches(
                 addmm(bias, a, b, beta, alpha),
                 ref_add_bias(ref_matmul(a, b), bias, beta.to_double(), alpha.to_double()), dt,
-                "addmm bias " + to_string(bs) + " " + describe(a, b));
+                "addmm bias " + to_string(bs) + " " + describe_linalg(a, b));
           }
         }
       }
@@ -457,12 +457,12 @@ TEST(Linalg, BetaZeroIgnoresNanBias) {
       LinalgRef ref = ref_matmul(a, b);
       for (double& v : ref.val) v *= 2;
       for (double& v : ref.mag) v *= 2;
-      expect_matches(out, ref, dt, "addmm beta=0 " + describe(a, b));
+      expect_matches(out, ref, dt, "addmm beta=0 " + describe_linalg(a, b));
       Tensor bias3 = Tensor::full({2, s[0], s[2]}, nan, dt);
       Tensor a3 = rnd({2, s[0], s[1]}, dt, seed++);
       Tensor b3 = rnd({2, s[1], s[2]}, dt, seed++);
       expect_matches(baddbmm(bias3, a3, b3, 0, 1), ref_matmul(a3, b3), dt,
-                     "baddbmm beta=0 " + describe(a3, b3));
+                     "baddbmm beta=0 " + describe_linalg(a3, b3));
     }
     // With beta != 0 the NaN does come through.
     Tensor out = addmm(Tensor::full({2, 2}, nan, dt), rnd({2, 3}, dt, 1), rnd({3, 2}, dt, 2));
@@ -498,10 +498,10 @@ TEST(Linalg, LinearMatchesReference) {
     };
     for (const Case& c : cases) {
       Tensor out = linear(c.x, c.w, c.b);
-      EXPECT_EQ(out.shape(), c.expected) << describe(c.x, c.w);
+      EXPECT_EQ(out.shape(), c.expected) << describe_linalg(c.x, c.w);
       LinalgRef ref = ref_matmul(c.x, c.w.t());
       if (c.b.defined()) ref = ref_add_bias(ref, c.b, 1, 1);
-      expect_matches(out, ref, dt, "linear " + describe(c.x, c.w));
+      expect_matches(out, ref, dt, "linear " + describe_linalg(c.x, c.w));
     }
   }
 }

@@ -131,7 +131,7 @@ TEST(NormTensor, Errors) {
 }
 
 // The reference: (sum |x|^ord)^(1/ord) etc. in double over to_vector().
-double reference(const std::vector<double>& v, double ord) {
+double reference_norm(const std::vector<double>& v, double ord) {
   if (std::isinf(ord)) {
     double m = ord > 0 ? 0 : kInfNorm;
     for (double a : v) m = ord > 0 ? std::max(m, std::fabs(a)) : std::min(m, std::fabs(a));
@@ -159,7 +159,7 @@ TEST(NormTensor, RandomAgainstReference) {
     const std::vector<double> values = full.to(DType::Float64).to_vector<double>();
     for (int64_t r = 0; r < rows; ++r) {
       std::vector<double> row(values.begin() + r * cols, values.begin() + (r + 1) * cols);
-      const double want = reference(row, ord);
+      const double want = reference_norm(row, ord);
       const double g = got.to(DType::Float64).to_vector<double>()[r];
       const double tol = dtype == DType::Float32 ? 4.8e-7 * std::fabs(want) : 1e-12 * std::fabs(want);
       EXPECT_NEAR(g, want, tol + 1e-300) << "ord " << ord << " row " << r << " of " << full;

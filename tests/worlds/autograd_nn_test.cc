@@ -117,7 +117,7 @@ void check_all(const GradFn& f, const std::vector<DTensor>& inputs, const Placem
   EXPECT_EQ(check_gradient_layout(f, inputs, pg, seed), "") << what;
 }
 
-std::string describe(const DeviceMesh& mesh, const std::vector<DTensor>& inputs) {
+std::string describe_autograd_nn(const DeviceMesh& mesh, const std::vector<DTensor>& inputs) {
   std::string s = "mesh " + mesh.to_string();
   for (const DTensor& x : inputs) s.append(" ").append(x.spec().to_string());
   return s;
@@ -144,7 +144,7 @@ TEST_F(AutogradNnTest, SoftmaxAndLogSoftmax) {
       };
       check_all(f, {x}, pg, 5 + k,
                  std::string(log ? "log_softmax" : "softmax") + " dim " + std::to_string(dim) +
-                     " " + describe(mesh, {x}));
+                     " " + describe_autograd_nn(mesh, {x}));
     }
   }
 }
@@ -181,7 +181,7 @@ TEST_F(AutogradNnTest, LayerNormAndRmsNorm) {
       };
       check_all(f, in, pg, 7 + k,
                  std::string(layer ? "layer_norm" : "rms_norm") + " normalized " +
-                     to_string(ns) + " " + describe(mesh, in));
+                     to_string(ns) + " " + describe_autograd_nn(mesh, in));
     }
   }
 }
@@ -273,7 +273,7 @@ TEST_F(AutogradNnTest, NllLossAndCrossEntropy) {
       check_all(f, {x}, pg, 11 + k,
                  std::string(ce ? "cross_entropy" : "nll_loss") + " reduction " +
                      std::to_string(static_cast<int>(red)) + " ignore " + std::to_string(ignore) +
-                     " " + describe(mesh, {x, t}),
+                     " " + describe_autograd_nn(mesh, {x, t}),
                  !(none_counted && red == Reduction::Mean));
     }
   }
@@ -346,7 +346,7 @@ TEST_F(AutogradNnTest, Embedding) {
       const DTensor idx = distribute_tensor(Tensor::randint(0, v, is, 70 + k), mesh, pi);
       const DTensor w = leaf_nn(Tensor::randn({v, d}, 80 + k, 0, DType::Float64), mesh, pw, 3);
       const GradFn f = [&idx](const std::vector<DTensor>& in) { return embedding(in[0], idx); };
-      check_all(f, {w}, pg, 13 + k, "embedding " + describe(mesh, {w, idx}));
+      check_all(f, {w}, pg, 13 + k, "embedding " + describe_autograd_nn(mesh, {w, idx}));
     }
   }
 }
@@ -408,7 +408,7 @@ TEST_F(AutogradNnTest, Dropout) {
         return dropout(in[0], p, seed);
       };
       check_all(f, {x}, pg, 17 + k,
-                 "dropout p " + std::to_string(p) + " " + describe(mesh, {x}));
+                 "dropout p " + std::to_string(p) + " " + describe_autograd_nn(mesh, {x}));
     }
   }
 }

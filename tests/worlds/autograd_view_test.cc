@@ -84,7 +84,7 @@ DTensor make(const Input& in, const DeviceMesh& mesh) {
   return x;
 }
 
-std::string describe(const std::vector<DTensor>& xs) {
+std::string describe_autograd_view(const std::vector<DTensor>& xs) {
   std::ostringstream o;
   for (const DTensor& x : xs) o << x.spec().to_string() << (x.requires_grad() ? " (grad) " : " ");
   return o.str();
@@ -115,7 +115,7 @@ void check_view_op(const ViewOp& op, std::vector<DTensor> inputs, uint64_t seed,
     const std::vector<DTensor> xs(in.begin(), in.end() - 1);
     return mul(op(xs), in.back());
   };
-  const std::string where = what + " on " + describe(inputs);
+  const std::string where = what + " on " + describe_autograd_view(inputs);
   EXPECT_EQ(check_gradients(f, inputs, seed + 3), "") << where;
   EXPECT_EQ(check_matches_replicated(f, inputs, seed + 4, tol, tol), "") << where;
 }

@@ -69,7 +69,7 @@ T value(uint64_t seed, int r, int64_t e) {
 }
 
 template <class T>
-Tensor input(uint64_t seed, int r, const Shape& shape) {
+Tensor input_reduce_bits(uint64_t seed, int r, const Shape& shape) {
   Tensor t = Tensor::empty(shape, dtype_of<T>::value);
   T* p = t.data_ptr<T>();
   for (int64_t e = 0; e < t.numel(); ++e) p[e] = value<T>(seed, r, e);
@@ -136,7 +136,7 @@ class RankInputs {
  public:
   const Tensor& of(uint64_t case_seed, int r, const Shape& shape) {
     auto [it, added] = cache_.try_emplace({case_seed, r});
-    if (added) it->second = input<T>(case_seed, r, shape);
+    if (added) it->second = input_reduce_bits<T>(case_seed, r, shape);
     return it->second;
   }
 

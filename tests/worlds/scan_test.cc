@@ -349,7 +349,7 @@ std::vector<Tensor> gradients_given_scan(const GradFn& f, std::vector<DTensor> i
   return grads;
 }
 
-void check_all(const GradFn& f, const DTensor& x, const Placements& pg, uint64_t seed,
+void check_all_scan(const GradFn& f, const DTensor& x, const Placements& pg, uint64_t seed,
                const std::string& what) {
   EXPECT_EQ(check_gradients(f, {x}, seed), "") << what;
   EXPECT_EQ(check_matches_replicated(f, {x}, seed, kTolScan, kTolScan), "") << what;
@@ -420,7 +420,7 @@ TEST_F(ScanWorldTest, Gradients) {
         const DTensor probe = f({x.detach()});
         Placements pgo = pg;
         if (probe.shape() != x.shape()) pgo = replicate_scan(mesh);
-        check_all(f, x, pgo, 7 + k,
+        check_all_scan(f, x, pgo, 7 + k,
                   name + " dim " + std::to_string(dim) + " flag " + std::to_string(flag) +
                       " mesh " + mesh.to_string() + " " + x.spec().to_string());
       }

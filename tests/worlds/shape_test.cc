@@ -54,7 +54,7 @@ Draw draw(std::mt19937& rng, const World& world, int64_t min_nd = 1) {
   return d;
 }
 
-std::string describe(const Draw& d, const DTensor& out) {
+std::string describe_shape(const Draw& d, const DTensor& out) {
   std::ostringstream o;
   o << "mesh " << d.mesh_shape << " shape " << d.shape << " " << to_string(d.placements) << " -> "
     << to_string(out.placements());
@@ -95,7 +95,7 @@ TEST_F(ShapeOpsTest, RepeatAndTileKeepUnrepeatedShardsAndEveryPartial) {
     CommDebugMode comm;
     const DTensor out = use_tile ? tile(x, repeats) : repeat(x, repeats);
     const int64_t comms = comm.total_count();  // before full_tensor() gathers
-    const std::string what = describe(d, out) + " repeats " + to_string(repeats);
+    const std::string what = describe_shape(d, out) + " repeats " + to_string(repeats);
     ASSERT_TRUE(equal(out.full_tensor(), repeat(full, repeats))) << what;
     if (passes) {
       EXPECT_EQ(comms, 0) << what;
@@ -139,7 +139,7 @@ TEST_F(ShapeOpsTest, ConstantPadRule) {
     CommDebugMode comm;
     const DTensor out = pad(x, pads, "constant", value);
     const int64_t comms = comm.total_count();  // before full_tensor() gathers
-    const std::string what = describe(d, out) + " value " + std::to_string(value);
+    const std::string what = describe_shape(d, out) + " value " + std::to_string(value);
     ASSERT_TRUE(equal(out.full_tensor(), pad(full, pads, "constant", value))) << what;
     if (passes) {
       EXPECT_EQ(comms, 0) << what;
@@ -434,7 +434,7 @@ DTensor grad_input(const Shape& shape, const DeviceMesh& mesh, const Placements&
   return x;
 }
 
-Shape grad_shape(std::mt19937& rng, int64_t min_nd, int64_t max_nd) {
+Shape grad_shape_shape(std::mt19937& rng, int64_t min_nd, int64_t max_nd) {
   Shape s;
   const int64_t nd = uniform_shape(rng, min_nd, max_nd);
   for (int64_t i = 0; i < nd; ++i) s.push_back(uniform_shape(rng, 0, 4));
@@ -450,13 +450,13 @@ TEST_F(ShapeOpsTest, Gradients) {
     DeviceMesh mesh(world, ms);
     for (int k = 0; k < per_mesh; ++k) {
       // repeat
-      const Shape rs = grad_shape(rng, 1, 3);
+      const Shape rs = grad_shape_shape(rng, 1, 3);
       const Placements rpl =
           dtensor::testing::random_input_placements(rng, mesh.ndim(), static_cast<int64_t>(rs.size()));
       DimVector repeats{uniform_shape(rng, 1, 2)};
       for (size_t i = 0; i < rs.size(); ++i) repeats.push_back(uniform_shape(rng, 0, 2));
       // constant pad (crops too) and reflect pad
-      const Shape ps = grad_shape(rng, 2, 3);
+      const Shape ps = grad_shape_shape(rng, 2, 3);
       const Placements ppl =
           dtensor::testing::random_input_placements(rng, mesh.ndim(), static_cast<int64_t>(ps.size()));
       const std::vector<int64_t> cpads{uniform_shape(rng, -1, 2), uniform_shape(rng, 0, 2), uniform_shape(rng, 0, 1),
@@ -465,7 +465,7 @@ TEST_F(ShapeOpsTest, Gradients) {
       const Placements fpl = dtensor::testing::random_input_placements(rng, mesh.ndim(), 3);
       const std::vector<int64_t> rpads{uniform_shape(rng, 0, 1), uniform_shape(rng, 0, 1), 1, 0};
       // split
-      const Shape ss = grad_shape(rng, 1, 3);
+      const Shape ss = grad_shape_shape(rng, 1, 3);
       const Placements spl =
           dtensor::testing::random_input_placements(rng, mesh.ndim(), static_cast<int64_t>(ss.size()));
       // einsum

@@ -26,7 +26,7 @@ class TensorParallelTest : public ::testing::Test {
 };
 
 // Meshes (tp) and (dp, tp) that fit the world; tp is the last dim.
-std::vector<Shape> tp_meshes(const World& world, const std::vector<Shape>& shapes) {
+std::vector<Shape> tp_meshes_tensor_parallel(const World& world, const std::vector<Shape>& shapes) {
   std::vector<Shape> out;
   for (const Shape& s : shapes)
     if (s.product() <= world.size()) out.push_back(s);
@@ -163,7 +163,7 @@ TEST_F(TensorParallelTest, EachStyleMatchesTheUnparallelizedModule) {
       {"prepare output", linear_of(w1, b1),
        PrepareModuleOutput{.desired_output_layouts = Shard(1)}, x, Replicate(), Shard(1), 0},
   };
-  for (const Shape& shape : tp_meshes(world, {{4}, {3}, {2, 2}, {2, 3}})) {
+  for (const Shape& shape : tp_meshes_tensor_parallel(world, {{4}, {3}, {2, 2}, {2, 3}})) {
     DeviceMesh mesh(world, shape);
     if (!dtensor::testing::takes_part(mesh)) continue;
     for (const StyleCase& c : cases) check_style(mesh, c);
@@ -201,7 +201,7 @@ namespace {
 // p -= lr * grad on the local shards, the gradient first moved to the
 // parameter's layout (summing the Partial gradients of data and sequence
 // parallelism).
-void sgd_step(nn::Module& model, double lr) {
+void sgd_step_tensor_parallel(nn::Module& model, double lr) {
   NoGradGuard no_grad;
   for (auto& [name, p] : model.named_parameters()) {
     const std::optional<DTensor> g = p->grad();
@@ -227,7 +227,7 @@ std::vector<double> train(models::GPT& model, const DeviceMesh& mesh, const Plac
     const DTensor loss = models::gpt_loss(model(ids), targets);
     losses.push_back(loss.full_tensor().item());
     loss.backward();
-    sgd_step(model, 0.5);
+    sgd_step_tensor_parallel(model, 0.5);
   }
   return losses;
 }
@@ -250,7 +250,7 @@ TEST_F(TensorParallelTest, GptTrainsLikeTheOneRankModel) {
   struct Variant {
     bool sequence_parallel, loss_parallel;
   };
-  for (const Shape& shape : tp_meshes(world, {{4}, {2}, {2, 2}, {2, 4}})) {
+  for (const Shape& shape : tp_meshes_tensor_parallel(world, {{4}, {2}, {2, 2}, {2, 4}})) {
     DeviceMesh mesh(world, shape);
     if (!dtensor::testing::takes_part(mesh)) continue;
     const int tp = mesh.ndim() - 1;
