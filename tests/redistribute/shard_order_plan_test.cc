@@ -18,7 +18,7 @@ using dtensor::testing::make_dtensor;
 
 namespace {
 
-std::shared_ptr<const RedistributePlan> plan_of(const DeviceMesh& mesh, const Shape& shape,
+std::shared_ptr<const RedistributePlan> plan_of_shard_order_plan(const DeviceMesh& mesh, const Shape& shape,
                                                 const char* from, const char* to,
                                                 RedistributeOptions options = {}) {
   const DTensorSpec s(mesh, parse_placements(from), shape);
@@ -29,7 +29,7 @@ std::shared_ptr<const RedistributePlan> plan_of(const DeviceMesh& mesh, const Sh
 
 TEST(ShardOrderPlan, GatheringTheLastSplitterIsOneAllGather) {
   DeviceMesh mesh(World::simulated(4), {2, 2}, {"dp", "tp"});
-  auto p = plan_of(mesh, {8, 4}, "S(0)[1],S(0)[0]", "R,S(0)");
+  auto p = plan_of_shard_order_plan(mesh, {8, 4}, "S(0)[1],S(0)[0]", "R,S(0)");
   EXPECT_EQ(p->num_collectives(), 1) << p->explain();
   EXPECT_EQ(p->count(StepKind::AllGather), 1) << p->explain();
   ASSERT_EQ(p->steps.size(), 1u);
@@ -38,10 +38,10 @@ TEST(ShardOrderPlan, GatheringTheLastSplitterIsOneAllGather) {
   // collective only when merged over the flattened dp_tp group).
   RedistributeOptions unmerged;
   unmerged.merge = false;
-  auto q = plan_of(mesh, {8, 4}, "S(0),S(0)", "R,S(0)", unmerged);
+  auto q = plan_of_shard_order_plan(mesh, {8, 4}, "S(0),S(0)", "R,S(0)", unmerged);
   EXPECT_GE(q->num_collectives(), 2) << q->explain();
   // Sharding again over dp (FSDP on a TP shard) is a local chunk.
-  auto back = plan_of(mesh, {8, 4}, "R,S(0)", "S(0)[1],S(0)[0]");
+  auto back = plan_of_shard_order_plan(mesh, {8, 4}, "R,S(0)", "S(0)[1],S(0)[0]");
   EXPECT_EQ(back->num_collectives(), 0) << back->explain();
   // Orders show in the plan's text.
   EXPECT_NE(back->explain().find("S(0)[1]"), std::string::npos) << back->explain();

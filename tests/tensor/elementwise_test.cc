@@ -20,8 +20,8 @@
 namespace dtensor {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaNElementwise = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInfElementwise = std::numeric_limits<double>::infinity();
 
 // ---- reference machinery --------------------------------------------------------------
 
@@ -201,7 +201,7 @@ std::string describe(const Shape& a, Layout la, const Shape& b, Layout lb, DType
 
 // Expects `f` to throw dtensor::Error whose message contains `needle`.
 template <class F>
-void expect_error(F&& f, const std::string& needle) {
+void expect_error_elementwise(F&& f, const std::string& needle) {
   try {
     f();
     ADD_FAILURE() << "expected dtensor::Error containing '" << needle << "', nothing thrown";
@@ -242,7 +242,7 @@ TEST(Elementwise, SubMulDivHandValues) {
   EXPECT_TRUE(matches(sub(a, b), {3}, DType::Float64, {4, -12, 2}));
   EXPECT_TRUE(matches(mul(a, b), {3}, DType::Float64, {12, -32, -0.75}));
   EXPECT_TRUE(matches(div(a, b), {3}, DType::Float64, {3, -0.5, -3}));
-  EXPECT_TRUE(matches(div(a, f64({0, 0, -0.0})), {3}, DType::Float64, {kInf, -kInf, -kInf}));
+  EXPECT_TRUE(matches(div(a, f64({0, 0, -0.0})), {3}, DType::Float64, {kInfElementwise, -kInfElementwise, -kInfElementwise}));
 }
 
 TEST(Elementwise, ScalarFormsHandValues) {
@@ -258,9 +258,9 @@ TEST(Elementwise, ScalarFormsHandValues) {
 TEST(Elementwise, IntDivisionIsTrueDivisionInFloat32) {
   const Tensor a = i64({1, 2, 3, -7, 0});
   const Tensor b = i64({2, 2, 2, 2, 0});
-  EXPECT_TRUE(matches(div(a, b), {5}, DType::Float32, {0.5, 1, 1.5, -3.5, kNaN}));
+  EXPECT_TRUE(matches(div(a, b), {5}, DType::Float32, {0.5, 1, 1.5, -3.5, kNaNElementwise}));
   EXPECT_TRUE(matches(div(a, 2), {5}, DType::Float32, {0.5, 1, 1.5, -3.5, 0}));
-  EXPECT_TRUE(matches(div(3, i64({2, 0})), {2}, DType::Float32, {1.5, kInf}));
+  EXPECT_TRUE(matches(div(3, i64({2, 0})), {2}, DType::Float32, {1.5, kInfElementwise}));
   EXPECT_TRUE(matches(div(bools({true, false}), 2), {2}, DType::Float32, {0.5, 0}));
 }
 
@@ -314,15 +314,15 @@ TEST(Elementwise, BoolArithmeticIsLogical) {
 
 TEST(Elementwise, BoolOnlyOpsRejectBool) {
   const Tensor b = bools({true, false});
-  expect_error([&] { sub(b, b); }, "sub: subtracting bool operands");
-  expect_error([&] { sub(b, true); }, "sub:");
-  expect_error([&] { sub(true, b); }, "sub:");
-  expect_error([&] { neg(b); }, "neg: negating a bool tensor");
-  expect_error([&] { -b; }, "neg:");
-  expect_error([&] { relu(b); }, "relu: not supported for bool");
+  expect_error_elementwise([&] { sub(b, b); }, "sub: subtracting bool operands");
+  expect_error_elementwise([&] { sub(b, true); }, "sub:");
+  expect_error_elementwise([&] { sub(true, b); }, "sub:");
+  expect_error_elementwise([&] { neg(b); }, "neg: negating a bool tensor");
+  expect_error_elementwise([&] { -b; }, "neg:");
+  expect_error_elementwise([&] { relu(b); }, "relu: not supported for bool");
   Tensor c = b.clone();
-  expect_error([&] { c.sub_(b); }, "sub_:");
-  expect_error([&] { c.relu_(); }, "relu_:");
+  expect_error_elementwise([&] { c.sub_(b); }, "sub_:");
+  expect_error_elementwise([&] { c.relu_(); }, "relu_:");
 }
 
 TEST(Elementwise, Int64ArithmeticWrapsLikePyTorch) {
@@ -343,8 +343,8 @@ TEST(Elementwise, Int64ArithmeticWrapsLikePyTorch) {
 TEST(Elementwise, MaximumMinimumPropagateNaN) {
   const Tensor a = f32({1, NAN, 3, NAN, -0.5f});
   const Tensor b = f32({2, 1, NAN, NAN, -1});
-  EXPECT_TRUE(matches(maximum(a, b), {5}, DType::Float32, {2, kNaN, kNaN, kNaN, -0.5}));
-  EXPECT_TRUE(matches(minimum(a, b), {5}, DType::Float32, {1, kNaN, kNaN, kNaN, -1}));
+  EXPECT_TRUE(matches(maximum(a, b), {5}, DType::Float32, {2, kNaNElementwise, kNaNElementwise, kNaNElementwise, -0.5}));
+  EXPECT_TRUE(matches(minimum(a, b), {5}, DType::Float32, {1, kNaNElementwise, kNaNElementwise, kNaNElementwise, -1}));
   EXPECT_TRUE(matches(maximum(i64({1, 5}), f64({2, 3})), {2}, DType::Float64, {2, 5}));
 }
 
@@ -358,31 +358,31 @@ TEST(Elementwise, PowKeepsIntegersForIntegerExponents) {
   EXPECT_TRUE(matches(pow(bools({true, false}), 2), {2}, DType::Int64, {1, 0}));
   EXPECT_TRUE(matches(pow(bools({true, false}), false), {2}, DType::Bool, {1, 1}));
   EXPECT_TRUE(matches(pow(bools({true, false}), true), {2}, DType::Bool, {1, 0}));
-  expect_error([&] { pow(i, -1); }, "pow: integers to negative integer powers");
+  expect_error_elementwise([&] { pow(i, -1); }, "pow: integers to negative integer powers");
 }
 
 TEST(Elementwise, PowFloatingExponents) {
   const Tensor x = f64({4, 2, -8, 0});
   EXPECT_TRUE(matches(pow(x, 2), {4}, DType::Float64, {16, 4, 64, 0}));
-  EXPECT_TRUE(matches(pow(x, 0.5), {4}, DType::Float64, {2, std::sqrt(2.0), kNaN, 0}));
+  EXPECT_TRUE(matches(pow(x, 0.5), {4}, DType::Float64, {2, std::sqrt(2.0), kNaNElementwise, 0}));
   EXPECT_TRUE(matches(pow(x, 3), {4}, DType::Float64, {64, 8, -512, 0}));
-  EXPECT_TRUE(matches(pow(x, -1.0), {4}, DType::Float64, {0.25, 0.5, -0.125, kInf}));
-  EXPECT_TRUE(matches(pow(x, 1.5), {4}, DType::Float64, {8, std::pow(2.0, 1.5), kNaN, 0}));
+  EXPECT_TRUE(matches(pow(x, -1.0), {4}, DType::Float64, {0.25, 0.5, -0.125, kInfElementwise}));
+  EXPECT_TRUE(matches(pow(x, 1.5), {4}, DType::Float64, {8, std::pow(2.0, 1.5), kNaNElementwise, 0}));
   EXPECT_EQ(pow(f32({2}), 2.0).dtype(), DType::Float32);
 }
 
 TEST(Elementwise, UnaryHandValues) {
   const Tensor x = f64({0, 1, 4});
   EXPECT_TRUE(matches(exp(x), {3}, DType::Float64, {1, std::exp(1.0), std::exp(4.0)}));
-  EXPECT_TRUE(matches(log(x), {3}, DType::Float64, {-kInf, 0, std::log(4.0)}));
+  EXPECT_TRUE(matches(log(x), {3}, DType::Float64, {-kInfElementwise, 0, std::log(4.0)}));
   EXPECT_TRUE(matches(sqrt(x), {3}, DType::Float64, {0, 1, 2}));
-  EXPECT_TRUE(matches(rsqrt(x), {3}, DType::Float64, {kInf, 1, 0.5}));
+  EXPECT_TRUE(matches(rsqrt(x), {3}, DType::Float64, {kInfElementwise, 1, 0.5}));
   EXPECT_TRUE(matches(tanh(x), {3}, DType::Float64, {0, std::tanh(1.0), std::tanh(4.0)}));
   EXPECT_TRUE(matches(sigmoid(f64({0, 1000, -1000})), {3}, DType::Float64, {0.5, 1, 0}));
-  EXPECT_TRUE(matches(relu(f64({-1, 0, 2, kNaN})), {4}, DType::Float64, {0, 0, 2, kNaN}));
+  EXPECT_TRUE(matches(relu(f64({-1, 0, 2, kNaNElementwise})), {4}, DType::Float64, {0, 0, 2, kNaNElementwise}));
   EXPECT_TRUE(matches(neg(f64({-1, 0, 2})), {3}, DType::Float64, {1, 0, -2}));
   EXPECT_TRUE(matches(abs(f64({-1.5, 0, 2})), {3}, DType::Float64, {1.5, 0, 2}));
-  EXPECT_TRUE(matches(log(f64({-1})), {1}, DType::Float64, {kNaN}));
+  EXPECT_TRUE(matches(log(f64({-1})), {1}, DType::Float64, {kNaNElementwise}));
   // PyTorch: gelu(1) = 0.8413447460685429, gelu(1, approximate='tanh') = 0.8411919906082768.
   EXPECT_TRUE(matches(gelu(f64({1, 0, -1})), {3}, DType::Float64,
                       {0.8413447460685429, 0, -0.15865525393145707}, 1e-15));
@@ -470,14 +470,14 @@ TEST(Elementwise, MaskedFillKeepsDTypeAndBroadcastsMask) {
   EXPECT_TRUE(matches(masked_fill(x, row_mask, 9.7), {2, 3}, DType::Int64, {9, 2, 9, 9, 5, 9}));
   const Tensor f = f32({1, 2});
   EXPECT_TRUE(
-      matches(masked_fill(f, bools({false, true}), -INFINITY), {2}, DType::Float32, {1, -kInf}));
+      matches(masked_fill(f, bools({false, true}), -INFINITY), {2}, DType::Float32, {1, -kInfElementwise}));
   // The input is untouched.
   EXPECT_EQ(x.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
   // A float an int64 cannot hold is refused, not converted.
-  expect_error([&] { masked_fill(x, row_mask, 1e30); },
+  expect_error_elementwise([&] { masked_fill(x, row_mask, 1e30); },
                "masked_fill: value 1e+30 cannot be converted to int64 without overflow");
   Tensor y = x.clone();
-  expect_error([&] { y.masked_fill_(row_mask, -1e19); }, "masked_fill_: value");
+  expect_error_elementwise([&] { y.masked_fill_(row_mask, -1e19); }, "masked_fill_: value");
   EXPECT_TRUE(matches(masked_fill(x.to(DType::Bool), row_mask, 0.0), {2, 3}, DType::Bool,
                       {0, 1, 0, 0, 1, 0}));
 }
@@ -536,10 +536,10 @@ DType floating_or_f32(DType d) { return is_floating(d) ? d : DType::Float32; }
 DType to_bool(DType) { return DType::Bool; }
 
 double ref_max(double x, double y) {
-  return std::isnan(x) || std::isnan(y) ? kNaN : std::max(x, y);
+  return std::isnan(x) || std::isnan(y) ? kNaNElementwise : std::max(x, y);
 }
 double ref_min(double x, double y) {
-  return std::isnan(x) || std::isnan(y) ? kNaN : std::min(x, y);
+  return std::isnan(x) || std::isnan(y) ? kNaNElementwise : std::min(x, y);
 }
 
 const std::vector<BinaryCase>& binary_cases() {
@@ -911,43 +911,43 @@ TEST(Elementwise, InPlaceOnIntAndBoolTensors) {
 
 TEST(Elementwise, InPlaceRejectsResultsSelfCannotHold) {
   Tensor i = i64({1, 2});
-  expect_error(
+  expect_error_elementwise(
       [&] {
         i.add_(f32({1, 2}));
       },
       "add_: result type float32 can't be cast to the desired output type int64");
-  expect_error([&] { i.add_(0.5); }, "add_: result type float32 can't be cast");
-  expect_error([&] { i.div_(2); },
+  expect_error_elementwise([&] { i.add_(0.5); }, "add_: result type float32 can't be cast");
+  expect_error_elementwise([&] { i.div_(2); },
                "div_: result type float32 can't be cast to the desired output type int64");
-  expect_error([&] { i /= i64({1, 1}); }, "div_:");
-  expect_error([&] { i.mul_(f64({1, 1})); }, "mul_: result type float64");
+  expect_error_elementwise([&] { i /= i64({1, 1}); }, "div_:");
+  expect_error_elementwise([&] { i.mul_(f64({1, 1})); }, "mul_: result type float64");
   Tensor b = bools({true});
-  expect_error([&] { b.add_(2); },
+  expect_error_elementwise([&] { b.add_(2); },
                "add_: result type int64 can't be cast to the desired output type bool");
-  expect_error([&] { b.mul_(i64({1})); }, "mul_: result type int64");
+  expect_error_elementwise([&] { b.mul_(i64({1})); }, "mul_: result type int64");
   // Nothing was written by the failed calls.
   EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{1, 2}));
 }
 
 TEST(Elementwise, InPlaceCannotBroadcastSelf) {
   Tensor x = f32({1, 2, 3});
-  expect_error(
+  expect_error_elementwise(
       [&] {
         x.add_(Tensor::ones({2, 3}));
       },
       "add_: output with shape [3] doesn't match the broadcast shape [2, 3]");
-  expect_error([&] { x.mul_(Tensor::ones({2})); }, "mul_: shapes [3] and [2] cannot be broadcast");
-  expect_error(
+  expect_error_elementwise([&] { x.mul_(Tensor::ones({2})); }, "mul_: shapes [3] and [2] cannot be broadcast");
+  expect_error_elementwise(
       [&] {
         x.masked_fill_(bools({true, false, true, true}, Shape{2, 2}), 0);
       },
       "masked_fill_:");
   // An expanded view has elements sharing memory: writing it is refused.
   Tensor e = f32({1}).expand({4});
-  expect_error([&] { e.add_(1); },
+  expect_error_elementwise([&] { e.add_(1); },
                "add_: cannot write in place to a tensor whose elements share memory");
-  expect_error([&] { e.relu_(); }, "relu_:");
-  expect_error([&] { e.masked_fill_(bools({true}), 0); }, "masked_fill_:");
+  expect_error_elementwise([&] { e.relu_(); }, "relu_:");
+  expect_error_elementwise([&] { e.masked_fill_(bools({true}), 0); }, "masked_fill_:");
 }
 
 TEST(Elementwise, InPlaceWithAliasedOperands) {
@@ -986,65 +986,65 @@ TEST(Elementwise, InPlaceWithAliasedOperands) {
 TEST(Elementwise, BroadcastErrorsNameTheOpAndShapes) {
   const Tensor a = Tensor::ones({2, 3});
   const Tensor b = Tensor::ones({4});
-  expect_error([&] { add(a, b); },
+  expect_error_elementwise([&] { add(a, b); },
                "add: shapes [2, 3] and [4] cannot be broadcast (dim -1: 3 vs 4)");
-  expect_error([&] { sub(a, b); }, "sub: shapes [2, 3] and [4]");
-  expect_error([&] { mul(a, b); }, "mul: shapes");
-  expect_error([&] { div(a, b); }, "div: shapes");
-  expect_error([&] { maximum(a, b); }, "maximum: shapes");
-  expect_error([&] { minimum(a, b); }, "minimum: shapes");
-  expect_error([&] { a + b; }, "add:");
-  expect_error([&] { a - b; }, "sub:");
-  expect_error([&] { a* b; }, "mul:");
-  expect_error([&] { a / b; }, "div:");
-  expect_error([&] { eq(a, b); }, "eq: shapes");
-  expect_error([&] { ne(a, b); }, "ne: shapes");
-  expect_error([&] { lt(a, b); }, "lt: shapes");
-  expect_error([&] { le(a, b); }, "le: shapes");
-  expect_error([&] { gt(a, b); }, "gt: shapes");
-  expect_error([&] { ge(a, b); }, "ge: shapes");
-  expect_error([&] { where(Tensor::ones({2, 3}, DType::Bool), a, b); }, "where: shapes");
-  expect_error([&] { where(Tensor::ones({5}, DType::Bool), a, 1); }, "where: shapes");
-  expect_error([&] { masked_fill(a, Tensor::ones({4}, DType::Bool), 1); }, "masked_fill: shapes");
-  expect_error([&] { allclose(a, b); }, "allclose: shapes");
-  expect_error([&] { max_abs_diff(a, b); }, "max_abs_diff: shapes");
-  expect_error([&] { add(Tensor::ones({0}), Tensor::ones({2})); }, "add: shapes [0] and [2]");
+  expect_error_elementwise([&] { sub(a, b); }, "sub: shapes [2, 3] and [4]");
+  expect_error_elementwise([&] { mul(a, b); }, "mul: shapes");
+  expect_error_elementwise([&] { div(a, b); }, "div: shapes");
+  expect_error_elementwise([&] { maximum(a, b); }, "maximum: shapes");
+  expect_error_elementwise([&] { minimum(a, b); }, "minimum: shapes");
+  expect_error_elementwise([&] { a + b; }, "add:");
+  expect_error_elementwise([&] { a - b; }, "sub:");
+  expect_error_elementwise([&] { a* b; }, "mul:");
+  expect_error_elementwise([&] { a / b; }, "div:");
+  expect_error_elementwise([&] { eq(a, b); }, "eq: shapes");
+  expect_error_elementwise([&] { ne(a, b); }, "ne: shapes");
+  expect_error_elementwise([&] { lt(a, b); }, "lt: shapes");
+  expect_error_elementwise([&] { le(a, b); }, "le: shapes");
+  expect_error_elementwise([&] { gt(a, b); }, "gt: shapes");
+  expect_error_elementwise([&] { ge(a, b); }, "ge: shapes");
+  expect_error_elementwise([&] { where(Tensor::ones({2, 3}, DType::Bool), a, b); }, "where: shapes");
+  expect_error_elementwise([&] { where(Tensor::ones({5}, DType::Bool), a, 1); }, "where: shapes");
+  expect_error_elementwise([&] { masked_fill(a, Tensor::ones({4}, DType::Bool), 1); }, "masked_fill: shapes");
+  expect_error_elementwise([&] { allclose(a, b); }, "allclose: shapes");
+  expect_error_elementwise([&] { max_abs_diff(a, b); }, "max_abs_diff: shapes");
+  expect_error_elementwise([&] { add(Tensor::ones({0}), Tensor::ones({2})); }, "add: shapes [0] and [2]");
 }
 
 TEST(Elementwise, MaskAndConditionMustBeBool) {
   const Tensor x = Tensor::ones({2});
-  expect_error([&] { where(x, x, x); }, "where: condition must be bool, got float32");
-  expect_error([&] { where(Tensor::ones({2}, DType::Int64), x, 0); },
+  expect_error_elementwise([&] { where(x, x, x); }, "where: condition must be bool, got float32");
+  expect_error_elementwise([&] { where(Tensor::ones({2}, DType::Int64), x, 0); },
                "where: condition must be bool, got int64");
-  expect_error([&] { masked_fill(x, x, 0); }, "masked_fill: mask must be bool, got float32");
+  expect_error_elementwise([&] { masked_fill(x, x, 0); }, "masked_fill: mask must be bool, got float32");
   Tensor y = x.clone();
-  expect_error([&] { y.masked_fill_(x, 0); }, "masked_fill_: mask must be bool, got float32");
+  expect_error_elementwise([&] { y.masked_fill_(x, 0); }, "masked_fill_: mask must be bool, got float32");
 }
 
 TEST(Elementwise, UndefinedTensorsAreRejected) {
   const Tensor u;
   const Tensor x = Tensor::ones({2});
-  expect_error([&] { add(u, x); }, "add: undefined tensor");
-  expect_error([&] { add(x, u); }, "add: undefined tensor");
-  expect_error([&] { add(u, 1); }, "add: undefined tensor");
-  expect_error([&] { sub(1, u); }, "sub: undefined tensor");
-  expect_error([&] { div(u, x); }, "div: undefined tensor");
-  expect_error([&] { exp(u); }, "exp: undefined tensor");
-  expect_error([&] { neg(u); }, "neg: undefined tensor");
-  expect_error([&] { relu(u); }, "relu: undefined tensor");
-  expect_error([&] { gelu(u); }, "gelu: undefined tensor");
-  expect_error([&] { pow(u, 2); }, "pow: undefined tensor");
-  expect_error([&] { lt(u, 2); }, "lt: undefined tensor");
-  expect_error([&] { where(u, x, x); }, "where: undefined tensor");
-  expect_error([&] { masked_fill(u, x, 0); }, "masked_fill: undefined tensor");
-  expect_error([&] { equal(u, x); }, "equal: undefined tensor");
-  expect_error([&] { allclose(x, u); }, "allclose: undefined tensor");
-  expect_error([&] { max_abs_diff(u, u); }, "max_abs_diff: undefined tensor");
+  expect_error_elementwise([&] { add(u, x); }, "add: undefined tensor");
+  expect_error_elementwise([&] { add(x, u); }, "add: undefined tensor");
+  expect_error_elementwise([&] { add(u, 1); }, "add: undefined tensor");
+  expect_error_elementwise([&] { sub(1, u); }, "sub: undefined tensor");
+  expect_error_elementwise([&] { div(u, x); }, "div: undefined tensor");
+  expect_error_elementwise([&] { exp(u); }, "exp: undefined tensor");
+  expect_error_elementwise([&] { neg(u); }, "neg: undefined tensor");
+  expect_error_elementwise([&] { relu(u); }, "relu: undefined tensor");
+  expect_error_elementwise([&] { gelu(u); }, "gelu: undefined tensor");
+  expect_error_elementwise([&] { pow(u, 2); }, "pow: undefined tensor");
+  expect_error_elementwise([&] { lt(u, 2); }, "lt: undefined tensor");
+  expect_error_elementwise([&] { where(u, x, x); }, "where: undefined tensor");
+  expect_error_elementwise([&] { masked_fill(u, x, 0); }, "masked_fill: undefined tensor");
+  expect_error_elementwise([&] { equal(u, x); }, "equal: undefined tensor");
+  expect_error_elementwise([&] { allclose(x, u); }, "allclose: undefined tensor");
+  expect_error_elementwise([&] { max_abs_diff(u, u); }, "max_abs_diff: undefined tensor");
   Tensor v;
-  expect_error([&] { v.add_(x); }, "add_: undefined tensor");
-  expect_error([&] { v.relu_(); }, "relu_: undefined tensor");
+  expect_error_elementwise([&] { v.add_(x); }, "add_: undefined tensor");
+  expect_error_elementwise([&] { v.relu_(); }, "relu_: undefined tensor");
   Tensor w = x.clone();
-  expect_error([&] { w.mul_(u); }, "mul_: undefined tensor");
+  expect_error_elementwise([&] { w.mul_(u); }, "mul_: undefined tensor");
 }
 
 // ---- comparison helpers ---------------------------------------------------------------
@@ -1081,7 +1081,7 @@ TEST(Elementwise, AllcloseUsesToleranceAndNaNRule) {
   EXPECT_TRUE(allclose(f32({1, 2}, Shape{1, 2}), f32({1, 2, 1, 2}, Shape{2, 2})));  // broadcasts
   EXPECT_TRUE(allclose(i64({3}), f32({3.00001f})));
   EXPECT_TRUE(allclose(Tensor::ones({0}), Tensor::ones({0})));
-  expect_error([&] { allclose(a, a, -1); }, "allclose: rtol and atol must be >= 0");
+  expect_error_elementwise([&] { allclose(a, a, -1); }, "allclose: rtol and atol must be >= 0");
 }
 
 TEST(Elementwise, MaxAbsDiffOverBroadcastElements) {

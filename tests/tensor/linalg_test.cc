@@ -29,7 +29,7 @@ Tensor rnd(const Shape& shape, DType dtype, uint64_t seed) {
 
 // The exact result of an op: shape, values and, per element, sum |terms|
 // (the scale the rounding error of a float dot product is relative to).
-struct Ref {
+struct LinalgRef {
   std::vector<int64_t> shape;
   std::vector<double> val, mag;
 };
@@ -67,7 +67,7 @@ std::vector<int64_t> broadcast(const std::vector<int64_t>& a, const std::vector<
 }
 
 // torch.matmul from its definition, over plain vectors.
-Ref ref_matmul(const Tensor& a, const Tensor& b) {
+LinalgRef ref_matmul(const Tensor& a, const Tensor& b) {
   const std::vector<double> va = a.to_vector<double>(), vb = b.to_vector<double>();
   std::vector<int64_t> sa = a.shape().vec(), sb = b.shape().vec();
   const bool drop_n = sa.size() == 1, drop_m = sb.size() == 1;
@@ -76,7 +76,7 @@ Ref ref_matmul(const Tensor& a, const Tensor& b) {
   const int64_t n = sa[sa.size() - 2], k = sa.back(), m = sb.back();
   const std::vector<int64_t> ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
   const std::vector<int64_t> batch = broadcast(ba, bb);
-  Ref r;
+  LinalgRef r;
   r.shape = batch;
   if (!drop_n) r.shape.push_back(n);
   if (!drop_m) r.shape.push_back(m);
@@ -100,7 +100,7 @@ Ref ref_matmul(const Tensor& a, const Tensor& b) {
 }
 
 // beta * bias + alpha * ref, bias broadcast to ref's shape.
-Ref ref_add_bias(Ref r, const Tensor& bias, double beta, double alpha) {
+LinalgRef ref_add_bias(LinalgRef r, const Tensor& bias, double beta, double alpha) {
   const std::vector<double> vb = bias.to_vector<double>();
   const std::vector<int64_t> sb = bias.shape().vec();
   for (size_t i = 0; i < r.val.size(); ++i) {
@@ -111,7 +111,7 @@ Ref ref_add_bias(Ref r, const Tensor& bias, double beta, double alpha) {
   return r;
 }
 
-void expect_matches(const Tensor& got, const Ref& ref, DType dtype, const std::string& what) {
+void expect_matches(const Tensor& got, const LinalgRef& ref, DType dtype, const std::string& what) {
   ASSERT_EQ(got.shape().vec(), ref.shape) << what;
   ASSERT_EQ(got.dtype(), dtype) << what;
   const std::vector<double> v = got.to_vector<double>();
@@ -127,7 +127,7 @@ void expect_matches(const Tensor& got, const Ref& ref, DType dtype, const std::s
   }
 }
 
-void expect_error(const std::function<void()>& f, const std::string& needle) {
+void expect_error_linalg(const std::function<void()>& f, const std::string& needle) {
   try {
     f();
     ADD_FAILURE() << "expected an Error containing '" << needle << "'";
@@ -138,7 +138,7 @@ void expect_error(const std::function<void()>& f, const std::string& needle) {
 }
 
 // A rows x cols matrix in one of several stride layouts.
-enum class Layout {
+enum class LinalgLayout {
   kContiguous,      // (c, 1)
   kTransposed,      // (1, r): BLAS reads it as CblasTrans
   kRowStep,         // (2c, 1): row-major with lda = 2c
@@ -147,36 +147,36 @@ enum class Layout {
   kColStep,         // (2c, 2): BLAS cannot read it, copied
   kExpandedRows,    // (0, 1): broadcast rows, copied
 };
-const Layout kLayouts[] = {Layout::kContiguous,     Layout::kTransposed, Layout::kRowStep,
-                           Layout::kNarrowed,       Layout::kTransposedStep,
-                           Layout::kColStep,        Layout::kExpandedRows};
-const char* layout_name(Layout l) {
+const LinalgLayout kLinalgLayouts[] = {LinalgLayout::kContiguous,     LinalgLayout::kTransposed, LinalgLayout::kRowStep,
+                           LinalgLayout::kNarrowed,       LinalgLayout::kTransposedStep,
+                           LinalgLayout::kColStep,        LinalgLayout::kExpandedRows};
+const char* linalg_layout_name(LinalgLayout l) {
   switch (l) {
-    case Layout::kContiguous: return "contiguous";
-    case Layout::kTransposed: return "transposed";
-    case Layout::kRowStep: return "row-step";
-    case Layout::kNarrowed: return "narrowed";
-    case Layout::kTransposedStep: return "transposed-step";
-    case Layout::kColStep: return "col-step";
-    case Layout::kExpandedRows: return "expanded-rows";
+    case LinalgLayout::kContiguous: return "contiguous";
+    case LinalgLayout::kTransposed: return "transposed";
+    case LinalgLayout::kRowStep: return "row-step";
+    case LinalgLayout::kNarrowed: return "narrowed";
+    case LinalgLayout::kTransposedStep: return "transposed-step";
+    case LinalgLayout::kColStep: return "col-step";
+    case LinalgLayout::kExpandedRows: return "expanded-rows";
   }
   return "?";
 }
 
-Tensor make_matrix(int64_t r, int64_t c, Layout layout, DType dtype, uint64_t seed) {
+Tensor make_matrix(int64_t r, int64_t c, LinalgLayout layout, DType dtype, uint64_t seed) {
   switch (layout) {
-    case Layout::kContiguous: return rnd({r, c}, dtype, seed);
-    case Layout::kTransposed: return rnd({c, r}, dtype, seed).t();
-    case Layout::kRowStep: return rnd({2 * r, c}, dtype, seed).slice(0, 0, 2 * r, 2);
-    case Layout::kNarrowed: return rnd({r, c + 3}, dtype, seed).narrow(1, 2, c);
-    case Layout::kTransposedStep: return rnd({2 * c, r}, dtype, seed).slice(0, 0, 2 * c, 2).t();
-    case Layout::kColStep: return rnd({r, 2 * c}, dtype, seed).slice(1, 0, 2 * c, 2);
-    case Layout::kExpandedRows: return rnd({1, c}, dtype, seed).expand({r, c});
+    case LinalgLayout::kContiguous: return rnd({r, c}, dtype, seed);
+    case LinalgLayout::kTransposed: return rnd({c, r}, dtype, seed).t();
+    case LinalgLayout::kRowStep: return rnd({2 * r, c}, dtype, seed).slice(0, 0, 2 * r, 2);
+    case LinalgLayout::kNarrowed: return rnd({r, c + 3}, dtype, seed).narrow(1, 2, c);
+    case LinalgLayout::kTransposedStep: return rnd({2 * c, r}, dtype, seed).slice(0, 0, 2 * c, 2).t();
+    case LinalgLayout::kColStep: return rnd({r, 2 * c}, dtype, seed).slice(1, 0, 2 * c, 2);
+    case LinalgLayout::kExpandedRows: return rnd({1, c}, dtype, seed).expand({r, c});
   }
   return Tensor();
 }
 
-std::string describe(const Tensor& a, const Tensor& b) {
+std::string describe_linalg(const Tensor& a, const Tensor& b) {
   return to_string(a.shape()) + " strides " + to_string(a.strides()) + " @ " +
          to_string(b.shape()) + " strides " + to_string(b.strides()) + " " +
          dtype_name(a.dtype());
@@ -253,7 +253,7 @@ TEST(Linalg, MmMatchesReferenceAcrossShapes) {
     for (const auto& s : shapes) {
       Tensor a = rnd({s[0], s[1]}, dt, seed++);
       Tensor b = rnd({s[1], s[2]}, dt, seed++);
-      expect_matches(mm(a, b), ref_matmul(a, b), dt, describe(a, b));
+      expect_matches(mm(a, b), ref_matmul(a, b), dt, describe_linalg(a, b));
     }
   }
 }
@@ -274,13 +274,13 @@ TEST(Linalg, MmStridedLayouts) {
   int checked = 0;
   for (DType dt : kDTypes) {
     for (const auto& s : shapes) {
-      for (Layout la : kLayouts) {
-        for (Layout lb : kLayouts) {
+      for (LinalgLayout la : kLinalgLayouts) {
+        for (LinalgLayout lb : kLinalgLayouts) {
           Tensor a = make_matrix(s[0], s[1], la, dt, seed++);
           Tensor b = make_matrix(s[1], s[2], lb, dt, seed++);
           const std::vector<double> a_before = a.to_vector<double>();
           expect_matches(mm(a, b), ref_matmul(a, b), dt,
-                         describe(a, b) + " (" + layout_name(la) + " @ " + layout_name(lb) + ")");
+                         describe_linalg(a, b) + " (" + linalg_layout_name(la) + " @ " + linalg_layout_name(lb) + ")");
           EXPECT_EQ(a.to_vector<double>(), a_before) << "mm modified its input";
           ++checked;
         }
@@ -320,7 +320,7 @@ TEST(Linalg, BmmMatchesReference) {
           Tensor a = make_batch(s[0], s[1], s[2], la, dt, seed++);
           Tensor b = make_batch(s[0], s[2], s[3], lb, dt, seed++);
           expect_matches(bmm(a, b), ref_matmul(a, b), dt,
-                         describe(a, b) + " layouts " + std::to_string(la) + "," +
+                         describe_linalg(a, b) + " layouts " + std::to_string(la) + "," +
                              std::to_string(lb));
         }
       }
@@ -382,8 +382,8 @@ TEST(Linalg, MatmulAllRankCombinationsAndBroadcast) {
       Tensor a = rnd(c.a, dt, seed++);
       Tensor b = rnd(c.b, dt, seed++);
       Tensor out = matmul(a, b);
-      EXPECT_EQ(out.shape(), c.expected) << describe(a, b);
-      expect_matches(out, ref_matmul(a, b), dt, describe(a, b));
+      EXPECT_EQ(out.shape(), c.expected) << describe_linalg(a, b);
+      expect_matches(out, ref_matmul(a, b), dt, describe_linalg(a, b));
     }
   }
 }
@@ -409,7 +409,7 @@ TEST(Linalg, MatmulStridedBatchOperands) {
         {r({2, 2, 3, 4}).permute({1, 0, 2, 3}), r({2, 4, 5})},
     };
     for (const auto& [a, b] : pairs) {
-      expect_matches(matmul(a, b), ref_matmul(a, b), dt, describe(a, b));
+      expect_matches(matmul(a, b), ref_matmul(a, b), dt, describe_linalg(a, b));
     }
   }
 }
@@ -427,14 +427,14 @@ TEST(Linalg, AddmmBroadcastBiasAndScalars) {
     for (const Shape& bs : bias_shapes) {
       for (const auto& [beta, alpha] : scalars) {
         for (int64_t k : {int64_t{6}, int64_t{0}}) {
-          for (Layout lb : {Layout::kContiguous, Layout::kTransposed, Layout::kColStep}) {
+          for (LinalgLayout lb : {LinalgLayout::kContiguous, LinalgLayout::kTransposed, LinalgLayout::kColStep}) {
             Tensor bias = rnd(bs, dt, seed++);
             Tensor a = rnd({4, k}, dt, seed++);
             Tensor b = make_matrix(k, 5, lb, dt, seed++);
             expect_matches(
                 addmm(bias, a, b, beta, alpha),
                 ref_add_bias(ref_matmul(a, b), bias, beta.to_double(), alpha.to_double()), dt,
-                "addmm bias " + to_string(bs) + " " + describe(a, b));
+                "addmm bias " + to_string(bs) + " " + describe_linalg(a, b));
           }
         }
       }
@@ -454,15 +454,15 @@ TEST(Linalg, BetaZeroIgnoresNanBias) {
       Tensor a = rnd({s[0], s[1]}, dt, seed++);
       Tensor b = rnd({s[1], s[2]}, dt, seed++);
       Tensor out = addmm(bias, a, b, 0, 2);
-      Ref ref = ref_matmul(a, b);
+      LinalgRef ref = ref_matmul(a, b);
       for (double& v : ref.val) v *= 2;
       for (double& v : ref.mag) v *= 2;
-      expect_matches(out, ref, dt, "addmm beta=0 " + describe(a, b));
+      expect_matches(out, ref, dt, "addmm beta=0 " + describe_linalg(a, b));
       Tensor bias3 = Tensor::full({2, s[0], s[2]}, nan, dt);
       Tensor a3 = rnd({2, s[0], s[1]}, dt, seed++);
       Tensor b3 = rnd({2, s[1], s[2]}, dt, seed++);
       expect_matches(baddbmm(bias3, a3, b3, 0, 1), ref_matmul(a3, b3), dt,
-                     "baddbmm beta=0 " + describe(a3, b3));
+                     "baddbmm beta=0 " + describe_linalg(a3, b3));
     }
     // With beta != 0 the NaN does come through.
     Tensor out = addmm(Tensor::full({2, 2}, nan, dt), rnd({2, 3}, dt, 1), rnd({3, 2}, dt, 2));
@@ -498,10 +498,10 @@ TEST(Linalg, LinearMatchesReference) {
     };
     for (const Case& c : cases) {
       Tensor out = linear(c.x, c.w, c.b);
-      EXPECT_EQ(out.shape(), c.expected) << describe(c.x, c.w);
-      Ref ref = ref_matmul(c.x, c.w.t());
+      EXPECT_EQ(out.shape(), c.expected) << describe_linalg(c.x, c.w);
+      LinalgRef ref = ref_matmul(c.x, c.w.t());
       if (c.b.defined()) ref = ref_add_bias(ref, c.b, 1, 1);
-      expect_matches(out, ref, dt, "linear " + describe(c.x, c.w));
+      expect_matches(out, ref, dt, "linear " + describe_linalg(c.x, c.w));
     }
   }
 }
@@ -532,51 +532,51 @@ TEST(Linalg, MixedDtypesPromote) {
 TEST(Linalg, ErrorsNameOpShapesAndExpectation) {
   const Tensor m23 = Tensor::zeros({2, 3}), m45 = Tensor::zeros({4, 5});
   const Tensor m234 = Tensor::zeros({2, 3, 4}), m345 = Tensor::zeros({3, 4, 5});
-  expect_error([&] { mm(m23, m45); },
+  expect_error_linalg([&] { mm(m23, m45); },
                "mm: inner dimensions differ: [2, 3] @ [4, 5] (expected a.size(1) == b.size(0), "
                "got 3 vs 4)");
-  expect_error([&] { mm(m234, m45); }, "mm: expected 2-d tensors, got [2, 3, 4] and [4, 5]");
-  expect_error([&] { mm(Tensor::zeros({3}), m45); }, "mm: expected 2-d tensors");
-  expect_error([&] { bmm(m23, m234); }, "bmm: expected 3-d tensors, got [2, 3] and [2, 3, 4]");
-  expect_error([&] { bmm(m234, m345); }, "bmm: batch sizes differ: 2 vs 3");
-  expect_error([&] { bmm(m234, Tensor::zeros({2, 5, 6})); },
+  expect_error_linalg([&] { mm(m234, m45); }, "mm: expected 2-d tensors, got [2, 3, 4] and [4, 5]");
+  expect_error_linalg([&] { mm(Tensor::zeros({3}), m45); }, "mm: expected 2-d tensors");
+  expect_error_linalg([&] { bmm(m23, m234); }, "bmm: expected 3-d tensors, got [2, 3] and [2, 3, 4]");
+  expect_error_linalg([&] { bmm(m234, m345); }, "bmm: batch sizes differ: 2 vs 3");
+  expect_error_linalg([&] { bmm(m234, Tensor::zeros({2, 5, 6})); },
                "bmm: inner dimensions differ: [2, 3, 4] @ [2, 5, 6]");
-  expect_error([&] { matmul(Tensor::scalar(1.0), m23); },
+  expect_error_linalg([&] { matmul(Tensor::scalar(1.0), m23); },
                "matmul: both arguments need at least 1 dim, got a 0-d tensor");
-  expect_error([&] { matmul(m23, Tensor::scalar(1.0)); }, "matmul: both arguments");
-  expect_error([&] { matmul(Tensor::zeros({3}), Tensor::zeros({4})); },
+  expect_error_linalg([&] { matmul(m23, Tensor::scalar(1.0)); }, "matmul: both arguments");
+  expect_error_linalg([&] { matmul(Tensor::zeros({3}), Tensor::zeros({4})); },
                "matmul: 1-d sizes differ: [3] @ [4]");
-  expect_error([&] { matmul(m23, Tensor::zeros({4})); },
+  expect_error_linalg([&] { matmul(m23, Tensor::zeros({4})); },
                "matmul: inner dimensions differ: [2, 3] @ [4] (expected a.size(-1) == b.size(0), "
                "got 3 vs 4)");
-  expect_error([&] { matmul(m234, Tensor::zeros({3, 5, 6})); }, "matmul: inner dimensions differ");
-  expect_error([&] { matmul(m234, Tensor::zeros({3, 4, 6})); },
+  expect_error_linalg([&] { matmul(m234, Tensor::zeros({3, 5, 6})); }, "matmul: inner dimensions differ");
+  expect_error_linalg([&] { matmul(m234, Tensor::zeros({3, 4, 6})); },
                "matmul: batch dims [2] and [3] cannot be broadcast");
-  expect_error([&] { linear(m23, Tensor::zeros({3})); },
+  expect_error_linalg([&] { linear(m23, Tensor::zeros({3})); },
                "linear: weight must be 2-d (out_features, in_features), got [3]");
-  expect_error([&] { linear(Tensor::zeros({2, 5}), Tensor::zeros({3, 4})); },
+  expect_error_linalg([&] { linear(Tensor::zeros({2, 5}), Tensor::zeros({3, 4})); },
                "linear: input's last dim 5 != weight's in_features 4");
-  expect_error([&] { linear(Tensor::scalar(1.0), Tensor::zeros({3, 1})); },
+  expect_error_linalg([&] { linear(Tensor::scalar(1.0), Tensor::zeros({3, 1})); },
                "linear: input must have at least 1 dim");
-  expect_error([&] { linear(m23, Tensor::zeros({4, 3}), Tensor::zeros({3})); },
+  expect_error_linalg([&] { linear(m23, Tensor::zeros({4, 3}), Tensor::zeros({3})); },
                "linear: bias must be 1-d of out_features = 4, got [3]");
-  expect_error([&] { linear(m23, Tensor::zeros({4, 3}), Tensor::zeros({2, 4})); },
+  expect_error_linalg([&] { linear(m23, Tensor::zeros({4, 3}), Tensor::zeros({2, 4})); },
                "linear: bias must be 1-d");
-  expect_error([&] { addmm(Tensor::zeros({3}), m23, Tensor::zeros({3, 2})); },
+  expect_error_linalg([&] { addmm(Tensor::zeros({3}), m23, Tensor::zeros({3, 2})); },
                "addmm: bias of shape [3] cannot be broadcast to the result shape [2, 2]");
-  expect_error([&] { addmm(Tensor::zeros({2, 2}), m23, m45); }, "addmm: inner dimensions differ");
-  expect_error([&] { addmm(Tensor(), m23, Tensor::zeros({3, 2})); }, "addmm: bias is undefined");
-  expect_error([&] { baddbmm(Tensor::zeros({3, 3, 5}), m234, Tensor::zeros({2, 4, 5})); },
+  expect_error_linalg([&] { addmm(Tensor::zeros({2, 2}), m23, m45); }, "addmm: inner dimensions differ");
+  expect_error_linalg([&] { addmm(Tensor(), m23, Tensor::zeros({3, 2})); }, "addmm: bias is undefined");
+  expect_error_linalg([&] { baddbmm(Tensor::zeros({3, 3, 5}), m234, Tensor::zeros({2, 4, 5})); },
                "baddbmm: bias of shape [3, 3, 5] cannot be broadcast");
-  expect_error([&] { baddbmm(Tensor::zeros({1}), m234, m345); }, "baddbmm: batch sizes differ");
+  expect_error_linalg([&] { baddbmm(Tensor::zeros({1}), m234, m345); }, "baddbmm: batch sizes differ");
   const Tensor b22 = Tensor::from_vector(std::vector<bool>{true, false, true, true}, Shape{2, 2});
-  expect_error([&] { mm(b22, b22); }, "mm: bool is not supported");
-  expect_error([&] { matmul(b22, b22); }, "matmul: bool is not supported");
-  expect_error([&] { mm(Tensor(), m23); }, "mm: got an undefined tensor");
+  expect_error_linalg([&] { mm(b22, b22); }, "mm: bool is not supported");
+  expect_error_linalg([&] { matmul(b22, b22); }, "matmul: bool is not supported");
+  expect_error_linalg([&] { mm(Tensor(), m23); }, "mm: got an undefined tensor");
   const Tensor i22 = Tensor::zeros({2, 2}, DType::Int64);
-  expect_error([&] { addmm(i22, i22, i22, 0.5, 1); },
+  expect_error_linalg([&] { addmm(i22, i22, i22, 0.5, 1); },
                "addmm: beta and alpha must be integers for int64 tensors");
-  expect_error([&] { baddbmm(Tensor::zeros({1, 2, 2}, DType::Int64), i22.unsqueeze(0),
+  expect_error_linalg([&] { baddbmm(Tensor::zeros({1, 2, 2}, DType::Int64), i22.unsqueeze(0),
                              i22.unsqueeze(0), 1, 2.5); },
                "baddbmm: beta and alpha must be integers");
 }

@@ -25,8 +25,8 @@ using dtensor::testing::expect_error;
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaNNn = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInfNn = std::numeric_limits<double>::infinity();
 
 // Relative-plus-absolute check; `rel_only` uses the softmax-style bound.
 void expect_near_all(const Tensor& got, const Shape& shape, const std::vector<double>& ref,
@@ -80,7 +80,7 @@ std::vector<double> ref_softmax(const Tensor& x, int64_t d, bool log) {
   for (int64_t o = 0; o < sp.outer; ++o) {
     for (int64_t j = 0; j < sp.inner; ++j) {
       auto at = [&](int64_t k) { return static_cast<size_t>((o * sp.len + k) * sp.inner + j); };
-      double m = -kInf;
+      double m = -kInfNn;
       bool nan = false;
       for (int64_t k = 0; k < sp.len; ++k) {
         nan |= std::isnan(v[at(k)]);
@@ -90,7 +90,7 @@ std::vector<double> ref_softmax(const Tensor& x, int64_t d, bool log) {
       for (int64_t k = 0; k < sp.len; ++k) s += std::exp(v[at(k)] - m);
       for (int64_t k = 0; k < sp.len; ++k) {
         const double z = v[at(k)] - m;
-        out[at(k)] = nan ? kNaN : log ? z - std::log(s) : std::exp(z) / s;
+        out[at(k)] = nan ? kNaNNn : log ? z - std::log(s) : std::exp(z) / s;
       }
     }
   }

@@ -25,8 +25,8 @@ using dtensor::testing::expect_error;
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaNReduce = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInfReduce = std::numeric_limits<double>::infinity();
 
 bool close(double got, double ref, DType dtype) {
   if (std::isnan(ref)) return std::isnan(got);
@@ -38,7 +38,7 @@ bool close(double got, double ref, DType dtype) {
   }
 }
 
-void expect_values(const Tensor& got, const Shape& shape, const std::vector<double>& ref,
+void expect_values_reduce(const Tensor& got, const Shape& shape, const std::vector<double>& ref,
                    const std::string& what) {
   ASSERT_EQ(got.shape(), shape) << what;
   const auto v = got.to_vector<double>();
@@ -50,17 +50,17 @@ void expect_values(const Tensor& got, const Shape& shape, const std::vector<doub
 
 // ---- layouts -------------------------------------------------------------------
 
-enum class Layout { Contiguous, Transposed, Stepped, Expanded, Permuted };
-const Layout kLayouts[] = {Layout::Contiguous, Layout::Transposed, Layout::Stepped,
-                           Layout::Expanded, Layout::Permuted};
+enum class ReduceLayout { Contiguous, Transposed, Stepped, Expanded, Permuted };
+const ReduceLayout kReduceLayouts[] = {ReduceLayout::Contiguous, ReduceLayout::Transposed, ReduceLayout::Stepped,
+                           ReduceLayout::Expanded, ReduceLayout::Permuted};
 
-const char* layout_name(Layout l) {
+const char* reduce_layout_name(ReduceLayout l) {
   switch (l) {
-    case Layout::Contiguous: return "contiguous";
-    case Layout::Transposed: return "transposed";
-    case Layout::Stepped: return "stepped";
-    case Layout::Expanded: return "expanded";
-    case Layout::Permuted: return "permuted";
+    case ReduceLayout::Contiguous: return "contiguous";
+    case ReduceLayout::Transposed: return "transposed";
+    case ReduceLayout::Stepped: return "stepped";
+    case ReduceLayout::Expanded: return "expanded";
+    case ReduceLayout::Permuted: return "permuted";
   }
   return "?";
 }
@@ -68,29 +68,29 @@ const char* layout_name(Layout l) {
 // A tensor of logical shape `shape` laid out as `layout`, with values from
 // gen(physical shape). Returns an undefined tensor when the layout does not
 // apply to the rank.
-Tensor make(const Shape& shape, Layout layout, const std::function<Tensor(const Shape&)>& gen) {
+Tensor make_reduce(const Shape& shape, ReduceLayout layout, const std::function<Tensor(const Shape&)>& gen) {
   const size_t n = shape.size();
   switch (layout) {
-    case Layout::Contiguous: return gen(shape);
-    case Layout::Transposed: {
+    case ReduceLayout::Contiguous: return gen(shape);
+    case ReduceLayout::Transposed: {
       if (n < 2) return Tensor();
       Shape p = shape;
       std::swap(p[0], p[n - 1]);
       return gen(p).transpose(0, -1);
     }
-    case Layout::Stepped: {
+    case ReduceLayout::Stepped: {
       if (n < 1) return Tensor();
       Shape p = shape;
       p[0] = 2 * shape[0];
       return gen(p).slice(0, 0, p[0], 2);
     }
-    case Layout::Expanded: {
+    case ReduceLayout::Expanded: {
       if (n < 1) return Tensor();
       Shape p = shape;
       p[0] = 1;
       return gen(p).expand(shape);
     }
-    case Layout::Permuted: {
+    case ReduceLayout::Permuted: {
       if (n < 3) return Tensor();
       Shape p, order;
       for (size_t d = 0; d < n; ++d) {
@@ -155,16 +155,16 @@ double ref_prod(const std::vector<double>& g) {
   for (double v : g) p *= v;
   return p;
 }
-double ref_max(const std::vector<double>& g) {
-  double m = -kInf;
+double ref_max_reduce(const std::vector<double>& g) {
+  double m = -kInfReduce;
   for (double v : g) {
     if (std::isnan(v)) return v;
     m = std::max(m, v);
   }
   return m;
 }
-double ref_min(const std::vector<double>& g) {
-  double m = kInf;
+double ref_min_reduce(const std::vector<double>& g) {
+  double m = kInfReduce;
   for (double v : g) {
     if (std::isnan(v)) return v;
     m = std::min(m, v);
@@ -203,7 +203,7 @@ int64_t ref_arg(const std::vector<double>& g) {
 
 // The shapes every sweep runs over: 0-d, empty dims, size-1 dims, rows long
 // enough for the multi-lane kernel, up to 4 dims.
-const std::vector<Shape> kShapes = {{},        {5},          {1},       {0},
+const std::vector<Shape> kReduceShapes = {{},        {5},          {1},       {0},
                                     {3, 4},    {4, 1, 5},    {2, 3, 4}, {0, 3},
                                     {3, 0, 2}, {2, 3, 4, 5}, {7, 33},   {3, 70, 5},
                                     {130, 9},  {1, 1},       {2, 1, 3, 1}, {3, 100}};
@@ -236,10 +236,10 @@ std::vector<bool> reduced_mask(size_t nd, const std::vector<int64_t>& dims) {
   return r;
 }
 
-std::string describe(const char* op, const Tensor& x, Layout layout,
+std::string describe_reduce(const char* op, const Tensor& x, ReduceLayout layout,
                      const std::vector<int64_t>& dims, bool keepdim) {
   return std::string(op) + " of " + to_string(x.shape()) + " " + dtype_name(x.dtype()) + " " +
-         layout_name(layout) + " dims " + to_string(DimVector(dims)) +
+         reduce_layout_name(layout) + " dims " + to_string(DimVector(dims)) +
          (keepdim ? " keepdim" : "");
 }
 
@@ -253,9 +253,9 @@ int sweep_floating(const char* name, const FloatOp& op, const FloatRef& ref, DTy
                    bool throws_on_empty = false) {
   int cases = 0;
   uint64_t seed = 1;
-  for (const Shape& shape : kShapes) {
-    for (Layout layout : kLayouts) {
-      const Tensor x = make(shape, layout, [&](const Shape& s) { return gen(s, seed++); });
+  for (const Shape& shape : kReduceShapes) {
+    for (ReduceLayout layout : kReduceLayouts) {
+      const Tensor x = make_reduce(shape, layout, [&](const Shape& s) { return gen(s, seed++); });
       if (!x.defined()) continue;
       for (const auto& dims : dim_lists(shape.size())) {
         const auto reduced = reduced_mask(shape.size(), dims);
@@ -263,7 +263,7 @@ int sweep_floating(const char* name, const FloatOp& op, const FloatRef& ref, DTy
         for (size_t d = 0; d < shape.size(); ++d)
           if (reduced[d] && shape[d] == 0) empty_reduction = true;
         for (bool keepdim : {false, true}) {
-          const std::string what = describe(name, x, layout, dims, keepdim);
+          const std::string what = describe_reduce(name, x, layout, dims, keepdim);
           if (throws_on_empty && empty_reduction) {
             EXPECT_THROW(op(x, DimVector(dims), keepdim), Error) << what;
             continue;
@@ -272,7 +272,7 @@ int sweep_floating(const char* name, const FloatOp& op, const FloatRef& ref, DTy
           EXPECT_EQ(got.dtype(), dtype) << what;
           std::vector<double> expected;
           for (const auto& g : group<double>(x, reduced)) expected.push_back(ref(g));
-          expect_values(got, out_shape(shape, reduced, keepdim), expected, what);
+          expect_values_reduce(got, out_shape(shape, reduced, keepdim), expected, what);
           ++cases;
         }
       }
@@ -291,32 +291,32 @@ Tensor randn_of(const Shape& s, uint64_t seed, DType dtype) {
 
 TEST(Reduce, HandComputedSumMeanProd) {
   const Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, Shape{2, 3});
-  expect_values(sum(x), {}, {21}, "sum all");
-  expect_values(sum(x, {0}), {3}, {5, 7, 9}, "sum 0");
-  expect_values(sum(x, {1}), {2}, {6, 15}, "sum 1");
-  expect_values(sum(x, {-1}, true), {2, 1}, {6, 15}, "sum -1 keepdim");
-  expect_values(sum(x, {0, 1}, true), {1, 1}, {21}, "sum 0,1 keepdim");
-  expect_values(sum(x, {1, 0}), {}, {21}, "sum 1,0");
-  expect_values(mean(x, {1}), {2}, {2, 5}, "mean 1");
-  expect_values(mean(x), {}, {3.5}, "mean all");
-  expect_values(prod(x), {}, {720}, "prod all");
-  expect_values(prod(x, {0}), {3}, {4, 10, 18}, "prod 0");
+  expect_values_reduce(sum(x), {}, {21}, "sum all");
+  expect_values_reduce(sum(x, {0}), {3}, {5, 7, 9}, "sum 0");
+  expect_values_reduce(sum(x, {1}), {2}, {6, 15}, "sum 1");
+  expect_values_reduce(sum(x, {-1}, true), {2, 1}, {6, 15}, "sum -1 keepdim");
+  expect_values_reduce(sum(x, {0, 1}, true), {1, 1}, {21}, "sum 0,1 keepdim");
+  expect_values_reduce(sum(x, {1, 0}), {}, {21}, "sum 1,0");
+  expect_values_reduce(mean(x, {1}), {2}, {2, 5}, "mean 1");
+  expect_values_reduce(mean(x), {}, {3.5}, "mean all");
+  expect_values_reduce(prod(x), {}, {720}, "prod all");
+  expect_values_reduce(prod(x, {0}), {3}, {4, 10, 18}, "prod 0");
 }
 
 TEST(Reduce, HandComputedExtremesAndVar) {
   const Tensor x = Tensor::from_vector(std::vector<double>{1, 5, 3, 4, 2, 6}, Shape{2, 3});
-  expect_values(amax(x), {}, {6}, "amax all");
-  expect_values(amax(x, {0}), {3}, {4, 5, 6}, "amax 0");
-  expect_values(amin(x, {1}, true), {2, 1}, {1, 2}, "amin 1 keepdim");
+  expect_values_reduce(amax(x), {}, {6}, "amax all");
+  expect_values_reduce(amax(x, {0}), {3}, {4, 5, 6}, "amax 0");
+  expect_values_reduce(amin(x, {1}, true), {2, 1}, {1, 2}, "amin 1 keepdim");
   // mean 3.5; squared deviations sum to 17.5
-  expect_values(var(x), {}, {3.5}, "var all");
-  expect_values(var(x, {}, 0), {}, {17.5 / 6}, "var all correction 0");
-  expect_values(var(x, {1}), {2}, {4, 4}, "var 1");
+  expect_values_reduce(var(x), {}, {3.5}, "var all");
+  expect_values_reduce(var(x, {}, 0), {}, {17.5 / 6}, "var all correction 0");
+  expect_values_reduce(var(x, {1}), {2}, {4, 4}, "var 1");
   // Bessel divisor N - correction clamps at 0: 0/0 -> NaN, m2/0 -> inf.
-  expect_values(var(Tensor::from_vector(std::vector<double>{3})), {}, {kNaN}, "var of one");
-  expect_values(var(Tensor::from_vector(std::vector<double>{1, 2}), {}, 2), {}, {kInf},
+  expect_values_reduce(var(Tensor::from_vector(std::vector<double>{3})), {}, {kNaNReduce}, "var of one");
+  expect_values_reduce(var(Tensor::from_vector(std::vector<double>{1, 2}), {}, 2), {}, {kInfReduce},
                 "var correction 2");
-  expect_values(var(Tensor::from_vector(std::vector<double>{1, 2}), {}, 3), {}, {kInf},
+  expect_values_reduce(var(Tensor::from_vector(std::vector<double>{1, 2}), {}, 3), {}, {kInfReduce},
                 "var correction 3");
 }
 
@@ -325,10 +325,10 @@ TEST(Reduce, HandComputedArgExtremes) {
       Tensor::from_vector(std::vector<float>{1, 7, 7, 0, 3, 0, 9, 9}, Shape{2, 4});
   EXPECT_EQ(argmax(x).item<int64_t>(), 6);  // first of the two 9s
   EXPECT_EQ(argmin(x).item<int64_t>(), 3);  // first of the two 0s
-  expect_values(argmax(x, 1), {2}, {1, 2}, "argmax 1");
-  expect_values(argmin(x, -1), {2}, {3, 1}, "argmin -1");
-  expect_values(argmax(x, 0), {4}, {1, 0, 1, 1}, "argmax 0");
-  expect_values(argmin(x, 0, true), {1, 4}, {0, 1, 0, 0}, "argmin 0 keepdim");
+  expect_values_reduce(argmax(x, 1), {2}, {1, 2}, "argmax 1");
+  expect_values_reduce(argmin(x, -1), {2}, {3, 1}, "argmin -1");
+  expect_values_reduce(argmax(x, 0), {4}, {1, 0, 1, 1}, "argmax 0");
+  expect_values_reduce(argmin(x, 0, true), {1, 4}, {0, 1, 0, 0}, "argmin 0 keepdim");
   const Tensor flat = argmax(x, std::nullopt, true);
   EXPECT_EQ(flat.shape(), (Shape{1, 1}));
   EXPECT_EQ(flat.dtype(), DType::Int64);
@@ -347,11 +347,11 @@ TEST(Reduce, DtypeRules) {
   EXPECT_EQ(prod(i).item<int64_t>(), -24);
   EXPECT_EQ(sum(b).dtype(), DType::Int64);
   EXPECT_EQ(sum(b).item<int64_t>(), 3);
-  expect_values(sum(b, {0}), {2}, {2, 1}, "bool sum 0");
+  expect_values_reduce(sum(b, {0}), {2}, {2, 1}, "bool sum 0");
   EXPECT_EQ(prod(b).dtype(), DType::Int64);
   EXPECT_EQ(prod(b).item<int64_t>(), 0);
   EXPECT_EQ(amax(b).dtype(), DType::Bool);
-  expect_values(amin(b, {1}), {2}, {0, 1}, "bool amin 1");
+  expect_values_reduce(amin(b, {1}), {2}, {0, 1}, "bool amin 1");
   EXPECT_EQ(amax(i).dtype(), DType::Int64);
   EXPECT_EQ(amin(i).item<int64_t>(), -2);
   EXPECT_EQ(sum(i.to(DType::Float32)).dtype(), DType::Float32);
@@ -380,7 +380,7 @@ TEST(Reduce, FloatSumsAccumulateInDouble) {
   // Same along an outer dim (the non-row path) and over a 2-d view.
   const Tensor x2 = Tensor::full({n / 4, 4}, 0.1f, DType::Float32);
   const float col = static_cast<float>(static_cast<double>(0.1f) * static_cast<double>(n / 4));
-  expect_values(sum(x2, {0}), {4}, {col, col, col, col}, "column sum");
+  expect_values_reduce(sum(x2, {0}), {4}, {col, col, col, col}, "column sum");
   EXPECT_EQ(sum(x2.t(), {1}).to_vector<float>(), std::vector<float>(4, col));
 }
 
@@ -398,18 +398,18 @@ TEST(Reduce, VarIsStableForLargeMeans) {
 }
 
 TEST(Reduce, NaNPropagation) {
-  const double nan = kNaN;
+  const double nan = kNaNReduce;
   const Tensor x =
       Tensor::from_vector(std::vector<float>{1, static_cast<float>(nan), 3, 2, 5, 4}, Shape{2, 3});
   EXPECT_TRUE(std::isnan(amax(x).item<double>()));
   EXPECT_TRUE(std::isnan(amin(x).item<double>()));
-  expect_values(amax(x, {1}), {2}, {nan, 5}, "amax rows");
-  expect_values(amin(x, {0}), {3}, {1, nan, 3}, "amin cols");
-  expect_values(sum(x, {1}), {2}, {nan, 11}, "sum rows");
+  expect_values_reduce(amax(x, {1}), {2}, {nan, 5}, "amax rows");
+  expect_values_reduce(amin(x, {0}), {3}, {1, nan, 3}, "amin cols");
+  expect_values_reduce(sum(x, {1}), {2}, {nan, 11}, "sum rows");
   // NaN counts as the extreme for both argmax and argmin, as in PyTorch.
   EXPECT_EQ(argmax(x).item<int64_t>(), 1);
   EXPECT_EQ(argmin(x).item<int64_t>(), 1);
-  expect_values(argmax(x, 0), {3}, {1, 0, 1}, "argmax 0");
+  expect_values_reduce(argmax(x, 0), {3}, {1, 0, 1}, "argmax 0");
   // A NaN after the max still wins; the first NaN is reported.
   const Tensor y = Tensor::from_vector(std::vector<double>{9, 1, nan, nan});
   EXPECT_EQ(argmax(y).item<int64_t>(), 2);
@@ -421,19 +421,19 @@ TEST(Reduce, NaNPropagation) {
   EXPECT_TRUE(std::isnan(amax(Tensor::from_vector(long_row)).item<double>()));
   EXPECT_TRUE(std::isnan(amin(Tensor::from_vector(long_row)).item<double>()));
   // +-inf behave as ordinary extremes.
-  const Tensor z = Tensor::from_vector(std::vector<double>{-kInf, 0, kInf});
-  EXPECT_EQ(amax(z).item<double>(), kInf);
-  EXPECT_EQ(amin(z).item<double>(), -kInf);
+  const Tensor z = Tensor::from_vector(std::vector<double>{-kInfReduce, 0, kInfReduce});
+  EXPECT_EQ(amax(z).item<double>(), kInfReduce);
+  EXPECT_EQ(amin(z).item<double>(), -kInfReduce);
 }
 
 TEST(Reduce, EmptyAndZeroDim) {
   const Tensor e = Tensor::zeros({0, 3});
-  expect_values(sum(e, {0}), {3}, {0, 0, 0}, "sum over empty dim");
-  expect_values(prod(e, {0}), {3}, {1, 1, 1}, "prod over empty dim");
-  expect_values(mean(e, {0}), {3}, {kNaN, kNaN, kNaN}, "mean over empty dim");
-  expect_values(var(e, {0}), {3}, {kNaN, kNaN, kNaN}, "var over empty dim");
-  expect_values(sum(e, {1}), {0}, {}, "sum over non-empty dim of empty tensor");
-  expect_values(amax(e, {1}), {0}, {}, "amax over non-empty dim of empty tensor");
+  expect_values_reduce(sum(e, {0}), {3}, {0, 0, 0}, "sum over empty dim");
+  expect_values_reduce(prod(e, {0}), {3}, {1, 1, 1}, "prod over empty dim");
+  expect_values_reduce(mean(e, {0}), {3}, {kNaNReduce, kNaNReduce, kNaNReduce}, "mean over empty dim");
+  expect_values_reduce(var(e, {0}), {3}, {kNaNReduce, kNaNReduce, kNaNReduce}, "var over empty dim");
+  expect_values_reduce(sum(e, {1}), {0}, {}, "sum over non-empty dim of empty tensor");
+  expect_values_reduce(amax(e, {1}), {0}, {}, "amax over non-empty dim of empty tensor");
   EXPECT_EQ(sum(e).item<double>(), 0.0);
   EXPECT_EQ(sum(Tensor::zeros({0}, DType::Int64)).dtype(), DType::Int64);
   EXPECT_EQ(argmax(e, 1).shape(), (Shape{0}));
@@ -441,10 +441,10 @@ TEST(Reduce, EmptyAndZeroDim) {
   const Tensor s = Tensor::scalar(2.5);
   for (const DimVector& dims : {DimVector{}, DimVector{0}, DimVector{-1}}) {
     for (bool keepdim : {false, true}) {
-      expect_values(sum(s, dims, keepdim), {}, {2.5}, "0-d sum");
-      expect_values(amax(s, dims, keepdim), {}, {2.5}, "0-d amax");
-      expect_values(mean(s, dims, keepdim), {}, {2.5}, "0-d mean");
-      expect_values(var(s, dims, 0, keepdim), {}, {0}, "0-d var");
+      expect_values_reduce(sum(s, dims, keepdim), {}, {2.5}, "0-d sum");
+      expect_values_reduce(amax(s, dims, keepdim), {}, {2.5}, "0-d amax");
+      expect_values_reduce(mean(s, dims, keepdim), {}, {2.5}, "0-d mean");
+      expect_values_reduce(var(s, dims, 0, keepdim), {}, {0}, "0-d var");
     }
   }
   EXPECT_EQ(argmax(s).item<int64_t>(), 0);
@@ -512,10 +512,10 @@ TEST(Reduce, AmaxAminMatchReference) {
     auto gen = [dt](const Shape& s, uint64_t seed) { return randn_of(s, seed, dt); };
     sweep_floating(
         "amax", [](const Tensor& x, const DimVector& d, bool k) { return amax(x, d, k); },
-        ref_max, dt, gen, /*throws_on_empty=*/true);
+        ref_max_reduce, dt, gen, /*throws_on_empty=*/true);
     sweep_floating(
         "amin", [](const Tensor& x, const DimVector& d, bool k) { return amin(x, d, k); },
-        ref_min, dt, gen, /*throws_on_empty=*/true);
+        ref_min_reduce, dt, gen, /*throws_on_empty=*/true);
   }
 }
 
@@ -537,9 +537,9 @@ TEST(Reduce, IntegerAndBoolMatchReference) {
   int cases = 0;
   uint64_t seed = 100;
   for (DType dt : {DType::Int64, DType::Bool}) {
-    for (const Shape& shape : kShapes) {
-      for (Layout layout : kLayouts) {
-        const Tensor x = make(shape, layout, [&](const Shape& s) {
+    for (const Shape& shape : kReduceShapes) {
+      for (ReduceLayout layout : kReduceLayouts) {
+        const Tensor x = make_reduce(shape, layout, [&](const Shape& s) {
           return dt == DType::Bool ? Tensor::randint(0, 2, s, seed++).to(DType::Bool)
                                    : Tensor::randint(-3, 4, s, seed++);
         });
@@ -548,7 +548,7 @@ TEST(Reduce, IntegerAndBoolMatchReference) {
           const auto reduced = reduced_mask(shape.size(), dims);
           const auto groups = group<int64_t>(x, reduced);
           for (bool keepdim : {false, true}) {
-            const std::string what = describe("int", x, layout, dims, keepdim);
+            const std::string what = describe_reduce("int", x, layout, dims, keepdim);
             const Shape os = out_shape(shape, reduced, keepdim);
             const Tensor s = sum(x, DimVector(dims), keepdim);
             const Tensor p = prod(x, DimVector(dims), keepdim);
@@ -595,12 +595,12 @@ TEST(Reduce, ArgExtremesMatchReference) {
   int cases = 0;
   uint64_t seed = 500;
   for (bool with_nan : {false, true}) {
-    for (const Shape& shape : kShapes) {
-      for (Layout layout : kLayouts) {
-        const Tensor x = make(shape, layout, [&](const Shape& s) {
+    for (const Shape& shape : kReduceShapes) {
+      for (ReduceLayout layout : kReduceLayouts) {
+        const Tensor x = make_reduce(shape, layout, [&](const Shape& s) {
           auto v = Tensor::randint(0, 4, s, seed++).to_vector<double>();
           if (with_nan)
-            for (size_t i = 0; i < v.size(); i += 7) v[(i * 13 + seed) % v.size()] = kNaN;
+            for (size_t i = 0; i < v.size(); i += 7) v[(i * 13 + seed) % v.size()] = kNaNReduce;
           return with_values(s, v, DType::Float32);
         });
         if (!x.defined()) continue;
@@ -626,7 +626,7 @@ TEST(Reduce, ArgExtremesMatchReference) {
             if (reduced[k] && shape[k] == 0) empty_reduction = true;
           for (bool keepdim : {false, true}) {
             const std::string what =
-                describe("argmax", x, layout, {d}, keepdim) + (with_nan ? " nan" : "");
+                describe_reduce("argmax", x, layout, {d}, keepdim) + (with_nan ? " nan" : "");
             if (empty_reduction) {
               EXPECT_THROW(argmax(x, d, keepdim), Error) << what;
               continue;
@@ -663,8 +663,8 @@ TEST(Reduce, ArgExtremesOfLongRowsWithTiesAndSignedZeros) {
   EXPECT_EQ(argmax(x, 0).item<int64_t>(), 10);
   EXPECT_EQ(argmin(x, 0).item<int64_t>(), 30);
   EXPECT_EQ(amax(x).item<double>(), 0.0);
-  v[50] = kNaN;
-  v[60] = kNaN;
+  v[50] = kNaNReduce;
+  v[60] = kNaNReduce;
   const Tensor y = Tensor::from_vector(v, Shape{1, 100});
   EXPECT_EQ(argmax(y, 1).item<int64_t>(), 50);
   EXPECT_EQ(argmin(y, -1).item<int64_t>(), 50);
@@ -682,13 +682,13 @@ TEST(Reduce, LargeRowsAndColumns) {
       std::vector<double> es, emx, ev;
       for (const auto& g : groups) {
         es.push_back(ref_sum(g));
-        emx.push_back(ref_max(g));
+        emx.push_back(ref_max_reduce(g));
         ev.push_back(ref_var(g, 1));
       }
       const Shape os = out_shape(x.shape(), reduced, false);
-      expect_values(sum(x, {d}), os, es, "sum cols=" + std::to_string(cols));
-      expect_values(amax(x, {d}), os, emx, "amax cols=" + std::to_string(cols));
-      expect_values(var(x, {d}), os, ev, "var cols=" + std::to_string(cols));
+      expect_values_reduce(sum(x, {d}), os, es, "sum cols=" + std::to_string(cols));
+      expect_values_reduce(amax(x, {d}), os, emx, "amax cols=" + std::to_string(cols));
+      expect_values_reduce(var(x, {d}), os, ev, "var cols=" + std::to_string(cols));
     }
   }
 }

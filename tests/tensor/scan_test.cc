@@ -24,16 +24,16 @@ using dtensor::testing::expect_error;
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaNScan = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInfScan = std::numeric_limits<double>::infinity();
 
-Tensor i64(const std::vector<int64_t>& v, Shape shape) { return Tensor::from_vector(v, shape); }
-Tensor f32(const std::vector<float>& v, Shape shape) { return Tensor::from_vector(v, shape); }
+Tensor i64_scan(const std::vector<int64_t>& v, Shape shape) { return Tensor::from_vector(v, shape); }
+Tensor f32_scan(const std::vector<float>& v, Shape shape) { return Tensor::from_vector(v, shape); }
 
 // ---- cumsum ------------------------------------------------------------------------
 
 TEST(ScanCumsum, IntegersAlongEachDim) {
-  const Tensor x = i64({1, 2, 3, 4, 5, 6}, {2, 3});
+  const Tensor x = i64_scan({1, 2, 3, 4, 5, 6}, {2, 3});
   EXPECT_EQ(cumsum(x, 1).to_vector<int64_t>(), (std::vector<int64_t>{1, 3, 6, 4, 9, 15}));
   EXPECT_EQ(cumsum(x, -1).to_vector<int64_t>(), (std::vector<int64_t>{1, 3, 6, 4, 9, 15}));
   EXPECT_EQ(cumsum(x, 0).to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3, 5, 7, 9}));
@@ -46,16 +46,16 @@ TEST(ScanCumsum, DtypesNaNAndWrapping) {
   const Tensor b = Tensor::from_vector(std::vector<bool>{true, false, true});
   EXPECT_EQ(cumsum(b, 0).dtype(), DType::Int64);
   EXPECT_EQ(cumsum(b, 0).to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 2}));
-  const Tensor f = Tensor::from_vector(std::vector<double>{0.5, kNaN, 1});
+  const Tensor f = Tensor::from_vector(std::vector<double>{0.5, kNaNScan, 1});
   const std::vector<double> got = cumsum(f, 0).to_vector<double>();
   EXPECT_EQ(cumsum(f, 0).dtype(), DType::Float64);
   EXPECT_EQ(got[0], 0.5);
   EXPECT_TRUE(std::isnan(got[1]) && std::isnan(got[2]));
   const int64_t big = std::numeric_limits<int64_t>::max();
-  EXPECT_EQ(cumsum(i64({big, 1}, {2}), 0).to_vector<int64_t>(),
+  EXPECT_EQ(cumsum(i64_scan({big, 1}, {2}), 0).to_vector<int64_t>(),
             (std::vector<int64_t>{big, std::numeric_limits<int64_t>::min()}));
   // float32 accumulates in double: 2^24 + 1 + 1 is exact there, not in float.
-  const Tensor g = f32({16777216.0f, 1.0f, 1.0f}, {3});
+  const Tensor g = f32_scan({16777216.0f, 1.0f, 1.0f}, {3});
   EXPECT_EQ(cumsum(g, 0).to_vector<float>()[2], 16777218.0f);
 }
 
@@ -66,14 +66,14 @@ TEST(ScanCumsum, EmptyZeroDimAndErrors) {
   EXPECT_EQ(s.item<int64_t>(), 3);
   expect_error([] { cumsum(Tensor::zeros({2, 3}), 2); }, {"cumsum", "2"});
   expect_error([] { cumsum(Tensor::scalar(1.0), 1); }, {"cumsum"});
-  EXPECT_EQ(detail::reverse_cumsum(i64({1, 2, 3}, {3}), 0).to_vector<int64_t>(),
+  EXPECT_EQ(detail::reverse_cumsum(i64_scan({1, 2, 3}, {3}), 0).to_vector<int64_t>(),
             (std::vector<int64_t>{6, 5, 3}));
 }
 
 // ---- sort / topk ---------------------------------------------------------------------
 
 TEST(ScanSort, TiesKeepTheLowerIndexFirst) {
-  const Tensor x = i64({3, 1, 2, 1}, {4});
+  const Tensor x = i64_scan({3, 1, 2, 1}, {4});
   auto [v, i] = sort(x);
   EXPECT_EQ(v.to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 2, 3}));
   EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{1, 3, 2, 0}));
@@ -84,10 +84,10 @@ TEST(ScanSort, TiesKeepTheLowerIndexFirst) {
 }
 
 TEST(ScanSort, NaNSortsAboveEverything) {
-  const Tensor x = f32({2, static_cast<float>(kNaN), static_cast<float>(-kInf), 1}, {4});
+  const Tensor x = f32_scan({2, static_cast<float>(kNaNScan), static_cast<float>(-kInfScan), 1}, {4});
   auto [v, i] = sort(x);
   EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{2, 3, 0, 1}));
-  EXPECT_EQ(v.to_vector<float>()[0], -kInf);
+  EXPECT_EQ(v.to_vector<float>()[0], -kInfScan);
   EXPECT_TRUE(std::isnan(v.to_vector<float>()[3]));
   auto [vd, id] = sort(x, -1, true);
   EXPECT_EQ(id.to_vector<int64_t>(), (std::vector<int64_t>{1, 0, 3, 2}));
@@ -95,7 +95,7 @@ TEST(ScanSort, NaNSortsAboveEverything) {
 }
 
 TEST(ScanSort, AlongDimZeroBoolAndZeroDim) {
-  auto [v, i] = sort(i64({3, 1, 1, 2}, {2, 2}), 0);
+  auto [v, i] = sort(i64_scan({3, 1, 1, 2}, {2, 2}), 0);
   EXPECT_EQ(v.to_vector<int64_t>(), (std::vector<int64_t>{1, 1, 3, 2}));
   EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{1, 0, 0, 1}));
   auto [bv, bi] = sort(Tensor::from_vector(std::vector<bool>{true, false, true}));
@@ -110,7 +110,7 @@ TEST(ScanSort, AlongDimZeroBoolAndZeroDim) {
 }
 
 TEST(ScanTopk, LargestSmallestTiesAndNaN) {
-  const Tensor x = i64({1, 3, 3, 2}, {4});
+  const Tensor x = i64_scan({1, 3, 3, 2}, {4});
   auto [v, i] = topk(x, 2);
   EXPECT_EQ(v.to_vector<int64_t>(), (std::vector<int64_t>{3, 3}));
   EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{1, 2}));
@@ -118,11 +118,11 @@ TEST(ScanTopk, LargestSmallestTiesAndNaN) {
   EXPECT_EQ(sv.to_vector<int64_t>(), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(si.to_vector<int64_t>(), (std::vector<int64_t>{0, 3}));
   EXPECT_EQ(topk(x, 0).values.shape(), Shape{0});
-  const Tensor n = Tensor::from_vector(std::vector<double>{1, kNaN, 3});
+  const Tensor n = Tensor::from_vector(std::vector<double>{1, kNaNScan, 3});
   EXPECT_EQ(topk(n, 1).indices.item<int64_t>(), 1);
   EXPECT_EQ(topk(n, 3, 0, false).indices.to_vector<int64_t>(), (std::vector<int64_t>{0, 2, 1}));
   // Along dim 0 of a 2-d tensor.
-  auto [cv, ci] = topk(i64({1, 5, 4, 2, 3, 9}, {3, 2}), 2, 0);
+  auto [cv, ci] = topk(i64_scan({1, 5, 4, 2, 3, 9}, {3, 2}), 2, 0);
   EXPECT_EQ(cv.to_vector<int64_t>(), (std::vector<int64_t>{4, 9, 3, 5}));
   EXPECT_EQ(ci.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 2, 0}));
   expect_error([&] { topk(x, 5); }, {"topk", "k = 5", "size 4"});
@@ -139,7 +139,7 @@ TEST(ScanSort, MatchesAStableReferenceSort) {
     const int nd = 1 + static_cast<int>(rng() % 3);
     for (int k = 0; k < nd; ++k) shape.push_back(rng() % 6);
     Tensor x = Tensor::randint(-3, 3, shape, iter).to(DType::Float64);
-    x = masked_fill(x, eq(x, 2), kNaN);
+    x = masked_fill(x, eq(x, 2), kNaNScan);
     if (nd >= 2 && iter % 2) x = x.transpose(0, nd - 1);
     const int64_t d = static_cast<int64_t>(rng() % static_cast<unsigned>(nd));
     const bool desc = rng() % 2;
@@ -158,7 +158,7 @@ TEST(ScanSort, MatchesAStableReferenceSort) {
       std::iota(order.begin(), order.end(), int64_t{0});
       auto key = [&](int64_t j) {
         const double e = rows[static_cast<size_t>(r * n + j)];
-        return std::isnan(e) ? kInf * 2 : e;  // NaN above +inf; ties stay equal
+        return std::isnan(e) ? kInfScan * 2 : e;  // NaN above +inf; ties stay equal
       };
       std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
         return desc ? key(a) > key(b) : key(a) < key(b);
@@ -188,18 +188,18 @@ TEST(ScanLogsumexp, ValuesAndInfinities) {
               1e-12);
   EXPECT_EQ(logsumexp(x, {0}, true).shape(), (Shape{1, 3}));
   // Stable: exp(1000) overflows float32, the max-subtracted form does not.
-  const Tensor big = f32({1000, 1000}, {2});
+  const Tensor big = f32_scan({1000, 1000}, {2});
   EXPECT_NEAR(logsumexp(big, {0}).item<double>(), 1000 + std::log(2.0), 1e-3);
-  const Tensor inf = Tensor::from_vector(std::vector<double>{-kInf, -kInf, 1, kInf, 0, kNaN},
+  const Tensor inf = Tensor::from_vector(std::vector<double>{-kInfScan, -kInfScan, 1, kInfScan, 0, kNaNScan},
                                          Shape{3, 2});
   const std::vector<double> r = logsumexp(inf, {-1}).to_vector<double>();
-  EXPECT_EQ(r[0], -kInf);
-  EXPECT_EQ(r[1], kInf);
+  EXPECT_EQ(r[0], -kInfScan);
+  EXPECT_EQ(r[1], kInfScan);
   EXPECT_TRUE(std::isnan(r[2]));
 }
 
 TEST(ScanLogsumexp, DtypesEmptyAndErrors) {
-  const Tensor ints = i64({0, 0}, {2});
+  const Tensor ints = i64_scan({0, 0}, {2});
   EXPECT_EQ(logsumexp(ints, {0}).dtype(), DType::Float32);
   EXPECT_NEAR(logsumexp(ints, {0}).item<double>(), std::log(2.0), 1e-6);
   const Tensor e = logsumexp(Tensor::zeros({2, 0}), {1});
@@ -225,7 +225,7 @@ TEST(ScanLogical, AllAndAnyOverDims) {
   EXPECT_EQ(any(x, {-1}, true).shape(), (Shape{2, 1}));
   EXPECT_FALSE(any(Tensor::zeros({3}, DType::Int64)).item<bool>());
   // NaN is nonzero; so is -0.0 not.
-  EXPECT_TRUE(all(Tensor::from_vector(std::vector<double>{kNaN, 1})).item<bool>());
+  EXPECT_TRUE(all(Tensor::from_vector(std::vector<double>{kNaNScan, 1})).item<bool>());
   EXPECT_FALSE(any(Tensor::from_vector(std::vector<double>{-0.0, 0.0})).item<bool>());
   const Tensor b = Tensor::from_vector(std::vector<bool>{true, true, false}, Shape{3});
   EXPECT_FALSE(all(b).item<bool>());
@@ -244,13 +244,13 @@ TEST(ScanLogical, EmptySlicesAndErrors) {
 // ---- the internal gather / scatter -------------------------------------------------------
 
 TEST(ScanInternal, TakeAndScatterAlongDim) {
-  const Tensor x = i64({10, 11, 12, 20, 21, 22}, {2, 3});
-  const Tensor idx = i64({2, 0, 1, 1}, {2, 2});
+  const Tensor x = i64_scan({10, 11, 12, 20, 21, 22}, {2, 3});
+  const Tensor idx = i64_scan({2, 0, 1, 1}, {2, 2});
   const Tensor t = detail::take_along_dim(x, idx, 1);
   EXPECT_EQ(t.to_vector<int64_t>(), (std::vector<int64_t>{12, 10, 21, 21}));
   const Tensor s = detail::scatter_add_along_dim(t, idx, 1, {2, 3});
   EXPECT_EQ(s.to_vector<int64_t>(), (std::vector<int64_t>{10, 0, 12, 0, 42, 0}));
-  expect_error([&] { detail::take_along_dim(x, i64({3}, {1, 1}).expand({2, 1}), 1); },
+  expect_error([&] { detail::take_along_dim(x, i64_scan({3}, {1, 1}).expand({2, 1}), 1); },
                {"take_along_dim", "out of range"});
 }
 

@@ -16,7 +16,7 @@ using dtensor::testing::expect_error;
 
 namespace {
 
-std::vector<int64_t> values(const Tensor& t) { return t.contiguous().to_vector<int64_t>(); }
+std::vector<int64_t> shape_values(const Tensor& t) { return t.contiguous().to_vector<int64_t>(); }
 Tensor iota(const Shape& s) { return Tensor::arange(s.product()).view(s); }
 
 }  // namespace
@@ -25,13 +25,13 @@ TEST(ShapeOps, RepeatCopiesBlocks) {
   const Tensor x = iota({2, 3});
   Tensor r = repeat(x, {2, 1});
   EXPECT_EQ(r.shape(), (Shape{4, 3}));
-  EXPECT_EQ(values(r), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(shape_values(r), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5}));
   r = repeat(x, {1, 2});
-  EXPECT_EQ(values(r), (std::vector<int64_t>{0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5}));
+  EXPECT_EQ(shape_values(r), (std::vector<int64_t>{0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5}));
   // New leading dims, and three copies (doubling then a partial copy).
   r = repeat(Tensor::arange(2), {2, 3});
   EXPECT_EQ(r.shape(), (Shape{2, 6}));
-  EXPECT_EQ(values(r), (std::vector<int64_t>{0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1}));
+  EXPECT_EQ(shape_values(r), (std::vector<int64_t>{0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1}));
   r = repeat(x, {2, 1, 1});
   EXPECT_EQ(r.shape(), (Shape{2, 2, 3}));
   // A transposed (non-contiguous) input, float and bool dtypes.
@@ -43,10 +43,10 @@ TEST(ShapeOps, RepeatCopiesBlocks) {
   EXPECT_EQ(r.to_vector<bool>(), (std::vector<bool>{true, false, true, false, true, false}));
   // Zero repeats, a 0-d input, and the result never aliases the input.
   EXPECT_EQ(repeat(x, {0, 2}).shape(), (Shape{0, 6}));
-  EXPECT_EQ(values(repeat(Tensor::scalar(int64_t{7}), {3})), (std::vector<int64_t>{7, 7, 7}));
+  EXPECT_EQ(shape_values(repeat(Tensor::scalar(int64_t{7}), {3})), (std::vector<int64_t>{7, 7, 7}));
   Tensor same = repeat(x, {1, 1});
   EXPECT_NE(same.storage(), x.storage());
-  EXPECT_EQ(values(same), values(x));
+  EXPECT_EQ(shape_values(same), shape_values(x));
 }
 
 TEST(ShapeOps, RepeatErrors) {
@@ -58,11 +58,11 @@ TEST(ShapeOps, RepeatErrors) {
 
 TEST(ShapeOps, TilePadsRepsWithLeadingOnes) {
   const Tensor x = iota({2, 3});
-  EXPECT_EQ(values(tile(x, {2})), values(repeat(x, {1, 2})));
+  EXPECT_EQ(shape_values(tile(x, {2})), shape_values(repeat(x, {1, 2})));
   Tensor t = tile(Tensor::arange(3), {2, 2});
   EXPECT_EQ(t.shape(), (Shape{2, 6}));
-  EXPECT_EQ(values(t), (std::vector<int64_t>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2}));
-  EXPECT_EQ(values(tile(x, {})), values(x));
+  EXPECT_EQ(shape_values(t), (std::vector<int64_t>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(shape_values(tile(x, {})), shape_values(x));
   expect_error([&] { tile(x, {-2}); }, {"non-negative"});
 }
 
@@ -70,8 +70,8 @@ TEST(ShapeOps, UnbindAndSplitWithSizes) {
   const Tensor x = iota({2, 3});
   std::vector<Tensor> u = unbind(x, 1);
   ASSERT_EQ(u.size(), 3u);
-  EXPECT_EQ(values(u[0]), (std::vector<int64_t>{0, 3}));
-  EXPECT_EQ(values(u[2]), (std::vector<int64_t>{2, 5}));
+  EXPECT_EQ(shape_values(u[0]), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(shape_values(u[2]), (std::vector<int64_t>{2, 5}));
   EXPECT_EQ(u[1].storage(), x.storage());  // views
   EXPECT_EQ(unbind(x, -2).size(), 2u);
   EXPECT_EQ(unbind(iota({0, 2})).size(), 0u);
@@ -80,11 +80,11 @@ TEST(ShapeOps, UnbindAndSplitWithSizes) {
 
   std::vector<Tensor> s = split(Tensor::arange(10), std::vector<int64_t>{3, 0, 7});
   ASSERT_EQ(s.size(), 3u);
-  EXPECT_EQ(values(s[0]), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(shape_values(s[0]), (std::vector<int64_t>{0, 1, 2}));
   EXPECT_EQ(s[1].numel(), 0);
-  EXPECT_EQ(values(s[2]).front(), 3);
+  EXPECT_EQ(shape_values(s[2]).front(), 3);
   s = split(x, std::vector<int64_t>{1, 2}, -1);
-  EXPECT_EQ(values(s[1]), (std::vector<int64_t>{1, 2, 4, 5}));
+  EXPECT_EQ(shape_values(s[1]), (std::vector<int64_t>{1, 2, 4, 5}));
   expect_error([&] { split(x, std::vector<int64_t>{1, 1}, 1); }, {"sum to 2", "size 3"});
   expect_error([&] { split(x, std::vector<int64_t>{4, -1}, 1); }, {"negative size -1"});
 }
@@ -93,14 +93,14 @@ TEST(ShapeOps, ConstantPad) {
   const Tensor x = iota({2, 3});
   Tensor p = pad(x, {1, 2}, "constant", 9);
   EXPECT_EQ(p.shape(), (Shape{2, 6}));
-  EXPECT_EQ(values(p), (std::vector<int64_t>{9, 0, 1, 2, 9, 9, 9, 3, 4, 5, 9, 9}));
+  EXPECT_EQ(shape_values(p), (std::vector<int64_t>{9, 0, 1, 2, 9, 9, 9, 3, 4, 5, 9, 9}));
   // (0, 0) for the last dim, (1, 0) for the first.
   p = pad(x, {0, 0, 1, 0}, "constant", 9);
-  EXPECT_EQ(values(p), (std::vector<int64_t>{9, 9, 9, 0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(shape_values(p), (std::vector<int64_t>{9, 9, 9, 0, 1, 2, 3, 4, 5}));
   // Negative pads crop; the default value is 0; dtype kept.
   p = pad(x.to(DType::Float64), {-1, 1});
   EXPECT_EQ(p.dtype(), DType::Float64);
-  EXPECT_EQ(values(p.to(DType::Int64)), (std::vector<int64_t>{1, 2, 0, 4, 5, 0}));
+  EXPECT_EQ(shape_values(p.to(DType::Int64)), (std::vector<int64_t>{1, 2, 0, 4, 5, 0}));
   p = pad(x, {-2, -1, 0, 1}, "constant", 9);
   EXPECT_EQ(p.shape(), (Shape{3, 0}));
   p = pad(x, {-2, -1, 0, 0});
@@ -108,9 +108,9 @@ TEST(ShapeOps, ConstantPad) {
   EXPECT_EQ(pad(x, {-3, 0}).shape(), (Shape{2, 0}));
   // Cropping past the data and padding beyond it: nothing of x is left.
   p = pad(iota({2, 1}), {-2, 3}, "constant", 7);
-  EXPECT_EQ(values(p), (std::vector<int64_t>{7, 7, 7, 7}));
+  EXPECT_EQ(shape_values(p), (std::vector<int64_t>{7, 7, 7, 7}));
   p = pad(iota({1, 2}), {3, -4}, "constant", 7);
-  EXPECT_EQ(values(p), (std::vector<int64_t>{7}));
+  EXPECT_EQ(shape_values(p), (std::vector<int64_t>{7}));
   // Float value into a float tensor; bool pads with a bool.
   p = pad(Tensor::ones({1, 1}), {1, 0}, "constant", 0.5);
   EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{0.5f, 1.0f}));
@@ -120,17 +120,17 @@ TEST(ShapeOps, ConstantPad) {
 
 TEST(ShapeOps, ReflectAndReplicatePad) {
   const Tensor row = iota({1, 4}).to(DType::Float32);
-  EXPECT_EQ(values(pad(row, {2, 1}, "reflect").to(DType::Int64)),
+  EXPECT_EQ(shape_values(pad(row, {2, 1}, "reflect").to(DType::Int64)),
             (std::vector<int64_t>{2, 1, 0, 1, 2, 3, 2}));
-  EXPECT_EQ(values(pad(row, {2, 1}, "replicate").to(DType::Int64)),
+  EXPECT_EQ(shape_values(pad(row, {2, 1}, "replicate").to(DType::Int64)),
             (std::vector<int64_t>{0, 0, 0, 1, 2, 3, 3}));
   // 2-d padding of a (1, 2, 3) input: (1, 1) on the last dim, (1, 0) on dim 1.
   const Tensor img = iota({1, 2, 3});
   Tensor p = pad(img, {1, 1, 1, 0}, "replicate");
   EXPECT_EQ(p.shape(), (Shape{1, 3, 5}));
-  EXPECT_EQ(values(p), (std::vector<int64_t>{0, 0, 1, 2, 2, 0, 0, 1, 2, 2, 3, 3, 4, 5, 5}));
+  EXPECT_EQ(shape_values(p), (std::vector<int64_t>{0, 0, 1, 2, 2, 0, 0, 1, 2, 2, 3, 3, 4, 5, 5}));
   p = pad(img, {1, 1, 1, 0}, "reflect");
-  EXPECT_EQ(values(p), (std::vector<int64_t>{4, 3, 4, 5, 4, 1, 0, 1, 2, 1, 4, 3, 4, 5, 4}));
+  EXPECT_EQ(shape_values(p), (std::vector<int64_t>{4, 3, 4, 5, 4, 1, 0, 1, 2, 1, 4, 3, 4, 5, 4}));
   // Batch mode with an empty batch; zero pads still copy.
   EXPECT_EQ(pad(Tensor::zeros({0, 2, 3}), {1, 1}, "reflect").shape(), (Shape{0, 2, 5}));
   Tensor same = pad(row, {0, 0}, "reflect");
@@ -182,25 +182,25 @@ TEST(ShapeOps, EinsumNamedCases) {
   EXPECT_TRUE(equal(einsum("ba", {a}), a.t()));  // implicit: alphabetical
   EXPECT_TRUE(equal(einsum("aB", {a}), a.t()));  // upper case first
   EXPECT_EQ(einsum("i,i->", {Tensor::arange(4), Tensor::arange(4)}).item<int64_t>(), 14);
-  EXPECT_EQ(values(einsum("i,j->ij", {Tensor::arange(2), Tensor::arange(3)})),
+  EXPECT_EQ(shape_values(einsum("i,j->ij", {Tensor::arange(2), Tensor::arange(3)})),
             (std::vector<int64_t>{0, 0, 0, 0, 1, 2}));
-  EXPECT_EQ(values(einsum("ij->", {a})), (std::vector<int64_t>{15}));
-  EXPECT_EQ(values(einsum("ij->j", {a})), (std::vector<int64_t>{3, 5, 7}));
+  EXPECT_EQ(shape_values(einsum("ij->", {a})), (std::vector<int64_t>{15}));
+  EXPECT_EQ(shape_values(einsum("ij->j", {a})), (std::vector<int64_t>{3, 5, 7}));
   // Ellipsis: broadcast batch dims, explicit and implicit.
   EXPECT_TRUE(equal(einsum("...ij,...jk->...ik", {c, b}), matmul(c, b)));
   EXPECT_TRUE(equal(einsum("...ij,jk", {c, b}), matmul(c, b)));
   EXPECT_TRUE(equal(einsum("...j->...", {c}), sum(c, {-1})));
   EXPECT_TRUE(equal(einsum("b...->...", {c}), sum(c, {0})));
   // Size-1 dims broadcast: a contracted one and a batch one.
-  EXPECT_EQ(values(einsum("ij,j->i", {a, Tensor::scalar(int64_t{2}).reshape({1})})),
+  EXPECT_EQ(shape_values(einsum("ij,j->i", {a, Tensor::scalar(int64_t{2}).reshape({1})})),
             (std::vector<int64_t>{6, 24}));
-  EXPECT_EQ(values(einsum("ij,ij->ij", {a, Tensor::arange(3).view({1, 3})})),
+  EXPECT_EQ(shape_values(einsum("ij,ij->ij", {a, Tensor::arange(3).view({1, 3})})),
             (std::vector<int64_t>{0, 1, 4, 0, 4, 10}));
   // Three operands, spaces ignored; 0-d operands.
   EXPECT_TRUE(equal(einsum("ij, jk, kl -> il", {a, b, a}), mm(mm(a, b), a)));
   EXPECT_EQ(einsum(",->", {Tensor::scalar(3.0), Tensor::scalar(4.0)}).item<double>(), 12.0);
   EXPECT_EQ(einsum("ij,jk->ik", {iota({2, 0}), iota({0, 3})}).shape(), (Shape{2, 3}));
-  EXPECT_EQ(values(einsum("ij,jk->ik", {iota({2, 0}), iota({0, 3})})), std::vector<int64_t>(6, 0));
+  EXPECT_EQ(shape_values(einsum("ij,jk->ik", {iota({2, 0}), iota({0, 3})})), std::vector<int64_t>(6, 0));
 }
 
 TEST(ShapeOps, EinsumErrors) {

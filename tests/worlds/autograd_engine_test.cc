@@ -52,7 +52,7 @@ TEST_F(AutogradEngineTest, SquareOnRandomLayouts) {
 namespace {
 
 // A replicated float64 leaf of the given values on `mesh`.
-DTensor leaf(const DeviceMesh& mesh, const std::vector<double>& values, const Shape& shape) {
+DTensor leaf_autograd_engine(const DeviceMesh& mesh, const std::vector<double>& values, const Shape& shape) {
   DTensor x = distribute_tensor(Tensor::from_vector(values, shape), mesh, replicate(mesh));
   x.requires_grad_();
   return x;
@@ -67,7 +67,7 @@ std::vector<double> values_of(const DTensor& d) {
 TEST_F(AutogradEngineTest, GradientsAccumulateAcrossBackwardCallsUntilCleared) {
   DeviceMesh mesh(world, {4});
   if (!dtensor::testing::takes_part(mesh)) GTEST_SKIP() << "no rank of the mesh here";
-  DTensor x = leaf(mesh, {1, 2, 3}, {3});
+  DTensor x = leaf_autograd_engine(mesh, {1, 2, 3}, {3});
   EXPECT_TRUE(x.is_leaf());
   EXPECT_FALSE(x.grad().has_value());
   sum(mul(x, x)).backward();
@@ -84,7 +84,7 @@ TEST_F(AutogradEngineTest, GradientsAccumulateAcrossBackwardCallsUntilCleared) {
 TEST_F(AutogradEngineTest, CopiesShareTheGradientAndDetachLeavesTheGraph) {
   DeviceMesh mesh(world, {2, 2});
   if (!dtensor::testing::takes_part(mesh)) GTEST_SKIP() << "no rank of the mesh here";
-  DTensor x = leaf(mesh, {1, -2}, {2});
+  DTensor x = leaf_autograd_engine(mesh, {1, -2}, {2});
   DTensor alias = x;
   const DTensor d = x.detach();
   EXPECT_FALSE(d.requires_grad());
@@ -98,7 +98,7 @@ TEST_F(AutogradEngineTest, CopiesShareTheGradientAndDetachLeavesTheGraph) {
 TEST_F(AutogradEngineTest, NoGradGuardRecordsNothing) {
   DeviceMesh mesh(world, {4});
   if (!dtensor::testing::takes_part(mesh)) GTEST_SKIP() << "no rank of the mesh here";
-  DTensor x = leaf(mesh, {1, 2}, {2});
+  DTensor x = leaf_autograd_engine(mesh, {1, 2}, {2});
   EXPECT_TRUE(is_grad_enabled());
   {
     NoGradGuard no_grad;
@@ -122,7 +122,7 @@ TEST_F(AutogradEngineTest, NoGradGuardRecordsNothing) {
 TEST_F(AutogradEngineTest, RetainGraphAllowsASecondBackwardAndRetainGradKeepsAnInnerGradient) {
   DeviceMesh mesh(world, {2, 2});
   if (!dtensor::testing::takes_part(mesh)) GTEST_SKIP() << "no rank of the mesh here";
-  DTensor x = leaf(mesh, {1, 2, 3, 4}, {2, 2});
+  DTensor x = leaf_autograd_engine(mesh, {1, 2, 3, 4}, {2, 2});
   const DTensor y = mul(x, x);
   y.retain_grad();
   const DTensor loss = sum(mul(y, y));
@@ -138,7 +138,7 @@ TEST_F(AutogradEngineTest, RetainGraphAllowsASecondBackwardAndRetainGradKeepsAnI
 TEST_F(AutogradEngineTest, SeveralOutputsAndExplicitGradients) {
   DeviceMesh mesh(world, {4});
   if (!dtensor::testing::takes_part(mesh)) GTEST_SKIP() << "no rank of the mesh here";
-  DTensor x = leaf(mesh, {1, 2}, {2});
+  DTensor x = leaf_autograd_engine(mesh, {1, 2}, {2});
   const DTensor y = mul(x, x);
   const DTensor g = distribute_tensor(Tensor::from_vector(std::vector<double>{10, 100}), mesh,
                                       replicate(mesh));
@@ -152,7 +152,7 @@ TEST_F(AutogradEngineTest, SeveralOutputsAndExplicitGradients) {
 TEST_F(AutogradEngineTest, BadUseIsAnErrorNamingWhatWasWrong) {
   DeviceMesh mesh(world, {4});
   if (!dtensor::testing::takes_part(mesh)) GTEST_SKIP() << "no rank of the mesh here";
-  DTensor x = leaf(mesh, {1, 2, 3}, {3});
+  DTensor x = leaf_autograd_engine(mesh, {1, 2, 3}, {3});
   const DTensor y = mul(x, x);
   // A non-scalar without a gradient.
   dtensor::testing::expect_error([&] { y.backward(); },

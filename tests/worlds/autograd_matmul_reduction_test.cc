@@ -31,7 +31,7 @@ class AutogradMatmulReductionTest : public ::testing::Test {
   World world = dtensor::testing::test_world();
 };
 
-Placements replicate(const DeviceMesh& mesh) {
+Placements replicate_mm(const DeviceMesh& mesh) {
   return Placements(static_cast<size_t>(mesh.ndim()), Replicate());
 }
 
@@ -463,11 +463,11 @@ TEST_F(AutogradMatmulReductionTest, TensorParallelLinearBackwardLayouts) {
   const Tensor w_full = Tensor::randn({12, 8}, 2, 0, DType::Float64);
   const Tensor g_full = Tensor::randn({2, 3, 12}, 3, 0, DType::Float64);
   // The reference: x @ w^T's gradients on replicated tensors.
-  DTensor xr = distribute_tensor(x_full, mesh, replicate(mesh));
-  DTensor wr = distribute_tensor(w_full, mesh, replicate(mesh));
+  DTensor xr = distribute_tensor(x_full, mesh, replicate_mm(mesh));
+  DTensor wr = distribute_tensor(w_full, mesh, replicate_mm(mesh));
   xr.requires_grad_();
   wr.requires_grad_();
-  linear(xr, wr).backward(distribute_tensor(g_full, mesh, replicate(mesh)));
+  linear(xr, wr).backward(distribute_tensor(g_full, mesh, replicate_mm(mesh)));
   const Tensor gx_want = xr.grad()->full_tensor(), gw_want = wr.grad()->full_tensor();
   {
     DTensor x = distribute_tensor(x_full, mesh, {Replicate()});
@@ -482,7 +482,7 @@ TEST_F(AutogradMatmulReductionTest, TensorParallelLinearBackwardLayouts) {
     EXPECT_EQ(comm.total_count(), 0) << comm.table();
     EXPECT_EQ(x.grad()->placements(), Placements{Partial()});
     EXPECT_EQ(w.grad()->placements(), Placements{Shard(0)});
-    const DTensor gx = x.grad()->redistribute(mesh, replicate(mesh));
+    const DTensor gx = x.grad()->redistribute(mesh, replicate_mm(mesh));
     EXPECT_EQ(comm.count(CollectiveKind::AllReduce), 1) << comm.table();
     EXPECT_EQ(comm.total_count(), 1) << comm.table();
     EXPECT_TRUE(allclose(gx.full_tensor(), gx_want, 1e-12, 1e-12));

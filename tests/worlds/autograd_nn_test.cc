@@ -55,13 +55,13 @@ Placements index_placements(std::mt19937& rng, const DeviceMesh& mesh, int64_t n
   return dtensor::testing::random_input_placements(rng, mesh.ndim(), ndim, false);
 }
 
-DTensor leaf(const Tensor& full, const DeviceMesh& mesh, const Placements& pl, uint64_t seed) {
+DTensor leaf_nn(const Tensor& full, const DeviceMesh& mesh, const Placements& pl, uint64_t seed) {
   DTensor x = make_dtensor(full, mesh, pl, seed);
   x.requires_grad_();
   return x;
 }
 
-Placements replicate(const DeviceMesh& mesh) {
+Placements replicate_nn(const DeviceMesh& mesh) {
   return Placements(static_cast<size_t>(mesh.ndim()), Replicate());
 }
 
@@ -87,12 +87,12 @@ std::string check_gradient_layout(const GradFn& f, const std::vector<DTensor>& i
   const DeviceMesh& mesh = inputs[0].mesh();
   std::vector<DTensor> replicated;
   for (const DTensor& x : inputs) {
-    DTensor r = distribute_tensor(x.full_tensor(), mesh, replicate(mesh));
+    DTensor r = distribute_tensor(x.full_tensor(), mesh, replicate_nn(mesh));
     if (x.requires_grad()) r.requires_grad_();
     replicated.push_back(r);
   }
   const std::vector<Tensor> got = gradients_given(f, inputs, pg, seed);
-  const std::vector<Tensor> want = gradients_given(f, replicated, replicate(mesh), seed);
+  const std::vector<Tensor> want = gradients_given(f, replicated, replicate_nn(mesh), seed);
   std::string problems;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].requires_grad()) continue;
@@ -117,7 +117,7 @@ void check_all(const GradFn& f, const std::vector<DTensor>& inputs, const Placem
   EXPECT_EQ(check_gradient_layout(f, inputs, pg, seed), "") << what;
 }
 
-std::string describe(const DeviceMesh& mesh, const std::vector<DTensor>& inputs) {
+std::string describe_autograd_nn(const DeviceMesh& mesh, const std::vector<DTensor>& inputs) {
   std::string s = "mesh " + mesh.to_string();
   for (const DTensor& x : inputs) s.append(" ").append(x.spec().to_string());
   return s;
@@ -138,13 +138,13 @@ TEST_F(AutogradNnTest, SoftmaxAndLogSoftmax) {
       const Placements pl = float_placements(rng, mesh, nd);
       const Placements pg = float_placements(rng, mesh, nd);
       if (!dtensor::testing::takes_part(mesh)) continue;
-      const DTensor x = leaf(Tensor::randn(shape, 10 + k, 0, DType::Float64), mesh, pl, 3);
+      const DTensor x = leaf_nn(Tensor::randn(shape, 10 + k, 0, DType::Float64), mesh, pl, 3);
       const GradFn f = [dim, log](const std::vector<DTensor>& in) {
         return log ? log_softmax(in[0], dim) : softmax(in[0], dim);
       };
       check_all(f, {x}, pg, 5 + k,
                  std::string(log ? "log_softmax" : "softmax") + " dim " + std::to_string(dim) +
-                     " " + describe(mesh, {x}));
+                     " " + describe_autograd_nn(mesh, {x}));
     }
   }
 }
@@ -169,9 +169,9 @@ TEST_F(AutogradNnTest, LayerNormAndRmsNorm) {
       const Placements pb = float_placements(rng, mesh, nk);
       const Placements pg = float_placements(rng, mesh, nd);
       if (!dtensor::testing::takes_part(mesh)) continue;
-      std::vector<DTensor> in = {leaf(Tensor::randn(shape, 20 + k, 0, DType::Float64), mesh, px, 3)};
-      if (with_w) in.push_back(leaf(Tensor::randn(ns, 30 + k, 0, DType::Float64), mesh, pw, 4));
-      if (with_b) in.push_back(leaf(Tensor::randn(ns, 40 + k, 0, DType::Float64), mesh, pb, 5));
+      std::vector<DTensor> in = {leaf_nn(Tensor::randn(shape, 20 + k, 0, DType::Float64), mesh, px, 3)};
+      if (with_w) in.push_back(leaf_nn(Tensor::randn(ns, 30 + k, 0, DType::Float64), mesh, pw, 4));
+      if (with_b) in.push_back(leaf_nn(Tensor::randn(ns, 40 + k, 0, DType::Float64), mesh, pb, 5));
       const GradFn f = [=](const std::vector<DTensor>& v) {
         const std::optional<DTensor> w = with_w ? std::optional<DTensor>(v[1]) : std::nullopt;
         const std::optional<DTensor> b =
@@ -181,7 +181,7 @@ TEST_F(AutogradNnTest, LayerNormAndRmsNorm) {
       };
       check_all(f, in, pg, 7 + k,
                  std::string(layer ? "layer_norm" : "rms_norm") + " normalized " +
-                     to_string(ns) + " " + describe(mesh, in));
+                     to_string(ns) + " " + describe_autograd_nn(mesh, in));
     }
   }
 }
@@ -199,9 +199,9 @@ TEST_F(AutogradNnTest, SequenceShardedNormsKeepTheirLayout) {
     if (mesh.ndim() == 2) px[0] = Shard(0);  // batch on one mesh dim, sequence on the other
     const Shape shape = {2, 8, 6};
     for (bool layer : {true, false}) {
-      DTensor x = leaf(Tensor::randn(shape, 1, 0, DType::Float64), mesh, px, 0);
-      DTensor w = leaf(Tensor::randn({6}, 2, 0, DType::Float64), mesh, replicate(mesh), 0);
-      DTensor b = leaf(Tensor::randn({6}, 3, 0, DType::Float64), mesh, replicate(mesh), 0);
+      DTensor x = leaf_nn(Tensor::randn(shape, 1, 0, DType::Float64), mesh, px, 0);
+      DTensor w = leaf_nn(Tensor::randn({6}, 2, 0, DType::Float64), mesh, replicate_nn(mesh), 0);
+      DTensor b = leaf_nn(Tensor::randn({6}, 3, 0, DType::Float64), mesh, replicate_nn(mesh), 0);
       const DTensor y = layer ? layer_norm(x, {6}, w, b) : rms_norm(x, {6}, w);
       ASSERT_EQ(y.placements(), px);
       const DTensor g = distribute_tensor(Tensor::randn(shape, 4, 0, DType::Float64), mesh, px);
@@ -262,7 +262,7 @@ TEST_F(AutogradNnTest, NllLossAndCrossEntropy) {
           float_placements(rng, mesh, red == Reduction::None ? static_cast<int64_t>(ts.size()) : 0);
       if (!dtensor::testing::takes_part(mesh)) continue;
       const Tensor target = dtensor::testing::class_targets(ts, classes, ignore, 50 + k);
-      const DTensor x = leaf(Tensor::randn(shape, 60 + k, 0, DType::Float64), mesh, px, 3);
+      const DTensor x = leaf_nn(Tensor::randn(shape, 60 + k, 0, DType::Float64), mesh, px, 3);
       const DTensor t = distribute_tensor(target, mesh, pt);
       const GradFn f = [&t, red, ignore, ce](const std::vector<DTensor>& in) {
         return ce ? cross_entropy(in[0], t, red, ignore) : nll_loss(in[0], t, red, ignore);
@@ -273,7 +273,7 @@ TEST_F(AutogradNnTest, NllLossAndCrossEntropy) {
       check_all(f, {x}, pg, 11 + k,
                  std::string(ce ? "cross_entropy" : "nll_loss") + " reduction " +
                      std::to_string(static_cast<int>(red)) + " ignore " + std::to_string(ignore) +
-                     " " + describe(mesh, {x, t}),
+                     " " + describe_autograd_nn(mesh, {x, t}),
                  !(none_counted && red == Reduction::Mean));
     }
   }
@@ -288,7 +288,7 @@ TEST_F(AutogradNnTest, NllLossGradientIsTheScatterOfMinusG) {
   const Tensor lp = Tensor::randn({5, 3}, 1, 0, DType::Float64);
   const Tensor target = Tensor::from_vector(std::vector<int64_t>{2, 1, 1, 0, 1}, Shape{5});
   for (Reduction red : {Reduction::None, Reduction::Sum, Reduction::Mean}) {
-    DTensor x = leaf(lp, mesh, {Shard(0)}, 0);
+    DTensor x = leaf_nn(lp, mesh, {Shard(0)}, 0);
     const DTensor t = distribute_tensor(target, mesh, {Shard(0)});
     DTensor loss = nll_loss(x, t, red, /*ignore_index=*/1);
     if (red == Reduction::None) loss = sum(loss);
@@ -312,7 +312,7 @@ TEST_F(AutogradNnTest, AllIgnoredTargets) {
   const Placements pl(static_cast<size_t>(mesh.ndim()), Shard(0));
   for (bool ce : {false, true}) {
     for (Reduction red : {Reduction::Sum, Reduction::Mean}) {
-      DTensor x = leaf(Tensor::randn({3, 4}, 1, 0, DType::Float64), mesh, pl, 0);
+      DTensor x = leaf_nn(Tensor::randn({3, 4}, 1, 0, DType::Float64), mesh, pl, 0);
       const DTensor t = distribute_tensor(Tensor::full({3}, -100, DType::Int64), mesh, pl);
       const DTensor loss = ce ? cross_entropy(x, t, red) : nll_loss(x, t, red);
       const double value = loss.full_tensor().item<double>();
@@ -344,9 +344,9 @@ TEST_F(AutogradNnTest, Embedding) {
       if (!dtensor::testing::takes_part(mesh)) continue;
       // Few rows, many lookups: duplicates are common.
       const DTensor idx = distribute_tensor(Tensor::randint(0, v, is, 70 + k), mesh, pi);
-      const DTensor w = leaf(Tensor::randn({v, d}, 80 + k, 0, DType::Float64), mesh, pw, 3);
+      const DTensor w = leaf_nn(Tensor::randn({v, d}, 80 + k, 0, DType::Float64), mesh, pw, 3);
       const GradFn f = [&idx](const std::vector<DTensor>& in) { return embedding(in[0], idx); };
-      check_all(f, {w}, pg, 13 + k, "embedding " + describe(mesh, {w, idx}));
+      check_all(f, {w}, pg, 13 + k, "embedding " + describe_autograd_nn(mesh, {w, idx}));
     }
   }
 }
@@ -364,7 +364,7 @@ TEST_F(AutogradNnTest, RowShardedTableGradientStaysSharded) {
     const Placements pi = mesh.ndim() == 1 ? Placements{Replicate()} : Placements{Replicate(), Shard(0)};
     const Tensor table = Tensor::randn({10, 3}, 1, 0, DType::Float64);
     const Tensor ids = Tensor::from_vector(std::vector<int64_t>{9, 0, 3, 3, 7, 9, 9, 2}, Shape{2, 4});
-    DTensor w = leaf(table, mesh, pw, 0);
+    DTensor w = leaf_nn(table, mesh, pw, 0);
     const DTensor idx = distribute_tensor(ids, mesh, pi);
     const DTensor out = embedding(w, idx);
     Placements pg = out.placements();
@@ -403,12 +403,12 @@ TEST_F(AutogradNnTest, Dropout) {
       const Placements pl = float_placements(rng, mesh, static_cast<int64_t>(shape.size()));
       const Placements pg = float_placements(rng, mesh, static_cast<int64_t>(shape.size()));
       if (!dtensor::testing::takes_part(mesh)) continue;
-      const DTensor x = leaf(Tensor::randn(shape, 90 + k, 0, DType::Float64), mesh, pl, 3);
+      const DTensor x = leaf_nn(Tensor::randn(shape, 90 + k, 0, DType::Float64), mesh, pl, 3);
       const GradFn f = [p, seed](const std::vector<DTensor>& in) {
         return dropout(in[0], p, seed);
       };
       check_all(f, {x}, pg, 17 + k,
-                 "dropout p " + std::to_string(p) + " " + describe(mesh, {x}));
+                 "dropout p " + std::to_string(p) + " " + describe_autograd_nn(mesh, {x}));
     }
   }
 }
@@ -420,7 +420,7 @@ TEST_F(AutogradNnTest, DropoutGradientUsesTheForwardMask) {
   DeviceMesh mesh(world, ms);
   if (!dtensor::testing::takes_part(mesh)) return;
   const Placements pl(static_cast<size_t>(mesh.ndim()), Shard(1));
-  DTensor x = leaf(Tensor::rand({4, 7}, 1, 0, DType::Float64) + 1.0, mesh, pl, 0);
+  DTensor x = leaf_nn(Tensor::rand({4, 7}, 1, 0, DType::Float64) + 1.0, mesh, pl, 0);
   const DTensor y = dropout(x, 0.5, 42);
   sum(y).backward();
   const Tensor kept = ne(y.full_tensor(), 0.0);
@@ -440,9 +440,9 @@ TEST_F(AutogradNnTest, Float32GradientsMatchFloat64) {
   const Tensor table = Tensor::randn({7, 5}, 4, 0, DType::Float64);
   const Tensor ids = Tensor::randint(0, 7, {6}, 5);
   auto grads = [&](DType dtype) {
-    DTensor x = leaf(xf.to(dtype), mesh, pl, 0);
-    DTensor w = leaf(wf.to(dtype), mesh, replicate(mesh), 0);
-    DTensor e = leaf(table.to(dtype), mesh, Placements(pl.size(), Shard(0)), 0);
+    DTensor x = leaf_nn(xf.to(dtype), mesh, pl, 0);
+    DTensor w = leaf_nn(wf.to(dtype), mesh, replicate_nn(mesh), 0);
+    DTensor e = leaf_nn(table.to(dtype), mesh, Placements(pl.size(), Shard(0)), 0);
     const DTensor t = distribute_tensor(tf, mesh, pl);
     const DTensor i = distribute_tensor(ids, mesh, pl);
     const DTensor h = add(rms_norm(layer_norm(x, {5}), {5}, w), embedding(e, i));
@@ -467,11 +467,11 @@ TEST_F(AutogradNnTest, SavesOnlyWhatBackwardNeeds) {
   DeviceMesh mesh(world, {1});
   if (!dtensor::testing::takes_part(mesh)) return;
   const Placements r = {Replicate()};
-  const DTensor x = leaf(Tensor::randn({4, 5}, 1, 0, DType::Float64), mesh, r, 0);  // 160 bytes
-  const DTensor w = leaf(Tensor::randn({5}, 2, 0, DType::Float64), mesh, r, 0);     // 40
-  const DTensor b = leaf(Tensor::randn({5}, 3, 0, DType::Float64), mesh, r, 0);
+  const DTensor x = leaf_nn(Tensor::randn({4, 5}, 1, 0, DType::Float64), mesh, r, 0);  // 160 bytes
+  const DTensor w = leaf_nn(Tensor::randn({5}, 2, 0, DType::Float64), mesh, r, 0);     // 40
+  const DTensor b = leaf_nn(Tensor::randn({5}, 3, 0, DType::Float64), mesh, r, 0);
   const DTensor t = distribute_tensor(Tensor::randint(0, 5, {4}, 4), mesh, r);  // 32
-  const DTensor table = leaf(Tensor::randn({7, 5}, 5, 0, DType::Float64), mesh, r, 0);
+  const DTensor table = leaf_nn(Tensor::randn({7, 5}, 5, 0, DType::Float64), mesh, r, 0);
   const DTensor ids = distribute_tensor(Tensor::randint(0, 7, {6}, 6), mesh, r);  // 48
   EXPECT_EQ(graph_memory(softmax(x, 1)).saved_bytes, 160);
   EXPECT_EQ(graph_memory(log_softmax(x, 0)).saved_bytes, 160);

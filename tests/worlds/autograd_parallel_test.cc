@@ -32,13 +32,13 @@ Tensor randn64(const Shape& shape, uint64_t seed, double scale) {
   return Tensor::randn(shape, seed, 0, DType::Float64) * scale;
 }
 
-Placements replicate(const DeviceMesh& mesh) {
+Placements replicate_autograd_tp(const DeviceMesh& mesh) {
   return Placements(static_cast<size_t>(mesh.ndim()), Replicate());
 }
 
 // A replicated leaf holding `full`.
 DTensor replicated_leaf(const Tensor& full, const DeviceMesh& mesh) {
-  DTensor d = distribute_tensor(full, mesh, replicate(mesh));
+  DTensor d = distribute_tensor(full, mesh, replicate_autograd_tp(mesh));
   d.requires_grad_();
   return d;
 }
@@ -58,7 +58,7 @@ void expect_close(const std::optional<DTensor>& got, const std::optional<DTensor
 // default): every output element gets its own gradient.
 DTensor weighted_sum(const DTensor& y, uint64_t seed, std::optional<Placements> layout = {}) {
   const DTensor w = distribute_tensor(randn64(y.shape(), seed, 1.0), y.mesh(),
-                                      layout.value_or(replicate(y.mesh())));
+                                      layout.value_or(replicate_autograd_tp(y.mesh())));
   return sum(mul(y, w));
 }
 
@@ -79,7 +79,7 @@ TEST_F(AutogradParallelTest, MegatronMlpBackwardNeedsOneAllReduce) {
     const Tensor w2 = randn64({8, 10}, 4, 0.3), b2 = randn64({8}, 5, 0.1);
     ColumnParallelLinear up(mesh, tp, w1, b1);
     RowParallelLinear down(mesh, tp, w2, b2);
-    Placements act = replicate(mesh);
+    Placements act = replicate_autograd_tp(mesh);
     if (mesh.ndim() == 2) act[0] = Shard(0);
     DTensor dx = distribute_tensor(x, mesh, act);
     dx.requires_grad_();
@@ -131,7 +131,7 @@ TEST_F(AutogradParallelTest, SequenceParallelMlpBackwardMirrorsTheForward) {
     SequenceParallelLayerNorm norm(mesh, tp, g, b);
     ColumnParallelLinear up(mesh, tp, w1);
     RowParallelLinear down(mesh, tp, w2, std::nullopt, Shard(1));
-    Placements act = replicate(mesh);
+    Placements act = replicate_autograd_tp(mesh);
     act[static_cast<size_t>(tp)] = Shard(1);
     if (mesh.ndim() == 2) act[0] = Shard(0);
     DTensor dx = distribute_tensor(x, mesh, act);
@@ -184,8 +184,8 @@ TEST_F(AutogradParallelTest, VocabParallelEmbeddingAndLossBackwardStayLocal) {
     const Tensor targets = Tensor::from_vector(target_values, Shape{2, 6});
     VocabParallelEmbedding embed(mesh, tp, table);
     ColumnParallelLinear lm_head(mesh, tp, head);  // logits sharded on the classes
-    const DTensor dids = distribute_tensor(ids, mesh, replicate(mesh));
-    const DTensor dtargets = distribute_tensor(targets, mesh, replicate(mesh));
+    const DTensor dids = distribute_tensor(ids, mesh, replicate_autograd_tp(mesh));
+    const DTensor dtargets = distribute_tensor(targets, mesh, replicate_autograd_tp(mesh));
 
     const DTensor loss = vocab_parallel_cross_entropy(lm_head(embed(dids)), dtargets, tp);
     {

@@ -69,7 +69,7 @@ struct Arg {
 // 0-3 dims of sizes 1-4, sometimes 0: few elements (finite differences
 // run the op twice per element) yet uneven and empty shards on meshes of
 // 2-16 ranks.
-Shape small_shape(std::mt19937& rng) {
+Shape small_shape_pointwise(std::mt19937& rng) {
   const int nd = rng() % 8 == 0 ? 0 : 1 + static_cast<int>(rng() % 3);
   Shape s;
   for (int i = 0; i < nd; ++i) s.push_back(rng() % 8 == 0 ? 0 : 1 + static_cast<int64_t>(rng() % 4));
@@ -87,7 +87,7 @@ Shape broadcasting_to(std::mt19937& rng, const Shape& out) {
 
 // Two or three shapes that broadcast together, e.g. [3,1,5] and [4,5].
 std::vector<Shape> broadcast_shapes_for(std::mt19937& rng, int n) {
-  const Shape out = small_shape(rng);
+  const Shape out = small_shape_pointwise(rng);
   std::vector<Shape> s;
   for (int i = 0; i < n; ++i) s.push_back(broadcasting_to(rng, out));
   return s;
@@ -102,7 +102,7 @@ struct OpCase {
 };
 
 ArgsFn one(Domain d) {
-  return [d](std::mt19937& rng) { return std::vector<Arg>{{small_shape(rng), d}}; };
+  return [d](std::mt19937& rng) { return std::vector<Arg>{{small_shape_pointwise(rng), d}}; };
 }
 
 // Two inputs that broadcast; sometimes only one of them requires grad.

@@ -23,7 +23,7 @@ class AutogradRedistributeTest : public ::testing::Test {
   World world = dtensor::testing::test_world();
 };
 
-Placements replicate(const DeviceMesh& mesh) {
+Placements replicate_redist(const DeviceMesh& mesh) {
   return Placements(static_cast<size_t>(mesh.ndim()), Replicate());
 }
 
@@ -63,7 +63,7 @@ TEST_F(AutogradRedistributeTest, GradientGoesBackToTheSourcePlacements) {
     if (use_explicit) options.grad_placements = explicit_grad;
     const DTensor y = x.redistribute(to, options);
     const Tensor w = dtensor::testing::int_valued(shape, 1000 + iter).to(DType::Float64);
-    sum(mul(y, distribute_tensor(w, mesh, replicate(mesh)))).backward();
+    sum(mul(y, distribute_tensor(w, mesh, replicate_redist(mesh)))).backward();
     ASSERT_TRUE(x.grad().has_value()) << where;
     EXPECT_TRUE(equal(x.grad()->full_tensor(), w)) << where;
     if (from == to && !use_explicit) {
@@ -84,11 +84,11 @@ TEST_F(AutogradRedistributeTest, PartialToReplicateBackwardMovesNothing) {
     DTensor x = make_dtensor(Tensor::ones({5, 3}, DType::Float64), mesh,
                              Placements(static_cast<size_t>(mesh.ndim()), Partial()), 1);
     x.requires_grad_();
-    const DTensor loss = sum(x.redistribute(replicate(mesh)));
+    const DTensor loss = sum(x.redistribute(replicate_redist(mesh)));
     CommDebugMode comm;
     loss.backward();
     EXPECT_EQ(comm.total_count(), 0) << mesh.to_string() << "\n" << comm.table();
-    EXPECT_EQ(x.grad()->placements(), replicate(mesh));
+    EXPECT_EQ(x.grad()->placements(), replicate_redist(mesh));
     EXPECT_TRUE(equal(x.grad()->full_tensor(), Tensor::ones({5, 3}, DType::Float64)));
   }
 }

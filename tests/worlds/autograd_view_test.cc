@@ -37,7 +37,7 @@ class AutogradViewTest : public ::testing::Test {
   World world = dtensor::testing::test_world();
 };
 
-using Op = std::function<DTensor(const std::vector<DTensor>&)>;
+using ViewOp = std::function<DTensor(const std::vector<DTensor>&)>;
 
 // Random ints in [lo, hi].
 int64_t uniform(std::mt19937& rng, int64_t lo, int64_t hi) {
@@ -47,7 +47,7 @@ int64_t uniform(std::mt19937& rng, int64_t lo, int64_t hi) {
 // A random shape of min_nd..max_nd dims, sizes 0-6 (uneven and empty
 // shards), at most max_numel elements (finite differences rerun f per
 // element).
-Shape small_shape(std::mt19937& rng, int min_nd = 1, int max_nd = 4, int64_t max_numel = 48) {
+Shape small_shape_view(std::mt19937& rng, int min_nd = 1, int max_nd = 4, int64_t max_numel = 48) {
   Shape s;
   const int64_t nd = uniform(rng, min_nd, max_nd);
   for (int64_t i = 0; i < nd; ++i) s.push_back(uniform(rng, 0, 6));
@@ -84,7 +84,7 @@ DTensor make(const Input& in, const DeviceMesh& mesh) {
   return x;
 }
 
-std::string describe(const std::vector<DTensor>& xs) {
+std::string describe_autograd_view(const std::vector<DTensor>& xs) {
   std::ostringstream o;
   for (const DTensor& x : xs) o << x.spec().to_string() << (x.requires_grad() ? " (grad) " : " ");
   return o.str();
@@ -94,7 +94,7 @@ std::string describe(const std::vector<DTensor>& xs) {
 // layout (seeded by `seed`) of op's output shape, against finite
 // differences and against replicated inputs (tolerance `atol`, and 1e-12
 // when w is Partial(sum|avg)).
-void check_op(const Op& op, std::vector<DTensor> inputs, uint64_t seed, const std::string& what,
+void check_view_op(const ViewOp& op, std::vector<DTensor> inputs, uint64_t seed, const std::string& what,
               double atol = 0) {
   const DeviceMesh& mesh = inputs[0].mesh();
   Shape out_shape;
@@ -115,35 +115,35 @@ void check_op(const Op& op, std::vector<DTensor> inputs, uint64_t seed, const st
     const std::vector<DTensor> xs(in.begin(), in.end() - 1);
     return mul(op(xs), in.back());
   };
-  const std::string where = what + " on " + describe(inputs);
+  const std::string where = what + " on " + describe_autograd_view(inputs);
   EXPECT_EQ(check_gradients(f, inputs, seed + 3), "") << where;
   EXPECT_EQ(check_matches_replicated(f, inputs, seed + 4, tol, tol), "") << where;
 }
 
 // Runs `cases` random cases on every grad mesh: draw(rng, mesh_ndim)
 // draws a case (inputs and op) before the mesh is known to take part.
-struct Case {
+struct ViewCase {
   std::vector<Input> inputs;
-  Op op;
+  ViewOp op;
   std::string what;
   double atol = 0;
   std::function<std::vector<DTensor>(const DeviceMesh&)> make_extra = nullptr;  // non-differentiable inputs
 };
 
 template <class Draw>
-void run_cases(const World& world, int cases, uint32_t seed, Draw draw) {
+void run_view_cases(const World& world, int cases, uint32_t seed, Draw draw) {
   std::mt19937 rng(seed);
   for (const Shape& ms : dtensor::testing::grad_meshes(world.size())) {
     DeviceMesh mesh(world, ms);
     for (int k = 0; k < cases; ++k) {
-      const Case c = draw(rng, mesh.ndim());
+      const ViewCase c = draw(rng, mesh.ndim());
       const uint64_t s = rng();
       if (!takes_part(mesh)) continue;
       std::vector<DTensor> xs;
       for (const Input& in : c.inputs) xs.push_back(make(in, mesh));
       if (c.make_extra)
         for (DTensor& e : c.make_extra(mesh)) xs.push_back(e);
-      check_op(c.op, xs, s, c.what + " mesh " + to_string(ms), c.atol);
+      check_view_op(c.op, xs, s, c.what + " mesh " + to_string(ms), c.atol);
     }
   }
 }
@@ -171,10 +171,10 @@ std::string list_text(const std::vector<int64_t>& v) {
 
 // view, reshape, flatten, squeeze (both), unsqueeze.
 TEST_F(AutogradViewTest, Reshapes) {
-  run_cases(world, dtensor::testing::property_cases(4), 1, [](std::mt19937& rng, int mnd) {
-    const Shape shape = small_shape(rng);
+  run_view_cases(world, dtensor::testing::property_cases(4), 1, [](std::mt19937& rng, int mnd) {
+    const Shape shape = small_shape_view(rng);
     const int64_t nd = static_cast<int64_t>(shape.size());
-    Case c{{draw_input(rng, mnd, shape)}, {}, "x " + shape_text(shape)};
+    ViewCase c{{draw_input(rng, mnd, shape)}, {}, "x " + shape_text(shape)};
     switch (rng() % 7) {
       case 0:
         c.what += " view(-1)";
@@ -237,10 +237,10 @@ TEST_F(AutogradViewTest, Reshapes) {
 
 // permute, transpose, t.
 TEST_F(AutogradViewTest, Permutes) {
-  run_cases(world, dtensor::testing::property_cases(3), 2, [](std::mt19937& rng, int mnd) {
-    const Shape shape = small_shape(rng);
+  run_view_cases(world, dtensor::testing::property_cases(3), 2, [](std::mt19937& rng, int mnd) {
+    const Shape shape = small_shape_view(rng);
     const int64_t nd = static_cast<int64_t>(shape.size());
-    Case c{{draw_input(rng, mnd, shape)}, {}, "x " + shape_text(shape)};
+    ViewCase c{{draw_input(rng, mnd, shape)}, {}, "x " + shape_text(shape)};
     switch (rng() % 3) {
       case 0: {
         DimVector perm;
@@ -275,8 +275,8 @@ TEST_F(AutogradViewTest, Permutes) {
 // size-1 dims (to sizes 0 and more); a reduction, so the replicated
 // comparison has a small tolerance.
 TEST_F(AutogradViewTest, Expand) {
-  run_cases(world, dtensor::testing::property_cases(4), 3, [](std::mt19937& rng, int mnd) {
-    Shape shape = small_shape(rng, 1, 3);
+  run_view_cases(world, dtensor::testing::property_cases(4), 3, [](std::mt19937& rng, int mnd) {
+    Shape shape = small_shape_view(rng, 1, 3);
     for (int64_t& v : shape)
       if (rng() % 2 == 0) v = 1;
     Shape to;
@@ -286,7 +286,7 @@ TEST_F(AutogradViewTest, Expand) {
       if (v == 1) to.push_back(rng() % 6 == 0 ? 0 : uniform(rng, 1, 4));
       else to.push_back(rng() % 3 == 0 ? -1 : v);
     }
-    Case c{{draw_input(rng, mnd, shape)}, {},
+    ViewCase c{{draw_input(rng, mnd, shape)}, {},
            "x " + shape_text(shape) + " expand " + shape_text(to)};
     c.atol = 1e-12;  // a sum over the expanded dims, in another order when they are sharded
     c.op = [to](const auto& in) { return expand(in[0], to); };
@@ -297,12 +297,12 @@ TEST_F(AutogradViewTest, Expand) {
 // narrow (negative start too), slice (steps 1-4, starts and ends past
 // either end), select (negative index too).
 TEST_F(AutogradViewTest, NarrowSliceSelect) {
-  run_cases(world, dtensor::testing::property_cases(6), 4, [](std::mt19937& rng, int mnd) {
-    const Shape shape = small_shape(rng);
+  run_view_cases(world, dtensor::testing::property_cases(6), 4, [](std::mt19937& rng, int mnd) {
+    const Shape shape = small_shape_view(rng);
     const int64_t nd = static_cast<int64_t>(shape.size());
     const int64_t d = uniform(rng, -nd, nd - 1);
     const int64_t n = shape[d < 0 ? d + nd : d];
-    Case c{{draw_input(rng, mnd, shape)}, {}, "x " + shape_text(shape)};
+    ViewCase c{{draw_input(rng, mnd, shape)}, {}, "x " + shape_text(shape)};
     const int kind = static_cast<int>(rng() % 3);
     if (kind == 0 || (kind == 2 && n == 0)) {
       int64_t start = uniform(rng, 0, n);
@@ -330,8 +330,8 @@ TEST_F(AutogradViewTest, NarrowSliceSelect) {
 // times (joined with cat in random order) add their gradients, unused
 // pieces give zeros.
 TEST_F(AutogradViewTest, ChunkAndSplitPiecesAccumulate) {
-  run_cases(world, dtensor::testing::property_cases(4), 5, [](std::mt19937& rng, int mnd) {
-    const Shape shape = small_shape(rng);
+  run_view_cases(world, dtensor::testing::property_cases(4), 5, [](std::mt19937& rng, int mnd) {
+    const Shape shape = small_shape_view(rng);
     const int64_t nd = static_cast<int64_t>(shape.size());
     const int64_t d = uniform(rng, -nd, nd - 1);
     const bool use_chunk = rng() % 2 == 0;
@@ -339,7 +339,7 @@ TEST_F(AutogradViewTest, ChunkAndSplitPiecesAccumulate) {
     std::vector<uint32_t> picks;
     const int64_t uses = uniform(rng, 1, 4);
     for (int64_t i = 0; i < uses; ++i) picks.push_back(rng());
-    Case c{{draw_input(rng, mnd, shape)}, {}, "x " + shape_text(shape)};
+    ViewCase c{{draw_input(rng, mnd, shape)}, {}, "x " + shape_text(shape)};
     c.what += (use_chunk ? " chunk " : " split ") + std::to_string(arg) + " dim " +
               std::to_string(d) + " uses " + std::to_string(uses);
     c.op = [=](const auto& in) {
@@ -385,14 +385,14 @@ TEST_F(AutogradViewTest, ChunkPiecesAddExactly) {
 // cat (with skipped 1-d empty inputs, and more inputs than one schema
 // holds) and stack; some inputs do not require grad.
 TEST_F(AutogradViewTest, CatAndStack) {
-  run_cases(world, dtensor::testing::property_cases(3), 6, [](std::mt19937& rng, int mnd) {
+  run_view_cases(world, dtensor::testing::property_cases(3), 6, [](std::mt19937& rng, int mnd) {
     const int64_t count = rng() % 6 == 0 ? 10 : uniform(rng, 1, 3);
-    Shape base = small_shape(rng, 1, 3, count > 3 ? 8 : 24);
+    Shape base = small_shape_view(rng, 1, 3, count > 3 ? 8 : 24);
     const int64_t nd = static_cast<int64_t>(base.size());
     const int64_t d = uniform(rng, -nd, nd - 1);
     const int64_t dd = d < 0 ? d + nd : d;
     const bool use_stack = rng() % 3 == 0;
-    Case c;
+    ViewCase c;
     for (int64_t i = 0; i < count; ++i) {
       Shape s = base;
       if (!use_stack) s[dd] = uniform(rng, 0, count > 3 ? 1 : 3);
@@ -414,9 +414,9 @@ TEST_F(AutogradViewTest, CatAndStack) {
 
 // clone and contiguous (of a transposed, non-contiguous view).
 TEST_F(AutogradViewTest, CloneAndContiguous) {
-  run_cases(world, dtensor::testing::property_cases(2), 7, [](std::mt19937& rng, int mnd) {
-    const Shape shape = small_shape(rng);
-    Case c{{draw_input(rng, mnd, shape)}, {}, "x " + shape_text(shape)};
+  run_view_cases(world, dtensor::testing::property_cases(2), 7, [](std::mt19937& rng, int mnd) {
+    const Shape shape = small_shape_view(rng);
+    ViewCase c{{draw_input(rng, mnd, shape)}, {}, "x " + shape_text(shape)};
     if (rng() % 2 == 0) {
       c.what += " clone";
       c.op = [](const auto& in) { return clone(in[0]); };
@@ -431,8 +431,8 @@ TEST_F(AutogradViewTest, CloneAndContiguous) {
 // index_select with repeated and negative indices (their gradients add),
 // 1-d and 0-d indices sharded or replicated; the index gets no gradient.
 TEST_F(AutogradViewTest, IndexSelect) {
-  run_cases(world, dtensor::testing::property_cases(4), 8, [](std::mt19937& rng, int mnd) {
-    const Shape shape = small_shape(rng);
+  run_view_cases(world, dtensor::testing::property_cases(4), 8, [](std::mt19937& rng, int mnd) {
+    const Shape shape = small_shape_view(rng);
     const int64_t nd = static_cast<int64_t>(shape.size());
     const int64_t d = uniform(rng, -nd, nd - 1);
     const int64_t n = shape[d < 0 ? d + nd : d];
@@ -442,7 +442,7 @@ TEST_F(AutogradViewTest, IndexSelect) {
     const bool zero_d = n > 0 && rng() % 5 == 0;
     if (zero_d) idx = {uniform(rng, -n, n - 1)};
     const Placements ipl = random_input_placements(rng, mnd, zero_d ? 0 : 1, false);
-    Case c{{draw_input(rng, mnd, shape)}, {},
+    ViewCase c{{draw_input(rng, mnd, shape)}, {},
            "x " + shape_text(shape) + " dim " + std::to_string(d)};
     c.what += " index " + list_text(idx) + (zero_d ? " (0-d)" : "") + " " + to_string(ipl);
     c.atol = 1e-12;
@@ -462,7 +462,7 @@ TEST_F(AutogradViewTest, LikeOpsRecordNothing) {
   std::mt19937 rng(9);
   for (const Shape& ms : dtensor::testing::grad_meshes(world.size())) {
     DeviceMesh mesh(world, ms);
-    const Input in = draw_input(rng, mesh.ndim(), small_shape(rng));
+    const Input in = draw_input(rng, mesh.ndim(), small_shape_view(rng));
     const uint64_t s = rng();
     if (!takes_part(mesh)) continue;
     DTensor x = make(in, mesh);
@@ -470,7 +470,7 @@ TEST_F(AutogradViewTest, LikeOpsRecordNothing) {
     EXPECT_FALSE(ones_like(x).requires_grad());
     EXPECT_FALSE(full_like(x, 2.5).requires_grad());
     EXPECT_TRUE(zeros_like(x).is_leaf());
-    check_op([](const auto& v) { return add(mul(v[0], ones_like(v[0])), full_like(v[0], 2.0)); },
+    check_view_op([](const auto& v) { return add(mul(v[0], ones_like(v[0])), full_like(v[0], 2.0)); },
              {x}, s, "x + like");
   }
 }
@@ -491,7 +491,7 @@ TEST_F(AutogradViewTest, SliceAndSelectBackwardMatchPlain) {
   for (const Shape& ms : dtensor::testing::grad_meshes(world.size())) {
     DeviceMesh mesh(world, ms);
     for (int k = 0; k < cases; ++k) {
-      const Shape shape = small_shape(rng);
+      const Shape shape = small_shape_view(rng);
       const int64_t nd = static_cast<int64_t>(shape.size());
       const int64_t d = uniform(rng, -nd, nd - 1);
       const int64_t n = shape[d < 0 ? d + nd : d];
@@ -524,7 +524,7 @@ TEST_F(AutogradViewTest, IndexSelectBackwardMatchesPlain) {
   for (const Shape& ms : dtensor::testing::grad_meshes(world.size())) {
     DeviceMesh mesh(world, ms);
     for (int k = 0; k < cases; ++k) {
-      const Shape shape = small_shape(rng);
+      const Shape shape = small_shape_view(rng);
       const int64_t nd = static_cast<int64_t>(shape.size());
       const int64_t d = uniform(rng, -nd, nd - 1), dd = d < 0 ? d + nd : d;
       const int64_t n = shape[dd];

@@ -22,7 +22,7 @@ using dtensor::testing::error_of;
 
 namespace {
 
-constexpr double kTol = 2e-5;
+constexpr double kTolFsdp = 2e-5;
 constexpr double kLr = 0.1;
 
 // relu(fc(x)).
@@ -117,7 +117,7 @@ void expect_same_params(Net& got, Net& want, const std::string& where) {
   ASSERT_EQ(a.size(), b.size()) << where;
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(a[i].first, b[i].first) << where;
-    EXPECT_LE(max_abs_diff(a[i].second->full_tensor(), b[i].second->full_tensor()), kTol)
+    EXPECT_LE(max_abs_diff(a[i].second->full_tensor(), b[i].second->full_tensor()), kTolFsdp)
         << where << " " << a[i].first;
   }
 }
@@ -127,7 +127,7 @@ void expect_same_grads(Net& got, Net& want, const std::string& where) {
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_TRUE(a[i].second->grad() && b[i].second->grad()) << where << " " << a[i].first;
     EXPECT_LE(max_abs_diff(a[i].second->grad()->full_tensor(), b[i].second->grad()->full_tensor()),
-              kTol)
+              kTolFsdp)
         << where << " gradient of " << a[i].first;
   }
 }
@@ -145,7 +145,7 @@ void train_and_compare(Net& net, const std::vector<int>& dp, int steps, const st
     const std::string at = where + " step " + std::to_string(step);
     DTensor loss = loss_of(net, dp);
     DTensor ref_loss = loss_of(ref.net, {0});
-    EXPECT_NEAR(loss.full_tensor().item<double>(), ref_loss.full_tensor().item<double>(), kTol)
+    EXPECT_NEAR(loss.full_tensor().item<double>(), ref_loss.full_tensor().item<double>(), kTolFsdp)
         << at;
     loss.backward();
     ref_loss.backward();
@@ -451,7 +451,7 @@ TEST_F(FsdpTest, AdamWStepsTheShards) {
     ref_opt.zero_grad();
     DTensor loss = loss_of(net, {0});
     DTensor ref_loss = loss_of(ref.net, {0});
-    EXPECT_NEAR(loss.full_tensor().item<double>(), ref_loss.full_tensor().item<double>(), kTol)
+    EXPECT_NEAR(loss.full_tensor().item<double>(), ref_loss.full_tensor().item<double>(), kTolFsdp)
         << at;
     loss.backward();
     ref_loss.backward();
@@ -482,7 +482,7 @@ TEST_F(FsdpTest, ReplicateTrainsLikeOneRank) {
       DTensor loss = loss_of(net, {0});
       EXPECT_EQ(forward.count(CollectiveKind::AllGather), 0) << at;
       DTensor ref_loss = loss_of(ref.net, {0});
-      EXPECT_NEAR(loss.full_tensor().item<double>(), ref_loss.full_tensor().item<double>(), kTol);
+      EXPECT_NEAR(loss.full_tensor().item<double>(), ref_loss.full_tensor().item<double>(), kTolFsdp);
       CommDebugMode backward;
       loss.backward();
       EXPECT_EQ(backward.count(CollectiveKind::AllReduce), params) << at;

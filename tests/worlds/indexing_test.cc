@@ -32,13 +32,13 @@ namespace {
 using Inputs = std::vector<Tensor>;
 using DInputs = std::vector<DTensor>;
 
-int64_t uniform(std::mt19937& rng, int64_t lo, int64_t hi) {
+int64_t uniform_indexing(std::mt19937& rng, int64_t lo, int64_t hi) {
   return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
 }
 
 // A case: full inputs, which of them are index tensors (never Partial),
 // the plain op and the DTensor op.
-struct Case {
+struct IndexingCase {
   std::string what;
   Inputs full;
   std::vector<bool> is_index;
@@ -49,7 +49,7 @@ struct Case {
 // A shape of min_nd..3 dims, sizes 0-9 (sometimes larger on big meshes).
 Shape draw_shape(std::mt19937& rng, int64_t mesh_ranks, int min_nd = 1) {
   Shape s = dtensor::testing::random_shape_for(rng, mesh_ranks);
-  while (static_cast<int>(s.size()) < min_nd) s.push_back(uniform(rng, 0, 9));
+  while (static_cast<int>(s.size()) < min_nd) s.push_back(uniform_indexing(rng, 0, 9));
   while (s.size() > 3) s.erase(0);
   return s;
 }
@@ -59,21 +59,21 @@ Shape draw_shape(std::mt19937& rng, int64_t mesh_ranks, int min_nd = 1) {
 Shape gather_index_shape(std::mt19937& rng, const Shape& x, int64_t dim) {
   Shape s = x;
   for (size_t d = 0; d < s.size(); ++d) {
-    if (static_cast<int64_t>(d) == dim) s[d] = uniform(rng, 0, 6);
-    else if (rng() % 3 == 0) s[d] = uniform(rng, 0, x[d]);
+    if (static_cast<int64_t>(d) == dim) s[d] = uniform_indexing(rng, 0, 6);
+    else if (rng() % 3 == 0) s[d] = uniform_indexing(rng, 0, x[d]);
   }
   return s;
 }
 
-Case draw_case(std::mt19937& rng, int64_t ranks, int kind, uint64_t seed) {
-  Case c;
+IndexingCase draw_case(std::mt19937& rng, int64_t ranks, int kind, uint64_t seed) {
+  IndexingCase c;
   switch (kind) {
     case 0: {  // clamp
       const Shape s = draw_shape(rng, ranks);
       c.full = {int_valued(s, seed)};
       c.is_index = {false};
       const int which = static_cast<int>(rng() % 3);
-      const double lo = static_cast<double>(uniform(rng, -30, 10)), hi = lo + static_cast<double>(uniform(rng, -5, 40));
+      const double lo = static_cast<double>(uniform_indexing(rng, -30, 10)), hi = lo + static_cast<double>(uniform_indexing(rng, -5, 40));
       c.what = std::string("clamp") + std::to_string(which);
       if (which == 0) {
         c.plain = [=](const Inputs& x) { return clamp(x[0], lo, hi); };
@@ -89,7 +89,7 @@ Case draw_case(std::mt19937& rng, int64_t ranks, int kind, uint64_t seed) {
     }
     case 1: {  // tril / triu
       const Shape s = draw_shape(rng, ranks, 2);
-      const int64_t diag = uniform(rng, -5, 5);
+      const int64_t diag = uniform_indexing(rng, -5, 5);
       c.full = {int_valued(s, seed)};
       c.is_index = {false};
       const bool lower = rng() % 2 == 0;
@@ -100,7 +100,7 @@ Case draw_case(std::mt19937& rng, int64_t ranks, int kind, uint64_t seed) {
     }
     case 2: {  // gather
       Shape s = draw_shape(rng, ranks);
-      const int64_t dim = uniform(rng, 0, static_cast<int64_t>(s.size()) - 1);
+      const int64_t dim = uniform_indexing(rng, 0, static_cast<int64_t>(s.size()) - 1);
       if (s[dim] == 0) s[dim] = 3;
       const Shape is = gather_index_shape(rng, s, dim);
       c.full = {int_valued(s, seed), Tensor::randint(0, s[dim], is, seed + 1)};
@@ -114,12 +114,12 @@ Case draw_case(std::mt19937& rng, int64_t ranks, int kind, uint64_t seed) {
     case 4:
     case 5: {  // scatter, scatter of a value, scatter_add
       Shape s = draw_shape(rng, ranks);
-      const int64_t dim = uniform(rng, 0, static_cast<int64_t>(s.size()) - 1);
+      const int64_t dim = uniform_indexing(rng, 0, static_cast<int64_t>(s.size()) - 1);
       if (s[dim] == 0) s[dim] = 3;
       const Shape is = gather_index_shape(rng, s, dim);
       Shape ss = is;
       for (int64_t& v : ss)
-        if (rng() % 4 == 0) v += uniform(rng, 1, 2);
+        if (rng() % 4 == 0) v += uniform_indexing(rng, 1, 2);
       c.full = {int_valued(s, seed), Tensor::randint(0, s[dim], is, seed + 1),
                 int_valued(ss, seed + 2)};
       c.is_index = {false, true, false};
@@ -140,9 +140,9 @@ Case draw_case(std::mt19937& rng, int64_t ranks, int kind, uint64_t seed) {
     }
     case 6: {  // index_add
       Shape s = draw_shape(rng, ranks);
-      const int64_t dim = uniform(rng, 0, static_cast<int64_t>(s.size()) - 1);
+      const int64_t dim = uniform_indexing(rng, 0, static_cast<int64_t>(s.size()) - 1);
       if (s[dim] == 0) s[dim] = 2;
-      const int64_t m = uniform(rng, 0, 6);
+      const int64_t m = uniform_indexing(rng, 0, 6);
       Shape ss = s;
       ss[dim] = m;
       const double alpha = rng() % 2 == 0 ? 1.0 : -2.0;
@@ -157,13 +157,13 @@ Case draw_case(std::mt19937& rng, int64_t ranks, int kind, uint64_t seed) {
     default: {  // index_put
       Shape s = draw_shape(rng, ranks);
       const int64_t nd = static_cast<int64_t>(s.size());
-      const int64_t entries = uniform(rng, 1, nd);
+      const int64_t entries = uniform_indexing(rng, 1, nd);
       int64_t mask = 0;
       for (int64_t k = 0; k < entries; ++k)
         if (rng() % 3 != 0) mask |= int64_t{1} << k;
       if (mask == 0) mask = int64_t{1} << (entries - 1);
-      const Shape b = rng() % 3 == 0 ? Shape{uniform(rng, 1, 3), uniform(rng, 0, 3)}
-                                     : Shape{uniform(rng, 0, 5)};
+      const Shape b = rng() % 3 == 0 ? Shape{uniform_indexing(rng, 1, 3), uniform_indexing(rng, 0, 3)}
+                                     : Shape{uniform_indexing(rng, 0, 5)};
       c.full = {int_valued(s, seed), Tensor()};
       c.is_index = {false, false};
       std::vector<std::optional<Shape>> shapes;
@@ -180,7 +180,7 @@ Case draw_case(std::mt19937& rng, int64_t ranks, int kind, uint64_t seed) {
         c.is_index.push_back(true);
       }
       c.full[0] = int_valued(s, seed);
-      Shape vs = detail::advanced_index(s, shapes, "test").result;
+      Shape vs = dtensor::detail::advanced_index(s, shapes, "test").result;
       if (!vs.empty() && rng() % 3 == 0) vs.erase(0);
       if (!vs.empty() && rng() % 3 == 0) vs[rng() % vs.size()] = 1;
       c.full[1] = int_valued(vs, seed + 2);
@@ -247,7 +247,7 @@ TEST_F(IndexingWorldTest, MatchesPlainOpsOnRandomLayouts) {
     const Shape mesh_shape = dtensor::testing::random_mesh(rng, world.size());
     DeviceMesh mesh(world, mesh_shape);
     const int mnd = static_cast<int>(mesh_shape.size());
-    const Case c = draw_case(rng, mesh_shape.product(), iter % kKinds, 5 * static_cast<uint64_t>(iter));
+    const IndexingCase c = draw_case(rng, mesh_shape.product(), iter % kKinds, 5 * static_cast<uint64_t>(iter));
     std::vector<Placements> pls;
     std::string what = c.what + " on " + mesh.to_string() + ":";
     for (size_t i = 0; i < c.full.size(); ++i) {
@@ -489,11 +489,11 @@ TEST_F(IndexingWorldTest, ErrorsNameTheOpAndPlacements) {
 
 // ---- gradients ---------------------------------------------------------------------------
 
-using Op = std::function<DTensor(const std::vector<DTensor>&)>;
+using IndexingOp = std::function<DTensor(const std::vector<DTensor>&)>;
 
 // f = op(inputs) * w (w random, replicated) against finite differences and
 // against replicated inputs (index tensors do not require grad).
-void check_grads(const Op& op, const std::vector<DTensor>& inputs, uint64_t seed,
+void check_grads(const IndexingOp& op, const std::vector<DTensor>& inputs, uint64_t seed,
                  const std::string& what) {
   using dtensor::testing::check_gradients;
   using dtensor::testing::check_matches_replicated;
@@ -543,7 +543,7 @@ TEST_F(IndexingWorldTest, Gradients) {
       auto ipl = [&](int64_t nd) { return pl(nd, false); };
       const uint64_t seed = rng() % 1000;
       const Placements p3a = pl(3), p3b = pl(3), i3 = ipl(3), p2 = pl(2), i1 = ipl(1);
-      const int64_t diag = uniform(rng, -2, 2);
+      const int64_t diag = uniform_indexing(rng, -2, 2);
       if (!takes_part(mesh)) continue;
       const std::string m = std::string(" mesh ") + to_string(ms);
       // clamp (bounds off the data's grid of randn values).

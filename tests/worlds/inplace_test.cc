@@ -40,7 +40,7 @@ const char* const kNames[] = {"add_", "add_(alpha)", "sub_", "mul_", "div_", "ad
                               "zero_", "addcmul_", "addcdiv_", "lerp_(scalar)", "lerp_(tensor)",
                               "clamp_", "clamp_(min)"};
 
-Tensor values(const Shape& shape, uint64_t seed) {
+Tensor values_inplace(const Shape& shape, uint64_t seed) {
   return small_valued(shape, seed).to(DType::Float64);
 }
 // Nonzero divisors: multiples of 1/4 in [0.25, 13].
@@ -69,7 +69,7 @@ Storages storages_of(const DTensor& d) {
   return s;
 }
 
-bool has_partial(const Placements& pl, std::initializer_list<ReduceOp> ops) {
+bool has_partial_inplace(const Placements& pl, std::initializer_list<ReduceOp> ops) {
   for (const Placement& p : pl)
     for (ReduceOp op : ops)
       if (p.is_partial() && p.reduce_op() == op) return true;
@@ -96,11 +96,11 @@ TEST_F(InplaceTest, RandomLayoutsMatchThePlainOps) {
     const Placements tpl = dtensor::testing::random_input_placements(
         rng, mesh_nd, static_cast<int64_t>(tshape.size()));
     const uint64_t seed = 1000 + static_cast<uint64_t>(iter) * 7;
-    const Tensor s = values(shape, seed);
+    const Tensor s = values_inplace(shape, seed);
     const bool divides = op == kDiv || op == kAddcdiv;
-    const Tensor o = op == kDiv ? divisors(oshape, seed + 1) : values(oshape, seed + 1);
-    const Tensor t = divides ? divisors(tshape, seed + 2) : values(tshape, seed + 2);
-    const Tensor w = values(tshape, seed + 3);
+    const Tensor o = op == kDiv ? divisors(oshape, seed + 1) : values_inplace(oshape, seed + 1);
+    const Tensor t = divides ? divisors(tshape, seed + 2) : values_inplace(tshape, seed + 2);
+    const Tensor w = values_inplace(tshape, seed + 3);
     DTensor self = make_dtensor(s, mesh, spl, seed);
     const DTensor other = make_dtensor(o, mesh, opl, seed + 4);
     const DTensor third = make_dtensor(t, mesh, tpl, seed + 5);
@@ -140,8 +140,8 @@ TEST_F(InplaceTest, RandomLayoutsMatchThePlainOps) {
     // Partial(sum|avg).
     const bool product = op == kMul || op == kDiv || op == kMulS || op == kDivS;
     const bool clamp = op == kClamp || op == kClampMin;
-    const bool must_refuse = (product && has_partial(spl, {ReduceOp::Max, ReduceOp::Min})) ||
-                             (clamp && has_partial(spl, {ReduceOp::Sum, ReduceOp::Avg}));
+    const bool must_refuse = (product && has_partial_inplace(spl, {ReduceOp::Max, ReduceOp::Min})) ||
+                             (clamp && has_partial_inplace(spl, {ReduceOp::Sum, ReduceOp::Avg}));
     const Storages before = storages_of(self);
     const std::string error = dtensor::testing::error_of(run);
     if (must_refuse) {
@@ -175,7 +175,7 @@ TEST_F(InplaceTest, RandomLayoutsMatchThePlainOps) {
 TEST_F(InplaceTest, PartialSumAddsAReplicatedValueOnce) {
   DeviceMesh mesh(world, {4});
   if (!dtensor::testing::takes_part(mesh)) return;  // MPI: not in the mesh
-  const Tensor s = values({5, 3}, 1), o = values({3}, 2);
+  const Tensor s = values_inplace({5, 3}, 1), o = values_inplace({3}, 2);
   DTensor self = make_dtensor(s, mesh, {Partial()}, 3);
   const DTensor other = distribute_tensor(o, mesh, {Replicate()});
   self.add_(other);
@@ -193,13 +193,13 @@ TEST_F(InplaceTest, PartialSumAddsAReplicatedValueOnce) {
 TEST_F(InplaceTest, ErrorsNameTheOpAndThePlacements) {
   DeviceMesh mesh(world, {2, 2});
   if (!dtensor::testing::takes_part(mesh)) return;  // MPI: not in the mesh
-  const Tensor s = values({4, 4}, 1);
+  const Tensor s = values_inplace({4, 4}, 1);
   DTensor psum = make_dtensor(s, mesh, {Partial(), Shard(0)}, 2);
   DTensor pmax = make_dtensor(s, mesh, {Partial(ReduceOp::Max), Replicate()}, 2);
   dtensor::testing::expect_error([&] { psum.clamp_(0.0, 1.0); },
                                  {"clamp_", "P(sum)", "would have to be redistributed"});
   dtensor::testing::expect_error([&] { pmax.mul_(2.0); }, {"mul_", "P(max)"});
-  const DTensor big = distribute_tensor(values({3, 4, 4}, 3), mesh, {Replicate(), Replicate()});
+  const DTensor big = distribute_tensor(values_inplace({3, 4, 4}, 3), mesh, {Replicate(), Replicate()});
   dtensor::testing::expect_error([&] { psum.add_(big); }, {"add_", "broadcast"});
   DTensor ints = distribute_tensor(Tensor::zeros({4, 4}, DType::Int64), mesh,
                                    {Shard(0), Replicate()});
@@ -217,7 +217,7 @@ TEST_F(InplaceTest, ErrorsNameTheOpAndThePlacements) {
 TEST_F(InplaceTest, DtypesAndRetainedGradients) {
   DeviceMesh mesh(world, {2, 2});
   if (!dtensor::testing::takes_part(mesh)) return;  // MPI: not in the mesh
-  DTensor f64 = distribute_tensor(values({5, 3}, 1), mesh, {Shard(0), Shard(1)});
+  DTensor f64 = distribute_tensor(values_inplace({5, 3}, 1), mesh, {Shard(0), Shard(1)});
   const Tensor src32 = small_valued({3}, 2);
   f64.copy_(distribute_tensor(src32, mesh, {Replicate(), Shard(0)}));
   EXPECT_EQ(f64.dtype(), DType::Float64);
@@ -229,7 +229,7 @@ TEST_F(InplaceTest, DtypesAndRetainedGradients) {
   EXPECT_EQ(di.dtype(), DType::Int64);
   EXPECT_TRUE(equal(di.full_tensor(), (ints + ints * 2) * 3));
 
-  DTensor x = distribute_tensor(values({4, 3}, 4), mesh, {Shard(0), Replicate()});
+  DTensor x = distribute_tensor(values_inplace({4, 3}, 4), mesh, {Shard(0), Replicate()});
   x.requires_grad_();
   DTensor h = mul(x, 1.0);
   h.retain_grad();
@@ -244,8 +244,8 @@ TEST_F(InplaceTest, DtypesAndRetainedGradients) {
 TEST_F(InplaceTest, VerifyModeChecksInPlaceOps) {
   DeviceMesh mesh(world, {2, 2});
   if (!dtensor::testing::takes_part(mesh)) return;  // MPI: not in the mesh
-  DTensor d = make_dtensor(values({5, 3}, 1), mesh, {Partial(), Shard(1)}, 2);
-  const DTensor r = distribute_tensor(values({3}, 3), mesh, {Replicate(), Replicate()});
+  DTensor d = make_dtensor(values_inplace({5, 3}, 1), mesh, {Partial(), Shard(1)}, 2);
+  const DTensor r = distribute_tensor(values_inplace({3}, 3), mesh, {Replicate(), Replicate()});
   VerifyMode verify;
   d.add_(r);
   const int64_t after_add = verify.checks();
@@ -260,12 +260,12 @@ TEST_F(InplaceTest, VerifyModeChecksInPlaceOps) {
 TEST_F(InplaceTest, LeavesThatRequireGradOnlyChangeUnderNoGrad) {
   DeviceMesh mesh(world, {2, 2});
   if (!dtensor::testing::takes_part(mesh)) return;  // MPI: not in the mesh
-  DTensor w = distribute_tensor(values({4, 3}, 1), mesh, {Shard(0), Replicate()});
+  DTensor w = distribute_tensor(values_inplace({4, 3}, 1), mesh, {Shard(0), Replicate()});
   w.requires_grad_();
   dtensor::testing::expect_error([&] { w.add_(1.0); },
                                  {"add_", "a leaf DTensor that requires grad", "in-place"});
   // An SGD step: w -= lr * grad, under NoGradGuard, keeps w a leaf.
-  const DTensor x = distribute_tensor(values({2, 4}, 2), mesh, {Replicate(), Replicate()});
+  const DTensor x = distribute_tensor(values_inplace({2, 4}, 2), mesh, {Replicate(), Replicate()});
   sum(mm(x, w)).backward();
   const Tensor before = w.full_tensor();
   const Tensor grad = w.grad()->full_tensor();
@@ -281,7 +281,7 @@ TEST_F(InplaceTest, LeavesThatRequireGradOnlyChangeUnderNoGrad) {
 TEST_F(InplaceTest, ASavedTensorChangedInPlaceMakesBackwardThrow) {
   DeviceMesh mesh(world, {2, 2});
   if (!dtensor::testing::takes_part(mesh)) return;  // MPI: not in the mesh
-  DTensor x = distribute_tensor(values({4, 3}, 1), mesh, {Shard(0), Shard(1)});
+  DTensor x = distribute_tensor(values_inplace({4, 3}, 1), mesh, {Shard(0), Shard(1)});
   x.requires_grad_();
   DTensor a = mul(x, 2.0);
   DTensor b = mul(a, a);  // saves a
@@ -298,7 +298,7 @@ TEST_F(InplaceTest, ASavedTensorChangedInPlaceMakesBackwardThrow) {
 TEST_F(InplaceTest, CopiesShareTheRebasedHistory) {
   DeviceMesh mesh(world, {2, 2});
   if (!dtensor::testing::takes_part(mesh)) return;  // MPI: not in the mesh
-  DTensor x = distribute_tensor(values({4, 3}, 1), mesh, {Shard(0), Replicate()});
+  DTensor x = distribute_tensor(values_inplace({4, 3}, 1), mesh, {Shard(0), Replicate()});
   x.requires_grad_();
   DTensor a = mul(x, 1.0);
   DTensor alias = a;

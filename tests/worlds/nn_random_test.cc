@@ -31,14 +31,14 @@ class NnRandomTest : public ::testing::Test {
 namespace {
 
 // A placement list for an index tensor (never Partial; 0-d: replicated).
-Placements index_placements(std::mt19937& rng, int mesh_nd, int64_t ndim) {
+Placements index_placements_nn_random(std::mt19937& rng, int mesh_nd, int64_t ndim) {
   Placements pl;
   for (int i = 0; i < mesh_nd; ++i)
     pl.push_back(ndim == 0 ? Replicate() : dtensor::testing::random_placement(rng, ndim, false));
   return pl;
 }
 
-Placements float_placements(std::mt19937& rng, int mesh_nd, int64_t ndim) {
+Placements float_placements_nn_random(std::mt19937& rng, int mesh_nd, int64_t ndim) {
   if (ndim == 0) return Placements(static_cast<size_t>(mesh_nd), Replicate());
   return dtensor::testing::random_placement_pair(rng, mesh_nd, ndim).first;
 }
@@ -77,7 +77,7 @@ TEST_F(NnRandomTest, RandomLayoutsMatchThePlainOps) {
       case 1: {
         const int64_t dim = static_cast<int64_t>(rng() % (2 * nd)) - nd;
         const Tensor x = small_valued(shape, iter);
-        const DTensor dx = dist(x, float_placements(rng, mnd, nd), iter);
+        const DTensor dx = dist(x, float_placements_nn_random(rng, mnd, nd), iter);
         what += " dim " + std::to_string(dim);
         want = op == 0 ? softmax(x, dim) : log_softmax(x, dim);
         got = op == 0 ? softmax(dx, dim) : log_softmax(dx, dim);
@@ -89,12 +89,12 @@ TEST_F(NnRandomTest, RandomLayoutsMatchThePlainOps) {
         Shape ns;
         for (int64_t i = nd - k; i < nd; ++i) ns.push_back(shape[i]);
         const Tensor x = small_valued(shape, iter);
-        const DTensor dx = dist(x, float_placements(rng, mnd, nd), iter);
+        const DTensor dx = dist(x, float_placements_nn_random(rng, mnd, nd), iter);
         const bool with_w = rng() % 2 == 0, with_b = op == 2 && rng() % 2 == 0;
         const Tensor w = small_valued(ns, iter + 1), b = small_valued(ns, iter + 2);
         std::optional<DTensor> dw, db;
-        if (with_w) dw = dist(w, float_placements(rng, mnd, k), iter + 3);
-        if (with_b) db = dist(b, float_placements(rng, mnd, k), iter + 4);
+        if (with_w) dw = dist(w, float_placements_nn_random(rng, mnd, k), iter + 3);
+        if (with_b) db = dist(b, float_placements_nn_random(rng, mnd, k), iter + 4);
         what += " normalized " + to_string(ns);
         if (op == 2) {
           want = layer_norm(x, ns, with_w ? w : Tensor(), with_b ? b : Tensor());
@@ -122,8 +122,8 @@ TEST_F(NnRandomTest, RandomLayoutsMatchThePlainOps) {
         const Reduction red = static_cast<Reduction>(rng() % 3);
         const Tensor x = small_valued(shape, iter);
         const Tensor t = class_targets(ts, classes, ignore, iter);
-        const DTensor dx = dist(x, float_placements(rng, mnd, nd), iter);
-        const DTensor dt = dist(t, index_placements(rng, mnd, static_cast<int64_t>(ts.size())), 0);
+        const DTensor dx = dist(x, float_placements_nn_random(rng, mnd, nd), iter);
+        const DTensor dt = dist(t, index_placements_nn_random(rng, mnd, static_cast<int64_t>(ts.size())), 0);
         what += " reduction " + std::to_string(static_cast<int>(red)) + " ignore " +
                 std::to_string(ignore);
         if (op == 4) {
@@ -142,8 +142,8 @@ TEST_F(NnRandomTest, RandomLayoutsMatchThePlainOps) {
         Shape is = shape;
         if (is.size() > 3) is.pop_back();
         const Tensor idx = Tensor::randint(0, v, is, iter + 1);
-        const DTensor dw = dist(w, float_placements(rng, mnd, 2), iter);
-        const DTensor di = dist(idx, index_placements(rng, mnd, static_cast<int64_t>(is.size())), 0);
+        const DTensor dw = dist(w, float_placements_nn_random(rng, mnd, 2), iter);
+        const DTensor di = dist(idx, index_placements_nn_random(rng, mnd, static_cast<int64_t>(is.size())), 0);
         want = embedding(w, idx);
         got = embedding(dw, di);
         break;
@@ -152,7 +152,7 @@ TEST_F(NnRandomTest, RandomLayoutsMatchThePlainOps) {
         const Tensor x = small_valued(shape, iter);
         const double p = (rng() % 3) * 0.3;
         want = x * ge(Tensor::rand(shape, iter), p) / (1 - p);
-        got = dropout(dist(x, float_placements(rng, mnd, nd), iter), p, iter);
+        got = dropout(dist(x, float_placements_nn_random(rng, mnd, nd), iter), p, iter);
         atol = 1e-4;
         break;
       }

@@ -30,7 +30,7 @@ using namespace dtensor::testing;
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kInfNorm = std::numeric_limits<double>::infinity();
 
 template <class T>
 std::string str(const T& v) {
@@ -43,8 +43,8 @@ bool exact_ord(double ord) { return ord == 0 || ord == 1 || ord == 2 || std::isi
 bool rootless(double ord) { return ord == 0 || ord == 1 || std::isinf(ord); }
 
 Placement combined(double ord) {
-  if (ord == kInf) return Partial(ReduceOp::Max);
-  if (ord == -kInf) return Partial(ReduceOp::Min);
+  if (ord == kInfNorm) return Partial(ReduceOp::Max);
+  if (ord == -kInfNorm) return Partial(ReduceOp::Min);
   return Partial(ReduceOp::Sum);
 }
 
@@ -69,7 +69,7 @@ bool is_reduced(const DimVector& dims, int64_t d, int64_t ndim) {
 TEST(NormWorld, MatchesPlainOnRandomLayouts) {
   const World world = test_world();
   std::mt19937 rng(2024);
-  const double ords[] = {2, 1, 0, kInf, -kInf, 3, 0.5, -1, 1.5, -kInf, kInf};
+  const double ords[] = {2, 1, 0, kInfNorm, -kInfNorm, 3, 0.5, -1, 1.5, -kInfNorm, kInfNorm};
   int checked = 0, lazy = 0, reduced_once = 0;
   for (int iter = 0; iter < 300; ++iter) {
     const Shape mesh_shape = random_mesh(rng, world.size());
@@ -91,7 +91,7 @@ TEST(NormWorld, MatchesPlainOnRandomLayouts) {
                              " dims " + str(dims) + (keepdim ? " keepdim" : "");
     bool empty_reduced = false;
     for (int64_t d = 0; d < nd; ++d) empty_reduced |= is_reduced(dims, d, nd) && shape[d] == 0;
-    if (empty_reduced && (ord < 0 || ord == kInf)) {
+    if (empty_reduced && (ord < 0 || ord == kInfNorm)) {
       // No identity: the DTensor op refuses like the plain one.
       EXPECT_THROW(vector_norm(x, ord, dims, keepdim), Error) << what;
       EXPECT_THROW(vector_norm(full, ord, dims, keepdim), Error) << what;
@@ -196,8 +196,8 @@ TEST(NormWorld, RootlessOrdsStayPartial) {
   const DTensor x = distribute_tensor(full, mesh, {Shard(0)});
   const std::pair<double, Placement> cases[] = {{0, Partial(ReduceOp::Sum)},
                                                 {1, Partial(ReduceOp::Sum)},
-                                                {kInf, Partial(ReduceOp::Max)},
-                                                {-kInf, Partial(ReduceOp::Min)}};
+                                                {kInfNorm, Partial(ReduceOp::Max)},
+                                                {-kInfNorm, Partial(ReduceOp::Min)}};
   for (const auto& [ord, placement] : cases) {
     CommDebugMode comm;
     const DTensor n = vector_norm(x, ord, {0});
@@ -210,7 +210,7 @@ TEST(NormWorld, RootlessOrdsStayPartial) {
     EXPECT_TRUE(allclose(r.full_tensor(), vector_norm(full, ord, {0}), 1e-6, 1e-6)) << ord;
   }
   // A kept sharded dim: the norm of each row is local, for every ord.
-  for (double ord : {2.0, 3.0, -0.5, 0.0, kInf}) {
+  for (double ord : {2.0, 3.0, -0.5, 0.0, kInfNorm}) {
     CommDebugMode comm;
     const DTensor n = vector_norm(x, ord, {1}, true);
     EXPECT_EQ(comm.total_count(), 0) << ord << comm.table();
@@ -227,7 +227,7 @@ TEST(NormWorld, Errors) {
   expect_error([&] { vector_norm(i); }, {"vector_norm", "int64"});
   expect_error([&] { norm(i, 1); }, {"norm", "int64"});
   const DTensor e = distribute_tensor(Tensor::zeros({0, 3}, DType::Float32), mesh, {Shard(1)});
-  expect_error([&] { vector_norm(e, kInf, {0}); }, {"vector_norm", "inf norm", "empty dim 0"});
+  expect_error([&] { vector_norm(e, kInfNorm, {0}); }, {"vector_norm", "inf norm", "empty dim 0"});
   expect_error([&] { vector_norm(e, 2, {2}); }, {"vector_norm", "out of range"});
   expect_error([&] { vector_norm(e, 2, {0, -2}); }, {"vector_norm", "more than once"});
 }
@@ -237,7 +237,7 @@ TEST(NormWorld, Errors) {
 TEST(NormWorld, GradientsMatchFiniteDifferencesAndReplicated) {
   const World world = test_world();
   std::mt19937 rng(77);
-  const double ords[] = {2, 1, 0, kInf, -kInf, 3, 1.5, 0.5, -1};
+  const double ords[] = {2, 1, 0, kInfNorm, -kInfNorm, 3, 1.5, 0.5, -1};
   int n = 0;
   for (const Shape& mesh_shape : grad_meshes(world.size())) {
     for (int rep = 0; rep < 3; ++rep) {
@@ -274,7 +274,7 @@ TEST(NormWorld, GradientIsPyTorchsFormula) {
   if (!takes_part(mesh)) return;
   const Tensor full = Tensor::from_vector(std::vector<double>{3, -4, 0, 1, -2, 6, 2, 1, -5, 0.5},
                                           Shape{5, 2});
-  for (double ord : {2.0, 1.0, 3.0, kInf, 0.0}) {
+  for (double ord : {2.0, 1.0, 3.0, kInfNorm, 0.0}) {
     DTensor x = distribute_tensor(full, mesh, {Shard(0)});
     x.requires_grad_();
     vector_norm(x, ord, {0}).backward(distribute_tensor(

@@ -24,7 +24,7 @@ namespace {
 using Inputs = std::vector<Tensor>;
 using DInputs = std::vector<DTensor>;
 
-struct OpCase {
+struct OpInfoCase {
   const char* name;
   // The full inputs of one case.
   std::function<Inputs(std::mt19937&, uint64_t seed)> inputs;
@@ -45,7 +45,7 @@ Shape random_shape(std::mt19937& rng) {
 }
 
 // A shape that broadcasts against s: some dims 1, maybe fewer leading dims.
-Shape broadcastable(std::mt19937& rng, const Shape& s) {
+Shape broadcastable_op_info(std::mt19937& rng, const Shape& s) {
   Shape b = s;
   if (rng() % 3 == 0) b[rng() % b.size()] = 1;
   if (rng() % 4 == 0 && b.size() > 1) {
@@ -56,30 +56,30 @@ Shape broadcastable(std::mt19937& rng, const Shape& s) {
   return b;
 }
 
-Inputs one(std::mt19937& rng, uint64_t seed) { return {int_valued(random_shape(rng), seed)}; }
-Inputs two(std::mt19937& rng, uint64_t seed) {
+Inputs one_input(std::mt19937& rng, uint64_t seed) { return {int_valued(random_shape(rng), seed)}; }
+Inputs two_inputs(std::mt19937& rng, uint64_t seed) {
   const Shape a = random_shape(rng);
-  return {int_valued(a, seed), int_valued(broadcastable(rng, a), seed + 1)};
+  return {int_valued(a, seed), int_valued(broadcastable_op_info(rng, a), seed + 1)};
 }
 Inputs mask_and_two(std::mt19937& rng, uint64_t seed) {
   const Shape a = random_shape(rng);
-  return {gt(int_valued(broadcastable(rng, a), seed), 0.0), int_valued(a, seed + 1),
-          int_valued(broadcastable(rng, a), seed + 2)};
+  return {gt(int_valued(broadcastable_op_info(rng, a), seed), 0.0), int_valued(a, seed + 1),
+          int_valued(broadcastable_op_info(rng, a), seed + 2)};
 }
 
 template <class F>
-OpCase unary_case(const char* name, F f, double tol = 0) {
-  return {name, one, [f](const Inputs& x) { return f(x[0]); },
+OpInfoCase unary_case(const char* name, F f, double tol = 0) {
+  return {name, one_input, [f](const Inputs& x) { return f(x[0]); },
           [f](const DInputs& x) { return f(x[0]); }, tol};
 }
 
 template <class F>
-OpCase binary_case(const char* name, F f, double tol = 0) {
-  return {name, two, [f](const Inputs& x) { return f(x[0], x[1]); },
+OpInfoCase binary_case(const char* name, F f, double tol = 0) {
+  return {name, two_inputs, [f](const Inputs& x) { return f(x[0], x[1]); },
           [f](const DInputs& x) { return f(x[0], x[1]); }, tol};
 }
 
-std::vector<OpCase> pointwise_cases() {
+std::vector<OpInfoCase> pointwise_cases() {
   return {
       binary_case("add", [](const auto& a, const auto& b) { return a + b; }),
       binary_case("sub", [](const auto& a, const auto& b) { return a - b; }),
@@ -119,14 +119,14 @@ std::vector<OpCase> pointwise_cases() {
       {"masked_fill",
        [](std::mt19937& rng, uint64_t seed) {
          const Shape a = random_shape(rng);
-         return Inputs{int_valued(a, seed), gt(int_valued(broadcastable(rng, a), seed + 1), 0.0)};
+         return Inputs{int_valued(a, seed), gt(int_valued(broadcastable_op_info(rng, a), seed + 1), 0.0)};
        },
        [](const Inputs& x) { return masked_fill(x[0], x[1], 9); },
        [](const DInputs& x) { return masked_fill(x[0], x[1], 9); }, 0, {true, false}},
   };
 }
 
-int64_t dim_size(std::mt19937& rng, int64_t lo = 0) { return lo + static_cast<int64_t>(rng() % (7 - lo)); }
+int64_t dim_size_op_info(std::mt19937& rng, int64_t lo = 0) { return lo + static_cast<int64_t>(rng() % (7 - lo)); }
 
 // A shape that `out` broadcasts from (as a bias): a suffix of out, some dims 1.
 Shape bias_shape(std::mt19937& rng, const Shape& out) {
@@ -139,26 +139,26 @@ Shape bias_shape(std::mt19937& rng, const Shape& out) {
 // 1-4 dims for matmul: batch dims that broadcast, inner dims that agree.
 Inputs matmul_inputs(std::mt19937& rng, uint64_t seed) {
   const int da = 1 + static_cast<int>(rng() % 4), db = 1 + static_cast<int>(rng() % 4);
-  const int64_t k = dim_size(rng, 1);
+  const int64_t k = dim_size_op_info(rng, 1);
   Shape batch;
-  for (int i = 0; i < 2; ++i) batch.push_back(dim_size(rng, 1));
+  for (int i = 0; i < 2; ++i) batch.push_back(dim_size_op_info(rng, 1));
   Shape a, b;
   for (int i = 0; i + 2 < da; ++i) a.push_back(rng() % 3 == 0 ? 1 : batch[i + 4 - da]);
   for (int i = 0; i + 2 < db; ++i) b.push_back(rng() % 3 == 0 ? 1 : batch[i + 4 - db]);
-  if (da > 1) a.push_back(dim_size(rng));
+  if (da > 1) a.push_back(dim_size_op_info(rng));
   a.push_back(k);
   b.push_back(k);
-  if (db > 1) b.push_back(dim_size(rng));
+  if (db > 1) b.push_back(dim_size_op_info(rng));
   return {int_valued(a, seed), int_valued(b, seed + 1)};
 }
 
-std::vector<OpCase> matmul_cases() {
+std::vector<OpInfoCase> matmul_cases() {
   auto mm_inputs = [](std::mt19937& rng, uint64_t seed) {
-    const int64_t m = dim_size(rng), k = dim_size(rng, 1), n = dim_size(rng);
+    const int64_t m = dim_size_op_info(rng), k = dim_size_op_info(rng, 1), n = dim_size_op_info(rng);
     return Inputs{int_valued({m, k}, seed), int_valued({k, n}, seed + 1)};
   };
   auto bmm_inputs = [](std::mt19937& rng, uint64_t seed) {
-    const int64_t b = dim_size(rng, 1), m = dim_size(rng), k = dim_size(rng, 1), n = dim_size(rng);
+    const int64_t b = dim_size_op_info(rng, 1), m = dim_size_op_info(rng), k = dim_size_op_info(rng, 1), n = dim_size_op_info(rng);
     return Inputs{int_valued({b, m, k}, seed), int_valued({b, k, n}, seed + 1)};
   };
   auto with_bias = [](auto inputs) {
@@ -173,8 +173,8 @@ std::vector<OpCase> matmul_cases() {
     return [bias](std::mt19937& rng, uint64_t seed) {
       Shape x;
       const int nd = 1 + static_cast<int>(rng() % 3);
-      for (int i = 0; i < nd; ++i) x.push_back(dim_size(rng, i + 1 == nd ? 1 : 0));
-      const int64_t out = dim_size(rng);
+      for (int i = 0; i < nd; ++i) x.push_back(dim_size_op_info(rng, i + 1 == nd ? 1 : 0));
+      const int64_t out = dim_size_op_info(rng);
       Inputs in{int_valued(x, seed), int_valued({out, x.back()}, seed + 1)};
       if (bias) in.push_back(int_valued(rng() % 4 == 0 ? Shape{1} : Shape{out}, seed + 2));
       return in;
@@ -203,14 +203,14 @@ std::vector<OpCase> matmul_cases() {
 Inputs one_nonempty(std::mt19937& rng, uint64_t seed) {
   Shape s;
   const int nd = 1 + static_cast<int>(rng() % 3);
-  for (int i = 0; i < nd; ++i) s.push_back(dim_size(rng, 1));
+  for (int i = 0; i < nd; ++i) s.push_back(dim_size_op_info(rng, 1));
   return {int_valued(s, seed)};
 }
 
-std::vector<OpCase> reduction_cases() {
-  std::vector<OpCase> cases;
+std::vector<OpInfoCase> reduction_cases() {
+  std::vector<OpInfoCase> cases;
   auto add = [&](const char* name, auto f, double tol, bool nonempty) {
-    OpCase c = unary_case(name, f, tol);
+    OpInfoCase c = unary_case(name, f, tol);
     if (nonempty) c.inputs = one_nonempty;
     cases.push_back(c);
   };
@@ -242,14 +242,14 @@ auto joinable(int n, int64_t dim) {
     Inputs in;
     for (int i = 0; i < n; ++i) {
       Shape s = base;
-      s[d] = dim_size(rng);
+      s[d] = dim_size_op_info(rng);
       in.push_back(int_valued(s, seed + i));
     }
     return in;
   };
 }
 
-std::vector<OpCase> tensor_op_cases() {
+std::vector<OpInfoCase> tensor_op_cases() {
   auto as_vector = [](const auto& x) { return std::vector<std::decay_t<decltype(x[0])>>(x.begin(), x.end()); };
   auto same_shape = [](int n) {
     return [n](std::mt19937& rng, uint64_t seed) {
@@ -278,9 +278,9 @@ std::vector<OpCase> tensor_op_cases() {
        [=](const DInputs& x) { return stack(as_vector(x), 1 % (x[0].dim() + 1)); }},
       {"stack_many", same_shape(10), [=](const Inputs& x) { return stack(as_vector(x), -1); },
        [=](const DInputs& x) { return stack(as_vector(x), -1); }},
-      {"clone", one, [](const Inputs& x) { return x[0].clone(); },
+      {"clone", one_input, [](const Inputs& x) { return x[0].clone(); },
        [](const DInputs& x) { return clone(x[0]); }},
-      {"contiguous", one, [](const Inputs& x) { return x[0].contiguous(); },
+      {"contiguous", one_input, [](const Inputs& x) { return x[0].contiguous(); },
        [](const DInputs& x) { return contiguous(x[0]); }},
       unary_case("zeros_like", [](const auto& x) { return zeros_like(x); }),
       unary_case("ones_like", [](const auto& x) { return ones_like(x); }),
@@ -289,7 +289,7 @@ std::vector<OpCase> tensor_op_cases() {
        [](std::mt19937& rng, uint64_t seed) {
          Inputs in = one_nonempty(rng, seed);
          const int64_t n = in[0].shape().back();
-         in.push_back(Tensor::randint(-n, n, {dim_size(rng)}, seed + 1));
+         in.push_back(Tensor::randint(-n, n, {dim_size_op_info(rng)}, seed + 1));
          return in;
        },
        [](const Inputs& x) { return index_select(x[0], -1, x[1]); },
@@ -301,11 +301,11 @@ class OpInfoTest : public ::testing::Test {
  protected:
   World world = dtensor::testing::test_world();
 
-  void run_cases(const std::vector<OpCase>& cases, int iterations) {
+  void run_cases(const std::vector<OpInfoCase>& cases, int iterations) {
     std::mt19937 rng(2026);
     const std::vector<Shape> meshes = dtensor::testing::test_meshes(world);
     for (int iter = 0; iter < iterations; ++iter) {
-      const OpCase& op = cases[iter % cases.size()];
+      const OpInfoCase& op = cases[iter % cases.size()];
       const Shape mesh_shape = meshes[rng() % meshes.size()];
       DeviceMesh mesh(world, mesh_shape);
       const int mesh_nd = static_cast<int>(mesh_shape.size());

@@ -118,7 +118,7 @@ struct Layout {
   Placements grad;  // the param's, or Partial(sum) on some of its Replicate dims
 };
 
-Layout random_layout(std::mt19937& rng, const DeviceMesh& mesh) {
+Layout random_layout_optim(std::mt19937& rng, const DeviceMesh& mesh) {
   Layout l;
   l.shape = dtensor::testing::random_shape_for(rng, mesh.size());
   const int kind = static_cast<int>(rng() % 4);
@@ -134,12 +134,12 @@ Layout random_layout(std::mt19937& rng, const DeviceMesh& mesh) {
   return l;
 }
 
-std::string describe(const DeviceMesh& mesh, const Layout& l) {
+std::string describe_optim(const DeviceMesh& mesh, const Layout& l) {
   return "mesh " + mesh.to_string() + " shape " + to_string(l.shape) + " param " +
          to_string(l.param) + " grad " + to_string(l.grad);
 }
 
-struct Case {
+struct OptimCase {
   std::string name;
   std::function<std::unique_ptr<Optimizer>(std::vector<DTensor>)> make;
   // steps the reference of one parameter
@@ -148,8 +148,8 @@ struct Case {
   std::vector<std::string> buffers;
 };
 
-std::vector<Case> all_cases() {
-  std::vector<Case> cases;
+std::vector<OptimCase> all_cases() {
+  std::vector<OptimCase> cases;
   for (double momentum : {0.0, 0.9})
     for (double dampening : {0.0, 0.25})
       for (double wd : {0.0, 0.05})
@@ -199,11 +199,11 @@ std::vector<Case> all_cases() {
 }
 
 template <class T>
-void check_case(const World& world, const Case& c, std::mt19937& rng, uint64_t seed) {
+void check_case(const World& world, const OptimCase& c, std::mt19937& rng, uint64_t seed) {
   const DType dtype = dtype_of<T>::value;
   const DeviceMesh mesh(world, dtensor::testing::random_mesh(rng, world.size()));
   std::vector<Layout> layouts;
-  for (int i = 0; i < 3; ++i) layouts.push_back(random_layout(rng, mesh));
+  for (int i = 0; i < 3; ++i) layouts.push_back(random_layout_optim(rng, mesh));
   if (!dtensor::testing::takes_part(mesh)) return;  // after drawing what every rank draws
   std::vector<DTensor> params;
   std::vector<Ref<T>> refs(layouts.size());
@@ -229,7 +229,7 @@ void check_case(const World& world, const Case& c, std::mt19937& rng, uint64_t s
     for (size_t i = 0; i < layouts.size(); ++i) {
       const std::string what = c.name + " " + dtype_name(dtype) + " step " +
                                std::to_string(step) + " param " + std::to_string(i) + " " +
-                               describe(mesh, layouts[i]);
+                               describe_optim(mesh, layouts[i]);
       if (params[i].grad()) {
         EXPECT_EQ(params[i].grad()->placements(), layouts[i].param) << what << ": grad written back";
       }
@@ -257,7 +257,7 @@ void check_case(const World& world, const Case& c, std::mt19937& rng, uint64_t s
 TEST_F(OptimWorldTest, OptimizersMatchReferenceOnRandomLayouts) {
   std::mt19937 rng(2026);
   uint64_t seed = 1;
-  for (const Case& c : all_cases()) {
+  for (const OptimCase& c : all_cases()) {
     for (int trial = 0; trial < 3; ++trial) {
       check_case<float>(world, c, rng, seed += 10);
       check_case<double>(world, c, rng, seed += 10);
@@ -294,7 +294,7 @@ TEST_F(OptimWorldTest, ClipGradNormMatchesFullGradients) {
     const DeviceMesh mesh(world, dtensor::testing::random_mesh(rng, world.size()));
     const int n = 1 + static_cast<int>(rng() % 5);
     std::vector<Layout> layouts;
-    for (int i = 0; i < n; ++i) layouts.push_back(random_layout(rng, mesh));
+    for (int i = 0; i < n; ++i) layouts.push_back(random_layout_optim(rng, mesh));
     const double norm_types[] = {2.0, 1.0, 3.0, INFINITY};
     const double p = norm_types[trial % 4];
     const bool partial_grads = trial % 3 == 0;

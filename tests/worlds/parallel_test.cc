@@ -23,13 +23,13 @@ class ParallelTest : public ::testing::Test {
 };
 
 // The tp mesh dim is the last; a 2-d mesh's first dim is data parallel.
-struct Layout {
+struct ParallelLayout {
   DeviceMesh mesh;
   int tp;
   Placements act;  // activations: batch S(0) on dp, Replicate on tp
 };
 
-Layout layout_of(const World& world, const Shape& shape) {
+ParallelLayout layout_of(const World& world, const Shape& shape) {
   DeviceMesh mesh(world, shape);
   const int tp = mesh.ndim() - 1;
   Placements act(static_cast<size_t>(mesh.ndim()), Replicate());
@@ -51,7 +51,7 @@ int64_t collectives(const CommDebugMode& comm, CollectiveKind kind) { return com
 // 4: uneven feature shards.
 TEST_F(ParallelTest, ColumnThenRowLinearIsTheMegatronMlp) {
   for (const Shape& shape : dtensor::testing::test_meshes(world)) {
-    Layout l = layout_of(world, shape);
+    ParallelLayout l = layout_of(world, shape);
     if (!dtensor::testing::takes_part(l.mesh)) continue;
     const std::string where = "mesh " + l.mesh.to_string();
     Tensor x = scaled_randn({4, 3, 8}, 1, 1.0);
@@ -86,7 +86,7 @@ TEST_F(ParallelTest, ColumnThenRowLinearIsTheMegatronMlp) {
 // linear reduce-scatters back onto the sequence dim. Sequence 5: uneven.
 TEST_F(ParallelTest, SequenceParallelRegionGathersOnceAndReduceScattersOnce) {
   for (const Shape& shape : dtensor::testing::test_meshes(world)) {
-    Layout l = layout_of(world, shape);
+    ParallelLayout l = layout_of(world, shape);
     if (!dtensor::testing::takes_part(l.mesh)) continue;
     const std::string where = "mesh " + l.mesh.to_string();
     Tensor x = scaled_randn({2, 5, 8}, 11, 1.0);
@@ -124,7 +124,7 @@ TEST_F(ParallelTest, SequenceParallelRegionGathersOnceAndReduceScattersOnce) {
 // Vocabulary 11: uneven row shards.
 TEST_F(ParallelTest, VocabParallelEmbeddingReducesOnce) {
   for (const Shape& shape : dtensor::testing::test_meshes(world)) {
-    Layout l = layout_of(world, shape);
+    ParallelLayout l = layout_of(world, shape);
     if (!dtensor::testing::takes_part(l.mesh)) continue;
     const std::string where = "mesh " + l.mesh.to_string();
     Tensor table = scaled_randn({11, 6}, 21, 1.0);
@@ -146,7 +146,7 @@ TEST_F(ParallelTest, VocabParallelEmbeddingReducesOnce) {
 // loss of the plain cross_entropy. Vocabulary 13: uneven class shards.
 TEST_F(ParallelTest, VocabParallelCrossEntropyNeverGathersTheLogits) {
   for (const Shape& shape : dtensor::testing::test_meshes(world)) {
-    Layout l = layout_of(world, shape);
+    ParallelLayout l = layout_of(world, shape);
     if (!dtensor::testing::takes_part(l.mesh)) continue;
     const std::string where = "mesh " + l.mesh.to_string();
     Tensor logits = scaled_randn({4, 3, 13}, 31, 3.0);
@@ -170,7 +170,7 @@ TEST_F(ParallelTest, VocabParallelCrossEntropyNeverGathersTheLogits) {
 }
 
 TEST_F(ParallelTest, WithPlacementMovesOneMeshDim) {
-  Layout l = layout_of(world, {2, 2});
+  ParallelLayout l = layout_of(world, {2, 2});
   if (!dtensor::testing::takes_part(l.mesh)) return;
   Tensor x = scaled_randn({4, 6}, 41, 1.0);
   DTensor d = distribute_tensor(x, l.mesh, {Shard(0), Replicate()});
@@ -185,7 +185,7 @@ TEST_F(ParallelTest, WithPlacementMovesOneMeshDim) {
 }
 
 TEST_F(ParallelTest, BadArgumentsNameWhatWasGiven) {
-  Layout l = layout_of(world, {2, 2});
+  ParallelLayout l = layout_of(world, {2, 2});
   if (!dtensor::testing::takes_part(l.mesh)) return;
   Tensor w = Tensor::randn({6, 4}, 1);
   EXPECT_NE(error_of([&] { ColumnParallelLinear(l.mesh, 2, w); })

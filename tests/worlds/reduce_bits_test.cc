@@ -69,7 +69,7 @@ T value(uint64_t seed, int r, int64_t e) {
 }
 
 template <class T>
-Tensor input(uint64_t seed, int r, const Shape& shape) {
+Tensor input_reduce_bits(uint64_t seed, int r, const Shape& shape) {
   Tensor t = Tensor::empty(shape, dtype_of<T>::value);
   T* p = t.data_ptr<T>();
   for (int64_t e = 0; e < t.numel(); ++e) p[e] = value<T>(seed, r, e);
@@ -132,11 +132,11 @@ auto group_folds(std::function<const Tensor&(int)> input_of, ReduceOp op) {
 // mesh dim and group member was most of the test's time (96 s of a Release
 // run on 64 simulated ranks).
 template <class T>
-class Inputs {
+class RankInputs {
  public:
   const Tensor& of(uint64_t case_seed, int r, const Shape& shape) {
     auto [it, added] = cache_.try_emplace({case_seed, r});
-    if (added) it->second = input<T>(case_seed, r, shape);
+    if (added) it->second = input_reduce_bits<T>(case_seed, r, shape);
     return it->second;
   }
 
@@ -210,7 +210,7 @@ void check_reductions(const World& world, uint64_t seed) {
       {{2, 3, 10}, 2}, {{0, 5}, 1},         {{9, 1000}, 0},     {{3, 40000, 2}, 1},
       {{300001}, 0}};
   Backend& backend = world.backend();
-  Inputs<T> inputs;
+  RankInputs<T> inputs;
   const auto dims = mesh_dims(world);
   for (size_t i = 0; i < dims.size(); ++i) {
     const auto& [mesh, md] = dims[i];

@@ -69,7 +69,7 @@ DTensor mixed_partial(const Tensor& full, const DeviceMesh& mesh, const Placemen
   return DTensor(DTensorSpec(mesh, pl, full.shape(), full.dtype()), local);
 }
 
-Placements replicate(const DeviceMesh& mesh) {
+Placements replicate_scan(const DeviceMesh& mesh) {
   return Placements(static_cast<size_t>(mesh.ndim()), Replicate());
 }
 
@@ -80,7 +80,7 @@ int64_t random_dim(std::mt19937& rng, int64_t nd) {
 }
 
 // Some dims of nd, as given to a reduction (empty = all).
-DimVector random_dims(std::mt19937& rng, int64_t nd) {
+DimVector random_dims_scan(std::mt19937& rng, int64_t nd) {
   DimVector dims;
   for (int64_t d = 0; d < nd; ++d)
     if (rng() % 2) dims.push_back(rng() % 2 ? d : d - nd);
@@ -116,7 +116,7 @@ TEST_F(ScanWorldTest, MatchesThePlainOps) {
         dtensor::testing::random_placement_pair(rng, mesh.ndim(), nd).first;
     const int op = iter % 6;
     const int64_t dim = random_dim(rng, nd);
-    const DimVector dims = random_dims(rng, nd);
+    const DimVector dims = random_dims_scan(rng, nd);
     const bool flag = rng() % 2;
     const int64_t n = shape[dim < 0 ? dim + nd : dim];
     const int64_t k = static_cast<int64_t>(rng() % static_cast<unsigned>(n + 1));
@@ -191,7 +191,7 @@ TEST_F(ScanWorldTest, IntegerAndBoolInputs) {
     for (int m = 0; m < mesh.ndim(); ++m)
       pl.push_back(dtensor::testing::random_placement(rng, nd, false));
     const int64_t dim = random_dim(rng, nd);
-    const DimVector dims = random_dims(rng, nd);
+    const DimVector dims = random_dims_scan(rng, nd);
     if (!dtensor::testing::takes_part(mesh)) continue;
     const Tensor ints = Tensor::randint(-2, 3, shape, iter);
     const Tensor bools = gt(ints, 0);
@@ -334,11 +334,11 @@ TEST_F(ScanWorldTest, ErrorsNameTheOpAndPlacements) {
 
 // ---- gradients -------------------------------------------------------------------------
 
-constexpr double kTol = 1e-10;
+constexpr double kTolScan = 1e-10;
 
 // The leaves' gradients when f's output gets a random gradient laid out in
 // `pg` (every layout the backward ops may be handed, Partials included).
-std::vector<Tensor> gradients_given(const GradFn& f, std::vector<DTensor> inputs,
+std::vector<Tensor> gradients_given_scan(const GradFn& f, std::vector<DTensor> inputs,
                                     const Placements& pg, uint64_t seed) {
   for (DTensor& x : inputs) x.zero_grad();
   const DTensor out = f(inputs);
@@ -349,16 +349,16 @@ std::vector<Tensor> gradients_given(const GradFn& f, std::vector<DTensor> inputs
   return grads;
 }
 
-void check_all(const GradFn& f, const DTensor& x, const Placements& pg, uint64_t seed,
+void check_all_scan(const GradFn& f, const DTensor& x, const Placements& pg, uint64_t seed,
                const std::string& what) {
   EXPECT_EQ(check_gradients(f, {x}, seed), "") << what;
-  EXPECT_EQ(check_matches_replicated(f, {x}, seed, kTol, kTol), "") << what;
-  DTensor r = distribute_tensor(x.full_tensor(), x.mesh(), replicate(x.mesh()));
+  EXPECT_EQ(check_matches_replicated(f, {x}, seed, kTolScan, kTolScan), "") << what;
+  DTensor r = distribute_tensor(x.full_tensor(), x.mesh(), replicate_scan(x.mesh()));
   r.requires_grad_();
-  const Tensor got = gradients_given(f, {x}, pg, seed)[0];
-  const Tensor want = gradients_given(f, {r}, replicate(x.mesh()), seed)[0];
+  const Tensor got = gradients_given_scan(f, {x}, pg, seed)[0];
+  const Tensor want = gradients_given_scan(f, {r}, replicate_scan(x.mesh()), seed)[0];
   ASSERT_TRUE(got.defined() && want.defined()) << what;
-  EXPECT_TRUE(allclose(got, want, kTol, kTol, true)) << what << " gradient in " << to_string(pg);
+  EXPECT_TRUE(allclose(got, want, kTolScan, kTolScan, true)) << what << " gradient in " << to_string(pg);
 }
 
 // Shapes of 1-3 dims, sizes 0-5, at most 36 elements (finite differences
@@ -382,7 +382,7 @@ TEST_F(ScanWorldTest, Gradients) {
         const Shape shape = grad_shape(rng);
         const int64_t nd = static_cast<int64_t>(shape.size());
         const int64_t dim = random_dim(rng, nd);
-        const DimVector dims = random_dims(rng, nd);
+        const DimVector dims = random_dims_scan(rng, nd);
         const bool flag = rng() % 2;
         const int64_t n = shape[dim < 0 ? dim + nd : dim];
         const int64_t top = static_cast<int64_t>(rng() % static_cast<unsigned>(n + 1));
@@ -419,8 +419,8 @@ TEST_F(ScanWorldTest, Gradients) {
         // unless the shape is kept.
         const DTensor probe = f({x.detach()});
         Placements pgo = pg;
-        if (probe.shape() != x.shape()) pgo = replicate(mesh);
-        check_all(f, x, pgo, 7 + k,
+        if (probe.shape() != x.shape()) pgo = replicate_scan(mesh);
+        check_all_scan(f, x, pgo, 7 + k,
                   name + " dim " + std::to_string(dim) + " flag " + std::to_string(flag) +
                       " mesh " + mesh.to_string() + " " + x.spec().to_string());
       }

@@ -29,7 +29,7 @@ class ShapeOpsTest : public ::testing::Test {
   World world = dtensor::testing::test_world();
 };
 
-int64_t uniform(std::mt19937& rng, int64_t lo, int64_t hi) {
+int64_t uniform_shape(std::mt19937& rng, int64_t lo, int64_t hi) {
   return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
 }
 
@@ -54,7 +54,7 @@ Draw draw(std::mt19937& rng, const World& world, int64_t min_nd = 1) {
   return d;
 }
 
-std::string describe(const Draw& d, const DTensor& out) {
+std::string describe_shape(const Draw& d, const DTensor& out) {
   std::ostringstream o;
   o << "mesh " << d.mesh_shape << " shape " << d.shape << " " << to_string(d.placements) << " -> "
     << to_string(out.placements());
@@ -72,9 +72,9 @@ TEST_F(ShapeOpsTest, RepeatAndTileKeepUnrepeatedShardsAndEveryPartial) {
   for (int iter = 0; iter < cases; ++iter) {
     const Draw d = draw(rng, world);
     const int64_t nd = static_cast<int64_t>(d.shape.size());
-    const int64_t lead = uniform(rng, 0, 2);
+    const int64_t lead = uniform_shape(rng, 0, 2);
     DimVector repeats;
-    for (int64_t k = 0; k < lead + nd; ++k) repeats.push_back(rng() % 2 ? 1 : uniform(rng, 0, 3));
+    for (int64_t k = 0; k < lead + nd; ++k) repeats.push_back(rng() % 2 ? 1 : uniform_shape(rng, 0, 3));
     const bool use_tile = rng() % 3 == 0 && lead == 0;
     DeviceMesh mesh(world, d.mesh_shape);
     if (!takes_part(mesh)) continue;
@@ -95,7 +95,7 @@ TEST_F(ShapeOpsTest, RepeatAndTileKeepUnrepeatedShardsAndEveryPartial) {
     CommDebugMode comm;
     const DTensor out = use_tile ? tile(x, repeats) : repeat(x, repeats);
     const int64_t comms = comm.total_count();  // before full_tensor() gathers
-    const std::string what = describe(d, out) + " repeats " + to_string(repeats);
+    const std::string what = describe_shape(d, out) + " repeats " + to_string(repeats);
     ASSERT_TRUE(equal(out.full_tensor(), repeat(full, repeats))) << what;
     if (passes) {
       EXPECT_EQ(comms, 0) << what;
@@ -110,8 +110,8 @@ TEST_F(ShapeOpsTest, ConstantPadRule) {
   for (int iter = 0; iter < cases; ++iter) {
     const Draw d = draw(rng, world);
     const int64_t nd = static_cast<int64_t>(d.shape.size());
-    std::vector<int64_t> pads(static_cast<size_t>(2 * uniform(rng, 0, nd)));
-    for (int64_t& v : pads) v = rng() % 2 ? 0 : uniform(rng, -2, 3);
+    std::vector<int64_t> pads(static_cast<size_t>(2 * uniform_shape(rng, 0, nd)));
+    for (int64_t& v : pads) v = rng() % 2 ? 0 : uniform_shape(rng, -2, 3);
     // Crops never cut below 0.
     for (size_t k = 0; k < pads.size() / 2; ++k) {
       const int64_t n = d.shape[static_cast<size_t>(nd) - 1 - k];
@@ -139,7 +139,7 @@ TEST_F(ShapeOpsTest, ConstantPadRule) {
     CommDebugMode comm;
     const DTensor out = pad(x, pads, "constant", value);
     const int64_t comms = comm.total_count();  // before full_tensor() gathers
-    const std::string what = describe(d, out) + " value " + std::to_string(value);
+    const std::string what = describe_shape(d, out) + " value " + std::to_string(value);
     ASSERT_TRUE(equal(out.full_tensor(), pad(full, pads, "constant", value))) << what;
     if (passes) {
       EXPECT_EQ(comms, 0) << what;
@@ -213,15 +213,15 @@ TEST_F(ShapeOpsTest, ReflectAndReplicatePadPassEveryPartial) {
   const int cases = dtensor::testing::property_cases(120);
   for (int iter = 0; iter < cases; ++iter) {
     const Shape mesh_shape = dtensor::testing::random_mesh(rng, world.size());
-    const int64_t k = uniform(rng, 1, 3);
-    const int64_t nd = k + uniform(rng, 1, 2);
+    const int64_t k = uniform_shape(rng, 1, 3);
+    const int64_t nd = k + uniform_shape(rng, 1, 2);
     Shape shape;
-    for (int64_t i = 0; i < nd; ++i) shape.push_back(uniform(rng, i == 0 && nd == k + 2 ? 0 : 1, 5));
+    for (int64_t i = 0; i < nd; ++i) shape.push_back(uniform_shape(rng, i == 0 && nd == k + 2 ? 0 : 1, 5));
     std::vector<int64_t> pads;
     const bool reflect = rng() % 2 == 0;
     for (int64_t j = 0; j < k; ++j) {
       const int64_t n = shape[static_cast<size_t>(nd - 1 - j)];
-      for (int s = 0; s < 2; ++s) pads.push_back(uniform(rng, 0, reflect ? n - 1 : 3));
+      for (int s = 0; s < 2; ++s) pads.push_back(uniform_shape(rng, 0, reflect ? n - 1 : 3));
     }
     const Placements pl = dtensor::testing::random_placement_pair(
                               rng, static_cast<int>(mesh_shape.size()), nd).first;
@@ -267,11 +267,11 @@ TEST_F(ShapeOpsTest, UnbindAndSplitGatherOnce) {
   for (int iter = 0; iter < cases; ++iter) {
     const Draw d = draw(rng, world);
     const int64_t nd = static_cast<int64_t>(d.shape.size());
-    const int64_t dim = uniform(rng, -nd, nd - 1);
+    const int64_t dim = uniform_shape(rng, -nd, nd - 1);
     const int64_t len = d.shape[static_cast<size_t>(dim < 0 ? dim + nd : dim)];
     std::vector<int64_t> sizes;
     for (int64_t left = len; left > 0;) {
-      sizes.push_back(uniform(rng, 0, left));
+      sizes.push_back(uniform_shape(rng, 0, left));
       left -= sizes.back();
     }
     if (rng() % 4 == 0) sizes.push_back(0);
@@ -412,12 +412,12 @@ TEST_F(ShapeOpsTest, EinsumLayoutsComeFromMatmulRules) {
 
 namespace {
 
-using Op = std::function<DTensor(const std::vector<DTensor>&)>;
+using ShapeOp = std::function<DTensor(const std::vector<DTensor>&)>;
 
 // Checks the gradients of op at inputs (float64, requires grad): f =
 // op(inputs) * w with w replicated random, against finite differences and
 // against replicated inputs (exact for data movement, `atol` otherwise).
-void check_op(const Op& op, const std::vector<DTensor>& inputs, uint64_t seed,
+void check_shape_op(const ShapeOp& op, const std::vector<DTensor>& inputs, uint64_t seed,
               const std::string& what, double atol = 0) {
   const dtensor::testing::GradFn f = [op](const std::vector<DTensor>& in) { return op(in); };
   EXPECT_EQ(dtensor::testing::check_gradients(f, inputs, seed), "") << what;
@@ -434,10 +434,10 @@ DTensor grad_input(const Shape& shape, const DeviceMesh& mesh, const Placements&
   return x;
 }
 
-Shape grad_shape(std::mt19937& rng, int64_t min_nd, int64_t max_nd) {
+Shape grad_shape_shape(std::mt19937& rng, int64_t min_nd, int64_t max_nd) {
   Shape s;
-  const int64_t nd = uniform(rng, min_nd, max_nd);
-  for (int64_t i = 0; i < nd; ++i) s.push_back(uniform(rng, 0, 4));
+  const int64_t nd = uniform_shape(rng, min_nd, max_nd);
+  for (int64_t i = 0; i < nd; ++i) s.push_back(uniform_shape(rng, 0, 4));
   return s;
 }
 
@@ -450,22 +450,22 @@ TEST_F(ShapeOpsTest, Gradients) {
     DeviceMesh mesh(world, ms);
     for (int k = 0; k < per_mesh; ++k) {
       // repeat
-      const Shape rs = grad_shape(rng, 1, 3);
+      const Shape rs = grad_shape_shape(rng, 1, 3);
       const Placements rpl =
           dtensor::testing::random_input_placements(rng, mesh.ndim(), static_cast<int64_t>(rs.size()));
-      DimVector repeats{uniform(rng, 1, 2)};
-      for (size_t i = 0; i < rs.size(); ++i) repeats.push_back(uniform(rng, 0, 2));
+      DimVector repeats{uniform_shape(rng, 1, 2)};
+      for (size_t i = 0; i < rs.size(); ++i) repeats.push_back(uniform_shape(rng, 0, 2));
       // constant pad (crops too) and reflect pad
-      const Shape ps = grad_shape(rng, 2, 3);
+      const Shape ps = grad_shape_shape(rng, 2, 3);
       const Placements ppl =
           dtensor::testing::random_input_placements(rng, mesh.ndim(), static_cast<int64_t>(ps.size()));
-      const std::vector<int64_t> cpads{uniform(rng, -1, 2), uniform(rng, 0, 2), uniform(rng, 0, 1),
-                                       uniform(rng, -1, 1)};
-      Shape fs{uniform(rng, 1, 2), uniform(rng, 2, 4), uniform(rng, 2, 4)};
+      const std::vector<int64_t> cpads{uniform_shape(rng, -1, 2), uniform_shape(rng, 0, 2), uniform_shape(rng, 0, 1),
+                                       uniform_shape(rng, -1, 1)};
+      Shape fs{uniform_shape(rng, 1, 2), uniform_shape(rng, 2, 4), uniform_shape(rng, 2, 4)};
       const Placements fpl = dtensor::testing::random_input_placements(rng, mesh.ndim(), 3);
-      const std::vector<int64_t> rpads{uniform(rng, 0, 1), uniform(rng, 0, 1), 1, 0};
+      const std::vector<int64_t> rpads{uniform_shape(rng, 0, 1), uniform_shape(rng, 0, 1), 1, 0};
       // split
-      const Shape ss = grad_shape(rng, 1, 3);
+      const Shape ss = grad_shape_shape(rng, 1, 3);
       const Placements spl =
           dtensor::testing::random_input_placements(rng, mesh.ndim(), static_cast<int64_t>(ss.size()));
       // einsum
@@ -477,23 +477,23 @@ TEST_F(ShapeOpsTest, Gradients) {
       const uint64_t seed = rng();
       if (!takes_part(mesh)) continue;
       const std::string on = " mesh " + to_string(ms);
-      check_op([repeats](const auto& in) { return repeat(in[0], repeats); },
+      check_shape_op([repeats](const auto& in) { return repeat(in[0], repeats); },
                {grad_input(rs, mesh, rpl, seed)}, seed,
                "repeat " + to_string(repeats) + " of " + to_string(rs) + " " + to_string(rpl) + on);
       bool fits = true;
       for (size_t j = 0; j < 2; ++j)
         fits = fits && ps[ps.size() - 1 - j] + cpads[2 * j] + cpads[2 * j + 1] >= 0;
       if (fits)
-        check_op([cpads](const auto& in) { return pad(in[0], cpads, "constant", 2.0); },
+        check_shape_op([cpads](const auto& in) { return pad(in[0], cpads, "constant", 2.0); },
                  {grad_input(ps, mesh, ppl, seed + 2)}, seed + 2,
                  "constant pad of " + to_string(ps) + " " + to_string(ppl) + on);
       for (const char* mode : {"reflect", "replicate"})
-        check_op([rpads, mode](const auto& in) { return pad(in[0], rpads, mode); },
+        check_shape_op([rpads, mode](const auto& in) { return pad(in[0], rpads, mode); },
                  {grad_input(fs, mesh, fpl, seed + 4)}, seed + 4,
                  std::string(mode) + " pad of " + to_string(fs) + " " + to_string(fpl) + on);
       const int64_t sd = static_cast<int64_t>(ss.size()) - 1;
       const std::vector<int64_t> sizes{ss[sd] / 2, ss[sd] - ss[sd] / 2};
-      check_op([sizes, sd](const auto& in) {
+      check_shape_op([sizes, sd](const auto& in) {
                  std::vector<DTensor> p = split(in[0], sizes, sd);
                  std::vector<DTensor> u = unbind(in[0], sd);
                  DTensor out = cat({p[1], p[0]}, sd);
@@ -504,7 +504,7 @@ TEST_F(ShapeOpsTest, Gradients) {
       std::vector<DTensor> ein;
       for (size_t i = 0; i < eq.shapes.size(); ++i)
         ein.push_back(grad_input(eq.shapes[i], mesh, epl[i], seed + 8 + 2 * i));
-      check_op([e = eq.equation](const auto& in) { return einsum(e, in); }, ein, seed + 8,
+      check_shape_op([e = eq.equation](const auto& in) { return einsum(e, in); }, ein, seed + 8,
                "einsum " + eq.equation + on, 1e-9);
     }
   }

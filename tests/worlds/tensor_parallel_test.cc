@@ -26,23 +26,23 @@ class TensorParallelTest : public ::testing::Test {
 };
 
 // Meshes (tp) and (dp, tp) that fit the world; tp is the last dim.
-std::vector<Shape> tp_meshes(const World& world, const std::vector<Shape>& shapes) {
+std::vector<Shape> tp_meshes_tensor_parallel(const World& world, const std::vector<Shape>& shapes) {
   std::vector<Shape> out;
   for (const Shape& s : shapes)
     if (s.product() <= world.size()) out.push_back(s);
   return out;
 }
 
-Tensor randn64(const Shape& shape, uint64_t seed, double scale) {
+Tensor randn64_tp(const Shape& shape, uint64_t seed, double scale) {
   return Tensor::randn(shape, seed, 0, DType::Float64) * scale;
 }
 
-Placements replicate(const DeviceMesh& mesh) {
+Placements replicate_tp(const DeviceMesh& mesh) {
   return Placements(static_cast<size_t>(mesh.ndim()), Replicate());
 }
 
 // |a - b| <= tol (1 + max |b|).
-void expect_close(const std::optional<DTensor>& got, const std::optional<DTensor>& want,
+void expect_close_tp(const std::optional<DTensor>& got, const std::optional<DTensor>& want,
                   const std::string& what, double tol = 1e-10) {
   ASSERT_TRUE(got.has_value()) << what << ": no gradient";
   ASSERT_TRUE(want.has_value()) << what << ": no reference gradient";
@@ -84,11 +84,11 @@ void check_style(const DeviceMesh& mesh, const StyleCase& c) {
   const std::string where = c.name + " on mesh " + mesh.to_string();
   Wrap par(mesh, c.make(mesh)), ref(mesh, c.make(mesh));
   parallelize_module(par, tp, {{"m", c.style}});
-  Placements act = replicate(mesh);
+  Placements act = replicate_tp(mesh);
   if (mesh.ndim() == 2) act[0] = Shard(0);
   act[static_cast<size_t>(tp)] = c.x_on_tp;
   DTensor dx = distribute_tensor(c.x, mesh, act);
-  DTensor rx = distribute_tensor(c.x, mesh, replicate(mesh));
+  DTensor rx = distribute_tensor(c.x, mesh, replicate_tp(mesh));
   const bool floating = c.x.dtype() == DType::Float64;
   if (floating) {
     dx.requires_grad_();
@@ -106,14 +106,14 @@ void check_style(const DeviceMesh& mesh, const StyleCase& c) {
   const DTensor ry = ref(rx);
   EXPECT_LE(max_abs_diff(y.full_tensor(), ry.full_tensor()), 1e-10) << where;
 
-  const Tensor w = randn64(y.shape(), 99, 1.0);
-  sum(mul(y, distribute_tensor(w, mesh, replicate(mesh)))).backward();
-  sum(mul(ry, distribute_tensor(w, mesh, replicate(mesh)))).backward();
-  if (floating) expect_close(dx.grad(), rx.grad(), where + " input");
+  const Tensor w = randn64_tp(y.shape(), 99, 1.0);
+  sum(mul(y, distribute_tensor(w, mesh, replicate_tp(mesh)))).backward();
+  sum(mul(ry, distribute_tensor(w, mesh, replicate_tp(mesh)))).backward();
+  if (floating) expect_close_tp(dx.grad(), rx.grad(), where + " input");
   const auto pp = par.named_parameters(), rp = ref.named_parameters();
   ASSERT_EQ(pp.size(), rp.size()) << where;
   for (size_t i = 0; i < pp.size(); ++i)
-    expect_close(pp[i].second->grad(), rp[i].second->grad(), where + " " + pp[i].first);
+    expect_close_tp(pp[i].second->grad(), rp[i].second->grad(), where + " " + pp[i].first);
 }
 
 MakeModule linear_of(const Tensor& w, const std::optional<Tensor>& b) {
@@ -126,13 +126,13 @@ MakeModule linear_of(const Tensor& w, const std::optional<Tensor>& b) {
 // replicated and sequence-sharded on tp. Features 10 and a vocabulary of 11
 // give uneven shards on 3 and 4 ranks.
 TEST_F(TensorParallelTest, EachStyleMatchesTheUnparallelizedModule) {
-  const Tensor x = randn64({4, 6, 8}, 1, 1.0);
-  const Tensor w1 = randn64({10, 8}, 2, 0.3), b1 = randn64({10}, 3, 0.1);
-  const Tensor w2 = randn64({8, 10}, 4, 0.3), b2 = randn64({8}, 5, 0.1);
-  const Tensor h = randn64({4, 6, 10}, 6, 1.0);
-  const Tensor table = randn64({11, 8}, 7, 1.0);
+  const Tensor x = randn64_tp({4, 6, 8}, 1, 1.0);
+  const Tensor w1 = randn64_tp({10, 8}, 2, 0.3), b1 = randn64_tp({10}, 3, 0.1);
+  const Tensor w2 = randn64_tp({8, 10}, 4, 0.3), b2 = randn64_tp({8}, 5, 0.1);
+  const Tensor h = randn64_tp({4, 6, 10}, 6, 1.0);
+  const Tensor table = randn64_tp({11, 8}, 7, 1.0);
   const Tensor ids = Tensor::randint(0, 11, {4, 6}, 8);
-  const Tensor g = 1.0 + randn64({8}, 9, 0.1), gb = randn64({8}, 10, 0.1);
+  const Tensor g = 1.0 + randn64_tp({8}, 9, 0.1), gb = randn64_tp({8}, 10, 0.1);
   const MakeModule embedding_module = [table](const DeviceMesh& mesh) {
     return std::make_unique<nn::Embedding>(mesh, table);
   };
@@ -163,7 +163,7 @@ TEST_F(TensorParallelTest, EachStyleMatchesTheUnparallelizedModule) {
       {"prepare output", linear_of(w1, b1),
        PrepareModuleOutput{.desired_output_layouts = Shard(1)}, x, Replicate(), Shard(1), 0},
   };
-  for (const Shape& shape : tp_meshes(world, {{4}, {3}, {2, 2}, {2, 3}})) {
+  for (const Shape& shape : tp_meshes_tensor_parallel(world, {{4}, {3}, {2, 2}, {2, 3}})) {
     DeviceMesh mesh(world, shape);
     if (!dtensor::testing::takes_part(mesh)) continue;
     for (const StyleCase& c : cases) check_style(mesh, c);
@@ -201,7 +201,7 @@ namespace {
 // p -= lr * grad on the local shards, the gradient first moved to the
 // parameter's layout (summing the Partial gradients of data and sequence
 // parallelism).
-void sgd_step(nn::Module& model, double lr) {
+void sgd_step_tensor_parallel(nn::Module& model, double lr) {
   NoGradGuard no_grad;
   for (auto& [name, p] : model.named_parameters()) {
     const std::optional<DTensor> g = p->grad();
@@ -227,7 +227,7 @@ std::vector<double> train(models::GPT& model, const DeviceMesh& mesh, const Plac
     const DTensor loss = models::gpt_loss(model(ids), targets);
     losses.push_back(loss.full_tensor().item());
     loss.backward();
-    sgd_step(model, 0.5);
+    sgd_step_tensor_parallel(model, 0.5);
   }
   return losses;
 }
@@ -250,7 +250,7 @@ TEST_F(TensorParallelTest, GptTrainsLikeTheOneRankModel) {
   struct Variant {
     bool sequence_parallel, loss_parallel;
   };
-  for (const Shape& shape : tp_meshes(world, {{4}, {2}, {2, 2}, {2, 4}})) {
+  for (const Shape& shape : tp_meshes_tensor_parallel(world, {{4}, {2}, {2, 2}, {2, 4}})) {
     DeviceMesh mesh(world, shape);
     if (!dtensor::testing::takes_part(mesh)) continue;
     const int tp = mesh.ndim() - 1;
@@ -259,7 +259,7 @@ TEST_F(TensorParallelTest, GptTrainsLikeTheOneRankModel) {
                                 (v.loss_parallel ? " loss-parallel" : "");
       models::GPT model(mesh, c);
       parallelize_module(model, tp, models::gpt_tensor_parallel_plan(v.sequence_parallel, v.loss_parallel));
-      Placements inputs = replicate(mesh);
+      Placements inputs = replicate_tp(mesh);
       if (mesh.ndim() == 2) inputs[0] = Shard(0);  // data parallel over dim 0
       const std::vector<double> got = train(model, mesh, inputs, kSteps);
       for (int s = 0; s < kSteps; ++s)
@@ -348,5 +348,5 @@ TEST_F(TensorParallelTest, BadPlansNameTheEntryAndChangeNothing) {
       },
       {"RowwiseParallel on 'head': output_layouts must be Replicate, Shard(d) or Partial(sum), got P(max)"});
   for (auto& [name, p] : model.named_parameters())
-    EXPECT_EQ(p->placements(), replicate(mesh)) << name << " changed by a refused plan";
+    EXPECT_EQ(p->placements(), replicate_tp(mesh)) << name << " changed by a refused plan";
 }

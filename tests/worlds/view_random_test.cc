@@ -26,7 +26,7 @@ class ViewRandomTest : public ::testing::Test {
 // ---- random layouts ------------------------------------------------------------------
 
 // Random ints in [lo, hi].
-int64_t uniform(std::mt19937& rng, int64_t lo, int64_t hi) {
+int64_t uniform_view(std::mt19937& rng, int64_t lo, int64_t hi) {
   return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
 }
 
@@ -41,29 +41,29 @@ Shape random_reshape(std::mt19937& rng, const Shape& shape) {
     switch (rng() % 4) {
       case 0:  // merge two adjacent dims
         if (nd >= 2) {
-          const int64_t i = uniform(rng, 0, nd - 2);
+          const int64_t i = uniform_view(rng, 0, nd - 2);
           s[i] *= s[i + 1];
           s.erase(i + 1);
         }
         break;
       case 1:  // split a dim into p * (n / p)
         if (nd >= 1 && nd < kMaxDims) {
-          const int64_t i = uniform(rng, 0, nd - 1);
+          const int64_t i = uniform_view(rng, 0, nd - 1);
           const int64_t n = s[i];
-          int64_t p = n == 0 ? uniform(rng, 0, 3) : 1;
+          int64_t p = n == 0 ? uniform_view(rng, 0, 3) : 1;
           if (n > 0) {
             std::vector<int64_t> divisors;
             for (int64_t k = 1; k <= n; ++k)
               if (n % k == 0) divisors.push_back(k);
             p = divisors[rng() % divisors.size()];
           }
-          const int64_t q = n == 0 ? (p == 0 ? uniform(rng, 0, 3) : 0) : n / p;
+          const int64_t q = n == 0 ? (p == 0 ? uniform_view(rng, 0, 3) : 0) : n / p;
           s[i] = q;
           s.insert(i, p);
         }
         break;
       case 2:  // insert a size-1 dim
-        if (nd < kMaxDims) s.insert(uniform(rng, 0, nd), 1);
+        if (nd < kMaxDims) s.insert(uniform_view(rng, 0, nd), 1);
         break;
       default:  // remove a size-1 dim
         for (int64_t i = 0; i < nd; ++i)
@@ -75,7 +75,7 @@ Shape random_reshape(std::mt19937& rng, const Shape& shape) {
     }
   }
   if (!s.empty() && rng() % 3 == 0) {
-    const int64_t i = uniform(rng, 0, static_cast<int64_t>(s.size()) - 1);
+    const int64_t i = uniform_view(rng, 0, static_cast<int64_t>(s.size()) - 1);
     int64_t others = 1;
     for (int64_t k = 0; k < static_cast<int64_t>(s.size()); ++k)
       if (k != i) others *= s[k];
@@ -85,20 +85,20 @@ Shape random_reshape(std::mt19937& rng, const Shape& shape) {
 }
 
 // A random dim of an nd-d tensor, negative half the time.
-int64_t random_dim(std::mt19937& rng, int64_t nd) {
-  const int64_t d = uniform(rng, 0, nd - 1);
+int64_t random_dim_view(std::mt19937& rng, int64_t nd) {
+  const int64_t d = uniform_view(rng, 0, nd - 1);
   return rng() % 2 ? d : d - nd;
 }
 
 // One op of the random test: its description, the plain result(s) and the
 // DTensor result(s).
-struct Case {
+struct ViewRandomCase {
   std::string what;
   std::vector<Tensor> want;
   std::function<std::vector<DTensor>()> got;
 };
 
-Case random_case(std::mt19937& rng, int which, const Tensor& x, const DTensor& d) {
+ViewRandomCase random_case(std::mt19937& rng, int which, const Tensor& x, const DTensor& d) {
   const Shape& shape = x.shape();
   const int64_t nd = x.dim();
   std::ostringstream what;
@@ -115,14 +115,14 @@ Case random_case(std::mt19937& rng, int which, const Tensor& x, const DTensor& d
       return {what.str(), {x.reshape(to)}, [=] { return one(reshape(d, to)); }};
     }
     case 2: {  // a view of non-contiguous shards
-      const int64_t a = random_dim(rng, nd), b = random_dim(rng, nd);
+      const int64_t a = random_dim_view(rng, nd), b = random_dim_view(rng, nd);
       const Tensor tx = x.transpose(a, b);
       const Shape to = random_reshape(rng, tx.shape());
       what << "transpose " << a << "," << b << " then view " << to;
       return {what.str(), {tx.reshape(to)}, [=] { return one(view(transpose(d, a, b), to)); }};
     }
     case 3: {
-      int64_t a = uniform(rng, 0, nd - 1), b = uniform(rng, a, nd - 1);
+      int64_t a = uniform_view(rng, 0, nd - 1), b = uniform_view(rng, a, nd - 1);
       if (rng() % 2) a -= nd;
       if (rng() % 2) b -= nd;
       what << "flatten " << a << "," << b;
@@ -132,12 +132,12 @@ Case random_case(std::mt19937& rng, int which, const Tensor& x, const DTensor& d
       what << "squeeze";
       return {what.str(), {x.squeeze()}, [=] { return one(squeeze(d)); }};
     case 5: {
-      const int64_t a = random_dim(rng, nd);
+      const int64_t a = random_dim_view(rng, nd);
       what << "squeeze " << a;
       return {what.str(), {x.squeeze(a)}, [=] { return one(squeeze(d, a)); }};
     }
     case 6: {
-      const int64_t a = random_dim(rng, nd + 1);
+      const int64_t a = random_dim_view(rng, nd + 1);
       what << "unsqueeze " << a;
       return {what.str(), {x.unsqueeze(a)}, [=] { return one(unsqueeze(d, a)); }};
     }
@@ -156,55 +156,55 @@ Case random_case(std::mt19937& rng, int which, const Tensor& x, const DTensor& d
         what << "t";
         return {what.str(), {x.t()}, [=] { return one(t(d)); }};
       }
-      const int64_t a = random_dim(rng, nd), b = random_dim(rng, nd);
+      const int64_t a = random_dim_view(rng, nd), b = random_dim_view(rng, nd);
       what << "transpose " << a << "," << b;
       return {what.str(), {x.transpose(a, b)}, [=] { return one(transpose(d, a, b)); }};
     }
     case 9: {
       Shape to;
-      const int64_t lead = uniform(rng, 0, 2);
-      for (int64_t i = 0; i < lead; ++i) to.push_back(uniform(rng, 0, 3));
+      const int64_t lead = uniform_view(rng, 0, 2);
+      for (int64_t i = 0; i < lead; ++i) to.push_back(uniform_view(rng, 0, 3));
       for (int64_t i = 0; i < nd; ++i) {
-        const int64_t k = uniform(rng, 0, 2);
-        if (shape[i] == 1 && k == 0) to.push_back(uniform(rng, 0, 5));
+        const int64_t k = uniform_view(rng, 0, 2);
+        if (shape[i] == 1 && k == 0) to.push_back(uniform_view(rng, 0, 5));
         else to.push_back(k == 1 ? -1 : shape[i]);
       }
       what << "expand " << to;
       return {what.str(), {x.expand(to)}, [=] { return one(expand(d, to)); }};
     }
     case 10: {
-      const int64_t a = random_dim(rng, nd), n = shape[a < 0 ? a + nd : a];
-      const int64_t start = uniform(rng, 0, n), length = uniform(rng, 0, n - start);
+      const int64_t a = random_dim_view(rng, nd), n = shape[a < 0 ? a + nd : a];
+      const int64_t start = uniform_view(rng, 0, n), length = uniform_view(rng, 0, n - start);
       const int64_t given = start < n && rng() % 2 ? start - n : start;
       what << "narrow " << a << "," << given << "," << length;
       return {what.str(), {x.narrow(a, given, length)},
               [=] { return one(narrow(d, a, given, length)); }};
     }
     case 11: {
-      const int64_t a = random_dim(rng, nd), n = shape[a < 0 ? a + nd : a];
-      const int64_t start = uniform(rng, -n - 2, n + 2), end = uniform(rng, -n - 2, n + 2);
-      const int64_t step = uniform(rng, 1, 3);
+      const int64_t a = random_dim_view(rng, nd), n = shape[a < 0 ? a + nd : a];
+      const int64_t start = uniform_view(rng, -n - 2, n + 2), end = uniform_view(rng, -n - 2, n + 2);
+      const int64_t step = uniform_view(rng, 1, 3);
       what << "slice " << a << "," << start << "," << end << "," << step;
       return {what.str(), {x.slice(a, start, end, step)},
               [=] { return one(slice(d, a, start, end, step)); }};
     }
     case 12: {
-      const int64_t a = random_dim(rng, nd), n = shape[a < 0 ? a + nd : a];
+      const int64_t a = random_dim_view(rng, nd), n = shape[a < 0 ? a + nd : a];
       if (n == 0) {
         what << "narrow " << a << ",0,0";
         return {what.str(), {x.narrow(a, 0, 0)}, [=] { return one(narrow(d, a, 0, 0)); }};
       }
-      const int64_t index = uniform(rng, -n, n - 1);
+      const int64_t index = uniform_view(rng, -n, n - 1);
       what << "select " << a << "," << index;
       return {what.str(), {x.select(a, index)}, [=] { return one(select(d, a, index)); }};
     }
     case 13: {
-      const int64_t a = random_dim(rng, nd), n = uniform(rng, 1, 5);
+      const int64_t a = random_dim_view(rng, nd), n = uniform_view(rng, 1, 5);
       what << "chunk " << n << "," << a;
       return {what.str(), x.chunk(n, a), [=] { return chunk(d, n, a); }};
     }
     default: {
-      const int64_t a = random_dim(rng, nd), size = uniform(rng, 1, 4);
+      const int64_t a = random_dim_view(rng, nd), size = uniform_view(rng, 1, 4);
       what << "split " << size << "," << a;
       return {what.str(), x.split(size, a), [=] { return split(d, size, a); }};
     }
@@ -231,7 +231,7 @@ TEST_F(ViewRandomTest, RandomLayoutsMatchThePlainOps) {
                               rng, static_cast<int>(mesh_shape.size()), nd).first;
     const Tensor x = int_valued(shape, iter);
     const DTensor d = make_dtensor(x, mesh, pl, iter);
-    const Case c = random_case(rng, which, x, d);
+    const ViewRandomCase c = random_case(rng, which, x, d);
     const std::string what = c.what + " of " + to_string(shape) + " placed " + to_string(pl) +
                              " on " + mesh.to_string();
     std::vector<DTensor> got;
