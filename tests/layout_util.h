@@ -158,4 +158,20 @@ inline Placements random_shard_or_replicate(std::mt19937& rng, int mesh_nd, int6
   return with_random_orders(rng, p);
 }
 
+// The default topology (one host for <= 8 ranks), small hosts so that outer
+// dims cross them, or explicit and uneven per-dim links, so that a planner
+// meets groups whose dims differ in bandwidth and latency.
+inline void random_topology(std::mt19937& rng, DeviceMesh& mesh) {
+  Topology t = mesh.topology();
+  switch (rng() % 3) {
+    case 0: break;
+    case 1: t.devices_per_host = int64_t{1} << (rng() % 4); break;
+    default:
+      for (int i = 0; i < mesh.ndim(); ++i)
+        t.per_dim.push_back(LinkCost{5.0 + static_cast<double>(rng() % 300),
+                                     0.1 + static_cast<double>(rng() % 40) / 10});
+  }
+  mesh.set_topology(t);
+}
+
 }  // namespace dtensor::testing

@@ -22,6 +22,7 @@
 
 using namespace dtensor;
 using dtensor::testing::int_valued;
+using dtensor::testing::random_topology;
 using dtensor::testing::make_dtensor;
 using redistribute_detail::build_plan;
 using redistribute_detail::execute_plan;
@@ -31,7 +32,7 @@ using redistribute_detail::SearchMode;
 namespace {
 
 // 2- to 5-d meshes of at most 64 ranks, sizes 1-4.
-Shape random_mesh_of(std::mt19937& rng, int nd) {
+Shape prune_mesh(std::mt19937& rng, int nd) {
   for (;;) {
     Shape s;
     for (int i = 0; i < nd; ++i) s.push_back(1 + static_cast<int64_t>(rng() % 4));
@@ -41,7 +42,7 @@ Shape random_mesh_of(std::mt19937& rng, int nd) {
 
 // Tensor shapes of rank 1-4: small (uneven and empty shards), up to 64 as
 // the bench draws them, or up to 4096 so that bandwidth decides.
-Shape random_tensor(std::mt19937& rng) {
+Shape prune_shape(std::mt19937& rng) {
   const int nd = 1 + static_cast<int>(rng() % 4);
   const int kind = static_cast<int>(rng() % 3);
   Shape s;
@@ -53,19 +54,6 @@ Shape random_tensor(std::mt19937& rng) {
   return s;
 }
 
-// The default topology, small hosts, or explicit uneven per-dim links.
-void random_topology(std::mt19937& rng, DeviceMesh& mesh) {
-  Topology t = mesh.topology();
-  switch (rng() % 3) {
-    case 0: break;
-    case 1: t.devices_per_host = int64_t{1} << (rng() % 4); break;
-    default:
-      for (int i = 0; i < mesh.ndim(); ++i)
-        t.per_dim.push_back(LinkCost{5.0 + static_cast<double>(rng() % 300),
-                                     0.1 + static_cast<double>(rng() % 40) / 10});
-  }
-  mesh.set_topology(t);
-}
 
 }  // namespace
 
@@ -79,9 +67,9 @@ TEST(PlanPrune, BoxExchangeFloorNeverExceedsItsCostAndKeepsTheChoice) {
   const int iterations = dtensor::testing::property_cases(600);
   int boxes = 0, skipped = 0;
   for (int iter = 0; iter < iterations; ++iter) {
-    DeviceMesh mesh(world, random_mesh_of(rng, 2 + iter % 4));
+    DeviceMesh mesh(world, prune_mesh(rng, 2 + iter % 4));
     random_topology(rng, mesh);
-    const Shape shape = random_tensor(rng);
+    const Shape shape = prune_shape(rng);
     const int64_t ndim = static_cast<int64_t>(shape.size());
     const Placements from = dtensor::testing::random_shard_or_replicate(rng, mesh.ndim(), ndim);
     const Placements to = dtensor::testing::random_shard_or_replicate(rng, mesh.ndim(), ndim);
@@ -145,7 +133,7 @@ TEST(PlanPrune, TwinTensorDimsPlanAsCheaplyAsTheExhaustiveSearch) {
   const int iterations = dtensor::testing::property_cases(240);
   int twins = 0, ran = 0;
   for (int iter = 0; iter < iterations; ++iter) {
-    DeviceMesh mesh(world, random_mesh_of(rng, 3 + iter % 3));
+    DeviceMesh mesh(world, prune_mesh(rng, 3 + iter % 3));
     random_topology(rng, mesh);
     const int64_t lengths[] = {3, 5, 7, 8, 35, 64};
     const int64_t ndim = 3 + static_cast<int64_t>(rng() % 2);

@@ -20,6 +20,7 @@
 
 using namespace dtensor;
 using dtensor::testing::int_valued;
+using dtensor::testing::random_topology;
 using dtensor::testing::make_dtensor;
 using redistribute_detail::build_plan;
 using redistribute_detail::execute_plan;
@@ -63,21 +64,6 @@ Shape random_tensor(std::mt19937& rng) {
   return s;
 }
 
-// Topologies: the default (one host for <= 8 ranks), small hosts so that
-// outer dims cross them, or explicit and uneven per-dim links, so that the
-// bound meets groups whose dims differ in bandwidth and latency.
-void random_topology(std::mt19937& rng, DeviceMesh& mesh) {
-  Topology t = mesh.topology();
-  switch (rng() % 3) {
-    case 0: break;
-    case 1: t.devices_per_host = int64_t{1} << (rng() % 4); break;
-    default:
-      for (int i = 0; i < mesh.ndim(); ++i)
-        t.per_dim.push_back(LinkCost{5.0 + static_cast<double>(rng() % 300),
-                                     0.1 + static_cast<double>(rng() % 40) / 10});
-  }
-  mesh.set_topology(t);
-}
 
 }  // namespace
 
