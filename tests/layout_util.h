@@ -174,4 +174,20 @@ inline void random_topology(std::mt19937& rng, DeviceMesh& mesh) {
   mesh.set_topology(t);
 }
 
+// Tensor shapes of rank 1-4 for planner tests: of `kinds` (3 or more)
+// equally likely kinds, the last is dims up to 4096 (bandwidth decides
+// between plans), the one before dims up to 64 (as the bench draws them),
+// and the rest small dims 0-9 (uneven and empty shards).
+inline Shape random_planner_shape(std::mt19937& rng, int kinds) {
+  const int nd = 1 + static_cast<int>(rng() % 4);
+  const int kind = static_cast<int>(rng() % static_cast<unsigned>(kinds));
+  Shape s;
+  for (int i = 0; i < nd; ++i) {
+    if (kind < kinds - 2) s.push_back(static_cast<int64_t>(rng() % 10));
+    else if (kind == kinds - 2) s.push_back(1 + static_cast<int64_t>(rng() % 64));
+    else s.push_back(1 + static_cast<int64_t>(rng() % 4096));
+  }
+  return s;
+}
+
 }  // namespace dtensor::testing

@@ -40,21 +40,6 @@ Shape prune_mesh(std::mt19937& rng, int nd) {
   }
 }
 
-// Tensor shapes of rank 1-4: small (uneven and empty shards), up to 64 as
-// the bench draws them, or up to 4096 so that bandwidth decides.
-Shape prune_shape(std::mt19937& rng) {
-  const int nd = 1 + static_cast<int>(rng() % 4);
-  const int kind = static_cast<int>(rng() % 3);
-  Shape s;
-  for (int i = 0; i < nd; ++i) {
-    if (kind == 0) s.push_back(static_cast<int64_t>(rng() % 10));
-    else if (kind == 1) s.push_back(1 + static_cast<int64_t>(rng() % 64));
-    else s.push_back(1 + static_cast<int64_t>(rng() % 4096));
-  }
-  return s;
-}
-
-
 }  // namespace
 
 // Random S/R pairs (shard orders on some) on 2- to 5-d meshes: the floor is
@@ -69,7 +54,7 @@ TEST(PlanPrune, BoxExchangeFloorNeverExceedsItsCostAndKeepsTheChoice) {
   for (int iter = 0; iter < iterations; ++iter) {
     DeviceMesh mesh(world, prune_mesh(rng, 2 + iter % 4));
     random_topology(rng, mesh);
-    const Shape shape = prune_shape(rng);
+    const Shape shape = dtensor::testing::random_planner_shape(rng, 3);
     const int64_t ndim = static_cast<int64_t>(shape.size());
     const Placements from = dtensor::testing::random_shard_or_replicate(rng, mesh.ndim(), ndim);
     const Placements to = dtensor::testing::random_shard_or_replicate(rng, mesh.ndim(), ndim);

@@ -49,22 +49,6 @@ Shape random_mesh_of(std::mt19937& rng, int nd) {
   }
 }
 
-// Tensor shapes of rank 1-4: half small (0-9, uneven and empty shards), half
-// with dims up to 64 as the bench draws them, and some up to 4096 so that
-// bandwidth, not latency, decides between plans.
-Shape random_tensor(std::mt19937& rng) {
-  const int nd = 1 + static_cast<int>(rng() % 4);
-  const int kind = static_cast<int>(rng() % 4);
-  Shape s;
-  for (int i = 0; i < nd; ++i) {
-    if (kind < 2) s.push_back(static_cast<int64_t>(rng() % 10));
-    else if (kind == 2) s.push_back(1 + static_cast<int64_t>(rng() % 64));
-    else s.push_back(1 + static_cast<int64_t>(rng() % 4096));
-  }
-  return s;
-}
-
-
 }  // namespace
 
 // Random pairs on 3-, 4- and 5-d meshes (a third each), float32 and int64,
@@ -80,7 +64,7 @@ TEST(PlanSearch, PrunedSearchMatchesTheReferencesOnThreeToFiveDimMeshes) {
   for (int iter = 0; iter < iterations; ++iter) {
     DeviceMesh mesh(world, random_mesh_of(rng, 3 + iter % 3));
     random_topology(rng, mesh);
-    const Shape shape = random_tensor(rng);
+    const Shape shape = dtensor::testing::random_planner_shape(rng, 4);
     const int64_t ndim = static_cast<int64_t>(shape.size());
     auto [from, to] = dtensor::testing::random_placement_pair(rng, mesh.ndim(), ndim);
     RedistributeOptions options;
