@@ -229,7 +229,8 @@ LocalTensor box_exchange(const LocalTensor& in, const Group& g, const DeviceMesh
   // The common case, a simulated world whose mesh is the whole world in
   // rank order: coordinates are ranks, so the planned routes serve as they
   // are (no per-call copy of n^2 moves).
-  if (all && in.shards().size() == by_coord.outputs.size()) {
+  if (all && in.shards().size() == by_coord.outputs.size() &&
+      mesh.contains(in.shards().front().first)) {
     const std::vector<int> view = mesh.ranks(in.shards().front().first);
     bool identity = true;
     for (size_t c = 0; c < view.size() && identity; ++c) identity = view[c] == static_cast<int>(c);

@@ -256,7 +256,7 @@ void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
   }
   // A large output contiguous along l goes through its tile buffer too, and
   // each tile row is streamed out (stream_row). Copies only (one input): on
-  // a 4096x4096 float32 a.t().contiguous() this took 0.8-0.85x the CPU time,
+  // a 4096x4096 float32 a.t().contiguous() this took 0.7-0.95x the CPU time,
   // but a.t() + b 1.0-1.5x (docs/PERFORMANCE.md), so two-input kernels
   // keep writing in place.
   const bool stream0 = N == 2 && w.stream && !staged[0] && w.st[0][l] == w.item[0] &&
