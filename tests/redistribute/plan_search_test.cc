@@ -15,13 +15,16 @@
 
 #include "dtensor/dtensor.h"
 #include "layout_util.h"
+#include "plan_check.h"
 #include "redistribute/plan_internal.h"
 #include "test_util.h"
 
 using namespace dtensor;
+using dtensor::testing::as_cheap_and_light;
 using dtensor::testing::int_valued;
 using dtensor::testing::random_topology;
 using dtensor::testing::make_dtensor;
+using dtensor::testing::plan_moves_the_data;
 using redistribute_detail::build_plan;
 using redistribute_detail::execute_plan;
 using redistribute_detail::SearchMode;
@@ -96,19 +99,13 @@ TEST(PlanSearch, PrunedSearchMatchesTheReferencesOnThreeToFiveDimMeshes) {
                              " shape " + to_string(shape) + " merge " +
                              std::to_string(options.merge) + "\n" + pruned.explain() +
                              full.explain();
-    for (const RedistributePlan* ref : {&full, &coarse}) {
-      ASSERT_NEAR(pruned.cost_us, ref->cost_us, 1e-9 * std::max(1.0, ref->cost_us)) << what;
-      ASSERT_NEAR(pruned.peak_bytes, ref->peak_bytes, 1e-9 * std::max(1.0, ref->peak_bytes))
-          << what;
-    }
+    for (const RedistributePlan* ref : {&full, &coarse})
+      ASSERT_TRUE(as_cheap_and_light(pruned, *ref)) << what;
     ++checked;
     // Run some on the simulated world: the plan moves the data right, new
     // Partials included (R -> P(sum) puts x on one rank: the sum is exact).
     if (iter % 3 == 0 && shape.product() <= 4096 && dtype == DType::Float32) {
-      const Tensor x = int_valued(shape, static_cast<uint64_t>(iter));
-      const DTensor d = make_dtensor(x, mesh, from, static_cast<uint64_t>(iter));
-      const DTensor r(*b, execute_plan(pruned, d.local()));
-      ASSERT_TRUE(equal(r.full_tensor(), x)) << what;
+      ASSERT_TRUE(plan_moves_the_data(pruned, *a, *b, static_cast<uint64_t>(iter))) << what;
       ++ran;
     }
   }
