@@ -182,6 +182,8 @@ class Planner {
 
   // plan_bound.cc
   void init_cover();
+  // Read from init_cover's per-mask tables, which only the fine bound
+  // fills and uses (Pruned mode, not coarse_): ask them nowhere else.
   int64_t group_size(uint32_t dims) const;
   LinkCost slowest_link(uint32_t dims) const;
   void cheapest_cover(const double* floor, double* out) const;
