@@ -96,6 +96,7 @@ struct Walk {
   std::array<int64_t, N> item{};
   int tile_dim = -1;  // the dim tiled against the innermost one, or -1
   bool stream = false;  // a tiled walk writes operand 0 non-temporally (kStreamBytes)
+  bool move = false;    // a transposing byte move (kMove): walk_moves instead of tiles
 };
 
 // Copies `bytes` from the 16-byte aligned tile buffer `src` to `dst` with
@@ -231,6 +232,31 @@ inline void stage_tile(int64_t item, char* buf, char* mem, int64_t jn, int64_t l
   else transpose_tile(item, buf, ln * item, mem, sl, jn, ln);
 }
 
+// Calls plane(p) with the operands' pointers at each index tuple of the
+// dims other than tile_dim and the innermost one, in row-major order.
+template <size_t N, class Plane>
+void for_each_plane(const Walk<N>& w, const std::array<char*, N>& base, Plane& plane) {
+  Walk<N> rest;  // the other dims, as a walk of single elements
+  for (int d = 0; d < w.nd - 1; ++d) {
+    if (d == w.tile_dim) continue;
+    rest.sizes[rest.nd] = w.sizes[d];
+    for (size_t k = 0; k < N; ++k) rest.st[k][rest.nd] = w.st[k][d];
+    ++rest.nd;
+  }
+  if (rest.nd == 0) {
+    plane(base);
+    return;
+  }
+  // Walk `rest` one element per "run": make its innermost dim a run of 1.
+  rest.sizes[rest.nd] = 1;
+  for (size_t k = 0; k < N; ++k) rest.st[k][rest.nd] = 0;
+  ++rest.nd;
+  auto run = [&plane](const std::array<char*, N>& p, int64_t, const std::array<int64_t, N>&) {
+    plane(p);
+  };
+  walk_rows(rest, base, run);
+}
+
 // The tiled walk: the dims other than tile_dim (j) and the innermost (l) in
 // row-major order, and for each of their index tuples the (j, l) plane in
 // kTile x kTile tiles, each tile as kTile runs of up to kTile elements.
@@ -263,14 +289,7 @@ void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
                        w.item[0] > 0 && w.item[0] <= 8;
   bool streamed = false;
   alignas(64) char buf[N][kTile * kTile * 8];
-  Walk<N> rest;  // the other dims, as a walk of single elements
-  for (int d = 0; d < l; ++d) {
-    if (d == j) continue;
-    rest.sizes[rest.nd] = w.sizes[d];
-    for (size_t k = 0; k < N; ++k) rest.st[k][rest.nd] = w.st[k][d];
-    ++rest.nd;
-  }
-  auto plane = [&](std::array<char*, N> p, int64_t, const std::array<int64_t, N>&) {
+  auto plane = [&](std::array<char*, N> p) {
     for (int64_t jb = 0; jb < w.sizes[j]; jb += kTileBlock)
     for (int64_t lb = 0; lb < w.sizes[l]; lb += kTileBlock)
     for (int64_t l0 = lb; l0 < std::min(w.sizes[l], lb + kTileBlock); l0 += kTile) {
@@ -308,15 +327,7 @@ void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
       }
     }
   };
-  if (rest.nd == 0) {
-    plane(base, 1, inner);
-  } else {
-    // Walk `rest` one element per "run": make its innermost dim a run of 1.
-    rest.sizes[rest.nd] = 1;
-    for (size_t k = 0; k < N; ++k) rest.st[k][rest.nd] = 0;
-    ++rest.nd;
-    walk_rows(rest, base, plane);
-  }
+  for_each_plane(w, base, plane);
 #if defined(__SSE2__)
   // Non-temporal stores are not ordered by the release that publishes a
   // parallel block's end (or by anything but a fence): the fence makes the
@@ -325,8 +336,63 @@ void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
 #endif
 }
 
+// Whether a walk that tiles is a transposing byte move walk_moves can do:
+// two operands of one item size (1, 2, 4 or 8 bytes), each contiguous
+// along one of the two tiled dims, a different one each.
+template <size_t N>
+bool can_move(const Walk<N>& w) {
+  if constexpr (N != 2) {
+    return false;
+  } else {
+    const int64_t item = w.item[0];
+    if (w.tile_dim < 0 || item != w.item[1] || !(item == 1 || item == 2 || item == 4 || item == 8))
+      return false;
+    const int j = w.tile_dim, l = w.nd - 1;
+    return (w.st[0][l] == item && w.st[1][j] == item) || (w.st[0][j] == item && w.st[1][l] == item);
+  }
+}
+
+// A transposing byte move (can_move): operand 1's bytes go to operand 0
+// through transpose_tile, register blocks straight from one to the other,
+// with no kernel call and no staging buffer. Each plane goes in bands of
+// kMoveRows source rows by kMoveCols columns, down the columns first (see
+// transpose.cc), so each destination row is written a run of kMoveRows
+// elements at a time (256 bytes: four whole lines, which non-temporal
+// stores need to fill their write-combining buffers) while the source is
+// read kMoveRows rows at a time, 1,024 elements along each before the next
+// band. On a 4096x4096 float32 transposing copy this order with
+// non-temporal stores took ~1.75x memcpy where 32x32 tiles took 3.2x
+// (docs/PERFORMANCE.md). Large outputs (w.stream) are streamed.
+inline void walk_moves(const Walk<2>& w, const std::array<char*, 2>& base) {
+  const int64_t item = w.item[0];
+  // a: the dim along which the source (operand 1) is contiguous, the
+  // destination's row dim; b: the destination's contiguous dim.
+  const int l = w.nd - 1;
+  const int a = w.st[1][l] == item ? l : w.tile_dim, b = a == l ? w.tile_dim : l;
+  const int64_t rows_at_once = 256 / item, cols_at_once = 1024;
+  bool streamed = false;
+  auto plane = [&](const std::array<char*, 2>& p) {
+    for (int64_t a0 = 0; a0 < w.sizes[a]; a0 += cols_at_once) {
+      const int64_t an = std::min(cols_at_once, w.sizes[a] - a0);
+      for (int64_t b0 = 0; b0 < w.sizes[b]; b0 += rows_at_once) {
+        const int64_t bn = std::min(rows_at_once, w.sizes[b] - b0);
+        streamed |= transpose_tile(item, p[1] + b0 * w.st[1][b] + a0 * item, w.st[1][b],
+                                   p[0] + a0 * w.st[0][a] + b0 * item, w.st[0][a], bn, an,
+                                   w.stream);
+      }
+    }
+  };
+  for_each_plane(w, base, plane);
+#if defined(__SSE2__)
+  if (streamed) _mm_sfence();  // as in walk_tiles
+#endif
+}
+
 template <size_t N, class Kernel>
 void walk(const Walk<N>& w, const std::array<char*, N>& base, Kernel& kernel) {
+  if constexpr (N == 2) {
+    if (w.move) return walk_moves(w, base);
+  }
   if (w.tile_dim >= 0) walk_tiles(w, base, kernel);
   else walk_rows(w, base, kernel);
 }
@@ -352,6 +418,10 @@ enum WalkFlags : int {
   // kernel is compiled for AVX2 / AVX-512 too. Only for files that turn FP
   // contraction off (see simd.h).
   kSimd = 2,
+  // The kernel copies operand 1 into operand 0 unchanged, element for
+  // element of one size (a same-dtype copy). A walk that would tile then
+  // moves the bytes itself (walk_moves) without calling the kernel.
+  kMove = 4,
 };
 
 // See the file comment: possibly on several threads, each element of
@@ -364,6 +434,7 @@ void for_each_strided(const Shape& shape, const StridedOperands<N>& ops, Kernel&
   loops::Walk<N> w;
   if (!loops::coalesce(shape, ops, w)) return;
   if constexpr (!(kFlags & kNoTiles)) w.tile_dim = loops::pick_tile_dim(w);
+  if constexpr ((kFlags & kMove) != 0) w.move = loops::can_move(w);
   if (w.tile_dim >= 0) {
     // Operand 0's bytes: its non-broadcast dims only.
     int64_t out_bytes = w.item[0];

@@ -478,7 +478,11 @@ Tensor& Tensor::copy_(const Tensor& src) {
   detail::set_operand(ops, 1, src, shape_);
   detail::dispatch_all(dtype_, "copy_", [&]<class D>() {
     detail::dispatch_all(src.dtype_, "copy_", [&]<class S>() {
-      detail::for_each_strided(shape_, ops, copy_kernel<D, S>);
+      if constexpr (std::is_same_v<D, S>) {
+        detail::for_each_strided<2, detail::kMove>(shape_, ops, copy_kernel<D, S>);
+      } else {
+        detail::for_each_strided(shape_, ops, copy_kernel<D, S>);
+      }
     });
   });
   return *this;
