@@ -355,12 +355,12 @@ bool can_move(const Walk<N>& w) {
 // A transposing byte move (can_move): operand 1's bytes go to operand 0
 // through transpose_tile, register blocks straight from one to the other,
 // with no kernel call and no staging buffer. Each plane goes in bands of
-// kMoveRows source rows by kMoveCols columns, down the columns first (see
-// transpose.cc), so each destination row is written a run of kMoveRows
-// elements at a time (256 bytes: four whole lines, which non-temporal
+// 256 bytes' worth of source rows (rows_at_once) by 1,024 columns, down
+// the columns first (see transpose.cc), so each destination row is written
+// a run of 256 bytes at a time (four whole lines, which non-temporal
 // stores need to fill their write-combining buffers) while the source is
-// read kMoveRows rows at a time, 1,024 elements along each before the next
-// band. On a 4096x4096 float32 transposing copy this order with
+// read rows_at_once rows at a time, 1,024 elements along each, before the
+// next band. On a 4096x4096 float32 transposing copy this order with
 // non-temporal stores took ~1.75x memcpy where 32x32 tiles took 3.2x
 // (docs/PERFORMANCE.md). Large outputs (w.stream) are streamed.
 inline void walk_moves(const Walk<2>& w, const std::array<char*, 2>& base) {
