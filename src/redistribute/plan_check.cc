@@ -77,6 +77,11 @@ class Replay {
              "\n", plan_.explain());
   }
 
+  // The boxes of every coordinate. A box depends only on the coordinates
+  // on the mesh dims that shard (extent splits on no other), so each
+  // distinct box is asked of extent once, at its first coordinate in
+  // row-major order (0 on the other dims), and copied to the rest: extent
+  // copies the mesh's shape on every call, which was 15% of a cold plan.
   Boxes boxes_of(const Placements& p) const {
     const DTensorSpec spec = plan_.from.with_placements(p);
     Boxes b;
@@ -84,7 +89,15 @@ class Replay {
     b.ranges.resize(static_cast<size_t>(numel_ * b.ndim));
     DimVector coord(static_cast<size_t>(nd_), 0);
     for (int64_t c = 0; c < numel_; ++c) {
-      for (int i = 0; i < nd_; ++i) coord[i] = c / stride_[i] % size_[i];
+      int64_t first = c;
+      for (int i = 0; i < nd_; ++i) {
+        coord[i] = c / stride_[i] % size_[i];
+        if (!p[i].is_shard()) first -= coord[i] * stride_[i];
+      }
+      if (first != c) {
+        std::copy_n(b.ranges.data() + first * b.ndim, b.ndim, b.ranges.data() + c * b.ndim);
+        continue;
+      }
       const ShardExtent e = spec.extent(coord);
       for (int64_t d = 0; d < b.ndim; ++d) {
         const int64_t len = e.local_shape[d];
@@ -128,7 +141,9 @@ class Replay {
   // group's order (row-major over the dims), one group at a time.
   template <class F>
   void for_each_group(const RedistributeStep& s, F&& f) const {
-    std::vector<int64_t> members;
+    // Two buffers for every group (one pair per group was a tenth of the
+    // check).
+    std::vector<int64_t> members, grown;
     for (int64_t base = 0; base < numel_; ++base) {
       bool first = true;  // a group's first member has 0 on every step dim
       for (int64_t i : s.mesh_dims) first = first && base / stride_[i] % size_[i] == 0;
@@ -138,13 +153,12 @@ class Replay {
         // Row-major: the last dim varies fastest, so expand outer dims last.
         const int64_t i = s.mesh_dims[j];
         const size_t m = members.size();
-        std::vector<int64_t> grown;
-        grown.reserve(m * static_cast<size_t>(size_[i]));
+        grown.clear();
         for (int64_t x = 0; x < size_[i]; ++x)
           for (size_t y = 0; y < m; ++y) grown.push_back(members[y] + x * stride_[i]);
-        members = std::move(grown);
+        members.swap(grown);
       }
-      f(members);
+      f(static_cast<const std::vector<int64_t>&>(members));
     }
   }
 
@@ -266,7 +280,11 @@ class Replay {
         if (overlap) fail("coordinates " + std::to_string(holders[a]) + " and " +
                           std::to_string(holders[b]) + " hold overlapping source boxes");
       }
-    std::vector<std::vector<const BoxPiece*>> by(static_cast<size_t>(numel_));
+    // Per receiver: the elements it gets and the holders of the boxes they
+    // come from, grouped by receiver in one array (a counting sort; a
+    // vector per receiver allocated as it grew).
+    std::vector<size_t> first(static_cast<size_t>(numel_) + 1, 0);
+    std::vector<int64_t> have(static_cast<size_t>(numel_), 0);
     for (const BoxPiece& p : *pieces) {
       for (int i = 0; i < nd_; ++i)
         if (!in_step[i] && p.from / stride_[i] % size_[i] != p.to / stride_[i] % size_[i])
@@ -279,24 +297,26 @@ class Replay {
           fail("a box exchange piece from coordinate " + std::to_string(p.from) + " to " +
                std::to_string(p.to) + " lies outside the sender's or the receiver's range of "
                "tensor dim " + std::to_string(d));
-      by[static_cast<size_t>(p.to)].push_back(&p);
+      ++first[static_cast<size_t>(p.to) + 1];
+      have[static_cast<size_t>(p.to)] += p.size.product();
     }
+    for (size_t c = 0; c < static_cast<size_t>(numel_); ++c) first[c + 1] += first[c];
+    std::vector<int64_t> from(pieces->size());
+    std::vector<size_t> slot(first.begin(), first.end() - 1);
+    for (const BoxPiece& p : *pieces) from[slot[static_cast<size_t>(p.to)]++] = holder(p.from);
     for (int64_t c = 0; c < numel_; ++c) {
-      const std::vector<const BoxPiece*>& got = by[static_cast<size_t>(c)];
-      int64_t need = 1, have = 0;
+      int64_t need = 1;
       for (int64_t d = 0; d < td; ++d) need *= want.at(c, d).size;
-      std::vector<int64_t> from;
-      for (const BoxPiece* p : got) {
-        have += p->size.product();
-        from.push_back(holder(p->from));
-      }
-      std::sort(from.begin(), from.end());
-      if (std::adjacent_find(from.begin(), from.end()) != from.end())
+      const auto begin = from.begin() + static_cast<std::ptrdiff_t>(first[c]);
+      const auto end = from.begin() + static_cast<std::ptrdiff_t>(first[c + 1]);
+      std::sort(begin, end);
+      if (std::adjacent_find(begin, end) != end)
         fail("a box exchange sends coordinate " + std::to_string(c) +
              " two pieces of one source box");
-      if (have != need)
-        fail("a box exchange gives coordinate " + std::to_string(c) + " " + std::to_string(have) +
-             " elements of the " + std::to_string(need) + " its next box holds");
+      if (have[static_cast<size_t>(c)] != need)
+        fail("a box exchange gives coordinate " + std::to_string(c) + " " +
+             std::to_string(have[static_cast<size_t>(c)]) + " elements of the " +
+             std::to_string(need) + " its next box holds");
     }
   }
 
