@@ -195,12 +195,14 @@ class Replay {
                   std::to_string(s.divisor) + " does not give the value of " + to_string(s.from));
   }
 
-  // The pieces a step's routes move (by coordinate, starts relative to the
-  // sender's and the receiver's boxes; box_exchange.h), in global indices:
-  // each output must have its next box's shape, and each move must write
-  // where it reads. check_box_exchange then checks them as any pieces.
-  std::vector<BoxPiece> routed_pieces(const BoxRoutes& r, const Boxes& in,
-                                      const Boxes& want) const {
+  // A step's routes (by coordinate, starts relative to the sender's and
+  // the receiver's boxes; box_exchange.h): each output must have its next
+  // box's shape, and each move must write where it reads.
+  // check_box_exchange then checks their pieces, in global indices, as any
+  // pieces (each move turned into one as it is visited: a copy of ~1,000
+  // pieces per plan was fresh memory, whose page faults cost more than the
+  // check).
+  void check_routes(const BoxRoutes& r, const Boxes& in, const Boxes& want) const {
     const int64_t td = in.ndim;
     auto coordinate = [&](int64_t c) { return c >= 0 && c < numel_; };
     if (static_cast<int64_t>(r.outputs.size()) != numel_)
@@ -216,8 +218,6 @@ class Replay {
                std::to_string(shape[d]) + " elements of tensor dim " + std::to_string(d) +
                " where its next box has " + std::to_string(want.at(c, d).size));
     }
-    std::vector<BoxPiece> out;
-    out.reserve(r.moves.size());
     for (const BoxMove& m : r.moves) {
       if (!coordinate(m.from) || !coordinate(m.to) ||
           static_cast<int64_t>(m.size.size()) != td ||
@@ -225,17 +225,12 @@ class Replay {
           static_cast<int64_t>(m.to_start.size()) != td)
         fail("a box exchange route from coordinate " + std::to_string(m.from) + " to " +
              std::to_string(m.to) + " lies outside the mesh or the tensor's dims");
-      BoxPiece p{m.from, m.to, Shape(static_cast<size_t>(td), 0), m.size};
-      for (int64_t d = 0; d < td; ++d) {
-        p.start[d] = in.at(m.from, d).start + m.from_start[d];
-        if (want.at(m.to, d).start + m.to_start[d] != p.start[d])
+      for (int64_t d = 0; d < td; ++d)
+        if (want.at(m.to, d).start + m.to_start[d] != in.at(m.from, d).start + m.from_start[d])
           fail("a box exchange route from coordinate " + std::to_string(m.from) + " to " +
                std::to_string(m.to) + " writes tensor dim " + std::to_string(d) +
                " elsewhere than it reads");
-      }
-      out.push_back(std::move(p));
     }
-    return out;
   }
 
   // A box exchange: its pieces, the ones the executor runs, each lie
@@ -250,11 +245,24 @@ class Replay {
                           const Boxes& in, const Boxes& want) const {
     // The planner keeps the pieces with the step: check those, which are
     // what the executor runs; a step built by hand has its pieces worked out.
-    const std::optional<std::vector<BoxPiece>> pieces =
-        s.box_routes ? std::optional(routed_pieces(*s.box_routes, in, want))
-                     : box_pieces(plan_.from.with_placements(cur),
-                                  plan_.from.with_placements(next), static_cast<size_t>(-1));
-    if (!pieces) fail("a box exchange runs between layouts without Partial");
+    std::optional<std::vector<BoxPiece>> pieces;
+    if (s.box_routes) check_routes(*s.box_routes, in, want);
+    else pieces = box_pieces(plan_.from.with_placements(cur), plan_.from.with_placements(next),
+                             static_cast<size_t>(-1));
+    if (!s.box_routes && !pieces) fail("a box exchange runs between layouts without Partial");
+    // f(from, to, start, size) for every piece, in global indices.
+    auto each_piece = [&](auto&& f) {
+      if (!s.box_routes) {
+        for (const BoxPiece& p : *pieces) f(p.from, p.to, p.start.data(), p.size.data());
+        return;
+      }
+      int64_t start[kMaxDims];
+      for (const BoxMove& m : s.box_routes->moves) {
+        for (int64_t d = 0; d < in.ndim; ++d) start[d] = in.at(m.from, d).start + m.from_start[d];
+        f(int64_t{m.from}, int64_t{m.to}, start, m.size.data());
+      }
+    };
+    const size_t count = s.box_routes ? s.box_routes->moves.size() : pieces->size();
     bool in_step[kMaxDims] = {};
     for (int64_t i : s.mesh_dims) in_step[i] = true;
     const int64_t td = in.ndim;
@@ -285,25 +293,30 @@ class Replay {
     // vector per receiver allocated as it grew).
     std::vector<size_t> first(static_cast<size_t>(numel_) + 1, 0);
     std::vector<int64_t> have(static_cast<size_t>(numel_), 0);
-    for (const BoxPiece& p : *pieces) {
+    each_piece([&](int64_t from, int64_t to, const int64_t* start, const int64_t* size) {
       for (int i = 0; i < nd_; ++i)
-        if (!in_step[i] && p.from / stride_[i] % size_[i] != p.to / stride_[i] % size_[i])
-          fail("a box exchange moves a piece from coordinate " + std::to_string(p.from) + " to " +
-               std::to_string(p.to) + " across mesh dim " + std::to_string(i) +
+        if (!in_step[i] && from / stride_[i] % size_[i] != to / stride_[i] % size_[i])
+          fail("a box exchange moves a piece from coordinate " + std::to_string(from) + " to " +
+               std::to_string(to) + " across mesh dim " + std::to_string(i) +
                ", outside its mesh dims");
-      for (int64_t d = 0; d < td; ++d)
-        if (!inside(p.start[d], p.size[d], in.at(p.from, d)) ||
-            !inside(p.start[d], p.size[d], want.at(p.to, d)))
-          fail("a box exchange piece from coordinate " + std::to_string(p.from) + " to " +
-               std::to_string(p.to) + " lies outside the sender's or the receiver's range of "
+      int64_t elements = 1;
+      for (int64_t d = 0; d < td; ++d) {
+        if (!inside(start[d], size[d], in.at(from, d)) ||
+            !inside(start[d], size[d], want.at(to, d)))
+          fail("a box exchange piece from coordinate " + std::to_string(from) + " to " +
+               std::to_string(to) + " lies outside the sender's or the receiver's range of "
                "tensor dim " + std::to_string(d));
-      ++first[static_cast<size_t>(p.to) + 1];
-      have[static_cast<size_t>(p.to)] += p.size.product();
-    }
+        elements *= size[d];
+      }
+      ++first[static_cast<size_t>(to) + 1];
+      have[static_cast<size_t>(to)] += elements;
+    });
     for (size_t c = 0; c < static_cast<size_t>(numel_); ++c) first[c + 1] += first[c];
-    std::vector<int64_t> from(pieces->size());
+    std::vector<int64_t> from(count);
     std::vector<size_t> slot(first.begin(), first.end() - 1);
-    for (const BoxPiece& p : *pieces) from[slot[static_cast<size_t>(p.to)]++] = holder(p.from);
+    each_piece([&](int64_t sender, int64_t to, const int64_t*, const int64_t*) {
+      from[slot[static_cast<size_t>(to)]++] = holder(sender);
+    });
     for (int64_t c = 0; c < numel_; ++c) {
       int64_t need = 1;
       for (int64_t d = 0; d < td; ++d) need *= want.at(c, d).size;
