@@ -146,20 +146,34 @@ void Planner::cheapest_cover(const double* floor, double* out) const {
 // `partial` reduced; dims now R whose target is R may join t (chunked
 // and gathered again) when that makes the rest cheaper. Every real plan
 // maps onto such a sequence with the same or more bytes at each step, so
-// this never overestimates. Tables by (partial, which bases count), made
+// this never overestimates. Tables by partial (both choices of bases), made
 // on first use: one search meets few Partial masks.
-double Planner::last_collectives(uint32_t gather, uint32_t partial, bool gather_base) const {
-  if (gather == 0 && partial == 0) return 0;
-  const uint32_t key = partial | (gather_base ? 1u << kMaxDims : 0);
+// Both of lower_bound's values (the gather bases counted and not) come
+// from one lookup: it asks for both of every state it meets.
+Planner::LastCost Planner::last_collectives(uint32_t gather, uint32_t partial) const {
+  if (gather == 0 && partial == 0) return {};
   // Most states share their Partials with the state before: the last
-  // table used (per base choice) is asked first.
-  Memo& memo = last_table_[gather_base];
-  if (memo.key == key) return memo.table[gather];
+  // table used is asked first.
+  if (last_table_.key == partial) return last_table_.table[gather];
   for (const auto& [mask, table] : last_collectives_)
-    if (mask == key) {
-      memo = {key, table.data()};
+    if (mask == partial) {
+      last_table_ = {partial, table.data()};
       return table[gather];
     }
+  // Without merging no collective is shared, and both count the bases.
+  const std::vector<double> bare = last_collectives_table(partial, !options_.merge);
+  const std::vector<double> based =
+      options_.merge ? last_collectives_table(partial, true) : bare;
+  std::vector<LastCost> table(bare.size());
+  for (size_t t = 0; t < table.size(); ++t) table[t] = {bare[t], based[t]};
+  last_collectives_.emplace_back(partial, std::move(table));
+  last_table_ = {partial, last_collectives_.back().second.data()};
+  return last_table_.table[gather];
+}
+
+// One table of last_collectives, by the mask of gathers: the bases of
+// gathers counted or not.
+std::vector<double> Planner::last_collectives_table(uint32_t partial, bool gather_base) const {
   const double gbase = gather_base || !options_.merge ? base_us_ : 0;
   const uint32_t u = to_replicate_;
   // Partials bound for S may shard once reduced (a reduce_scatter leaves
@@ -224,9 +238,7 @@ double Planner::last_collectives(uint32_t gather, uint32_t partial, bool gather_
     for (uint32_t t = 0; t < all; ++t)
       if ((t & ~u) == 0 && !(t >> i & 1)) best[t] = std::min(best[t], best[t | 1u << i]);
   }
-  last_collectives_.emplace_back(key, std::move(best));
-  memo = {key, last_collectives_.back().second.data()};
-  return memo.table[gather];
+  return best;
 }
 
 // The bound of issue 18, kept to measure the one above against (the
@@ -313,13 +325,13 @@ double Planner::lower_bound(const Placements& p) const {
     leaving += shard_cover_[leave[d]];
     leaving_bare += bare_cover_[leave[d]];
   }
+  const LastCost last = last_collectives(gather, partial);
   if (!options_.merge) {  // no collective is shared: every part counts its bases
-    return leaving + last_collectives(gather, partial, true);
+    return leaving + last.based;
   }
   // A gather of part 2 may hold splitters of part 1, one collective with
   // one base: the base goes to one side, and the bound is the larger.
-  return std::max(leaving + last_collectives(gather, partial, false),
-                  leaving_bare + last_collectives(gather, partial, true));
+  return std::max(leaving + last.bare, leaving_bare + last.based);
 }
 
 }  // namespace dtensor::redistribute_detail

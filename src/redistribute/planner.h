@@ -187,7 +187,13 @@ class Planner {
   int64_t group_size(uint32_t dims) const;
   LinkCost slowest_link(uint32_t dims) const;
   void cheapest_cover(const double* floor, double* out) const;
-  double last_collectives(uint32_t gather, uint32_t partial, bool gather_base) const;
+  // Part 2 of the bound with the gathers' bases not counted (bare) and
+  // counted (based); the same without merging.
+  struct LastCost {
+    double bare = 0, based = 0;
+  };
+  LastCost last_collectives(uint32_t gather, uint32_t partial) const;
+  std::vector<double> last_collectives_table(uint32_t partial, bool gather_base) const;
   void init_coarse_bound();
   double coarse_bound(const Placements& p) const;
   double lower_bound(const Placements& p) const;
@@ -235,16 +241,14 @@ class Planner {
   // the sizes of the other live dims that may shard.
   uint32_t to_replicate_ = 0;
   double other_shards_ = 1;
-  // last_collectives' tables, by the mask of Partials bound for R and the
-  // bases counted.
-  mutable std::vector<std::pair<uint32_t, std::vector<double>>> last_collectives_;
-  // The table last used for each choice of bases (its data stays put when
-  // last_collectives_ grows).
+  // last_collectives' tables, by the mask of Partials bound for R.
+  mutable std::vector<std::pair<uint32_t, std::vector<LastCost>>> last_collectives_;
+  // The table last used (its data stays put when last_collectives_ grows).
   struct Memo {
     uint32_t key = ~0u;
-    const double* table = nullptr;
+    const LastCost* table = nullptr;
   };
-  mutable Memo last_table_[2];
+  mutable Memo last_table_;
   double min_bytes_ = 0;
   // By mask of mesh dims (init_cover): the product of their sizes, their
   // slowest link.
