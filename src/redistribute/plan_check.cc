@@ -162,8 +162,13 @@ class Replay {
     }
   }
 
+  // Inline where it holds (asked of every coordinate and dim of every
+  // step); the message out of line.
   void expect(const Boxes& want, int64_t c, int64_t d, ChunkRange got, const char* what) const {
-    if (same(want.at(c, d), got)) return;
+    if (!same(want.at(c, d), got)) [[unlikely]] mismatch(want, c, d, got, what);
+  }
+  [[noreturn, gnu::noinline]] void mismatch(const Boxes& want, int64_t c, int64_t d,
+                                             ChunkRange got, const char* what) const {
     fail(std::string(what) + " leaves coordinate " + std::to_string(c) + " with [" +
          std::to_string(got.start) + ", +" + std::to_string(got.size) + ") of tensor dim " +
          std::to_string(d) + " where the next layout needs [" + std::to_string(want.at(c, d).start) +
