@@ -130,6 +130,7 @@ std::optional<std::vector<RedistributeStep>> Planner::search() const {
     const uint64_t node_key = node.key;
     const double cost = node.cost, peak = node.peak;
     const int steps = node.steps;
+    const double cur_bytes = bytes_of(cur);
     edges.clear();
     single_edges(cur, edges);
     if (options_.merge) merged_edges(cur, edges);
@@ -159,7 +160,7 @@ std::optional<std::vector<RedistributeStep>> Planner::search() const {
         e.cost = priced->cost;
         e.peak = priced->peak;
       } else {
-        price_move(cur, e);
+        price_move(cur_bytes, e);
         priced = &e;
       }
       const double c = cost + e.cost;

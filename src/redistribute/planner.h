@@ -74,7 +74,6 @@ class Planner {
     bool merged = false;
     StepKind kind = StepKind::Local;
     Placement q;          // the placement the mesh dims go to (before renumbering)
-    int64_t tensor_dim = -1;  // the tensor dim price() is told
   };
 
   struct Price {
@@ -144,14 +143,8 @@ class Planner {
     if (p.is_partial()) return q.is_replicate() ? StepKind::AllReduce : StepKind::ReduceScatter;
     return StepKind::Local;
   }
-  // The tensor dim a single step gathers, splits or (all_to_all) leaves.
-  static int64_t single_tensor_dim(Placement p, Placement q) {
-    if (p.is_shard()) return p.dim();
-    return q.is_shard() ? q.dim() : -1;
-  }
   Move single_move(const Placements& cur, int i, Placement q, const Placements& next) const {
-    return Move{next, 0, 0, 1u << i, false, single_kind(i, cur[i], q), q,
-                single_tensor_dim(cur[i], q)};
+    return Move{next, 0, 0, 1u << i, false, single_kind(i, cur[i], q), q};
   }
 
   // plan_price.cc
@@ -167,13 +160,14 @@ class Planner {
   Group group_of(uint32_t dims) const;
   bool may_merge(uint32_t dims) const { return group_info(dims).may_merge; }
   const Group& scratch_group(uint32_t dims) const;
-  void price_move(const Placements& cur, Move& m) const {
-    const Price pr = price(m.kind, m.dims, cur, m.next, m.tensor_dim, m.q);
+  // cur_bytes: bytes_of the state the move leaves, worked out once per state.
+  void price_move(double cur_bytes, Move& m) const {
+    const Price pr = price(m.kind, m.dims, cur_bytes, m.next, m.q);
     m.cost = pr.cost_us;
     m.peak = pr.peak;
   }
-  Price price(StepKind kind, uint32_t dims, const Placements& cur, const Placements& next,
-              int64_t tensor_dim, Placement q) const;
+  Price price(StepKind kind, uint32_t dims, double cur_bytes, const Placements& next,
+              Placement q) const;
   RedistributeStep single_step(const Placements& cur, int i, Placement q,
                                const Placements& next) const;
   RedistributeStep merged_step(const Placements& cur, const Placements& next, uint32_t dims,
