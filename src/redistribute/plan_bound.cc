@@ -160,21 +160,13 @@ Planner::LastCost Planner::last_collectives(uint32_t gather, uint32_t partial) c
       last_table_ = {partial, table.data()};
       return table[gather];
     }
-  // Without merging no collective is shared, and both count the bases.
-  const std::vector<double> bare = last_collectives_table(partial, !options_.merge);
-  const std::vector<double> based =
-      options_.merge ? last_collectives_table(partial, true) : bare;
-  std::vector<LastCost> table(bare.size());
-  for (size_t t = 0; t < table.size(); ++t) table[t] = {bare[t], based[t]};
-  last_collectives_.emplace_back(partial, std::move(table));
+  last_collectives_.emplace_back(partial, last_collectives_table(partial));
   last_table_ = {partial, last_collectives_.back().second.data()};
   return last_table_.table[gather];
 }
 
-// One table of last_collectives, by the mask of gathers: the bases of
-// gathers counted or not.
-std::vector<double> Planner::last_collectives_table(uint32_t partial, bool gather_base) const {
-  const double gbase = gather_base || !options_.merge ? base_us_ : 0;
+// One table of last_collectives, by the mask of gathers.
+std::vector<Planner::LastCost> Planner::last_collectives_table(uint32_t partial) const {
   const uint32_t u = to_replicate_;
   // Partials bound for S may shard once reduced (a reduce_scatter leaves
   // them sharding), so they divide the bytes of what runs after their
@@ -193,26 +185,36 @@ std::vector<double> Planner::last_collectives_table(uint32_t partial, bool gathe
       if (c >> k & 1) q |= 1u << pdims[k];
     return q;
   };
-  std::vector<double> dist(static_cast<size_t>(all) << np, kNoCover);
-  dist[0] = 0;
+  // Both choices of gather bases in one pass: the same events reach the
+  // same reverse states, only a gather's price differs.
+  std::vector<LastCost> dist(static_cast<size_t>(all) << np, LastCost{kNoCover, kNoCover});
+  dist[0] = {0, 0};
   auto bytes_with = [&](uint32_t sharding) {
     return global_bytes_ / (always * static_cast<double>(group_size(sharding)));
   };
-  auto relax = [&](size_t to, double c) { dist[to] = std::min(dist[to], c); };
+  auto relax = [&](size_t to, double bare, double based) {
+    dist[to].bare = std::min(dist[to].bare, bare);
+    dist[to].based = std::min(dist[to].based, based);
+  };
   // Events only add bits, so ascending indices are a topological order.
   for (size_t idx = 0; idx < dist.size(); ++idx) {
-    if (dist[idx] >= kNoCover) continue;
+    if (dist[idx].based >= kNoCover) continue;
     const uint32_t t = static_cast<uint32_t>(idx) & (all - 1);
     const uint32_t qc = static_cast<uint32_t>(idx >> nd_);
     const uint32_t q = expand(qc);
-    const double here = dist[idx];
+    const LastCost here = dist[idx];
     // A last gather: of dims not yet placed, not a Partial reduced later.
     const uint32_t can_gather = u & ~t & ~q;
     const double out_bytes = bytes_with((t | to_shard) & ~q);
     for (uint32_t g = can_gather; g != 0; g = (g - 1) & can_gather) {
       if (!options_.merge && !one_dim(g)) continue;
-      relax(idx | g,
-            here + all_gather_cost(out_bytes, group_size(g), slowest_link(g), gbase) * kMargin);
+      const int64_t n = group_size(g);
+      const LinkCost link = slowest_link(g);
+      const double based = all_gather_cost(out_bytes, n, link, base_us_) * kMargin;
+      // Without merging no collective is shared: both count the bases.
+      const double bare =
+          options_.merge ? all_gather_cost(out_bytes, n, link, 0) * kMargin : based;
+      relax(idx | g, here.bare + bare, here.based + based);
     }
     // A reduction of Partials not yet placed.
     const uint32_t can_reduce = ((1u << np) - 1) & ~qc;
@@ -223,20 +225,24 @@ std::vector<double> Planner::last_collectives_table(uint32_t partial, bool gathe
       const int64_t n = group_size(r);
       const LinkCost link = slowest_link(r);
       const bool scatter = (r & ~(t | to_shard)) == 0;
-      const double c = scatter ? reduce_scatter_cost(in_bytes, n, link, base_us_)
-                               : all_reduce_cost(in_bytes, n, link, base_us_);
-      relax(idx | static_cast<size_t>(rc) << nd_, here + c * kMargin);
+      const double c = (scatter ? reduce_scatter_cost(in_bytes, n, link, base_us_)
+                                : all_reduce_cost(in_bytes, n, link, base_us_)) *
+                       kMargin;
+      relax(idx | static_cast<size_t>(rc) << nd_, here.bare + c, here.based + c);
     }
   }
   // All of `partial` reduced; the least over t holding each mask.
-  std::vector<double> best(all, kNoCover);
+  std::vector<LastCost> best(all, LastCost{kNoCover, kNoCover});
   const size_t done = static_cast<size_t>((1u << np) - 1) << nd_;
   for (uint32_t t = 0; t < all; ++t)
     if ((t & ~u) == 0) best[t] = dist[done | t];
   for (int i = 0; i < nd_; ++i) {
     if (!(u >> i & 1)) continue;
     for (uint32_t t = 0; t < all; ++t)
-      if ((t & ~u) == 0 && !(t >> i & 1)) best[t] = std::min(best[t], best[t | 1u << i]);
+      if ((t & ~u) == 0 && !(t >> i & 1)) {
+        best[t].bare = std::min(best[t].bare, best[t | 1u << i].bare);
+        best[t].based = std::min(best[t].based, best[t | 1u << i].based);
+      }
   }
   return best;
 }

@@ -187,7 +187,7 @@ class Planner {
     double bare = 0, based = 0;
   };
   LastCost last_collectives(uint32_t gather, uint32_t partial) const;
-  std::vector<double> last_collectives_table(uint32_t partial, bool gather_base) const;
+  std::vector<LastCost> last_collectives_table(uint32_t partial) const;
   void init_coarse_bound();
   double coarse_bound(const Placements& p) const;
   double lower_bound(const Placements& p) const;
