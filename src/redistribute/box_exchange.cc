@@ -110,7 +110,7 @@ class Pieces {
   const std::vector<Box>& dst() const { return dst_; }
 
   // How many pieces each() visits, from the boxes alone, so that the routes
-  // are allocated once: a plan's routes (~1,000 moves of 224 bytes on 64
+  // are allocated once: a plan's routes (hundreds of moves of 224 bytes on 64
   // ranks) grown by doubling touched twice their size in fresh pages, and
   // the page faults were most of such a cold plan's time. The holders'
   // boxes are the grid of every tensor dim's ranges (a holder's range of d

@@ -204,7 +204,7 @@ class Replay {
   // the receiver's boxes; box_exchange.h): each output must have its next
   // box's shape, and each move must write where it reads.
   // check_box_exchange then checks their pieces, in global indices, as any
-  // pieces (each move turned into one as it is visited: a copy of ~1,000
+  // pieces (each move turned into one as it is visited: a copy of hundreds
   // pieces per plan was fresh memory, whose page faults cost more than the
   // check).
   void check_routes(const BoxRoutes& r, const Boxes& in, const Boxes& want) const {
