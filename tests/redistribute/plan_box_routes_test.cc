@@ -116,7 +116,8 @@ TEST(PlanBoxRoutes, TheRoutesAreCountedBeforeTheyAreMade) {
   int checked = 0;
   for (int iter = 0; iter < dtensor::testing::property_cases(200); ++iter) {
     Shape mesh_shape;
-    for (int i = 0; i < 1 + iter % 4; ++i) mesh_shape.push_back(1 + static_cast<int64_t>(rng() % 4));
+    for (int i = 0; i < 1 + iter % 4; ++i)
+      mesh_shape.push_back(1 + static_cast<int64_t>(rng() % 4));
     if (mesh_shape.product() > 64) continue;
     DeviceMesh mesh(world, mesh_shape);
     const int64_t ndim = 1 + static_cast<int64_t>(rng() % 3);
