@@ -160,7 +160,7 @@ py::dict metadata_to_python(const ck::Metadata& md) {
   return out;
 }
 
-py::dict state_to_python(const ck::StateDict& state) {
+py::dict state_dict_to_python(const ck::StateDict& state) {
   py::dict out;
   for (const auto& [name, entry] : state)
     out[py::str(name)] = std::visit(
@@ -250,7 +250,7 @@ the dict. strict=False leaves entries the checkpoint lacks as they are.
 
   cm.def("get_state_dict",
          [](nn::Module& model, optim::Optimizer* optimizer, optim::LRScheduler* scheduler) {
-           return state_to_python(ck::get_state_dict(model, optimizer, scheduler));
+           return state_dict_to_python(ck::get_state_dict(model, optimizer, scheduler));
          },
          py::arg("model"), py::arg("optimizer") = py::none(), py::arg("lr_scheduler") = py::none(),
          R"doc(

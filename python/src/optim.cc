@@ -72,7 +72,7 @@ std::unique_ptr<Opt> make_optimizer(py::handle params, const Options& o) {
 }
 
 // {"step": n, "momentum_buffer": DTensor, ...}: PyTorch's per-parameter state dict.
-py::dict state_to_python(const optim::ParamState& s) {
+py::dict param_state_to_python(const optim::ParamState& s) {
   py::dict d;
   d["step"] = s.step;
   for (const auto& [name, buffer] : s.buffers) d[py::str(name)] = buffer;
@@ -120,8 +120,9 @@ The base of the optimizers: the parameters, their state and one learning rate.
            "The name a parameter was given (\"\" without names).")
       .def("state",
            [](optim::Optimizer& o, py::handle key) {
-             if (PyUnicode_Check(key.ptr())) return state_to_python(o.state(key.cast<std::string>()));
-             return state_to_python(o.state(key.cast<size_t>()));
+             if (PyUnicode_Check(key.ptr()))
+               return param_state_to_python(o.state(key.cast<std::string>()));
+             return param_state_to_python(o.state(key.cast<size_t>()));
            },
            py::arg("key"),
            "{'step': n, buffer name: DTensor} of the parameter at an index or of a name "

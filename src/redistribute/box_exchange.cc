@@ -36,26 +36,47 @@ struct Box {
   Shape start, size;
 };
 
-// The boxes of a layout, by mesh coordinate (row-major linear index).
-std::vector<Box> boxes_of(const DTensorSpec& spec, const std::vector<DimVector>& coords) {
-  std::vector<Box> out;
-  out.reserve(coords.size());
-  for (const DimVector& c : coords) {
-    ShardExtent e = spec.extent(c);
-    out.push_back(Box{std::move(e.global_offset), std::move(e.local_shape)});
+// Coordinates of a mesh by row-major linear index, without a vector of
+// coordinates (building one per pair was 5% of a cold plan on 64 ranks).
+struct MeshIndex {
+  explicit MeshIndex(const DeviceMesh& mesh) : nd(mesh.ndim()) {
+    for (int i = nd - 1; i >= 0; --i) {
+      size[i] = mesh.size(i);
+      stride[i] = n;
+      n *= size[i];
+    }
   }
-  return out;
+  int64_t at(int64_t c, int i) const { return c / stride[i] % size[i]; }
+  int nd = 0;
+  int64_t n = 1;
+  int64_t size[kMaxDims] = {}, stride[kMaxDims] = {};
+};
+
+// c with 0 on the mesh dims that do not shard in p: the first coordinate
+// (row-major) holding c's box, as R and P split nothing.
+int64_t box_holder(const Placements& p, const MeshIndex& m, int64_t c) {
+  int64_t h = c;
+  for (int i = 0; i < m.nd; ++i)
+    if (!p[i].is_shard()) h -= m.at(c, i) * m.stride[i];
+  return h;
 }
 
-std::vector<DimVector> coordinates(const DeviceMesh& mesh) {
-  std::vector<DimVector> out(static_cast<size_t>(mesh.size()));
-  DimVector c(static_cast<size_t>(mesh.ndim()), 0);
-  for (DimVector& slot : out) {
-    slot = c;
-    for (int i = mesh.ndim() - 1; i >= 0; --i) {
-      if (++c[i] < mesh.size(i)) break;
-      c[i] = 0;
+// The boxes of a layout, by coordinate. Each distinct box is worked out
+// once (DTensorSpec::extent copies the mesh's shape on every call: it was
+// a fifth of a cold plan whose box exchange wins) and copied to the
+// coordinates that differ from its holder only on dims that do not shard.
+std::vector<Box> boxes_of(const DTensorSpec& spec, const MeshIndex& m) {
+  std::vector<Box> out(static_cast<size_t>(m.n));
+  DimVector coord(static_cast<size_t>(m.nd), 0);
+  for (int64_t c = 0; c < m.n; ++c) {
+    const int64_t h = box_holder(spec.placements(), m, c);
+    if (h != c) {
+      out[static_cast<size_t>(c)] = out[static_cast<size_t>(h)];
+      continue;
     }
+    for (int i = 0; i < m.nd; ++i) coord[i] = m.at(c, i);
+    ShardExtent e = spec.extent(coord);
+    out[static_cast<size_t>(c)] = Box{e.global_offset, e.local_shape};
   }
   return out;
 }
@@ -66,90 +87,152 @@ bool replicated(const Placements& p) {
   return true;
 }
 
-}  // namespace
-
-bool for_each_box_piece(const DTensorSpec& from, const DTensorSpec& to, size_t max_pairs,
-                        const PieceVisitor& visit) {
-  if (!replicated(from.placements()) || !replicated(to.placements())) return false;
-  const DeviceMesh& mesh = from.mesh();
-  const int nd = mesh.ndim();
-  const std::vector<DimVector> coords = coordinates(mesh);
-  // Holders of distinct source boxes: coordinate 0 on every replicated dim.
-  std::vector<int64_t> stride(static_cast<size_t>(nd), 1);
-  for (int i = nd - 2; i >= 0; --i) stride[i] = stride[i + 1] * mesh.size(i + 1);
-  std::vector<int64_t> holders;
-  for (size_t c = 0; c < coords.size(); ++c) {
-    bool first = true;
-    for (int i = 0; i < nd; ++i)
-      first = first && (coords[c][i] == 0 || !from.placements()[i].is_replicate());
-    if (first) holders.push_back(static_cast<int64_t>(c));
+// The pieces from `from` to `to` (see the top): the two layouts' boxes and
+// the holders of distinct source boxes, worked out once; each() hands the
+// pieces to a callable (inlined, unlike a PieceVisitor) in receiver order.
+class Pieces {
+ public:
+  // REQUIRES: neither layout has a Partial.
+  Pieces(const DTensorSpec& from, const DTensorSpec& to)
+      : from_(from), m_(from.mesh()), td_(static_cast<size_t>(from.ndim())) {
+    for (int64_t c = 0; c < m_.n; ++c)
+      if (sharded_only(from.placements(), c)) holders_.push_back(c);
   }
-  if (holders.size() * coords.size() > max_pairs) return false;
-  const std::vector<Box> src = boxes_of(from, coords), dst = boxes_of(to, coords);
-  const size_t td = static_cast<size_t>(from.ndim());
-  for (size_t q = 0; q < coords.size(); ++q) {
-    for (int64_t h : holders) {
-      // The holder of h's box that shares q's coordinates on replicated dims.
-      int64_t s = h;
-      for (int i = 0; i < nd; ++i)
-        if (from.placements()[i].is_replicate()) s += coords[q][i] * stride[i];
-      const Box& a = src[static_cast<size_t>(s)];
-      const Box& b = dst[q];
-      int64_t lo[kMaxDims], size[kMaxDims];
-      bool empty = false;
-      for (size_t d = 0; d < td && !empty; ++d) {
-        lo[d] = std::max(a.start[d], b.start[d]);
-        size[d] = std::min(a.start[d] + a.size[d], b.start[d] + b.size[d]) - lo[d];
-        empty = size[d] <= 0;
+  size_t pairs() const { return holders_.size() * static_cast<size_t>(m_.n); }
+  const MeshIndex& mesh() const { return m_; }
+  // Worked out on first use, so that a caller refusing too many pairs
+  // pays for no box.
+  void make_boxes(const DTensorSpec& to) {
+    src_ = boxes_of(from_, m_);
+    dst_ = boxes_of(to, m_);
+  }
+  const std::vector<Box>& src() const { return src_; }
+  const std::vector<Box>& dst() const { return dst_; }
+
+  // How many pieces each() visits, from the boxes alone, so that the routes
+  // are allocated once: a plan's routes (hundreds of moves of 224 bytes on 64
+  // ranks) grown by doubling touched twice their size in fresh pages, and
+  // the page faults were most of such a cold plan's time. The holders'
+  // boxes are the grid of every tensor dim's ranges (a holder's range of d
+  // depends on its coordinates on d's splitters alone; the nonempty ones
+  // tile d), so a receiver meets the product over d of the nonempty
+  // ranges of d overlapping its own.
+  size_t count() const {
+    std::vector<std::pair<int64_t, int64_t>> ranges[kMaxDims];
+    for (size_t d = 0; d < td_; ++d) {
+      for (int64_t h : holders_) {
+        const Box& a = src_[static_cast<size_t>(h)];
+        if (a.size[d] > 0) ranges[d].emplace_back(a.start[d], a.start[d] + a.size[d]);
       }
-      if (!empty) visit(s, static_cast<int64_t>(q), lo, size);
+      std::sort(ranges[d].begin(), ranges[d].end());
+      ranges[d].erase(std::unique(ranges[d].begin(), ranges[d].end()), ranges[d].end());
+    }
+    size_t total = 0;
+    for (const Box& b : dst_) {
+      size_t meets = 1;
+      for (size_t d = 0; d < td_ && meets > 0; ++d) {
+        size_t k = 0;
+        for (const auto& [lo, hi] : ranges[d])
+          k += std::max(lo, b.start[d]) < std::min(hi, b.start[d] + b.size[d]);
+        meets *= k;
+      }
+      total += meets;
+    }
+    return total;
+  }
+
+  // f(s, q, start, size) for each nonempty piece, sender s, receiver q.
+  template <class F>
+  void each(F&& f) const {
+    const Placements& p = from_.placements();
+    for (int64_t q = 0; q < m_.n; ++q) {
+      // The holder of each source box that shares q's coordinates on the
+      // dims the source replicates.
+      int64_t shift = 0;
+      for (int i = 0; i < m_.nd; ++i)
+        if (p[i].is_replicate()) shift += m_.at(q, i) * m_.stride[i];
+      const Box& b = dst_[static_cast<size_t>(q)];
+      for (int64_t h : holders_) {
+        const Box& a = src_[static_cast<size_t>(h)];
+        int64_t lo[kMaxDims], size[kMaxDims];
+        bool empty = false;
+        for (size_t d = 0; d < td_ && !empty; ++d) {
+          lo[d] = std::max(a.start[d], b.start[d]);
+          size[d] = std::min(a.start[d] + a.size[d], b.start[d] + b.size[d]) - lo[d];
+          empty = size[d] <= 0;
+        }
+        if (!empty) f(h + shift, q, lo, size);
+      }
     }
   }
-  return true;
+
+ private:
+  // Whether c has 0 on every mesh dim p replicates (no Partial here).
+  bool sharded_only(const Placements& p, int64_t c) const {
+    for (int i = 0; i < m_.nd; ++i)
+      if (p[i].is_replicate() && m_.at(c, i) != 0) return false;
+    return true;
+  }
+  const DTensorSpec& from_;
+  MeshIndex m_;
+  size_t td_;
+  std::vector<int64_t> holders_;
+  std::vector<Box> src_, dst_;
+};
+
+// The moves of a piece, by coordinate, starts relative to the two boxes.
+void add_move(BoxRoutes& r, const Pieces& pieces, int64_t s, int64_t q, const int64_t* start,
+              const int64_t* size, size_t td) {
+  const Box& a = pieces.src()[static_cast<size_t>(s)];
+  const Box& b = pieces.dst()[static_cast<size_t>(q)];
+  BoxMove& m = r.moves.emplace_back();
+  m.from = static_cast<int>(s);
+  m.to = static_cast<int>(q);
+  for (size_t d = 0; d < td; ++d) {
+    m.size.push_back(size[d]);
+    m.from_start.push_back(start[d] - a.start[d]);
+    m.to_start.push_back(start[d] - b.start[d]);
+  }
 }
 
-std::optional<std::vector<BoxPiece>> box_pieces(const DTensorSpec& from, const DTensorSpec& to,
-                                                size_t max_pairs) {
-  std::vector<BoxPiece> out;
-  const size_t td = static_cast<size_t>(from.ndim());
-  const bool ok = for_each_box_piece(
-      from, to, max_pairs, [&](int64_t s, int64_t q, const int64_t* start, const int64_t* size) {
-        BoxPiece p{s, q, Shape(td, 0), Shape(td, 0)};
-        for (size_t d = 0; d < td; ++d) {
-          p.start[d] = start[d];
-          p.size[d] = size[d];
-        }
-        out.push_back(std::move(p));
-      });
-  if (!ok) return std::nullopt;
-  return out;
-}
-
-std::optional<RedistributeStep> box_exchange_step(const DTensorSpec& from, const DTensorSpec& to,
-                                                  double base_us) {
+// box_exchange_step, and when `routes` is given the routes too, in one
+// pass over the pieces (the planner needs both for a candidate that wins;
+// two passes were a quarter of such a cold plan).
+std::optional<RedistributeStep> exchange_step(const DTensorSpec& from, const DTensorSpec& to,
+                                              double base_us, BoxRoutes* routes) {
+  if (!replicated(from.placements()) || !replicated(to.placements())) return std::nullopt;
   const DeviceMesh& mesh = from.mesh();
   const int nd = mesh.ndim();
-  const std::vector<DimVector> coords = coordinates(mesh);
+  Pieces pieces(from, to);
+  if (pieces.pairs() > size_t{1} << 16) return std::nullopt;
+  pieces.make_boxes(to);
+  const MeshIndex& m = pieces.mesh();
   // Per rank: peers and bytes sent and received; the mesh dims crossed.
-  // Counted piece by piece, never stored: the planner asks for every pair
-  // of S/R layouts, and 64 ranks may make 4096 pieces.
-  const size_t n = coords.size();
+  // Counted piece by piece: the planner asks for every pair of S/R
+  // layouts whose floor does not rule the exchange out.
+  const size_t n = static_cast<size_t>(m.n);
   std::vector<int64_t> sends(n, 0), recvs(n, 0), sent(n, 0), received(n, 0);
-  std::vector<bool> crossed(static_cast<size_t>(nd), false);
+  bool crossed[kMaxDims] = {};
   const int64_t isz = static_cast<int64_t>(itemsize(from.dtype()));
   const size_t td = static_cast<size_t>(from.ndim());
-  const bool ok = for_each_box_piece(
-      from, to, size_t{1} << 16, [&](int64_t s, int64_t q, const int64_t*, const int64_t* size) {
-        if (s == q) return;
-        int64_t bytes = isz;
-        for (size_t d = 0; d < td; ++d) bytes *= size[d];
-        ++sends[s];
-        ++recvs[q];
-        sent[s] += bytes;
-        received[q] += bytes;
-        for (int i = 0; i < nd; ++i) crossed[i] = crossed[i] || coords[s][i] != coords[q][i];
-      });
-  if (!ok) return std::nullopt;
+  if (routes) {
+    routes->moves.reserve(pieces.count());
+    routes->outputs.reserve(n);
+    for (size_t c = 0; c < n; ++c)
+      routes->outputs.emplace_back(static_cast<int>(c), pieces.dst()[c].size);
+  }
+  pieces.each([&](int64_t s, int64_t q, const int64_t* start, const int64_t* size) {
+    if (routes) add_move(*routes, pieces, s, q, start, size, td);
+    if (s == q) return;
+    int64_t bytes = isz;
+    for (size_t d = 0; d < td; ++d) bytes *= size[d];
+    ++sends[s];
+    ++recvs[q];
+    sent[s] += bytes;
+    received[q] += bytes;
+    for (int i = 0; i < nd; ++i)
+      if (!crossed[i]) crossed[i] = m.at(s, i) != m.at(q, i);
+  });
   int64_t peers = 0, bytes = 0;
   for (size_t r = 0; r < n; ++r) {
     peers = std::max({peers, sends[r], recvs[r]});
@@ -196,28 +279,65 @@ std::optional<RedistributeStep> box_exchange_step(const DTensorSpec& from, const
   return s;
 }
 
-std::shared_ptr<const BoxRoutes> box_routes(const DTensorSpec& from, const DTensorSpec& to) {
-  const std::vector<DimVector> coords = coordinates(from.mesh());
-  const std::vector<Box> src = boxes_of(from, coords), dst = boxes_of(to, coords);
-  auto out = std::make_shared<BoxRoutes>();
-  out->outputs.reserve(coords.size());
-  for (size_t c = 0; c < coords.size(); ++c)
-    out->outputs.emplace_back(static_cast<int>(c), dst[c].size);
+}  // namespace
+
+bool for_each_box_piece(const DTensorSpec& from, const DTensorSpec& to, size_t max_pairs,
+                        const PieceVisitor& visit) {
+  if (!replicated(from.placements()) || !replicated(to.placements())) return false;
+  Pieces pieces(from, to);
+  if (pieces.pairs() > max_pairs) return false;
+  pieces.make_boxes(to);
+  pieces.each(visit);
+  return true;
+}
+
+std::optional<std::vector<BoxPiece>> box_pieces(const DTensorSpec& from, const DTensorSpec& to,
+                                                size_t max_pairs) {
+  std::vector<BoxPiece> out;
   const size_t td = static_cast<size_t>(from.ndim());
   const bool ok = for_each_box_piece(
-      from, to, static_cast<size_t>(-1),
-      [&](int64_t s, int64_t q, const int64_t* start, const int64_t* size) {
-        BoxMove& m = out->moves.emplace_back();
-        m.from = static_cast<int>(s);
-        m.to = static_cast<int>(q);
+      from, to, max_pairs, [&](int64_t s, int64_t q, const int64_t* start, const int64_t* size) {
+        BoxPiece p{s, q, Shape(td, 0), Shape(td, 0)};
         for (size_t d = 0; d < td; ++d) {
-          m.size.push_back(size[d]);
-          m.from_start.push_back(start[d] - src[static_cast<size_t>(s)].start[d]);
-          m.to_start.push_back(start[d] - dst[static_cast<size_t>(q)].start[d]);
+          p.start[d] = start[d];
+          p.size[d] = size[d];
         }
+        out.push_back(std::move(p));
       });
-  DT_CHECK(ok, "redistribute: internal error: a box exchange from ", from.to_string(), " to ",
+  if (!ok) return std::nullopt;
+  return out;
+}
+
+std::optional<RedistributeStep> box_exchange_step(const DTensorSpec& from, const DTensorSpec& to,
+                                                  double base_us) {
+  return exchange_step(from, to, base_us, nullptr);
+}
+
+std::optional<RedistributeStep> box_exchange_step_with_routes(const DTensorSpec& from,
+                                                              const DTensorSpec& to,
+                                                              double base_us) {
+  auto routes = std::make_shared<BoxRoutes>();
+  std::optional<RedistributeStep> s = exchange_step(from, to, base_us, routes.get());
+  if (s) s->box_routes = std::move(routes);
+  return s;
+}
+
+std::shared_ptr<const BoxRoutes> box_routes(const DTensorSpec& from, const DTensorSpec& to) {
+  DT_CHECK(replicated(from.placements()) && replicated(to.placements()),
+           "redistribute: internal error: a box exchange from ", from.to_string(), " to ",
            to.to_string(), " (a Partial has no boxes)");
+  Pieces pieces(from, to);
+  pieces.make_boxes(to);
+  auto out = std::make_shared<BoxRoutes>();
+  const size_t n = static_cast<size_t>(pieces.mesh().n);
+  out->moves.reserve(pieces.count());
+  out->outputs.reserve(n);
+  for (size_t c = 0; c < n; ++c)
+    out->outputs.emplace_back(static_cast<int>(c), pieces.dst()[c].size);
+  const size_t td = static_cast<size_t>(from.ndim());
+  pieces.each([&](int64_t s, int64_t q, const int64_t* start, const int64_t* size) {
+    add_move(*out, pieces, s, q, start, size, td);
+  });
   return out;
 }
 

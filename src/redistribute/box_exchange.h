@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "comm/backend.h"
 #include "redistribute/transforms.h"
@@ -19,6 +20,12 @@ namespace dtensor::redistribute_detail {
 // view of the mesh (a sub-mesh has one per coordinate of the other root
 // dims). REQUIRES: neither layout has a Partial.
 std::shared_ptr<const BoxRoutes> box_routes(const DTensorSpec& from, const DTensorSpec& to);
+
+// box_exchange_step (transforms.h) with its box_routes, from one pass over
+// the pieces: what the planner keeps when the exchange wins.
+std::optional<RedistributeStep> box_exchange_step_with_routes(const DTensorSpec& from,
+                                                              const DTensorSpec& to,
+                                                              double base_us);
 
 // Runs the exchange of `routes` (by coordinate of `mesh`) over g.
 LocalTensor box_exchange(const LocalTensor& in, const Group& g, const DeviceMesh& mesh,

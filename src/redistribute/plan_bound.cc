@@ -146,21 +146,27 @@ void Planner::cheapest_cover(const double* floor, double* out) const {
 // `partial` reduced; dims now R whose target is R may join t (chunked
 // and gathered again) when that makes the rest cheaper. Every real plan
 // maps onto such a sequence with the same or more bytes at each step, so
-// this never overestimates. Tables by (partial, which bases count), made
+// this never overestimates. Tables by partial (both choices of bases), made
 // on first use: one search meets few Partial masks.
-double Planner::last_collectives(uint32_t gather, uint32_t partial, bool gather_base) const {
-  if (gather == 0 && partial == 0) return 0;
-  const uint32_t key = partial | (gather_base ? 1u << kMaxDims : 0);
+// Both of lower_bound's values (the gather bases counted and not) come
+// from one lookup: it asks for both of every state it meets.
+Planner::LastCost Planner::last_collectives(uint32_t gather, uint32_t partial) const {
+  if (gather == 0 && partial == 0) return {};
   // Most states share their Partials with the state before: the last
-  // table used (per base choice) is asked first.
-  Memo& memo = last_table_[gather_base];
-  if (memo.key == key) return memo.table[gather];
+  // table used is asked first.
+  if (last_table_.key == partial) return last_table_.table[gather];
   for (const auto& [mask, table] : last_collectives_)
-    if (mask == key) {
-      memo = {key, table.data()};
+    if (mask == partial) {
+      last_table_ = {partial, table.data()};
       return table[gather];
     }
-  const double gbase = gather_base || !options_.merge ? base_us_ : 0;
+  last_collectives_.emplace_back(partial, last_collectives_table(partial));
+  last_table_ = {partial, last_collectives_.back().second.data()};
+  return last_table_.table[gather];
+}
+
+// One table of last_collectives, by the mask of gathers.
+std::vector<Planner::LastCost> Planner::last_collectives_table(uint32_t partial) const {
   const uint32_t u = to_replicate_;
   // Partials bound for S may shard once reduced (a reduce_scatter leaves
   // them sharding), so they divide the bytes of what runs after their
@@ -179,26 +185,36 @@ double Planner::last_collectives(uint32_t gather, uint32_t partial, bool gather_
       if (c >> k & 1) q |= 1u << pdims[k];
     return q;
   };
-  std::vector<double> dist(static_cast<size_t>(all) << np, kNoCover);
-  dist[0] = 0;
+  // Both choices of gather bases in one pass: the same events reach the
+  // same reverse states, only a gather's price differs.
+  std::vector<LastCost> dist(static_cast<size_t>(all) << np, LastCost{kNoCover, kNoCover});
+  dist[0] = {0, 0};
   auto bytes_with = [&](uint32_t sharding) {
     return global_bytes_ / (always * static_cast<double>(group_size(sharding)));
   };
-  auto relax = [&](size_t to, double c) { dist[to] = std::min(dist[to], c); };
+  auto relax = [&](size_t to, double bare, double based) {
+    dist[to].bare = std::min(dist[to].bare, bare);
+    dist[to].based = std::min(dist[to].based, based);
+  };
   // Events only add bits, so ascending indices are a topological order.
   for (size_t idx = 0; idx < dist.size(); ++idx) {
-    if (dist[idx] >= kNoCover) continue;
+    if (dist[idx].based >= kNoCover) continue;
     const uint32_t t = static_cast<uint32_t>(idx) & (all - 1);
     const uint32_t qc = static_cast<uint32_t>(idx >> nd_);
     const uint32_t q = expand(qc);
-    const double here = dist[idx];
+    const LastCost here = dist[idx];
     // A last gather: of dims not yet placed, not a Partial reduced later.
     const uint32_t can_gather = u & ~t & ~q;
     const double out_bytes = bytes_with((t | to_shard) & ~q);
     for (uint32_t g = can_gather; g != 0; g = (g - 1) & can_gather) {
       if (!options_.merge && !one_dim(g)) continue;
-      relax(idx | g,
-            here + all_gather_cost(out_bytes, group_size(g), slowest_link(g), gbase) * kMargin);
+      const int64_t n = group_size(g);
+      const LinkCost link = slowest_link(g);
+      const double based = all_gather_cost(out_bytes, n, link, base_us_) * kMargin;
+      // Without merging no collective is shared: both count the bases.
+      const double bare =
+          options_.merge ? all_gather_cost(out_bytes, n, link, 0) * kMargin : based;
+      relax(idx | g, here.bare + bare, here.based + based);
     }
     // A reduction of Partials not yet placed.
     const uint32_t can_reduce = ((1u << np) - 1) & ~qc;
@@ -209,24 +225,26 @@ double Planner::last_collectives(uint32_t gather, uint32_t partial, bool gather_
       const int64_t n = group_size(r);
       const LinkCost link = slowest_link(r);
       const bool scatter = (r & ~(t | to_shard)) == 0;
-      const double c = scatter ? reduce_scatter_cost(in_bytes, n, link, base_us_)
-                               : all_reduce_cost(in_bytes, n, link, base_us_);
-      relax(idx | static_cast<size_t>(rc) << nd_, here + c * kMargin);
+      const double c = (scatter ? reduce_scatter_cost(in_bytes, n, link, base_us_)
+                                : all_reduce_cost(in_bytes, n, link, base_us_)) *
+                       kMargin;
+      relax(idx | static_cast<size_t>(rc) << nd_, here.bare + c, here.based + c);
     }
   }
   // All of `partial` reduced; the least over t holding each mask.
-  std::vector<double> best(all, kNoCover);
+  std::vector<LastCost> best(all, LastCost{kNoCover, kNoCover});
   const size_t done = static_cast<size_t>((1u << np) - 1) << nd_;
   for (uint32_t t = 0; t < all; ++t)
     if ((t & ~u) == 0) best[t] = dist[done | t];
   for (int i = 0; i < nd_; ++i) {
     if (!(u >> i & 1)) continue;
     for (uint32_t t = 0; t < all; ++t)
-      if ((t & ~u) == 0 && !(t >> i & 1)) best[t] = std::min(best[t], best[t | 1u << i]);
+      if ((t & ~u) == 0 && !(t >> i & 1)) {
+        best[t].bare = std::min(best[t].bare, best[t | 1u << i].bare);
+        best[t].based = std::min(best[t].based, best[t | 1u << i].based);
+      }
   }
-  last_collectives_.emplace_back(key, std::move(best));
-  memo = {key, last_collectives_.back().second.data()};
-  return memo.table[gather];
+  return best;
 }
 
 // The bound of issue 18, kept to measure the one above against (the
@@ -313,13 +331,13 @@ double Planner::lower_bound(const Placements& p) const {
     leaving += shard_cover_[leave[d]];
     leaving_bare += bare_cover_[leave[d]];
   }
+  const LastCost last = last_collectives(gather, partial);
   if (!options_.merge) {  // no collective is shared: every part counts its bases
-    return leaving + last_collectives(gather, partial, true);
+    return leaving + last.based;
   }
   // A gather of part 2 may hold splitters of part 1, one collective with
   // one base: the base goes to one side, and the bound is the larger.
-  return std::max(leaving + last_collectives(gather, partial, false),
-                  leaving_bare + last_collectives(gather, partial, true));
+  return std::max(leaving + last.bare, leaving_bare + last.based);
 }
 
 }  // namespace dtensor::redistribute_detail

@@ -77,6 +77,11 @@ class Replay {
              "\n", plan_.explain());
   }
 
+  // The boxes of every coordinate. A box depends only on the coordinates
+  // on the mesh dims that shard (extent splits on no other), so each
+  // distinct box is asked of extent once, at its first coordinate in
+  // row-major order (0 on the other dims), and copied to the rest: extent
+  // copies the mesh's shape on every call, which was 15% of a cold plan.
   Boxes boxes_of(const Placements& p) const {
     const DTensorSpec spec = plan_.from.with_placements(p);
     Boxes b;
@@ -84,7 +89,15 @@ class Replay {
     b.ranges.resize(static_cast<size_t>(numel_ * b.ndim));
     DimVector coord(static_cast<size_t>(nd_), 0);
     for (int64_t c = 0; c < numel_; ++c) {
-      for (int i = 0; i < nd_; ++i) coord[i] = c / stride_[i] % size_[i];
+      int64_t first = c;
+      for (int i = 0; i < nd_; ++i) {
+        coord[i] = c / stride_[i] % size_[i];
+        if (!p[i].is_shard()) first -= coord[i] * stride_[i];
+      }
+      if (first != c) {
+        std::copy_n(b.ranges.data() + first * b.ndim, b.ndim, b.ranges.data() + c * b.ndim);
+        continue;
+      }
       const ShardExtent e = spec.extent(coord);
       for (int64_t d = 0; d < b.ndim; ++d) {
         const int64_t len = e.local_shape[d];
@@ -128,7 +141,9 @@ class Replay {
   // group's order (row-major over the dims), one group at a time.
   template <class F>
   void for_each_group(const RedistributeStep& s, F&& f) const {
-    std::vector<int64_t> members;
+    // Two buffers for every group (one pair per group was a tenth of the
+    // check).
+    std::vector<int64_t> members, grown;
     for (int64_t base = 0; base < numel_; ++base) {
       bool first = true;  // a group's first member has 0 on every step dim
       for (int64_t i : s.mesh_dims) first = first && base / stride_[i] % size_[i] == 0;
@@ -138,18 +153,22 @@ class Replay {
         // Row-major: the last dim varies fastest, so expand outer dims last.
         const int64_t i = s.mesh_dims[j];
         const size_t m = members.size();
-        std::vector<int64_t> grown;
-        grown.reserve(m * static_cast<size_t>(size_[i]));
+        grown.clear();
         for (int64_t x = 0; x < size_[i]; ++x)
           for (size_t y = 0; y < m; ++y) grown.push_back(members[y] + x * stride_[i]);
-        members = std::move(grown);
+        members.swap(grown);
       }
-      f(members);
+      f(static_cast<const std::vector<int64_t>&>(members));
     }
   }
 
+  // Inline where it holds (asked of every coordinate and dim of every
+  // step); the message out of line.
   void expect(const Boxes& want, int64_t c, int64_t d, ChunkRange got, const char* what) const {
-    if (same(want.at(c, d), got)) return;
+    if (!same(want.at(c, d), got)) [[unlikely]] mismatch(want, c, d, got, what);
+  }
+  [[noreturn, gnu::noinline]] void mismatch(const Boxes& want, int64_t c, int64_t d,
+                                             ChunkRange got, const char* what) const {
     fail(std::string(what) + " leaves coordinate " + std::to_string(c) + " with [" +
          std::to_string(got.start) + ", +" + std::to_string(got.size) + ") of tensor dim " +
          std::to_string(d) + " where the next layout needs [" + std::to_string(want.at(c, d).start) +
@@ -181,12 +200,14 @@ class Replay {
                   std::to_string(s.divisor) + " does not give the value of " + to_string(s.from));
   }
 
-  // The pieces a step's routes move (by coordinate, starts relative to the
-  // sender's and the receiver's boxes; box_exchange.h), in global indices:
-  // each output must have its next box's shape, and each move must write
-  // where it reads. check_box_exchange then checks them as any pieces.
-  std::vector<BoxPiece> routed_pieces(const BoxRoutes& r, const Boxes& in,
-                                      const Boxes& want) const {
+  // A step's routes (by coordinate, starts relative to the sender's and
+  // the receiver's boxes; box_exchange.h): each output must have its next
+  // box's shape, and each move must write where it reads.
+  // check_box_exchange then checks their pieces, in global indices, as any
+  // pieces (each move turned into one as it is visited: a copy of hundreds
+  // pieces per plan was fresh memory, whose page faults cost more than the
+  // check).
+  void check_routes(const BoxRoutes& r, const Boxes& in, const Boxes& want) const {
     const int64_t td = in.ndim;
     auto coordinate = [&](int64_t c) { return c >= 0 && c < numel_; };
     if (static_cast<int64_t>(r.outputs.size()) != numel_)
@@ -202,8 +223,6 @@ class Replay {
                std::to_string(shape[d]) + " elements of tensor dim " + std::to_string(d) +
                " where its next box has " + std::to_string(want.at(c, d).size));
     }
-    std::vector<BoxPiece> out;
-    out.reserve(r.moves.size());
     for (const BoxMove& m : r.moves) {
       if (!coordinate(m.from) || !coordinate(m.to) ||
           static_cast<int64_t>(m.size.size()) != td ||
@@ -211,17 +230,12 @@ class Replay {
           static_cast<int64_t>(m.to_start.size()) != td)
         fail("a box exchange route from coordinate " + std::to_string(m.from) + " to " +
              std::to_string(m.to) + " lies outside the mesh or the tensor's dims");
-      BoxPiece p{m.from, m.to, Shape(static_cast<size_t>(td), 0), m.size};
-      for (int64_t d = 0; d < td; ++d) {
-        p.start[d] = in.at(m.from, d).start + m.from_start[d];
-        if (want.at(m.to, d).start + m.to_start[d] != p.start[d])
+      for (int64_t d = 0; d < td; ++d)
+        if (want.at(m.to, d).start + m.to_start[d] != in.at(m.from, d).start + m.from_start[d])
           fail("a box exchange route from coordinate " + std::to_string(m.from) + " to " +
                std::to_string(m.to) + " writes tensor dim " + std::to_string(d) +
                " elsewhere than it reads");
-      }
-      out.push_back(std::move(p));
     }
-    return out;
   }
 
   // A box exchange: its pieces, the ones the executor runs, each lie
@@ -236,11 +250,24 @@ class Replay {
                           const Boxes& in, const Boxes& want) const {
     // The planner keeps the pieces with the step: check those, which are
     // what the executor runs; a step built by hand has its pieces worked out.
-    const std::optional<std::vector<BoxPiece>> pieces =
-        s.box_routes ? std::optional(routed_pieces(*s.box_routes, in, want))
-                     : box_pieces(plan_.from.with_placements(cur),
-                                  plan_.from.with_placements(next), static_cast<size_t>(-1));
-    if (!pieces) fail("a box exchange runs between layouts without Partial");
+    std::optional<std::vector<BoxPiece>> pieces;
+    if (s.box_routes) check_routes(*s.box_routes, in, want);
+    else pieces = box_pieces(plan_.from.with_placements(cur), plan_.from.with_placements(next),
+                             static_cast<size_t>(-1));
+    if (!s.box_routes && !pieces) fail("a box exchange runs between layouts without Partial");
+    // f(from, to, start, size) for every piece, in global indices.
+    auto each_piece = [&](auto&& f) {
+      if (!s.box_routes) {
+        for (const BoxPiece& p : *pieces) f(p.from, p.to, p.start.data(), p.size.data());
+        return;
+      }
+      int64_t start[kMaxDims];
+      for (const BoxMove& m : s.box_routes->moves) {
+        for (int64_t d = 0; d < in.ndim; ++d) start[d] = in.at(m.from, d).start + m.from_start[d];
+        f(int64_t{m.from}, int64_t{m.to}, start, m.size.data());
+      }
+    };
+    const size_t count = s.box_routes ? s.box_routes->moves.size() : pieces->size();
     bool in_step[kMaxDims] = {};
     for (int64_t i : s.mesh_dims) in_step[i] = true;
     const int64_t td = in.ndim;
@@ -266,37 +293,48 @@ class Replay {
         if (overlap) fail("coordinates " + std::to_string(holders[a]) + " and " +
                           std::to_string(holders[b]) + " hold overlapping source boxes");
       }
-    std::vector<std::vector<const BoxPiece*>> by(static_cast<size_t>(numel_));
-    for (const BoxPiece& p : *pieces) {
+    // Per receiver: the elements it gets and the holders of the boxes they
+    // come from, grouped by receiver in one array (a counting sort; a
+    // vector per receiver allocated as it grew).
+    std::vector<size_t> first(static_cast<size_t>(numel_) + 1, 0);
+    std::vector<int64_t> have(static_cast<size_t>(numel_), 0);
+    each_piece([&](int64_t from, int64_t to, const int64_t* start, const int64_t* size) {
       for (int i = 0; i < nd_; ++i)
-        if (!in_step[i] && p.from / stride_[i] % size_[i] != p.to / stride_[i] % size_[i])
-          fail("a box exchange moves a piece from coordinate " + std::to_string(p.from) + " to " +
-               std::to_string(p.to) + " across mesh dim " + std::to_string(i) +
+        if (!in_step[i] && from / stride_[i] % size_[i] != to / stride_[i] % size_[i])
+          fail("a box exchange moves a piece from coordinate " + std::to_string(from) + " to " +
+               std::to_string(to) + " across mesh dim " + std::to_string(i) +
                ", outside its mesh dims");
-      for (int64_t d = 0; d < td; ++d)
-        if (!inside(p.start[d], p.size[d], in.at(p.from, d)) ||
-            !inside(p.start[d], p.size[d], want.at(p.to, d)))
-          fail("a box exchange piece from coordinate " + std::to_string(p.from) + " to " +
-               std::to_string(p.to) + " lies outside the sender's or the receiver's range of "
+      int64_t elements = 1;
+      for (int64_t d = 0; d < td; ++d) {
+        if (!inside(start[d], size[d], in.at(from, d)) ||
+            !inside(start[d], size[d], want.at(to, d)))
+          fail("a box exchange piece from coordinate " + std::to_string(from) + " to " +
+               std::to_string(to) + " lies outside the sender's or the receiver's range of "
                "tensor dim " + std::to_string(d));
-      by[static_cast<size_t>(p.to)].push_back(&p);
-    }
-    for (int64_t c = 0; c < numel_; ++c) {
-      const std::vector<const BoxPiece*>& got = by[static_cast<size_t>(c)];
-      int64_t need = 1, have = 0;
-      for (int64_t d = 0; d < td; ++d) need *= want.at(c, d).size;
-      std::vector<int64_t> from;
-      for (const BoxPiece* p : got) {
-        have += p->size.product();
-        from.push_back(holder(p->from));
+        elements *= size[d];
       }
-      std::sort(from.begin(), from.end());
-      if (std::adjacent_find(from.begin(), from.end()) != from.end())
+      ++first[static_cast<size_t>(to) + 1];
+      have[static_cast<size_t>(to)] += elements;
+    });
+    for (size_t c = 0; c < static_cast<size_t>(numel_); ++c) first[c + 1] += first[c];
+    std::vector<int64_t> from(count);
+    std::vector<size_t> slot(first.begin(), first.end() - 1);
+    each_piece([&](int64_t sender, int64_t to, const int64_t*, const int64_t*) {
+      from[slot[static_cast<size_t>(to)]++] = holder(sender);
+    });
+    for (int64_t c = 0; c < numel_; ++c) {
+      int64_t need = 1;
+      for (int64_t d = 0; d < td; ++d) need *= want.at(c, d).size;
+      const auto begin = from.begin() + static_cast<std::ptrdiff_t>(first[c]);
+      const auto end = from.begin() + static_cast<std::ptrdiff_t>(first[c + 1]);
+      std::sort(begin, end);
+      if (std::adjacent_find(begin, end) != end)
         fail("a box exchange sends coordinate " + std::to_string(c) +
              " two pieces of one source box");
-      if (have != need)
-        fail("a box exchange gives coordinate " + std::to_string(c) + " " + std::to_string(have) +
-             " elements of the " + std::to_string(need) + " its next box holds");
+      if (have[static_cast<size_t>(c)] != need)
+        fail("a box exchange gives coordinate " + std::to_string(c) + " " +
+             std::to_string(have[static_cast<size_t>(c)]) + " elements of the " +
+             std::to_string(need) + " its next box holds");
     }
   }
 

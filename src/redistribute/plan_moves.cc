@@ -59,10 +59,15 @@ void Planner::single_edges(const Placements& cur, std::vector<Move>& out) const 
   uint32_t sharding[kMaxDims] = {};
   for (int j = 0; j < nd_; ++j)
     if (size_[j] > 1 && cur[j].is_shard()) sharding[cur[j].dim()] |= 1u << j;
+  // Made in place. Between natural ends the move changes mesh dim i alone:
+  // may_take keeps a new shard right of the live dims splitting its dim,
+  // so after() would renumber nothing (its common case, without the call).
   auto add = [&](int i, Placement q) {
-    Placements next = after(cur, i, q);
-    if ((!valid || q.is_partial()) && !valid_partials(next)) return;
-    out.push_back(single_move(cur, i, q, next));
+    out.push_back(single_move(cur, i, q, cur));
+    Placements& next = out.back().next;
+    if (ordered_) next = after(cur, i, q);
+    else next[i] = q.is_shard() ? Shard(q.dim()) : q;
+    if ((!valid || q.is_partial()) && !valid_partials(next)) out.pop_back();
   };
   for (int i = 0; i < nd_; ++i) {
     const Placement p = cur[i];
@@ -142,7 +147,7 @@ void Planner::merged_edges(const Placements& cur, std::vector<Move>& out) const 
     return true;
   };
   auto add = [&](uint32_t sub, StepKind kind, Placement q) {
-    out.push_back(Move{next, 0, 0, sub, true, kind, q, q.is_shard() ? q.dim() : -1});
+    out.push_back(Move{next, 0, 0, sub, true, kind, q});
   };
   for_subsets(partial_dims, [&](uint32_t sub) {
     // Reductions have no nesting rule: tensor dim -1 is sharded nowhere.
@@ -163,8 +168,7 @@ void Planner::merged_edges(const Placements& cur, std::vector<Move>& out) const 
     for_subsets(shard_dims, [&](uint32_t sub) {
       if (!run_of(sub, Replicate(), d, /*gather=*/true)) return;
       if (!mergeable(cur, sub, order, StepKind::AllGather, d)) return;
-      // The gather's bytes are priced from cur, its tensor dim is d.
-      out.push_back(Move{next, 0, 0, sub, true, StepKind::AllGather, Replicate(), d});
+      out.push_back(Move{next, 0, 0, sub, true, StepKind::AllGather, Replicate()});
     });
   }
 }

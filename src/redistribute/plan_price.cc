@@ -52,11 +52,11 @@ const Group& Planner::scratch_group(uint32_t dims) const {
 // a reduce_scatter (or a small all_reduce) receives the others' pieces
 // into a buffer bounded by the group size (TransformCost::temp_bytes,
 // comm/fold_temp.h).
-Planner::Price Planner::price(StepKind kind, uint32_t dims, const Placements& cur,
-                              const Placements& next, int64_t /*tensor_dim*/, Placement q) const {
+Planner::Price Planner::price(StepKind kind, uint32_t dims, double cur_bytes,
+                              const Placements& next, Placement q) const {
   Price out;
   out.kind = kind;
-  const double b = bytes_of(cur);
+  const double b = cur_bytes;
   if (kind == StepKind::Local) {
     const int i = std::countr_zero(dims);
     if (size_[i] == 1) {
@@ -100,7 +100,7 @@ RedistributeStep Planner::single_step(const Placements& cur, int i, Placement q,
   if (q.is_shard()) (p.is_shard() ? s.to_tensor_dim : s.tensor_dim) = q.dim();
   if (p.is_partial()) s.op = p.reduce_op();
   if (q.is_partial()) s.op = q.reduce_op();
-  const Price pr = price(single_kind(i, p, q), 1u << i, cur, next, single_tensor_dim(p, q), q);
+  const Price pr = price(single_kind(i, p, q), 1u << i, bytes_of(cur), next, q);
   s.kind = pr.kind;
   s.cost_us = pr.cost_us;
   s.bytes = pr.bytes;
@@ -139,7 +139,7 @@ RedistributeStep Planner::merged_step(const Placements& cur, const Placements& n
     s.divisor = avg_product;
   }
   if (q.is_shard()) s.tensor_dim = q.dim();
-  const Price pr = price(kind, dims, cur, next, s.tensor_dim, q);
+  const Price pr = price(kind, dims, bytes_of(cur), next, q);
   s.cost_us = pr.cost_us;
   s.bytes = pr.bytes;
   s.peak_bytes = pr.peak;

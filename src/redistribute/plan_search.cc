@@ -55,42 +55,48 @@ bool better(double cost, double peak, int steps, const Node& n) {
 // which allocates a few times per plan instead of once per state.
 class NodeTable {
  public:
-  NodeTable() : slots_(1024, kEmpty) { nodes_.reserve(512); }
+  NodeTable() : slots_(1024, kEmpty), mask_(1023) { nodes_.reserve(512); }
   // The node of `key`, added (default) if new; second: whether it was.
+  // Asked of every edge: the slot mask and the node count are kept rather
+  // than derived from the vectors' sizes (a division by the node's size).
   std::pair<uint32_t, bool> try_emplace(uint64_t key) {
-    if (2 * (nodes_.size() + 1) > slots_.size()) grow();
-    for (size_t s = slot_of(key);; s = (s + 1) & (slots_.size() - 1)) {
-      if (slots_[s] == kEmpty) {
-        slots_[s] = static_cast<uint32_t>(nodes_.size());
+    if (2 * (count_ + 1) > mask_ + 1) grow();
+    for (size_t s = slot_of(key);; s = (s + 1) & mask_) {
+      const uint32_t at = slots_[s];
+      if (at == kEmpty) {
+        slots_[s] = count_;
         nodes_.emplace_back().key = key;
-        return {slots_[s], true};
+        return {count_++, true};
       }
-      if (nodes_[slots_[s]].key == key) return {slots_[s], false};
+      if (nodes_[at].key == key) return {at, false};
     }
   }
   const Node* find(uint64_t key) const {
-    for (size_t s = slot_of(key);; s = (s + 1) & (slots_.size() - 1)) {
+    for (size_t s = slot_of(key);; s = (s + 1) & mask_) {
       if (slots_[s] == kEmpty) return nullptr;
       if (nodes_[slots_[s]].key == key) return &nodes_[slots_[s]];
     }
   }
   Node& operator[](uint32_t index) { return nodes_[index]; }
-  size_t size() const { return nodes_.size(); }
+  size_t size() const { return count_; }
 
  private:
   static constexpr uint32_t kEmpty = ~0u;
   size_t slot_of(uint64_t key) const {
-    return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 32) & (slots_.size() - 1);
+    return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 32) & mask_;
   }
   void grow() {
     slots_.assign(2 * slots_.size(), kEmpty);
-    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+    mask_ = slots_.size() - 1;
+    for (uint32_t i = 0; i < count_; ++i) {
       size_t s = slot_of(nodes_[i].key);
-      while (slots_[s] != kEmpty) s = (s + 1) & (slots_.size() - 1);
+      while (slots_[s] != kEmpty) s = (s + 1) & mask_;
       slots_[s] = i;
     }
   }
   std::vector<uint32_t> slots_;
+  size_t mask_;
+  uint32_t count_ = 0;
   std::vector<Node> nodes_;
 };
 
@@ -130,6 +136,7 @@ std::optional<std::vector<RedistributeStep>> Planner::search() const {
     const uint64_t node_key = node.key;
     const double cost = node.cost, peak = node.peak;
     const int steps = node.steps;
+    const double cur_bytes = bytes_of(cur);
     edges.clear();
     single_edges(cur, edges);
     if (options_.merge) merged_edges(cur, edges);
@@ -159,7 +166,7 @@ std::optional<std::vector<RedistributeStep>> Planner::search() const {
         e.cost = priced->cost;
         e.peak = priced->peak;
       } else {
-        price_move(cur, e);
+        price_move(cur_bytes, e);
         priced = &e;
       }
       const double c = cost + e.cost;

@@ -83,7 +83,6 @@ Planner::Move Planner::renamed(const Move& m, const Rename& to) {
   Move out = m;
   out.next = renamed(m.next, to);
   if (out.q.is_shard()) out.q = Shard(to[out.q.dim()], out.q.shard_order());
-  if (out.tensor_dim >= 0) out.tensor_dim = to[out.tensor_dim];
   return out;
 }
 

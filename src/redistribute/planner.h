@@ -74,7 +74,6 @@ class Planner {
     bool merged = false;
     StepKind kind = StepKind::Local;
     Placement q;          // the placement the mesh dims go to (before renumbering)
-    int64_t tensor_dim = -1;  // the tensor dim price() is told
   };
 
   struct Price {
@@ -144,14 +143,8 @@ class Planner {
     if (p.is_partial()) return q.is_replicate() ? StepKind::AllReduce : StepKind::ReduceScatter;
     return StepKind::Local;
   }
-  // The tensor dim a single step gathers, splits or (all_to_all) leaves.
-  static int64_t single_tensor_dim(Placement p, Placement q) {
-    if (p.is_shard()) return p.dim();
-    return q.is_shard() ? q.dim() : -1;
-  }
   Move single_move(const Placements& cur, int i, Placement q, const Placements& next) const {
-    return Move{next, 0, 0, 1u << i, false, single_kind(i, cur[i], q), q,
-                single_tensor_dim(cur[i], q)};
+    return Move{next, 0, 0, 1u << i, false, single_kind(i, cur[i], q), q};
   }
 
   // plan_price.cc
@@ -167,13 +160,14 @@ class Planner {
   Group group_of(uint32_t dims) const;
   bool may_merge(uint32_t dims) const { return group_info(dims).may_merge; }
   const Group& scratch_group(uint32_t dims) const;
-  void price_move(const Placements& cur, Move& m) const {
-    const Price pr = price(m.kind, m.dims, cur, m.next, m.tensor_dim, m.q);
+  // cur_bytes: bytes_of the state the move leaves, worked out once per state.
+  void price_move(double cur_bytes, Move& m) const {
+    const Price pr = price(m.kind, m.dims, cur_bytes, m.next, m.q);
     m.cost = pr.cost_us;
     m.peak = pr.peak;
   }
-  Price price(StepKind kind, uint32_t dims, const Placements& cur, const Placements& next,
-              int64_t tensor_dim, Placement q) const;
+  Price price(StepKind kind, uint32_t dims, double cur_bytes, const Placements& next,
+              Placement q) const;
   RedistributeStep single_step(const Placements& cur, int i, Placement q,
                                const Placements& next) const;
   RedistributeStep merged_step(const Placements& cur, const Placements& next, uint32_t dims,
@@ -187,7 +181,13 @@ class Planner {
   int64_t group_size(uint32_t dims) const;
   LinkCost slowest_link(uint32_t dims) const;
   void cheapest_cover(const double* floor, double* out) const;
-  double last_collectives(uint32_t gather, uint32_t partial, bool gather_base) const;
+  // Part 2 of the bound with the gathers' bases not counted (bare) and
+  // counted (based); the same without merging.
+  struct LastCost {
+    double bare = 0, based = 0;
+  };
+  LastCost last_collectives(uint32_t gather, uint32_t partial) const;
+  std::vector<LastCost> last_collectives_table(uint32_t partial) const;
   void init_coarse_bound();
   double coarse_bound(const Placements& p) const;
   double lower_bound(const Placements& p) const;
@@ -235,16 +235,14 @@ class Planner {
   // the sizes of the other live dims that may shard.
   uint32_t to_replicate_ = 0;
   double other_shards_ = 1;
-  // last_collectives' tables, by the mask of Partials bound for R and the
-  // bases counted.
-  mutable std::vector<std::pair<uint32_t, std::vector<double>>> last_collectives_;
-  // The table last used for each choice of bases (its data stays put when
-  // last_collectives_ grows).
+  // last_collectives' tables, by the mask of Partials bound for R.
+  mutable std::vector<std::pair<uint32_t, std::vector<LastCost>>> last_collectives_;
+  // The table last used (its data stays put when last_collectives_ grows).
   struct Memo {
     uint32_t key = ~0u;
-    const double* table = nullptr;
+    const LastCost* table = nullptr;
   };
-  mutable Memo last_table_[2];
+  mutable Memo last_table_;
   double min_bytes_ = 0;
   // By mask of mesh dims (init_cover): the product of their sizes, their
   // slowest link.

@@ -67,9 +67,10 @@ struct Map {
     size_t k = 0;
     detail::set_operand(ops, k++, out, out.shape());
     (detail::set_operand(ops, k++, ins, out.shape()), ...);
-    detail::for_each_strided(out.shape(), ops, [op](const Ptrs& p, int64_t n, const Strides& st) {
+    auto kernel = [op](const Ptrs& p, int64_t n, const Strides& st) {
       run(std::index_sequence_for<In...>{}, op, p, n, st);
-    });
+    };
+    detail::for_each_strided<N, detail::kOverwrite>(out.shape(), ops, kernel);
   }
 
   template <class Op, size_t... K>

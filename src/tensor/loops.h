@@ -95,24 +95,27 @@ struct Walk {
   std::array<std::array<int64_t, kMaxDims>, N> st{};
   std::array<int64_t, N> item{};
   int tile_dim = -1;  // the dim tiled against the innermost one, or -1
-  bool stream = false;  // a tiled walk writes operand 0 non-temporally (kStreamBytes)
+  // The kernel overwrites operand 0 (kOverwrite), which spans at least
+  // stream_threshold() bytes: a tiled copy or walk_rows streams it out.
+  bool stream = false;
+  bool move = false;    // a transposing byte move (kMove): walk_moves instead of tiles
 };
 
-// Copies `bytes` from the 16-byte aligned tile buffer `src` to `dst` with
-// non-temporal stores when dst and bytes allow it (16-byte aligned; a tile
-// row of 32 floats is two whole cache lines), else with memcpy. The bytes
-// are the same either way; only whether the lines go through the cache.
-inline bool stream_row(char* dst, const char* src, int64_t bytes) {
+// Copies `bytes` from the 16-byte aligned buffer `src` to `dst` with
+// non-temporal stores when dst is 16-byte aligned (a tile row of 32 floats
+// is two whole cache lines), the last bytes short of 16 and an unaligned
+// dst with memcpy. The bytes are the same either way; only whether the
+// lines go through the cache.
+inline void stream_row(char* dst, const char* src, int64_t bytes) {
+  int64_t i = 0;
 #if defined(__SSE2__)
-  if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0 && (bytes & 15) == 0) {
-    for (int64_t i = 0; i < bytes; i += 16)
+  if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+    for (; i + 16 <= bytes; i += 16)
       _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i),
                        _mm_load_si128(reinterpret_cast<const __m128i*>(src + i)));
-    return true;
   }
 #endif
-  std::memcpy(dst, src, static_cast<size_t>(bytes));
-  return false;
+  std::memcpy(dst + i, src + i, static_cast<size_t>(bytes - i));
 }
 
 // false when the shape is empty (nothing to walk).
@@ -203,6 +206,44 @@ bool next_row(const Walk<N>& w, int dims, int64_t* idx, std::array<char*, N>& p)
   return false;
 }
 
+// One run of walk_rows with a large contiguous output (w.stream): the
+// kernel computes pieces of up to 4 KiB into an L1 buffer standing in for
+// operand 0, and each piece is streamed out whole (stream_row), after a head
+// written in place up to 16-byte alignment. A large output then is not read
+// into the cache before each line is written: on this machine an allocating
+// 64 MiB add took ~15% less time, and an op reading such an output next was
+// no slower from 8 MiB up (docs/PERFORMANCE.md). The kernel runs the same
+// code on the same inputs either way (its operand 0 has unit stride in both
+// cases), so the bits are the same, NaN payloads included. Only for walks
+// whose kernel writes operand 0 without reading it (kOverwrite); an
+// in-place op (operand 0 also an input) writes in place, having read each
+// line anyway.
+template <size_t N, class Kernel>
+void stream_run(const Walk<N>& w, std::array<char*, N> p, int64_t n,
+                const std::array<int64_t, N>& inner, Kernel& kernel) {
+  const int64_t item = w.item[0];
+  bool in_place = false;
+  for (size_t k = 1; k < N; ++k) in_place |= p[k] == p[0];
+  if (in_place || inner[0] != item) {
+    kernel(p, n, inner);
+    return;
+  }
+  std::array<char*, N> q = p;
+  const int64_t head =
+      std::min(n, static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(p[0]) % 16) % 16) / item);
+  if (head > 0) kernel(q, head, inner);
+  constexpr int64_t kPiece = 4096;
+  alignas(64) char buf[kPiece];
+  const int64_t per_piece = kPiece / item;
+  for (int64_t i = head; i < n; i += per_piece) {
+    const int64_t m = std::min(per_piece, n - i);
+    for (size_t k = 1; k < N; ++k) q[k] = p[k] + i * inner[k];
+    q[0] = buf;
+    kernel(q, m, inner);
+    stream_row(p[0] + i * item, buf, m * item);
+  }
+}
+
 // The plain walk: runs of the innermost dim in row-major order of the rest.
 template <size_t N, class Kernel>
 void walk_rows(const Walk<N>& w, std::array<char*, N> p, Kernel& kernel) {
@@ -216,7 +257,8 @@ void walk_rows(const Walk<N>& w, std::array<char*, N> p, Kernel& kernel) {
   const int outer_nd = w.nd - 1;
   int64_t idx[kMaxDims] = {};
   while (true) {
-    kernel(p, n_inner, inner);
+    if (w.stream) stream_run(w, p, n_inner, inner, kernel);
+    else kernel(p, n_inner, inner);
     if (!next_row(w, outer_nd, idx, p)) return;
   }
 }
@@ -229,6 +271,31 @@ template <bool kToBuffer>
 inline void stage_tile(int64_t item, char* buf, char* mem, int64_t jn, int64_t ln, int64_t sl) {
   if constexpr (kToBuffer) transpose_tile(item, mem, sl, buf, ln * item, ln, jn);
   else transpose_tile(item, buf, ln * item, mem, sl, jn, ln);
+}
+
+// Calls plane(p) with the operands' pointers at each index tuple of the
+// dims other than tile_dim and the innermost one, in row-major order.
+template <size_t N, class Plane>
+void for_each_plane(const Walk<N>& w, const std::array<char*, N>& base, Plane& plane) {
+  Walk<N> rest;  // the other dims, as a walk of single elements
+  for (int d = 0; d < w.nd - 1; ++d) {
+    if (d == w.tile_dim) continue;
+    rest.sizes[rest.nd] = w.sizes[d];
+    for (size_t k = 0; k < N; ++k) rest.st[k][rest.nd] = w.st[k][d];
+    ++rest.nd;
+  }
+  if (rest.nd == 0) {
+    plane(base);
+    return;
+  }
+  // Walk `rest` one element per "run": make its innermost dim a run of 1.
+  rest.sizes[rest.nd] = 1;
+  for (size_t k = 0; k < N; ++k) rest.st[k][rest.nd] = 0;
+  ++rest.nd;
+  auto run = [&plane](const std::array<char*, N>& p, int64_t, const std::array<int64_t, N>&) {
+    plane(p);
+  };
+  walk_rows(rest, base, run);
 }
 
 // The tiled walk: the dims other than tile_dim (j) and the innermost (l) in
@@ -261,16 +328,8 @@ void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
   // keep writing in place.
   const bool stream0 = N == 2 && w.stream && !staged[0] && w.st[0][l] == w.item[0] &&
                        w.item[0] > 0 && w.item[0] <= 8;
-  bool streamed = false;
   alignas(64) char buf[N][kTile * kTile * 8];
-  Walk<N> rest;  // the other dims, as a walk of single elements
-  for (int d = 0; d < l; ++d) {
-    if (d == j) continue;
-    rest.sizes[rest.nd] = w.sizes[d];
-    for (size_t k = 0; k < N; ++k) rest.st[k][rest.nd] = w.st[k][d];
-    ++rest.nd;
-  }
-  auto plane = [&](std::array<char*, N> p, int64_t, const std::array<int64_t, N>&) {
+  auto plane = [&](std::array<char*, N> p) {
     for (int64_t jb = 0; jb < w.sizes[j]; jb += kTileBlock)
     for (int64_t lb = 0; lb < w.sizes[l]; lb += kTileBlock)
     for (int64_t l0 = lb; l0 < std::min(w.sizes[l], lb + kTileBlock); l0 += kTile) {
@@ -303,30 +362,67 @@ void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
           const int64_t row = ln * w.item[0];
           char* out = p[0] + j0 * w.st[0][j] + l0 * w.item[0];
           for (int64_t r = 0; r < jn; ++r)
-            streamed |= stream_row(out + r * w.st[0][j], buf[0] + r * row, row);
+            stream_row(out + r * w.st[0][j], buf[0] + r * row, row);
         }
       }
     }
   };
-  if (rest.nd == 0) {
-    plane(base, 1, inner);
+  for_each_plane(w, base, plane);
+  // (for_each_strided fences after a walk that streams)
+}
+
+// Whether a walk that tiles is a transposing byte move walk_moves can do:
+// two operands of one item size (1, 2, 4 or 8 bytes), each contiguous
+// along one of the two tiled dims, a different one each.
+template <size_t N>
+bool can_move(const Walk<N>& w) {
+  if constexpr (N != 2) {
+    return false;
   } else {
-    // Walk `rest` one element per "run": make its innermost dim a run of 1.
-    rest.sizes[rest.nd] = 1;
-    for (size_t k = 0; k < N; ++k) rest.st[k][rest.nd] = 0;
-    ++rest.nd;
-    walk_rows(rest, base, plane);
+    const int64_t item = w.item[0];
+    if (w.tile_dim < 0 || item != w.item[1] || !(item == 1 || item == 2 || item == 4 || item == 8))
+      return false;
+    const int j = w.tile_dim, l = w.nd - 1;
+    return (w.st[0][l] == item && w.st[1][j] == item) || (w.st[0][j] == item && w.st[1][l] == item);
   }
-#if defined(__SSE2__)
-  // Non-temporal stores are not ordered by the release that publishes a
-  // parallel block's end (or by anything but a fence): the fence makes the
-  // output visible before this walk returns.
-  if (streamed) _mm_sfence();
-#endif
+}
+
+// A transposing byte move (can_move): operand 1's bytes go to operand 0
+// through transpose_tile, register blocks straight from one to the other,
+// with no kernel call and no staging buffer. Each plane goes in bands of
+// 256 bytes' worth of source rows (rows_at_once) by 1,024 columns, down
+// the columns first (see transpose.cc), so each destination row is written
+// a run of 256 bytes at a time (four whole lines, which non-temporal
+// stores need to fill their write-combining buffers) while the source is
+// read rows_at_once rows at a time, 1,024 elements along each, before the
+// next band. On a 4096x4096 float32 transposing copy this order with
+// non-temporal stores took ~1.75x memcpy where 32x32 tiles took 3.2x
+// (docs/PERFORMANCE.md). Large outputs (w.stream) are streamed.
+inline void walk_moves(const Walk<2>& w, const std::array<char*, 2>& base) {
+  const int64_t item = w.item[0];
+  // a: the dim along which the source (operand 1) is contiguous, the
+  // destination's row dim; b: the destination's contiguous dim.
+  const int l = w.nd - 1;
+  const int a = w.st[1][l] == item ? l : w.tile_dim, b = a == l ? w.tile_dim : l;
+  const int64_t rows_at_once = 256 / item, cols_at_once = 1024;
+  auto plane = [&](const std::array<char*, 2>& p) {
+    for (int64_t a0 = 0; a0 < w.sizes[a]; a0 += cols_at_once) {
+      const int64_t an = std::min(cols_at_once, w.sizes[a] - a0);
+      for (int64_t b0 = 0; b0 < w.sizes[b]; b0 += rows_at_once) {
+        const int64_t bn = std::min(rows_at_once, w.sizes[b] - b0);
+        transpose_tile(item, p[1] + b0 * w.st[1][b] + a0 * item, w.st[1][b],
+                       p[0] + a0 * w.st[0][a] + b0 * item, w.st[0][a], bn, an, w.stream);
+      }
+    }
+  };
+  for_each_plane(w, base, plane);
 }
 
 template <size_t N, class Kernel>
 void walk(const Walk<N>& w, const std::array<char*, N>& base, Kernel& kernel) {
+  if constexpr (N == 2) {
+    if (w.move) return walk_moves(w, base);
+  }
   if (w.tile_dim >= 0) walk_tiles(w, base, kernel);
   else walk_rows(w, base, kernel);
 }
@@ -352,6 +448,13 @@ enum WalkFlags : int {
   // kernel is compiled for AVX2 / AVX-512 too. Only for files that turn FP
   // contraction off (see simd.h).
   kSimd = 2,
+  // The kernel copies operand 1 into operand 0 unchanged, element for
+  // element of one size (a same-dtype copy). A walk that would tile then
+  // moves the bytes itself (walk_moves) without calling the kernel.
+  kMove = 4,
+  // The kernel writes operand 0 without reading it (elementwise ops,
+  // copies): a large output is then streamed (Walk::stream).
+  kOverwrite = 8,
 };
 
 // See the file comment: possibly on several threads, each element of
@@ -364,7 +467,8 @@ void for_each_strided(const Shape& shape, const StridedOperands<N>& ops, Kernel&
   loops::Walk<N> w;
   if (!loops::coalesce(shape, ops, w)) return;
   if constexpr (!(kFlags & kNoTiles)) w.tile_dim = loops::pick_tile_dim(w);
-  if (w.tile_dim >= 0) {
+  if constexpr ((kFlags & kMove) != 0) w.move = loops::can_move(w);
+  if constexpr ((kFlags & kOverwrite) != 0) {
     // Operand 0's bytes: its non-broadcast dims only.
     int64_t out_bytes = w.item[0];
     for (int d = 0; d < w.nd; ++d)
@@ -377,6 +481,11 @@ void for_each_strided(const Shape& shape, const StridedOperands<N>& ops, Kernel&
     } else {
       loops::walk(sub, p, kernel);
     }
+#if defined(__SSE2__)
+    // Non-temporal stores are not ordered by the release that publishes a
+    // parallel block's end (or by anything but a fence).
+    if (sub.stream) _mm_sfence();
+#endif
   };
   int64_t total = 1;
   for (int d = 0; d < w.nd; ++d) total *= w.sizes[d];

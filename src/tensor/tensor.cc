@@ -426,6 +426,8 @@ Tensor& Tensor::fill_(Scalar value) {
     const T v = value.to<T>();
     detail::StridedOperands<1> ops;
     detail::set_operand(ops, 0, *this, shape_);
+    // Not kOverwrite: streaming a 64 MiB fill through the piece buffer took
+    // 1.25x the time of plain stores (docs/PERFORMANCE.md).
     detail::for_each_strided(shape_, ops, [v](std::array<char*, 1>& p, int64_t n,
                                                const std::array<int64_t, 1>& st) {
       char* q = p[0];
@@ -478,7 +480,12 @@ Tensor& Tensor::copy_(const Tensor& src) {
   detail::set_operand(ops, 1, src, shape_);
   detail::dispatch_all(dtype_, "copy_", [&]<class D>() {
     detail::dispatch_all(src.dtype_, "copy_", [&]<class S>() {
-      detail::for_each_strided(shape_, ops, copy_kernel<D, S>);
+      if constexpr (std::is_same_v<D, S>) {
+        detail::for_each_strided<2, detail::kMove | detail::kOverwrite>(shape_, ops,
+                                                                         copy_kernel<D, S>);
+      } else {
+        detail::for_each_strided<2, detail::kOverwrite>(shape_, ops, copy_kernel<D, S>);
+      }
     });
   });
   return *this;

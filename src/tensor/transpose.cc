@@ -8,6 +8,13 @@
 // shuffle stages, and on CPUs that split 512-bit shuffles into halves
 // (Zen 4) it is no faster, while the tile (32 wide) is loaded from L1
 // either way.
+//
+// Every block comes in two store flavours: plain stores, and non-temporal
+// ones (movnt*) for a large transposing copy written straight to memory
+// (transpose.h). Blocks go down the columns of a tile first, so the rows
+// of dst are written in runs as long as the tile has rows: non-temporal
+// stores fill whole cache lines in the write-combining buffers only if a
+// line is finished before many others are started.
 #include "tensor/transpose.h"
 
 #include <emmintrin.h>
@@ -22,13 +29,33 @@ namespace {
 
 using Block = void (*)(const char* src, int64_t ss, char* dst, int64_t ds);
 
+// The stores of a block: plain, or non-temporal (kStream). A non-temporal
+// store needs its address aligned to its width; transpose_tile checks that
+// once for the whole tile (see stream_aligned).
+template <bool kStream>
+inline void store64(char* p, __m128i v) {
+  if constexpr (kStream) _mm_stream_si64(reinterpret_cast<long long*>(p), _mm_cvtsi128_si64(v));
+  else _mm_storel_epi64(reinterpret_cast<__m128i*>(p), v);
+}
+template <bool kStream>
+inline void store128(char* p, __m128i v) {
+  if constexpr (kStream) _mm_stream_si128(reinterpret_cast<__m128i*>(p), v);
+  else _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v);
+}
+template <bool kStream>
+__attribute__((target("avx2"))) inline void store256(char* p, __m256i v) {
+  if constexpr (kStream) _mm256_stream_si256(reinterpret_cast<__m256i*>(p), v);
+  else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
+}
+
 // Blocks of B x B elements of S bytes where whole ones fit, the rest one
-// element at a time.
+// element at a time. Column blocks outer: dst's rows c..c+B-1 get all
+// their whole blocks (a run of rb elements each) before the next ones.
 template <int S, int B, Block kBlock>
 void tile_loop(const char* src, int64_t ss, char* dst, int64_t ds, int64_t rows, int64_t cols) {
   const int64_t rb = rows / B * B, cb = cols / B * B;
-  for (int64_t r = 0; r < rb; r += B) {
-    for (int64_t c = 0; c < cb; c += B) kBlock(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
+  for (int64_t c = 0; c < cb; c += B) {
+    for (int64_t r = 0; r < rb; r += B) kBlock(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
   }
   for (int64_t r = 0; r < rows; ++r) {
     // the right strip of every row; the bottom rows in full
@@ -41,6 +68,7 @@ void tile_loop(const char* src, int64_t ss, char* dst, int64_t ds, int64_t rows,
 // ---- baseline (SSE2) --------------------------------------------------------
 
 // 8x8 bytes: each row is one 64-bit load.
+template <bool kStream>
 void block_1x8(const char* s, int64_t ss, char* d, int64_t ds) {
   __m128i r[8];
   for (int i = 0; i < 8; ++i) r[i] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + i * ss));
@@ -54,12 +82,13 @@ void block_1x8(const char* s, int64_t ss, char* d, int64_t ds) {
   const __m128i o[4] = {_mm_unpacklo_epi32(q0, q2), _mm_unpackhi_epi32(q0, q2),
                         _mm_unpacklo_epi32(q1, q3), _mm_unpackhi_epi32(q1, q3)};
   for (int i = 0; i < 4; ++i) {
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(d + (2 * i) * ds), o[i]);
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(d + (2 * i + 1) * ds), _mm_srli_si128(o[i], 8));
+    store64<kStream>(d + (2 * i) * ds, o[i]);
+    store64<kStream>(d + (2 * i + 1) * ds, _mm_srli_si128(o[i], 8));
   }
 }
 
 // 8x8 2-byte elements.
+template <bool kStream>
 void block_2x8(const char* s, int64_t ss, char* d, int64_t ds) {
   __m128i r[8];
   for (int i = 0; i < 8; ++i) r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i * ss));
@@ -77,41 +106,43 @@ void block_2x8(const char* s, int64_t ss, char* d, int64_t ds) {
     q[4 * h + 3] = _mm_unpackhi_epi32(x[1], x[3]);  // columns 6, 7
   }
   for (int i = 0; i < 4; ++i) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (2 * i) * ds), _mm_unpacklo_epi64(q[i], q[4 + i]));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (2 * i + 1) * ds),
-                     _mm_unpackhi_epi64(q[i], q[4 + i]));
+    store128<kStream>(d + (2 * i) * ds, _mm_unpacklo_epi64(q[i], q[4 + i]));
+    store128<kStream>(d + (2 * i + 1) * ds, _mm_unpackhi_epi64(q[i], q[4 + i]));
   }
 }
 
 // 4x4 4-byte elements (the moves are on float registers; no arithmetic, so
 // NaN payloads pass unchanged).
+template <bool kStream>
 void block_4x4(const char* s, int64_t ss, char* d, int64_t ds) {
   __m128 r0 = _mm_loadu_ps(reinterpret_cast<const float*>(s));
   __m128 r1 = _mm_loadu_ps(reinterpret_cast<const float*>(s + ss));
   __m128 r2 = _mm_loadu_ps(reinterpret_cast<const float*>(s + 2 * ss));
   __m128 r3 = _mm_loadu_ps(reinterpret_cast<const float*>(s + 3 * ss));
   _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-  _mm_storeu_ps(reinterpret_cast<float*>(d), r0);
-  _mm_storeu_ps(reinterpret_cast<float*>(d + ds), r1);
-  _mm_storeu_ps(reinterpret_cast<float*>(d + 2 * ds), r2);
-  _mm_storeu_ps(reinterpret_cast<float*>(d + 3 * ds), r3);
+  store128<kStream>(d, _mm_castps_si128(r0));
+  store128<kStream>(d + ds, _mm_castps_si128(r1));
+  store128<kStream>(d + 2 * ds, _mm_castps_si128(r2));
+  store128<kStream>(d + 3 * ds, _mm_castps_si128(r3));
 }
 
 // 2x2 8-byte elements.
+template <bool kStream>
 void block_8x2(const char* s, int64_t ss, char* d, int64_t ds) {
   const __m128d r0 = _mm_loadu_pd(reinterpret_cast<const double*>(s));
   const __m128d r1 = _mm_loadu_pd(reinterpret_cast<const double*>(s + ss));
-  _mm_storeu_pd(reinterpret_cast<double*>(d), _mm_unpacklo_pd(r0, r1));
-  _mm_storeu_pd(reinterpret_cast<double*>(d + ds), _mm_unpackhi_pd(r0, r1));
+  store128<kStream>(d, _mm_castpd_si128(_mm_unpacklo_pd(r0, r1)));
+  store128<kStream>(d + ds, _mm_castpd_si128(_mm_unpackhi_pd(r0, r1)));
 }
 
+template <bool kStream>
 void transpose_baseline(int64_t item, const char* s, int64_t ss, char* d, int64_t ds,
                         int64_t rows, int64_t cols) {
   switch (item) {
-    case 1: tile_loop<1, 8, block_1x8>(s, ss, d, ds, rows, cols); return;
-    case 2: tile_loop<2, 8, block_2x8>(s, ss, d, ds, rows, cols); return;
-    case 4: tile_loop<4, 4, block_4x4>(s, ss, d, ds, rows, cols); return;
-    default: tile_loop<8, 2, block_8x2>(s, ss, d, ds, rows, cols); return;
+    case 1: tile_loop<1, 8, block_1x8<kStream>>(s, ss, d, ds, rows, cols); return;
+    case 2: tile_loop<2, 8, block_2x8<kStream>>(s, ss, d, ds, rows, cols); return;
+    case 4: tile_loop<4, 4, block_4x4<kStream>>(s, ss, d, ds, rows, cols); return;
+    default: tile_loop<8, 2, block_8x2<kStream>>(s, ss, d, ds, rows, cols); return;
   }
 }
 
@@ -119,6 +150,7 @@ void transpose_baseline(int64_t item, const char* s, int64_t ss, char* d, int64_
 
 // 8x8 4-byte elements: pairs of rows interleaved, then pairs of pairs, then
 // the 128-bit halves exchanged.
+template <bool kStream>
 __attribute__((target("avx2"))) void block_4x8(const char* s, int64_t ss, char* d, int64_t ds) {
   __m256 r[8];
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(s + i * ss));
@@ -136,13 +168,14 @@ __attribute__((target("avx2"))) void block_4x8(const char* s, int64_t ss, char* 
     u[4 * h + 3] = _mm256_shuffle_ps(x[1], x[3], 0xEE);
   }
   for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(reinterpret_cast<float*>(d + i * ds), _mm256_permute2f128_ps(u[i], u[4 + i], 0x20));
-    _mm256_storeu_ps(reinterpret_cast<float*>(d + (4 + i) * ds),
-                     _mm256_permute2f128_ps(u[i], u[4 + i], 0x31));
+    store256<kStream>(d + i * ds, _mm256_castps_si256(_mm256_permute2f128_ps(u[i], u[4 + i], 0x20)));
+    store256<kStream>(d + (4 + i) * ds,
+                      _mm256_castps_si256(_mm256_permute2f128_ps(u[i], u[4 + i], 0x31)));
   }
 }
 
 // 4x4 8-byte elements.
+template <bool kStream>
 __attribute__((target("avx2"))) void block_8x4(const char* s, int64_t ss, char* d, int64_t ds) {
   __m256d r[4];
   for (int i = 0; i < 4; ++i) r[i] = _mm256_loadu_pd(reinterpret_cast<const double*>(s + i * ss));
@@ -150,31 +183,45 @@ __attribute__((target("avx2"))) void block_8x4(const char* s, int64_t ss, char* 
   const __m256d t1 = _mm256_unpackhi_pd(r[0], r[1]);  // a1 b1 a3 b3
   const __m256d t2 = _mm256_unpacklo_pd(r[2], r[3]);  // c0 d0 c2 d2
   const __m256d t3 = _mm256_unpackhi_pd(r[2], r[3]);  // c1 d1 c3 d3
-  _mm256_storeu_pd(reinterpret_cast<double*>(d), _mm256_permute2f128_pd(t0, t2, 0x20));
-  _mm256_storeu_pd(reinterpret_cast<double*>(d + ds), _mm256_permute2f128_pd(t1, t3, 0x20));
-  _mm256_storeu_pd(reinterpret_cast<double*>(d + 2 * ds), _mm256_permute2f128_pd(t0, t2, 0x31));
-  _mm256_storeu_pd(reinterpret_cast<double*>(d + 3 * ds), _mm256_permute2f128_pd(t1, t3, 0x31));
+  store256<kStream>(d, _mm256_castpd_si256(_mm256_permute2f128_pd(t0, t2, 0x20)));
+  store256<kStream>(d + ds, _mm256_castpd_si256(_mm256_permute2f128_pd(t1, t3, 0x20)));
+  store256<kStream>(d + 2 * ds, _mm256_castpd_si256(_mm256_permute2f128_pd(t0, t2, 0x31)));
+  store256<kStream>(d + 3 * ds, _mm256_castpd_si256(_mm256_permute2f128_pd(t1, t3, 0x31)));
 }
 
+template <bool kStream>
 __attribute__((target("avx2"), flatten)) void transpose_avx2(int64_t item, const char* s,
                                                              int64_t ss, char* d, int64_t ds,
                                                              int64_t rows, int64_t cols) {
   switch (item) {
-    case 4: tile_loop<4, 8, block_4x8>(s, ss, d, ds, rows, cols); return;
-    case 8: tile_loop<8, 4, block_8x4>(s, ss, d, ds, rows, cols); return;
-    default: transpose_baseline(item, s, ss, d, ds, rows, cols); return;
+    case 4: tile_loop<4, 8, block_4x8<kStream>>(s, ss, d, ds, rows, cols); return;
+    case 8: tile_loop<8, 4, block_8x4<kStream>>(s, ss, d, ds, rows, cols); return;
+    default: transpose_baseline<kStream>(item, s, ss, d, ds, rows, cols); return;
   }
+}
+
+// The widest store of the level's block for this item size: every whole
+// block stores at dst + c * ds + r * item with r a multiple of the block
+// edge, so dst and ds aligned to it align every store.
+bool stream_aligned(bool avx2, int64_t item, const char* dst, int64_t ds) {
+  const int64_t width = avx2 && (item == 4 || item == 8) ? 32 : item == 1 ? 8 : 16;
+  return ((reinterpret_cast<uintptr_t>(dst) | static_cast<uint64_t>(ds)) & (width - 1)) == 0;
 }
 
 }  // namespace
 
-void transpose_tile(int64_t item, const char* src, int64_t src_stride, char* dst,
-                    int64_t dst_stride, int64_t rows, int64_t cols) {
-  if (simd_level() >= SimdLevel::kAvx2) {
-    transpose_avx2(item, src, src_stride, dst, dst_stride, rows, cols);
+bool transpose_tile(int64_t item, const char* src, int64_t src_stride, char* dst,
+                    int64_t dst_stride, int64_t rows, int64_t cols, bool stream) {
+  const bool avx2 = simd_level() >= SimdLevel::kAvx2;
+  stream = stream && stream_aligned(avx2, item, dst, dst_stride);
+  if (avx2) {
+    if (stream) transpose_avx2<true>(item, src, src_stride, dst, dst_stride, rows, cols);
+    else transpose_avx2<false>(item, src, src_stride, dst, dst_stride, rows, cols);
   } else {
-    transpose_baseline(item, src, src_stride, dst, dst_stride, rows, cols);
+    if (stream) transpose_baseline<true>(item, src, src_stride, dst, dst_stride, rows, cols);
+    else transpose_baseline<false>(item, src, src_stride, dst, dst_stride, rows, cols);
   }
+  return stream;
 }
 
 }  // namespace dtensor::detail

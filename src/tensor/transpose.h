@@ -19,8 +19,12 @@ namespace dtensor::detail {
 // bytes: row r of src starts at src + r * src_stride and holds cols
 // contiguous elements; row c of dst starts at dst + c * dst_stride and
 // holds rows contiguous elements. Strides are in bytes and may be negative.
+// With `stream`, the whole blocks are written with non-temporal stores
+// (straight to memory, not read into the cache first) when dst and
+// dst_stride are aligned for them; the result says whether they were, and
+// then the caller must fence (_mm_sfence) before anyone reads dst.
 // REQUIRES: item is 1, 2, 4 or 8; src and dst do not overlap.
-void transpose_tile(int64_t item, const char* src, int64_t src_stride, char* dst,
-                    int64_t dst_stride, int64_t rows, int64_t cols);
+bool transpose_tile(int64_t item, const char* src, int64_t src_stride, char* dst,
+                    int64_t dst_stride, int64_t rows, int64_t cols, bool stream = false);
 
 }  // namespace dtensor::detail

@@ -17,10 +17,12 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtensor/tensor.h"
 #include "dtensor/threads.h"
+#include "tensor/loops.h"
 #include "tensor/simd.h"
 #include "tensor/simd_threads.h"
 
@@ -102,6 +104,60 @@ TEST_F(ThreadsTest, ElementwiseAndCopies) {
     return y;
   });
   expect_stable("empty", [&] { return add(Tensor::randn({0, 5}, 1).t(), Tensor::ones({5, 0})); });
+}
+
+// Large outputs are written with non-temporal stores (loops.h,
+// stream_values; from kStreamBytes, lowered to 0 here so these sizes
+// stream): the bits must be those of the plain stores, at every thread
+// count and level, for every path of the elementwise Map that streams, for
+// converting copies, and for outputs that start off 16-byte alignment (the
+// head written plainly) or end in a partial chunk.
+TEST_F(ThreadsTest, StreamedOutputsKeepTheBits) {
+  const int64_t n = (int64_t{1} << 18) + 37;  // a partial last chunk
+  const Tensor x = spread({n}, 11), y = spread({n}, 12);
+  const Tensor row = Tensor::randn({37}, 13), m = spread({n / 37 + 1, 37}, 14);
+  const std::vector<std::pair<std::string, std::function<Tensor()>>> cases = {
+      {"add", [&] { return add(x, y); }},
+      {"add of a scalar", [&] { return add(x, 0.5); }},
+      {"exp", [&] { return exp(x); }},
+      {"comparison (bool output)", [&] { return gt(x, y); }},
+      {"where", [&] { return where(gt(x, 0.0), x, y); }},
+      {"broadcast row", [&] { return mul(m, row); }},
+      {"in-place add (not streamed)",
+       [&] {
+         Tensor z = x.clone();
+         z += y;
+         return z;
+       }},
+      {"converting copy", [&] { return x.to(DType::Float64); }},
+      {"converting copy, output 8 bytes off alignment",
+       [&] {
+         Tensor z = Tensor::zeros({n + 1}, DType::Float64);
+         z.slice(0, 1, n + 1).copy_(x);
+         return z;
+       }},
+      {"bool output 3 bytes off alignment", [&] {
+         Tensor z = Tensor::zeros({n + 3}, DType::Bool);
+         z.slice(0, 3, n + 3).copy_(x);
+         return z;
+       }}};
+  for (const auto& [what, f] : cases) {
+    set_num_threads(1);
+    detail::set_simd_level(SimdLevel::kBaseline);
+    const Tensor want = f();  // plain stores: 1 MiB is under kStreamBytes
+    struct Threshold {
+      int64_t before = detail::stream_bytes.exchange(0);
+      ~Threshold() { detail::stream_bytes = before; }
+    } threshold;
+    for (SimdLevel level : dtensor::testing::simd_levels()) {
+      detail::set_simd_level(level);
+      for (int threads : {1, 2, 3, 8}) {
+        set_num_threads(threads);
+        EXPECT_TRUE(same_bits(want, f())) << what << ": differs when streamed at " << threads
+                                          << " threads, level " << detail::simd_level_name(level);
+      }
+    }
+  }
 }
 
 TEST_F(ThreadsTest, ElementwiseMatchesAScalarLoop) {
