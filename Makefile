@@ -10,7 +10,7 @@ PREFIX ?= /usr/local
 # `make run WERROR=OFF` for a compiler newer than Debian 12's GCC 12.
 WERROR ?= ON
 
-.PHONY: run test bench asan deps configure build install deb clean
+.PHONY: run test bench asan asan-build deps configure build install deb clean
 
 deps:
 	@scripts/install-deps
@@ -41,10 +41,14 @@ bench: build
 # Debug (asserts on) at -Og with line tables only: GCC's optimisation for
 # debugging compiles no slower than -O0 -g and runs the sanitized tests
 # ~1.7x faster (AutogradEngineTest.SquareOnRandomLayouts 20.9 s -> 12.2 s).
-asan: deps
+# `make asan-build` builds that tree without running its tests (.ci/run
+# builds it beside the Release tests).
+asan-build: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-Og -g1" \
 	  -DDTENSOR_SANITIZE=ON -DDTENSOR_BUILD_BENCH=OFF -DDTENSOR_WERROR=$(WERROR) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+asan: asan-build
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The headers, both libraries, the CMake package, dtensor.pc, the dtensor

@@ -22,8 +22,8 @@ namespace dtensor::cli {
 
 namespace {
 
-constexpr CollectiveKind kKinds[] = {CollectiveKind::AllGather, CollectiveKind::AllReduce,
-                                     CollectiveKind::ReduceScatter, CollectiveKind::AllToAll};
+constexpr CollectiveKind kDemoKinds[] = {CollectiveKind::AllGather, CollectiveKind::AllReduce,
+                                         CollectiveKind::ReduceScatter, CollectiveKind::AllToAll};
 
 // What ran in one part of the model (or one whole step).
 struct CommRecord {
@@ -37,8 +37,8 @@ struct CommRecord {
 CommRecord record_of(const std::string& name, const CommDebugMode& mode) {
   CommRecord r{name};
   for (int i = 0; i < 4; ++i) {
-    r.counts[i] = mode.count(kKinds[i]);
-    r.bytes += mode.bytes(kKinds[i]);
+    r.counts[i] = mode.count(kDemoKinds[i]);
+    r.bytes += mode.bytes(kDemoKinds[i]);
   }
   r.planned_us = mode.planned_cost_us();
   return r;
@@ -133,7 +133,7 @@ void print_comm_table(std::ostream& os, const std::vector<CommRecord>& rows, con
 nlohmann::ordered_json comm_json(const CommRecord& r) {
   nlohmann::ordered_json j;
   j["name"] = r.name;
-  for (int i = 0; i < 4; ++i) j[to_string(kKinds[i])] = r.counts[i];
+  for (int i = 0; i < 4; ++i) j[to_string(kDemoKinds[i])] = r.counts[i];
   j["bytes_per_rank"] = r.bytes;
   j["planned_us"] = r.planned_us;
   return j;

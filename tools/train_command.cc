@@ -84,16 +84,16 @@ World make_train_world(const TrainArgs& args, int64_t mesh_ranks) {
   return world;
 }
 
-constexpr CollectiveKind kKinds[] = {CollectiveKind::AllGather, CollectiveKind::AllReduce,
-                                     CollectiveKind::ReduceScatter, CollectiveKind::AllToAll};
+constexpr CollectiveKind kTrainKinds[] = {CollectiveKind::AllGather, CollectiveKind::AllReduce,
+                                          CollectiveKind::ReduceScatter, CollectiveKind::AllToAll};
 
-// The collectives of each phase of a step, by kind (kKinds' order).
+// The collectives of each phase of a step, by kind (kTrainKinds' order).
 enum Phase { kForward, kBackward, kOptimizer, kNumPhases };
 constexpr const char* kPhaseNames[] = {"forward", "backward", "optimizer"};
 using PhaseCounts = std::array<std::array<int64_t, 4>, kNumPhases>;
 
 void count_into(const CommDebugMode& mode, std::array<int64_t, 4>& out) {
-  for (int i = 0; i < 4; ++i) out[static_cast<size_t>(i)] = mode.count(kKinds[i]);
+  for (int i = 0; i < 4; ++i) out[static_cast<size_t>(i)] = mode.count(kTrainKinds[i]);
 }
 
 // One model with its optimizer and schedule, on a mesh.
@@ -344,8 +344,8 @@ int run_train(const TrainArgs& args) {
       r.ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       for (int i = 0; i < 4; ++i) {
-        r.counts[i] = comm.count(kKinds[i]);
-        r.bytes += comm.bytes(kKinds[i]);
+        r.counts[i] = comm.count(kTrainKinds[i]);
+        r.bytes += comm.bytes(kTrainKinds[i]);
       }
     }
     if (reference) {
@@ -436,12 +436,12 @@ int run_train(const TrainArgs& args) {
       s["grad_norm"] = r.grad_norm;
       if (reference) s["reference_grad_norm"] = r.reference_grad_norm;
       s["wall_ms"] = r.ms;
-      for (int i = 0; i < 4; ++i) s[to_string(kKinds[i])] = r.counts[i];
+      for (int i = 0; i < 4; ++i) s[to_string(kTrainKinds[i])] = r.counts[i];
       s["bytes_per_rank"] = r.bytes;
       for (int ph = 0; ph < kNumPhases; ++ph) {
         nlohmann::ordered_json c;
         for (int i = 0; i < 4; ++i)
-          c[to_string(kKinds[i])] = r.phases[static_cast<size_t>(ph)][static_cast<size_t>(i)];
+          c[to_string(kTrainKinds[i])] = r.phases[static_cast<size_t>(ph)][static_cast<size_t>(i)];
         s[kPhaseNames[ph]] = c;
       }
       js.push_back(s);
@@ -523,7 +523,7 @@ int run_train(const TrainArgs& args) {
     for (int i = 0; i < 4; ++i) {
       const int64_t n = steps.back().phases[static_cast<size_t>(ph)][static_cast<size_t>(i)];
       if (n == 0) continue;
-      os << (any ? ", " : " ") << n << " " << to_string(kKinds[i]);
+      os << (any ? ", " : " ") << n << " " << to_string(kTrainKinds[i]);
       any = true;
     }
     if (!any) os << " none";

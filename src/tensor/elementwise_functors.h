@@ -1,0 +1,212 @@
+// Internal to the elementwise ops (src/tensor/elementwise_*.cc): one functor
+// per op, templated on the element type. Internal linkage as
+// elementwise_map.h says.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+namespace dtensor {
+namespace {
+
+// ---- op functors ----------------------------------------------------------------------
+// One functor per op, templated on the element type. int64 arithmetic wraps
+// (as in PyTorch) through uint64 so that overflow is defined behaviour.
+
+inline int64_t wrap(uint64_t v) { return static_cast<int64_t>(v); }
+
+struct AddOp {
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_same_v<T, bool>)
+      return a || b;
+    else if constexpr (std::is_integral_v<T>)
+      return wrap(uint64_t(a) + uint64_t(b));
+    else
+      return a + b;
+  }
+};
+struct SubOp {
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>)
+      return wrap(uint64_t(a) - uint64_t(b));
+    else
+      return a - b;
+  }
+};
+struct MulOp {
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_same_v<T, bool>)
+      return a && b;
+    else if constexpr (std::is_integral_v<T>)
+      return wrap(uint64_t(a) * uint64_t(b));
+    else
+      return a * b;
+  }
+};
+struct DivOp {
+  template <class T>
+  T operator()(T a, T b) const {
+    return a / b;
+  }
+};
+// NaN-propagating, like torch.maximum / torch.minimum.
+struct MaximumOp {
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>)
+      return a > b || a != a ? a : b;
+    else
+      return a > b ? a : b;
+  }
+};
+struct MinimumOp {
+  template <class T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>)
+      return a < b || a != a ? a : b;
+    else
+      return a < b ? a : b;
+  }
+};
+
+struct EqOp {
+  template <class T>
+  bool operator()(T a, T b) const {
+    return a == b;
+  }
+};
+struct NeOp {
+  template <class T>
+  bool operator()(T a, T b) const {
+    return a != b;
+  }
+};
+struct LtOp {
+  template <class T>
+  bool operator()(T a, T b) const {
+    return a < b;
+  }
+};
+struct LeOp {
+  template <class T>
+  bool operator()(T a, T b) const {
+    return a <= b;
+  }
+};
+struct GtOp {
+  template <class T>
+  bool operator()(T a, T b) const {
+    return a > b;
+  }
+};
+struct GeOp {
+  template <class T>
+  bool operator()(T a, T b) const {
+    return a >= b;
+  }
+};
+
+struct NegOp {
+  template <class T>
+  T operator()(T x) const {
+    if constexpr (std::is_integral_v<T>)
+      return wrap(uint64_t(0) - uint64_t(x));
+    else
+      return -x;
+  }
+};
+struct AbsOp {
+  template <class T>
+  T operator()(T x) const {
+    if constexpr (std::is_same_v<T, bool>)
+      return x;
+    else if constexpr (std::is_integral_v<T>)
+      return x < 0 ? wrap(uint64_t(0) - uint64_t(x)) : x;
+    else
+      return std::abs(x);
+  }
+};
+// `x < 0 ? 0 : x` rather than `x > 0 ? x : 0` so that NaN passes through.
+struct ReluOp {
+  template <class T>
+  T operator()(T x) const {
+    return x < T(0) ? T(0) : x;
+  }
+};
+struct ExpOp {
+  template <class T>
+  T operator()(T x) const {
+    return std::exp(x);
+  }
+};
+struct LogOp {
+  template <class T>
+  T operator()(T x) const {
+    return std::log(x);
+  }
+};
+struct SqrtOp {
+  template <class T>
+  T operator()(T x) const {
+    return std::sqrt(x);
+  }
+};
+struct RsqrtOp {
+  template <class T>
+  T operator()(T x) const {
+    return T(1) / std::sqrt(x);
+  }
+};
+struct TanhOp {
+  template <class T>
+  T operator()(T x) const {
+    return std::tanh(x);
+  }
+};
+struct SigmoidOp {
+  template <class T>
+  T operator()(T x) const {
+    return T(1) / (T(1) + std::exp(-x));
+  }
+};
+struct ErfOp {
+  template <class T>
+  T operator()(T x) const {
+    return std::erf(x);
+  }
+};
+// PyTorch's gelu: x * Phi(x) with the exact normal CDF ...
+struct GeluErfOp {
+  template <class T>
+  T operator()(T x) const {
+    return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+  }
+};
+// ... or its tanh approximation (approximate='tanh').
+struct GeluTanhOp {
+  template <class T>
+  T operator()(T x) const {
+    const T k_beta = T(0.79788456080286535588);  // sqrt(2 / pi)
+    const T k_kappa = T(0.044715);
+    return T(0.5) * x * (T(1) + std::tanh(k_beta * (x + k_kappa * x * x * x)));
+  }
+};
+
+// x ** e for an integral exponent by repeated squaring (wrapping like int64
+// multiplication). REQUIRES: e >= 0.
+inline int64_t int_pow(int64_t x, int64_t e) {
+  uint64_t result = 1, base = static_cast<uint64_t>(x);
+  while (e > 0) {
+    if (e & 1) result *= base;
+    base *= base;
+    e >>= 1;
+  }
+  return wrap(result);
+}
+
+}  // namespace
+}  // namespace dtensor
