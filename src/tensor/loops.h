@@ -214,7 +214,10 @@ bool next_row(const Walk<N>& w, int dims, int64_t* idx, std::array<char*, N>& p)
 // 64 MiB add took ~15% less time, and an op reading such an output next was
 // no slower from 8 MiB up (docs/PERFORMANCE.md). The kernel runs the same
 // code on the same inputs either way (its operand 0 has unit stride in both
-// cases), so the bits are the same, NaN payloads included. Only for walks
+// cases), so the bits are the same; only which elements fall in a loop's
+// scalar tail moves with the pieces, which can change the payload of a sum
+// of two NaNs (IEEE 754 leaves it open). The choice depends on the output's
+// size and address, never on the thread count. Only for walks
 // whose kernel writes operand 0 without reading it (kOverwrite); an
 // in-place op (operand 0 also an input) writes in place, having read each
 // line anyway.
