@@ -195,6 +195,15 @@ void add_move(BoxRoutes& r, const Pieces& pieces, int64_t s, int64_t q, const in
   }
 }
 
+// Every receiver's output box, by coordinate, and room for the moves
+// add_move will append (counted first: see Pieces::count).
+void begin_routes(BoxRoutes& r, const Pieces& pieces) {
+  const size_t n = static_cast<size_t>(pieces.mesh().n);
+  r.moves.reserve(pieces.count());
+  r.outputs.reserve(n);
+  for (size_t c = 0; c < n; ++c) r.outputs.emplace_back(static_cast<int>(c), pieces.dst()[c].size);
+}
+
 // box_exchange_step, and when `routes` is given the routes too, in one
 // pass over the pieces (the planner needs both for a candidate that wins;
 // two passes were a quarter of such a cold plan).
@@ -215,12 +224,7 @@ std::optional<RedistributeStep> exchange_step(const DTensorSpec& from, const DTe
   bool crossed[kMaxDims] = {};
   const int64_t isz = static_cast<int64_t>(itemsize(from.dtype()));
   const size_t td = static_cast<size_t>(from.ndim());
-  if (routes) {
-    routes->moves.reserve(pieces.count());
-    routes->outputs.reserve(n);
-    for (size_t c = 0; c < n; ++c)
-      routes->outputs.emplace_back(static_cast<int>(c), pieces.dst()[c].size);
-  }
+  if (routes) begin_routes(*routes, pieces);
   pieces.each([&](int64_t s, int64_t q, const int64_t* start, const int64_t* size) {
     if (routes) add_move(*routes, pieces, s, q, start, size, td);
     if (s == q) return;
@@ -329,11 +333,7 @@ std::shared_ptr<const BoxRoutes> box_routes(const DTensorSpec& from, const DTens
   Pieces pieces(from, to);
   pieces.make_boxes(to);
   auto out = std::make_shared<BoxRoutes>();
-  const size_t n = static_cast<size_t>(pieces.mesh().n);
-  out->moves.reserve(pieces.count());
-  out->outputs.reserve(n);
-  for (size_t c = 0; c < n; ++c)
-    out->outputs.emplace_back(static_cast<int>(c), pieces.dst()[c].size);
+  begin_routes(*out, pieces);
   const size_t td = static_cast<size_t>(from.ndim());
   pieces.each([&](int64_t s, int64_t q, const int64_t* start, const int64_t* size) {
     add_move(*out, pieces, s, q, start, size, td);
