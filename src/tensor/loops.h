@@ -85,6 +85,29 @@ inline constexpr int64_t kStreamBytes = int64_t{16} << 20;
 inline std::atomic<int64_t> stream_bytes{kStreamBytes};
 inline int64_t stream_threshold() { return stream_bytes.load(std::memory_order_relaxed); }
 
+// Options of for_each_strided, or-ed together. The walk functions below
+// take them as a template argument too and compile only the paths a flag
+// allows: a reduction's walk (kNoTiles, no kMove or kOverwrite) holds one
+// copy of its kernel rather than three (rows, tiles, streamed pieces),
+// which simd_dispatch then makes per instruction set.
+enum WalkFlags : int {
+  // No tiles. Reductions pass it: tiles would cut a slot's run into
+  // kTile-element pieces (changing how its fold splits into lanes), and a
+  // reduction walk already follows the input's memory order.
+  kNoTiles = 1,
+  // Run the walk (each parallel block) through simd_dispatch, so the
+  // kernel is compiled for AVX2 / AVX-512 too. Only for files that turn FP
+  // contraction off (see simd.h).
+  kSimd = 2,
+  // The kernel copies operand 1 into operand 0 unchanged, element for
+  // element of one size (a same-dtype copy). A walk that would tile then
+  // moves the bytes itself (walk_moves) without calling the kernel.
+  kMove = 4,
+  // The kernel writes operand 0 without reading it (elementwise ops,
+  // copies): a large output is then streamed (Walk::stream).
+  kOverwrite = 8,
+};
+
 namespace loops {
 
 // A walk after dropping size-1 dims and coalescing contiguous ones.
@@ -248,7 +271,7 @@ void stream_run(const Walk<N>& w, std::array<char*, N> p, int64_t n,
 }
 
 // The plain walk: runs of the innermost dim in row-major order of the rest.
-template <size_t N, class Kernel>
+template <int kFlags, size_t N, class Kernel>
 void walk_rows(const Walk<N>& w, std::array<char*, N> p, Kernel& kernel) {
   std::array<int64_t, N> inner{};
   if (w.nd == 0) {  // a single element
@@ -260,8 +283,12 @@ void walk_rows(const Walk<N>& w, std::array<char*, N> p, Kernel& kernel) {
   const int outer_nd = w.nd - 1;
   int64_t idx[kMaxDims] = {};
   while (true) {
-    if (w.stream) stream_run(w, p, n_inner, inner, kernel);
-    else kernel(p, n_inner, inner);
+    if constexpr ((kFlags & kOverwrite) != 0) {
+      if (w.stream) stream_run(w, p, n_inner, inner, kernel);
+      else kernel(p, n_inner, inner);
+    } else {
+      kernel(p, n_inner, inner);
+    }
     if (!next_row(w, outer_nd, idx, p)) return;
   }
 }
@@ -298,7 +325,7 @@ void for_each_plane(const Walk<N>& w, const std::array<char*, N>& base, Plane& p
   auto run = [&plane](const std::array<char*, N>& p, int64_t, const std::array<int64_t, N>&) {
     plane(p);
   };
-  walk_rows(rest, base, run);
+  walk_rows<0>(rest, base, run);
 }
 
 // The tiled walk: the dims other than tile_dim (j) and the innermost (l) in
@@ -313,7 +340,7 @@ void for_each_plane(const Walk<N>& w, const std::array<char*, N>& base, Plane& p
 // float matrix), so reading them in place would thrash L1 however small
 // the tile. A staged operand 0 (a transposed output) is written to its
 // buffer by the kernel and copied out after each tile.
-template <size_t N, class Kernel>
+template <int kFlags, size_t N, class Kernel>
 void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
   const int j = w.tile_dim, l = w.nd - 1;
   std::array<int64_t, N> inner{};
@@ -329,8 +356,8 @@ void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
   // a 4096x4096 float32 a.t().contiguous() this took 0.7-0.95x the CPU time,
   // but a.t() + b 1.0-1.5x (docs/PERFORMANCE.md), so two-input kernels
   // keep writing in place.
-  const bool stream0 = N == 2 && w.stream && !staged[0] && w.st[0][l] == w.item[0] &&
-                       w.item[0] > 0 && w.item[0] <= 8;
+  const bool stream0 = N == 2 && (kFlags & kOverwrite) != 0 && w.stream && !staged[0] &&
+                       w.st[0][l] == w.item[0] && w.item[0] > 0 && w.item[0] <= 8;
   alignas(64) char buf[N][kTile * kTile * 8];
   auto plane = [&](std::array<char*, N> p) {
     for (int64_t jb = 0; jb < w.sizes[j]; jb += kTileBlock)
@@ -421,13 +448,15 @@ inline void walk_moves(const Walk<2>& w, const std::array<char*, 2>& base) {
   for_each_plane(w, base, plane);
 }
 
-template <size_t N, class Kernel>
+template <int kFlags, size_t N, class Kernel>
 void walk(const Walk<N>& w, const std::array<char*, N>& base, Kernel& kernel) {
-  if constexpr (N == 2) {
+  if constexpr (N == 2 && (kFlags & kMove) != 0) {
     if (w.move) return walk_moves(w, base);
   }
-  if (w.tile_dim >= 0) walk_tiles(w, base, kernel);
-  else walk_rows(w, base, kernel);
+  if constexpr ((kFlags & kNoTiles) == 0) {
+    if (w.tile_dim >= 0) return walk_tiles<kFlags>(w, base, kernel);
+  }
+  walk_rows<kFlags>(w, base, kernel);
 }
 
 }  // namespace loops
@@ -438,27 +467,9 @@ void for_each_strided_serial(const Shape& shape, const StridedOperands<N>& ops, 
   loops::Walk<N> w;
   if (!loops::coalesce(shape, ops, w)) return;
   w.tile_dim = loops::pick_tile_dim(w);
-  loops::walk(w, ops.base, kernel);
+  loops::walk<0>(w, ops.base, kernel);
 }
 
-// Options of for_each_strided, or-ed together.
-enum WalkFlags : int {
-  // No tiles. Reductions pass it: tiles would cut a slot's run into
-  // kTile-element pieces (changing how its fold splits into lanes), and a
-  // reduction walk already follows the input's memory order.
-  kNoTiles = 1,
-  // Run the walk (each parallel block) through simd_dispatch, so the
-  // kernel is compiled for AVX2 / AVX-512 too. Only for files that turn FP
-  // contraction off (see simd.h).
-  kSimd = 2,
-  // The kernel copies operand 1 into operand 0 unchanged, element for
-  // element of one size (a same-dtype copy). A walk that would tile then
-  // moves the bytes itself (walk_moves) without calling the kernel.
-  kMove = 4,
-  // The kernel writes operand 0 without reading it (elementwise ops,
-  // copies): a large output is then streamed (Walk::stream).
-  kOverwrite = 8,
-};
 
 // See the file comment: possibly on several threads, each element of
 // operand 0 handled by one of them.
@@ -480,9 +491,9 @@ void for_each_strided(const Shape& shape, const StridedOperands<N>& ops, Kernel&
   }
   auto run = [&kernel](const loops::Walk<N>& sub, const std::array<char*, N>& p) {
     if constexpr ((kFlags & kSimd) != 0) {
-      simd_dispatch([&] { loops::walk(sub, p, kernel); });
+      simd_dispatch([&] { loops::walk<kFlags>(sub, p, kernel); });
     } else {
-      loops::walk(sub, p, kernel);
+      loops::walk<kFlags>(sub, p, kernel);
     }
 #if defined(__SSE2__)
     // Non-temporal stores are not ordered by the release that publishes a
