@@ -42,6 +42,9 @@ namespace dtensor {
 struct RuleCheckOptions {
   // Only the ops whose case name contains this; empty: every op.
   std::string op;
+  // Only the op whose case name is `op` exactly ("add", not also "addmm"
+  // and "index_add(1)").
+  bool exact_op = false;
   // Meshes on which every combination of input placements is checked (up
   // to max_layouts per op; more are sampled, seeded).
   std::vector<Shape> meshes = {{3}, {4}, {2, 3}};

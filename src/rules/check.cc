@@ -346,7 +346,9 @@ RuleCheckReport check_rules(const RuleCheckOptions& options) {
   bool any = false;
   for (size_t k = 0; k < cases.size(); ++k) {
     const rules::OpCase& c = cases[k];
-    if (!options.op.empty() && c.name.find(options.op) == std::string::npos) continue;
+    if (options.exact_op ? c.name != options.op
+                         : !options.op.empty() && c.name.find(options.op) == std::string::npos)
+      continue;
     any = true;
     check_case(c, options, options.seed * 1000003 + k * 7919, report);
   }

@@ -72,6 +72,7 @@ bool quick() {
 RuleCheckOptions options_for(const std::string& name) {
   RuleCheckOptions o;
   o.op = name;
+  o.exact_op = true;
   if (quick()) {
     o.max_layouts = 256;
     o.samples = 16;
@@ -85,9 +86,8 @@ class RulesTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(RulesTest, CorrectAndExplained) {
   const std::string name = GetParam();
   RuleCheckReport report = check_rules(options_for(name));
-  // --op matches by substring: keep this case's rows only.
-  std::erase_if(report.rows, [&](const RuleCheckRow& r) { return r.op != name; });
   ASSERT_FALSE(report.rows.empty());
+  for (const RuleCheckRow& r : report.rows) ASSERT_EQ(r.op, name);
   EXPECT_EQ(report.incorrect(), 0) << report.table();
   const bool has_reason = explained().count(name) > 0;
   if (report.missing() > 0) {
@@ -114,6 +114,8 @@ TEST(RulesValidator, KnowsItsOwnCases) {
   const auto names = rule_check_cases();
   EXPECT_GE(names.size(), 80u);
   EXPECT_THROW(check_rules({.op = "no such op"}), Error);
+  // "ad" is part of many names and the name of none.
+  EXPECT_THROW(check_rules({.op = "ad", .exact_op = true}), Error);
 }
 
 // out[i, j] = x[i, j] * scale[j], with a rule that is right but leaves out
