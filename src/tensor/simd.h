@@ -43,18 +43,32 @@ SimdLevel simd_level();
 void set_simd_level(SimdLevel level);
 const char* simd_level_name(SimdLevel level);
 
+// Under AddressSanitizer (the sanitizer build, at -Og) the copies are not
+// flattened: f's code is then compiled once and shared by the three
+// wrappers. -Og vectorises nothing, so the flattened copies differed only
+// in instruction encoding and the sanitizers checked the same accesses
+// three times, while forcing every walk, kernel and functor inline under
+// instrumentation took most of that build's compile time (src/tensor/
+// reduce.cc alone: 480 s of CPU). The Release build keeps the copies, and
+// tests/tensor/threads_test.cc compares their bits there.
+#if defined(__SANITIZE_ADDRESS__)
+#define DTENSOR_SIMD_FLATTEN
+#else
+#define DTENSOR_SIMD_FLATTEN flatten
+#endif
+
 // The AVX-512 subset every AVX-512 CPU since Skylake-SP has.
 template <class F>
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,bmi2"), flatten)) void
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,bmi2"), DTENSOR_SIMD_FLATTEN)) void
 run_avx512(F& f) {
   f();
 }
 template <class F>
-__attribute__((target("avx2,bmi2"), flatten)) void run_avx2(F& f) {
+__attribute__((target("avx2,bmi2"), DTENSOR_SIMD_FLATTEN)) void run_avx2(F& f) {
   f();
 }
 template <class F>
-__attribute__((flatten)) void run_baseline(F& f) {
+__attribute__((DTENSOR_SIMD_FLATTEN)) void run_baseline(F& f) {
   f();
 }
 
