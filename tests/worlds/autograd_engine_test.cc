@@ -2,6 +2,7 @@
 // the leaves, accumulate, are freed, and bad use is an error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "dtensor/dtensor.h"
@@ -45,6 +46,28 @@ TEST_F(AutogradEngineTest, SquareOnRandomLayouts) {
       EXPECT_EQ(check_matches_replicated(f, {x}, 5, 1e-12, 1e-12), "");
     }
   }
+}
+
+// Every element in the simulated world of a Release build; under MPI and
+// the sanitizers the first, the last and two others, the same for a seed.
+TEST_F(AutogradEngineTest, FiniteDifferencesCoverEveryElementOrASample) {
+  const std::vector<size_t> got = dtensor::testing::finite_difference_elements(50, 9, world);
+  EXPECT_EQ(got, dtensor::testing::finite_difference_elements(50, 9, world));
+  EXPECT_EQ(dtensor::testing::finite_difference_elements(3, 9, world).size(), 3u);
+#if defined(__SANITIZE_ADDRESS__)
+  const bool sampled = true;
+#else
+  const bool sampled = world.held_ranks().size() < static_cast<size_t>(world.size());
+#endif
+  if (!sampled) {
+    EXPECT_EQ(got.size(), 50u);
+    return;
+  }
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got.front(), 0u);
+  EXPECT_EQ(got.back(), 49u);
+  EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));
+  EXPECT_EQ(std::adjacent_find(got.begin(), got.end()), got.end());
 }
 
 // ---- the engine ----------------------------------------------------------------------
