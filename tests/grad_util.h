@@ -95,16 +95,20 @@ inline std::vector<Tensor> full_gradients(const GradFn& f, std::vector<DTensor> 
 // time. The arithmetic they check is the same in every world and build;
 // the simulated Release run checks every element, and check_matches_
 // replicated still compares every element of each world's gradients.
+inline bool finite_differences_sampled(const World& world) {
+#if defined(__SANITIZE_ADDRESS__)
+  (void)world;
+  return true;
+#else
+  return world.held_ranks().size() < static_cast<size_t>(world.size());
+#endif
+}
+
 inline std::vector<size_t> finite_difference_elements(size_t n, uint64_t seed,
                                                       const World& world) {
   std::vector<size_t> all(n);
   for (size_t j = 0; j < n; ++j) all[j] = j;
-#if defined(__SANITIZE_ADDRESS__)
-  const bool sampled = true;
-#else
-  const bool sampled = world.held_ranks().size() < static_cast<size_t>(world.size());
-#endif
-  if (!sampled || n <= 4) return all;
+  if (!finite_differences_sampled(world) || n <= 4) return all;
   std::mt19937_64 rng(seed);
   std::vector<size_t> picked = {0, n - 1};
   while (picked.size() < 4) {

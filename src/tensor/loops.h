@@ -470,7 +470,6 @@ void for_each_strided_serial(const Shape& shape, const StridedOperands<N>& ops, 
   loops::walk<0>(w, ops.base, kernel);
 }
 
-
 // See the file comment: possibly on several threads, each element of
 // operand 0 handled by one of them.
 // REQUIRES: kernel writes only through operand 0 (or operands with
