@@ -3,7 +3,9 @@
 //
 // Block sizes per level: the baseline (SSE2) transposes 8x8 bytes, 8x8
 // 2-byte, 4x4 4-byte and 2x2 8-byte elements in 128-bit registers; AVX2
-// does 8x8 4-byte and 4x4 8-byte ones in 256-bit registers. The AVX-512
+// does 8x8 4-byte and 4x4 8-byte ones in 256-bit registers, and pairs of
+// them down the source (16x8, 8x4) that give each dst row a whole 64-byte
+// line (tile_loop). The AVX-512
 // level uses the AVX2 blocks: a 16x16 float transpose needs two more
 // shuffle stages, and on CPUs that split 512-bit shuffles into halves
 // (Zen 4) it is no faster, while the tile (32 wide) is loaded from L1
@@ -48,14 +50,42 @@ __attribute__((target("avx2"))) inline void store256(char* p, __m256i v) {
   else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
 }
 
-// Blocks of B x B elements of S bytes where whole ones fit, the rest one
-// element at a time. Column blocks outer: dst's rows c..c+B-1 get all
-// their whole blocks (a run of rb elements each) before the next ones.
-template <int S, int B, Block kBlock>
+// Blocks of B x B elements of S bytes where whole ones fit (and, with a
+// kPair, pairs of them: 2B source rows), the rest one element at a time.
+// Column blocks outer: dst's rows c..c+B-1 get all their whole blocks (a
+// run of rb elements each) before the next ones.
+//
+// kPair stores each dst row's two halves back to back, so a 4- or 8-byte
+// transpose writes whole 64-byte lines: with non-temporal stores, a line
+// left half written while seven other rows' stores go by was sometimes
+// flushed half full (on Zen 3 a 4096x4096 float copy then took 2-3x as long
+// as whole lines, in runs of seconds; docs/PERFORMANCE.md).
+//
+// Each block also prefetches its source rows kAhead bytes on (the next
+// column block but one) into L2. The source rows of a block are a page
+// apart or more in a large transpose, each its own stream for the hardware
+// prefetcher, which follows only a few dozen; on Zen 3 the pairs and this
+// took a 4096x4096 float copy from 1.9-2.8x memcpy to 1.3-1.5x. (On the
+// Intel machine of the fourth pass, docs/PERFORMANCE.md, an L1 hint was
+// slower and an L2 one no faster; hence L2.)
+constexpr int64_t kAhead = 128;
+
+template <int S, int B, Block kBlock, Block kPair = nullptr>
 void tile_loop(const char* src, int64_t ss, char* dst, int64_t ds, int64_t rows, int64_t cols) {
   const int64_t rb = rows / B * B, cb = cols / B * B;
+  const int64_t pb = kPair != nullptr ? rows / (2 * B) * (2 * B) : 0;
   for (int64_t c = 0; c < cb; c += B) {
-    for (int64_t r = 0; r < rb; r += B) kBlock(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
+    int64_t r = 0;
+    if constexpr (kPair != nullptr) {
+      for (; r < pb; r += 2 * B) {
+        for (int i = 0; i < 2 * B; ++i) _mm_prefetch(src + (r + i) * ss + c * S + kAhead, _MM_HINT_T1);
+        kPair(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
+      }
+    }
+    for (; r < rb; r += B) {
+      for (int i = 0; i < B; ++i) _mm_prefetch(src + (r + i) * ss + c * S + kAhead, _MM_HINT_T1);
+      kBlock(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
+    }
   }
   for (int64_t r = 0; r < rows; ++r) {
     // the right strip of every row; the bottom rows in full
@@ -148,10 +178,9 @@ void transpose_baseline(int64_t item, const char* s, int64_t ss, char* d, int64_
 
 // ---- AVX2 -------------------------------------------------------------------
 
-// 8x8 4-byte elements: pairs of rows interleaved, then pairs of pairs, then
-// the 128-bit halves exchanged.
-template <bool kStream>
-__attribute__((target("avx2"))) void block_4x8(const char* s, int64_t ss, char* d, int64_t ds) {
+// 8x8 4-byte elements into o[0..7] (o[i]: column i of the block): pairs of
+// rows interleaved, then pairs of pairs, then the 128-bit halves exchanged.
+__attribute__((target("avx2"))) inline void regs_4x8(const char* s, int64_t ss, __m256i* o) {
   __m256 r[8];
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(s + i * ss));
   __m256 t[8];
@@ -168,25 +197,61 @@ __attribute__((target("avx2"))) void block_4x8(const char* s, int64_t ss, char* 
     u[4 * h + 3] = _mm256_shuffle_ps(x[1], x[3], 0xEE);
   }
   for (int i = 0; i < 4; ++i) {
-    store256<kStream>(d + i * ds, _mm256_castps_si256(_mm256_permute2f128_ps(u[i], u[4 + i], 0x20)));
-    store256<kStream>(d + (4 + i) * ds,
-                      _mm256_castps_si256(_mm256_permute2f128_ps(u[i], u[4 + i], 0x31)));
+    o[i] = _mm256_castps_si256(_mm256_permute2f128_ps(u[i], u[4 + i], 0x20));
+    o[4 + i] = _mm256_castps_si256(_mm256_permute2f128_ps(u[i], u[4 + i], 0x31));
   }
 }
 
-// 4x4 8-byte elements.
 template <bool kStream>
-__attribute__((target("avx2"))) void block_8x4(const char* s, int64_t ss, char* d, int64_t ds) {
+__attribute__((target("avx2"))) void block_4x8(const char* s, int64_t ss, char* d, int64_t ds) {
+  __m256i o[8];
+  regs_4x8(s, ss, o);
+  for (int i = 0; i < 8; ++i) store256<kStream>(d + i * ds, o[i]);
+}
+
+// Two 8x8 blocks, 16 source rows: each dst row gets 64 contiguous bytes.
+template <bool kStream>
+__attribute__((target("avx2"))) void pair_4x8(const char* s, int64_t ss, char* d, int64_t ds) {
+  __m256i lo[8], hi[8];
+  regs_4x8(s, ss, lo);
+  regs_4x8(s + 8 * ss, ss, hi);
+  for (int i = 0; i < 8; ++i) {
+    store256<kStream>(d + i * ds, lo[i]);
+    store256<kStream>(d + i * ds + 32, hi[i]);
+  }
+}
+
+// 4x4 8-byte elements into o[0..3] (o[i]: column i of the block).
+__attribute__((target("avx2"))) inline void regs_8x4(const char* s, int64_t ss, __m256i* o) {
   __m256d r[4];
   for (int i = 0; i < 4; ++i) r[i] = _mm256_loadu_pd(reinterpret_cast<const double*>(s + i * ss));
   const __m256d t0 = _mm256_unpacklo_pd(r[0], r[1]);  // a0 b0 a2 b2
   const __m256d t1 = _mm256_unpackhi_pd(r[0], r[1]);  // a1 b1 a3 b3
   const __m256d t2 = _mm256_unpacklo_pd(r[2], r[3]);  // c0 d0 c2 d2
   const __m256d t3 = _mm256_unpackhi_pd(r[2], r[3]);  // c1 d1 c3 d3
-  store256<kStream>(d, _mm256_castpd_si256(_mm256_permute2f128_pd(t0, t2, 0x20)));
-  store256<kStream>(d + ds, _mm256_castpd_si256(_mm256_permute2f128_pd(t1, t3, 0x20)));
-  store256<kStream>(d + 2 * ds, _mm256_castpd_si256(_mm256_permute2f128_pd(t0, t2, 0x31)));
-  store256<kStream>(d + 3 * ds, _mm256_castpd_si256(_mm256_permute2f128_pd(t1, t3, 0x31)));
+  o[0] = _mm256_castpd_si256(_mm256_permute2f128_pd(t0, t2, 0x20));
+  o[1] = _mm256_castpd_si256(_mm256_permute2f128_pd(t1, t3, 0x20));
+  o[2] = _mm256_castpd_si256(_mm256_permute2f128_pd(t0, t2, 0x31));
+  o[3] = _mm256_castpd_si256(_mm256_permute2f128_pd(t1, t3, 0x31));
+}
+
+template <bool kStream>
+__attribute__((target("avx2"))) void block_8x4(const char* s, int64_t ss, char* d, int64_t ds) {
+  __m256i o[4];
+  regs_8x4(s, ss, o);
+  for (int i = 0; i < 4; ++i) store256<kStream>(d + i * ds, o[i]);
+}
+
+// Two 4x4 blocks, 8 source rows: each dst row gets 64 contiguous bytes.
+template <bool kStream>
+__attribute__((target("avx2"))) void pair_8x4(const char* s, int64_t ss, char* d, int64_t ds) {
+  __m256i lo[4], hi[4];
+  regs_8x4(s, ss, lo);
+  regs_8x4(s + 4 * ss, ss, hi);
+  for (int i = 0; i < 4; ++i) {
+    store256<kStream>(d + i * ds, lo[i]);
+    store256<kStream>(d + i * ds + 32, hi[i]);
+  }
 }
 
 template <bool kStream>
@@ -194,8 +259,8 @@ __attribute__((target("avx2"), flatten)) void transpose_avx2(int64_t item, const
                                                              int64_t ss, char* d, int64_t ds,
                                                              int64_t rows, int64_t cols) {
   switch (item) {
-    case 4: tile_loop<4, 8, block_4x8<kStream>>(s, ss, d, ds, rows, cols); return;
-    case 8: tile_loop<8, 4, block_8x4<kStream>>(s, ss, d, ds, rows, cols); return;
+    case 4: tile_loop<4, 8, block_4x8<kStream>, pair_4x8<kStream>>(s, ss, d, ds, rows, cols); return;
+    case 8: tile_loop<8, 4, block_8x4<kStream>, pair_8x4<kStream>>(s, ss, d, ds, rows, cols); return;
     default: transpose_baseline<kStream>(item, s, ss, d, ds, rows, cols); return;
   }
 }
