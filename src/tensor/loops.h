@@ -25,8 +25,8 @@
 //   + b, a permuted tensor made contiguous), walking runs of the innermost
 //   dim reads that operand a cache line per element and comes back for the
 //   next element of each line only after a whole row. The walk then goes
-//   over kTile x kTile tiles of the two dims, so each line is used up while
-//   it is still in L1.
+//   over tiles of kTile x kTileRun elements of the two dims, so each line
+//   is used up while it is still in L1.
 #pragma once
 
 #include <algorithm>
@@ -59,17 +59,22 @@ struct StridedOperands {
 // Elements a parallel block should carry at least: at a few GB/s, 32K
 // floats take ~20-50 us, which pays for waking a worker.
 inline constexpr int64_t kParallelGrain = int64_t{1} << 15;
-// Tile edge for walks whose operands disagree on the fastest dim: a staged
-// 32x32 tile is at most 8 KiB per operand, so the buffers of a 4-operand
-// kernel stay in L1 next to the rows they are copied from.
+// Tile edges for walks whose operands disagree on the fastest dim: kTile
+// along the tiled dim, kTileRun along the innermost one. The operands read
+// in place get runs of kTileRun elements (512 bytes of floats, 8 lines) per
+// row and tile, where the hardware prefetcher follows them; with square
+// 32x32 tiles every row of a tile was two demand misses and a 4096x4096
+// float32 a.t() + b took 1.3-1.5x as long (docs/PERFORMANCE.md). A staged
+// tile is then up to 32 KiB (8-byte elements), 16 KiB for floats.
 inline constexpr int64_t kTile = 32;
+inline constexpr int64_t kTileRun = 128;
 // Tiles are visited in blocks of kTileBlock x kTileBlock (256 KiB of
 // floats per operand, within L2). With a 16 KiB row stride every row of a
 // tile is its own 4 KiB page and its own prefetch stream. Inside a block
 // the walk goes down the innermost dim's tiles last: a staged (transposed)
-// operand then reads 32 of its rows for 1 KiB each in order, which the
-// hardware prefetcher follows, while the contiguous operands move through
-// 32-row bands. The other order (the tile dim last) was 1.2-1.7x slower
+// operand then reads kTileRun of its rows for 1 KiB each in order (with
+// transpose_tile's software prefetch), while the contiguous operands move
+// through 32-row bands. The other order (the tile dim last) was 1.2-1.7x slower
 // on a 4096x4096 transposing copy (docs/PERFORMANCE.md).
 inline constexpr int64_t kTileBlock = 256;
 // A tiled walk whose output (operand 0) spans at least this many bytes, and
@@ -330,7 +335,8 @@ void for_each_plane(const Walk<N>& w, const std::array<char*, N>& base, Plane& p
 
 // The tiled walk: the dims other than tile_dim (j) and the innermost (l) in
 // row-major order, and for each of their index tuples the (j, l) plane in
-// kTile x kTile tiles, each tile as kTile runs of up to kTile elements.
+// kTile x kTileRun tiles, each tile as kTile runs of up to kTileRun
+// elements.
 //
 // An operand whose elements are contiguous along j is staged: its tile is
 // copied (transposed) into a small buffer first, and the kernel reads the
@@ -358,12 +364,12 @@ void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
   // keep writing in place.
   const bool stream0 = N == 2 && (kFlags & kOverwrite) != 0 && w.stream && !staged[0] &&
                        w.st[0][l] == w.item[0] && w.item[0] > 0 && w.item[0] <= 8;
-  alignas(64) char buf[N][kTile * kTile * 8];
+  alignas(64) char buf[N][kTile * kTileRun * 8];
   auto plane = [&](std::array<char*, N> p) {
     for (int64_t jb = 0; jb < w.sizes[j]; jb += kTileBlock)
     for (int64_t lb = 0; lb < w.sizes[l]; lb += kTileBlock)
-    for (int64_t l0 = lb; l0 < std::min(w.sizes[l], lb + kTileBlock); l0 += kTile) {
-      const int64_t ln = std::min(kTile, w.sizes[l] - l0);
+    for (int64_t l0 = lb; l0 < std::min(w.sizes[l], lb + kTileBlock); l0 += kTileRun) {
+      const int64_t ln = std::min(kTileRun, w.sizes[l] - l0);
       for (int64_t j0 = jb; j0 < std::min(w.sizes[j], jb + kTileBlock); j0 += kTile) {
         const int64_t jn = std::min(kTile, w.sizes[j] - j0);
         std::array<char*, N> q;
@@ -524,11 +530,15 @@ void for_each_strided(const Shape& shape, const StridedOperands<N>& ops, Kernel&
   const int64_t per_index = total / w.sizes[s];
   int64_t block = std::max<int64_t>(1, (kParallelGrain + per_index - 1) / per_index);
   // A block narrower than a tile (or, on the innermost dim, than a few
-  // cache lines) would make neighbouring blocks share lines.
+  // cache lines) would make neighbouring blocks share lines. Blocks of
+  // whole tiles also cut every run at the same elements whatever the
+  // thread count, so a kernel's vector loop and scalar tail see the same
+  // elements (the bits of NaN + NaN can depend on which one computes it).
   if (s == w.tile_dim || (w.tile_dim >= 0 && s == w.nd - 1)) {
-    block = (block + kTile - 1) / kTile * kTile;
+    const int64_t unit = s == w.tile_dim ? kTile : kTileRun;
+    block = (block + unit - 1) / unit * unit;
     // Whole tile blocks where the dim is long enough for two of them.
-    block = std::max(block, std::min(kTileBlock, w.sizes[s] / 2 / kTile * kTile));
+    block = std::max(block, std::min(kTileBlock, w.sizes[s] / 2 / unit * unit));
   } else if (s == w.nd - 1) {
     block = std::max<int64_t>(block, 1024);
   }
