@@ -22,6 +22,7 @@
 #include <emmintrin.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "tensor/simd.h"
@@ -52,8 +53,14 @@ __attribute__((target("avx2"))) inline void store256(char* p, __m256i v) {
 
 // Blocks of B x B elements of S bytes where whole ones fit (and, with a
 // kPair, pairs of them: 2B source rows), the rest one element at a time.
-// Column blocks outer: dst's rows c..c+B-1 get all their whole blocks (a
-// run of rb elements each) before the next ones.
+//
+// Order: a wide band (walk_moves) goes one block column at a time, down
+// all its rows, so dst's rows c..c+B-1 get all their whole blocks (a run of
+// rb elements each) before the next ones. A narrow tile (at most 256 bytes
+// of each source row: the tiled walk's staging) goes row block by row
+// block across its whole width instead, each source line read whole at
+// once; on Zen 3 a 4096x4096 float a.t() + b took 13% less time at 2
+// threads (medians of 5 alternated runs; no different at 1 thread).
 //
 // kPair stores each dst row's two halves back to back, so a 4- or 8-byte
 // transpose writes whole 64-byte lines: with non-temporal stores, a line
@@ -61,30 +68,39 @@ __attribute__((target("avx2"))) inline void store256(char* p, __m256i v) {
 // flushed half full (on Zen 3 a 4096x4096 float copy then took 2-3x as long
 // as whole lines, in runs of seconds; docs/PERFORMANCE.md).
 //
-// Each block also prefetches its source rows kAhead bytes on (the next
-// column block but one) into L2. The source rows of a block are a page
-// apart or more in a large transpose, each its own stream for the hardware
-// prefetcher, which follows only a few dozen; on Zen 3 the pairs and this
-// took a 4096x4096 float copy from 1.9-2.8x memcpy to 1.3-1.5x. (On the
-// Intel machine of the fourth pass, docs/PERFORMANCE.md, an L1 hint was
-// slower and an L2 one no faster; hence L2.)
+// Each row block also prefetches its source rows into L2, `ahead` bytes on:
+// the next column block but three of a band, the next tile of a walk along
+// the rows. The source rows of a block are a page apart or more in a large
+// transpose, each its own stream for the hardware prefetcher, which follows
+// only a few dozen; on Zen 3 the pairs and this took a 4096x4096 float copy
+// from 1.9-2.8x memcpy to 1.3-1.5x. (On the Intel machine of the fourth
+// pass, docs/PERFORMANCE.md, an L1 hint was slower and an L2 one no
+// faster; hence L2.)
 constexpr int64_t kAhead = 128;
 
 template <int S, int B, Block kBlock, Block kPair = nullptr>
 void tile_loop(const char* src, int64_t ss, char* dst, int64_t ds, int64_t rows, int64_t cols) {
   const int64_t rb = rows / B * B, cb = cols / B * B;
   const int64_t pb = kPair != nullptr ? rows / (2 * B) * (2 * B) : 0;
-  for (int64_t c = 0; c < cb; c += B) {
+  const int64_t width = cols * S <= 256 ? std::max<int64_t>(cb, B) : B;
+  const int64_t ahead = std::max<int64_t>(kAhead, width * S);
+  auto prefetch = [&](int64_t r, int n, int64_t c0, int64_t c1) {
+    for (int i = 0; i < n; ++i)
+      for (int64_t b = c0 * S; b < c1 * S; b += 64)
+        _mm_prefetch(src + (r + i) * ss + b + ahead, _MM_HINT_T1);
+  };
+  for (int64_t c0 = 0; c0 < cb; c0 += width) {
+    const int64_t c1 = std::min(c0 + width, cb);
     int64_t r = 0;
     if constexpr (kPair != nullptr) {
       for (; r < pb; r += 2 * B) {
-        for (int i = 0; i < 2 * B; ++i) _mm_prefetch(src + (r + i) * ss + c * S + kAhead, _MM_HINT_T1);
-        kPair(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
+        prefetch(r, 2 * B, c0, c1);
+        for (int64_t c = c0; c < c1; c += B) kPair(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
       }
     }
     for (; r < rb; r += B) {
-      for (int i = 0; i < B; ++i) _mm_prefetch(src + (r + i) * ss + c * S + kAhead, _MM_HINT_T1);
-      kBlock(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
+      prefetch(r, B, c0, c1);
+      for (int64_t c = c0; c < c1; c += B) kBlock(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
