@@ -454,6 +454,29 @@ inline void walk_moves(const Walk<2>& w, const std::array<char*, 2>& base) {
   for_each_plane(w, base, plane);
 }
 
+// A kernel called out of line, through a pointer: one body, which the
+// rows, the streamed pieces and the tiles all call, and walks compiled once
+// per operand count and flags rather than once per kernel. Inlined into
+// each walk, the elementwise ops compiled every kernel three times over
+// and every walk once per op and dtype (the elementwise_*.cc units were the
+// slowest to compile after reduce.cc), for nothing at run time: each call
+// does a run of elements. Not for walks under simd_dispatch, whose kernels
+// must be inlined into each instruction set's copy.
+template <size_t N>
+struct KernelRef {
+  using Fn = void (*)(void*, const std::array<char*, N>&, int64_t, const std::array<int64_t, N>&);
+  void* context;
+  Fn fn;
+  template <class Kernel>
+  static KernelRef of(Kernel& kernel) {
+    return {&kernel, [](void* c, const std::array<char*, N>& p, int64_t n,
+                        const std::array<int64_t, N>& st) { (*static_cast<Kernel*>(c))(p, n, st); }};
+  }
+  void operator()(const std::array<char*, N>& p, int64_t n, const std::array<int64_t, N>& st) const {
+    fn(context, p, n, st);
+  }
+};
+
 template <int kFlags, size_t N, class Kernel>
 void walk(const Walk<N>& w, const std::array<char*, N>& base, Kernel& kernel) {
   if constexpr (N == 2 && (kFlags & kMove) != 0) {
@@ -498,7 +521,12 @@ void for_each_strided(const Shape& shape, const StridedOperands<N>& ops, Kernel&
     if constexpr ((kFlags & kSimd) != 0) {
       simd_dispatch([&] { loops::walk<kFlags>(sub, p, kernel); });
     } else {
-      loops::walk<kFlags>(sub, p, kernel);
+      // (a copy of the pointers: some kernels advance theirs)
+      auto call = [&kernel](std::array<char*, N> q, int64_t n, const std::array<int64_t, N>& st) {
+        kernel(q, n, st);
+      };
+      const loops::KernelRef<N> body = loops::KernelRef<N>::of(call);
+      loops::walk<kFlags>(sub, p, body);
     }
 #if defined(__SSE2__)
     // Non-temporal stores are not ordered by the release that publishes a
