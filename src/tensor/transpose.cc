@@ -218,25 +218,6 @@ __attribute__((target("avx2"))) inline void regs_4x8(const char* s, int64_t ss, 
   }
 }
 
-template <bool kStream>
-__attribute__((target("avx2"))) void block_4x8(const char* s, int64_t ss, char* d, int64_t ds) {
-  __m256i o[8];
-  regs_4x8(s, ss, o);
-  for (int i = 0; i < 8; ++i) store256<kStream>(d + i * ds, o[i]);
-}
-
-// Two 8x8 blocks, 16 source rows: each dst row gets 64 contiguous bytes.
-template <bool kStream>
-__attribute__((target("avx2"))) void pair_4x8(const char* s, int64_t ss, char* d, int64_t ds) {
-  __m256i lo[8], hi[8];
-  regs_4x8(s, ss, lo);
-  regs_4x8(s + 8 * ss, ss, hi);
-  for (int i = 0; i < 8; ++i) {
-    store256<kStream>(d + i * ds, lo[i]);
-    store256<kStream>(d + i * ds + 32, hi[i]);
-  }
-}
-
 // 4x4 8-byte elements into o[0..3] (o[i]: column i of the block).
 __attribute__((target("avx2"))) inline void regs_8x4(const char* s, int64_t ss, __m256i* o) {
   __m256d r[4];
@@ -251,20 +232,24 @@ __attribute__((target("avx2"))) inline void regs_8x4(const char* s, int64_t ss, 
   o[3] = _mm256_castpd_si256(_mm256_permute2f128_pd(t1, t3, 0x31));
 }
 
-template <bool kStream>
-__attribute__((target("avx2"))) void block_8x4(const char* s, int64_t ss, char* d, int64_t ds) {
-  __m256i o[4];
-  regs_8x4(s, ss, o);
-  for (int i = 0; i < 4; ++i) store256<kStream>(d + i * ds, o[i]);
+// A register transpose of B source rows into B vectors, one per dst row.
+using Regs = void (*)(const char* s, int64_t ss, __m256i* o);
+
+// One register block, stored as B dst rows.
+template <int B, Regs kRegs, bool kStream>
+__attribute__((target("avx2"))) void block_avx2(const char* s, int64_t ss, char* d, int64_t ds) {
+  __m256i o[B];
+  kRegs(s, ss, o);
+  for (int i = 0; i < B; ++i) store256<kStream>(d + i * ds, o[i]);
 }
 
-// Two 4x4 blocks, 8 source rows: each dst row gets 64 contiguous bytes.
-template <bool kStream>
-__attribute__((target("avx2"))) void pair_8x4(const char* s, int64_t ss, char* d, int64_t ds) {
-  __m256i lo[4], hi[4];
-  regs_8x4(s, ss, lo);
-  regs_8x4(s + 4 * ss, ss, hi);
-  for (int i = 0; i < 4; ++i) {
+// Two register blocks, 2B source rows: each dst row gets 64 contiguous bytes.
+template <int B, Regs kRegs, bool kStream>
+__attribute__((target("avx2"))) void pair_avx2(const char* s, int64_t ss, char* d, int64_t ds) {
+  __m256i lo[B], hi[B];
+  kRegs(s, ss, lo);
+  kRegs(s + B * ss, ss, hi);
+  for (int i = 0; i < B; ++i) {
     store256<kStream>(d + i * ds, lo[i]);
     store256<kStream>(d + i * ds + 32, hi[i]);
   }
@@ -275,8 +260,14 @@ __attribute__((target("avx2"), flatten)) void transpose_avx2(int64_t item, const
                                                              int64_t ss, char* d, int64_t ds,
                                                              int64_t rows, int64_t cols) {
   switch (item) {
-    case 4: tile_loop<4, 8, block_4x8<kStream>, pair_4x8<kStream>>(s, ss, d, ds, rows, cols); return;
-    case 8: tile_loop<8, 4, block_8x4<kStream>, pair_8x4<kStream>>(s, ss, d, ds, rows, cols); return;
+    case 4:
+      tile_loop<4, 8, block_avx2<8, regs_4x8, kStream>, pair_avx2<8, regs_4x8, kStream>>(
+          s, ss, d, ds, rows, cols);
+      return;
+    case 8:
+      tile_loop<8, 4, block_avx2<4, regs_8x4, kStream>, pair_avx2<4, regs_8x4, kStream>>(
+          s, ss, d, ds, rows, cols);
+      return;
     default: transpose_baseline<kStream>(item, s, ss, d, ds, rows, cols); return;
   }
 }
