@@ -361,7 +361,8 @@ void walk_tiles(const Walk<N>& w, std::array<char*, N> base, Kernel& kernel) {
   // each tile row is streamed out (stream_row). Copies only (one input): on
   // a 4096x4096 float32 a.t().contiguous() this took 0.7-0.95x the CPU time,
   // but a.t() + b 1.0-1.5x (docs/PERFORMANCE.md), so two-input kernels
-  // keep writing in place.
+  // keep writing in place. (With 32x128 tiles, streaming a.t() + b's output
+  // made no difference either way on Zen 3.)
   const bool stream0 = N == 2 && (kFlags & kOverwrite) != 0 && w.stream && !staged[0] &&
                        w.st[0][l] == w.item[0] && w.item[0] > 0 && w.item[0] <= 8;
   alignas(64) char buf[N][kTile * kTileRun * 8];

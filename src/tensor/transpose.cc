@@ -5,18 +5,18 @@
 // 2-byte, 4x4 4-byte and 2x2 8-byte elements in 128-bit registers; AVX2
 // does 8x8 4-byte and 4x4 8-byte ones in 256-bit registers, and pairs of
 // them down the source (16x8, 8x4) that give each dst row a whole 64-byte
-// line (tile_loop). The AVX-512
-// level uses the AVX2 blocks: a 16x16 float transpose needs two more
-// shuffle stages, and on CPUs that split 512-bit shuffles into halves
-// (Zen 4) it is no faster, while the tile (32 wide) is loaded from L1
-// either way.
+// line. The AVX-512 level uses the AVX2 blocks: a 16x16 float transpose
+// needs two more shuffle stages, and on CPUs that split 512-bit shuffles
+// into halves (Zen 4) it is no faster, while the tile (32 wide) is loaded
+// from L1 either way.
 //
 // Every block comes in two store flavours: plain stores, and non-temporal
 // ones (movnt*) for a large transposing copy written straight to memory
-// (transpose.h). Blocks go down the columns of a tile first, so the rows
-// of dst are written in runs as long as the tile has rows: non-temporal
-// stores fill whole cache lines in the write-combining buffers only if a
-// line is finished before many others are started.
+// (transpose.h). A wide band goes down its block columns first, so the
+// rows of dst are written in runs as long as the band has rows:
+// non-temporal stores fill whole cache lines in the write-combining
+// buffers only if a line is finished before many others are started
+// (tile_loop says more).
 #include "tensor/transpose.h"
 
 #include <emmintrin.h>
