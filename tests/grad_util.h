@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
@@ -106,9 +107,11 @@ inline bool finite_differences_sampled(const World& world) {
 
 inline std::vector<size_t> finite_difference_elements(size_t n, uint64_t seed,
                                                       const World& world) {
-  std::vector<size_t> all(n);
-  for (size_t j = 0; j < n; ++j) all[j] = j;
-  if (!finite_differences_sampled(world) || n <= 4) return all;
+  if (!finite_differences_sampled(world) || n <= 4) {
+    std::vector<size_t> all(n);
+    std::iota(all.begin(), all.end(), size_t{0});
+    return all;
+  }
   std::mt19937_64 rng(seed);
   std::vector<size_t> picked = {0, n - 1};
   while (picked.size() < 4) {
