@@ -19,6 +19,11 @@
 // against an arange, where, stack, ...).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+
 #include "dtensor/models/gpt.h"
 #include "dtensor/parallel.h"
 
@@ -67,6 +72,35 @@ void forward(benchmark::State& state, const Shape& mesh_shape) {
   auto step = [&] { return models::gpt_loss(s.model(s.ids), s.targets); };
   benchmark::DoNotOptimize(step());  // warm-up, see train_step
   for (auto _ : state) benchmark::DoNotOptimize(step());
+}
+
+// The two models in one run, a step of each in turn per iteration, timed
+// apart (wall). On a machine whose memory bandwidth moves with its
+// neighbours' load, two benchmarks run one after the other can differ by
+// more than the gap being measured; steps taken alternately see the same
+// load. Counters: each model's median step (ms) and the median of the
+// per-iteration ratios sharded / one rank.
+template <class A, class B>
+void paired(benchmark::State& state, A& sharded, B& one_rank) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> a, b, ratio;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    sharded();
+    const auto t1 = Clock::now();
+    one_rank();
+    const auto t2 = Clock::now();
+    a.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    b.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+    ratio.push_back(a.back() / b.back());
+  }
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  state.counters["sharded_ms"] = median(a);
+  state.counters["one_rank_ms"] = median(b);
+  state.counters["ratio"] = median(ratio);
 }
 
 void train_step(benchmark::State& state, const Shape& mesh_shape) {
@@ -156,10 +190,39 @@ void BM_DemoForward_DTensor(benchmark::State& state) { forward(state, {2, 4}); }
 void BM_DemoForward_OneRank(benchmark::State& state) { forward(state, {1}); }
 void BM_GPTTrainStep_DTensor(benchmark::State& state) { train_step(state, {2, 4}); }
 void BM_GPTTrainStep_OneRank(benchmark::State& state) { train_step(state, {1}); }
+// 2x4 and 1 rank alternately in one run (see paired).
+void BM_DemoForward_Paired(benchmark::State& state) {
+  World w8 = World::simulated(8), w1 = World::simulated(1);
+  DeviceMesh m8(w8, {2, 4}), m1(w1, {1});
+  Setup s8(m8, config_of(state)), s1(m1, config_of(state));
+  NoGradGuard inference;
+  auto step8 = [&] { benchmark::DoNotOptimize(models::gpt_loss(s8.model(s8.ids), s8.targets)); };
+  auto step1 = [&] { benchmark::DoNotOptimize(models::gpt_loss(s1.model(s1.ids), s1.targets)); };
+  step8();
+  step1();
+  paired(state, step8, step1);
+}
+void BM_GPTTrainStep_Paired(benchmark::State& state) {
+  World w8 = World::simulated(8), w1 = World::simulated(1);
+  DeviceMesh m8(w8, {2, 4}), m1(w1, {1});
+  Setup s8(m8, config_of(state)), s1(m1, config_of(state));
+  auto step_of = [](Setup& s) {
+    models::gpt_loss(s.model(s.ids), s.targets).backward();
+    for (auto& [name, p] : s.model.named_parameters()) p->zero_grad();
+  };
+  auto step8 = [&] { step_of(s8); };
+  auto step1 = [&] { step_of(s1); };
+  step8();
+  step1();
+  paired(state, step8, step1);
+}
+
 BENCHMARK(BM_DemoForward_DTensor)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DemoForward_OneRank)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GPTTrainStep_DTensor)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_GPTTrainStep_OneRank)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DemoForward_Paired)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GPTTrainStep_Paired)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
