@@ -12,6 +12,9 @@
 // per-op overhead dominates) and a larger one (batch 8, seq 128, hidden 512:
 // compute dominates).
 //
+// BM_*_Paired: both models in one run, a step of each in turn, and the
+// median of the per-iteration ratios (see `paired`).
+//
 // The loss alone (BM_VocabLoss_*): vocab_parallel_cross_entropy on the
 // demo's logits shape, laid out as the demo's head gives them (batch on dp,
 // classes on tp), against the composed version it replaced, kept here as
