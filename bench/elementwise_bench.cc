@@ -155,6 +155,29 @@ void BM_CloneContiguous(benchmark::State& state) {
 }
 BENCHMARK(BM_CloneContiguous)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// exp and sigmoid of float32: a polynomial vectorised in the loop
+// (row_math.h, exp_f32) rather than one libm call per element.
+void BM_Exp(benchmark::State& state) {
+  use_threads(state);
+  const Tensor a = Tensor::randn({kN}, 1);
+  for (auto _ : state) {
+    Tensor c = exp(a);
+    benchmark::DoNotOptimize(c.raw_data());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * kBytes);
+}
+BENCHMARK(BM_Exp)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+void BM_Sigmoid(benchmark::State& state) {
+  use_threads(state);
+  const Tensor a = Tensor::randn({kN}, 1);
+  for (auto _ : state) {
+    Tensor c = sigmoid(a);
+    benchmark::DoNotOptimize(c.raw_data());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * kBytes);
+}
+BENCHMARK(BM_Sigmoid)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // a.t().contiguous(): a transposing copy, through the tiled walk.
 void BM_ContiguousOfTransposed(benchmark::State& state) {
   use_threads(state);

@@ -70,7 +70,20 @@ struct Map {
     auto kernel = [op](const Ptrs& p, int64_t n, const Strides& st) {
       run(std::index_sequence_for<In...>{}, op, p, n, st);
     };
-    detail::for_each_strided<N, detail::kOverwrite>(out.shape(), ops, kernel);
+    detail::for_each_strided<N, detail::kOverwrite | (wide<Op>() ? detail::kSimd : 0)>(
+        out.shape(), ops, kernel);
+  }
+
+  // Whether the kernel gets a copy per instruction set (simd.h) rather than
+  // the baseline's only: for functors that declare `kWide<R>`, whose
+  // arithmetic per element (the exp polynomial) outweighs its memory
+  // traffic. add and the like are bound by the memory bus on the baseline
+  // already, and each copy costs compile time. Their files turn FMA
+  // contraction off, as simd.h asks.
+  template <class Op>
+  static constexpr bool wide() {
+    if constexpr (requires { Op::template kWide<R>; }) return Op::template kWide<R>;
+    else return false;
   }
 
   template <class Op, size_t... K>

@@ -1,6 +1,12 @@
 // Elementwise unary functions: neg, abs, relu (and relu_), exp, log, sqrt,
 // rsqrt, tanh, sigmoid, erf and gelu. The transcendental ones compute (and
 // return) float32 for integral inputs.
+//
+// Trapping math off: float32 exp and sigmoid clamp their argument next to a
+// polynomial (row_math.h, exp_f32), and GCC vectorises that select only
+// when it may evaluate both sides; no op here reads the floating-point
+// exception flags. FMA contraction off, as row_math.h asks.
+#pragma GCC optimize("no-trapping-math", "fp-contract=off")
 
 #include "dtensor/tensor.h"
 #include "tensor/elementwise_drivers.h"

@@ -24,11 +24,11 @@ namespace dtensor::detail {
 // default -ftrapping-math it refuses to if-convert, and jump threading clones
 // the polynomial for the clamped constant. float64 keeps std::exp.
 
-// exp(x) for x in [-110, 0], or NaN (which propagates through the
+// exp(x) for x in [-110, 89], or NaN (which propagates through the
 // arithmetic). Cody-Waite range reduction x = n*ln2 + r, |r| <= ln2/2, then
 // the Cephes expf polynomial. Checked exhaustively against double exp over
 // every float in [-104, 0]: under 1 ulp, denormal results included, and 0
-// below (correctly rounded).
+// below (correctly rounded); above 0 see exp_f32.
 inline float exp_f32_core(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f;
@@ -55,6 +55,19 @@ inline float exp_f32_core(float x) {
   const float s1 = std::bit_cast<float>(static_cast<uint32_t>(half + 127) << 23);
   const float s2 = std::bit_cast<float>(static_cast<uint32_t>(ni - half + 127) << 23);
   return p * s1 * s2;
+}
+
+// exp(x) for every float32 x: the argument clamped to [-110, 89] (exp is 0
+// in float below about -103.97 and inf above about 88.72, and NaN passes a
+// clamp written as comparisons), then exp_f32_core, whose 2^n in two
+// factors also covers n up to 128. Under 1 ulp against double exp, 0 and
+// inf where the rounded result is (tests/tensor/exp_test.cc). Vectorises
+// only where trapping math is off (GCC keeps a float select next to the
+// polynomial as a branch otherwise): elementwise_unary.cc turns it off.
+inline float exp_f32(float x) {
+  x = x < -110.0f ? -110.0f : x;
+  x = x > 89.0f ? 89.0f : x;
+  return exp_f32_core(x);
 }
 
 // Maximum of a row. GCC will not vectorise a float max reduction (NaN and

@@ -1,0 +1,171 @@
+// float32 exp (and sigmoid, built on it) through the vectorised polynomial
+// (src/tensor/row_math.h, exp_f32) against double exp: every float in
+// windows around the places where the result changes regime (1, the
+// smallest normal result, the smallest denormal, overflow) and a strided
+// sample of the rest of [-110, 90]; the special values; and the same bits
+// from the vector loop, its scalar tail and the strided walk, on every
+// SIMD level and thread count.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "dtensor/tensor.h"
+#include "dtensor/threads.h"
+#include "tensor/simd.h"
+#include "tensor/simd_threads.h"
+
+using namespace dtensor;
+
+namespace {
+
+using ExpF32Levels = dtensor::testing::ThreadsAndSimdTest;
+
+// x moved `k` floats along the number line (k may be
+// negative), walking through -0/+0 as one step.
+float step_from(float x, int64_t k) {
+  for (; k > 0; --k) x = std::nextafter(x, std::numeric_limits<float>::infinity());
+  for (; k < 0; ++k) x = std::nextafter(x, -std::numeric_limits<float>::infinity());
+  return x;
+}
+
+// "" if exp(x) computed as `got` is within 1 ulp of double exp (exactly 0 or
+// inf where the correctly rounded float is), else a description.
+std::string check(float x, float got) {
+  const double ref = std::exp(static_cast<double>(x));
+  const float rounded = static_cast<float>(ref);
+  auto fail = [&] {
+    return "exp(" + std::to_string(x) + ") = " + std::to_string(got) + ", expected " +
+           std::to_string(ref);
+  };
+  if (std::isnan(x)) return std::isnan(got) ? "" : fail();
+  if (rounded == 0.0f || std::isinf(rounded)) return got == rounded ? "" : fail();
+  const double ulp =
+      std::nextafter(rounded, std::numeric_limits<float>::infinity()) - static_cast<double>(rounded);
+  return std::abs(static_cast<double>(got) - ref) <= ulp ? "" : fail();
+}
+
+void expect_within_an_ulp(const std::vector<float>& xs) {
+  const std::vector<float> got = exp(Tensor::from_vector(xs)).to_vector<float>();
+  ASSERT_EQ(got.size(), xs.size());
+  int failures = 0;
+  for (size_t i = 0; i < xs.size() && failures < 10; ++i) {
+    const std::string bad = check(xs[i], got[i]);
+    if (!bad.empty()) {
+      ADD_FAILURE() << bad;
+      ++failures;
+    }
+  }
+}
+
+TEST(ExpF32, WithinAnUlpAroundEveryRegimeChange) {
+  // 1 (x = 0); the smallest normal result (x ~ -87.34); the smallest
+  // denormal (x ~ -103.28) and the last x that rounds to it (~ -103.97);
+  // overflow (x ~ 88.72); the clamps (-110, 89).
+  const float centres[] = {0.0f, -87.3365f, -103.279f, -103.972f, 88.7228f, -110.0f, 89.0f};
+  std::vector<float> xs;
+  for (float c : centres) {
+    float x = step_from(c, -20000);
+    for (int k = 0; k < 40000; ++k, x = step_from(x, 1)) xs.push_back(x);
+  }
+  expect_within_an_ulp(xs);
+}
+
+TEST(ExpF32, WithinAnUlpOverTheWholeRange) {
+  // Every 97th float of [-110, 90] (about 23 million), in pieces.
+  const uint32_t pos_end = std::bit_cast<uint32_t>(90.0f);
+  const uint32_t neg_end = std::bit_cast<uint32_t>(-110.0f);
+  std::vector<float> xs;
+  auto flush = [&] {
+    expect_within_an_ulp(xs);
+    xs.clear();
+  };
+  for (uint32_t b = 0; b <= pos_end; b += 97) {
+    xs.push_back(std::bit_cast<float>(b));
+    if (xs.size() == (1u << 20)) flush();
+  }
+  for (uint32_t b = 0x80000000u; b <= neg_end; b += 97) {
+    xs.push_back(std::bit_cast<float>(b));
+    if (xs.size() == (1u << 20)) flush();
+  }
+  flush();
+}
+
+TEST(ExpF32, SpecialValues) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> xs = {0.0f, -0.0f, kInf, -kInf, nan, -nan, 1e30f, -1e30f,
+                                 std::numeric_limits<float>::max(),
+                                 std::numeric_limits<float>::lowest(),
+                                 std::numeric_limits<float>::denorm_min(), 1.0f, -1.0f};
+  const std::vector<float> got = exp(Tensor::from_vector(xs)).to_vector<float>();
+  EXPECT_EQ(got[0], 1.0f);
+  EXPECT_EQ(got[1], 1.0f);
+  EXPECT_EQ(got[2], kInf);
+  EXPECT_EQ(got[3], 0.0f);
+  EXPECT_TRUE(std::isnan(got[4]));
+  EXPECT_TRUE(std::isnan(got[5]));
+  EXPECT_EQ(got[6], kInf);
+  EXPECT_EQ(got[7], 0.0f);
+  EXPECT_EQ(got[8], kInf);
+  EXPECT_EQ(got[9], 0.0f);
+  EXPECT_EQ(got[10], 1.0f);
+  EXPECT_EQ(check(1.0f, got[11]), "");
+  EXPECT_EQ(check(-1.0f, got[12]), "");
+  // sigmoid saturates to exactly 0 and 1 and passes NaN.
+  const std::vector<float> s =
+      sigmoid(Tensor::from_vector(std::vector<float>{-200.0f, 200.0f, nan, 0.0f}))
+          .to_vector<float>();
+  EXPECT_EQ(s[0], 0.0f);
+  EXPECT_EQ(s[1], 1.0f);
+  EXPECT_TRUE(std::isnan(s[2]));
+  EXPECT_EQ(s[3], 0.5f);
+}
+
+// The contiguous loop runs 16 elements at a time with a scalar tail, a
+// strided operand takes the general walk, and each runs in a copy per SIMD
+// level: all compute the same IEEE operations, so every element has the
+// bits of the baseline's contiguous loop whichever path and level it took,
+// at any thread count.
+TEST_F(ExpF32Levels, SameBitsOnEveryPathAndLevel) {
+  std::vector<float> xs;
+  for (int i = 0; i < 3 * 37; ++i) xs.push_back(-105.0f + 1.77f * static_cast<float>(i));
+  const Tensor x = Tensor::from_vector(xs, Shape{3, 37});
+  detail::set_simd_level(detail::SimdLevel::kBaseline);
+  const std::vector<float> want = exp(x).to_vector<float>();
+  const std::vector<float> want_sigmoid = sigmoid(x).to_vector<float>();
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i])) return false;
+    return true;
+  };
+  // A large input, so the walk splits over threads.
+  std::vector<float> big(1 << 18);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = xs[i % xs.size()] + 1e-3f * static_cast<float>(i % 7);
+  const Tensor xb = Tensor::from_vector(big);
+  set_num_threads(1);
+  const std::vector<float> want_big = exp(xb).to_vector<float>();
+  for (detail::SimdLevel level : dtensor::testing::simd_levels()) {
+    detail::set_simd_level(level);
+    SCOPED_TRACE(detail::simd_level_name(level));
+    EXPECT_TRUE(same(exp(x).to_vector<float>(), want));
+    EXPECT_TRUE(same(exp(x.t()).contiguous().t().contiguous().to_vector<float>(), want));
+    EXPECT_TRUE(same(sigmoid(x).to_vector<float>(), want_sigmoid));
+    for (size_t i = 0; i < xs.size(); i += 10) {
+      const float one = exp(Tensor::from_vector(std::vector<float>{xs[i]})).to_vector<float>()[0];
+      EXPECT_EQ(std::bit_cast<uint32_t>(one), std::bit_cast<uint32_t>(want[i])) << xs[i];
+    }
+    for (int threads : {1, 2, 3, 8}) {
+      set_num_threads(threads);
+      EXPECT_TRUE(same(exp(xb).to_vector<float>(), want_big)) << threads << " threads";
+    }
+    set_num_threads(1);
+  }
+}
+
+}  // namespace
