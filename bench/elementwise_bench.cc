@@ -157,24 +157,21 @@ BENCHMARK(BM_CloneContiguous)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Us
 
 // exp and sigmoid of float32: a polynomial vectorised in the loop
 // (row_math.h, exp_f32) rather than one libm call per element.
-void BM_Exp(benchmark::State& state) {
+void unary_op(benchmark::State& state, Tensor (*op)(const Tensor&)) {
   use_threads(state);
   const Tensor a = Tensor::randn({kN}, 1);
   for (auto _ : state) {
-    Tensor c = exp(a);
+    Tensor c = op(a);
     benchmark::DoNotOptimize(c.raw_data());
   }
   state.SetBytesProcessed(state.iterations() * 2 * kBytes);
 }
+void BM_Exp(benchmark::State& state) {
+  unary_op(state, [](const Tensor& a) { return exp(a); });
+}
 BENCHMARK(BM_Exp)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 void BM_Sigmoid(benchmark::State& state) {
-  use_threads(state);
-  const Tensor a = Tensor::randn({kN}, 1);
-  for (auto _ : state) {
-    Tensor c = sigmoid(a);
-    benchmark::DoNotOptimize(c.raw_data());
-  }
-  state.SetBytesProcessed(state.iterations() * 2 * kBytes);
+  unary_op(state, [](const Tensor& a) { return sigmoid(a); });
 }
 BENCHMARK(BM_Sigmoid)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
