@@ -68,9 +68,12 @@ __attribute__((target("avx2"))) inline void store256(char* p, __m256i v) {
 // flushed half full (on Zen 3 a 4096x4096 float copy then took 2-3x as long
 // as whole lines, in runs of seconds; docs/PERFORMANCE.md).
 //
-// Each row block also prefetches its source rows into L2, `ahead` bytes on:
+// Each block also prefetches its source rows into L2, `ahead` bytes on:
 // the next column block but three of a band, the next tile of a walk along
-// the rows. The source rows of a block are a page apart or more in a large
+// the rows. The prefetches go block by block, each just before its block's
+// loads, not all of a row block's at its start: in a staged a.t() + b tile
+// (4 blocks across) the up-front batch took 12% longer (docs/PERFORMANCE.md,
+// seventh pass). The source rows of a block are a page apart or more in a large
 // transpose, each its own stream for the hardware prefetcher, which follows
 // only a few dozen; on Zen 3 the pairs and this took a 4096x4096 float copy
 // from 1.9-2.8x memcpy to 1.3-1.5x. (On the Intel machine of the fourth
@@ -94,13 +97,17 @@ void tile_loop(const char* src, int64_t ss, char* dst, int64_t ds, int64_t rows,
     int64_t r = 0;
     if constexpr (kPair != nullptr) {
       for (; r < pb; r += 2 * B) {
-        prefetch(r, 2 * B, c0, c1);
-        for (int64_t c = c0; c < c1; c += B) kPair(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
+        for (int64_t c = c0; c < c1; c += B) {
+          prefetch(r, 2 * B, c, c + B);
+          kPair(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
+        }
       }
     }
     for (; r < rb; r += B) {
-      prefetch(r, B, c0, c1);
-      for (int64_t c = c0; c < c1; c += B) kBlock(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
+      for (int64_t c = c0; c < c1; c += B) {
+        prefetch(r, B, c, c + B);
+        kBlock(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
+      }
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
