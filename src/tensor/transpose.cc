@@ -92,20 +92,23 @@ void tile_loop(const char* src, int64_t ss, char* dst, int64_t ds, int64_t rows,
       for (int64_t b = c0 * S; b < c1 * S; b += 64)
         _mm_prefetch(src + (r + i) * ss + b + ahead, _MM_HINT_T1);
   };
+  // A block's B * S bytes of a row (8 to 32) lie in one 64-byte line of
+  // the rows' own alignment; the first block of each line prefetches it.
+  auto starts_line = [](int64_t c) { return c * S % 64 == 0; };
   for (int64_t c0 = 0; c0 < cb; c0 += width) {
     const int64_t c1 = std::min(c0 + width, cb);
     int64_t r = 0;
     if constexpr (kPair != nullptr) {
       for (; r < pb; r += 2 * B) {
         for (int64_t c = c0; c < c1; c += B) {
-          prefetch(r, 2 * B, c, c + B);
+          if (starts_line(c)) prefetch(r, 2 * B, c, c + B);
           kPair(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
         }
       }
     }
     for (; r < rb; r += B) {
       for (int64_t c = c0; c < c1; c += B) {
-        prefetch(r, B, c, c + B);
+        if (starts_line(c)) prefetch(r, B, c, c + B);
         kBlock(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
       }
     }
