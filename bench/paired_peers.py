@@ -48,6 +48,8 @@ def ops_of(dt, torch, np):
     dw, dbias = dt.randn([n], seed=3), dt.randn([n], seed=4)
     dtarget = dt.tensor(nt)
     F = torch.nn.functional
+    # add_ accumulates into copies, so the other ops keep their inputs.
+    na_, ta_, da_ = na.copy(), ta.clone(), da.clone()
 
     def np_softmax(x):
         e = np.exp(x - x.max(axis=-1, keepdims=True))
@@ -65,7 +67,7 @@ def ops_of(dt, torch, np):
     # op: (dtensor, torch, numpy)
     return {
         "add": (lambda: da + db, lambda: ta + tb, lambda: na + nb),
-        "add_": (lambda: da.add_(db), lambda: ta.add_(tb), lambda: np.add(na, nb, out=na)),
+        "add_": (lambda: da_.add_(db), lambda: ta_.add_(tb), lambda: np.add(na_, nb, out=na_)),
         "clone": (lambda: da.clone(), lambda: ta.clone(), lambda: na.copy()),
         "a.t()+b": (lambda: da.t() + db, lambda: ta.t() + tb, lambda: na.T + nb),
         "a.t().contiguous()": (lambda: da.t().contiguous(), lambda: ta.t().contiguous(),
