@@ -26,7 +26,6 @@
 #include <chrono>
 #include <vector>
 
-
 #include "dtensor/models/gpt.h"
 #include "dtensor/parallel.h"
 

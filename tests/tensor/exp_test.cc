@@ -25,8 +25,8 @@ namespace {
 
 using ExpF32Levels = dtensor::testing::ThreadsAndSimdTest;
 
-// x moved `k` floats along the number line (k may be
-// negative), walking through -0/+0 as one step.
+// x moved `k` floats along the number line (k may be negative; zero counts
+// once).
 float step_from(float x, int64_t k) {
   for (; k > 0; --k) x = std::nextafter(x, std::numeric_limits<float>::infinity());
   for (; k < 0; ++k) x = std::nextafter(x, -std::numeric_limits<float>::infinity());
