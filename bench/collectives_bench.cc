@@ -255,9 +255,7 @@ void BM_S0S1OverMemcpyPaired(benchmark::State& state) {
   };
   state.counters["memcpy_us"] = median(tm);
   state.counters["redistribute_us"] = median(tr);
-  std::nth_element(ratio.begin(), ratio.begin() + static_cast<std::ptrdiff_t>(ratio.size() / 2),
-                   ratio.end());
-  state.counters["ratio"] = ratio[ratio.size() / 2];
+  state.counters["ratio"] = median(ratio);
 }
 
 BENCHMARK(BM_MemcpyBytes)->RangeMultiplier(4)->Range(256 << 10, 64 << 20)->UseRealTime();

@@ -68,15 +68,15 @@ __attribute__((target("avx2"))) inline void store256(char* p, __m256i v) {
 // flushed half full (on Zen 3 a 4096x4096 float copy then took 2-3x as long
 // as whole lines, in runs of seconds; docs/PERFORMANCE.md).
 //
-// Each block also prefetches its source rows into L2, `ahead` bytes on:
-// the next column block but three of a band, the next tile of a walk along
-// the rows. The prefetches go block by block, each just before its block's
+// Blocks also prefetch their source rows into L2, `ahead` bytes on: the
+// next column block but three of a band, the next tile of a walk along the
+// rows. The prefetches go block by block, each just before its block's
 // loads, not all of a row block's at its start: in a staged a.t() + b tile
 // (4 blocks across) the up-front batch took 12% longer (docs/PERFORMANCE.md,
-// seventh pass). The source rows of a block are a page apart or more in a large
-// transpose, each its own stream for the hardware prefetcher, which follows
-// only a few dozen; on Zen 3 the pairs and this took a 4096x4096 float copy
-// from 1.9-2.8x memcpy to 1.3-1.5x. (On the Intel machine of the fourth
+// seventh pass). The source rows of a block are a page apart or more in a
+// large transpose, each its own stream for the hardware prefetcher, which
+// follows only a few dozen; on Zen 3 the pairs and this took a 4096x4096
+// float copy from 1.9-2.8x memcpy to 1.3-1.5x. (On the Intel machine of the fourth
 // pass, docs/PERFORMANCE.md, an L1 hint was slower and an L2 one no
 // faster; hence L2.)
 constexpr int64_t kAhead = 128;
@@ -87,28 +87,28 @@ void tile_loop(const char* src, int64_t ss, char* dst, int64_t ds, int64_t rows,
   const int64_t pb = kPair != nullptr ? rows / (2 * B) * (2 * B) : 0;
   const int64_t width = cols * S <= 256 ? std::max<int64_t>(cb, B) : B;
   const int64_t ahead = std::max<int64_t>(kAhead, width * S);
-  auto prefetch = [&](int64_t r, int n, int64_t c0, int64_t c1) {
-    for (int i = 0; i < n; ++i)
-      for (int64_t b = c0 * S; b < c1 * S; b += 64)
-        _mm_prefetch(src + (r + i) * ss + b + ahead, _MM_HINT_T1);
-  };
   // A block's B * S bytes of a row (8 to 32) lie in one 64-byte line of
-  // the rows' own alignment; the first block of each line prefetches it.
-  auto starts_line = [](int64_t c) { return c * S % 64 == 0; };
+  // the rows' own alignment: the first block of each line prefetches the
+  // line `ahead` bytes on in each of its n rows.
+  static_assert(B * S <= 64 && 64 % (B * S) == 0);
+  auto prefetch = [&](int64_t r, int n, int64_t c) {
+    if (c * S % 64 != 0) return;
+    for (int i = 0; i < n; ++i) _mm_prefetch(src + (r + i) * ss + c * S + ahead, _MM_HINT_T1);
+  };
   for (int64_t c0 = 0; c0 < cb; c0 += width) {
     const int64_t c1 = std::min(c0 + width, cb);
     int64_t r = 0;
     if constexpr (kPair != nullptr) {
       for (; r < pb; r += 2 * B) {
         for (int64_t c = c0; c < c1; c += B) {
-          if (starts_line(c)) prefetch(r, 2 * B, c, c + B);
+          prefetch(r, 2 * B, c);
           kPair(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
         }
       }
     }
     for (; r < rb; r += B) {
       for (int64_t c = c0; c < c1; c += B) {
-        if (starts_line(c)) prefetch(r, B, c, c + B);
+        prefetch(r, B, c);
         kBlock(src + r * ss + c * S, ss, dst + c * ds + r * S, ds);
       }
     }
