@@ -94,6 +94,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args()
+    if args.threads < 1 or args.reps < 1:
+        ap.error(f"--threads and --reps take a count of at least 1 (got {args.threads}, {args.reps})")
     th = str(args.threads)
     # Read when each library loads, so set before the imports.
     os.environ.update(DTENSOR_NUM_THREADS=th, OPENBLAS_NUM_THREADS=th, OMP_NUM_THREADS=th,
