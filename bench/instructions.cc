@@ -75,5 +75,6 @@ int main() {
     (void)(a + b);
   });
   measure("dtensor.redistribute.S0_to_R", [&] { (void)a.redistribute({Replicate()}); });
+  measure("dtensor.redistribute.S0_to_S1", [&] { (void)a.redistribute({Shard(1)}); });
   return 0;
 }

@@ -49,6 +49,7 @@
 #include "dtensor/debug.h"
 #include "dtensor/error.h"
 #include "dtensor/spec.h"
+#include "tensor/copy_bytes.h"
 
 namespace dtensor {
 
@@ -234,13 +235,16 @@ int64_t span(const Shape& shape, int64_t begin, int64_t end) {
 std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(t.raw_data()); }
 
 // One run of `bytes`. Runs of one element are common (a column chunk of a
-// narrow tensor): a move, not a call.
-inline void copy_run(std::byte* dst, const std::byte* src, int64_t bytes) {
+// narrow tensor): a move, not a call. Longer ones go through a
+// ByteCopier, whose loop avoids memcpy's 4K-aliasing stalls on mid-sized
+// runs (copy_bytes.h).
+inline void copy_run(const detail::ByteCopier& copy, std::byte* dst, const std::byte* src,
+                     int64_t bytes) {
   switch (bytes) {
     case 1: std::memcpy(dst, src, 1); return;
     case 4: std::memcpy(dst, src, 4); return;
     case 8: std::memcpy(dst, src, 8); return;
-    default: std::memcpy(dst, src, static_cast<size_t>(bytes));
+    default: copy(dst, src, static_cast<size_t>(bytes));
   }
 }
 
@@ -364,6 +368,7 @@ LocalTensor SimBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
 
   // The group's shards joined once, into member 0's output: for each outer
   // index, member j's rows [outer, len_j, inner] follow one another.
+  const detail::ByteCopier copy;
   detail::parallel_copies(groups, all_bytes / n, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
       Shape shape = p.shards[g][0]->shape();
@@ -375,7 +380,7 @@ LocalTensor SimBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
         for (size_t m = join.first[g]; m < join.first[g + 1]; ++m) {
           const int64_t k = g * n + join.members[m];
           const int64_t run = join.len[k] * a.inner * isz;
-          copy_run(dst, src.data[k] + o * run, run);
+          copy_run(copy, dst, src.data[k] + o * run, run);
           dst += run;
         }
       }
@@ -489,6 +494,7 @@ LocalTensor SimBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
   // than on 256 ranks) as for large ones, where receiver-major passes that
   // read 1/n of every row defeat the prefetcher. Senders write disjoint
   // bytes of the outputs, so they may run in parallel.
+  const detail::ByteCopier copy;
   std::vector<std::byte*> dst(static_cast<size_t>(groups * n), nullptr);
   for (int64_t k = 0; k < groups * n; ++k) {
     const int64_t g = k / n, i = k % n;
@@ -519,15 +525,19 @@ LocalTensor SimBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
       if (concat_dim < split_dim) {
         // Shard: [outer, len, mid, L, inner], rows (y, m) of L * inner; the
         // output of member i: [outer, total, mid, size_i, inner].
+        // Every member's run is a piece but the last owner's (its chunk may
+        // be shorter): hundreds of runs per row, so nothing is recomputed
+        // per run.
         const int64_t row = split_len * inner * isz, piece = c * inner * isz;
+        const int64_t last = row - (owners - 1) * piece;
         const int64_t rows = len * mid;
         for (int64_t o = 0; o < outer; ++o) {
           const int64_t first_row = (o * total + at) * mid;
           for (int64_t r = 0; r < rows; ++r, s += row) {
-            for (int64_t i = 0; i < owners; ++i) {
-              const int64_t run = i + 1 < owners ? piece : row - i * piece;
-              copy_run(to[i] + (first_row + r) * run, s + i * piece, run);
-            }
+            const int64_t at_piece = (first_row + r) * piece;
+            for (int64_t i = 0; i + 1 < owners; ++i)
+              copy_run(copy, to[i] + at_piece, s + i * piece, piece);
+            copy_run(copy, to[owners - 1] + (first_row + r) * last, s + (owners - 1) * piece, last);
           }
         }
       } else {
@@ -540,7 +550,7 @@ LocalTensor SimBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
             for (int64_t y = 0; y < size; ++y) {
               for (int64_t m = 0; m < mid; ++m, s += run) {
                 const int64_t out_row = (o * size + y) * mid + m;
-                copy_run(to[i] + (out_row * total + at) * inner * isz, s, run);
+                copy_run(copy, to[i] + (out_row * total + at) * inner * isz, s, run);
               }
             }
           }
@@ -585,6 +595,7 @@ LocalTensor SimBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, i
   RankSlots out(p);
   // Member i gets rows [start_i, start_i + size_i) of the root's
   // [outer, len, inner]: one run per outer index.
+  const detail::ByteCopier copy;
   detail::parallel_copies(groups * n, p.max_bytes * groups, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       const int64_t g = k / n, i = k % n;
@@ -598,7 +609,7 @@ LocalTensor SimBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, i
         std::byte* dst = bytes_of(t);
         const std::byte* s = src.data[g * n + root] + piece.start * a.inner * isz;
         const int64_t run = piece.size * a.inner * isz, row = a.len * a.inner * isz;
-        for (int64_t o = 0; o < a.outer; ++o, s += row, dst += run) copy_run(dst, s, run);
+        for (int64_t o = 0; o < a.outer; ++o, s += row, dst += run) copy_run(copy, dst, s, run);
       }
       out[p.groups[g][i]] = std::move(t);
     }
