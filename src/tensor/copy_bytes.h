@@ -8,7 +8,7 @@
 // 4K-aliasing stall: a load waits for an older store to a different
 // address that matches in its low 12 bits); a loop that loads 128 bytes
 // into four 32-byte registers before storing them ran at the big copy's
-// speed with any alignment (docs/PERFORMANCE.md, "Eighth pass").
+// speed at every alignment tried (docs/PERFORMANCE.md, "Eighth pass").
 #pragma once
 
 #include <cstddef>
@@ -16,9 +16,9 @@
 
 namespace dtensor::detail {
 
-// Below kCopyLoopMin the stall costs less than the loop's set-up; from
-// kCopyLoopMax up glibc's memcpy uses `rep movsb` or non-temporal stores,
-// which were as fast (16 KiB runs: 0.95-0.97x the big copy either way).
+// The loop's range of run lengths: for 64-byte runs it was no faster than
+// memcpy, and for 16 KiB runs memcpy was as fast (0.95-0.97x the big copy
+// either way).
 inline constexpr size_t kCopyLoopMin = 256;
 inline constexpr size_t kCopyLoopMax = size_t{16} << 10;
 
@@ -35,6 +35,7 @@ class ByteCopier {
   ByteCopier();
   // REQUIRES: [dst, dst + n) and [src, src + n) do not overlap.
   void operator()(void* dst, const void* src, size_t n) const {
+    // (unsigned: n below kCopyLoopMin wraps around to a huge difference)
     if (wide_ && n - kCopyLoopMin < kCopyLoopMax - kCopyLoopMin) copy_bytes_avx2(dst, src, n);
     else std::memcpy(dst, src, n);
   }
