@@ -156,9 +156,9 @@ TEST_F(WorldsTest, RedistributionsWithLongRunsKeepTheTensor) {
               << dtype << " " << ::testing::PrintToString(shape);
         }
         // distribute_tensor from one rank scatters that rank's rows.
-        const DTensor s = distribute_tensor(x, mesh, mesh.ndim() == 1 ? Placements{Shard(last)}
-                                                                      : Placements{Shard(last), Shard(0)},
-                                            /*src_rank=*/0);
+        const Placements scattered = mesh.ndim() == 1 ? Placements{Shard(last)}
+                                                      : Placements{Shard(last), Shard(0)};
+        const DTensor s = distribute_tensor(x, mesh, scattered, /*src_rank=*/0);
         EXPECT_TRUE(equal(s.full_tensor(), x)) << mesh.to_string() << " scatter " << dtype;
       }
     }
