@@ -32,6 +32,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench_util.h"
 #include "comm/backend.h"
 #include "dtensor/dtensor.h"
 #include "dtensor/local_tensor.h"
@@ -235,27 +236,16 @@ void BM_S0S1OverMemcpyPaired(benchmark::State& state) {
   const int64_t rows = bytes / static_cast<int64_t>(sizeof(float)) / kBwCols;
   const DTensor d = distribute_tensor(Tensor::randn({rows, kBwCols}, 1), mesh, {Shard(0)});
   const PageBuffer src(bytes, 1), dst(bytes, 0);
-  std::vector<double> ratio, tm, tr;
-  using Clock = std::chrono::steady_clock;
-  for (auto _ : state) {
-    const auto t0 = Clock::now();
+  auto copy = [&] {
     std::memcpy(dst.data(), src.data(), bytes);
     benchmark::ClobberMemory();
-    const auto t1 = Clock::now();
+  };
+  auto redistribute = [&] {
     DTensor r = d.redistribute({Shard(1)});
     benchmark::DoNotOptimize(r.local().shards().data());
-    const auto t2 = Clock::now();
-    tm.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    tr.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
-    ratio.push_back(tm.back() / tr.back());
-  }
-  auto median = [](std::vector<double>& v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
+    return r;
   };
-  state.counters["memcpy_us"] = median(tm);
-  state.counters["redistribute_us"] = median(tr);
-  state.counters["ratio"] = median(ratio);
+  bench::paired<std::micro>(state, copy, "memcpy_us", redistribute, "redistribute_us");
 }
 
 BENCHMARK(BM_MemcpyBytes)->RangeMultiplier(4)->Range(256 << 10, 64 << 20)->UseRealTime();

@@ -13,7 +13,7 @@
 // compute dominates).
 //
 // BM_*_Paired: both models in one run, a step of each in turn, and the
-// median of the per-iteration ratios (see `paired`).
+// median of the per-iteration ratios (bench::paired, bench_util.h).
 //
 // The loss alone (BM_VocabLoss_*): vocab_parallel_cross_entropy on the
 // demo's logits shape, laid out as the demo's head gives them (batch on dp,
@@ -26,6 +26,7 @@
 #include <chrono>
 #include <vector>
 
+#include "bench_util.h"
 #include "dtensor/models/gpt.h"
 #include "dtensor/parallel.h"
 
@@ -74,35 +75,6 @@ void forward(benchmark::State& state, const Shape& mesh_shape) {
   auto step = [&] { return models::gpt_loss(s.model(s.ids), s.targets); };
   benchmark::DoNotOptimize(step());  // warm-up, see train_step
   for (auto _ : state) benchmark::DoNotOptimize(step());
-}
-
-// The two models in one run, a step of each in turn per iteration, timed
-// apart (wall). On a machine whose memory bandwidth moves with its
-// neighbours' load, two benchmarks run one after the other can differ by
-// more than the gap being measured; steps taken alternately see the same
-// load. Counters: each model's median step (ms) and the median of the
-// per-iteration ratios sharded / one rank.
-template <class A, class B>
-void paired(benchmark::State& state, A& sharded, B& one_rank) {
-  using Clock = std::chrono::steady_clock;
-  std::vector<double> a, b, ratio;
-  for (auto _ : state) {
-    const auto t0 = Clock::now();
-    sharded();
-    const auto t1 = Clock::now();
-    one_rank();
-    const auto t2 = Clock::now();
-    a.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-    b.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
-    ratio.push_back(a.back() / b.back());
-  }
-  auto median = [](std::vector<double> v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
-  state.counters["sharded_ms"] = median(a);
-  state.counters["one_rank_ms"] = median(b);
-  state.counters["ratio"] = median(ratio);
 }
 
 void train_step(benchmark::State& state, const Shape& mesh_shape) {
@@ -192,7 +164,7 @@ void BM_DemoForward_DTensor(benchmark::State& state) { forward(state, {2, 4}); }
 void BM_DemoForward_OneRank(benchmark::State& state) { forward(state, {1}); }
 void BM_GPTTrainStep_DTensor(benchmark::State& state) { train_step(state, {2, 4}); }
 void BM_GPTTrainStep_OneRank(benchmark::State& state) { train_step(state, {1}); }
-// 2x4 and 1 rank alternately in one run (see paired).
+// 2x4 and 1 rank alternately in one run (bench::paired).
 void BM_DemoForward_Paired(benchmark::State& state) {
   World w8 = World::simulated(8), w1 = World::simulated(1);
   DeviceMesh m8(w8, {2, 4}), m1(w1, {1});
@@ -202,7 +174,7 @@ void BM_DemoForward_Paired(benchmark::State& state) {
   auto step1 = [&] { benchmark::DoNotOptimize(models::gpt_loss(s1.model(s1.ids), s1.targets)); };
   step8();
   step1();
-  paired(state, step8, step1);
+  bench::paired<std::milli>(state, step8, "sharded_ms", step1, "one_rank_ms");
 }
 void BM_GPTTrainStep_Paired(benchmark::State& state) {
   World w8 = World::simulated(8), w1 = World::simulated(1);
@@ -216,7 +188,7 @@ void BM_GPTTrainStep_Paired(benchmark::State& state) {
   auto step1 = [&] { step_of(s1); };
   step8();
   step1();
-  paired(state, step8, step1);
+  bench::paired<std::milli>(state, step8, "sharded_ms", step1, "one_rank_ms");
 }
 
 BENCHMARK(BM_DemoForward_DTensor)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);

@@ -31,6 +31,8 @@ import statistics
 import sys
 import time
 
+from compare_peers import np_cross_entropy, np_layer_norm, np_softmax
+
 
 def ops_of(dt, torch, np):
     n = 4096
@@ -51,19 +53,6 @@ def ops_of(dt, torch, np):
     # add_ accumulates into copies, so the other ops keep their inputs.
     na_, ta_, da_ = na.copy(), ta.clone(), da.clone()
 
-    def np_softmax(x):
-        e = np.exp(x - x.max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True)
-
-    def np_layer_norm(x):
-        mu = x.mean(axis=-1, keepdims=True)
-        return (x - mu) / np.sqrt(x.var(axis=-1, keepdims=True) + 1e-5) * nw + nbias
-
-    def np_cross_entropy(x, target):
-        m = x.max(axis=-1, keepdims=True)
-        lse = np.log(np.exp(x - m).sum(axis=-1, keepdims=True)) + m
-        return -(x[np.arange(x.shape[0]), target] - lse[:, 0]).mean()
-
     # op: (dtensor, torch, numpy)
     return {
         "add": (lambda: da + db, lambda: ta + tb, lambda: na + nb),
@@ -81,11 +70,12 @@ def ops_of(dt, torch, np):
         "sigmoid": (lambda: dt.sigmoid(da), lambda: torch.sigmoid(ta),
                     lambda: 1 / (1 + np.exp(-na))),
         "softmax(-1)": (lambda: dt.softmax(da, -1), lambda: torch.softmax(ta, -1),
-                        lambda: np_softmax(na)),
+                        lambda: np_softmax(np, na)),
         "layer_norm": (lambda: dt.layer_norm(da, [n], dw, dbias),
-                       lambda: F.layer_norm(ta, (n,), tw, tbias), lambda: np_layer_norm(na)),
+                       lambda: F.layer_norm(ta, (n,), tw, tbias),
+                       lambda: np_layer_norm(np, na, nw, nbias)),
         "cross_entropy": (lambda: dt.cross_entropy(da, dtarget), lambda: F.cross_entropy(ta, tt),
-                          lambda: np_cross_entropy(na, nt)),
+                          lambda: np_cross_entropy(np, na, nt)),
     }
 
 
