@@ -86,32 +86,25 @@ Tensor& LocalTensor::shard(int rank) {
   return shards_[static_cast<size_t>(i)].second;
 }
 
-int LocalTensor::unshare(const Storage* also) {
-  const size_t n = shards_.size();
-  if (n == 0 || (n == 1 && also == nullptr)) return 0;
-  // A shard that holds the only reference to its storage shares it with no
-  // one (`also` belongs to a live tensor, which holds a reference too). A
-  // kernel's fresh results are all like that, so an op's output costs one
-  // look at each count instead of the pairwise comparison or the sort.
-  bool sole = true;
-  for (size_t i = 0; i < n && sole; ++i) {
-    const std::shared_ptr<Storage>& st = shards_[i].second.storage();
-    sole = st == nullptr || st.use_count() == 1;
-  }
-  if (sole) return 0;
+namespace {
+
+// LocalTensor::unshare once some shard's storage has another reference.
+[[gnu::noinline]] int unshare_shared(std::vector<std::pair<int, Tensor>>& shards,
+                                     const Storage* also) {
+  const size_t n = shards.size();
   if (n <= 16) {
-    // The common case (every op's result), without allocating: pairwise,
-    // over the pointers gathered once (a shard is a few cache lines apart
-    // from the next).
+    // A handful of shards (a replicated input handed to every rank), without
+    // allocating: pairwise, over the pointers gathered once (a shard is a
+    // few cache lines apart from the next).
     const Storage* st[16];
-    for (size_t i = 0; i < n; ++i) st[i] = shards_[i].second.storage().get();
+    for (size_t i = 0; i < n; ++i) st[i] = shards[i].second.storage().get();
     int cloned = 0;
     for (size_t i = 0; i < n; ++i) {
       if (st[i] == nullptr) continue;
       bool taken = st[i] == also;
       for (size_t j = 0; j < i && !taken; ++j) taken = st[j] == st[i];
       if (taken) {
-        Tensor& t = shards_[i].second;
+        Tensor& t = shards[i].second;
         t = t.clone();
         st[i] = t.storage().get();
         ++cloned;
@@ -126,18 +119,35 @@ int LocalTensor::unshare(const Storage* also) {
   std::vector<std::pair<const Storage*, size_t>> seen;
   seen.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    if (const Storage* st = shards_[i].second.storage().get()) seen.emplace_back(st, i);
+    if (const Storage* st = shards[i].second.storage().get()) seen.emplace_back(st, i);
   }
   std::sort(seen.begin(), seen.end());
   int cloned = 0;
   for (size_t k = 0; k < seen.size(); ++k) {
     const bool taken = seen[k].first == also || (k > 0 && seen[k].first == seen[k - 1].first);
     if (!taken) continue;
-    Tensor& t = shards_[seen[k].second].second;
+    Tensor& t = shards[seen[k].second].second;
     t = t.clone();
     ++cloned;
   }
   return cloned;
+}
+
+}  // namespace
+
+int LocalTensor::unshare(const Storage* also) {
+  const size_t n = shards_.size();
+  if (n == 0 || (n == 1 && also == nullptr)) return 0;
+  // A shard that holds the only reference to its storage shares it with no
+  // one (`also` belongs to a live tensor, which holds a reference too). A
+  // kernel's fresh results are all like that, so an op's output costs one
+  // look at each count instead of the pairwise comparison or the sort; the
+  // rest is out of line (its frame cost every op's result ~20 instructions).
+  for (size_t i = 0; i < n; ++i) {
+    const std::shared_ptr<Storage>& st = shards_[i].second.storage();
+    if (st != nullptr && st.use_count() != 1) return unshare_shared(shards_, also);
+  }
+  return 0;
 }
 
 std::vector<int> LocalTensor::ranks() const {

@@ -35,7 +35,7 @@ class LruCache {
       return nullptr;
     }
     ++hits_;
-    lru_.splice(lru_.begin(), lru_, it->second);
+    if (it->second != lru_.begin()) lru_.splice(lru_.begin(), lru_, it->second);
     return it->second->second;
   }
 

@@ -59,16 +59,28 @@ enum class OpId : uint16_t {
 inline constexpr int kMaxInputs = 8;
 inline constexpr int kMaxArgs = kMaxDims + 4;
 
+inline constexpr size_t kSchemaHashPrime = 0x100000001B3ull;
+
+// Built on the stack by every op, so its constructor and hash are inline:
+// at a call site the lists have a known length and the copies unroll (out
+// of line they were two memmove calls through the PLT), and only the
+// first num_inputs / num_args entries are ever read, so the rest stays
+// unset.
 struct OpSchema {
   OpId op{};
   int num_inputs = 0;
-  const DTensorSpec* inputs[kMaxInputs] = {};
+  const DTensorSpec* inputs[kMaxInputs];
   int num_args = 0;
-  int64_t args[kMaxArgs] = {};
+  int64_t args[kMaxArgs];
   size_t hash = 0;
 
   OpSchema(OpId id, std::initializer_list<const DTensorSpec*> specs,
-           std::initializer_list<int64_t> arguments = {});
+           std::initializer_list<int64_t> arguments = {})
+      : op(id) {
+    for (const DTensorSpec* s : specs) inputs[num_inputs++] = s;
+    for (int64_t a : arguments) args[num_args++] = a;
+    rehash();
+  }
   // Each keeps the hash up to date (push_arg in O(1): args hash last).
   void push_arg(int64_t a);
   void push_input(const DTensorSpec* spec);
@@ -76,7 +88,12 @@ struct OpSchema {
   const DTensorSpec& input(int i) const { return *inputs[i]; }
 
  private:
-  void rehash();
+  void rehash() {
+    size_t h = static_cast<size_t>(op) * 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < num_inputs; ++i) h = (h ^ inputs[i]->hash()) * kSchemaHashPrime;
+    for (int i = 0; i < num_args; ++i) h = (h ^ static_cast<size_t>(args[i])) * kSchemaHashPrime;
+    hash = h;
+  }
 };
 
 // One candidate for one mesh dim: the placement each input must have and

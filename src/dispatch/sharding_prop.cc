@@ -29,22 +29,10 @@
 
 namespace dtensor::dispatch {
 
-namespace {
-constexpr size_t kHashPrime = 0x100000001B3ull;
-}  // namespace
-
-OpSchema::OpSchema(OpId id, std::initializer_list<const DTensorSpec*> specs,
-                   std::initializer_list<int64_t> arguments)
-    : op(id) {
-  for (const DTensorSpec* s : specs) inputs[num_inputs++] = s;
-  for (int64_t a : arguments) args[num_args++] = a;
-  rehash();
-}
-
 void OpSchema::push_arg(int64_t a) {
   DT_CHECK(num_args < kMaxArgs, "OpSchema: too many arguments");
   args[num_args++] = a;
-  hash = (hash ^ static_cast<size_t>(a)) * kHashPrime;  // rehash()'s last step, once more
+  hash = (hash ^ static_cast<size_t>(a)) * kSchemaHashPrime;  // rehash()'s last step, once more
 }
 
 void OpSchema::push_input(const DTensorSpec* spec) {
@@ -57,13 +45,6 @@ void OpSchema::set_input(int i, const DTensorSpec* spec) {
   DT_CHECK(i >= 0 && i < num_inputs, "OpSchema: no input ", i);
   inputs[i] = spec;
   rehash();
-}
-
-void OpSchema::rehash() {
-  size_t h = static_cast<size_t>(op) * 0x9E3779B97F4A7C15ull;
-  for (int i = 0; i < num_inputs; ++i) h = (h ^ inputs[i]->hash()) * kHashPrime;
-  for (int i = 0; i < num_args; ++i) h = (h ^ static_cast<size_t>(args[i])) * kHashPrime;
-  hash = h;
 }
 
 namespace {
