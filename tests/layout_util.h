@@ -59,6 +59,30 @@ inline DTensor make_dtensor(const Tensor& full, const DeviceMesh& mesh, const Pl
   return DTensor(DTensorSpec(mesh, pl, full.shape(), full.dtype()), local);
 }
 
+// A linear op keeps a Partial(sum) input partial (x / 10, mean, dropout,
+// attention's v), so each piece's result is rounded at the piece's own
+// magnitude before the pieces are summed; make_dtensor's pieces reach
+// hundreds over several mesh dims while the values stay near 10. The
+// absolute error this can add: one rounding per piece at the largest
+// magnitude a piece can have (member 0 holds t - (n-1)k, |k| <= 50, over
+// each Partial(sum) mesh dim in turn). Depends only on the full tensor and
+// the layout, so every rank of an MPI run allows the same. 0 for integer
+// dtypes and layouts without Partial(sum).
+inline double partial_sum_rounding(const Tensor& full, const DeviceMesh& mesh,
+                                   const Placements& pl) {
+  if (!is_floating(full.dtype()) || full.numel() == 0) return 0;
+  double pieces = 1, largest = amax(abs(full.to(DType::Float64))).item<double>();
+  for (size_t i = 0; i < pl.size(); ++i) {
+    if (!pl[i].is_partial() || pl[i].reduce_op() != ReduceOp::Sum) continue;
+    const double n = static_cast<double>(mesh.size(static_cast<int>(i)));
+    pieces *= n;
+    largest += 50 * (n - 1);
+  }
+  if (pieces == 1) return 0;
+  const double eps = full.dtype() == DType::Float64 ? 0x1p-52 : 0x1p-23;
+  return 2 * eps * pieces * largest;
+}
+
 // A random mesh shape of 1-4 dims with at most max_ranks ranks: sizes 1-4
 // mostly, sometimes up to 8, so that 3-d and 4-d meshes of 12-64 ranks
 // (2x2x4, 3x2x2, 2x2x2x2, 4x4x4, 2x3x4, ...) come up as often as small ones.

@@ -86,12 +86,10 @@ std::string describe(const Shapes& s, const Placements* pl, int n) {
 // full tensors. The data are multiples of 1/8 so that Partial pieces add up
 // exactly; the tolerance covers the kernels' own rounding (a shard's
 // products may be blocked differently): float64 1e-10, float32 1e-4.
-// Attention is linear in v, so a Partial(sum) v stays partial: each piece's
-// output is rounded at the piece's own magnitude before the pieces are
-// summed, and make_dtensor's pieces (full - (n-1)k, nested over mesh dims)
-// reach hundreds. The tolerance then also covers one rounding per piece at
-// the largest piece's magnitude (a float32 case of 64 pieces up to ~1000 was
-// 2.4e-4 from the float64 result, where the plain op was 4e-7 from it).
+// Attention is linear in v, so a Partial(sum) v stays partial, and the
+// tolerance also allows partial_sum_rounding (layout_util.h): a float32 case
+// with v in 64 pieces was 2.4e-4 from the float64 result, where the plain op
+// was 4e-7 from it.
 TEST_F(AttentionTest, RandomLayoutsMatchThePlainOp) {
   std::mt19937 rng(4242);
   const int iterations = dtensor::testing::property_cases(240);
@@ -122,14 +120,8 @@ TEST_F(AttentionTest, RandomLayoutsMatchThePlainOp) {
       ASSERT_EQ(got.to_local(rank).shape(), got.spec().extent_of_rank(rank)->local_shape) << what;
     if (!dtensor::testing::takes_part(mesh)) continue;  // MPI: this rank is not in the mesh
     const Tensor full = got.full_tensor();
-    double pieces = 1, piece_max = 0;
-    for (size_t d = 0; d < pl[2].size(); ++d)
-      if (pl[2][d].is_partial() && pl[2][d].reduce_op() == ReduceOp::Sum)
-        pieces *= static_cast<double>(mesh.size(static_cast<int>(d)));
-    for (const auto& [rank, shard] : dv.local().shards())
-      if (shard.numel() > 0) piece_max = std::max(piece_max, amax(abs(shard)).item<double>());
-    const double eps = dtype == DType::Float64 ? 0x1p-52 : 0x1p-23;
-    const double tol = std::max(dtype == DType::Float64 ? 1e-10 : 1e-4, 2 * eps * pieces * piece_max);
+    const double tol = std::max(dtype == DType::Float64 ? 1e-10 : 1e-4,
+                                dtensor::testing::partial_sum_rounding(v, mesh, pl[2]));
     ASSERT_EQ(full.dtype(), want.dtype()) << what;
     ASSERT_TRUE(allclose(full, want, tol, tol)) << what << "\n" << full << "\n" << want;
   }
