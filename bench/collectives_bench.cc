@@ -25,11 +25,10 @@
 // it to every rank).
 #include <benchmark/benchmark.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <ratio>
 #include <vector>
 
 #include "bench_util.h"

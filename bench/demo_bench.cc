@@ -22,9 +22,7 @@
 // against an arange, where, stack, ...).
 #include <benchmark/benchmark.h>
 
-#include <algorithm>
-#include <chrono>
-#include <vector>
+#include <ratio>
 
 #include "bench_util.h"
 #include "dtensor/models/gpt.h"

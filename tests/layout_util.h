@@ -71,14 +71,15 @@ inline DTensor make_dtensor(const Tensor& full, const DeviceMesh& mesh, const Pl
 inline double partial_sum_rounding(const Tensor& full, const DeviceMesh& mesh,
                                    const Placements& pl) {
   if (!is_floating(full.dtype()) || full.numel() == 0) return 0;
-  double pieces = 1, largest = amax(abs(full.to(DType::Float64))).item<double>();
+  double pieces = 1, growth = 0;  // growth: what the k's add to the largest piece
   for (size_t i = 0; i < pl.size(); ++i) {
     if (!pl[i].is_partial() || pl[i].reduce_op() != ReduceOp::Sum) continue;
     const double n = static_cast<double>(mesh.size(static_cast<int>(i)));
     pieces *= n;
-    largest += 50 * (n - 1);
+    growth += 50 * (n - 1);
   }
-  if (pieces == 1) return 0;
+  if (pieces == 1) return 0;  // most cases: no pass over the tensor
+  const double largest = amax(abs(full.to(DType::Float64))).item<double>() + growth;
   const double eps = full.dtype() == DType::Float64 ? 0x1p-52 : 0x1p-23;
   return 2 * eps * pieces * largest;
 }

@@ -1,9 +1,9 @@
 // ByteCopier (src/tensor/copy_bytes.h) against memcpy: every length from 0
 // to 1,100 bytes and lengths around 4, 8 and 16 KiB (the loop's bounds are
 // 256 B and 16 KiB), at source and destination offsets aligned to 32 bytes
-// and not, on every SIMD level the CPU has. The bytes around the destination range must stay
-// as they were: the loop's last 32-byte store overlaps bytes it already
-// wrote, never bytes past the end.
+// and not, on every SIMD level the CPU has. The bytes around the
+// destination range must stay as they were: the loop's last 32-byte store
+// overlaps bytes it already wrote, never bytes past the end.
 #include <gtest/gtest.h>
 
 #include <cstring>
