@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "cli.h"
+#include "output.h"
 #include "dtensor/checkpoint.h"
 #include "dtensor/error.h"
 
@@ -265,7 +266,7 @@ int run_checkpoint_inspect(const CheckpointInspectArgs& args) {
 
   if (!args.json) {
     print_report(args, md);
-    std::cout.flush();
+    flush_stdout();  // the report before the slow verification
   }
   std::string error;
   if (!args.no_verify) {
@@ -288,7 +289,7 @@ int run_checkpoint_inspect(const CheckpointInspectArgs& args) {
   } else {
     std::cout << "checksums: verification FAILED\n";
   }
-  std::cout.flush();
+  flush_stdout();
   if (!error.empty()) {
     std::cerr << program << error << "\n";
     return 1;

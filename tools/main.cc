@@ -18,6 +18,8 @@
 #include <CLI/CLI.hpp>
 
 #include "cli.h"
+#include "number_option.h"
+#include "output.h"
 #include "train.h"
 #include "dtensor/error.h"
 
@@ -28,25 +30,6 @@ using dtensor::cli::quote;
 // No argument a user types is this long; longer ones are refused before
 // parsing so that no message can echo megabytes back.
 constexpr size_t kMaxArgBytes = 4096;
-
-// An integer option in [lo, hi], with the project's message (CLI11's Range
-// says "Value abc not in range 1 to 65536").
-CLI::Validator int_range(int64_t lo, int64_t hi) {
-  const std::string expected =
-      "expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
-  return CLI::Validator(
-      [lo, hi, expected](std::string& text) -> std::string {
-        int64_t v = 0;
-        const char* first = text.data();
-        const char* last = first + text.size();
-        if (first != last && *first == '+') ++first;
-        const auto [next, ec] = std::from_chars(first, last, v);
-        if (first == last || next != last || ec != std::errc() || v < lo || v > hi)
-          return expected + ", got " + quote(text);
-        return {};
-      },
-      "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-}
 
 // The commands, as messages list them.
 constexpr const char* kCommands = "train, demo, visualize, plan, checkpoint or rules";
@@ -140,9 +123,15 @@ int run(int argc, char** argv);
 // (exit 1 is kept for a verification mismatch, reported by the command).
 int main(int argc, char** argv) {
   const std::string program = program_name(argc, argv);
+  dtensor::cli::install_checked_stdout();
   std::string message;
   try {
-    return run(argc, argv);
+    const int status = run(argc, argv);
+    // What was printed must have reached stdout: a full disk or a closed
+    // pipe is a failure, whatever the command found (unless it failed
+    // already, with its own line).
+    if (status != 2) dtensor::cli::flush_stdout();
+    return status;
   } catch (const std::bad_alloc&) {
     message = "out of memory: an allocation failed (try smaller sizes)";
   } catch (const dtensor::Error& e) {
@@ -185,26 +174,6 @@ int run(int argc, char** argv) {
       "  dtensor rules --op mm\n"
       "\n"
       "Guides: docs/README.md in the source tree.");
-  // CLI::PositiveNumber's own message prints the largest double in full.
-  const CLI::Validator above_zero(
-      [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || *end != '\0' || !(v > 0) || !std::isfinite(v))
-          return "must be a finite number > 0, got " + quote(text);
-        return {};
-      },
-      "> 0");
-  // 0 or more (a clipping threshold of 0 turns clipping off).
-  const CLI::Validator at_least_zero(
-      [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || *end != '\0' || !(v >= 0) || !std::isfinite(v))
-          return "must be a finite number >= 0, got " + quote(text);
-        return {};
-      },
-      ">= 0");
   TrainArgs train_args;
   bool train_no_sp = false, train_no_check = false;
   auto* train = app.add_subcommand(
@@ -247,30 +216,24 @@ int run(int argc, char** argv) {
       ->check(one_of({"fsdp+tp", "ddp+tp", "fsdp", "ddp", "tp"}));
   train->add_flag("--no-sequence-parallel", train_no_sp,
                   "keep activations replicated over tp between blocks");
-  train->add_option("--steps", train_args.steps, "optimizer steps")
-      ->capture_default_str()->check(int_range(1, 100000));
-  train->add_option("--batch", train_args.batch, "sequences per step (sharded over dp)")
-      ->capture_default_str()->check(int_range(1, int64_t{1} << 16));
-  train->add_option("--seq", train_args.seq, "characters per sequence")
-      ->capture_default_str()->check(int_range(1, 512));
-  train->add_option("--hidden", train_args.hidden, "model width (a multiple of --heads)")
-      ->capture_default_str()->check(int_range(1, int64_t{1} << 16));
-  train->add_option("--heads", train_args.heads, "attention heads (a multiple of the tp size)")
-      ->capture_default_str()->check(int_range(1, int64_t{1} << 16));
-  train->add_option("--layers", train_args.layers, "transformer blocks")
-      ->capture_default_str()->check(int_range(0, 256));
-  train->add_option("--lr", train_args.lr, "peak learning rate")
-      ->capture_default_str()->check(above_zero);
-  train->add_option("--warmup", train_args.warmup, "steps of linear warm-up")
-      ->capture_default_str()->check(int_range(0, 100000));
-  train->add_option("--clip", train_args.clip, "gradient-norm clipping (0 = none)")
-      ->capture_default_str()->check(at_least_zero);
-  train->add_option("--seed", train_args.seed, "weights and batches")->capture_default_str();
+  add_number(train, "--steps", train_args.steps, "optimizer steps", 1, 100000);
+  add_number<int64_t>(train, "--batch", train_args.batch, "sequences per step (sharded over dp)", 1,
+                      int64_t{1} << 16);
+  add_number<int64_t>(train, "--seq", train_args.seq, "characters per sequence", 1, 512);
+  add_number<int64_t>(train, "--hidden", train_args.hidden, "model width (a multiple of --heads)", 1,
+                      int64_t{1} << 16);
+  add_number<int64_t>(train, "--heads", train_args.heads,
+                      "attention heads (a multiple of the tp size)", 1, int64_t{1} << 16);
+  add_number<int64_t>(train, "--layers", train_args.layers, "transformer blocks", 0, 256);
+  add_number(train, "--lr", train_args.lr, "peak learning rate", 0, true);
+  add_number<int64_t>(train, "--warmup", train_args.warmup, "steps of linear warm-up", 0, 100000);
+  add_number(train, "--clip", train_args.clip, "gradient-norm clipping (0 = none)", 0, false);
+  add_number<uint64_t>(train, "--seed", train_args.seed, "weights and batches", 0, UINT64_MAX);
   train->add_option("--world", train_args.world, "auto (MPI when launched by mpirun), sim or mpi")
       ->capture_default_str()->check(one_of({"auto", "sim", "mpi"}));
-  train->add_option("--save-every", train_args.save_every,
-                    "save a checkpoint every n steps into --checkpoint-dir/step-<n> (0: never)")
-      ->capture_default_str()->check(int_range(0, 1000000000));
+  add_number(train, "--save-every", train_args.save_every,
+             "save a checkpoint every n steps into --checkpoint-dir/step-<n> (0: never)", 0,
+             1000000000);
   train->add_option("--checkpoint-dir", train_args.checkpoint_dir,
                     "where --save-every writes its checkpoints")
       ->capture_default_str();
@@ -278,15 +241,13 @@ int run(int argc, char** argv) {
                     "continue from a checkpoint written by --save-every (any --mesh and\n"
                     "--scheme; the model, --steps, --lr, --warmup and --seed must match)");
   train->add_flag("--no-check", train_no_check, "do not train the one-process reference");
-  train->add_option("--tolerance", train_args.tolerance,
-                    "largest accepted |difference| of a loss or a parameter from one process")
-      ->capture_default_str()->check(above_zero);
+  add_number(train, "--tolerance", train_args.tolerance,
+             "largest accepted |difference| of a loss or a parameter from one process", 0, true);
   train->add_option("--svg", train_args.svg, "write the loss chart to this SVG file")
       ->capture_default_str();
   bool train_no_svg = false;
   train->add_flag("--no-svg", train_no_svg, "write no SVG file");
-  train->add_option("--print-every", train_args.print_every, "print every n-th step")
-      ->capture_default_str()->check(int_range(1, 100000));
+  add_number(train, "--print-every", train_args.print_every, "print every n-th step", 1, 100000);
   train->add_flag("--bits", train_args.bits,
                   "print only each step's loss as a hex float and the fingerprint (to compare\n"
                   "the simulated world with mpirun)");
@@ -331,18 +292,16 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   demo->add_option("--names", demo_args.names,
                    "mesh dim names, comma-separated (default dp,tp; tp for a 1-d mesh)");
-  auto positive = int_range(1, int64_t{1} << 16);
-  demo->add_option("--batch", model.batch, "sequences per step (sharded over dp)")
-      ->capture_default_str()->check(positive);
-  demo->add_option("--seq", model.seq, "tokens per sequence")->capture_default_str()->check(positive);
-  demo->add_option("--hidden", model.hidden, "model width (a multiple of --heads)")
-      ->capture_default_str()->check(positive);
-  demo->add_option("--heads", model.heads, "attention heads (a multiple of the tp size)")
-      ->capture_default_str()->check(positive);
-  demo->add_option("--layers", model.layers, "transformer blocks")
-      ->capture_default_str()->check(int_range(0, 256));
-  demo->add_option("--vocab", model.vocab, "vocabulary size (embedding rows, logits)")
-      ->capture_default_str()->check(positive);
+  constexpr int64_t kSizeMax = int64_t{1} << 16;
+  add_number<int64_t>(demo, "--batch", model.batch, "sequences per step (sharded over dp)", 1, kSizeMax);
+  add_number<int64_t>(demo, "--seq", model.seq, "tokens per sequence", 1, kSizeMax);
+  add_number<int64_t>(demo, "--hidden", model.hidden, "model width (a multiple of --heads)", 1,
+                      kSizeMax);
+  add_number<int64_t>(demo, "--heads", model.heads, "attention heads (a multiple of the tp size)", 1,
+                      kSizeMax);
+  add_number<int64_t>(demo, "--layers", model.layers, "transformer blocks", 0, 256);
+  add_number<int64_t>(demo, "--vocab", model.vocab, "vocabulary size (embedding rows, logits)", 1,
+                      kSizeMax);
   bool no_sequence_parallel = false, no_loss_parallel = false;
   demo->add_flag("--no-sequence-parallel", no_sequence_parallel,
                  "keep activations replicated over tp between blocks (all_reduce after each\n"
@@ -351,15 +310,13 @@ int run(int argc, char** argv) {
   demo->add_flag("--no-loss-parallel", no_loss_parallel,
                  "compute cross_entropy on the logits (the planner moves them) instead of\n"
                  "vocab_parallel_cross_entropy on the vocabulary-sharded logits");
-  demo->add_option("--steps", demo_args.steps, "forward passes to run and time")
-      ->capture_default_str()->check(int_range(1, 1000));
+  add_number(demo, "--steps", demo_args.steps, "forward passes to run and time", 1, 1000);
   demo->add_option("--world", demo_args.world,
                    "auto (MPI when launched by mpirun, else simulated), sim or mpi;\n"
                    "sim under mpirun runs the whole simulation in every process")
       ->capture_default_str()->check(one_of({"auto", "sim", "mpi"}));
-  demo->add_option("--tolerance", demo_args.tolerance,
-                   "largest accepted |difference| of loss and logits from the reference")
-      ->capture_default_str()->check(above_zero);
+  add_number(demo, "--tolerance", demo_args.tolerance,
+             "largest accepted |difference| of loss and logits from the reference", 0, true);
   demo->add_flag("--json", demo_args.json,
                  "print JSON: world, ranks, mesh, names, dp, tp, model, weights,\n"
                  "collectives_per_layer, steps, propagation_cache, loss, reference_loss,\n"
@@ -448,10 +405,9 @@ int run(int argc, char** argv) {
                  "merge collectives only over groups declared with --flatten");
   plan->add_flag("--no-box-exchange", pl.no_box_exchange,
                  "plan one-mesh-dim steps only, never one box exchange (for comparisons)");
-  plan->add_option("--devices-per-host", pl.devices_per_host,
-                   "ranks per host for the cost model: mesh dims spanning more cross hosts")
-      ->capture_default_str()
-      ->check(int_range(1, int64_t{1} << 30));
+  add_number<int64_t>(plan, "--devices-per-host", pl.devices_per_host,
+                      "ranks per host for the cost model: mesh dims spanning more cross hosts", 1,
+                      int64_t{1} << 30);
   plan->add_flag("--json", pl.json,
                  "print JSON: mesh, names, shape, dtype, from, to, steps, counts, groups, cost_us");
   plan->add_flag("--verify", pl.verify,
@@ -534,17 +490,17 @@ int run(int argc, char** argv) {
   rules->add_option("--sampled", ru.sampled, "meshes checked on a sample, e.g. 2x2x2")
       ->capture_default_str();
   rules->add_flag("--no-sampled", ru.no_sampled, "skip the sampled meshes");
-  rules->add_option("--max-layouts", ru.max_layouts,
-                    "at most this many layouts per op and mesh; more are sampled")
-      ->capture_default_str()
-      ->check(int_range(1, int64_t{1} << 24));
-  rules->add_option("--samples", ru.samples, "layouts per op on a sampled mesh")
-      ->capture_default_str()
-      ->check(int_range(1, int64_t{1} << 24));
+  add_number<int64_t>(rules, "--max-layouts", ru.max_layouts,
+                      "at most this many layouts per op and mesh; more are sampled", 1,
+                      int64_t{1} << 24);
+  add_number<int64_t>(rules, "--samples", ru.samples, "layouts per op on a sampled mesh", 1,
+                      int64_t{1} << 24);
   rules->add_flag("--no-search", ru.no_search,
                   "do not search for missing layouts (faster; 'missing' stays 0)");
-  rules->add_option("--seed", ru.seed, "seed of the inputs and samples")->capture_default_str();
+  add_number<uint64_t>(rules, "--seed", ru.seed, "seed of the inputs and samples", 0, UINT64_MAX);
   rules->add_flag("--list", ru.list, "list the op cases and exit");
+
+  check_number_options(app);
 
   // An unknown command gets a message naming the commands (CLI11 would only
   // say that one is required).

@@ -24,6 +24,7 @@
 #include "dtensor/models/gpt.h"
 #include "dtensor/optim.h"
 #include "dtensor/tensor_parallel.h"
+#include "output.h"
 #include "plot.h"
 #include "train.h"
 #include "train_data.h"
@@ -84,16 +85,31 @@ World make_train_world(const TrainArgs& args, int64_t mesh_ranks) {
   return world;
 }
 
-constexpr CollectiveKind kTrainKinds[] = {CollectiveKind::AllGather, CollectiveKind::AllReduce,
-                                          CollectiveKind::ReduceScatter, CollectiveKind::AllToAll};
-
-// The collectives of each phase of a step, by kind (kTrainKinds' order).
+// The collectives of each phase of a step, by kind (CollectiveKind's order:
+// every kind CommDebugMode counts, so that none a step runs is hidden).
 enum Phase { kForward, kBackward, kOptimizer, kNumPhases };
 constexpr const char* kPhaseNames[] = {"forward", "backward", "optimizer"};
-using PhaseCounts = std::array<std::array<int64_t, 4>, kNumPhases>;
+using KindCounts = std::array<int64_t, kNumCollectiveKinds>;
+using PhaseCounts = std::array<KindCounts, kNumPhases>;
 
-void count_into(const CommDebugMode& mode, std::array<int64_t, 4>& out) {
-  for (int i = 0; i < 4; ++i) out[static_cast<size_t>(i)] = mode.count(kTrainKinds[i]);
+CollectiveKind kind_at(size_t i) { return static_cast<CollectiveKind>(i); }
+
+void count_into(const CommDebugMode& mode, KindCounts& out) {
+  for (size_t i = 0; i < out.size(); ++i) out[i] = mode.count(kind_at(i));
+}
+
+// The learning-rate schedule of a run of `total` steps: linear warm-up,
+// then cosine decay to 10% of the peak at step `total`.
+std::unique_ptr<optim::SequentialLR> make_schedule(optim::AdamW& optimizer, const TrainArgs& args,
+                                                   int64_t total) {
+  const int64_t warmup = std::max<int64_t>(1, std::min<int64_t>(args.warmup, total));
+  return std::make_unique<optim::SequentialLR>(
+      optimizer,
+      std::vector<std::shared_ptr<optim::LRScheduler>>{
+          optim::LinearLR::make(optimizer, 0.1, 1.0, warmup),
+          optim::CosineAnnealingLR::make(optimizer, std::max<int64_t>(1, total - warmup),
+                                         0.1 * args.lr)},
+      std::vector<int64_t>{warmup});
 }
 
 // One model with its optimizer and schedule, on a mesh.
@@ -125,16 +141,16 @@ struct Trainer {
     options.lr = args.lr;
     options.weight_decay = 0.01;
     optimizer = std::make_unique<optim::AdamW>(std::move(params), options);
-    const int64_t warmup = std::max<int64_t>(1, std::min<int64_t>(args.warmup, args.steps));
-    schedule = std::make_unique<optim::SequentialLR>(
-        *optimizer,
-        std::vector<std::shared_ptr<optim::LRScheduler>>{
-            optim::LinearLR::make(*optimizer, 0.1, 1.0, warmup),
-            optim::CosineAnnealingLR::make(*optimizer, std::max<int64_t>(1, args.steps - warmup),
-                                           0.1 * args.lr)},
-        std::vector<int64_t>{warmup});
+    schedule = make_schedule(*optimizer, args, args.steps);
     input = Placements(static_cast<size_t>(mesh.ndim()), Replicate());
     if (scheme.dp_dim >= 0) input[static_cast<size_t>(scheme.dp_dim)] = Shard(0);
+  }
+
+  // From `step` on, the schedule of a run of `total` steps (a resumed run
+  // that trains longer or shorter than the saved one; see resume_from).
+  void reschedule(const TrainArgs& args, int64_t total, int64_t step) {
+    schedule = make_schedule(*optimizer, args, total);
+    schedule->set_last_epoch(step);
   }
 
   // forward, backward, clip, step; returns the loss (every rank the same).
@@ -179,7 +195,7 @@ struct StepRecord {
   double loss = 0, reference = NAN, ms = 0;
   double grad_norm = 0, reference_grad_norm = NAN;
   PhaseCounts phases{};
-  int64_t counts[4] = {};
+  KindCounts counts{};
   int64_t bytes = 0;
 };
 
@@ -227,58 +243,162 @@ void check_train_memory(const TrainArgs& a, int64_t vocab) {
 
 // What a checkpoint of `dtensor train` holds besides the model, optimizer
 // and schedule: the step reached and the settings a resumed run must share
-// (the model's shapes, the schedule, the batches).
+// (the model's shapes, the warm-up, the batches). --steps is kept for
+// older checkpoints but may differ: "train.schedule" lists the schedules
+// the run trained under, as (first step, total steps) pairs.
 struct SavedConfig {
   static constexpr const char* kNames[] = {"--batch", "--seq",   "--hidden", "--heads", "--layers",
                                            "vocab",   "--steps", "--warmup", "--seed"};
+  static constexpr size_t kSteps = 6;  // not compared: a resumed run may train longer
   static std::vector<int64_t> of(const TrainArgs& a, int64_t vocab) {
     return {a.batch, a.seq,   a.hidden, a.heads, a.layers,
             vocab,   a.steps, a.warmup, static_cast<int64_t>(a.seed)};
   }
 };
 
-checkpoint::StateDict train_state(Trainer& t, const TrainArgs& args, int64_t vocab, int64_t step) {
+checkpoint::StateDict train_state(Trainer& t, const TrainArgs& args, int64_t vocab, int64_t step,
+                                  const std::vector<int64_t>& schedules) {
   checkpoint::StateDict state =
       checkpoint::get_state_dict(*t.model, t.optimizer.get(), t.schedule.get());
   state["train.step"] = checkpoint::Value(step);
   state["train.config"] = checkpoint::Value(SavedConfig::of(args, vocab));
   state["train.lr"] = checkpoint::Value(args.lr);
   state["train.scheme"] = checkpoint::Value(args.scheme + " on " + args.mesh);
+  state["train.schedule"] = checkpoint::Value(schedules);
   return state;
 }
 
-// Loads --resume into the trainer; returns the step it continues from.
-int resume_from(Trainer& t, const TrainArgs& args, int64_t vocab) {
+// What --resume continues from, read from the checkpoint's metadata alone
+// (before any model is built).
+struct ResumePoint {
+  int64_t step = 0;
+  // The schedules the saved run trained under: (first step, total) pairs.
+  std::vector<int64_t> schedules;
+};
+
+ResumePoint check_resume(const TrainArgs& args, int64_t vocab) {
   const std::string& dir = args.resume;
-  // The settings first, from the metadata alone, so that a different
-  // model is named as such rather than as a shape mismatch of a weight.
+  // The settings first, so that a different model is named as such rather
+  // than as a shape mismatch of a weight.
   const checkpoint::Metadata md = checkpoint::read_metadata(dir);
-  const auto value = [&](const char* key) -> const checkpoint::Value& {
+  const auto find = [&](const char* key) -> const checkpoint::Value* {
     const auto it = md.values.find(key);
-    DT_CHECK(it != md.values.end(), "--resume ", quote(dir),
+    return it == md.values.end() ? nullptr : &it->second;
+  };
+  const auto value = [&](const char* key) -> const checkpoint::Value& {
+    const checkpoint::Value* v = find(key);
+    DT_CHECK(v != nullptr, "--resume ", quote(dir),
              " is not a checkpoint of dtensor train (it has no value '", key, "')");
-    return it->second;
+    return *v;
   };
   const auto* saved = std::get_if<std::vector<int64_t>>(&value("train.config"));
   const std::vector<int64_t> mine = SavedConfig::of(args, vocab);
   DT_CHECK(saved != nullptr && saved->size() == mine.size(), "--resume ", quote(dir),
            ": 'train.config' is not the list this dtensor writes");
   for (size_t i = 0; i < mine.size(); ++i)
-    DT_CHECK((*saved)[i] == mine[i], "--resume ", quote(dir), " was saved by a run with ",
-             SavedConfig::kNames[i], " ", (*saved)[i], "; this run has ", mine[i],
-             " (the model, its schedule and the batches must match; the mesh and scheme may "
-             "differ)");
+    DT_CHECK(i == SavedConfig::kSteps || (*saved)[i] == mine[i], "--resume ", quote(dir),
+             " was saved by a run with ", SavedConfig::kNames[i], " ", (*saved)[i],
+             "; this run has ", mine[i],
+             " (the model, its warm-up and the batches must match; the mesh, scheme and --steps "
+             "may differ)");
   const auto* lr = std::get_if<double>(&value("train.lr"));
   DT_CHECK(lr != nullptr && *lr == args.lr, "--resume ", quote(dir),
            " was saved by a run with another --lr; this run has ", args.lr);
-  checkpoint::StateDict state = train_state(t, args, vocab, 0);
-  checkpoint::load(state, dir);
+  ResumePoint point;
+  const auto* step = std::get_if<int64_t>(&value("train.step"));
+  DT_CHECK(step != nullptr && *step >= 0, "--resume ", quote(dir),
+           ": 'train.step' is not a step number");
+  point.step = *step;
+  DT_CHECK(point.step < args.steps, "--resume ", quote(dir), " is at step ", point.step,
+           "; --steps ", args.steps, " leaves nothing to train (give a larger --steps to train on)");
+  // Checkpoints written before "train.schedule" trained under one schedule.
+  const checkpoint::Value* schedules = find("train.schedule");
+  if (schedules == nullptr) {
+    point.schedules = {0, (*saved)[SavedConfig::kSteps]};
+  } else {
+    const auto* list = std::get_if<std::vector<int64_t>>(schedules);
+    bool ok = list != nullptr && !list->empty() && list->size() % 2 == 0 && (*list)[0] == 0;
+    for (size_t k = 0; ok && k < list->size(); k += 2)
+      ok = (*list)[k + 1] >= 1 && (*list)[k] <= point.step && (k == 0 || (*list)[k] > (*list)[k - 2]);
+    DT_CHECK(ok, "--resume ", quote(dir), ": 'train.schedule' is not the list this dtensor writes");
+    point.schedules = *list;
+  }
+  return point;
+}
+
+// Loads --resume into the trainer, whose schedule is this run's: its lr
+// from the checkpoint's step on is this run's schedule's (docs/training.md).
+void load_resume(Trainer& t, const TrainArgs& args, int64_t vocab, const ResumePoint& point) {
+  checkpoint::StateDict state = train_state(t, args, vocab, 0, point.schedules);
+  state.erase("train.schedule");  // read by check_resume; older checkpoints lack it
+  checkpoint::load(state, args.resume);
   checkpoint::set_state_dict(state, *t.model, t.optimizer.get(), t.schedule.get());
   const int64_t step = std::get<int64_t>(std::get<checkpoint::Value>(state.at("train.step")));
-  DT_CHECK(step >= 0 && step < args.steps, "--resume ", quote(dir), " is at step ", step,
-           "; --steps ", args.steps, " leaves nothing to train");
-  return static_cast<int>(step);
+  DT_CHECK(step == point.step, "--resume ", quote(args.resume), ": 'train.step' read ", step,
+           " where the metadata says ", point.step);
 }
+
+// One line on stderr when the batch does not divide over dp. The ranks
+// then hold uneven chunks of it (8 over 3: 3, 3, 2 sequences), and every
+// step flattens the batch dim with the sequence dim (the loss's logits, and
+// each linear's weight gradient, g^T x over the flattened leading dims:
+// src/ops/matmul.cc): the chunks of the flattened dim (ceil(64/3) = 22
+// tokens of 8 x 8) are not those of the batch (24, 24, 16), so each flatten
+// redistributes, with all_gathers and all_to_alls (3.7x the bytes of a
+// step of batch 9 on 3 ranks). A layout of uneven chunks that survives the
+// flatten is a change to the library's view rules, not to this command.
+void warn_uneven_batch(const TrainArgs& args, const Scheme& scheme, const DeviceMesh& mesh) {
+  if (scheme.dp_dim < 0) return;
+  const int64_t dp = mesh.size(scheme.dp_dim);
+  if (args.batch % dp == 0) return;
+  const int64_t chunk = (args.batch + dp - 1) / dp;
+  std::string sizes;
+  for (int64_t r = 0, left = args.batch; r < dp; ++r, left -= std::min(left, chunk))
+    sizes += (r ? ", " : "") + std::to_string(std::min(left, chunk));
+  std::cerr << "dtensor train: warning: --batch " << args.batch << " does not divide over the "
+            << dp << " ranks of " << mesh.names()[static_cast<size_t>(scheme.dp_dim)]
+            << ": they hold uneven chunks (" << sizes
+            << " sequences), which the loss and every linear's weight gradient redistribute when "
+               "they flatten the batch with the sequence (extra all_gather and all_to_all every "
+               "step); a multiple of "
+            << dp << " trains without them\n";
+}
+
+// The step table: one column per collective kind that has run (a kind that
+// first runs later brings the header back with its column).
+struct StepTable {
+  bool reference = false;
+  std::vector<size_t> kinds;  // shown, in CollectiveKind order
+
+  static int width(size_t kind) { return static_cast<int>(std::strlen(to_string(kind_at(kind)))) + 2; }
+
+  // Whether `seen` has a kind the header lacks; then the header is redone.
+  bool needs_header(const KindCounts& seen) const {
+    size_t n = 0;
+    for (int64_t c : seen) n += c != 0;
+    return kinds.empty() || n != kinds.size();
+  }
+  void header(std::ostream& os, const KindCounts& seen) {
+    kinds.clear();
+    for (size_t i = 0; i < seen.size(); ++i)
+      if (seen[i] != 0) kinds.push_back(i);
+    os << "\n  " << std::left << std::setw(6) << "step" << std::right << std::setw(10) << "loss";
+    if (reference) os << std::setw(12) << "one proc." << std::setw(10) << "|diff|";
+    os << std::setw(9) << "ms";
+    for (size_t k : kinds) os << std::setw(width(k)) << to_string(kind_at(k));
+    os << std::setw(13) << "bytes/rank" << "\n";
+  }
+  void line(std::ostream& os, int64_t step, const StepRecord& r) const {
+    os << "  " << std::left << std::setw(6) << step << std::right << std::fixed
+       << std::setprecision(4) << std::setw(10) << r.loss;
+    if (reference)
+      os << std::setw(12) << r.reference << std::scientific << std::setprecision(1) << std::setw(10)
+         << std::abs(r.loss - r.reference);
+    os << std::fixed << std::setprecision(1) << std::setw(9) << r.ms;
+    for (size_t k : kinds) os << std::setw(width(k)) << r.counts[k];
+    os << std::setw(13) << r.bytes << "\n";
+  }
+};
 
 }  // namespace
 
@@ -287,6 +407,10 @@ int run_train(const TrainArgs& args) {
   const int64_t ranks = mesh_rank_count(mesh_shape, args.mesh);
   const Scheme scheme = parse_scheme(args.scheme, static_cast<int>(mesh_shape.size()), args.mesh);
   DT_CHECK(args.steps >= 1, "--steps ", args.steps, " must be at least 1");
+  // Every path the run writes is checked before any work, so that a long
+  // run does not fail at its end on a path it could have refused at once.
+  if (!args.svg.empty()) check_output_file(args.svg, "--svg");
+  if (args.save_every > 0) check_output_dir(args.checkpoint_dir, "--checkpoint-dir");
   World world = make_train_world(args, ranks);
   std::string names = args.names;
   if (names.empty()) names = mesh_shape.size() == 2 ? "dp,tp" : scheme.tp ? "tp" : "dp";
@@ -302,6 +426,8 @@ int run_train(const TrainArgs& args) {
   config.heads = args.heads;
   config.layers = args.layers;
   config.vocab = data.vocab_size();
+  std::optional<ResumePoint> resume;
+  if (!args.resume.empty()) resume = check_resume(args, config.vocab);
   Trainer trainer(config, mesh, scheme, args);
 
   // The one-process reference: the same model, optimizer and batches on a
@@ -317,21 +443,88 @@ int run_train(const TrainArgs& args) {
   }
 
   // A resumed run continues the distributed training from its checkpoint;
-  // the reference trains from step 0, so that the comparison is with a
-  // training that was never interrupted.
+  // the reference trains from step 0 under the schedules the saved run had,
+  // so that the comparison is with a training that was never interrupted.
+  // The schedules this run trains under: (first step, total) pairs.
+  std::vector<int64_t> schedules{0, args.steps};
   int first_step = 0;
-  if (!args.resume.empty()) {
-    first_step = resume_from(trainer, args, config.vocab);
-    if (reference)
-      for (int step = 0; step < first_step; ++step)
+  if (resume) {
+    load_resume(trainer, args, config.vocab, *resume);
+    first_step = static_cast<int>(resume->step);
+    schedules = resume->schedules;
+    if (schedules.back() != args.steps) {
+      schedules.push_back(first_step);
+      schedules.push_back(args.steps);
+    }
+    if (reference) {
+      for (int step = 0; step < first_step; ++step) {
+        for (size_t k = 0; k < resume->schedules.size(); k += 2)
+          if (resume->schedules[k] == step) reference->reschedule(args, resume->schedules[k + 1], step);
         reference->step(data.batch(args.batch, args.seq, args.seed, step));
+      }
+      reference->reschedule(args, args.steps, first_step);
+    }
   }
+  // After every check that can fail, so that a failure stays one line.
+  if (rank0) warn_uneven_batch(args, scheme, mesh);
+  const bool rescheduled = resume && resume->schedules.back() != args.steps;
   std::vector<std::string> saved;
   double save_ms = 0;
+  int64_t numel = 0;
+  for (const DTensor& p : trainer.optimizer->params()) numel += p.shape().product();
+
+  // The report's head and the parameters' layouts before the first step,
+  // each step's line as soon as it is done.
+  std::ostream& os = std::cout;
+  const bool report = rank0 && !args.json && !args.bits;
+  const std::string world_text =
+      world.is_simulated() ? "simulated: " + std::to_string(world.size()) + " ranks in this process"
+                           : "MPI: " + std::to_string(world.size()) + " processes, one rank each";
+  if (report) {
+    os << "dtensor train: a GPT-style model learning a text, checked against one process\n"
+       << "  world   " << world_text << "\n"
+       << "  mesh    " << args.mesh << " (" << names
+       << "): " << scheme.describe(mesh, args.sequence_parallel) << "\n"
+       << "  model   " << config.layers << " blocks, hidden " << config.hidden << ", "
+       << config.heads << " heads, vocabulary " << config.vocab << " characters: " << numel
+       << " parameters\n"
+       << "  data    the shipped text (" << data.length() << " characters), batch " << args.batch
+       << " x " << args.seq << " characters, next-character prediction\n"
+       << "  optim   AdamW lr " << args.lr << " (linear warm-up " << args.warmup
+       << " steps, then cosine to 10%), weight decay 0.01"
+       << (args.clip > 0 ? ", gradient norm clipped to " + std::to_string(args.clip).substr(0, 4)
+                         : "")
+       << "\n";
+    if (resume)
+      os << "  resumed from " << args.resume << " at step " << first_step
+         << (rescheduled ? ", the learning-rate schedule rebuilt for " +
+                               std::to_string(args.steps) + " steps (saved for " +
+                               std::to_string(resume->schedules.back()) + ")"
+                         : "")
+         << (reference ? " (the one-process reference trained from step 0)" : "") << "\n";
+    os << "\n";
+    os << "Parameters (blocks after 0 are laid out like block 0): placements per mesh dim\n";
+    const auto& params = trainer.optimizer->params();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const std::string& name = trainer.optimizer->name(i);
+      if (name.rfind("blocks.", 0) == 0 && name.rfind("blocks.0.", 0) != 0) continue;
+      std::ostringstream shape, local;
+      shape << params[i].shape();
+      local << params[i].spec().local_shape(*mesh.coordinate(world.rank()));
+      os << "  " << std::left << std::setw(32) << name << std::setw(11) << shape.str()
+         << std::setw(17) << to_string(params[i].placements()) << "rank " << world.rank()
+         << " holds " << local.str() << "\n";
+    }
+    flush_stdout();
+  }
 
   std::vector<StepRecord> steps;
   double max_loss_diff = 0;
   double max_norm_diff = 0;  // relative
+  StepTable table;
+  table.reference = reference != nullptr;
+  KindCounts seen{};  // every kind run so far
+  ProgressLine progress;
   for (int step = first_step; step < args.steps; ++step) {
     const TextData::Batch batch = data.batch(args.batch, args.seq, args.seed, step);
     StepRecord r;
@@ -343,9 +536,10 @@ int run_train(const TrainArgs& args) {
       r.grad_norm = got.grad_norm;
       r.ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      for (int i = 0; i < 4; ++i) {
-        r.counts[i] = comm.count(kTrainKinds[i]);
-        r.bytes += comm.bytes(kTrainKinds[i]);
+      for (size_t i = 0; i < r.counts.size(); ++i) {
+        r.counts[i] = comm.count(kind_at(i));
+        r.bytes += comm.bytes(kind_at(i));
+        seen[i] += r.counts[i];
       }
     }
     if (reference) {
@@ -357,15 +551,35 @@ int run_train(const TrainArgs& args) {
           max_norm_diff, std::abs(r.grad_norm - want.grad_norm) / std::max(want.grad_norm, 1e-30));
     }
     steps.push_back(r);
-    if (args.save_every > 0 && (step + 1) % args.save_every == 0) {
+    const int64_t number = step + 1;
+    if (rank0 && args.bits) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%a", r.loss);
+      os << "step " << number << " loss " << buf << "\n";
+      flush_stdout();
+    } else if (report && (step == first_step || number == args.steps ||
+                          number % args.print_every == 0)) {
+      progress.clear();
+      if (table.needs_header(seen)) table.header(os, seen);
+      table.line(os, number, r);
+      flush_stdout();
+    }
+    if (rank0) {
+      std::ostringstream line;
+      line << "step " << number << "/" << args.steps << "  loss " << std::fixed
+           << std::setprecision(4) << r.loss << "  " << std::setprecision(1) << r.ms << " ms";
+      progress.show(line.str());
+    }
+    if (args.save_every > 0 && number % args.save_every == 0) {
       const auto t0 = std::chrono::steady_clock::now();
-      const std::string dir = args.checkpoint_dir + "/step-" + std::to_string(step + 1);
-      checkpoint::save(train_state(trainer, args, config.vocab, step + 1), dir);
+      const std::string dir = args.checkpoint_dir + "/step-" + std::to_string(number);
+      checkpoint::save(train_state(trainer, args, config.vocab, number, schedules), dir);
       save_ms +=
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       saved.push_back(dir);
     }
   }
+  progress.clear();
 
   // The final parameters against the reference's, by name.
   Fingerprint fingerprint, param_bits;
@@ -387,31 +601,21 @@ int run_train(const TrainArgs& args) {
                      max_norm_diff <= args.tolerance);
   if (!rank0) return verified ? 0 : 1;
 
-  const std::string world_text =
-      world.is_simulated() ? "simulated: " + std::to_string(world.size()) + " ranks in this process"
-                           : "MPI: " + std::to_string(world.size()) + " processes, one rank each";
-  int64_t numel = 0;
-  for (const DTensor& p : params) numel += p.shape().product();
   std::vector<double> losses, ref_losses;
   for (const StepRecord& r : steps) losses.push_back(r.loss), ref_losses.push_back(r.reference);
   if (!args.svg.empty()) {
     std::vector<Series> series{
         {"dtensor (" + args.scheme + ", mesh " + args.mesh + ")", losses, '*', "#1f77b4", false}};
     if (reference) series.push_back({"one process", ref_losses, 'o', "#ff7f0e", true});
-    std::ofstream out(args.svg);
-    DT_CHECK(out.good(), "--svg ", quote(args.svg), ": cannot write the file");
-    out << svg_chart(series, "dtensor train: next-character loss", "step", "cross-entropy",
-                     first_step + 1);
+    write_file(args.svg,
+               svg_chart(series, "dtensor train: next-character loss", "step", "cross-entropy",
+                         first_step + 1),
+               "--svg");
   }
 
   if (args.bits) {
-    for (size_t i = 0; i < steps.size(); ++i) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%a", steps[i].loss);
-      std::cout << "step " << first_step + i + 1 << " loss " << buf << "\n";
-    }
-    std::cout << "parameters " << hex(param_bits.h) << "\n";
-    std::cout << "fingerprint " << hex(fingerprint.h) << "\n";
+    os << "parameters " << hex(param_bits.h) << "\n";
+    os << "fingerprint " << hex(fingerprint.h) << "\n";
     return verified ? 0 : 1;
   }
 
@@ -425,7 +629,8 @@ int run_train(const TrainArgs& args) {
     j["sequence_parallel"] = args.sequence_parallel;
     j["parameters"] = numel;
     j["first_step"] = first_step;
-    if (!args.resume.empty()) j["resumed_from"] = args.resume;
+    if (resume) j["resumed_from"] = args.resume;
+    j["schedules"] = schedules;
     j["checkpoints"] = saved;
     nlohmann::ordered_json js = nlohmann::ordered_json::array();
     for (const StepRecord& r : steps) {
@@ -436,12 +641,12 @@ int run_train(const TrainArgs& args) {
       s["grad_norm"] = r.grad_norm;
       if (reference) s["reference_grad_norm"] = r.reference_grad_norm;
       s["wall_ms"] = r.ms;
-      for (int i = 0; i < 4; ++i) s[to_string(kTrainKinds[i])] = r.counts[i];
+      for (size_t i = 0; i < r.counts.size(); ++i) s[to_string(kind_at(i))] = r.counts[i];
       s["bytes_per_rank"] = r.bytes;
       for (int ph = 0; ph < kNumPhases; ++ph) {
         nlohmann::ordered_json c;
-        for (int i = 0; i < 4; ++i)
-          c[to_string(kTrainKinds[i])] = r.phases[static_cast<size_t>(ph)][static_cast<size_t>(i)];
+        const KindCounts& counts = r.phases[static_cast<size_t>(ph)];
+        for (size_t i = 0; i < counts.size(); ++i) c[to_string(kind_at(i))] = counts[i];
         s[kPhaseNames[ph]] = c;
       }
       js.push_back(s);
@@ -453,77 +658,28 @@ int run_train(const TrainArgs& args) {
     j["tolerance"] = args.tolerance;
     j["verified"] = verified;
     j["fingerprint"] = hex(fingerprint.h);
-    std::cout << j.dump(2) << "\n";
+    os << j.dump(2) << "\n";
     return verified ? 0 : 1;
   }
 
-  std::ostream& os = std::cout;
-  os << "dtensor train: a GPT-style model learning a text, checked against one process\n"
-     << "  world   " << world_text << "\n"
-     << "  mesh    " << args.mesh << " (" << names
-     << "): " << scheme.describe(mesh, args.sequence_parallel) << "\n"
-     << "  model   " << config.layers << " blocks, hidden " << config.hidden << ", " << config.heads
-     << " heads, vocabulary " << config.vocab << " characters: " << numel << " parameters\n"
-     << "  data    the shipped text (" << data.length() << " characters), batch " << args.batch
-     << " x " << args.seq << " characters, next-character prediction\n"
-     << "  optim   AdamW lr " << args.lr << " (linear warm-up " << args.warmup
-     << " steps, then cosine to 10%), weight decay 0.01"
-     << (args.clip > 0 ? ", gradient norm clipped to " + std::to_string(args.clip).substr(0, 4)
-                       : "")
-     << "\n";
-  if (!args.resume.empty())
-    os << "  resumed from " << args.resume << " at step " << first_step
-       << (reference ? " (the one-process reference trained from step 0)" : "") << "\n";
-  os << "\n";
-
-  os << "Parameters (blocks after 0 are laid out like block 0): placements per mesh dim\n";
-  for (size_t i = 0; i < params.size(); ++i) {
-    const std::string& name = trainer.optimizer->name(i);
-    if (name.rfind("blocks.", 0) == 0 && name.rfind("blocks.0.", 0) != 0) continue;
-    std::ostringstream shape, local;
-    shape << params[i].shape();
-    local << params[i].spec().local_shape(*mesh.coordinate(world.rank()));
-    os << "  " << std::left << std::setw(32) << name << std::setw(11) << shape.str()
-       << std::setw(17) << to_string(params[i].placements()) << "rank " << world.rank() << " holds "
-       << local.str() << "\n";
-  }
-
-  os << "\n  " << std::left << std::setw(6) << "step" << std::right << std::setw(10) << "loss";
-  if (reference) os << std::setw(12) << "one proc." << std::setw(10) << "|diff|";
-  os << std::setw(9) << "ms" << std::setw(12) << "all_gather" << std::setw(12) << "all_reduce"
-     << std::setw(16) << "reduce_scatter" << std::setw(13) << "bytes/rank"
-     << "\n";
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const bool show =
-        i == 0 || i + 1 == steps.size() ||
-        (args.print_every > 0 &&
-         (static_cast<size_t>(first_step) + i + 1) % static_cast<size_t>(args.print_every) == 0);
-    if (!show) continue;
-    const StepRecord& r = steps[i];
-    os << "  " << std::left << std::setw(6) << first_step + i + 1 << std::right << std::fixed
-       << std::setprecision(4) << std::setw(10) << r.loss;
-    if (reference)
-      os << std::setw(12) << r.reference << std::scientific << std::setprecision(1) << std::setw(10)
-         << std::abs(r.loss - r.reference);
-    os << std::fixed << std::setprecision(1) << std::setw(9) << r.ms << std::setw(12) << r.counts[0]
-       << std::setw(12) << r.counts[1] << std::setw(16) << r.counts[2] << std::setw(13) << r.bytes
-       << "\n";
-  }
   double mean_ms = 0;
   for (size_t i = 1; i < steps.size(); ++i) mean_ms += steps[i].ms;
   if (steps.size() > 1) mean_ms /= static_cast<double>(steps.size() - 1);
-  os << "  every step runs the same collectives; mean step time after the first "
-     << std::setprecision(1) << mean_ms << " ms"
+  bool same = true;
+  for (const StepRecord& r : steps) same = same && r.counts == steps.front().counts;
+  os << (same ? "  every step runs the same collectives"
+              : "  the steps run different collectives")
+     << "; mean step time after the first " << std::setprecision(1) << mean_ms << " ms"
      << (world.is_simulated() ? " (the simulated world computes every rank in this process)" : "")
      << "\n";
   os << "  collectives of the last step by phase:";
   for (int ph = 0; ph < kNumPhases; ++ph) {
     os << (ph ? ";" : "") << " " << kPhaseNames[ph];
     bool any = false;
-    for (int i = 0; i < 4; ++i) {
-      const int64_t n = steps.back().phases[static_cast<size_t>(ph)][static_cast<size_t>(i)];
-      if (n == 0) continue;
-      os << (any ? ", " : " ") << n << " " << to_string(kTrainKinds[i]);
+    const KindCounts& counts = steps.back().phases[static_cast<size_t>(ph)];
+    for (size_t i = 0; i < counts.size(); ++i) {
+      if (counts[i] == 0) continue;
+      os << (any ? ", " : " ") << counts[i] << " " << to_string(kind_at(i));
       any = true;
     }
     if (!any) os << " none";
