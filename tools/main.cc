@@ -239,7 +239,8 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   train->add_option("--resume", train_args.resume,
                     "continue from a checkpoint written by --save-every (any --mesh and\n"
-                    "--scheme; the model, --steps, --lr, --warmup and --seed must match)");
+                    "--scheme; the model, --lr, --warmup and --seed must match; another --steps\n"
+                    "rebuilds the learning-rate schedule for the new total)");
   train->add_flag("--no-check", train_no_check, "do not train the one-process reference");
   add_number(train, "--tolerance", train_args.tolerance,
              "largest accepted |difference| of a loss or a parameter from one process", 0, true);
@@ -252,11 +253,11 @@ int run(int argc, char** argv) {
                   "print only each step's loss as a hex float and the fingerprint (to compare\n"
                   "the simulated world with mpirun)");
   train->add_flag("--json", train_args.json,
-                  "print JSON: world, ranks, mesh, names, scheme, parameters, steps (loss,\n"
-                  "reference_loss, grad_norm, reference_grad_norm, wall_ms, collectives,\n"
-                  "bytes_per_rank, and the collectives "
-                  "of forward, backward and optimizer), max_loss_diff,\n"
-                  "max_param_diff, tolerance, verified, fingerprint");
+                  "print JSON: world, ranks, mesh, names, scheme, parameters, schedules, steps\n"
+                  "(loss, reference_loss, grad_norm, reference_grad_norm, wall_ms, the count of\n"
+                  "every collective kind, bytes_per_rank, and the counts of forward, backward\n"
+                  "and optimizer), max_loss_diff, max_param_diff, tolerance, verified,\n"
+                  "fingerprint");
 
   DemoArgs demo_args;
   ModelConfig& model = demo_args.model;

@@ -552,6 +552,7 @@ int run_train(const TrainArgs& args) {
     }
     steps.push_back(r);
     const int64_t number = step + 1;
+    bool printed = true;
     if (rank0 && args.bits) {
       char buf[64];
       std::snprintf(buf, sizeof buf, "%a", r.loss);
@@ -563,8 +564,11 @@ int run_train(const TrainArgs& args) {
       if (table.needs_header(seen)) table.header(os, seen);
       table.line(os, number, r);
       flush_stdout();
+    } else {
+      printed = false;
     }
-    if (rank0) {
+    // Between printed steps (and all along with --json), on a terminal.
+    if (rank0 && !printed) {
       std::ostringstream line;
       line << "step " << number << "/" << args.steps << "  loss " << std::fixed
            << std::setprecision(4) << r.loss << "  " << std::setprecision(1) << r.ms << " ms";
