@@ -147,7 +147,7 @@ struct Trainer {
   }
 
   // From `step` on, the schedule of a run of `total` steps (a resumed run
-  // that trains longer or shorter than the saved one; see resume_from).
+  // that trains longer or shorter than the saved one; see check_resume).
   void reschedule(const TrainArgs& args, int64_t total, int64_t step) {
     schedule = make_schedule(*optimizer, args, total);
     schedule->set_last_epoch(step);
