@@ -3,8 +3,8 @@
 # it is resumed for 12 steps (the schedule rebuilt for 12 from step 4 on),
 # saving ck2/step-8; that is resumed for 16. Each resumed run must exit 0,
 # verified against a one-process training that never stopped and switched
-# schedules at the same steps (--tolerance 1e-5: measured 2.4e-7; a reference
-# kept on the saved schedule parts by 1.4e-2), and start at the step after
+# schedules at the same steps (--tolerance 1e-5: measured 2.4e-7; a training
+# on the new schedule from step 0 parts by 1.4e-2), and start at the step after
 # its checkpoint.
 # -DTRAIN=cmd|args (| separates; the model's options) -DWORK=dir
 string(REPLACE "|" ";" train "${TRAIN}")
