@@ -33,8 +33,30 @@ py::object dtype_to_python(DType dtype);
 // A Tensor from a Python value: a Tensor itself; a NumPy array (or any
 // object with __dlpack__ / the buffer protocol) wrapped without a copy when
 // its layout allows; anything else (lists, numbers, other layouts) copied
-// through numpy.asarray. interop.cc.
-Tensor tensor_from_python(py::handle obj);
+// through numpy.asarray, keeping the data's dtype as torch.tensor does
+// (interop.cc says how). `where` starts error messages ("from_local").
+// interop.cc.
+Tensor tensor_from_python(py::handle obj, const std::string& where = "as_tensor");
+
+// "int 5", "list [1, 2]": a Python value's type and (short) repr, for messages.
+inline std::string describe(py::handle obj) {
+  std::string r = py::str(py::repr(obj)).cast<std::string>();
+  if (r.size() > 60) r = r.substr(0, 57) + "...";
+  return py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>() + " " + r;
+}
+
+// A Python value the user gave, as T; else TypeError naming where it went
+// (`what`: "DeviceMesh[key]", "forward hook's result") and what was
+// expected. Every conversion of a user's object inside a binding goes
+// through it or checks first: pybind11's own cast error ("Unable to cast
+// Python instance to C++ type") names neither.
+template <class T>
+T cast_arg(py::handle obj, const std::string& what, const std::string& expected) {
+  pybind11::detail::make_caster<T> caster;
+  if (!obj || !caster.load(obj, /*convert=*/true))
+    throw py::type_error(what + ": expected " + expected + ", got " + (obj ? describe(obj) : "nothing"));
+  return pybind11::detail::cast_op<T>(std::move(caster));
+}
 
 }  // namespace dtensor::python
 
