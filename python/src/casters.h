@@ -62,6 +62,16 @@ T cast_arg(py::handle obj, const std::string& what, const std::string& expected)
 
 namespace pybind11::detail {
 
+// An int that fits int64 into `out`; false for anything else, 2**64
+// included (src.cast<int64_t>() would throw pybind11's cast error from
+// inside a load, which names neither the call nor the value).
+inline bool load_int64(handle src, int64_t& out) {
+  make_caster<int64_t> c;
+  if (!c.load(src, true)) return false;
+  out = cast_op<int64_t>(std::move(c));
+  return true;
+}
+
 // Shape, strides, dim lists. A bare int is a one-element list, so that
 // sum(x, dim=1) and sum(x, dim=(0, 1)) both work as in PyTorch.
 template <>
@@ -72,8 +82,10 @@ struct type_caster<dtensor::DimVector> {
     if (!src) return false;
     if (PyLong_Check(src.ptr()) || (convert && PyIndex_Check(src.ptr()) &&
                                     !PySequence_Check(src.ptr()))) {
+      int64_t v = 0;
+      if (!load_int64(src, v)) return false;
       value.clear();
-      value.push_back(src.cast<int64_t>());
+      value.push_back(v);
       return true;
     }
     if (!PySequence_Check(src.ptr()) || PyUnicode_Check(src.ptr()) || PyBytes_Check(src.ptr()))
@@ -81,8 +93,9 @@ struct type_caster<dtensor::DimVector> {
     auto seq = reinterpret_borrow<sequence>(src);
     value.clear();
     for (handle item : seq) {
-      if (!PyIndex_Check(item.ptr())) return false;
-      value.push_back(item.cast<int64_t>());  // throws dtensor::Error beyond kMaxDims
+      int64_t v = 0;
+      if (!PyIndex_Check(item.ptr()) || !load_int64(item, v)) return false;
+      value.push_back(v);  // throws dtensor::Error beyond kMaxDims
     }
     return true;
   }
@@ -114,7 +127,9 @@ struct type_caster<dtensor::Scalar> {
       return true;
     }
     if (PyLong_Check(o) || (PyIndex_Check(o) && !PyFloat_Check(o))) {
-      value = dtensor::Scalar(src.cast<int64_t>());
+      int64_t v = 0;
+      if (!load_int64(src, v)) return false;  // beyond int64: no Scalar
+      value = dtensor::Scalar(v);
       return true;
     }
     // float, and NumPy's float16/float32 scalars (float64 is a float). Not

@@ -529,7 +529,7 @@ void bind_interop(py::module_& m) {
              Tensor view = index_of(t, key);  // a view: writing it writes t
              if (py::isinstance<py::float_>(value) || py::isinstance<py::int_>(value) ||
                  py::isinstance<py::bool_>(value)) {
-               view.fill_(value.cast<Scalar>());
+               view.fill_(cast_arg<Scalar>(value, "Tensor[key] = value", "a number that fits int64 or float64"));
              } else {
                view.copy_(tensor_from_python(value));
              }

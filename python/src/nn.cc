@@ -158,7 +158,7 @@ void register_parameter(py::object self, const std::string& name, const Paramete
 
 void register_child(py::object self, const std::string& name, py::object child_obj) {
   auto& m = python_module(self.cast<nn::Module&>(), "register_module");
-  auto& child = child_obj.cast<nn::Module&>();
+  auto& child = cast_arg<nn::Module&>(child_obj, "register_module('" + name + "')", "a dtensor.nn.Module");
   check_name(m, name);
   DT_CHECK(cpp_owned().count(&child) == 0, "register_module('", name,
            "'): this module is already a child of another module (a module has one parent)");

@@ -45,6 +45,29 @@ def test_mesh_getitem_takes_names_only(mesh):
     assert mesh["x"].shape == (2,)
 
 
+def test_ints_beyond_int64_and_wrong_shapes_are_named(mesh):
+    t = dt.zeros((2, 3))
+    with raises_named(TypeError, "index", "int that fits int64", "int 18446744073709551616"):
+        t[2 ** 64]
+    with raises_named(TypeError, "Tensor[key] = value", "int 18446744073709551616"):
+        t[0] = 2 ** 64
+    for call, where in [(lambda: t.view(3, "a"), "view(*shape)"),
+                        (lambda: t.reshape(3, 2 ** 64), "reshape(*shape)"),
+                        (lambda: t.permute(1, None), "permute(*dims)"),
+                        (lambda: t.repeat(1, 2.5), "repeat(*repeats)")]:
+        with raises_named(TypeError, where):
+            call()
+    # A shape argument pybind11 converts: its TypeError names the function.
+    with raises_named(TypeError, "zeros"):
+        dt.zeros(2 ** 64)
+
+
+def test_register_module_takes_modules(mesh):
+    m = Identity(mesh)
+    with raises_named(TypeError, "register_module('c')", "dtensor.nn.Module", "int 5"):
+        m.register_module("c", 5)
+
+
 def test_from_local_callable_returning_arrays(mesh):
     d = dt.DTensor.from_local(lambda rank: np.full((2,), float(rank)), mesh, [dt.Shard(0)])
     assert d.dtype == dt.float64
