@@ -30,14 +30,14 @@ bool mpi_desync_check(const World& world);
 
 // The collective timeout of this process's MPI worlds, in seconds (default
 // 600, like NCCL's; also set by DTENSOR_COLLECTIVE_TIMEOUT=<seconds> at
-// start; 0 turns it off). A collective that has not completed after it
+// start; 0 or inf turns it off, and then reads 0). A collective that has not completed after it
 // ends the whole job: the rank prints "dtensor: rank R: collective timeout:
 // ..." naming the collective, the mesh dim, the group's ranks and, for ranks
 // on its node, the ones that did not arrive and what they do instead, then
 // exits with status 1, which makes mpirun end the other ranks. Watched by a
 // thread that makes no MPI call; the cost per collective is a lock and a few
 // stores.
-// REQUIRES: seconds >= 0 and finite (0: off); otherwise throws, keeping the setting.
+// REQUIRES: seconds >= 0, not NaN (0 or inf: off); otherwise throws, keeping the setting.
 void set_mpi_collective_timeout(double seconds);
 double mpi_collective_timeout();
 

@@ -80,7 +80,8 @@ struct SavedHooks {
         [up](const std::any& packed) -> DTensor {
           py::gil_scoped_acquire gil;
           const auto& obj = std::any_cast<const std::shared_ptr<py::object>&>(packed);
-          return (*up)(*obj).cast<DTensor>();
+          return cast_arg<DTensor>((*up)(*obj), "saved_tensors_hooks: unpack_hook's result",
+                                   "a DTensor (the tensor pack_hook was given)");
         });
   }
 };

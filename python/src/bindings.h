@@ -12,7 +12,10 @@
 // another (e.g. requires_grad_ on DTensor) through
 //   auto cls = py::reinterpret_borrow<py::class_<DTensor>>(m.attr("DTensor"));
 // as interop.cc does for Tensor. Errors: throw dtensor::Error (DT_CHECK);
-// it reaches Python as dtensor.Error with the message unchanged.
+// it reaches Python as dtensor.Error with the message unchanged. A user's
+// Python value converted inside a binding goes through cast_arg (casters.h),
+// whose TypeError names where it went and what was expected; data becoming
+// a Tensor goes through tensor_from_python (torch.tensor's dtype rules).
 #pragma once
 
 #include <pybind11/pybind11.h>

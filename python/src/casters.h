@@ -33,12 +33,44 @@ py::object dtype_to_python(DType dtype);
 // A Tensor from a Python value: a Tensor itself; a NumPy array (or any
 // object with __dlpack__ / the buffer protocol) wrapped without a copy when
 // its layout allows; anything else (lists, numbers, other layouts) copied
-// through numpy.asarray. interop.cc.
-Tensor tensor_from_python(py::handle obj);
+// through numpy.asarray, keeping the data's dtype as torch.tensor does
+// (interop.cc says how). `where` starts error messages ("from_local").
+// interop.cc.
+Tensor tensor_from_python(py::handle obj, const std::string& where = "as_tensor");
+
+// "int 5", "list [1, 2]": a Python value's type and (short) repr, for messages.
+inline std::string describe(py::handle obj) {
+  std::string r = py::str(py::repr(obj)).cast<std::string>();
+  if (r.size() > 60) r = r.substr(0, 57) + "...";
+  return py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>() + " " + r;
+}
+
+// A Python value the user gave, as T; else TypeError naming where it went
+// (`what`: "DeviceMesh[key]", "forward hook's result") and what was
+// expected. Every conversion of a user's object inside a binding goes
+// through it or checks first: pybind11's own cast error ("Unable to cast
+// Python instance to C++ type") names neither.
+template <class T>
+T cast_arg(py::handle obj, const std::string& what, const std::string& expected) {
+  pybind11::detail::make_caster<T> caster;
+  if (!obj || !caster.load(obj, /*convert=*/true))
+    throw py::type_error(what + ": expected " + expected + ", got " + (obj ? describe(obj) : "nothing"));
+  return pybind11::detail::cast_op<T>(std::move(caster));
+}
 
 }  // namespace dtensor::python
 
 namespace pybind11::detail {
+
+// An int that fits int64 into `out`; false for anything else, 2**64
+// included (src.cast<int64_t>() would throw pybind11's cast error from
+// inside a load, which names neither the call nor the value).
+inline bool load_int64(handle src, int64_t& out) {
+  make_caster<int64_t> c;
+  if (!c.load(src, true)) return false;
+  out = cast_op<int64_t>(std::move(c));
+  return true;
+}
 
 // Shape, strides, dim lists. A bare int is a one-element list, so that
 // sum(x, dim=1) and sum(x, dim=(0, 1)) both work as in PyTorch.
@@ -50,8 +82,10 @@ struct type_caster<dtensor::DimVector> {
     if (!src) return false;
     if (PyLong_Check(src.ptr()) || (convert && PyIndex_Check(src.ptr()) &&
                                     !PySequence_Check(src.ptr()))) {
+      int64_t v = 0;
+      if (!load_int64(src, v)) return false;
       value.clear();
-      value.push_back(src.cast<int64_t>());
+      value.push_back(v);
       return true;
     }
     if (!PySequence_Check(src.ptr()) || PyUnicode_Check(src.ptr()) || PyBytes_Check(src.ptr()))
@@ -59,8 +93,9 @@ struct type_caster<dtensor::DimVector> {
     auto seq = reinterpret_borrow<sequence>(src);
     value.clear();
     for (handle item : seq) {
-      if (!PyIndex_Check(item.ptr())) return false;
-      value.push_back(item.cast<int64_t>());  // throws dtensor::Error beyond kMaxDims
+      int64_t v = 0;
+      if (!PyIndex_Check(item.ptr()) || !load_int64(item, v)) return false;
+      value.push_back(v);  // throws dtensor::Error beyond kMaxDims
     }
     return true;
   }
@@ -92,7 +127,9 @@ struct type_caster<dtensor::Scalar> {
       return true;
     }
     if (PyLong_Check(o) || (PyIndex_Check(o) && !PyFloat_Check(o))) {
-      value = dtensor::Scalar(src.cast<int64_t>());
+      int64_t v = 0;
+      if (!load_int64(src, v)) return false;  // beyond int64: no Scalar
+      value = dtensor::Scalar(v);
       return true;
     }
     // float, and NumPy's float16/float32 scalars (float64 is a float). Not

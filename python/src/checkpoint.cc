@@ -42,9 +42,16 @@ bool is_int(py::handle h) {
          (PyLong_Check(h.ptr()) || (PyIndex_Check(h.ptr()) && !PySequence_Check(h.ptr())));
 }
 
-std::optional<ck::Value> value_from_python(py::handle h) {
+// An int a checkpoint can hold: int64 (an int beyond it is an error, not a
+// wrapped value).
+int64_t int_value(py::handle h, const std::string& name) {
+  return cast_arg<int64_t>(h, "checkpoint: '" + name + "'",
+                           "an int that fits int64 (-2**63 .. 2**63-1; a checkpoint stores ints as int64)");
+}
+
+std::optional<ck::Value> value_from_python(py::handle h, const std::string& name) {
   if (PyBool_Check(h.ptr())) return ck::Value(h.cast<bool>());
-  if (is_int(h)) return ck::Value(h.cast<int64_t>());
+  if (is_int(h)) return ck::Value(int_value(h, name));
   if (PyFloat_Check(h.ptr())) return ck::Value(h.cast<double>());
   if (PyUnicode_Check(h.ptr())) return ck::Value(h.cast<std::string>());
   if (py::isinstance<py::list>(h) || py::isinstance<py::tuple>(h)) {
@@ -53,7 +60,11 @@ std::optional<ck::Value> value_from_python(py::handle h) {
       all_int = all_int && is_int(item);
       all_number = all_number && (is_int(item) || PyFloat_Check(item.ptr()));
     }
-    if (all_int) return ck::Value(h.cast<std::vector<int64_t>>());
+    if (all_int) {
+      std::vector<int64_t> v;
+      for (py::handle item : h) v.push_back(int_value(item, name + "[" + std::to_string(v.size()) + "]"));
+      return ck::Value(std::move(v));
+    }
     if (all_number) return ck::Value(h.cast<std::vector<double>>());
   }
   return std::nullopt;
@@ -79,10 +90,10 @@ void flatten(py::dict d, const std::string& prefix, ck::StateDict& out, std::map
       out.emplace(name, v.cast<DTensor>());
     } else if (py::isinstance<Tensor>(v)) {
       out.emplace(name, v.cast<Tensor>());
-    } else if (std::optional<ck::Value> value = value_from_python(v)) {
+    } else if (std::optional<ck::Value> value = value_from_python(v, name)) {
       out.emplace(name, *value);
     } else if (py::hasattr(v, "__array__") || py::hasattr(v, "__dlpack__")) {
-      out.emplace(name, tensor_from_python(v));  // aliases a NumPy array when it can
+      out.emplace(name, tensor_from_python(v, "checkpoint: '" + name + "'"));  // aliases a NumPy array when it can
     } else {
       DT_THROW("checkpoint: '", name, "' is a ", py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>(),
                "; a state dict holds DTensors, Tensors, arrays, bool, int, float, str and lists "

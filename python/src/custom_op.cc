@@ -34,12 +34,15 @@ std::shared_ptr<py::object> held(py::object o) {
 
 // Calls a Python callback; a Python exception becomes a dtensor::Error
 // carrying its message (the C++ side, e.g. the validator trying layouts,
-// handles dtensor::Error).
+// handles dtensor::Error). KeyboardInterrupt and SystemExit (a
+// BaseException that is no Exception) stay themselves: they stop the
+// program, not the op, and reach Python unchanged.
 template <class F>
 auto calling(const std::string& op, const char* what, F&& f) {
   try {
     return f();
   } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_Exception)) throw;
     DT_THROW(op, ": the ", what, " raised ", e.what());
   }
 }
@@ -47,12 +50,14 @@ auto calling(const std::string& op, const char* what, F&& f) {
 std::vector<OpStrategy> to_strategies(const py::object& list) {
   std::vector<OpStrategy> out;
   for (const py::handle item : list) {
-    const auto pair = item.cast<py::tuple>();
+    const char* what = "register_sharding: a strategy";
+    const auto pair = cast_arg<py::tuple>(item, what, "a tuple ([input placements], output placement)");
     DT_CHECK(pair.size() == 2, "register_sharding: a strategy is (input placements, output "
              "placement), got a tuple of ", pair.size());
     OpStrategy s;
-    for (const py::handle p : pair[0]) s.inputs.push_back(p.cast<Placement>());
-    s.output = pair[1].cast<Placement>();
+    for (const py::handle p : pair[0])
+      s.inputs.push_back(cast_arg<Placement>(p, what, "Shard, Replicate or Partial as input placements"));
+    s.output = cast_arg<Placement>(pair[1], what, "Shard, Replicate or Partial as output placement");
     out.push_back(std::move(s));
   }
   return out;
@@ -69,7 +74,8 @@ void bind_custom_op(py::module_& m) {
             DT_CHECK(args.size() > 0, op.name(), ": needs at least one input");
             if (py::isinstance<DTensor>(args[0])) {
               std::vector<DTensor> in;
-              for (const py::handle a : args) in.push_back(a.cast<DTensor>());
+              for (const py::handle a : args)
+                in.push_back(cast_arg<DTensor>(a, op.name(), "DTensors (all inputs, as the first)"));
               DTensor out;
               {
                 py::gil_scoped_release release;  // the kernels take it on the workers
@@ -78,7 +84,8 @@ void bind_custom_op(py::module_& m) {
               return py::cast(std::move(out));
             }
             std::vector<Tensor> in;
-            for (const py::handle a : args) in.push_back(a.cast<Tensor>());
+            for (const py::handle a : args)
+              in.push_back(cast_arg<Tensor>(a, op.name(), "Tensors (all inputs, as the first)"));
             return py::cast(op(in));
           })
       .def("__repr__", [](const CustomOp& op) { return "CustomOp(" + op.name() + ")"; });
@@ -94,7 +101,7 @@ void bind_custom_op(py::module_& m) {
           return calling(name, "kernel", [&] {
             py::tuple args(t.size());
             for (size_t i = 0; i < t.size(); ++i) args[i] = py::cast(t[i]);
-            return (*k)(*args).cast<Tensor>();
+            return tensor_from_python((*k)(*args), name + ": the kernel's result");
           });
         };
         auto s = held(std::move(strategies));
@@ -116,7 +123,8 @@ void bind_custom_op(py::module_& m) {
               args[0] = py::cast(grad);
               for (size_t i = 0; i < in.size(); ++i) args[i + 1] = py::cast(in[i]);
               std::vector<DTensor> g;
-              for (const py::handle x : (*b)(*args)) g.push_back(x.cast<DTensor>());
+              for (const py::handle x : (*b)(*args))
+                g.push_back(cast_arg<DTensor>(x, name + ": backward's result", "a list of DTensors"));
               return g;
             });
           };

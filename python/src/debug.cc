@@ -140,7 +140,8 @@ dtensor.Error. v.checks counts the checks. For tests and debugging.
   m.def("visualize_sharding",
         [](py::handle x, bool print) {
           std::string text = py::isinstance<DTensor>(x) ? visualize_sharding(x.cast<const DTensor&>())
-                                                        : visualize_sharding(x.cast<const DTensorSpec&>());
+                                                        : visualize_sharding(cast_arg<const DTensorSpec&>(
+                                                              x, "visualize_sharding", "a DTensor or a DTensorSpec"));
           if (print) py::print(text, py::arg("end") = "");
           return text;
         },

@@ -31,8 +31,10 @@ LocalTensor local_from_python(py::handle obj, const DeviceMesh& mesh) {
     if (mesh.contains(r)) held.push_back(r);
   std::vector<std::pair<int, Tensor>> shards;
   if (py::isinstance<py::dict>(obj)) {
-    for (auto [k, v] : py::reinterpret_borrow<py::dict>(obj))
-      shards.emplace_back(k.cast<int>(), tensor_from_python(v));
+    for (auto [k, v] : py::reinterpret_borrow<py::dict>(obj)) {
+      const int rank = cast_arg<int>(k, "from_local: a key of the dict of shards", "a rank (int)");
+      shards.emplace_back(rank, tensor_from_python(v, "from_local: the shard of rank " + std::to_string(rank)));
+    }
     std::sort(shards.begin(), shards.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
   } else if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
@@ -40,9 +42,11 @@ LocalTensor local_from_python(py::handle obj, const DeviceMesh& mesh) {
     DT_CHECK(seq.size() == held.size(), "from_local: got ", seq.size(), " shards for the ",
              held.size(), " ranks of the mesh this process holds (pass a dict {rank: tensor} "
              "or one shard per held rank, in rank order)");
-    for (size_t i = 0; i < held.size(); ++i) shards.emplace_back(held[i], tensor_from_python(seq[i]));
+    for (size_t i = 0; i < held.size(); ++i)
+      shards.emplace_back(held[i], tensor_from_python(seq[i], "from_local: the shard of rank " +
+                                                                  std::to_string(held[i])));
   } else {
-    Tensor t = tensor_from_python(obj);
+    Tensor t = tensor_from_python(obj, "from_local");
     for (int r : held) shards.emplace_back(r, t);  // copied for all but the lowest rank
   }
   return LocalTensor(std::move(shards));
@@ -92,8 +96,15 @@ process holds. Ops propagate the layout and run collectives where needed.
                     o.shape = shape;
                     o.stride = stride;
                     if (PyCallable_Check(local.ptr()) && !py::isinstance<Tensor>(local)) {
-                      auto f = local.cast<std::function<Tensor(int)>>();
-                      return from_local([&](int rank) { return f(rank); }, mesh, placements, o);
+                      // The callable's result is a shard like any other: a
+                      // Tensor, an array, anything tensor() takes.
+                      return from_local(
+                          [&](int rank) {
+                            py::gil_scoped_acquire gil;
+                            return tensor_from_python(local(rank), "from_local: local_tensor(" +
+                                                                       std::to_string(rank) + ")");
+                          },
+                          mesh, placements, o);
                     }
                     LocalTensor shards = local_from_python(local, mesh);
                     py::gil_scoped_release release;
@@ -128,7 +139,7 @@ shards.
   m.def("distribute_tensor",
         [](py::object full, const DeviceMesh& mesh, const Placements& placements,
            std::optional<int> src_rank) {
-          Tensor t = tensor_from_python(full);
+          Tensor t = tensor_from_python(full, "distribute_tensor");
           py::gil_scoped_release release;
           return distribute_tensor(t, mesh, placements, src_rank);
         },

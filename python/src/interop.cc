@@ -357,24 +357,97 @@ py::capsule to_dlpack(const Tensor& x, bool versioned) {
 }
 
 // ---- copies ------------------------------------------------------------------------
+//
+// What dtype dtensor.tensor(data) gives, as torch.tensor does: data that has
+// a dtype keeps it (a Tensor; a NumPy array or scalar; anything exposing
+// __array__, __dlpack__ or the buffer protocol), a Python float is the
+// default float dtype float32, an int int64, a bool bool, and a list or
+// tuple promotes its items' dtypes (an empty one is float32). dtensor has
+// four dtypes: other integer widths become int64, float16 float32.
 
-// The dtype dtensor.tensor gives data of NumPy dtype d (no dtype asked for).
-DType copy_dtype(const py::dtype& d, bool from_python_values) {
+bool is_python_sequence(py::handle h) { return PyList_Check(h.ptr()) || PyTuple_Check(h.ptr()); }
+
+std::string type_name(py::handle h) {
+  return py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>();
+}
+
+py::module_& numpy_module() {
+  static auto* np = new py::module_(py::module_::import("numpy"));  // lives as long as the interpreter
+  return *np;
+}
+
+// The dtensor dtype data of NumPy dtype d becomes (the nearest of the four).
+DType dtype_of_numpy(const py::dtype& d, const char* op) {
   const char kind = d.kind();
   if (kind == 'b') return DType::Bool;
   if (kind == 'i' || kind == 'u') return DType::Int64;
-  // Python floats are float32, as in torch.tensor([1.5]); an array keeps its precision.
-  if (kind == 'f') return d.itemsize() == 8 && !from_python_values ? DType::Float64 : DType::Float32;
-  DT_THROW("tensor: NumPy dtype ", py::str(py::handle(d)).cast<std::string>(),
-           " has no dtensor counterpart (bool, int64, float32, float64)");
+  if (kind == 'f' && d.itemsize() <= 8) return d.itemsize() == 8 ? DType::Float64 : DType::Float32;
+  DT_THROW(op, ": NumPy dtype ", py::str(py::handle(d)).cast<std::string>(),
+           " has no dtensor counterpart (bool, int64, float32, float64; other integer widths "
+           "become int64, float16 float32)");
 }
 
-Tensor copy_from_python(py::handle data, std::optional<DType> dtype) {
-  py::module_ np = py::module_::import("numpy");
-  const bool from_values = !py::isinstance<py::array>(data);
-  py::array arr = np.attr("asarray")(data);
-  const DType target = dtype ? *dtype : copy_dtype(arr.dtype(), from_values);
-  py::array c = np.attr("ascontiguousarray")(arr, numpy_dtype(target));
+// A NumPy array of an object that carries its own dtype, unlike a Python
+// number or list: a NumPy array or scalar, or an object with __array__,
+// the buffer protocol or __dlpack__. nullopt for anything else.
+std::optional<py::array> typed_array(py::handle h) {
+  py::module_& np = numpy_module();
+  if (py::isinstance<py::array>(h)) return py::reinterpret_borrow<py::array>(h);
+  if (py::isinstance(h, np.attr("generic")) || py::hasattr(h, "__array__") ||
+      PyObject_CheckBuffer(h.ptr()))
+    return py::array(np.attr("asarray")(h));
+  if (py::hasattr(h, "__dlpack__")) return py::array(np.attr("from_dlpack")(h));
+  return std::nullopt;
+}
+
+// The dtype of `data` (see above); nullopt for an empty list or tuple.
+std::optional<DType> infer_dtype(py::handle h, const char* op) {
+  PyObject* o = h.ptr();
+  if (PyBool_Check(o)) return DType::Bool;
+  if (PyFloat_CheckExact(o)) return DType::Float32;
+  if (PyLong_CheckExact(o)) return DType::Int64;
+  if (is_python_sequence(h)) {
+    std::optional<DType> out;
+    for (py::handle item : h) {
+      std::optional<DType> d = infer_dtype(item, op);
+      if (d) out = out ? promote_types(*out, *d) : *d;
+    }
+    return out;
+  }
+  if (py::isinstance<Tensor>(h)) return h.cast<const Tensor&>().dtype();
+  // NumPy scalars before float and int subclasses: numpy.float64 is a
+  // float, and keeps its precision.
+  if (py::isinstance<py::array>(h) || py::isinstance(h, numpy_module().attr("generic")))
+    return dtype_of_numpy(py::dtype::from_args(h.attr("dtype")), op);
+  if (PyFloat_Check(o)) return DType::Float32;
+  if (PyLong_Check(o)) return DType::Int64;
+  if (std::optional<py::array> a = typed_array(h)) return dtype_of_numpy(a->dtype(), op);
+  DT_THROW(op, ": cannot make a tensor of a ", type_name(h), " (expected a number, a list or "
+           "tuple of them (nested), a Tensor, a NumPy array or scalar, or an object with "
+           "__array__, __dlpack__ or the buffer protocol)");
+}
+
+// dtensor.tensor(data, dtype): a copy, of `dtype` if given, else of the
+// dtype above.
+Tensor copy_from_python(py::handle data, std::optional<DType> dtype, const std::string& where) {
+  const char* op = where.c_str();
+  if (py::isinstance<Tensor>(data)) {
+    const Tensor& t = data.cast<const Tensor&>();
+    return dtype && *dtype != t.dtype() ? t.to(*dtype) : t.clone();
+  }
+  std::optional<py::array> typed = is_python_sequence(data) ? std::nullopt : typed_array(data);
+  DType target;
+  if (dtype) target = *dtype;
+  else if (typed) target = dtype_of_numpy(typed->dtype(), op);
+  else target = infer_dtype(data, op).value_or(DType::Float32);
+  py::module_& np = numpy_module();
+  py::array arr = typed ? *typed : py::array(np.attr("asarray")(data));
+  DT_CHECK(std::string("biuf").find(arr.dtype().kind()) != std::string::npos, op,
+           ": cannot make a tensor of ", py::str(py::repr(data)).cast<std::string>().substr(0, 80),
+           " (NumPy reads it as dtype ", py::str(py::handle(arr.dtype())).cast<std::string>(),
+           "; expected numbers, nested in lists of equal lengths)");
+  // asarray, not ascontiguousarray: that one makes a 0-d array 1-d.
+  py::array c = np.attr("asarray")(arr, numpy_dtype(target), py::arg("order") = "C");
   Tensor out = Tensor::empty(Shape(std::vector<int64_t>(c.shape(), c.shape() + c.ndim())), target);
   if (out.nbytes() > 0) std::memcpy(out.raw_data(), c.data(), out.nbytes());
   return out;
@@ -390,16 +463,16 @@ py::array to_numpy(py::handle self) {
 
 }  // namespace
 
-Tensor tensor_from_python(py::handle obj) {
+Tensor tensor_from_python(py::handle obj, const std::string& where) {
   if (py::isinstance<Tensor>(obj)) return obj.cast<Tensor>();
   if (py::isinstance<py::array>(obj)) {
     try {
       return from_numpy(obj);
     } catch (const Error&) {
-      return copy_from_python(obj, std::nullopt);  // a layout or dtype that needs a copy
+      return copy_from_python(obj, std::nullopt, where);  // a layout or dtype that needs a copy
     }
   }
-  return copy_from_python(obj, std::nullopt);
+  return copy_from_python(obj, std::nullopt, where);
 }
 
 void bind_interop(py::module_& m) {
@@ -413,7 +486,7 @@ void bind_interop(py::module_& m) {
   });
   tensor
       .def(py::init([](py::object data, std::optional<DType> dtype) {
-             return copy_from_python(data, dtype);
+             return copy_from_python(data, dtype, "Tensor");
            }),
            py::arg("data"), py::arg("dtype") = py::none(),
            "A copy of `data` (see dtensor.tensor).")
@@ -456,7 +529,7 @@ void bind_interop(py::module_& m) {
              Tensor view = index_of(t, key);  // a view: writing it writes t
              if (py::isinstance<py::float_>(value) || py::isinstance<py::int_>(value) ||
                  py::isinstance<py::bool_>(value)) {
-               view.fill_(value.cast<Scalar>());
+               view.fill_(cast_arg<Scalar>(value, "Tensor[key] = value", "a number that fits int64 or float64"));
              } else {
                view.copy_(tensor_from_python(value));
              }
@@ -475,12 +548,13 @@ A Tensor sharing the memory of a DLPack producer (an object with __dlpack__,
 e.g. a NumPy array or torch tensor, or a DLPack capsule), without a copy.
 Asks for a versioned capsule first and falls back to the legacy one.
 )doc");
-  m.def("tensor", &copy_from_python, py::arg("data"), py::arg("dtype") = py::none(), R"doc(
+  m.def("tensor", [](py::handle data, std::optional<DType> dtype) { return copy_from_python(data, dtype, "tensor"); },
+        py::arg("data"), py::arg("dtype") = py::none(), R"doc(
 A new Tensor holding a copy of `data` (a Tensor, array, nested lists or a
 number), as torch.tensor: Python floats give float32, an array keeps its
 precision, other integer widths become int64, float16 becomes float32.
 )doc");
-  m.def("as_tensor", &tensor_from_python, py::arg("data"),
+  m.def("as_tensor", [](py::handle data) { return tensor_from_python(data, "as_tensor"); }, py::arg("data"),
         "A Tensor sharing `data`'s memory when from_numpy can wrap it, else a copy.");
 }
 

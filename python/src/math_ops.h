@@ -59,7 +59,7 @@ T index_of(const T& x, py::handle key) {
       ++dim;
     } else if (PyIndex_Check(item.ptr()) && !PyBool_Check(item.ptr())) {
       DT_CHECK(dim < out.dim(), "index: too many indices for a ", x.dim(), "-d tensor");
-      int64_t i = item.cast<int64_t>();
+      const int64_t i = cast_arg<int64_t>(item, "index", "an int that fits int64");
       const int64_t n = out.size(dim);
       DT_CHECK(i >= -n && i < n, "index: ", i, " is out of range for dim ", dim, " of size ", n);
       out = out.select(dim, i < 0 ? i + n : i);
@@ -164,17 +164,23 @@ void bind_math_methods(Class& c) {
            py::arg("dim"), release_gil())
       // Views (never copy a Tensor; a DTensor's shards are views when their strides allow).
       .def("view", [](const T& x, const Shape& s) { return x.view(s); }, py::arg("shape"))
-      .def("view", [](const T& x, py::args s) { return x.view(s.cast<Shape>()); })
+      .def("view", [](const T& x, py::args s) {
+             return x.view(cast_arg<Shape>(s, "view(*shape)", "ints"));
+           })
       .def("reshape", [](const T& x, const Shape& s) { return x.reshape(s); }, py::arg("shape"),
            release_gil())
-      .def("reshape", [](const T& x, py::args s) { return x.reshape(s.cast<Shape>()); })
+      .def("reshape", [](const T& x, py::args s) {
+             return x.reshape(cast_arg<Shape>(s, "reshape(*shape)", "ints"));
+           })
       .def("flatten", [](const T& x, int64_t s, int64_t e) { return x.flatten(s, e); },
            py::arg("start_dim") = 0, py::arg("end_dim") = -1)
       .def("squeeze", [](const T& x, std::optional<int64_t> d) { return d ? x.squeeze(*d) : x.squeeze(); },
            py::arg("dim") = py::none())
       .def("unsqueeze", [](const T& x, int64_t d) { return x.unsqueeze(d); }, py::arg("dim"))
       .def("permute", [](const T& x, const DimVector& d) { return x.permute(d); }, py::arg("dims"))
-      .def("permute", [](const T& x, py::args d) { return x.permute(d.cast<DimVector>()); })
+      .def("permute", [](const T& x, py::args d) {
+             return x.permute(cast_arg<DimVector>(d, "permute(*dims)", "dim indices (ints)"));
+           })
       .def("transpose", [](const T& x, int64_t a, int64_t b) { return x.transpose(a, b); },
            py::arg("dim0"), py::arg("dim1"))
       .def("t", [](const T& x) { return x.t(); })
@@ -184,7 +190,9 @@ void bind_math_methods(Class& c) {
         return x.permute(d);
       })
       .def("expand", [](const T& x, const Shape& s) { return x.expand(s); }, py::arg("shape"))
-      .def("expand", [](const T& x, py::args s) { return x.expand(s.cast<Shape>()); })
+      .def("expand", [](const T& x, py::args s) {
+             return x.expand(cast_arg<Shape>(s, "expand(*shape)", "ints"));
+           })
       .def("narrow", [](const T& x, int64_t d, int64_t s, int64_t l) { return x.narrow(d, s, l); },
            py::arg("dim"), py::arg("start"), py::arg("length"), release_gil())
       .def("select", [](const T& x, int64_t d, int64_t i) { return x.select(d, i); },
@@ -200,7 +208,9 @@ void bind_math_methods(Class& c) {
            }, py::arg("split_size"), py::arg("dim") = 0, release_gil())
       .def("repeat", [](const T& x, const DimVector& r) { return repeat(x, r); },
            py::arg("repeats"), release_gil())
-      .def("repeat", [](const T& x, py::args r) { return repeat(x, r.cast<DimVector>()); })
+      .def("repeat", [](const T& x, py::args r) {
+             return repeat(x, cast_arg<DimVector>(r, "repeat(*repeats)", "repeat counts (ints)"));
+           })
       .def("tile", [](const T& x, const DimVector& r) { return tile(x, r); }, py::arg("dims"),
            release_gil())
       .def("unbind", [](const T& x, int64_t d) { return unbind(x, d); }, py::arg("dim") = 0,

@@ -11,9 +11,12 @@ namespace dtensor::python {
 
 namespace {
 
+// mesh["tp"] or mesh["dp", "tp"]: dims by name only, as in PyTorch (an
+// index would be ambiguous with slicing the rank array).
 std::vector<std::string> names_from(py::handle key) {
   if (PyUnicode_Check(key.ptr())) return {key.cast<std::string>()};
-  return key.cast<std::vector<std::string>>();
+  return cast_arg<std::vector<std::string>>(key, "DeviceMesh[key]",
+                                            "a mesh dim name (str) or a tuple of names");
 }
 
 }  // namespace
@@ -41,7 +44,7 @@ other dim. Sub-meshes (mesh["tp"], mesh["dp", "tp"]) and flattened dims
       .def("size", [](const DeviceMesh& mesh, py::object d) -> int64_t {
              if (d.is_none()) return mesh.size();
              if (PyUnicode_Check(d.ptr())) return mesh.size(d.cast<std::string>());
-             return mesh.size(d.cast<int>());
+             return mesh.size(cast_arg<int>(d, "DeviceMesh.size(mesh_dim)", "a dim index (int) or name (str)"));
            }, py::arg("mesh_dim") = py::none(),
            "Ranks in the mesh, or the size of one dim (by index or name).")
       .def_property_readonly("mesh_dim_names", [](const DeviceMesh& mesh) -> py::object {
@@ -63,10 +66,16 @@ other dim. Sub-meshes (mesh["tp"], mesh["dp", "tp"]) and flattened dims
                return mesh.flatten(all, name);
              }
              if (PyUnicode_Check(dims.ptr())) return mesh.flatten(std::vector<int>{mesh.dim_index(dims.cast<std::string>())}, name);
+             const char* what = "DeviceMesh.flatten(dims)";
+             if (PyLong_Check(dims.ptr()))
+               return mesh.flatten(std::vector<int>{cast_arg<int>(dims, what, "a dim index (int)")}, name);
+             if (!PySequence_Check(dims.ptr()))
+               throw py::type_error(std::string(what) + ": expected a dim name or index or a list of "
+                                    "them, got " + describe(dims));
              py::list items(dims);
              if (items.size() > 0 && PyUnicode_Check(items[0].ptr()))
-               return mesh.flatten(items.cast<std::vector<std::string>>(), name);
-             return mesh.flatten(items.cast<std::vector<int>>(), name);
+               return mesh.flatten(cast_arg<std::vector<std::string>>(items, what, "dim names (str)"), name);
+             return mesh.flatten(cast_arg<std::vector<int>>(items, what, "dim indices (int)"), name);
            }, py::arg("dims") = py::none(), py::arg("mesh_dim_name") = "",
            "A 1-d mesh covering the given dims (names or indices; all by default) as one.")
       .def("coordinate", &DeviceMesh::coordinate, py::arg("rank"),

@@ -69,6 +69,13 @@ void ModuleDeleter::operator()(nn::Module* m) const {
 
 using release_gil = py::call_guard<py::gil_scoped_release>;
 
+// Whether a module's C++ object exists: a Python subclass's __init__ may set
+// attributes before it calls super().__init__(mesh), when there is none.
+bool constructed(py::handle self) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(self.ptr());
+  return inst->get_value_and_holder().holder_constructed();
+}
+
 // A Module written in Python: forward() calls the Python method; children
 // and parameters are registered through the protected C++ calls.
 class PyModule : public nn::Module {
@@ -83,7 +90,11 @@ class PyModule : public nn::Module {
     DT_CHECK(static_cast<bool>(f), "dtensor.nn.Module subclass ",
              py::str(py::type::handle_of(py::cast(static_cast<nn::Module*>(this)))).cast<std::string>(),
              " does not define forward(self, x)");
-    return f(py::cast(x, py::return_value_policy::copy)).cast<DTensor>();
+    return cast_arg<DTensor>(f(py::cast(x, py::return_value_policy::copy)),
+                             py::str(py::type::handle_of(py::cast(static_cast<nn::Module*>(this)))
+                                         .attr("__name__"))
+                                     .cast<std::string>() + ".forward's result",
+                             "a DTensor");
   }
   DTensor* add_parameter(const std::string& name, DTensor value) {
     return register_parameter(name, std::move(value));
@@ -147,7 +158,7 @@ void register_parameter(py::object self, const std::string& name, const Paramete
 
 void register_child(py::object self, const std::string& name, py::object child_obj) {
   auto& m = python_module(self.cast<nn::Module&>(), "register_module");
-  auto& child = child_obj.cast<nn::Module&>();
+  auto& child = cast_arg<nn::Module&>(child_obj, "register_module('" + name + "')", "a dtensor.nn.Module");
   check_name(m, name);
   DT_CHECK(cpp_owned().count(&child) == 0, "register_module('", name,
            "'): this module is already a child of another module (a module has one parent)");
@@ -272,7 +283,7 @@ attribute makes it a child, assigning dtensor.nn.Parameter(...) a parameter
                py::gil_scoped_acquire gil;
                py::object r = hook(py::cast(&self, py::return_value_policy::reference),
                                  py::cast(x, py::return_value_policy::copy));
-               return r.is_none() ? x : r.cast<DTensor>();
+               return r.is_none() ? x : cast_arg<DTensor>(r, "forward pre-hook's result", "a DTensor or None");
              });
            },
            py::arg("hook"),
@@ -285,7 +296,7 @@ attribute makes it a child, assigning dtensor.nn.Parameter(...) a parameter
                py::object r = hook(py::cast(&self, py::return_value_policy::reference),
                                  py::cast(x, py::return_value_policy::copy),
                                  py::cast(y, py::return_value_policy::copy));
-               return r.is_none() ? y : r.cast<DTensor>();
+               return r.is_none() ? y : cast_arg<DTensor>(r, "forward hook's result", "a DTensor or None");
              });
            },
            py::arg("hook"), "hook(module, input, output) -> a new output or None, after forward().")
@@ -301,6 +312,16 @@ attribute makes it a child, assigning dtensor.nn.Parameter(...) a parameter
       .def("__setattr__",
            [](py::object self, py::str name, py::object value) {
              const std::string n = name;
+             if (!constructed(self)) {
+               // Before super().__init__(mesh): plain attributes only, as in PyTorch.
+               if (py::isinstance<Parameter>(value))
+                 throw py::attribute_error("cannot assign parameters before Module.__init__() call");
+               if (py::isinstance<nn::Module>(value))
+                 throw py::attribute_error("cannot assign module before Module.__init__() call");
+               if (PyObject_GenericSetAttr(self.ptr(), name.ptr(), value.ptr()) != 0)
+                 throw py::error_already_set();
+               return;
+             }
              auto& mod = self.cast<nn::Module&>();
              if (py::isinstance<Parameter>(value)) {
                register_parameter(self, n, value.cast<Parameter>());
@@ -319,9 +340,12 @@ attribute makes it a child, assigning dtensor.nn.Parameter(...) a parameter
                throw py::error_already_set();
            })
       .def("__getattr__",
-           [](nn::Module& mod, const std::string& name) -> DTensor {
+           [](py::object self, const std::string& name) -> DTensor {
              // Only reached when normal lookup fails: parameters live in C++.
-             if (has_own_parameter(mod, name)) return mod.parameter(name);
+             if (constructed(self)) {
+               auto& mod = self.cast<nn::Module&>();
+               if (has_own_parameter(mod, name)) return mod.parameter(name);
+             }
              throw py::attribute_error("'" + std::string("Module") + "' object has no attribute '" +
                                        name + "'");
            })

@@ -213,7 +213,8 @@ py::object einsum_of(const std::string& equation, py::args args) {
     }
     return py::cast(std::move(out));
   }
-  auto operands = ops.cast<std::vector<Tensor>>();
+  auto operands = cast_arg<std::vector<Tensor>>(ops, "einsum('" + equation + "') operands",
+                                               "all DTensors or all Tensors");
   Tensor out;
   {
     py::gil_scoped_release release;
@@ -375,12 +376,17 @@ void bind_ops(py::module_& m) {
         py::arg("device_mesh") = py::none(), py::arg("placements") = py::none(),
         "Standard normal, the same global values whatever the layout.");
   m.def("arange",
-        [](double start, std::optional<double> end, double step, DType dtype) {
-          if (!end) return Tensor::arange(0, start, step, dtype);
-          return Tensor::arange(start, *end, step, dtype);
+        [](Scalar start, std::optional<Scalar> end, Scalar step, std::optional<DType> dtype) {
+          // As torch.arange: int64 unless an argument is a float (then float32).
+          const DType d = dtype.value_or(
+              step.result_type(start.result_type(end ? end->result_type(DType::Int64) : DType::Int64)));
+          if (!end) return Tensor::arange(0, start.to_double(), step.to_double(), d);
+          return Tensor::arange(start.to_double(), end->to_double(), step.to_double(), d);
         },
         py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1,
-        py::arg("dtype") = DType::Int64, release_gil(), "arange(end) or arange(start, end, step).");
+        py::arg("dtype") = py::none(), release_gil(),
+        "arange(end) or arange(start, end, step): int64, or float32 when an argument is a "
+        "float (torch.arange), unless dtype is given.");
 
   // `with dtensor.implicit_replication():` plain Tensors of any shape mix
   // with DTensors as Replicate (every rank must pass the same tensor).

@@ -11,7 +11,8 @@
 // Parameters are a list (or any iterable) of DTensors, or of (name, DTensor)
 // pairs such as module.named_parameters() gives; the optimizer keeps copies
 // that share their storage and gradient. One learning rate per optimizer
-// (no param_groups): opt.lr reads and sets it. step() and clip_grad_norm_
+// (no param_groups: a list of dicts raises TypeError saying so): opt.lr
+// reads and sets it. An empty parameter list is PyTorch's ValueError. step() and clip_grad_norm_
 // release the GIL.
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
@@ -46,8 +47,18 @@ ParamList params_from_python(py::handle params) {
   if (py::isinstance<DTensor>(params))
     DT_THROW("optimizer: params must be an iterable of DTensors or (name, DTensor) pairs, got "
              "one DTensor (wrap it in a list)");
+  if (!py::isinstance<py::iterable>(params))
+    throw py::type_error("optimizer: params must be an iterable of DTensors or (name, DTensor) "
+                         "pairs, got " + describe(params));
   bool first = true;
   for (py::handle item : py::iter(params)) {
+    if (py::isinstance<py::dict>(item))
+      throw py::type_error(
+          "optimizer: params holds a dict, a param group; dtensor optimizers have no param "
+          "groups (one learning rate and one set of options per optimizer): pass an iterable of "
+          "DTensors or of (name, DTensor) pairs such as module.parameters() or "
+          "module.named_parameters(), and make one optimizer per group if groups need other "
+          "options");
     const bool pair = py::isinstance<py::tuple>(item) || py::isinstance<py::list>(item);
     if (first) out.is_named = pair;
     DT_CHECK(pair == out.is_named, "optimizer: params mix DTensors and (name, DTensor) pairs");
@@ -56,9 +67,10 @@ ParamList params_from_python(py::handle params) {
       auto seq = py::reinterpret_borrow<py::sequence>(item);
       DT_CHECK(seq.size() == 2, "optimizer: a named parameter is a (name, DTensor) pair, got ",
                seq.size(), " items");
-      out.named.emplace_back(seq[0].cast<std::string>(), seq[1].cast<DTensor>());
+      out.named.emplace_back(cast_arg<std::string>(seq[0], "optimizer: a (name, DTensor) pair", "a name (str) first"),
+                             cast_arg<DTensor>(seq[1], "optimizer: a (name, DTensor) pair", "a DTensor second"));
     } else {
-      out.plain.push_back(item.cast<DTensor>());
+      out.plain.push_back(cast_arg<DTensor>(item, "optimizer: params", "DTensors (or (name, DTensor) pairs)"));
     }
   }
   return out;
@@ -67,6 +79,8 @@ ParamList params_from_python(py::handle params) {
 template <class Opt, class Options>
 std::unique_ptr<Opt> make_optimizer(py::handle params, const Options& o) {
   ParamList p = params_from_python(params);
+  // PyTorch's ValueError, word for word.
+  if (p.plain.empty() && p.named.empty()) throw py::value_error("optimizer got an empty parameter list");
   if (p.is_named) return std::make_unique<Opt>(std::move(p.named), o);
   return std::make_unique<Opt>(std::move(p.plain), o);
 }
@@ -122,7 +136,8 @@ The base of the optimizers: the parameters, their state and one learning rate.
            [](optim::Optimizer& o, py::handle key) {
              if (PyUnicode_Check(key.ptr()))
                return param_state_to_python(o.state(key.cast<std::string>()));
-             return param_state_to_python(o.state(key.cast<size_t>()));
+             return param_state_to_python(
+                 o.state(cast_arg<size_t>(key, "Optimizer.state(key)", "a parameter index (int >= 0) or name (str)")));
            },
            py::arg("key"),
            "{'step': n, buffer name: DTensor} of the parameter at an index or of a name "

@@ -37,7 +37,7 @@ using release_gil = py::call_guard<py::gil_scoped_release>;
 // The dims of `mesh` that `which` covers: an index, a dim name, or a
 // sub-mesh (or flattened dim) of the same root.
 std::vector<int> mesh_dims_of(const DeviceMesh& mesh, py::handle which, const char* what) {
-  if (PyLong_Check(which.ptr())) return {which.cast<int>()};
+  if (PyLong_Check(which.ptr())) return {cast_arg<int>(which, what, "a mesh dim index that fits an int")};
   if (PyUnicode_Check(which.ptr())) return {mesh.dim_index(which.cast<std::string>())};
   if (py::isinstance<py::list>(which) || py::isinstance<py::tuple>(which)) {
     std::vector<int> out;
@@ -47,7 +47,8 @@ std::vector<int> mesh_dims_of(const DeviceMesh& mesh, py::handle which, const ch
     }
     return out;
   }
-  const auto& sub = which.cast<const DeviceMesh&>();
+  const auto& sub = cast_arg<const DeviceMesh&>(
+      which, what, "a mesh dim (index, name, sub-mesh such as mesh[\"dp\"]) or a list of them");
   DT_CHECK(sub.root() == mesh.root(), what, ": mesh ", sub.to_string(),
            " is not a view of the module's mesh ", mesh.to_string());
   MeshDimMask wanted = 0;
@@ -79,9 +80,9 @@ Placement one_placement(py::handle h, const char* what) {
     auto seq = py::reinterpret_borrow<py::sequence>(h);
     DT_CHECK(seq.size() == 1, what, ": one placement (for the tp mesh dim) expected, got ",
              seq.size());
-    return seq[0].cast<Placement>();
+    return cast_arg<Placement>(seq[0], what, "Shard, Replicate or Partial");
   }
-  return h.cast<Placement>();
+  return cast_arg<Placement>(h, what, "Shard, Replicate or Partial (or a one-element tuple of one)");
 }
 
 std::optional<Placement> optional_placement(py::handle h, const char* what) {
@@ -108,11 +109,15 @@ ParallelizePlan plan_from_python(py::handle plan) {
   ParallelizePlan out;
   if (py::isinstance<py::dict>(plan)) {
     for (auto [k, v] : py::reinterpret_borrow<py::dict>(plan))
-      out.emplace_back(k.cast<std::string>(), style_from_python(v));
+      out.emplace_back(cast_arg<std::string>(k, "parallelize_module: a plan key", "a module name (str)"),
+                       style_from_python(v));
   } else if (py::isinstance<py::list>(plan) || py::isinstance<py::tuple>(plan)) {
     for (py::handle item : plan) {
-      auto pair = item.cast<py::tuple>();
-      out.emplace_back(pair[0].cast<std::string>(), style_from_python(pair[1]));
+      auto pair = cast_arg<py::tuple>(item, "parallelize_module: a plan item", "a (module name, style) tuple");
+      DT_CHECK(pair.size() == 2, "parallelize_module: a plan item is (module name, style), got ",
+               pair.size(), " items");
+      out.emplace_back(cast_arg<std::string>(pair[0], "parallelize_module: a plan item", "a module name (str) first"),
+                       style_from_python(pair[1]));
     }
   } else {
     out.emplace_back("", style_from_python(plan));  // one style for the module itself
@@ -202,7 +207,7 @@ Shard(sequence_dim) on tp, each rank normalising its slice of the sequence.
 
   pm.def("parallelize_module",
          [](py::object module, py::object device_mesh, py::object plan) {
-           auto& mod = module.cast<nn::Module&>();
+           auto& mod = cast_arg<nn::Module&>(module, "parallelize_module(module)", "a dtensor.nn.Module");
            const int tp = tp_dim_of(mod.mesh(), device_mesh, "parallelize_module");
            ParallelizePlan p = plan_from_python(plan);
            {
@@ -220,7 +225,7 @@ replaced in place (make the optimizer after); returns the module.
 
   pm.def("fully_shard",
          [](py::object module, py::object mesh, bool reshard_after_forward) {
-           auto& mod = module.cast<nn::Module&>();
+           auto& mod = cast_arg<nn::Module&>(module, "fully_shard(module)", "a dtensor.nn.Module");
            FullyShardOptions o;
            if (!mesh.is_none()) o.mesh_dims = mesh_dims_of(mod.mesh(), mesh, "fully_shard");
            o.reshard_after_forward = reshard_after_forward;
@@ -240,7 +245,7 @@ parallelism and before making the optimizer. Returns the module.
 )doc");
   pm.def("replicate",
          [](py::object module, py::object mesh) {
-           auto& mod = module.cast<nn::Module&>();
+           auto& mod = cast_arg<nn::Module&>(module, "replicate(module)", "a dtensor.nn.Module");
            std::vector<int> dims = {0};
            if (!mesh.is_none()) dims = mesh_dims_of(mod.mesh(), mesh, "replicate");
            {

@@ -29,12 +29,14 @@ const char* const kKindNames[] = {"all_gather", "all_reduce", "reduce_scatter",
                                   "all_to_all", "broadcast",  "scatter",
                                   "box_exchange"};
 
-// Milliseconds from seconds; throws naming `what` unless a finite number
-// >= 0 that fits (a typo must not silently leave the default in force).
+// Milliseconds from seconds; throws naming `what` unless a number >= 0
+// (a typo must not silently leave the default in force). Infinity, like 0,
+// is no timeout (0 ms); finite values beyond ~290,000 years are refused
+// rather than wrapped.
 int64_t checked_ms(double seconds, const std::string& what) {
-  DT_CHECK(std::isfinite(seconds) && seconds >= 0 && seconds < 9.2e15, what,
-           ": expected a number of seconds >= 0 (0 turns the timeout off)");
-  return static_cast<int64_t>(seconds * 1000);
+  DT_CHECK(!std::isnan(seconds) && seconds >= 0 && (std::isinf(seconds) || seconds < 9.2e15), what,
+           ": expected a number of seconds >= 0 (0 or inf turns the timeout off)");
+  return std::isinf(seconds) ? 0 : static_cast<int64_t>(seconds * 1000);
 }
 
 // Read from DTENSOR_COLLECTIVE_TIMEOUT on first use, which is the main
@@ -47,7 +49,7 @@ std::atomic<int64_t>& timeout_ms() {
       char* end = nullptr;
       const double v = std::strtod(env, &end);
       const std::string what = "DTENSOR_COLLECTIVE_TIMEOUT='" + std::string(env).substr(0, 40) + "'";
-      DT_CHECK(end != env && *end == '\0', what, ": expected a number of seconds >= 0 (0 turns the timeout off)");
+      DT_CHECK(end != env && *end == '\0', what, ": expected a number of seconds >= 0 (0 or inf turns the timeout off)");
       value = checked_ms(v, what);
     }
     return new std::atomic<int64_t>(value);

@@ -111,8 +111,8 @@ class CollectiveMonitor {
   std::chrono::steady_clock::time_point seen_since_;
 };
 
-// The collective timeout in seconds, process-wide (<= 0: no timeout).
-// Starts from DTENSOR_COLLECTIVE_TIMEOUT, or 600.
+// The collective timeout in seconds, process-wide (<= 0: no timeout; set
+// to inf, it reads 0). Starts from DTENSOR_COLLECTIVE_TIMEOUT, or 600.
 double collective_timeout_seconds();
 void set_collective_timeout_seconds(double seconds);
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <thread>
 
 #include "comm/mpi_backend.h"
@@ -114,9 +115,11 @@ TEST(MpiWorld, CollectiveTimeoutIsSettable) {
   EXPECT_DOUBLE_EQ(mpi_collective_timeout(), 2.5);
   set_mpi_collective_timeout(0);  // off
   EXPECT_DOUBLE_EQ(mpi_collective_timeout(), 0);
+  set_mpi_collective_timeout(std::numeric_limits<double>::infinity());  // off too
+  EXPECT_DOUBLE_EQ(mpi_collective_timeout(), 0);
   set_mpi_collective_timeout(before);
   EXPECT_DOUBLE_EQ(mpi_collective_timeout(), before);
-  // A negative or non-finite timeout is refused, and the setting kept.
+  // A negative or NaN timeout is refused, and the setting kept.
   dtensor::testing::expect_error([] { set_mpi_collective_timeout(-1); },
                                  {"set_mpi_collective_timeout(-1", "expected a number of seconds >= 0"});
   dtensor::testing::expect_error([] { set_mpi_collective_timeout(std::nan("")); },
