@@ -61,7 +61,7 @@ TEST_F(SupersededTest, OptimizerMadeBeforeParallelizeModuleRefusesToStep) {
                {"optimizer: parameter 0", "parallelize_module"});
   // Made after, it trains.
   optim::SGD late(named(model), {.lr = 0.1});
-  const Tensor before = model.parameter("fc.weight").full_tensor();
+  const Tensor before = model.parameter("fc.weight").full_tensor().clone();
   train_step(model, late);
   EXPECT_FALSE(equal(model.parameter("fc.weight").full_tensor(), before));
 }
@@ -74,7 +74,7 @@ TEST_F(SupersededTest, OptimizerMadeBeforeFullyShardRefusesToStep) {
                {"AdamW: parameter 0 (", "replaced in its module by fully_shard",
                 "build the optimizer after parallelize_module/fully_shard"});
   optim::AdamW late(model.parameters(), {});
-  const Tensor before = model.parameter("out.bias").full_tensor();
+  const Tensor before = model.parameter("out.bias").full_tensor().clone();
   train_step(model, late);
   EXPECT_FALSE(equal(model.parameter("out.bias").full_tensor(), before));
 }
@@ -86,7 +86,7 @@ TEST_F(SupersededTest, AStyleThatMovesNoParameterKeepsTheOptimizerValid) {
   optim::SGD opt(named(model), {.lr = 0.1});
   parallelize_module(model, 1, {{"fc", PrepareModuleInput{.input_layouts = Replicate(),
                                                           .desired_input_layouts = Replicate()}}});
-  const Tensor before = model.parameter("fc.weight").full_tensor();
+  const Tensor before = model.parameter("fc.weight").full_tensor().clone();
   train_step(model, opt);
   EXPECT_FALSE(equal(model.parameter("fc.weight").full_tensor(), before));
 }
