@@ -48,7 +48,8 @@ bool implicit_replication_enabled();
 
 // ---- factories -------------------------------------------------------------------
 // torch.distributed.tensor.zeros/ones/full/empty: each held rank allocates
-// only its own shard. A Partial(sum) placement holds the value on the
+// only its own shard, all of them checked together (check_allocation)
+// before the first is made. A Partial(sum) placement holds the value on the
 // first rank of each group and zeros on the others (the pieces sum to it);
 // other Partials hold it everywhere. empty leaves the data uninitialized.
 DTensor zeros(const Shape& shape, const DeviceMesh& mesh, const Placements& placements,
