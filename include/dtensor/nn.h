@@ -25,8 +25,10 @@
 //
 // Differences from torch.nn.Module: one DTensor in and one out (a model with
 // more inputs keeps them as members, e.g. a mask as a buffer); no
-// train/eval mode, no buffers beyond what a module keeps as members; the
-// state dict is checkpoint.h's get_state_dict (and Python's Module.state_dict()).
+// train/eval mode; no state_dict() method: a model's state (with its
+// optimizer's) is checkpoint::get_state_dict / set_state_dict
+// (dtensor/checkpoint.h), as torch.distributed.checkpoint.state_dict; no
+// buffers beyond what a module keeps as members.
 #pragma once
 
 #include <functional>
