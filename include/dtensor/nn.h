@@ -10,12 +10,18 @@
 //   for (auto& [name, p] : model.named_parameters()) ...   // "blocks.0.fc.weight"
 //
 // Parameters are made from full tensors (every process passes the same
-// values, e.g. from one seed) and start Replicate on the module's mesh.
+// values, e.g. from one seed or the global generator, manual_seed in ops.h)
+// and start Replicate on the module's mesh. A constructor checks every size
+// (element counts, bytes, the memory of all the copies together; see
+// check_allocation) before it makes any parameter.
 // Parallelizing a model changes their layout in place: parallelize_module
-// and fully_shard assign new leaves through named_parameters()' pointers
-// and register hooks that move inputs and outputs, so the module's own
-// forward() is written once, as on one device. Make the optimizer after
-// parallelizing (it holds the parameters as they are then), as in PyTorch.
+// and fully_shard assign new leaves through replace_parameter and register
+// hooks that move inputs and outputs, so the module's own forward() is
+// written once, as on one device. Make the optimizer after parallelizing
+// (it holds the parameters as they are then), as in PyTorch: a parameter
+// replaced by replace_parameter is marked superseded, and an optimizer still
+// holding it throws at step() and zero_grad() instead of updating a tensor
+// the model no longer reads.
 //
 // Differences from torch.nn.Module: one DTensor in and one out (a model with
 // more inputs keeps them as members, e.g. a mask as a buffer); no
@@ -76,6 +82,14 @@ class Module {
   // ones require grad. Returns the slot forward() reads (stable address).
   DTensor* register_parameter(const std::string& name, const Tensor& full);
   DTensor* register_parameter(const std::string& name, DTensor value);
+  // Throws (check_allocation, naming `op`) unless parameters of these
+  // shapes can all be made: each (its `copies` times, e.g. once per block
+  // of a model) is counted once per rank of the mesh this process holds
+  // (its Replicate copies), plus `extra_copies` (the full tensors a
+  // constructor from sizes makes first). Call it before making any
+  // parameter.
+  void check_parameter_sizes(const std::string& op, std::vector<PlannedTensor> params,
+                             int64_t extra_copies) const;
   template <class M>
   M* register_module(const std::string& name, std::unique_ptr<M> child) {
     M* raw = child.get();
@@ -94,13 +108,25 @@ class Module {
   std::vector<ForwardHook> hooks_;
 };
 
+// Replaces the parameter in `slot` (a pointer from named_parameters()) by
+// `value` and marks the one it held superseded, naming `by` (e.g.
+// "parallelize_module"): an optimizer made before holds the old one, and
+// its step() and zero_grad() then throw saying so. Assigning through the
+// pointer directly replaces without the mark.
+void replace_parameter(DTensor& slot, DTensor value, const std::string& by);
+// What replaced `param` (replace_parameter's `by`), or nullopt while it is
+// still a module's current parameter.
+std::optional<std::string> superseded_by(const DTensor& param);
+
 // y = x W^T + b; W (out, in), b (out).
 class Linear : public Module {
  public:
   Linear(const DeviceMesh& mesh, const Tensor& weight, const std::optional<Tensor>& bias);
-  // W and b from `seed`, uniform in +-1/sqrt(in) as nn.Linear initialises.
-  Linear(const DeviceMesh& mesh, int64_t in_features, int64_t out_features, bool bias,
-         uint64_t seed);
+  // W and b uniform in +-1/sqrt(in) as nn.Linear initialises, from `seed`
+  // (W) and seed + 1 (b), or from two draws of the global generator
+  // (next_seed) without a seed.
+  Linear(const DeviceMesh& mesh, int64_t in_features, int64_t out_features, bool bias = true,
+         std::optional<uint64_t> seed = std::nullopt);
   DTensor forward(const DTensor& x) override;
   DTensor& weight() { return *weight_; }
   DTensor* bias() { return bias_; }
@@ -114,6 +140,10 @@ class Linear : public Module {
 class Embedding : public Module {
  public:
   Embedding(const DeviceMesh& mesh, const Tensor& weight);
+  // A standard-normal table (nn.Embedding's) from `seed`, or from the global
+  // generator without one.
+  Embedding(const DeviceMesh& mesh, int64_t num_embeddings, int64_t embedding_dim,
+            std::optional<uint64_t> seed = std::nullopt);
   DTensor forward(const DTensor& ids) override;
   DTensor& weight() { return *weight_; }
 
@@ -125,6 +155,8 @@ class Embedding : public Module {
 class LayerNorm : public Module {
  public:
   LayerNorm(const DeviceMesh& mesh, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+  // Weight ones, bias zeros (nn.LayerNorm's).
+  LayerNorm(const DeviceMesh& mesh, int64_t normalized_shape, double eps = 1e-5);
   DTensor forward(const DTensor& x) override;
   DTensor& weight() { return *weight_; }
   DTensor& bias() { return *bias_; }

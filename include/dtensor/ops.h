@@ -48,7 +48,8 @@ bool implicit_replication_enabled();
 
 // ---- factories -------------------------------------------------------------------
 // torch.distributed.tensor.zeros/ones/full/empty: each held rank allocates
-// only its own shard. A Partial(sum) placement holds the value on the
+// only its own shard, all of them checked together (check_allocation)
+// before the first is made. A Partial(sum) placement holds the value on the
 // first rank of each group and zeros on the others (the pieces sum to it);
 // other Partials hold it everywhere. empty leaves the data uninitialized.
 DTensor zeros(const Shape& shape, const DeviceMesh& mesh, const Placements& placements,
@@ -411,14 +412,32 @@ DTensor scaled_dot_product_attention(const DTensor& query, const DTensor& key,
 // ---- random (layout-invariant) -----------------------------------------------------------
 // Element i (row-major) of the global tensor is Tensor::rand(shape, seed)'s
 // element i whatever the placements: each rank makes only its own shard.
-// Placements must be Shard or Replicate.
+// Placements must be Shard or Replicate. Without a seed, the seed is
+// next_seed() (the global generator below).
 DTensor rand(const Shape& shape, const DeviceMesh& mesh, const Placements& placements,
-             uint64_t seed, DType dtype = DType::Float32);
+             std::optional<uint64_t> seed = std::nullopt, DType dtype = DType::Float32);
 DTensor randn(const Shape& shape, const DeviceMesh& mesh, const Placements& placements,
-              uint64_t seed, DType dtype = DType::Float32);
+              std::optional<uint64_t> seed = std::nullopt, DType dtype = DType::Float32);
 // x * mask / (1 - p) with mask = rand(x.shape, seed) >= p, the same global
-// mask whatever x's placements.
-DTensor dropout(const DTensor& x, double p, uint64_t seed);
+// mask whatever x's placements (seed: next_seed() when not given).
+DTensor dropout(const DTensor& x, double p, std::optional<uint64_t> seed = std::nullopt);
+
+// The global generator (torch.manual_seed): what a random op or module made
+// without a seed draws from (rand, randn, dropout, nn::Linear, ...). Each
+// such call takes the next seed of a fixed sequence that depends only on
+// the manual_seed given and the number of draws since, never on the rank:
+// the processes of an SPMD program make the same calls in the same order,
+// so they draw the same seeds, and the MPI world and the simulated world
+// get the same values (still layout-invariant, as with an explicit seed).
+// Two unseeded calls get different values (two nn::Linear of one shape get
+// different weights). Calls given a seed neither use nor advance it. The
+// default seed is PyTorch's (67280421310721). Thread-safe, but draws from
+// several threads come in whatever order the threads make them.
+void manual_seed(uint64_t seed);
+// The seed of the last manual_seed (the default before any).
+uint64_t initial_seed();
+// Advances the generator: the seed for one draw.
+uint64_t next_seed();
 
 using ShardingPropCacheInfo = CacheInfo;
 // Counters of the sharding-propagation cache.

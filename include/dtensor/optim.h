@@ -62,7 +62,11 @@ struct ParamState {
 // The base of all optimizers: the parameters, their state and the
 // learning rate. Parameters are DTensor copies of the model's, sharing
 // their storage and gradient (DTensor copies made after requires_grad_()
-// are the same tensor), so step() changes the model's parameters.
+// are the same tensor), so step() changes the model's parameters. Make it
+// after parallelize_module / fully_shard: they replace the parameters
+// (nn::replace_parameter), and an optimizer holding a replaced one throws
+// at construction, step() and zero_grad(), naming it, rather than
+// skipping it at every step while the model never changes.
 class Optimizer {
  public:
   // REQUIRES: every parameter is a leaf that requires grad, of a floating

@@ -251,6 +251,22 @@ size_t available_memory_bytes();
 // the shape when a size is negative or the product overflows int64.
 int64_t checked_numel(const Shape& shape, const char* op);
 
+// A tensor about to be made, `copies` times (e.g. once per simulated rank).
+struct PlannedTensor {
+  std::string name;  // for the message: "weight", "the block of rank 3"
+  Shape shape;
+  DType dtype = DType::Float32;
+  int64_t copies = 1;
+};
+// Checks, before the first of them is allocated, that tensors made together
+// can be: each shape's element count and bytes fit int64, and all their
+// bytes together fit in physical_memory_bytes(), the limit each Storage
+// already has, applied to the whole set. Throws dtensor::Error naming `op`,
+// the tensor and the sizes otherwise, so that a constructor or factory
+// refuses at once instead of filling gigabytes it then drops (nn.Linear
+// making its bias before finding the weight too big).
+void check_allocation(const std::string& op, const std::vector<PlannedTensor>& tensors);
+
 class Tensor {
  public:
   // An undefined tensor (defined() is false); used for "no bias" and the like.

@@ -4,7 +4,7 @@
 //   class MLP(dtensor.nn.Module):
 //       def __init__(self, mesh):
 //           super().__init__(mesh)
-//           self.up = dtensor.nn.Linear(mesh, 16, 64, seed=1)     # a child module
+//           self.up = dtensor.nn.Linear(mesh, 16, 64)             # a child module
 //           self.scale = dtensor.nn.Parameter(np.ones(64))        # a parameter
 //       def forward(self, x):
 //           return self.down(dtensor.gelu(self.up(x)) * self.scale)
@@ -40,6 +40,7 @@
 #include "bindings.h"
 #include "casters.h"
 #include "dtensor/nn.h"
+#include "dtensor/ops.h"
 #include "dtensor/optim.h"
 
 namespace dtensor::python {
@@ -205,6 +206,16 @@ using ModuleClass = py::class_<M, nn::Module, ModulePtr<M>>;
 }  // namespace
 
 void bind_nn(py::module_& m) {
+  // The global generator the unseeded modules and random ops draw from.
+  m.def("manual_seed", &manual_seed, py::arg("seed"), R"doc(
+Seeds the global generator (torch.manual_seed) that random ops and modules
+made without a seed draw from: dtensor.rand/randn/dropout, nn.Linear,
+nn.Embedding. Each such call takes the next seed of a sequence fixed by this
+seed, the same on every process (they make the same calls in the same order),
+so the MPI world and the simulated world give the same values.
+)doc");
+  m.def("initial_seed", &initial_seed, "The seed of the last manual_seed (or the default).");
+
   py::module_ nm = m.def_submodule("nn", "Modules (torch.nn) for DTensor models.");
 
   py::class_<Parameter>(nm, "Parameter", R"doc(
@@ -333,7 +344,9 @@ attribute makes it a child, assigning dtensor.nn.Parameter(...) a parameter
                DT_CHECK(py::isinstance<DTensor>(value), "cannot assign a ",
                         py::str(py::type::handle_of(value).attr("__name__")).cast<std::string>(),
                         " to parameter '", n, "' (a DTensor or dtensor.nn.Parameter expected)");
-               mod.parameter(n) = value.cast<DTensor>();
+               // The old one is marked so that an optimizer holding it refuses to step.
+               nn::replace_parameter(mod.parameter(n), value.cast<DTensor>(),
+                                     "an assignment to the module's attribute '" + n + "'");
                return;
              }
              if (PyObject_GenericSetAttr(self.ptr(), name.ptr(), value.ptr()) != 0)
@@ -352,13 +365,15 @@ attribute makes it a child, assigning dtensor.nn.Parameter(...) a parameter
       .def("__repr__", [](py::handle self) { return module_repr(self); });
 
   ModuleClass<nn::Linear>(nm, "Linear", "y = x W^T + b with W (out, in), b (out) (torch.nn.Linear).")
-      .def(py::init([](const DeviceMesh& mesh, int64_t in, int64_t out, bool bias, uint64_t seed) {
+      .def(py::init([](const DeviceMesh& mesh, int64_t in, int64_t out, bool bias,
+                       std::optional<uint64_t> seed) {
              return ModulePtr<nn::Linear>(new nn::Linear(mesh, in, out, bias, seed));
            }),
            py::arg("device_mesh"), py::arg("in_features"), py::arg("out_features"),
-           py::arg("bias") = true, py::kw_only(), py::arg("seed") = 0,
-           "Weights uniform in +-1/sqrt(in_features) from `seed` (nn.Linear's initialisation; "
-           "every process draws the same), Replicate on the mesh.")
+           py::arg("bias") = true, py::kw_only(), py::arg("seed") = py::none(),
+           "Weights uniform in +-1/sqrt(in_features) (nn.Linear's initialisation; every process "
+           "draws the same), Replicate on the mesh: W from `seed` and b from seed + 1, or from "
+           "the global generator (dtensor.manual_seed) without a seed.")
       .def(py::init([](const DeviceMesh& mesh, py::object weight, py::object bias) {
              std::optional<Tensor> b;
              if (!bias.is_none()) b = tensor_from_python(bias);
@@ -375,11 +390,14 @@ attribute makes it a child, assigning dtensor.nn.Parameter(...) a parameter
       .def_property_readonly("out_features", [](nn::Linear& l) { return l.weight().shape()[0]; });
 
   ModuleClass<nn::Embedding>(nm, "Embedding", "Rows of a (num, dim) table looked up by int64 ids.")
-      .def(py::init([](const DeviceMesh& mesh, int64_t num, int64_t dim, uint64_t seed) {
-             return ModulePtr<nn::Embedding>(new nn::Embedding(mesh, Tensor::randn({num, dim}, seed)));
+      .def(py::init([](const DeviceMesh& mesh, int64_t num, int64_t dim,
+                       std::optional<uint64_t> seed) {
+             return ModulePtr<nn::Embedding>(new nn::Embedding(mesh, num, dim, seed));
            }),
            py::arg("device_mesh"), py::arg("num_embeddings"), py::arg("embedding_dim"),
-           py::kw_only(), py::arg("seed") = 0, "A standard-normal table from `seed` (nn.Embedding's).")
+           py::kw_only(), py::arg("seed") = py::none(),
+           "A standard-normal table (nn.Embedding's) from `seed`, or from the global generator "
+           "(dtensor.manual_seed) without one.")
       .def(py::init([](const DeviceMesh& mesh, py::object weight) {
              return ModulePtr<nn::Embedding>(new nn::Embedding(mesh, tensor_from_python(weight)));
            }),
@@ -388,8 +406,7 @@ attribute makes it a child, assigning dtensor.nn.Parameter(...) a parameter
 
   ModuleClass<nn::LayerNorm>(nm, "LayerNorm", "LayerNorm over the last dim, with weight and bias.")
       .def(py::init([](const DeviceMesh& mesh, int64_t dim, double eps) {
-             return ModulePtr<nn::LayerNorm>(
-                 new nn::LayerNorm(mesh, Tensor::ones({dim}), Tensor::zeros({dim}), eps));
+             return ModulePtr<nn::LayerNorm>(new nn::LayerNorm(mesh, dim, eps));
            }),
            py::arg("device_mesh"), py::arg("normalized_shape"), py::arg("eps") = 1e-5,
            "Weight ones, bias zeros (nn.LayerNorm's).")

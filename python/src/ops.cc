@@ -257,8 +257,10 @@ void bind_layer_ops(py::module_& m) {
           return x.slice(d, s, e, st);
         }, py::arg("input"), py::arg("dim"), py::arg("start"), py::arg("end"), py::arg("step") = 1,
         release_gil());
-  m.def("dropout", [](const DTensor& x, double p, uint64_t seed) { return dropout(x, p, seed); },
-        py::arg("input"), py::arg("p"), py::arg("seed"), release_gil());
+  m.def("dropout",
+        [](const DTensor& x, double p, std::optional<uint64_t> seed) { return dropout(x, p, seed); },
+        py::arg("input"), py::arg("p"), py::arg("seed") = py::none(), release_gil(),
+        "Without a seed, the mask's seed comes from the global generator (manual_seed).");
   // torch.nn.functional.scaled_dot_product_attention's signature (no enable_gqa).
   m.def("scaled_dot_product_attention",
         [](const DTensor& q, const DTensor& k, const DTensor& v, std::optional<DTensor> mask,
@@ -356,23 +358,24 @@ void bind_ops(py::module_& m) {
         py::arg("device_mesh") = py::none(), py::arg("placements") = py::none(),
         "fill_value everywhere (dtype from the value unless given).");
   // Counter-based random numbers: element i of the global tensor is the
-  // same whatever the layout (each rank makes only its own shard).
+  // same whatever the layout (each rank makes only its own shard). Without
+  // a seed, one from the global generator (manual_seed).
   m.def("rand",
-        [](const Shape& shape, uint64_t seed, DType dtype, std::optional<DeviceMesh> mesh,
-           std::optional<Placements> placements) -> py::object {
+        [](const Shape& shape, std::optional<uint64_t> seed, DType dtype,
+           std::optional<DeviceMesh> mesh, std::optional<Placements> placements) -> py::object {
           if (mesh) return py::cast(rand(shape, *mesh, placements.value_or(Placements()), seed, dtype));
-          return py::cast(Tensor::rand(shape, seed, 0, dtype));
+          return py::cast(Tensor::rand(shape, seed ? *seed : next_seed(), 0, dtype));
         },
-        py::arg("size"), py::kw_only(), py::arg("seed"), py::arg("dtype") = DType::Float32,
+        py::arg("size"), py::kw_only(), py::arg("seed") = py::none(), py::arg("dtype") = DType::Float32,
         py::arg("device_mesh") = py::none(), py::arg("placements") = py::none(),
         "Uniform in [0, 1), the same global values whatever the layout.");
   m.def("randn",
-        [](const Shape& shape, uint64_t seed, DType dtype, std::optional<DeviceMesh> mesh,
-           std::optional<Placements> placements) -> py::object {
+        [](const Shape& shape, std::optional<uint64_t> seed, DType dtype,
+           std::optional<DeviceMesh> mesh, std::optional<Placements> placements) -> py::object {
           if (mesh) return py::cast(randn(shape, *mesh, placements.value_or(Placements()), seed, dtype));
-          return py::cast(Tensor::randn(shape, seed, 0, dtype));
+          return py::cast(Tensor::randn(shape, seed ? *seed : next_seed(), 0, dtype));
         },
-        py::arg("size"), py::kw_only(), py::arg("seed"), py::arg("dtype") = DType::Float32,
+        py::arg("size"), py::kw_only(), py::arg("seed") = py::none(), py::arg("dtype") = DType::Float32,
         py::arg("device_mesh") = py::none(), py::arg("placements") = py::none(),
         "Standard normal, the same global values whatever the layout.");
   m.def("arange",

@@ -39,6 +39,11 @@ def main():
     lines.append(f"rank 0 shard {digest(local)}")
     sm = dt.softmax(da.redistribute([dt.Shard(0), dt.Replicate()]), -1)
     lines.append(f"softmax {digest(sm.full_tensor())}")
+    # unseeded: every process draws the same seeds from the global generator
+    dt.manual_seed(7)
+    lin = dt.nn.Linear(mesh, 5, 3)
+    noise = dt.rand((6, 4), device_mesh=mesh, placements=[dt.Shard(0), dt.Shard(1)])
+    lines.append(f"unseeded {digest(lin.weight.full_tensor())} {digest(noise.full_tensor())}")
     if world.rank == 0:
         print("\n".join(lines), flush=True)
 

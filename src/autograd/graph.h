@@ -50,6 +50,10 @@ struct Meta {
   bool retains_grad = false;
   // A leaf's gradient is moved to these before it is added (from_local's).
   std::optional<Placements> grad_placements;
+  // A module parameter that nn::replace_parameter replaced: what replaced
+  // it ("parallelize_module"), so that an optimizer still holding it can
+  // say so instead of stepping a tensor the model no longer reads.
+  std::optional<std::string> superseded_by;
 };
 
 // One gradient per forward input; nullopt where the input needs none.

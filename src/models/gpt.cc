@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "dtensor/error.h"
 #include "dtensor/ops.h"
@@ -38,6 +39,25 @@ void check_config(const GPTConfig& c) {
            c.layers, ", vocab ", c.vocab);
   DT_CHECK(c.hidden % c.heads == 0, "GPT: hidden ", c.hidden, " must be a multiple of heads ",
            c.heads);
+  checked_mul(4, c.hidden, "GPT: the MLP's width 4 x hidden");
+}
+
+// Every tensor the constructor keeps, each block's `layers` times, so that
+// all the sizes are checked before the first parameter is made.
+std::vector<PlannedTensor> planned_tensors(const GPTConfig& c) {
+  const int64_t h = c.hidden, f = 4 * c.hidden, l = c.layers;
+  const int64_t l2 = checked_mul(2, l, "GPT: layers"), l4 = checked_mul(4, l, "GPT: layers");
+  return {{"pos", {c.seq, h}},
+          {"tok.weight", {c.vocab, h}},
+          {"blocks.N.ln1 and ln2 weights and biases", {h}, DType::Float32, l4},
+          {"blocks.N.attention.wq, wk, wv and wo weights", {h, h}, DType::Float32, l4},
+          {"blocks.N.attention.wo.bias", {h}, DType::Float32, l},
+          {"blocks.N.attention causal mask", {c.seq, c.seq}, DType::Bool, l},
+          {"blocks.N.mlp.w1 and w2 weights", {f, h}, DType::Float32, l2},
+          {"blocks.N.mlp.w1.bias", {f}, DType::Float32, l},
+          {"blocks.N.mlp.w2.bias", {h}, DType::Float32, l},
+          {"lnf.weight and bias", {h}, DType::Float32, 2},
+          {"head.weight", {c.vocab, h}}};
 }
 
 }  // namespace
@@ -98,6 +118,7 @@ GPT::GPT(const DeviceMesh& mesh, const GPTConfig& c, uint64_t seed)
     : nn::Module(mesh), config_((check_config(c), c)) {
   // The seeds and scales of the demo's weights since its first version, so
   // its printed losses stay comparable.
+  check_parameter_sizes("GPT", planned_tensors(c), 1);
   const int64_t h = c.hidden, f = 4 * c.hidden;
   const double in_h = 1.0 / std::sqrt(static_cast<double>(h));
   const double in_f = 1.0 / std::sqrt(static_cast<double>(f));

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "autograd/graph.h"
 #include "dtensor/error.h"
 #include "dtensor/nn.h"
 
@@ -104,10 +105,32 @@ DTensor* Module::register_parameter(const std::string& name, DTensor value) {
   return params_.back().second.get();
 }
 
+void Module::check_parameter_sizes(const std::string& op, std::vector<PlannedTensor> params,
+                                   int64_t extra_copies) const {
+  int64_t held = 0;
+  for (int r : mesh_.world().held_ranks()) held += mesh_.contains(r) ? 1 : 0;
+  for (PlannedTensor& p : params)
+    p.copies = checked_mul(p.copies, held + extra_copies, "check_parameter_sizes: copies");
+  check_allocation(op, params);
+}
+
 void Module::add_child(const std::string& name, std::unique_ptr<Module> child) {
   check_new_name(name);
   DT_CHECK(child != nullptr, "register_module: module '", name, "' is null");
   children_.emplace_back(name, std::move(child));
+}
+
+void replace_parameter(DTensor& slot, DTensor value, const std::string& by) {
+  // The mark lives in the autograd state the optimizer's copy shares. A
+  // parameter without one (it requires no grad) is in no optimizer.
+  const auto& meta = autograd::meta_of(slot);
+  if (meta && meta != autograd::meta_of(value)) meta->superseded_by = by;
+  slot = std::move(value);
+}
+
+std::optional<std::string> superseded_by(const DTensor& param) {
+  const auto& meta = autograd::meta_of(param);
+  return meta ? meta->superseded_by : std::nullopt;
 }
 
 }  // namespace dtensor::nn

@@ -158,6 +158,12 @@ namespace {
 DTensor factory(const char* op, const Shape& shape, const DeviceMesh& mesh,
                 const Placements& placements, DType dtype, std::optional<Scalar> value) {
   DTensorSpec spec(mesh, placements, shape, dtype);  // validates
+  // All the held shards together, before the first is made.
+  std::vector<PlannedTensor> shards;
+  for (int r : held_in(mesh))
+    shards.push_back(
+        {"the shard of rank " + std::to_string(r), spec.extent_of_rank(r)->local_shape, dtype});
+  check_allocation(op, shards);
   LocalTensor local;
   for (int r : held_in(mesh)) {
     const Shape local_shape = spec.extent_of_rank(r)->local_shape;
@@ -174,7 +180,6 @@ DTensor factory(const char* op, const Shape& shape, const DeviceMesh& mesh,
     }
     local.set(r, Tensor::full(local_shape, zero ? Scalar(0) : *value, dtype));
   }
-  (void)op;
   return DTensor(std::move(spec), std::move(local));
 }
 

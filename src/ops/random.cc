@@ -7,7 +7,14 @@
 // a run is a stretch of the block that is contiguous in the global tensor
 // (a row along the last dim, or several whole trailing dims at once), made
 // by the plain generator with offset = the global index of its first element.
+//
+// Calls without a seed take one from the global generator (manual_seed):
+// a seed per draw, from a fixed sequence, never per rank, so the values stay
+// layout-invariant and the same in every world.
 #include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "autograd/graph.h"
 #include "dispatch/dispatch.h"
@@ -56,9 +63,11 @@ Tensor random_block(Distribution dist, const Shape& global, const ShardExtent& e
   return out;
 }
 
+// Everything is checked before the seed is drawn and before anything is
+// allocated: a refused call leaves the generator and the memory as they were.
 DTensor random_dtensor(Distribution dist, const char* op, const Shape& shape,
-                       const DeviceMesh& mesh, const Placements& placements, uint64_t seed,
-                       DType dtype) {
+                       const DeviceMesh& mesh, const Placements& placements,
+                       std::optional<uint64_t> seed, DType dtype) {
   DT_CHECK(is_floating(dtype), op, ": dtype must be floating point (float32 or float64), got ",
            dtype);
   for (size_t i = 0; i < placements.size(); ++i)
@@ -66,9 +75,15 @@ DTensor random_dtensor(Distribution dist, const char* op, const Shape& shape,
              to_string(placements), " (", placements[i], " on mesh dim ", i, ")");
   for (int64_t n : shape) DT_CHECK(n >= 0, op, ": invalid size ", n, " in shape ", shape);
   DTensorSpec spec(mesh, placements, shape, dtype);  // validates the placements
+  std::vector<PlannedTensor> blocks;
+  for (int rank : mesh.world().held_ranks())
+    if (auto e = spec.extent_of_rank(rank))
+      blocks.push_back({"the block of rank " + std::to_string(rank), e->local_shape, dtype});
+  check_allocation(op, blocks);
+  const uint64_t s = seed ? *seed : next_seed();
   LocalTensor local;
   for (int rank : mesh.world().held_ranks())
-    if (auto e = spec.extent_of_rank(rank)) local.set(rank, random_block(dist, shape, *e, seed, dtype));
+    if (auto e = spec.extent_of_rank(rank)) local.set(rank, random_block(dist, shape, *e, s, dtype));
   return DTensor(std::move(spec), std::move(local));
 }
 
@@ -94,20 +109,67 @@ void dropout_strategies(const OpSchema&, const TensorMeta& out, std::vector<DimS
 
 constexpr OpRule kDropout{"dropout", dropout_meta, dropout_strategies};
 
+// ---- the global generator ------------------------------------------------------
+
+// PyTorch's default seed, so that an unseeded program is still repeatable.
+constexpr uint64_t kDefaultSeed = 67280421310721ull;
+
+struct Generator {
+  std::mutex mutex;
+  uint64_t seed = kDefaultSeed;
+  uint64_t draws = 0;
+};
+
+Generator& generator() {
+  static auto* g = new Generator();  // never destroyed: draws may run at exit
+  return *g;
+}
+
+// SplitMix64's finaliser over the seed's Weyl sequence: draws look like
+// unrelated 64-bit seeds, not manual_seed + 1, + 2, ..., which would repeat
+// the small explicit seeds programs pass (seed=1 here, the 1st draw after
+// manual_seed(0) there) and give their tensors the same values.
+uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 }  // namespace
 
+void manual_seed(uint64_t seed) {
+  Generator& g = generator();
+  std::lock_guard lock(g.mutex);
+  g.seed = seed;
+  g.draws = 0;
+}
+
+uint64_t initial_seed() {
+  Generator& g = generator();
+  std::lock_guard lock(g.mutex);
+  return g.seed;
+}
+
+uint64_t next_seed() {
+  Generator& g = generator();
+  std::lock_guard lock(g.mutex);
+  ++g.draws;
+  return mix(g.seed + g.draws * 0x9E3779B97F4A7C15ull);
+}
+
 DTensor rand(const Shape& shape, const DeviceMesh& mesh, const Placements& placements,
-             uint64_t seed, DType dtype) {
+             std::optional<uint64_t> seed, DType dtype) {
   return random_dtensor(Distribution::Uniform, "rand", shape, mesh, placements, seed, dtype);
 }
 
 DTensor randn(const Shape& shape, const DeviceMesh& mesh, const Placements& placements,
-              uint64_t seed, DType dtype) {
+              std::optional<uint64_t> seed, DType dtype) {
   return random_dtensor(Distribution::Normal, "randn", shape, mesh, placements, seed, dtype);
 }
 
-DTensor dropout(const DTensor& x, double p, uint64_t seed) {
+DTensor dropout(const DTensor& x, double p, std::optional<uint64_t> maybe_seed) {
   DT_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got ", p);
+  const uint64_t seed = maybe_seed ? *maybe_seed : next_seed();
   const OpSchema schema(OpId::Dropout, {&x.spec()});
   const DTensor* inputs[1] = {&x};
   DTensor out = run(schema, kDropout, inputs, [&](int rank, const Tensor* const* t,

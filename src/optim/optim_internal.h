@@ -56,6 +56,13 @@ void parallel_elements(int64_t n, K&& kernel) {
   dtensor::detail::parallel_for(n, int64_t{1} << 15, kernel);
 }
 
+// Throws, naming `who`, the parameter and what replaced it, when `p` was
+// replaced in its module (nn::replace_parameter) after it was taken.
+void check_current(const char* who, size_t index, const std::string& name, const DTensor& p);
+// check_current for every parameter (names[i] is params[i]'s, "" if none).
+void check_all_current(const char* who, const std::vector<DTensor>& params,
+                       const std::vector<std::string>& names);
+
 // Names to give unnamed parameters ("" each).
 std::vector<std::pair<std::string, DTensor>> unnamed(std::vector<DTensor> params);
 

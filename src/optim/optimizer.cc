@@ -3,6 +3,7 @@
 // to its parameter's placements).
 #include <set>
 
+#include "dtensor/nn.h"
 #include "optim/optim_internal.h"
 
 namespace dtensor::optim {
@@ -24,6 +25,23 @@ DTensor zeros_like_param(const DTensor& param) {
   LocalTensor local = param.local().map(
       [](int, const Tensor& t) { return Tensor::zeros(t.shape(), t.dtype()); });
   return DTensor(param.spec(), std::move(local));
+}
+
+// A parameter that parallelize_module or fully_shard replaced in its module
+// would otherwise be skipped at every step (it never gets a gradient again):
+// training would go on with the model never changing.
+void check_current(const char* who, size_t index, const std::string& name, const DTensor& p) {
+  const std::optional<std::string> by = nn::superseded_by(p);
+  DT_CHECK(!by, who, ": parameter ", index, name.empty() ? "" : " '" + name + "'", " (",
+           p.spec().to_string(), ") was replaced in its module by ", *by,
+           ", so the optimizer holds a tensor the model no longer reads and would update nothing; "
+           "build the optimizer after parallelize_module/fully_shard, from the model's parameters "
+           "as they are then");
+}
+
+void check_all_current(const char* who, const std::vector<DTensor>& params,
+                       const std::vector<std::string>& names) {
+  for (size_t i = 0; i < params.size(); ++i) check_current(who, i, names[i], params[i]);
 }
 
 std::vector<std::pair<std::string, DTensor>> unnamed(std::vector<DTensor> params) {
@@ -56,6 +74,7 @@ Optimizer::Optimizer(std::vector<std::pair<std::string, DTensor>> named_params, 
                "update (redistribute it to Replicate first)");
     DT_CHECK(name.empty() || seen.insert(name).second, "optimizer: parameter name '", name,
              "' given twice");
+    detail::check_current("optimizer", i, name, p);
     params_.push_back(std::move(p));
     names_.push_back(std::move(name));
   }
@@ -93,6 +112,8 @@ ParamState& Optimizer::state(const std::string& name) {
 
 void Optimizer::step() {
   NoGradGuard no_grad;
+  // All checked before any is updated.
+  detail::check_all_current(kind(), params_, names_);
   for (size_t i = 0; i < params_.size(); ++i) {
     const DTensor& p = params_[i];
     std::optional<DTensor> grad = p.grad();
@@ -111,6 +132,7 @@ void Optimizer::step() {
 }
 
 void Optimizer::zero_grad() {
+  detail::check_all_current(kind(), params_, names_);
   for (DTensor& p : params_) p.zero_grad();
 }
 

@@ -458,7 +458,7 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
     group->params.push_back({name, slot, leaf, p.spec()});
   }
   // Only once every parameter passed the checks.
-  for (Param& p : group->params) *p.slot = p.sharded;
+  for (Param& p : group->params) nn::replace_parameter(*p.slot, p.sharded, "fully_shard");
 
   for (int rank : held_ranks(mesh)) {
     RankLayout l;

@@ -15,7 +15,8 @@ namespace dtensor {
 namespace {
 
 // The parameter in `slot` laid out with `on_tp` on mesh dim tp, the other
-// mesh dims unchanged: a new leaf (requiring grad as the old one did).
+// mesh dims unchanged: a new leaf (requiring grad as the old one did); the
+// old one is marked superseded for an optimizer made too early.
 void relayout(DTensor& slot, int tp, Placement on_tp) {
   Placements to = slot.placements();
   to[static_cast<size_t>(tp)] = on_tp;
@@ -23,7 +24,7 @@ void relayout(DTensor& slot, int tp, Placement on_tp) {
   const bool requires_grad = slot.requires_grad();
   DTensor value = slot.detach().redistribute(to);
   if (requires_grad) value.requires_grad_();
-  slot = std::move(value);
+  nn::replace_parameter(slot, std::move(value), "parallelize_module");
 }
 
 // x made Replicate on mesh dim `tp` for a module that computes on the full

@@ -198,6 +198,28 @@ int64_t checked_numel(const Shape& shape, const char* op) {
   return n;
 }
 
+void check_allocation(const std::string& op, const std::vector<PlannedTensor>& tensors) {
+  const size_t physical = physical_memory_bytes();
+  int64_t total = 0;
+  for (const PlannedTensor& t : tensors) {
+    const std::string what = op + ": " + t.name;
+    DT_CHECK(t.copies >= 0, what, ": negative number of copies ", t.copies);
+    const int64_t n = checked_numel(t.shape, what.c_str());
+    const int64_t bytes = checked_bytes(n, itemsize(t.dtype), (what + ": bytes").c_str());
+    const int64_t all = checked_mul(bytes, t.copies, (what + ": bytes of its copies").c_str());
+    total = checked_add(total, all, (op + ": bytes of all its tensors").c_str());
+    if (static_cast<uint64_t>(total) <= physical) continue;
+    std::ostringstream os;
+    os << "out of memory: " << what << " of shape " << t.shape << " "
+       << dtype_short_name(t.dtype) << " needs " << bytes_text(static_cast<size_t>(bytes));
+    if (t.copies != 1) os << " x " << t.copies << " copies";
+    if (all != total)
+      os << ", " << bytes_text(static_cast<size_t>(total)) << " with the tensors before it";
+    DT_THROW(os.str(), ", but the machine has ", bytes_text(physical),
+             " of physical memory; nothing was allocated");
+  }
+}
+
 namespace detail {
 void throw_overflow(const std::string& what, const char* op, int64_t a, int64_t b) {
   DT_THROW(what, ": ", a, ' ', op, ' ', b, " overflows int64 (at most ", INT64_MAX, ")");
