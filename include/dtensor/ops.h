@@ -236,7 +236,10 @@ DTensor norm(const DTensor& x, double p = 2, const DimVector& dims = {}, bool ke
 // dim that is split or merged stays sharded when it is the outermost part
 // and the chunks line up (always when it splits evenly); otherwise it is
 // gathered first. Locally the shard is reshaped (copied when its strides
-// need it), so view never fails on strides.
+// need it), so view never fails on strides. A view op that returns x as it
+// is (a view, reshape or expand to the same shape, a full-range narrow or
+// slice, transpose(x, d, d)) keeps x's layout and shards, with no
+// communication, whatever the layout.
 DTensor view(const DTensor& x, const Shape& shape);
 DTensor reshape(const DTensor& x, const Shape& shape);
 DTensor flatten(const DTensor& x, int64_t start_dim = 0, int64_t end_dim = -1);
@@ -248,7 +251,8 @@ DTensor transpose(const DTensor& x, int64_t d0, int64_t d1);
 DTensor t(const DTensor& x);
 // Broadcast dims (size 1 -> n) must be replicated; others pass through.
 DTensor expand(const DTensor& x, const Shape& shape);
-// On a sharded dim these gather that dim first; other dims pass through.
+// On a sharded dim these gather that dim first (unless they take all of it,
+// or none: then its shard stays); other dims pass through.
 DTensor narrow(const DTensor& x, int64_t dim, int64_t start, int64_t length);
 DTensor slice(const DTensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
 DTensor select(const DTensor& x, int64_t dim, int64_t index);
@@ -288,11 +292,13 @@ DTensor index_select_backward(const DTensor& grad, const Shape& input_shape, int
 // PyTorch's semantics and checks, as the plain Tensor ops of the same names.
 // repeat/tile: a dim repeated once keeps its shard; a repeated dim is
 // gathered (the copies of a shard are not one chunk of the result); every
-// Partial passes (copying commutes with the reduction).
+// Partial passes (copying commutes with the reduction). Repeating once (and
+// pad by nothing) keeps any layout as it is.
 DTensor repeat(const DTensor& x, const DimVector& repeats);
 DTensor tile(const DTensor& x, const DimVector& reps);
 // select/narrow pieces (their rules and gradients); a sharded `dim` is
-// gathered once up front, not once per piece. split(x, {2}) is the int
+// gathered once up front, not once per piece (split: not at all when each
+// piece is all of `dim` or empty). split(x, {2}) is the int
 // overload (pieces of 2): pass a std::vector for one size.
 std::vector<DTensor> unbind(const DTensor& x, int64_t dim = 0);
 std::vector<DTensor> split(const DTensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);

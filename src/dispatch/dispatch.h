@@ -131,6 +131,16 @@ struct OpRule {
   // so the rank loop never wakes the thread pool (whatever the bytes), and
   // the kernel runs the shards in rank order on the calling thread.
   bool views = false;
+  // Optional: whether the op, called with these arguments, keeps any layout
+  // of its input as it is: the output takes the input's placements (shard
+  // orders, uneven shards and Partials included) and the kernel, run on
+  // each rank's input shard, gives that rank's output shard. Ops returning
+  // their input as it is (a full-range slice, a reshape or expand to the
+  // same shape, an identity permutation, a repeat by ones) and cuts to
+  // nothing. The op then runs where its input is, unmoved: no candidate is
+  // cheaper, and `strategies` need not offer it (a cut gathers the dim it
+  // cuts, which a full-range one need not). nullptr: never.
+  bool (*keeps_layout)(const OpSchema&, const TensorMeta& out) = nullptr;
 };
 
 struct OutputSharding {

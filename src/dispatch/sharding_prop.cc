@@ -17,7 +17,9 @@
 // chunk); then the best-ranked valid layouts, at most kMaxPriced of them,
 // are priced exactly, in rank order, and the least cost wins (the earlier
 // on a tie). A layout needing no redistribution ranks first and ends the
-// search, so it is taken whenever one exists. An op without a rule, or
+// search, so it is taken whenever one exists; an op that keeps any layout
+// for its arguments (a full-range slice, OpRule::keeps_layout) keeps its
+// input's without a search. An op without a rule, or
 // whose rule admits no candidate, runs on Replicate: slower, never wrong,
 // and noted once in the debug notes.
 #include <algorithm>
@@ -223,6 +225,17 @@ OutputSharding choose(const OpSchema& schema, const OpRule& rule) {
     const std::string prefix = std::string(rule.name) + ": ";
     DT_THROW(msg.rfind(prefix, 0) == 0 ? "" : prefix, msg, " (DTensor placements ",
              placements_of(schema), " on ", mesh, ")");
+  }
+  // An op that keeps its input's layout for these arguments (a full-range
+  // slice, OpRule::keeps_layout) runs there, with no search: nothing is
+  // cheaper than no move, and its candidates need not include it (a cut
+  // gathers the dim it cuts: for x[:] of S(0),R the cheapest move, a box
+  // exchange to S(1),S(1), would win).
+  if (rule.keeps_layout != nullptr && schema.num_inputs == 1 &&
+      rule.keeps_layout(schema, out_meta)) {
+    OutputSharding same{DTensorSpec(mesh, schema.input(0).placements(), out_meta), {}, false, 0, {}};
+    same.input_targets[0] = schema.input(0);
+    return same;
   }
   // Shard orders (spec.h): the rules describe one mesh dim at a time and
   // offer natural shards only (checked below), and every input is moved to

@@ -12,7 +12,10 @@
 //    (n copies of v sum to n·v). reflect/replicate only copy elements:
 //    every Partial passes.
 //  - unbind/split: select/narrow pieces (their rules and backward); a
-//    sharded `dim` is gathered once up front, not once per piece.
+//    sharded `dim` is gathered once up front, not once per piece (split:
+//    not at all when each piece is all of `dim` or empty, which keep it).
+//  - repeat by ones and pad by zeros return the input as it is: they keep
+//    its layout, whatever it is (OpRule::keeps_layout), and copy each shard.
 //  - new_*: replicated on x's mesh; empty_like keeps x's shards, a Partial
 //    x gives Replicate (like zeros_like).
 //
@@ -68,7 +71,11 @@ void repeat_strategies(const OpSchema& s, const TensorMeta& out, std::vector<Dim
   c.push_back({{Replicate()}, Replicate()});
 }
 
-constexpr OpRule kRepeat{"repeat", repeat_meta, repeat_strategies};
+// Repeating every dim once (no new dims) copies x as it is.
+bool repeats_once(const OpSchema& s, const TensorMeta& out) { return s.input(0).shape() == out.shape; }
+
+constexpr OpRule kRepeat{.name = "repeat", .output_meta = repeat_meta,
+                         .strategies = repeat_strategies, .keeps_layout = repeats_once};
 
 // The gradient of repeat: g (of the repeated shape) summed over the copies
 // to `shape`.
@@ -148,7 +155,16 @@ void pad_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrateg
   c.push_back({{Replicate()}, Replicate()});
 }
 
-constexpr OpRule kPad{"pad", pad_meta, pad_strategies};
+// No pad anywhere copies x as it is (a crop on one side and a pad on the
+// other keeps the shape and is no identity).
+bool pads_nothing(const OpSchema& s, const TensorMeta&) {
+  for (int i = kPadList; i < s.num_args; ++i)
+    if (s.args[i] != 0) return false;
+  return true;
+}
+
+constexpr OpRule kPad{.name = "pad", .output_meta = pad_meta, .strategies = pad_strategies,
+                      .keeps_layout = pads_nothing};
 
 // One schema holds kMaxArgs - kPadList pads; more (5+ padded dims) are
 // applied in two constant pads, which compose exactly.
@@ -261,7 +277,10 @@ std::vector<DTensor> split(const DTensor& x, const std::vector<int64_t>& sizes, 
   } catch (const Error& e) {
     DT_THROW(e.what(), " (DTensor placements ", to_string(x.placements()), " on ", x.mesh(), ")");
   }
-  const DTensor src = gathered_on(x, d);
+  // Pieces of all of d or of nothing keep x's layout (view.cc's cut rule).
+  bool cuts = false;
+  for (int64_t n : sizes) cuts = cuts || (n != 0 && n != x.shape()[d]);
+  const DTensor src = cuts ? gathered_on(x, d) : x;
   std::vector<DTensor> out;
   int64_t start = 0;
   for (int64_t n : sizes) {

@@ -20,6 +20,12 @@
 //     (1 -> n) must be replicated.
 //   - narrow/slice/select gather the dim they cut (its chunks would no longer
 //     be the ceil(L / n) chunks of the result); other dims keep their shards.
+//   - An op that returns its input as it is (a full-range slice or narrow, a
+//     view, reshape or expand to the same shape, a squeeze of a dim that is
+//     not 1, an identity permutation) keeps the input's layout, whatever it
+//     is (OpRule::keeps_layout): it is free, as in PyTorch, whose slice
+//     keeps the input's sharding for a full-range slice. So does a cut to
+//     nothing (every chunk of nothing is empty).
 //
 // The output shape of each op comes from running the plain Tensor op on a
 // tensor that has a shape and no data (views only touch metadata), so the
@@ -78,6 +84,10 @@ void partial_strategies(const DTensorSpec& x, std::vector<DimStrategy>& c) {
     c.push_back({{p}, p});
   }
 }
+
+// OpRule::keeps_layout of the ops that return their input as it is
+// whenever they keep its shape: views, reshapes, expand.
+bool same_shape(const OpSchema& s, const TensorMeta& out) { return s.input(0).shape() == out.shape; }
 
 // Runs checks that happen before dispatch (the plain op's own, on a
 // shape-only tensor) and rethrows a failure with x's placements, in the form
@@ -249,7 +259,7 @@ bool view_accepts(const OpSchema& s, const TensorMeta& out, const Placements* in
 
 constexpr OpRule view_rule(const char* name) {
   return {.name = name, .output_meta = view_meta, .strategies = view_strategies,
-          .accepts = view_accepts, .views = true};
+          .accepts = view_accepts, .views = true, .keeps_layout = same_shape};
 }
 constexpr OpRule kView = view_rule("view");
 constexpr OpRule kReshape = view_rule("reshape");
@@ -331,9 +341,21 @@ void permute_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStr
   c.push_back({{Replicate()}, Replicate()});
 }
 
-constexpr OpRule kPermute{"permute", permute_meta, permute_strategies};
-constexpr OpRule kTranspose{"transpose", permute_meta, permute_strategies};
-constexpr OpRule kT{"t", permute_meta, permute_strategies};
+// Every dim stays where it is (transpose(d, d), t() of a 1-d tensor).
+bool identity_permutation(const OpSchema& s, const TensorMeta&) {
+  const DimVector perm = permutation(s);
+  for (size_t i = 0; i < perm.size(); ++i)
+    if (perm[i] != static_cast<int64_t>(i)) return false;
+  return true;
+}
+
+constexpr OpRule permute_rule(const char* name) {
+  return {.name = name, .output_meta = permute_meta, .strategies = permute_strategies,
+          .keeps_layout = identity_permutation};
+}
+constexpr OpRule kPermute = permute_rule("permute");
+constexpr OpRule kTranspose = permute_rule("transpose");
+constexpr OpRule kT = permute_rule("t");
 
 // ---- expand (OpId::Expand) -----------------------------------------------------------
 
@@ -355,7 +377,8 @@ void expand_strategies(const OpSchema& s, const TensorMeta& out, std::vector<Dim
   c.push_back({{Replicate()}, Replicate()});
 }
 
-constexpr OpRule kExpand{"expand", expand_meta, expand_strategies};
+constexpr OpRule kExpand{.name = "expand", .output_meta = expand_meta,
+                         .strategies = expand_strategies, .keeps_layout = same_shape};
 
 // ---- narrow, slice, select (OpId::Narrow, Slice, Select) ---------------------------------
 
@@ -370,8 +393,8 @@ TensorMeta cut_meta(const OpSchema& s) {
   }
 }
 
-// The cut dim has no shard candidate (it is gathered); select drops it, so
-// later dims move down by one.
+// The cut dim has no shard candidate (it is gathered; but see
+// cut_keeps_layout); select drops it, so later dims move down by one.
 void cut_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
   const DTensorSpec& x = s.input(0);
   const int64_t d = wrap_dim(s.args[0], x.ndim(), "narrow");
@@ -382,9 +405,39 @@ void cut_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrateg
   c.push_back({{Replicate()}, Replicate()});
 }
 
-constexpr OpRule kNarrow{"narrow", cut_meta, cut_strategies};
-constexpr OpRule kSlice{"slice", cut_meta, cut_strategies};
-constexpr OpRule kSelect{"select", cut_meta, cut_strategies};
+// A narrow or slice that takes all of its dim (0..L-1 in order: the only
+// way to keep L elements) returns x; one that takes nothing leaves every
+// chunk of its dim empty. Both keep x's layout, the cut dim's shards
+// included, and cut_locally cuts each shard to all or nothing.
+bool cut_keeps_layout(const OpSchema& s, const TensorMeta& out) {
+  if (s.op == OpId::Select) return false;
+  const DTensorSpec& x = s.input(0);
+  const int64_t d = wrap_dim(s.args[0], x.ndim(), "narrow");
+  return out.shape[d] == 0 || out.shape[d] == x.shape()[d];
+}
+
+constexpr OpRule cut_rule(const char* name) {
+  return {.name = name, .output_meta = cut_meta, .strategies = cut_strategies,
+          .keeps_layout = cut_keeps_layout};
+}
+constexpr OpRule kNarrow = cut_rule("narrow");
+constexpr OpRule kSlice = cut_rule("slice");
+constexpr OpRule kSelect = cut_rule("select");
+
+// Runs a narrow or slice whose kernel `cut` takes the global arguments; a
+// cut of all or nothing takes all or nothing of each shard instead (its dim
+// may be sharded then, and a global start means nothing in a shard).
+template <class Cut>
+DTensor cut_locally(const OpSchema& schema, const OpRule& rule, const DTensor& x, int64_t dim,
+                    Cut cut) {
+  const DTensor* inputs[] = {&x};
+  return run(schema, rule, inputs, [&](int, const Tensor* const* t, const OutputSharding& s) {
+    const int64_t d = wrap_dim(dim, x.dim(), rule.name);
+    if (s.output.shape()[d] == 0) return t[0]->narrow(d, 0, 0);
+    if (s.output.shape()[d] == x.shape()[d]) return *t[0];
+    return cut(*t[0]);
+  });
+}
 
 // ---- slice_backward, select_backward (OpId::SliceBackward) ---------------------------
 
@@ -413,7 +466,8 @@ TensorMeta slice_backward_meta(const OpSchema& s) {
 
 // The gradient's dims other than the cut one keep their shards (renumbered
 // past an inserted select dim); the cut dim is gathered, since the
-// gradient's chunks of it are not the chunks of the result.
+// gradient's chunks of it are not the chunks of the result (but see
+// slice_backward_keeps_layout).
 void slice_backward_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
   const DTensorSpec& g = s.input(0);
   const int64_t d = s.args[kSbDim];
@@ -426,7 +480,17 @@ void slice_backward_strategies(const OpSchema& s, const TensorMeta&, std::vector
   c.push_back({{Replicate()}, Replicate()});
 }
 
-constexpr OpRule kSliceBackward{"slice_backward", slice_backward_meta, slice_backward_strategies};
+// The gradient of a full-range slice is the result; of an empty one, zeros,
+// which chunk alike in any layout (the kernel copies nothing then).
+bool slice_backward_keeps_layout(const OpSchema& s, const TensorMeta& out) {
+  if (s.args[kSbSelect] != 0) return false;
+  const int64_t m = s.input(0).shape()[s.args[kSbDim]];
+  return m == 0 || m == out.shape[s.args[kSbDim]];
+}
+
+constexpr OpRule kSliceBackward{.name = "slice_backward", .output_meta = slice_backward_meta,
+                                .strategies = slice_backward_strategies,
+                                .keeps_layout = slice_backward_keeps_layout};
 
 DTensor run_slice_backward(const DTensor& grad, int64_t d, int64_t start, int64_t step,
                            int64_t length, bool select_dim) {
@@ -576,8 +640,8 @@ DTensor expand(const DTensor& x, const Shape& shape) {
 
 DTensor narrow(const DTensor& x, int64_t dim, int64_t start, int64_t length) {
   const OpSchema schema(OpId::Narrow, {&x.spec()}, {dim, start, length});
-  DTensor out = run_unary(schema, kNarrow, x,
-                          [&](int, const Tensor& t) { return t.narrow(dim, start, length); });
+  DTensor out = cut_locally(schema, kNarrow, x, dim,
+                            [&](const Tensor& t) { return t.narrow(dim, start, length); });
   if (!autograd::recording({&x})) return out;
   const int64_t d = wrap_dim(dim, x.dim(), "narrow");
   return sliced_back(std::move(out), "narrow", x, d, start < 0 ? start + x.shape()[d] : start, 1);
@@ -585,8 +649,8 @@ DTensor narrow(const DTensor& x, int64_t dim, int64_t start, int64_t length) {
 
 DTensor slice(const DTensor& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
   const OpSchema schema(OpId::Slice, {&x.spec()}, {dim, start, end, step});
-  DTensor out = run_unary(schema, kSlice, x,
-                          [&](int, const Tensor& t) { return t.slice(dim, start, end, step); });
+  DTensor out = cut_locally(schema, kSlice, x, dim,
+                            [&](const Tensor& t) { return t.slice(dim, start, end, step); });
   if (!autograd::recording({&x})) return out;
   const int64_t d = wrap_dim(dim, x.dim(), "slice");
   return sliced_back(std::move(out), "slice", x, d, slice_start(start, x.shape()[d]), step);

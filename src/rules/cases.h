@@ -61,6 +61,9 @@ void add_scan_cases(std::vector<OpCase>& cases);
 void add_shape_cases(std::vector<OpCase>& cases);
 void add_index_cases(std::vector<OpCase>& cases);
 void add_attention_cases(std::vector<OpCase>& cases);
+// Degenerate calls of the views and shape ops (full-range and empty cuts,
+// same-shape views): last, so that the cases before keep their seeds.
+void add_degenerate_view_cases(std::vector<OpCase>& cases);
 
 // Every case, in table order.
 const std::vector<OpCase>& all_cases();

@@ -323,3 +323,205 @@ TEST_F(ViewOpsTest, ShardsOfOneShapeWithDifferentStridesViewAlike) {
 }
 
 }  // namespace
+
+namespace {
+
+// ---- degenerate calls: free, and the layout kept ----------------------------------------
+
+// One call of a view op on an x of some shape: its DTensor and plain forms.
+struct ViewCall {
+  std::string name;
+  std::function<DTensor(const DTensor&)> dist;
+  std::function<Tensor(const Tensor&)> plain;
+};
+
+// Calls that return x as it is (x 2-d): full-range cuts (as x[:] and
+// x[-big:big] give them), views, reshapes, squeezes and flattens keeping
+// the shape, expands to the same shape, identity permutes, repeat by ones,
+// pad by nothing, one-piece chunk and split. Each must keep any layout.
+std::vector<ViewCall> identity_calls(const Shape& shape) {
+  std::vector<ViewCall> c;
+  for (int64_t d : {0, 1, -1}) {
+    const int64_t n = shape[d < 0 ? d + 2 : d];
+    const std::string at = "(" + std::to_string(d);
+    c.push_back({"slice" + at + ",0,L,1)", [=](const DTensor& x) { return slice(x, d, 0, n, 1); },
+                 [=](const Tensor& x) { return x.slice(d, 0, n, 1); }});
+    c.push_back({"slice" + at + ",-100,100,1)",
+                 [=](const DTensor& x) { return slice(x, d, -100, 100, 1); },
+                 [=](const Tensor& x) { return x.slice(d, -100, 100, 1); }});
+    c.push_back({"narrow" + at + ",0,L)", [=](const DTensor& x) { return narrow(x, d, 0, n); },
+                 [=](const Tensor& x) { return x.narrow(d, 0, n); }});
+    c.push_back({"narrow" + at + ",-L,L)", [=](const DTensor& x) { return narrow(x, d, -n, n); },
+                 [=](const Tensor& x) { return x.narrow(d, -n, n); }});
+    c.push_back({"transpose" + at + "," + std::to_string(d) + ")",
+                 [=](const DTensor& x) { return transpose(x, d, d); },
+                 [=](const Tensor& x) { return x.transpose(d, d); }});
+    c.push_back({"flatten" + at + "," + std::to_string(d) + ")",
+                 [=](const DTensor& x) { return flatten(x, d, d); },
+                 [=](const Tensor& x) { return x.flatten(d, d); }});
+    c.push_back({"chunk(1," + std::to_string(d) + ")",
+                 [=](const DTensor& x) { return chunk(x, 1, d)[0]; },
+                 [=](const Tensor& x) { return x.chunk(1, d)[0]; }});
+    c.push_back({"split(L," + std::to_string(d) + ")",
+                 [=](const DTensor& x) { return split(x, std::max<int64_t>(n, 1), d)[0]; },
+                 [=](const Tensor& x) { return x.split(std::max<int64_t>(n, 1), d)[0]; }});
+    c.push_back({"split({L}," + std::to_string(d) + ")",
+                 [=](const DTensor& x) { return split(x, std::vector<int64_t>{n}, d)[0]; },
+                 [=](const Tensor& x) { return split(x, std::vector<int64_t>{n}, d)[0]; }});
+  }
+  c.push_back({"view(same)", [=](const DTensor& x) { return view(x, shape); },
+               [=](const Tensor& x) { return x.view(shape); }});
+  c.push_back({"reshape(-1,n)", [=](const DTensor& x) { return reshape(x, {-1, shape[1]}); },
+               [=](const Tensor& x) { return x.reshape({-1, shape[1]}); }});
+  for (int64_t d : {0, 1})
+    if (shape[d] != 1)
+      c.push_back({"squeeze(" + std::to_string(d) + ")",
+                   [=](const DTensor& x) { return squeeze(x, d); },
+                   [=](const Tensor& x) { return x.squeeze(d); }});
+  c.push_back({"expand(-1,-1)", [](const DTensor& x) { return expand(x, {-1, -1}); },
+               [](const Tensor& x) { return x.expand({-1, -1}); }});
+  c.push_back({"expand(same)", [=](const DTensor& x) { return expand(x, shape); },
+               [=](const Tensor& x) { return x.expand(shape); }});
+  c.push_back({"permute(0,1)", [](const DTensor& x) { return permute(x, {0, -1}); },
+               [](const Tensor& x) { return x.permute({0, -1}); }});
+  c.push_back({"repeat(1,1)", [](const DTensor& x) { return repeat(x, {1, 1}); },
+               [](const Tensor& x) { return repeat(x, {1, 1}); }});
+  c.push_back({"tile(1)", [](const DTensor& x) { return tile(x, {1}); },
+               [](const Tensor& x) { return tile(x, {1}); }});
+  c.push_back({"pad(0,0,0,0)", [](const DTensor& x) { return pad(x, {0, 0, 0, 0}); },
+               [](const Tensor& x) { return pad(x, {0, 0, 0, 0}); }});
+  return c;
+}
+
+// Every rank holds the same shard after an identity call as before.
+void expect_same_local_shapes(const DTensor& got, const DTensor& x) {
+  for (int rank : x.mesh().ranks())
+    EXPECT_EQ(got.to_local(rank).shape(), x.to_local(rank).shape()) << "rank " << rank;
+}
+
+// The layouts tried on `mesh` for a 2-d x: every mesh dim sharding dim 0,
+// then dim 1, mixes with Replicate and Partial, and (on 2+ mesh dims) a
+// split order and a dim sharded by all mesh dims.
+std::vector<Placements> layouts_on(const DeviceMesh& mesh) {
+  const size_t nd = static_cast<size_t>(mesh.ndim());
+  std::vector<Placements> out;
+  for (int64_t d : {0, 1}) out.push_back(Placements(nd, Shard(d)));
+  Placements mixed(nd, Replicate());
+  mixed[0] = Shard(0);
+  out.push_back(mixed);  // S(0),R,...: the issue's layout
+  Placements partial(nd, Shard(1));
+  partial[nd - 1] = Partial(ReduceOp::Sum);
+  out.push_back(partial);
+  Placements alt;
+  for (size_t i = 0; i < nd; ++i) alt.push_back(i % 2 ? Shard(0) : Shard(1));
+  out.push_back(alt);
+  if (nd >= 2) {
+    Placements ordered(nd, Replicate());
+    ordered[0] = Shard(0, 1);
+    ordered[1] = Shard(0, 0);
+    out.push_back(ordered);
+  }
+  return out;
+}
+
+// The issue's example: x[:] and slice(x, 0, 0, 8, 1) of S(0),R on 2x2 ran
+// a box exchange to S(1),S(1), and x[:, 1] two.
+TEST_F(ViewOpsTest, AFullRangeSliceIsFreeAndKeepsTheLayout) {
+  DeviceMesh square(world, {2, 2});
+  const Tensor x = int_valued({8, 6}, 21);
+  const DTensor d = distribute_tensor(x, square, {Shard(0), Replicate()});
+  CommDebugMode comm;
+  const DTensor all = slice(d, 0, 0, 8, 1);
+  EXPECT_EQ(comm.total_count(), 0);
+  EXPECT_EQ(to_string(all.placements()), "S(0),R");
+  const DTensor col = select(slice(d, 0, 0, 8, 1), 1, 1);  // x[:, 1]
+  EXPECT_EQ(comm.total_count(), 0);
+  EXPECT_EQ(to_string(col.placements()), "S(0),R");
+  const DTensor cut = slice(d, 1, 1, 5, 2);  // an unsharded dim is cut locally
+  EXPECT_EQ(comm.total_count(), 0);
+  EXPECT_EQ(to_string(cut.placements()), "S(0),R");
+  EXPECT_TRUE(equal(all.full_tensor(), x));
+  EXPECT_TRUE(equal(col.full_tensor(), x.select(1, 1)));
+  EXPECT_TRUE(equal(cut.full_tensor(), x.slice(1, 1, 5, 2)));
+  // A view of x, as PyTorch's x[:] is.
+  EXPECT_EQ(all.to_local(0).storage(), d.to_local(0).storage());
+}
+
+// Every call returning x as it is, on meshes of 1 to 3 dims, even, uneven
+// and over-sharded shapes, natural, ordered and Partial layouts: no
+// collective, x's placements, x's shards, the plain result.
+TEST_F(ViewOpsTest, IdentityCallsAreFreeAndKeepEveryLayout) {
+  const std::vector<Shape> meshes = {{4}, {3}, {2, 2}, {2, 3}, {2, 2, 2}};
+  const std::vector<Shape> shapes = {{8, 6}, {7, 5}, {2, 3}, {1, 5}};
+  uint64_t seed = 30;
+  for (const Shape& mesh_shape : meshes) {
+    DeviceMesh mesh(world, mesh_shape);
+    for (const Shape& shape : shapes) {
+      const Tensor x = int_valued(shape, ++seed);
+      for (const Placements& pl : layouts_on(mesh)) {
+        const DTensor d = make_dtensor(x, mesh, pl, seed);
+        for (const ViewCall& call : identity_calls(shape)) {
+          SCOPED_TRACE(call.name + " of " + to_string(shape) + " placed " + to_string(pl) + " on " +
+                       mesh.to_string());
+          CommDebugMode comm;
+          const DTensor got = call.dist(d);
+          EXPECT_EQ(comm.total_count(), 0);
+          EXPECT_EQ(got.placements(), d.placements());
+          expect_same_local_shapes(got, d);
+          EXPECT_TRUE(equal(got.full_tensor(), call.plain(x)));
+        }
+      }
+    }
+  }
+}
+
+// Cuts to nothing keep the cut dim's shard (every chunk of nothing is
+// empty); select and cuts of an unsharded dim keep the other shards; at
+// the ends and on size-1 dims alike.
+TEST_F(ViewOpsTest, EmptyCutsAndCutsOfUnshardedDimsAreFree) {
+  const std::vector<Shape> meshes = {{4}, {3}, {2, 3}, {2, 2, 2}};
+  uint64_t seed = 60;
+  for (const Shape& mesh_shape : meshes) {
+    DeviceMesh mesh(world, mesh_shape);
+    const size_t nd = mesh_shape.size();
+    for (const Shape& shape : {Shape{7, 5}, Shape{8, 1}}) {
+      const Tensor x = int_valued(shape, ++seed);
+      for (int64_t sharded : {0, 1}) {
+        const int64_t cut = 1 - sharded;
+        const Placements pl(nd, Shard(sharded));
+        const DTensor d = make_dtensor(x, mesh, pl, seed);
+        const int64_t n = shape[cut];
+        const std::vector<ViewCall> calls = {
+            {"slice(d,3,3)", [&](const DTensor& v) { return slice(v, sharded, 3, 3); },
+             [&](const Tensor& v) { return v.slice(sharded, 3, 3); }},
+            {"slice(d,-1,1)", [&](const DTensor& v) { return slice(v, sharded, -1, 1); },
+             [&](const Tensor& v) { return v.slice(sharded, -1, 1); }},
+            {"narrow(d,L,0)", [&](const DTensor& v) { return narrow(v, sharded, shape[sharded], 0); },
+             [&](const Tensor& v) { return v.narrow(sharded, shape[sharded], 0); }},
+            {"slice(c,1,L,2)", [&](const DTensor& v) { return slice(v, cut, 1, n, 2); },
+             [&](const Tensor& v) { return v.slice(cut, 1, n, 2); }},
+            {"narrow(c,L-1,1)", [&](const DTensor& v) { return narrow(v, cut, n - 1, 1); },
+             [&](const Tensor& v) { return v.narrow(cut, n - 1, 1); }},
+            {"select(c,0)", [&](const DTensor& v) { return select(v, cut, 0); },
+             [&](const Tensor& v) { return v.select(cut, 0); }},
+            {"select(c,-1)", [&](const DTensor& v) { return select(v, cut, -1); },
+             [&](const Tensor& v) { return v.select(cut, -1); }},
+        };
+        for (const ViewCall& call : calls) {
+          SCOPED_TRACE(call.name + " of " + to_string(shape) + " placed " + to_string(pl) + " on " +
+                       mesh.to_string());
+          CommDebugMode comm;
+          const DTensor got = call.dist(d);
+          EXPECT_EQ(comm.total_count(), 0);
+          const bool drops = call.name.rfind("select", 0) == 0;
+          const Placements want(nd, Shard(drops && sharded > cut ? sharded - 1 : sharded));
+          EXPECT_EQ(got.placements(), want);
+          expect_local_shapes(got);
+          EXPECT_TRUE(equal(got.full_tensor(), call.plain(x)));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace

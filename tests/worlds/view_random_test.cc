@@ -255,4 +255,133 @@ TEST_F(ViewRandomTest, RandomLayoutsMatchThePlainOps) {
   }
 }
 
+// ---- degenerate calls ------------------------------------------------------------------
+
+// A random call of a view or shape op that returns x as it is (a
+// full-range cut, a view/reshape/expand to the same shape, a flatten of one
+// dim, a squeeze of a dim that is not 1, an identity permute, repeat by
+// ones, pad by nothing, a one-piece chunk or split), or cuts a dim to
+// nothing. Each keeps x's placements.
+ViewRandomCase random_degenerate_case(std::mt19937& rng, const Tensor& x, const DTensor& d) {
+  const Shape& shape = x.shape();
+  const int64_t nd = x.dim();
+  const int64_t a = random_dim_view(rng, nd), n = shape[a < 0 ? a + nd : a];
+  std::ostringstream what;
+  auto one = [](DTensor v) { return std::vector<DTensor>{std::move(v)}; };
+  switch (rng() % 12) {
+    case 0:
+      what << "slice " << a << ",0," << n << ",1";
+      return {what.str(), {x.slice(a, 0, n, 1)}, [=] { return one(slice(d, a, 0, n, 1)); }};
+    case 1: {
+      const int64_t past = uniform_view(rng, 0, 3);
+      what << "slice " << a << "," << -n - past << "," << n + past << ",1";
+      return {what.str(), {x.slice(a, -n - past, n + past, 1)},
+              [=] { return one(slice(d, a, -n - past, n + past, 1)); }};
+    }
+    case 2: {
+      const int64_t start = n > 0 && rng() % 2 ? -n : 0;
+      what << "narrow " << a << "," << start << "," << n;
+      return {what.str(), {x.narrow(a, start, n)}, [=] { return one(narrow(d, a, start, n)); }};
+    }
+    case 3: {  // to nothing
+      const int64_t at = uniform_view(rng, 0, n);
+      what << "narrow " << a << "," << at << ",0 / slice " << a << "," << at << "," << at;
+      return {what.str(), {x.narrow(a, at, 0), x.slice(a, at, at, 1)},
+              [=] { return std::vector<DTensor>{narrow(d, a, at, 0), slice(d, a, at, at, 1)}; }};
+    }
+    case 4:
+      what << "view/reshape to the same shape";
+      return {what.str(), {x, x},
+              [=] { return std::vector<DTensor>{view(d, shape), reshape(d, shape)}; }};
+    case 5:
+      what << "flatten " << a << "," << a << " / squeeze " << a;
+      if (n == 1)
+        return {what.str(), {x.flatten(a, a)}, [=] { return one(flatten(d, a, a)); }};
+      return {what.str(), {x.flatten(a, a), x.squeeze(a)},
+              [=] { return std::vector<DTensor>{flatten(d, a, a), squeeze(d, a)}; }};
+    case 6: {
+      Shape to = shape;
+      for (int64_t& v : to)
+        if (rng() % 2) v = -1;
+      what << "expand " << to;
+      return {what.str(), {x.expand(to)}, [=] { return one(expand(d, to)); }};
+    }
+    case 7: {
+      DimVector dims;
+      for (int64_t i = 0; i < nd; ++i) dims.push_back(rng() % 2 ? i : i - nd);
+      what << "transpose " << a << "," << a << " / permute " << dims;
+      return {what.str(), {x.transpose(a, a), x.permute(dims)},
+              [=] { return std::vector<DTensor>{transpose(d, a, a), permute(d, dims)}; }};
+    }
+    case 8: {
+      const DimVector ones(std::vector<int64_t>(static_cast<size_t>(nd), 1));
+      what << "repeat " << ones << " / tile (1)";
+      return {what.str(), {repeat(x, ones), tile(x, {1})},
+              [=] { return std::vector<DTensor>{repeat(d, ones), tile(d, {1})}; }};
+    }
+    case 9: {
+      const std::vector<int64_t> zeros(static_cast<size_t>(2 * nd), 0);
+      what << "pad by zeros";
+      return {what.str(), {pad(x, zeros)}, [=] { return one(pad(d, zeros)); }};
+    }
+    case 10:
+      what << "chunk 1," << a;
+      return {what.str(), x.chunk(1, a), [=] { return chunk(d, 1, a); }};
+    default: {
+      const int64_t size = std::max<int64_t>(n, 1) + uniform_view(rng, 0, 2);
+      what << "split " << size << "," << a << " / split {" << n << "}," << a;
+      return {what.str(), {x.split(size, a)[0], split(x, std::vector<int64_t>{n}, a)[0]}, [=] {
+                return std::vector<DTensor>{split(d, size, a)[0],
+                                            split(d, std::vector<int64_t>{n}, a)[0]};
+              }};
+    }
+  }
+}
+
+// Degenerate calls on random layouts (Partials, split orders, uneven and
+// empty shards) on meshes of 1 to 4 dims: no collective, x's placements,
+// the plain result.
+TEST_F(ViewRandomTest, DegenerateCallsAreFreeAndKeepTheLayout) {
+  std::mt19937 rng(38);
+  const std::vector<Shape> meshes = dtensor::testing::test_meshes(world);
+  const int iterations = dtensor::testing::property_cases(300);
+  for (int iter = 0; iter < iterations; ++iter) {
+    const Shape mesh_shape = meshes[rng() % meshes.size()];
+    DeviceMesh mesh(world, mesh_shape);
+    Shape shape;
+    const int nd = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < nd; ++i) shape.push_back(rng() % 8);
+    if (rng() % 2) shape[rng() % nd] = 1;
+    const Placements pl = dtensor::testing::with_random_orders(
+        rng, dtensor::testing::random_placement_pair(rng, static_cast<int>(mesh_shape.size()), nd)
+                 .first);
+    const Tensor x = int_valued(shape, iter);
+    const DTensor d = make_dtensor(x, mesh, pl, iter);
+    const ViewRandomCase c = random_degenerate_case(rng, x, d);
+    const std::string what = c.what + " of " + to_string(shape) + " placed " + to_string(pl) +
+                             " on " + mesh.to_string();
+    std::vector<DTensor> got;
+    CommDebugMode comm;
+    try {
+      got = c.got();
+    } catch (const Error& e) {
+      FAIL() << what << ": " << e.what();
+    }
+    ASSERT_EQ(comm.total_count(), 0) << what;
+    ASSERT_EQ(got.size(), c.want.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const std::string piece = what + " (piece " + std::to_string(i) + ", got " +
+                                to_string(got[i].placements()) + ")";
+      ASSERT_EQ(got[i].placements(), d.placements()) << piece;
+      ASSERT_EQ(got[i].shape(), c.want[i].shape()) << piece;
+      for (int rank : got[i].local().ranks())
+        ASSERT_EQ(got[i].to_local(rank).shape(), got[i].spec().extent_of_rank(rank)->local_shape)
+            << piece << " rank " << rank;
+    }
+    if (!dtensor::testing::takes_part(mesh)) continue;  // MPI: this rank is not in the mesh
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_TRUE(equal(got[i].full_tensor(), c.want[i])) << what << " (piece " << i << ")";
+  }
+}
+
 }  // namespace
