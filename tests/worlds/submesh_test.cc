@@ -137,7 +137,8 @@ TEST_F(SubmeshTest, ClipGradNormCountsASubMeshReplicaOnce) {
   if (world.size() < 4) GTEST_SKIP() << "needs 4 ranks";
   auto run = [](const World& w) {
     const DeviceMesh mesh(w, {2, 2}, {"dp", "tp"});
-    DTensor a = distribute_tensor(Tensor::zeros({4, 3}, DType::Float64), mesh, {Shard(0), Shard(1)});
+    DTensor a =
+        distribute_tensor(Tensor::zeros({4, 3}, DType::Float64), mesh, {Shard(0), Shard(1)});
     DTensor b = distribute_tensor(Tensor::zeros({5}, DType::Float64), mesh["tp"], {Shard(0)});
     a.requires_grad_();
     b.requires_grad_();
@@ -227,4 +228,21 @@ TEST_F(SubmeshTest, VocabParallelCrossEntropyOnSubMeshViewsIsEachViewsOwn) {
           << "logits' gradient of rank " << rank;
     }
   }
+}
+
+// One norm is reduced over one world: gradients on meshes of two worlds
+// throw, naming the parameter.
+TEST_F(SubmeshTest, ClipGradNormRejectsGradientsOfTwoWorlds) {
+  const World other = World::simulated(1);
+  DTensor a = distribute_tensor(Tensor::zeros({3}), DeviceMesh(world, {1}), {Replicate()});
+  DTensor b = distribute_tensor(Tensor::zeros({3}), DeviceMesh(other, {1}), {Replicate()});
+  for (DTensor* p : {&a, &b}) {
+    p->requires_grad_();
+    p->set_grad(distribute_tensor(Tensor::ones({3}), p->mesh(), {Replicate()}));
+  }
+  const std::string message =
+      dtensor::testing::error_of([&] { optim::clip_grad_norm_({a, b}, 1.0); });
+  EXPECT_NE(message.find("parameter 1 lives on another world than that of parameter 0"),
+            std::string::npos)
+      << message;
 }
