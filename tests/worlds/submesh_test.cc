@@ -246,3 +246,25 @@ TEST_F(SubmeshTest, ClipGradNormRejectsGradientsOfTwoWorlds) {
             std::string::npos)
       << message;
 }
+
+// A loss on a mesh of ranks 0-1 is a DTensor: the processes of the mesh
+// read its value, and a process outside it (under mpirun) holds no shard
+// of it and gets a clear error from full_tensor, never another value.
+TEST_F(SubmeshTest, LossOnAMeshOfSomeRanksIsReadOnlyThere) {
+  if (world.size() < 4) GTEST_SKIP() << "needs 4 ranks";
+  const DeviceMesh b(world, {2}, std::vector<int>{0, 1});
+  const Tensor logits = Tensor::randn({4, 5}, 3, 0, DType::Float64);
+  const Tensor target = Tensor::from_vector(std::vector<int64_t>{0, 4, 2, 1});
+  const DTensor loss = cross_entropy(distribute_tensor(logits, b, {Shard(0)}),
+                                     distribute_tensor(target, b, {Shard(0)}));
+  if (dtensor::testing::takes_part(b)) {
+    EXPECT_NEAR(loss.full_tensor().item<double>(), cross_entropy(logits, target).item<double>(),
+                1e-12);
+  } else {
+    EXPECT_TRUE(loss.local().empty());
+    const std::string message = dtensor::testing::error_of([&] { loss.full_tensor(); });
+    EXPECT_NE(message.find("full_tensor: this process holds no rank of mesh DeviceMesh([2]"),
+              std::string::npos)
+        << message;
+  }
+}
