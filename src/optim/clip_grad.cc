@@ -76,7 +76,7 @@ bool counts(const DeviceMesh& mesh, uint32_t sharded_dims, int rank) {
 // How many views of its root `mesh` is (1 for a mesh over every root dim).
 int64_t view_count(const DeviceMesh& mesh) { return mesh.root().size() / mesh.size(); }
 
-// The lowest rank of view `view` of `mesh`, for messages.
+// The first rank (in root order) of view `view` of `mesh`, for messages.
 int first_rank_of_view(const DeviceMesh& mesh, int64_t view) {
   for (int r : mesh.root().ranks())
     if (view_of(mesh, r) == view) return r;
