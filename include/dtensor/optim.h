@@ -298,18 +298,29 @@ class SequentialLR : public LRScheduler {
 // The p-norm (norm_type; INFINITY for the max norm) of all the parameters'
 // gradients taken together, and, when it exceeds max_norm, every gradient
 // scaled by max_norm / (norm + 1e-6) (PyTorch's clip_coef, clamped to 1).
-// Returns the norm before clipping; every rank gets the same bits.
-// Parameters without a gradient are skipped. A gradient whose placements
-// differ from its parameter's is first redistributed to them and written
-// back (as step() would). Costs one all_reduce per distinct set of mesh
-// dims the gradients are sharded over (none for replicated gradients),
-// each over the flattened group of those dims.
+// Returns the norm before clipping, the same bits on every process of the
+// world and in both worlds, whichever meshes the parameters live on.
+//
+// World-collective: every process of the world calls it with the same
+// parameters (gradients on the same ones), those holding no rank of some
+// parameter's mesh (or of any) too; it returns one value for them all,
+// and they scale their shards by the same coefficient. Costs one
+// all_reduce over every rank of the world of a vector of one float64 per
+// group of gradients (same mesh, same sharded mesh dims), none when every
+// gradient is replicated on a mesh of the whole world.
+//
+// A gradient on a sub-mesh (mesh["tp"]) counts once: its views must hold
+// replicas (data parallelism keeps them so), or it throws, naming the
+// views' norms. Parameters without a gradient are skipped. A gradient
+// whose placements differ from its parameter's is first redistributed to
+// them and written back (as step() would).
 // Throws when error_if_nonfinite and the norm is nan or inf.
-// REQUIRES: norm_type > 0.
+// REQUIRES: norm_type > 0; every gradient on meshes of one World.
 double clip_grad_norm_(const std::vector<DTensor>& params, double max_norm,
                        double norm_type = 2.0, bool error_if_nonfinite = false);
 
 // The same norm without clipping (and without writing gradients back).
+// World-collective, as clip_grad_norm_.
 double total_grad_norm(const std::vector<DTensor>& params, double norm_type = 2.0);
 
 }  // namespace dtensor::optim

@@ -149,7 +149,8 @@ class SequenceParallelLayerNorm {
 // ignore_index); all ignored gives NaN. Float32 or float64 logits. A
 // target outside [0, V) that is not ignore_index throws dtensor::Error.
 // Backward: one node, computed on each rank's slice without a collective;
-// the logits' gradient is laid out like the logits.
+// the logits' gradient is laid out like the logits. On a sub-mesh
+// (mesh["tp"]) each view is its own loss: its mean over its own targets.
 DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& target, int tp,
                                      int64_t ignore_index = -100);
 

@@ -251,7 +251,8 @@ Adam (L2 weight decay added to the gradient, default 0) with PyTorch's rule.
          py::arg("error_if_nonfinite") = false, R"doc(
 The norm of all the gradients together (float('inf') for the max norm); when it
 exceeds max_norm every gradient is scaled by max_norm / (norm + 1e-6). Returns
-the norm before clipping (a float, the same on every rank).
+the norm before clipping (a float, the same on every process). World-collective:
+under MPI every process calls it, those outside some parameter's mesh too.
 )doc");
   om.def("total_grad_norm",
          [params_vector](py::object params, double norm_type) {
@@ -260,7 +261,7 @@ the norm before clipping (a float, the same on every rank).
            return optim::total_grad_norm(p, norm_type);
          },
          py::arg("parameters"), py::arg("norm_type") = 2.0,
-         "The norm clip_grad_norm_ would compute, without clipping.");
+         "The norm clip_grad_norm_ would compute, without clipping (world-collective too).");
 
   py::object modules = py::module_::import("sys").attr("modules");
   modules["dtensor.optim"] = om;

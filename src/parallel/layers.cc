@@ -206,13 +206,23 @@ struct RowStats {
   Tensor max, sum, picked;
 };
 
+// The count of targets a rank's mean divides by (vocab_parallel_cross_entropy).
+double count_of(const std::vector<std::pair<int, double>>& counts, int rank) {
+  for (const auto& [r, c] : counts)
+    if (r == rank) return c;
+  DT_THROW("internal error: ", "vocab_parallel_cross_entropy has no count of rank ", rank);
+}
+
 // The gradient of the loss w.r.t. the logits z, shard by shard:
-// g / count * (softmax(z) - onehot(target)), zero on ignored rows. Brings
+// g / count * (softmax(z) - onehot(target)), zero on ignored rows, with
+// the count of the rank's own mesh (a sub-mesh's views count their own
+// targets: one number per process would be one view's in a simulated
+// world, which holds them all, and each process's own under MPI). Brings
 // what it is given to the forward's layouts first (a no-op except under
 // VerifyMode, which hands it replicated copies).
 DTensor vocab_ce_backward(const DTensor& grad, const DTensor& z_saved, const DTensor& tgt_saved,
                           const DTensor& max_saved, const DTensor& sum_saved, int tp,
-                          int64_t ignore_index, double count) {
+                          int64_t ignore_index, const std::vector<std::pair<int, double>>& counts) {
   const int64_t c = z_saved.dim() - 1;
   const Placements classes = class_layout(z_saved.placements(), tp, c);
   const DTensor z = moved_to(z_saved, classes);
@@ -233,7 +243,8 @@ DTensor vocab_ce_backward(const DTensor& grad, const DTensor& z_saved, const DTe
       const int64_t offset = z.spec().extent_of_rank(rank)->global_offset[static_cast<size_t>(c)];
       detail::vocab_ce_grad<T>(x.data_ptr<T>(), t.numel(), n, offset, t.data_ptr<int64_t>(),
                                ignore_index, m.data_ptr<T>(), s.data_ptr<T>(),
-                               g.to_local(rank).item<double>() / count, gz.data_ptr<T>());
+                               g.to_local(rank).item<double>() / count_of(counts, rank),
+                               gz.data_ptr<T>());
       return gz;
     });
   });
@@ -277,7 +288,7 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
   });
   const DType dtype = logits.dtype();
   DTensor loss, global_max, global_sum;
-  double count = 0;
+  std::vector<std::pair<int, double>> counts;  // per held rank, ascending
   detail::dispatch_floating(dtype, op, [&]<class T>() {
     // The local pass: per rank, the row max, sum of exps (double, kept on
     // this process) and the picked logit, each of the targets' local shape.
@@ -366,9 +377,9 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
             .redistribute(Placements(static_cast<size_t>(mesh.ndim()), Replicate()));
     // As cross_entropy's mean: ignored targets add nothing and are not
     // counted (all ignored: 0/0 = NaN, as in PyTorch).
-    LocalTensor out = totals.local().map([&](int, const Tensor& tt) {
+    LocalTensor out = totals.local().map([&](int rank, const Tensor& tt) {
       const std::vector<double> v = tt.to_vector<double>();
-      count = v[1];
+      counts.emplace_back(rank, v[1]);
       return Tensor::scalar(v[0] / v[1], dtype);
     });
     loss = DTensor(DTensorSpec(mesh, Placements(static_cast<size_t>(mesh.ndim()), Replicate()),
@@ -378,11 +389,11 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
   // One backward node for the whole loss; the targets get no gradient.
   if (autograd::recording({&z}))
     autograd::record(loss, op, {&z}, {z, tgt, global_max, global_sum},
-                     [tp, ignore_index, count](const autograd::Context& ctx) {
+                     [tp, ignore_index, counts](const autograd::Context& ctx) {
                        return autograd::Grads{vocab_ce_backward(ctx.grad, ctx.saved(0),
                                                                 ctx.saved(1), ctx.saved(2),
                                                                 ctx.saved(3), tp, ignore_index,
-                                                                count)};
+                                                                counts)};
                      });
   return loss;
 }
