@@ -64,8 +64,10 @@ using Entry = std::variant<DTensor, Tensor, Value>;
 // Entries by name ("blocks.0.fc.weight", "optim.state.blocks.0.fc.weight.exp_avg").
 using StateDict = std::map<std::string, Entry>;
 
-// The version save() writes and the versions load() reads.
-inline constexpr int kFormatVersion = 1;
+// The version save() writes; load() reads versions 1 to it. Version 2
+// records the XXH3-64 checksum of metadata.json's own content, checked
+// before anything in it is used; version 1 (without) loads unchecked.
+inline constexpr int kFormatVersion = 2;
 
 struct SaveOptions {
   // The world whose ranks save; by default the world of the DTensors (all

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <system_error>
 #include <utility>
 
@@ -24,12 +25,32 @@ std::string parent_of(const std::string& path) {
   return p.empty() ? "." : p;
 }
 
+const char* file_kind(unsigned mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return S_ISREG(mode) ? "a regular file" : "not a regular file";
+}
+
 }  // namespace
 
 File File::open_read(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would wait for a writer forever.
+  // What was opened is then checked by fstat: only a regular file is read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   DT_CHECK(fd >= 0, "checkpoint: cannot open ", path, ": ", reason());
-  return File(fd, path);
+  File f(fd, path);
+  struct stat st;
+  DT_CHECK(::fstat(fd, &st) == 0, "checkpoint: cannot stat ", path, ": ", reason());
+  DT_CHECK(S_ISREG(st.st_mode), "checkpoint: ", path, " is ", file_kind(st.st_mode),
+           ", not a regular file (a checkpoint reads regular files only)");
+  const int flags = ::fcntl(fd, F_GETFL);
+  DT_CHECK(flags >= 0 && ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0,
+           "checkpoint: cannot set ", path, " to blocking reads: ", reason());
+  return f;
 }
 
 File File::create(const std::string& path) {
@@ -136,7 +157,8 @@ void sync_dir(const std::string& dir) {
   DT_CHECK(rc == 0, "checkpoint: fsync of directory ", dir, " failed: ", why);
 }
 
-void publish_dir(const std::string& from, const std::string& to) {
+void publish_dir(const std::string& from, const std::string& to,
+                 const std::function<void(const std::string&)>& remove_old) {
   if (!exists(to)) {
     DT_CHECK(::rename(from.c_str(), to.c_str()) == 0, "checkpoint: cannot rename ", from,
              " to ", to, ": ", reason());
@@ -147,7 +169,7 @@ void publish_dir(const std::string& from, const std::string& to) {
              "checkpoint: cannot replace ", to, " with ", from, ": ", reason(),
              " (the new checkpoint is complete at ", from, ")");
     sync_dir(parent_of(to));
-    remove_all(from);
+    remove_old(from);
   }
   sync_dir(parent_of(to));
 }
