@@ -275,6 +275,14 @@ int resume_from(Trainer& t, const TrainArgs& args, int64_t vocab) {
   checkpoint::load(state, dir);
   checkpoint::set_state_dict(state, *t.model, t.optimizer.get(), t.schedule.get());
   const int64_t step = std::get<int64_t>(std::get<checkpoint::Value>(state.at("train.step")));
+  // Each training step steps the optimizer and the schedule once: a
+  // checkpoint whose counts disagree would resume another state.
+  DT_CHECK(t.schedule->last_epoch() == step, "--resume ", quote(dir), " is at step ", step,
+           " but its schedule at epoch ", t.schedule->last_epoch(), " (they advance together)");
+  for (size_t i = 0; i < t.optimizer->size(); ++i)
+    DT_CHECK(t.optimizer->state(i).step == step, "--resume ", quote(dir), " is at step ", step,
+             " but its optimizer's parameter ", i, " at step ", t.optimizer->state(i).step,
+             " (they advance together)");
   DT_CHECK(step >= 0 && step < args.steps, "--resume ", quote(dir), " is at step ", step,
            "; --steps ", args.steps, " leaves nothing to train");
   return static_cast<int>(step);

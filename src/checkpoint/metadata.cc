@@ -219,6 +219,13 @@ bool is_checkpoint_file_name(const std::string& name) {
          (digits == "0" || digits[0] != '0') && digits.size() <= 10;
 }
 
+std::string reseal_metadata(const std::string& text) {
+  ordered_json j = ordered_json::parse(text);
+  j.erase(kChecksumKey);
+  j[kChecksumKey] = content_checksum(j);
+  return j.dump(1) + "\n";
+}
+
 bool has_checkpoint_format(const std::string& text) {
   const ordered_json j = ordered_json::parse(text, nullptr, false);
   if (!j.is_object()) return false;

@@ -17,6 +17,10 @@ std::string to_json(const Metadata& md);
 // Parses and validates (first the format, version and the checksum of the
 // content, then every field); `path` names the file in errors.
 Metadata parse_metadata(const std::string& text, const std::string& path);
+// `text` (a metadata.json, edited) with the checksum of its content
+// recomputed: for tests that edit a checkpoint's metadata on purpose, to
+// reach the checks behind the checksum.
+std::string reseal_metadata(const std::string& text);
 // "data-<rank>.bin"
 std::string data_file_name(int rank);
 // metadata.json or data-<rank>.bin: the names save() writes in a checkpoint
