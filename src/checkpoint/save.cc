@@ -180,12 +180,12 @@ std::vector<std::string> checkpoint_files(const std::string& dir, const std::str
     const std::string name = it->path().filename().string();
     const fs::file_status st = it->symlink_status(ec);
     if (ec) break;
-    DT_CHECK(detail::is_checkpoint_file_name(name) && fs::is_regular_file(st), refusal, ": ",
-             dir, " holds ", name, ", which is not a file dtensor writes in a checkpoint (",
-             detail::kMetadataFile, ", data-<rank>.bin)");
+    DT_CHECK(detail::is_checkpoint_file_name(name) && fs::is_regular_file(st), refusal,
+             " (it holds ", name, ", which is not a file dtensor writes in a checkpoint: ",
+             detail::kMetadataFile, " and data-<rank>.bin, regular files)");
     names.push_back(name);
   }
-  DT_CHECK(!ec, refusal, ": cannot list ", dir, ": ", ec.message());
+  DT_CHECK(!ec, refusal, " (cannot list it: ", ec.message(), ")");
   return names;
 }
 
@@ -199,7 +199,7 @@ void remove_checkpoint_dir(const std::string& dir) {
   const fs::file_status st = fs::symlink_status(dir, ec);
   if (st.type() == fs::file_type::not_found) return;
   const std::string refusal = "checkpoint::save: not removing " + dir;
-  DT_CHECK(!ec && fs::is_directory(st), refusal, ": it is not a directory");
+  DT_CHECK(!ec && fs::is_directory(st), refusal, " (it is not a directory)");
   for (const std::string& name : checkpoint_files(dir, refusal)) {
     fs::remove(fs::path(dir) / name, ec);
     DT_CHECK(!ec, "checkpoint::save: cannot remove ", detail::join(dir, name), ": ", ec.message());

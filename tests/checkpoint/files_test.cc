@@ -4,13 +4,11 @@
 // checked against the real files first); save() replaces and removes only
 // a dtensor checkpoint and only the files dtensor writes.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
-#include <atomic>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <new>
 
 #include "checkpoint/metadata.h"
 #include "dtensor/checkpoint.h"
@@ -23,21 +21,20 @@ namespace fs = std::filesystem;
 namespace ckd = ::dtensor::checkpoint::detail;
 using dtensor::testing::expect_error;
 
-// The largest single allocation since the last reset: what a reader
-// asked of the heap at once (this program's operator new).
 namespace files_test {
-std::atomic<size_t> largest{0};
-}  // namespace files_test
 
-void* operator new(size_t n) {
-  size_t seen = files_test::largest.load(std::memory_order_relaxed);
-  while (n > seen && !files_test::largest.compare_exchange_weak(seen, n)) {
-  }
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
+// The process's peak resident memory so far, in bytes: what a reader
+// touched at most (scratch is zero-filled when allocated, so a 1 GiB
+// scratch block shows here).
+int64_t peak_rss() {
+  struct rusage u;
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+}  // namespace files_test
 
 namespace files_test {
 
@@ -108,17 +105,15 @@ TEST_F(CheckpointFiles, NonRegularFilesAreRefusedWithoutBlocking) {
 TEST_F(CheckpointFiles, ScratchIsBoundedByTheDataPresent) {
   const std::string dir = saved("big_blocks", int64_t{1} << 30);
   EXPECT_EQ(read_metadata(dir).block_bytes, int64_t{1} << 30);
-  files_test::largest = 0;
+  const int64_t before = files_test::peak_rss();
   verify(dir);
-  EXPECT_LT(files_test::largest.load(), size_t{1} << 20);
   StateDict s = target();
   // A Shard target needs a block of scratch (its rows do not line up with
   // the chunks' blocks).
   s["w"] = distribute_tensor(Tensor::zeros({10, 3}), mesh, {Shard(1)});
-  files_test::largest = 0;
   load(s, dir);
-  EXPECT_LT(files_test::largest.load(), size_t{1} << 20);
   EXPECT_TRUE(equal(std::get<DTensor>(s.at("w")).full_tensor(), full));
+  EXPECT_LT(files_test::peak_rss() - before, 256 * files_test::kMiB);
 }
 
 // Sizes a metadata.json declares (re-sealed, as if written so) are checked
@@ -143,10 +138,10 @@ TEST_F(CheckpointFiles, DeclaredSizesAreCheckedAgainstTheFiles) {
                          0);
   std::ofstream(path, std::ios::trunc) << ckd::to_json(md);
   StateDict s = target();
-  files_test::largest = 0;
+  const int64_t before = files_test::peak_rss();
   expect_error([&] { load(s, dir); }, {dir + "/" + file, "is truncated", "metadata.json records"});
   expect_error([&] { verify(dir); }, {dir + "/" + file, "is truncated"});
-  EXPECT_LT(files_test::largest.load(), size_t{1} << 20);
+  EXPECT_LT(files_test::peak_rss() - before, 256 * files_test::kMiB);
 }
 
 // A data file longer than recorded is not the file that was written.

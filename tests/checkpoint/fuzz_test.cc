@@ -135,7 +135,7 @@ std::string damage(const std::string& dir, std::mt19937& rng) {
   // read here would wait on).
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(dir))
-    if (e.is_regular_file() && !e.is_symlink()) files.push_back(e.path().filename().string());
+    if (fs::is_regular_file(e.symlink_status())) files.push_back(e.path().filename().string());
   if (files.empty()) return "nothing (no regular file)";
   std::sort(files.begin(), files.end());
   const std::string name = files[rng() % files.size()];
