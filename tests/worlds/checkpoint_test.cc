@@ -364,7 +364,7 @@ TEST_F(CheckpointTest, DamagedCheckpointsGiveClearErrors) {
 
   // Two chunks' places swapped (each chunk's own checksums still hold).
   dir = saved();
-  edit_metadata(dir, "\"offsets\": [\n     0,", "\"offsets\": [\n     4,");
+  edit_metadata(dir, "\"offsets\": [\n      0,", "\"offsets\": [\n      4,");
   expect_damage(dir, {dir + "/metadata.json is corrupted"});
 }
 
