@@ -480,3 +480,25 @@ TEST_F(CheckpointTest, StateDictsResumeTrainingOnAnotherLayout) {
     }
   }
 }
+
+// set_state_dict sets the lr from the scheduler's epoch, so a state whose
+// epoch and saved lr disagree (an edited epoch) would resume with another
+// lr than the saved one: it is refused before anything is applied.
+TEST_F(CheckpointTest, SetStateDictRefusesAnEpochThatDisagreesWithTheLr) {
+  const DeviceMesh mesh(world, Shape{world.size()});
+  Training saved(mesh, false);
+  saved.step(0);
+  saved.step(1);
+  checkpoint::StateDict state = saved.state();
+  state["lr_scheduler.last_epoch"] = Value(int64_t{3});
+  Training fresh(mesh, false);
+  expect_error(
+      [&] { set_state_dict(state, *fresh.model, fresh.opt.get(), fresh.sched.get()); },
+      {"'optim.lr'", "'lr_scheduler.last_epoch' 3", "disagree"});
+  EXPECT_EQ(fresh.sched->last_epoch(), 0);
+  EXPECT_EQ(fresh.opt->state(0).step, 0);
+  state["lr_scheduler.last_epoch"] = Value(int64_t{2});
+  set_state_dict(state, *fresh.model, fresh.opt.get(), fresh.sched.get());
+  EXPECT_EQ(fresh.sched->last_epoch(), 2);
+  EXPECT_EQ(fresh.opt->lr(), saved.opt->lr());
+}
