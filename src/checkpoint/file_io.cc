@@ -35,34 +35,49 @@ const char* file_kind(unsigned mode) {
   return S_ISREG(mode) ? "a regular file" : "not a regular file";
 }
 
+// Opens `path` with `flags` | O_NONBLOCK (opening a FIFO would otherwise
+// wait for its other end forever), then checks by fstat that it is a
+// regular file, and only then makes its reads and writes blocking again.
+int open_regular(const std::string& path, int flags, const char* what) {
+  const int fd = ::open(path.c_str(), flags | O_NONBLOCK | O_CLOEXEC, 0644);
+  struct stat st;
+  if (fd < 0) {
+    // (A FIFO without a reader fails a non-blocking open for writing.)
+    const std::string why = reason();
+    DT_CHECK(::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode), "checkpoint: ", path, " is ",
+             file_kind(st.st_mode),
+             ", not a regular file (a checkpoint reads and writes regular files only)");
+    DT_THROW("checkpoint: cannot ", what, " ", path, ": ", why);
+  }
+  std::string problem;  // after "checkpoint: "
+  if (::fstat(fd, &st) != 0) {
+    problem = "cannot stat " + path + ": " + reason();
+  } else if (!S_ISREG(st.st_mode)) {
+    problem = path + " is " + file_kind(st.st_mode) +
+              ", not a regular file (a checkpoint reads and writes regular files only)";
+  } else if (const int fl = ::fcntl(fd, F_GETFL);
+             fl < 0 || ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    problem = "cannot make " + path + " blocking: " + reason();
+  }
+  if (!problem.empty()) {
+    ::close(fd);
+    DT_THROW("checkpoint: ", problem);
+  }
+  return fd;
+}
+
 }  // namespace
 
 File File::open_read(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO for reading would wait for a writer forever.
-  // What was opened is then checked by fstat: only a regular file is read.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  DT_CHECK(fd >= 0, "checkpoint: cannot open ", path, ": ", reason());
-  File f(fd, path);
-  struct stat st;
-  DT_CHECK(::fstat(fd, &st) == 0, "checkpoint: cannot stat ", path, ": ", reason());
-  DT_CHECK(S_ISREG(st.st_mode), "checkpoint: ", path, " is ", file_kind(st.st_mode),
-           ", not a regular file (a checkpoint reads regular files only)");
-  const int flags = ::fcntl(fd, F_GETFL);
-  DT_CHECK(flags >= 0 && ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0,
-           "checkpoint: cannot set ", path, " to blocking reads: ", reason());
-  return f;
+  return File(open_regular(path, O_RDONLY, "open"), path);
 }
 
 File File::create(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  DT_CHECK(fd >= 0, "checkpoint: cannot create ", path, ": ", reason());
-  return File(fd, path);
+  return File(open_regular(path, O_WRONLY | O_CREAT | O_TRUNC, "create"), path);
 }
 
 File File::open_write(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  DT_CHECK(fd >= 0, "checkpoint: cannot open ", path, " for writing: ", reason());
-  return File(fd, path);
+  return File(open_regular(path, O_WRONLY, "open for writing"), path);
 }
 
 File::File(File&& other) noexcept

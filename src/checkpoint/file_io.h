@@ -11,8 +11,9 @@ namespace dtensor::checkpoint::detail {
 
 class File {
  public:
-  // Opens for reading; throws naming the path when it is missing or is
-  // not a regular file (a FIFO, a directory, a device: never blocks on one).
+  // Every open refuses, naming the path, what is not a regular file (a
+  // FIFO, a directory, a device), and never blocks on one.
+  // Opens for reading; throws naming the path when it is missing.
   static File open_read(const std::string& path);
   // Creates (truncating) for writing.
   static File create(const std::string& path);

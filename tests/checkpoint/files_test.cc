@@ -193,3 +193,14 @@ TEST_F(CheckpointFiles, SaveReplacesOnlyCheckpointsAndRemovesOnlyItsFiles) {
   expect_error([&] { save_into(base + "/afile"); }, {"afile", "not a directory"});
   EXPECT_EQ(files_test::read_text(base + "/afile"), "x");
 }
+
+// Writing opens without blocking too: a FIFO where export_safetensors
+// makes its PATH.partial is refused rather than waited on for a reader.
+TEST_F(CheckpointFiles, AFifoInTheWayOfAWriteIsRefused) {
+  const std::string path = base + "/model.safetensors";
+  ASSERT_EQ(::mkfifo((path + ".partial").c_str(), 0644), 0);
+  expect_error(
+      [&] { export_safetensors({{"w", distribute_tensor(full, mesh, {Shard(0)})}}, path); },
+      {path + ".partial", "is a FIFO, not a regular file"});
+  EXPECT_FALSE(fs::exists(path));
+}
