@@ -336,6 +336,14 @@ void load_resume(Trainer& t, const TrainArgs& args, int64_t vocab, const ResumeP
   const int64_t step = std::get<int64_t>(std::get<checkpoint::Value>(state.at("train.step")));
   DT_CHECK(step == point.step, "--resume ", quote(args.resume), ": 'train.step' read ", step,
            " where the metadata says ", point.step);
+  // Each training step steps the optimizer and the schedule once: a
+  // checkpoint whose counts disagree would resume another state.
+  DT_CHECK(t.schedule->last_epoch() == step, "--resume ", quote(args.resume), " is at step ", step,
+           " but its schedule at epoch ", t.schedule->last_epoch(), " (they advance together)");
+  for (size_t i = 0; i < t.optimizer->size(); ++i)
+    DT_CHECK(t.optimizer->state(i).step == step, "--resume ", quote(args.resume), " is at step ",
+             step, " but its optimizer's parameter ", i, " at step ", t.optimizer->state(i).step,
+             " (they advance together)");
 }
 
 // One line on stderr when the batch does not divide over dp. The ranks

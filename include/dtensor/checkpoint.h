@@ -11,8 +11,8 @@
 //
 // The format (docs/checkpoint.md) is a directory: metadata.json (format
 // version; per tensor its global shape, dtype and saved chunks: offsets,
-// sizes, data file, byte range and XXH3-64 checksums of fixed-size blocks)
-// and one data file per writing rank (data-<rank>.bin), where each chunk's
+// sizes, data file, byte range and XXH3-64 checksums of fixed-size blocks;
+// the XXH3-64 of its own content) and one data file per writing rank (data-<rank>.bin), where each chunk's
 // bytes are contiguous, row-major and little-endian. A chunk held by
 // several ranks (Replicate, or a plain tensor) is written once, by one of
 // them, spreading the bytes evenly over the holders; Partial placements are
@@ -26,10 +26,13 @@
 // Loading reshards: each rank reads only the blocks of saved chunks that
 // intersect the parts its target layout holds, straight into its shards,
 // never a whole tensor on one rank (unless the layout asks for one). Every
-// block read is checked against its checksum; a missing, truncated or
-// corrupted file, a bad metadata.json, a shape or dtype mismatch or a
-// tensor the checkpoint lacks (strict) throws dtensor::Error naming the
-// file and the tensor, on every rank.
+// block read is checked against its checksum, metadata.json against its
+// own, every data file against the size it records (before anything is
+// allocated) and the chunks for covering each tensor exactly once; a
+// missing, truncated, corrupted, edited or non-regular file (a FIFO is
+// refused, never waited on), a shape or dtype mismatch or a tensor the
+// checkpoint lacks (strict) throws dtensor::Error naming the file and the
+// tensor, on every rank.
 #pragma once
 
 #include <cstdint>
@@ -64,8 +67,10 @@ using Entry = std::variant<DTensor, Tensor, Value>;
 // Entries by name ("blocks.0.fc.weight", "optim.state.blocks.0.fc.weight.exp_avg").
 using StateDict = std::map<std::string, Entry>;
 
-// The version save() writes and the versions load() reads.
-inline constexpr int kFormatVersion = 1;
+// The version save() writes; load() reads versions 1 to it. Version 2
+// records the XXH3-64 checksum of metadata.json's own content, checked
+// before anything in it is used; version 1 (without) loads unchecked.
+inline constexpr int kFormatVersion = 2;
 
 struct SaveOptions {
   // The world whose ranks save; by default the world of the DTensors (all
@@ -84,7 +89,10 @@ struct LoadOptions {
 };
 
 // Saves `state` to directory `dir` (replacing an earlier checkpoint there
-// only once the new one is complete). Every rank of the world calls it with
+// only once the new one is complete). An existing `dir` must be empty or a
+// dtensor checkpoint (by its metadata.json's format) holding only the files
+// save writes; anything else is refused, and save never removes a file it
+// does not write. Every rank of the world calls it with
 // the same names, the same layouts and the same plain tensors and values.
 void save(const StateDict& state, const std::string& dir, const SaveOptions& options = {});
 
@@ -160,7 +168,9 @@ StateDict get_state_dict(nn::Module& model, optim::Optimizer* optimizer = nullpt
 // Applies `state` (after load()) to the optimizer and scheduler: step
 // counts, lr, epoch, and the loaded buffers of every parameter whose step
 // count is positive (at 0 the optimizer keeps none, as before a first
-// step). Parameters and buffers that existed were restored in place.
+// step). Parameters and buffers that existed were restored in place. With
+// a scheduler, the saved lr must be the scheduler's lr at the saved epoch
+// (the scheduler sets it from the epoch): else it throws, changing nothing.
 void set_state_dict(const StateDict& state, nn::Module& model,
                     optim::Optimizer* optimizer = nullptr,
                     optim::LRScheduler* scheduler = nullptr);

@@ -26,6 +26,93 @@ std::optional<Box> intersect(const Box& a, const Box& b) {
   return out;
 }
 
+namespace {
+
+// A box of the signed sum: boxes[box] (or the whole, at index n) with sign.
+struct Signed {
+  size_t box;
+  int sign;
+};
+
+// Whether the signed boxes `items`, restricted to dims [dim, ndim), sum to
+// zero everywhere; when not, at[dim..] get coordinates near where they do not.
+bool sums_to_zero(const std::vector<const Box*>& boxes, const std::vector<Signed>& items,
+                  size_t dim, Shape& at) {
+  if (dim == at.size()) {
+    int64_t sum = 0;
+    for (const Signed& s : items) sum += s.sign;
+    return sum == 0;
+  }
+  struct Event {
+    int64_t at;
+    Signed item;
+  };
+  std::vector<Event> events;
+  events.reserve(items.size() * 2);
+  for (const Signed& s : items) {
+    const Box& b = *boxes[s.box];
+    events.push_back({b.offsets[dim], s});
+    events.push_back({b.offsets[dim] + b.sizes[dim], {s.box, -s.sign}});
+  }
+  std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+    return a.at != b.at ? a.at < b.at : a.item.box < b.item.box;
+  });
+  std::vector<Signed> change;
+  for (size_t i = 0; i < events.size();) {
+    change.clear();
+    size_t j = i;
+    for (; j < events.size() && events[j].at == events[i].at; ++j) change.push_back(events[j].item);
+    if (!sums_to_zero(boxes, change, dim + 1, at)) {
+      at[dim] = events[i].at;
+      return false;
+    }
+    i = j;
+  }
+  return true;
+}
+
+bool contains(const Box& b, const Shape& p) {
+  for (size_t d = 0; d < p.size(); ++d)
+    if (p[d] < b.offsets[d] || p[d] >= b.offsets[d] + b.sizes[d]) return false;
+  return true;
+}
+
+}  // namespace
+
+std::optional<Shape> miscovered_element(const std::vector<Box>& boxes, const Box& whole) {
+  std::vector<const Box*> all;
+  std::vector<Signed> items;
+  for (const Box& b : boxes)
+    if (b.numel() > 0) {
+      items.push_back({all.size(), 1});
+      all.push_back(&b);
+    }
+  if (whole.numel() > 0) {
+    items.push_back({all.size(), -1});
+    all.push_back(&whole);
+  }
+  const size_t nd = whole.sizes.size();
+  Shape at(nd, 0);
+  if (sums_to_zero(all, items, 0, at)) return std::nullopt;
+  // The coverage changes at `at` in every dim: one of the corners just
+  // below it (at - e, e in {0, 1}^nd) is covered a wrong number of times.
+  for (uint64_t e = 0; e < (uint64_t{1} << nd); ++e) {
+    Shape p = at;
+    bool inside = true;
+    for (size_t d = 0; d < nd; ++d) {
+      if ((e >> d) & 1) --p[d];
+      inside = inside && p[d] >= whole.offsets[d] && p[d] < whole.offsets[d] + whole.sizes[d];
+    }
+    if (!inside) continue;
+    int64_t count = 0;
+    for (const Box& b : boxes)
+      if (b.numel() > 0 && contains(b, p)) ++count;
+    if (count != 1) return p;
+  }
+  DT_THROW("checkpoint: internal error: the chunks do not tile the tensor, yet no element "
+           "near ", to_string(at), " shows it");
+}
+
 Shape strides_of(const Shape& sizes) {
   Shape strides(sizes.size(), 0);
   int64_t s = 1;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "dtensor/tensor.h"
 
@@ -23,6 +24,14 @@ struct Box {
 
 // The common part of a and b; nullopt when it is empty. REQUIRES: same rank.
 std::optional<Box> intersect(const Box& a, const Box& b);
+
+// An element of `whole` that `boxes` (each inside `whole`) do not cover
+// exactly once: covered twice or more, or not at all; nullopt when they
+// tile it. O(2^ndim n log n) for n boxes at any n: the signed sum of the
+// boxes' indicators minus whole's is zero iff every change of it along a
+// sweep of dim 0 (the boxes starting or ending at one coordinate, as
+// signed boxes of the remaining dims) is zero, recursively.
+std::optional<Shape> miscovered_element(const std::vector<Box>& boxes, const Box& whole);
 
 // One contiguous stretch of `inner`'s elements, as byte offsets from the
 // start of the two boxes it is copied between.

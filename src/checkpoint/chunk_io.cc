@@ -73,7 +73,10 @@ void read_part(const ChunkSource& src, const Box& chunk, const Box& inner, const
       check_block(src, block, at, n);
       advance(hi - cur.src);
     } else {
-      if (scratch.size() < static_cast<size_t>(bb)) scratch.resize(static_cast<size_t>(bb));
+      // At most one block, and no more than the chunk holds (a checkpoint's
+      // block_bytes may be far larger than its data).
+      const auto need = static_cast<size_t>(std::min(bb, src.byte_size));
+      if (scratch.size() < need) scratch.resize(need);
       src.file->read_at(scratch.data(), n, src.byte_offset + lo, what);
       check_block(src, block, scratch.data(), n);
       while (!it.done() && cur.src < hi) {
@@ -87,8 +90,8 @@ void read_part(const ChunkSource& src, const Box& chunk, const Box& inner, const
 }
 
 void verify_chunk(const ChunkSource& src, std::vector<char>& scratch) {
-  if (scratch.size() < static_cast<size_t>(src.block_bytes))
-    scratch.resize(static_cast<size_t>(src.block_bytes));
+  const auto need = static_cast<size_t>(std::min(src.block_bytes, src.byte_size));
+  if (scratch.size() < need) scratch.resize(need);
   for (int64_t lo = 0, block = 0; lo < src.byte_size; lo += src.block_bytes, ++block) {
     const int64_t n = std::min(src.block_bytes, src.byte_size - lo);
     src.file->read_at(scratch.data(), n, src.byte_offset + lo, src.what);

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <system_error>
 #include <utility>
 
@@ -24,24 +25,59 @@ std::string parent_of(const std::string& path) {
   return p.empty() ? "." : p;
 }
 
+const char* file_kind(unsigned mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return S_ISREG(mode) ? "a regular file" : "not a regular file";
+}
+
+// Opens `path` with `flags` | O_NONBLOCK (opening a FIFO would otherwise
+// wait for its other end forever), then checks by fstat that it is a
+// regular file, and only then makes its reads and writes blocking again.
+int open_regular(const std::string& path, int flags, const char* what) {
+  const int fd = ::open(path.c_str(), flags | O_NONBLOCK | O_CLOEXEC, 0644);
+  struct stat st;
+  if (fd < 0) {
+    // (A FIFO without a reader fails a non-blocking open for writing.)
+    const std::string why = reason();
+    DT_CHECK(::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode), "checkpoint: ", path, " is ",
+             file_kind(st.st_mode),
+             ", not a regular file (a checkpoint reads and writes regular files only)");
+    DT_THROW("checkpoint: cannot ", what, " ", path, ": ", why);
+  }
+  std::string problem;  // after "checkpoint: "
+  if (::fstat(fd, &st) != 0) {
+    problem = "cannot stat " + path + ": " + reason();
+  } else if (!S_ISREG(st.st_mode)) {
+    problem = path + " is " + file_kind(st.st_mode) +
+              ", not a regular file (a checkpoint reads and writes regular files only)";
+  } else if (const int fl = ::fcntl(fd, F_GETFL);
+             fl < 0 || ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    problem = "cannot make " + path + " blocking: " + reason();
+  }
+  if (!problem.empty()) {
+    ::close(fd);
+    DT_THROW("checkpoint: ", problem);
+  }
+  return fd;
+}
+
 }  // namespace
 
 File File::open_read(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  DT_CHECK(fd >= 0, "checkpoint: cannot open ", path, ": ", reason());
-  return File(fd, path);
+  return File(open_regular(path, O_RDONLY, "open"), path);
 }
 
 File File::create(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  DT_CHECK(fd >= 0, "checkpoint: cannot create ", path, ": ", reason());
-  return File(fd, path);
+  return File(open_regular(path, O_WRONLY | O_CREAT | O_TRUNC, "create"), path);
 }
 
 File File::open_write(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  DT_CHECK(fd >= 0, "checkpoint: cannot open ", path, " for writing: ", reason());
-  return File(fd, path);
+  return File(open_regular(path, O_WRONLY, "open for writing"), path);
 }
 
 File::File(File&& other) noexcept
@@ -136,7 +172,8 @@ void sync_dir(const std::string& dir) {
   DT_CHECK(rc == 0, "checkpoint: fsync of directory ", dir, " failed: ", why);
 }
 
-void publish_dir(const std::string& from, const std::string& to) {
+void publish_dir(const std::string& from, const std::string& to,
+                 const std::function<void(const std::string&)>& remove_old) {
   if (!exists(to)) {
     DT_CHECK(::rename(from.c_str(), to.c_str()) == 0, "checkpoint: cannot rename ", from,
              " to ", to, ": ", reason());
@@ -147,7 +184,7 @@ void publish_dir(const std::string& from, const std::string& to) {
              "checkpoint: cannot replace ", to, " with ", from, ": ", reason(),
              " (the new checkpoint is complete at ", from, ")");
     sync_dir(parent_of(to));
-    remove_all(from);
+    remove_old(from);
   }
   sync_dir(parent_of(to));
 }

@@ -4,12 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace dtensor::checkpoint::detail {
 
 class File {
  public:
+  // Every open refuses, naming the path, what is not a regular file (a
+  // FIFO, a directory, a device), and never blocks on one.
   // Opens for reading; throws naming the path when it is missing.
   static File open_read(const std::string& path);
   // Creates (truncating) for writing.
@@ -52,8 +55,9 @@ void remove_all(const std::string& path);
 void sync_dir(const std::string& dir);
 // Makes `from` (a finished directory) visible as `to` in one atomic step:
 // a rename, or, when `to` exists, an exchange of the two names followed by
-// removing the old one. At every instant `to` is the old or the new
-// directory, whole.
-void publish_dir(const std::string& from, const std::string& to);
+// removing the old one with remove_old(from). At every instant `to` is the
+// old or the new directory, whole.
+void publish_dir(const std::string& from, const std::string& to,
+                 const std::function<void(const std::string&)>& remove_old);
 
 }  // namespace dtensor::checkpoint::detail

@@ -19,26 +19,36 @@ namespace {
 
 using detail::Box;
 
-// The data files of one checkpoint, opened once per process on first use.
+// Every data file metadata.json names is a regular file of exactly the
+// size it records, checked (open without blocking, fstat) before anything
+// is allocated or read: declared sizes bound what a reader allocates only
+// once they are the real ones.
+void check_data_files(const std::string& dir, const Metadata& md) {
+  for (const auto& [name, want] : md.files) {
+    const detail::File f = detail::File::open_read(detail::join(dir, name));
+    const int64_t size = f.size();
+    DT_CHECK(size >= want, "checkpoint: ", f.path(), " is truncated: it has ", size,
+             " bytes, metadata.json records ", want);
+    DT_CHECK(size == want, "checkpoint: ", f.path(), " has ", size,
+             " bytes, metadata.json records ", want, " (it was changed after it was written)");
+  }
+}
+
+// The data files of one checkpoint, opened once per process on first use
+// (after check_data_files).
 class Files {
  public:
-  explicit Files(std::string dir, const Metadata& md) : dir_(std::move(dir)), md_(md) {}
+  explicit Files(std::string dir) : dir_(std::move(dir)) {}
 
   const detail::File& get(const std::string& name) {
     auto it = open_.find(name);
     if (it != open_.end()) return *it->second;
     auto f = std::make_unique<detail::File>(detail::File::open_read(detail::join(dir_, name)));
-    // A file shorter than metadata.json says was truncated after it was
-    // written; say so before reading rather than at the first short read.
-    const int64_t want = md_.files.at(name);
-    DT_CHECK(f->size() >= want, "checkpoint: ", f->path(), " is truncated: it has ", f->size(),
-             " bytes, metadata.json records ", want);
     return *open_.emplace(name, std::move(f)).first->second;
   }
 
  private:
   std::string dir_;
-  const Metadata& md_;
   std::map<std::string, std::unique_ptr<detail::File>> open_;
 };
 
@@ -125,7 +135,8 @@ Metadata read_metadata(const std::string& dir_in) {
 void verify(const std::string& dir_in) {
   const std::string dir = detail::normalize_dir(dir_in);
   const Metadata md = read_metadata(dir);
-  Files files(dir, md);
+  check_data_files(dir, md);
+  Files files(dir);
   std::vector<char> scratch;
   for (const auto& [name, t] : md.tensors)
     for (const ChunkInfo& c : t.chunks)
@@ -146,12 +157,13 @@ void load(StateDict& state, const std::string& dir_in, const LoadOptions& option
   meta.run(world.held_ranks().front(), [&] {
     md = read_metadata(dir);
     names = check_state(state, md, dir, options.strict);
+    check_data_files(dir, md);
   });
   meta.agree(world, "");
 
   // 2. Each held rank reads its part of every DTensor; each process reads
   // the plain tensors whole.
-  Files files(dir, md);
+  Files files(dir);
   std::vector<char> scratch;
   detail::read_state(
       world, state, names,

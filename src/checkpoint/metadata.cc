@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/box.h"
+#include "checkpoint/chunk_io.h"
 #include "dtensor/checked.h"
 #include "dtensor/error.h"
 
@@ -17,8 +18,13 @@ using nlohmann::ordered_json;
 
 namespace {
 
-// Largest block a reader allocates: a checkpoint may not ask for more.
+// Largest block a checkpoint may declare (a reader allocates at most
+// min(block_bytes, the chunk's bytes), and chunk bytes lie in files whose
+// real sizes are checked before reading).
 constexpr int64_t kMaxBlockBytes = int64_t{1} << 30;
+
+constexpr const char* kChecksumKey = "checksum";
+constexpr const char* kChecksumPrefix = "xxh3-64:";
 
 std::string hex64(uint64_t v) {
   char buf[17];
@@ -129,6 +135,18 @@ struct Reader {
   }
 };
 
+Box whole_box(const Shape& shape) { return Box{Shape(shape.size(), 0), shape}; }
+
+// The checksum of a metadata.json, over its content without the checksum
+// member: the compact dump of the parsed JSON, so that what is checked is
+// what is read (layout and whitespace are not content; every key, value
+// and the order of keys is).
+std::string content_checksum(const ordered_json& without_checksum) {
+  const std::string canonical = without_checksum.dump();
+  return std::string(kChecksumPrefix) +
+         hex64(checksum(canonical.data(), static_cast<int64_t>(canonical.size())));
+}
+
 std::string tensor_where(const std::string& name) { return "tensor '" + name + "'"; }
 
 // Chunks must lie inside the tensor, have the bytes their sizes give, sit
@@ -167,22 +185,53 @@ void validate_tensor(const Reader& r, const Metadata& md, const std::string& nam
   if (covered != numel)
     r.fail(where, "its chunks hold " + std::to_string(covered) + " elements, the shape " +
                       to_string(t.shape) + " has " + std::to_string(numel));
-  // Equal totals and no overlap mean every element is held exactly once.
-  if (t.chunks.size() <= 4096) {
-    for (size_t i = 0; i < t.chunks.size(); ++i)
-      for (size_t j = i + 1; j < t.chunks.size(); ++j) {
-        const Box a{t.chunks[i].offsets, t.chunks[i].sizes};
-        const Box b{t.chunks[j].offsets, t.chunks[j].sizes};
-        if (a.numel() > 0 && b.numel() > 0 && intersect(a, b))
-          r.fail(where, "chunks " + std::to_string(i) + " and " + std::to_string(j) +
-                            " overlap");
-      }
-  }
+  // Every element held exactly once, checked at any number of chunks (a
+  // check that only ran below some count would let a large checkpoint load
+  // wrong data).
+  std::vector<Box> boxes;
+  boxes.reserve(t.chunks.size());
+  for (const ChunkInfo& c : t.chunks) boxes.push_back(Box{c.offsets, c.sizes});
+  const std::optional<Shape> bad = miscovered_element(boxes, whole_box(t.shape));
+  if (!bad) return;
+  std::vector<size_t> holders;
+  for (size_t i = 0; i < boxes.size(); ++i)
+    if (boxes[i].numel() > 0 && intersect(boxes[i], Box{*bad, Shape(bad->size(), 1)}))
+      holders.push_back(i);
+  std::string held = holders.empty() ? "no chunk" : "chunks";
+  for (size_t k = 0; k < holders.size(); ++k)
+    held += (k == 0 ? " " : k + 1 == holders.size() ? " and " : ", ") + std::to_string(holders[k]);
+  r.fail(where, "element " + to_string(*bad) + " is held by " + held +
+                    " (the chunks must hold every element exactly once)");
 }
 
 }  // namespace
 
 std::string data_file_name(int rank) { return "data-" + std::to_string(rank) + ".bin"; }
+
+bool is_checkpoint_file_name(const std::string& name) {
+  if (name == kMetadataFile) return true;
+  const std::string head = "data-", tail = ".bin";
+  if (name.size() <= head.size() + tail.size() || name.rfind(head, 0) != 0 ||
+      name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
+    return false;
+  const std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
+  return digits.find_first_not_of("0123456789") == std::string::npos &&
+         (digits == "0" || digits[0] != '0') && digits.size() <= 10;
+}
+
+std::string reseal_metadata(const std::string& text) {
+  ordered_json j = ordered_json::parse(text);
+  j.erase(kChecksumKey);
+  j[kChecksumKey] = content_checksum(j);
+  return j.dump(1) + "\n";
+}
+
+bool has_checkpoint_format(const std::string& text) {
+  const ordered_json j = ordered_json::parse(text, nullptr, false);
+  if (!j.is_object()) return false;
+  const auto it = j.find("format");
+  return it != j.end() && it->is_string() && it->get<std::string>() == kFormatName;
+}
 
 std::string to_json(const Metadata& md) {
   ordered_json j;
@@ -215,6 +264,7 @@ std::string to_json(const Metadata& md) {
   }
   j["values"] = ordered_json::object();
   for (const auto& [name, v] : md.values) j["values"][name] = value_json(v);
+  j[kChecksumKey] = content_checksum(j);
   return j.dump(1) + "\n";
 }
 
@@ -235,6 +285,23 @@ Metadata parse_metadata(const std::string& text, const std::string& path) {
                           " (this dtensor reads versions 1 to " +
                           std::to_string(kFormatVersion) + "; a newer dtensor wrote it)");
   md.version = static_cast<int>(version);
+  // The metadata checks itself before any of it is believed: an edited step
+  // count, epoch or chunk offset would otherwise load as a valid state.
+  // Version 1 (before checksums) has none and is read as it was.
+  const auto sum = j.find(kChecksumKey);
+  if (sum == j.end()) {
+    if (version >= 2)
+      r.fail(kChecksumKey, "missing (format version " + std::to_string(version) +
+                               " records the checksum of its content)");
+  } else {
+    const std::string recorded = r.string(*sum, kChecksumKey);
+    j.erase(sum);
+    const std::string actual = content_checksum(j);
+    if (recorded != actual)
+      DT_THROW("checkpoint: ", path, " is corrupted: its content has checksum ", actual,
+               " but it records ", recorded,
+               " (the file was changed after dtensor wrote it; nothing was loaded)");
+  }
   const int64_t world_size = r.integer(r.field(j, "world_size", "top level"), "world_size");
   if (world_size < 1 || world_size > (int64_t{1} << 30))
     r.fail("world_size", std::to_string(world_size) + " (expected a positive rank count)");

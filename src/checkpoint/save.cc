@@ -3,6 +3,7 @@
 // DIR.partial, agree that every rank succeeded, then rank 0 writes
 // metadata.json and publishes the directory with one atomic rename.
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <utility>
 
@@ -168,6 +169,69 @@ Metadata make_metadata(const StateDict& state, const Plan& plan, const World& wo
   return md;
 }
 
+// The entries of directory `dir`, each checked to be a file save() writes
+// (a regular file named metadata.json or data-<rank>.bin); throws naming
+// the first that is not, with `refusal` saying what is not done.
+std::vector<std::string> checkpoint_files(const std::string& dir, const std::string& refusal) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const fs::file_status st = it->symlink_status(ec);
+    if (ec) break;
+    DT_CHECK(detail::is_checkpoint_file_name(name) && fs::is_regular_file(st), refusal,
+             " (it holds ", name, ", which is not a file dtensor writes in a checkpoint: ",
+             detail::kMetadataFile, " and data-<rank>.bin, regular files)");
+    names.push_back(name);
+  }
+  DT_CHECK(!ec, refusal, " (cannot list it: ", ec.message(), ")");
+  return names;
+}
+
+// Removes a directory save() made (DIR.partial, or an old checkpoint being
+// replaced): its files, each one dtensor writes, then the directory. Never
+// anything else: a directory holding other entries is left whole. A
+// missing path is fine.
+void remove_checkpoint_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(dir, ec);
+  if (st.type() == fs::file_type::not_found) return;
+  const std::string refusal = "checkpoint::save: not removing " + dir;
+  DT_CHECK(!ec && fs::is_directory(st), refusal, " (it is not a directory)");
+  for (const std::string& name : checkpoint_files(dir, refusal)) {
+    fs::remove(fs::path(dir) / name, ec);
+    DT_CHECK(!ec, "checkpoint::save: cannot remove ", detail::join(dir, name), ": ", ec.message());
+  }
+  fs::remove(dir, ec);
+  DT_CHECK(!ec, "checkpoint::save: cannot remove ", dir, ": ", ec.message());
+}
+
+// Publishing replaces DIR whole, so an existing DIR must be an empty
+// directory or a dtensor checkpoint (by the format its metadata.json
+// parses to) holding only the files dtensor writes: a typo, or a
+// metadata.json of some other program, must not delete a user's files.
+void check_replaceable(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(dir, ec);
+  if (st.type() == fs::file_type::not_found) return;
+  const std::string refusal = "checkpoint::save: " + dir +
+                              " exists and is not a checkpoint; a save would replace it: give "
+                              "another directory";
+  DT_CHECK(!ec && fs::is_directory(st), refusal, " (it is not a directory)");
+  const std::vector<std::string> names = checkpoint_files(dir, refusal);
+  if (names.empty()) return;
+  DT_CHECK(std::find(names.begin(), names.end(), detail::kMetadataFile) != names.end(), refusal,
+           " (it has no ", detail::kMetadataFile, ")");
+  const detail::File f = detail::File::open_read(detail::join(dir, detail::kMetadataFile));
+  std::string text(static_cast<size_t>(f.size()), '\0');
+  f.read_at(text.data(), static_cast<int64_t>(text.size()), 0, "metadata");
+  DT_CHECK(detail::has_checkpoint_format(text), refusal, " (its ", detail::kMetadataFile,
+           " is not a dtensor checkpoint's: no \"format\": \"", detail::kFormatName, "\")");
+}
+
 }  // namespace
 
 void save(const StateDict& state, const std::string& dir_in, const SaveOptions& options) {
@@ -186,13 +250,8 @@ void save(const StateDict& state, const std::string& dir_in, const SaveOptions& 
   if (world.holds(0))
     prepare.run(0, [&] {
       detail::fault_point("prepare", 0);
-      // Publishing replaces DIR whole: never a directory that is not an
-      // earlier checkpoint (a typo must not delete a user's files).
-      DT_CHECK(!detail::exists(dir) || detail::exists(detail::join(dir, detail::kMetadataFile)) ||
-                   detail::is_empty_dir(dir),
-               "checkpoint::save: ", dir, " exists and is not a checkpoint (it has no ",
-               detail::kMetadataFile, "); a save would replace it: give another directory");
-      detail::remove_all(tmp);
+      check_replaceable(dir);
+      remove_checkpoint_dir(tmp);
       detail::make_dirs(tmp);
     });
   prepare.agree(world, unchanged);
@@ -207,15 +266,17 @@ void save(const StateDict& state, const std::string& dir_in, const SaveOptions& 
       mine[r] = write_rank(plan, r, tmp, bb);
     });
   write.agree(world, unchanged, [&] {
-    if (world.holds(0)) detail::Failures().run(0, [&] { detail::remove_all(tmp); });
+    if (world.holds(0)) detail::Failures().run(0, [&] { remove_checkpoint_dir(tmp); });
   });
   std::vector<int64_t> counts(n);
   for (size_t r = 0; r < n; ++r) counts[r] = plan.checksums[r];
   const std::vector<int64_t> sums =
       detail::all_gather_values(world, counts, [&](int r) { return mine[r]; });
 
-  // 3. Rank 0 writes metadata.json last and publishes the directory.
+  // 3. Rank 0 writes metadata.json last and publishes the directory; the
+  // old checkpoint it replaces is removed after.
   detail::Failures publish;
+  bool replaced = false;
   if (world.holds(0))
     publish.run(0, [&] {
       const std::string text = detail::to_json(make_metadata(state, plan, world, bb, sums));
@@ -225,9 +286,20 @@ void save(const StateDict& state, const std::string& dir_in, const SaveOptions& 
       f.sync();
       detail::sync_dir(tmp);
       detail::fault_point("publish", 0);
-      detail::publish_dir(tmp, dir);
+      detail::publish_dir(tmp, dir, [&](const std::string&) { replaced = true; });
     });
   publish.agree(world, unchanged);
+  detail::Failures cleanup;
+  if (replaced)
+    cleanup.run(0, [&] {
+      try {
+        remove_checkpoint_dir(tmp);
+      } catch (const Error& e) {
+        DT_THROW(e.what(), " (the new checkpoint is complete at ", dir,
+                 "; the one it replaced was left at ", tmp, ")");
+      }
+    });
+  cleanup.agree(world, "");
 }
 
 }  // namespace dtensor::checkpoint

@@ -2,6 +2,8 @@
 // a model, its optimizer and scheduler as one StateDict whose DTensors are
 // the live tensors, so load() writes straight into them.
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 
 #include "dtensor/checkpoint.h"
 #include "dtensor/error.h"
@@ -68,6 +70,13 @@ double double_at(const StateDict& state, const std::string& key) {
   return std::get<double>(v);
 }
 
+// The shortest decimal that reads back as the same double.
+std::string exact(double x) {
+  char buf[64];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(x);
+}
+
 }  // namespace
 
 StateDict get_state_dict(nn::Module& model, optim::Optimizer* optimizer,
@@ -108,6 +117,22 @@ StateDict get_state_dict(nn::Module& model, optim::Optimizer* optimizer,
 
 void set_state_dict(const StateDict& state, nn::Module& model, optim::Optimizer* optimizer,
                     optim::LRScheduler* scheduler) {
+  // The scheduler sets the lr from its epoch (below), so the lr the state
+  // was saved with must be the schedule's at that epoch: else the resumed
+  // run would go on with another lr than the saved one, silently. Checked
+  // before anything is applied.
+  if (optimizer != nullptr && scheduler != nullptr) {
+    const int64_t epoch = int_at(state, "lr_scheduler.last_epoch");
+    DT_CHECK(epoch >= 0, "checkpoint::set_state_dict: 'lr_scheduler.last_epoch' is negative: ",
+             epoch);
+    const double saved = double_at(state, "optim.lr");
+    const double scheduled = scheduler->lr_at(epoch);
+    DT_CHECK(saved == scheduled || (std::isnan(saved) && std::isnan(scheduled)),
+             "checkpoint::set_state_dict: the state's 'optim.lr' ", exact(saved),
+             " is not the scheduler's lr at its 'lr_scheduler.last_epoch' ", epoch, " (",
+             exact(scheduled), "): the epoch and the lr disagree (an edited state, or another "
+             "schedule than the one saved)");
+  }
   if (optimizer != nullptr) {
     const std::vector<std::string> names = param_names(model, *optimizer);
     for (size_t i = 0; i < optimizer->size(); ++i) {

@@ -16,6 +16,7 @@
 #include <random>
 
 #include "checkpoint/common.h"
+#include "checkpoint/metadata.h"
 #include "dtensor/checkpoint.h"
 #include "dtensor/dtensor.h"
 #include "dtensor/fsdp.h"
@@ -275,6 +276,12 @@ TEST_F(CheckpointTest, SaveRefusesToReplaceAnotherDirectory) {
   expect_error([&] { save({{"w", distribute_tensor(Tensor::ones({4}), mesh, {Shard(0)})}}, dir); },
                {dir, "is not a checkpoint"});
   EXPECT_TRUE(fs::exists(dir + "/notes.txt"));
+  // A file named metadata.json (of another program) does not make it one.
+  on_rank0(world, [&] { std::ofstream(dir + "/metadata.json") << "{\"theme\": \"dark\"}"; });
+  expect_error([&] { save({{"w", distribute_tensor(Tensor::ones({4}), mesh, {Shard(0)})}}, dir); },
+               {dir, "is not a checkpoint"});
+  EXPECT_TRUE(fs::exists(dir + "/notes.txt"));
+  EXPECT_TRUE(fs::exists(dir + "/metadata.json"));
 }
 
 // Every kind of damage gives its own error, on every rank.
@@ -302,15 +309,18 @@ TEST_F(CheckpointTest, DamagedCheckpointsGiveClearErrors) {
     save({{"w", distribute_tensor(full, mesh, {Shard(0)})}}, dir, small);
     return dir;
   };
+  // An edit of metadata.json; re-sealed (its checksum recomputed) to reach
+  // the checks behind the checksum.
   const auto edit_metadata = [&](const std::string& dir, const std::string& from,
-                                 const std::string& to) {
+                                 const std::string& to, bool reseal = false) {
     on_rank0(world, [&] {
       std::ifstream in(dir + "/metadata.json");
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       const size_t at = text.find(from);
       ASSERT_NE(at, std::string::npos) << from;
       text.replace(at, from.size(), to);
-      std::ofstream(dir + "/metadata.json", std::ios::trunc) << text;
+      std::ofstream(dir + "/metadata.json", std::ios::trunc)
+          << (reseal ? ckd::reseal_metadata(text) : text);
     });
   };
 
@@ -333,7 +343,7 @@ TEST_F(CheckpointTest, DamagedCheckpointsGiveClearErrors) {
   expect_damage(dir, {dir + "/data-0.bin", "cannot open"});
 
   dir = saved();
-  edit_metadata(dir, "\"version\": 1", "\"version\": 99");
+  edit_metadata(dir, "\"version\": 2", "\"version\": 99");
   expect_damage(dir, {"metadata.json", "format version 99", "newer dtensor"});
 
   dir = saved();
@@ -342,11 +352,20 @@ TEST_F(CheckpointTest, DamagedCheckpointsGiveClearErrors) {
 
   dir = saved();
   edit_metadata(dir, "\"byte_size\": ", "\"byte_size\": 1");
+  expect_damage(dir, {dir + "/metadata.json is corrupted", "checksum"});
+
+  dir = saved();
+  edit_metadata(dir, "\"byte_size\": ", "\"byte_size\": 1", true);
   expect_damage(dir, {"metadata.json", "tensor 'w'", "byte_size"});
 
   dir = saved();
-  edit_metadata(dir, "\"shape\": [\n    16,", "\"shape\": [\n    17,");
+  edit_metadata(dir, "\"shape\": [\n    16,", "\"shape\": [\n    17,", true);
   expect_damage(dir, {"metadata.json", "tensor 'w'"});
+
+  // Two chunks' places swapped (each chunk's own checksums still hold).
+  dir = saved();
+  edit_metadata(dir, "\"offsets\": [\n      0,", "\"offsets\": [\n      4,");
+  expect_damage(dir, {dir + "/metadata.json is corrupted"});
 }
 
 // The state must match the checkpoint: shapes, dtypes, kinds, names
@@ -460,4 +479,26 @@ TEST_F(CheckpointTest, StateDictsResumeTrainingOnAnotherLayout) {
       }
     }
   }
+}
+
+// set_state_dict sets the lr from the scheduler's epoch, so a state whose
+// epoch and saved lr disagree (an edited epoch) would resume with another
+// lr than the saved one: it is refused before anything is applied.
+TEST_F(CheckpointTest, SetStateDictRefusesAnEpochThatDisagreesWithTheLr) {
+  const DeviceMesh mesh(world, Shape{world.size()});
+  Training saved(mesh, false);
+  saved.step(0);
+  saved.step(1);
+  checkpoint::StateDict state = saved.state();
+  state["lr_scheduler.last_epoch"] = Value(int64_t{3});
+  Training fresh(mesh, false);
+  expect_error(
+      [&] { set_state_dict(state, *fresh.model, fresh.opt.get(), fresh.sched.get()); },
+      {"'optim.lr'", "'lr_scheduler.last_epoch' 3", "disagree"});
+  EXPECT_EQ(fresh.sched->last_epoch(), 0);
+  EXPECT_EQ(fresh.opt->state(0).step, 0);
+  state["lr_scheduler.last_epoch"] = Value(int64_t{2});
+  set_state_dict(state, *fresh.model, fresh.opt.get(), fresh.sched.get());
+  EXPECT_EQ(fresh.sched->last_epoch(), 2);
+  EXPECT_EQ(fresh.opt->lr(), saved.opt->lr());
 }
