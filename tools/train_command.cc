@@ -326,9 +326,13 @@ ResumePoint check_resume(const TrainArgs& args, int64_t vocab) {
   return point;
 }
 
-// Loads --resume into the trainer, whose schedule is this run's: its lr
-// from the checkpoint's step on is this run's schedule's (docs/training.md).
+// Loads --resume into the trainer, whose schedule is then this run's: its
+// lr from the checkpoint's step on is this run's schedule's
+// (docs/training.md). The state is loaded under the schedule the saved run
+// ended with, so that set_state_dict checks the saved lr against the
+// schedule it came from; the switch to this run's is explicit, after.
 void load_resume(Trainer& t, const TrainArgs& args, int64_t vocab, const ResumePoint& point) {
+  t.reschedule(args, point.schedules.back(), 0);
   checkpoint::StateDict state = train_state(t, args, vocab, 0, point.schedules);
   state.erase("train.schedule");  // read by check_resume; older checkpoints lack it
   checkpoint::load(state, args.resume);
@@ -344,6 +348,7 @@ void load_resume(Trainer& t, const TrainArgs& args, int64_t vocab, const ResumeP
     DT_CHECK(t.optimizer->state(i).step == step, "--resume ", quote(args.resume), " is at step ",
              step, " but its optimizer's parameter ", i, " at step ", t.optimizer->state(i).step,
              " (they advance together)");
+  if (point.schedules.back() != args.steps) t.reschedule(args, args.steps, step);
 }
 
 // One line on stderr when the batch does not divide over dp. The ranks
