@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <system_error>
 #include <utility>
 
@@ -137,6 +136,13 @@ void File::sync() {
   DT_CHECK(::fsync(fd_) == 0, "checkpoint: fsync of ", path_, " failed: ", reason());
 }
 
+std::string read_whole(const std::string& path, const char* what) {
+  const File f = File::open_read(path);
+  std::string text(static_cast<size_t>(f.size()), '\0');
+  f.read_at(text.data(), static_cast<int64_t>(text.size()), 0, what);
+  return text;
+}
+
 std::string join(const std::string& dir, const std::string& name) {
   return (std::filesystem::path(dir) / name).string();
 }
@@ -144,11 +150,6 @@ std::string join(const std::string& dir, const std::string& name) {
 bool exists(const std::string& path) {
   std::error_code ec;
   return std::filesystem::exists(path, ec);
-}
-
-bool is_empty_dir(const std::string& path) {
-  std::error_code ec;
-  return std::filesystem::is_directory(path, ec) && std::filesystem::is_empty(path, ec) && !ec;
 }
 
 void make_dirs(const std::string& dir) {
@@ -172,21 +173,20 @@ void sync_dir(const std::string& dir) {
   DT_CHECK(rc == 0, "checkpoint: fsync of directory ", dir, " failed: ", why);
 }
 
-void publish_dir(const std::string& from, const std::string& to,
-                 const std::function<void(const std::string&)>& remove_old) {
+bool publish_dir(const std::string& from, const std::string& to) {
   if (!exists(to)) {
     DT_CHECK(::rename(from.c_str(), to.c_str()) == 0, "checkpoint: cannot rename ", from,
              " to ", to, ": ", reason());
-  } else {
-    // Swap the names in one step, so `to` never stops being a whole
-    // checkpoint; the old one then sits at `from` and is removed.
-    DT_CHECK(::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0,
-             "checkpoint: cannot replace ", to, " with ", from, ": ", reason(),
-             " (the new checkpoint is complete at ", from, ")");
     sync_dir(parent_of(to));
-    remove_old(from);
+    return false;
   }
+  // Swap the names in one step, so `to` never stops being a whole
+  // checkpoint; the old one then sits at `from`.
+  DT_CHECK(::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0,
+           "checkpoint: cannot replace ", to, " with ", from, ": ", reason(),
+           " (the new checkpoint is complete at ", from, ")");
   sync_dir(parent_of(to));
+  return true;
 }
 
 }  // namespace dtensor::checkpoint::detail

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 
 namespace dtensor::checkpoint::detail {
@@ -42,11 +41,11 @@ class File {
   std::string path_;
 };
 
+// The whole of the regular file at `path` (File::open_read's checks).
+std::string read_whole(const std::string& path, const char* what);
 // "dir/name".
 std::string join(const std::string& dir, const std::string& name);
 bool exists(const std::string& path);
-// A directory with no entries.
-bool is_empty_dir(const std::string& path);
 // Makes `dir` (and its parents); an existing directory is fine.
 void make_dirs(const std::string& dir);
 // Removes a file or a directory tree; a missing path is fine.
@@ -54,10 +53,10 @@ void remove_all(const std::string& path);
 // fsyncs a directory, so the names made in it survive a crash.
 void sync_dir(const std::string& dir);
 // Makes `from` (a finished directory) visible as `to` in one atomic step:
-// a rename, or, when `to` exists, an exchange of the two names followed by
-// removing the old one with remove_old(from). At every instant `to` is the
-// old or the new directory, whole.
-void publish_dir(const std::string& from, const std::string& to,
-                 const std::function<void(const std::string&)>& remove_old);
+// a rename, or, when `to` exists, an exchange of the two names. At every
+// instant `to` is the old or the new directory, whole. Returns whether it
+// replaced one: the old directory then sits at `from`, for the caller to
+// remove.
+bool publish_dir(const std::string& from, const std::string& to);
 
 }  // namespace dtensor::checkpoint::detail

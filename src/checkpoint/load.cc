@@ -126,10 +126,7 @@ Metadata read_metadata(const std::string& dir_in) {
     DT_CHECK(detail::exists(dir), "checkpoint: ", dir, " does not exist");
     DT_THROW("checkpoint: ", dir, " is not a checkpoint: it has no ", detail::kMetadataFile);
   }
-  const detail::File f = detail::File::open_read(path);
-  std::string text(static_cast<size_t>(f.size()), '\0');
-  f.read_at(text.data(), static_cast<int64_t>(text.size()), 0, "metadata");
-  return detail::parse_metadata(text, path);
+  return detail::parse_metadata(detail::read_whole(path, "metadata"), path);
 }
 
 void verify(const std::string& dir_in) {

@@ -225,9 +225,8 @@ void check_replaceable(const std::string& dir) {
   if (names.empty()) return;
   DT_CHECK(std::find(names.begin(), names.end(), detail::kMetadataFile) != names.end(), refusal,
            " (it has no ", detail::kMetadataFile, ")");
-  const detail::File f = detail::File::open_read(detail::join(dir, detail::kMetadataFile));
-  std::string text(static_cast<size_t>(f.size()), '\0');
-  f.read_at(text.data(), static_cast<int64_t>(text.size()), 0, "metadata");
+  const std::string text =
+      detail::read_whole(detail::join(dir, detail::kMetadataFile), "metadata");
   DT_CHECK(detail::has_checkpoint_format(text), refusal, " (its ", detail::kMetadataFile,
            " is not a dtensor checkpoint's: no \"format\": \"", detail::kFormatName, "\")");
 }
@@ -286,7 +285,7 @@ void save(const StateDict& state, const std::string& dir_in, const SaveOptions& 
       f.sync();
       detail::sync_dir(tmp);
       detail::fault_point("publish", 0);
-      detail::publish_dir(tmp, dir, [&](const std::string&) { replaced = true; });
+      replaced = detail::publish_dir(tmp, dir);
     });
   publish.agree(world, unchanged);
   detail::Failures cleanup;
