@@ -143,6 +143,12 @@ struct OpRule {
   bool (*keeps_layout)(const OpSchema&, const TensorMeta& out) = nullptr;
 };
 
+// OpRule::keeps_layout of the ops that return their input as it is
+// whenever they keep its shape: view, reshape, expand, repeat.
+inline bool keeps_shape(const OpSchema& s, const TensorMeta& out) {
+  return s.input(0).shape() == out.shape;
+}
+
 struct OutputSharding {
   DTensorSpec output;
   // The spec each input must have (equal to the input's when no move is needed).

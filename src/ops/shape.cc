@@ -71,11 +71,9 @@ void repeat_strategies(const OpSchema& s, const TensorMeta& out, std::vector<Dim
   c.push_back({{Replicate()}, Replicate()});
 }
 
-// Repeating every dim once (no new dims) copies x as it is.
-bool repeats_once(const OpSchema& s, const TensorMeta& out) { return s.input(0).shape() == out.shape; }
-
+// Repeating every dim once copies x as it is.
 constexpr OpRule kRepeat{.name = "repeat", .output_meta = repeat_meta,
-                         .strategies = repeat_strategies, .keeps_layout = repeats_once};
+                         .strategies = repeat_strategies, .keeps_layout = keeps_shape};
 
 // The gradient of repeat: g (of the repeated shape) summed over the copies
 // to `shape`.

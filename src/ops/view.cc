@@ -85,10 +85,6 @@ void partial_strategies(const DTensorSpec& x, std::vector<DimStrategy>& c) {
   }
 }
 
-// OpRule::keeps_layout of the ops that return their input as it is
-// whenever they keep its shape: views, reshapes, expand.
-bool same_shape(const OpSchema& s, const TensorMeta& out) { return s.input(0).shape() == out.shape; }
-
 // Runs checks that happen before dispatch (the plain op's own, on a
 // shape-only tensor) and rethrows a failure with x's placements, in the form
 // the dispatcher gives shape errors.
@@ -259,7 +255,7 @@ bool view_accepts(const OpSchema& s, const TensorMeta& out, const Placements* in
 
 constexpr OpRule view_rule(const char* name) {
   return {.name = name, .output_meta = view_meta, .strategies = view_strategies,
-          .accepts = view_accepts, .views = true, .keeps_layout = same_shape};
+          .accepts = view_accepts, .views = true, .keeps_layout = keeps_shape};
 }
 constexpr OpRule kView = view_rule("view");
 constexpr OpRule kReshape = view_rule("reshape");
@@ -378,7 +374,7 @@ void expand_strategies(const OpSchema& s, const TensorMeta& out, std::vector<Dim
 }
 
 constexpr OpRule kExpand{.name = "expand", .output_meta = expand_meta,
-                         .strategies = expand_strategies, .keeps_layout = same_shape};
+                         .strategies = expand_strategies, .keeps_layout = keeps_shape};
 
 // ---- narrow, slice, select (OpId::Narrow, Slice, Select) ---------------------------------
 
