@@ -81,13 +81,14 @@ void install_checked_stdout() {
 }
 
 void flush_stdout() {
+  DT_CHECK(checked_stdout != nullptr,
+           "internal error: flush_stdout before install_checked_stdout (main calls it first)");
   std::cout.flush();
-  int err = checked_stdout != nullptr ? checked_stdout->error() : 0;
-  if (checked_stdout == nullptr && (std::fflush(stdout) != 0 || std::ferror(stdout))) err = errno;
+  const int err = checked_stdout->error();
   if (err == 0 && std::cout) return;
   // Reported once: later flushes start clean.
   std::cout.clear();
-  if (checked_stdout != nullptr) checked_stdout->clear_error();
+  checked_stdout->clear_error();
   DT_THROW("cannot write to standard output: ", reason(err));
 }
 

@@ -23,6 +23,7 @@ void install_checked_stdout();
 // Flushes standard output; throws dtensor::Error with the system's reason
 // when it cannot be written (a full disk, a closed pipe). Called after
 // every line a long command prints, and by main before it exits.
+// REQUIRES: install_checked_stdout() was called.
 void flush_stdout();
 
 // Before any work: `path` can be written as a file by write_file: its
