@@ -15,6 +15,7 @@
 #   fifo          the data file replaced by a FIFO (refused, not waited on)
 #   fifo_metadata metadata.json replaced by a FIFO (nothing on stdout)
 #   missing_dir   DIR does not exist (nothing on stdout)
+include("${CMAKE_CURRENT_LIST_DIR}/one_line_error.cmake")
 
 function(run_make)
   execute_process(COMMAND "${MAKE}" ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out
@@ -35,21 +36,7 @@ endfunction()
 
 # Exit status 1 and one stderr line "dtensor checkpoint inspect: ..." matching EXPECT.
 function(expect_failure)
-  if(NOT rc STREQUAL "1")
-    message(FATAL_ERROR "expected exit status 1, got '${rc}'\nstdout: ${out}\nstderr: ${err}")
-  endif()
-  string(REGEX MATCHALL "\n" newlines "${err}")
-  list(LENGTH newlines n)
-  if(NOT n EQUAL 1 OR NOT err MATCHES "\n$")
-    message(FATAL_ERROR "expected exactly one line on stderr, got ${n} newline(s): ${err}")
-  endif()
-  string(FIND "${err}" "dtensor checkpoint inspect: " at)
-  if(NOT at EQUAL 0)
-    message(FATAL_ERROR "stderr does not start with 'dtensor checkpoint inspect: ': ${err}")
-  endif()
-  if(NOT err MATCHES "${EXPECT}")
-    message(FATAL_ERROR "stderr does not match '${EXPECT}': ${err}")
-  endif()
+  expect_one_line_error("${rc}" "${out}" "${err}" 1 "dtensor checkpoint inspect: " "${EXPECT}")
   message(STATUS "ok: ${err}")
 endfunction()
 

@@ -9,6 +9,7 @@
 #   cmake -DEXE=<program> -DARGS="train|--svg|/dev/full" -DEXPECT=<regex>
 #         -P expect_failure.cmake
 # ARGS and SETUP separate arguments with '|' because ';' does not survive add_test.
+include("${CMAKE_CURRENT_LIST_DIR}/one_line_error.cmake")
 string(REPLACE "|" ";" args "${ARGS}")
 if(NOT DEFINED WORK)
   set(WORK "${CMAKE_CURRENT_BINARY_DIR}")
@@ -40,17 +41,7 @@ else()
   execute_process(COMMAND "${EXE}" ${args} WORKING_DIRECTORY "${WORK}" RESULT_VARIABLE rc
                   OUTPUT_VARIABLE out ERROR_VARIABLE err)
 endif()
-if(NOT rc STREQUAL "${STATUS}")
-  message(FATAL_ERROR "expected exit status ${STATUS}, got '${rc}'\nstdout: ${out}\nstderr: ${err}")
-endif()
-string(REGEX MATCHALL "\n" newlines "${err}")
-list(LENGTH newlines n)
-if(NOT n EQUAL 1 OR NOT err MATCHES "\n$")
-  message(FATAL_ERROR "expected exactly one line on stderr, got ${n} newline(s): ${err}")
-endif()
-if(NOT err MATCHES "${EXPECT}")
-  message(FATAL_ERROR "stderr does not match '${EXPECT}': ${err}")
-endif()
+expect_one_line_error("${rc}" "${out}" "${err}" "${STATUS}" "" "${EXPECT}")
 if(DEFINED STDOUT AND NOT out MATCHES "${STDOUT}")
   message(FATAL_ERROR "stdout does not match '${STDOUT}' (printed before the failure?):\n${out}")
 endif()
