@@ -38,11 +38,16 @@ py::object dtype_to_python(DType dtype);
 // interop.cc.
 Tensor tensor_from_python(py::handle obj, const std::string& where = "as_tensor");
 
+// "int", "MyModule": the name of a Python value's type, for messages.
+inline std::string type_name(py::handle obj) {
+  return py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>();
+}
+
 // "int 5", "list [1, 2]": a Python value's type and (short) repr, for messages.
 inline std::string describe(py::handle obj) {
   std::string r = py::str(py::repr(obj)).cast<std::string>();
   if (r.size() > 60) r = r.substr(0, 57) + "...";
-  return py::str(py::type::handle_of(obj).attr("__name__")).cast<std::string>() + " " + r;
+  return type_name(obj) + " " + r;
 }
 
 // A Python value the user gave, as T; else TypeError naming where it went

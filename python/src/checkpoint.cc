@@ -95,7 +95,7 @@ void flatten(py::dict d, const std::string& prefix, ck::StateDict& out, std::map
     } else if (py::hasattr(v, "__array__") || py::hasattr(v, "__dlpack__")) {
       out.emplace(name, tensor_from_python(v, "checkpoint: '" + name + "'"));  // aliases a NumPy array when it can
     } else {
-      DT_THROW("checkpoint: '", name, "' is a ", py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>(),
+      DT_THROW("checkpoint: '", name, "' is a ", type_name(v),
                "; a state dict holds DTensors, Tensors, arrays, bool, int, float, str and lists "
                "of ints or floats");
     }

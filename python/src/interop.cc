@@ -367,10 +367,6 @@ py::capsule to_dlpack(const Tensor& x, bool versioned) {
 
 bool is_python_sequence(py::handle h) { return PyList_Check(h.ptr()) || PyTuple_Check(h.ptr()); }
 
-std::string type_name(py::handle h) {
-  return py::str(py::type::handle_of(h).attr("__name__")).cast<std::string>();
-}
-
 py::module_& numpy_module() {
   static auto* np = new py::module_(py::module_::import("numpy"));  // lives as long as the interpreter
   return *np;

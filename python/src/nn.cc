@@ -92,9 +92,7 @@ class PyModule : public nn::Module {
              py::str(py::type::handle_of(py::cast(static_cast<nn::Module*>(this)))).cast<std::string>(),
              " does not define forward(self, x)");
     return cast_arg<DTensor>(f(py::cast(x, py::return_value_policy::copy)),
-                             py::str(py::type::handle_of(py::cast(static_cast<nn::Module*>(this)))
-                                         .attr("__name__"))
-                                     .cast<std::string>() + ".forward's result",
+                             type_name(py::cast(static_cast<nn::Module*>(this))) + ".forward's result",
                              "a DTensor");
   }
   DTensor* add_parameter(const std::string& name, DTensor value) {
@@ -183,7 +181,7 @@ py::list named_modules(py::object self) {
 std::string module_repr(py::handle self) {
   auto& m = self.cast<nn::Module&>();
   std::ostringstream os;
-  os << py::str(py::type::handle_of(self).attr("__name__")).cast<std::string>() << "(";
+  os << type_name(self) << "(";
   bool first = true;
   for (auto& [name, p] : m.named_parameters()) {
     if (name.find('.') != std::string::npos) continue;
@@ -342,7 +340,7 @@ attribute makes it a child, assigning dtensor.nn.Parameter(...) a parameter
              else if (n.rfind('_', 0) != 0 && has_own_parameter(mod, n)) {
                // Assigning a DTensor to a parameter's name replaces the parameter.
                DT_CHECK(py::isinstance<DTensor>(value), "cannot assign a ",
-                        py::str(py::type::handle_of(value).attr("__name__")).cast<std::string>(),
+                        type_name(value),
                         " to parameter '", n, "' (a DTensor or dtensor.nn.Parameter expected)");
                // The old one is marked so that an optimizer holding it refuses to step.
                nn::replace_parameter(mod.parameter(n), value.cast<DTensor>(),
