@@ -16,7 +16,6 @@
 #include <utility>
 
 #include "common/spin_lock.h"
-#include "dtensor/redistribute.h"  // CacheInfo
 
 namespace dtensor {
 
@@ -79,7 +78,10 @@ class LruCache {
     return static_cast<int64_t>(dropped.size());
   }
 
-  CacheInfo info() const {
+  // The counters as an Info of {hits, misses, size, capacity}: the public
+  // CacheInfo (redistribute.h), which lives above this room.
+  template <class Info>
+  Info info() const {
     std::lock_guard<detail::SpinLock> lock(mu_);
     return {hits_, misses_, static_cast<int64_t>(index_.size()), capacity_};
   }

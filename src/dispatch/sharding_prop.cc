@@ -456,7 +456,7 @@ DTensor prepare_input(const DTensor& x, const OutputSharding& s, int i) {
 
 namespace dtensor {
 
-ShardingPropCacheInfo sharding_prop_cache_info() { return dispatch::cache().info(); }
+ShardingPropCacheInfo sharding_prop_cache_info() { return dispatch::cache().info<CacheInfo>(); }
 void clear_sharding_prop_cache() { dispatch::cache().clear(); }
 
 }  // namespace dtensor

@@ -92,7 +92,7 @@ double redistribute_cost(const DTensorSpec& from, const DTensorSpec& to) {
   return plan_redistribute(from, to)->cost_us;
 }
 
-PlanCacheInfo redistribute_plan_cache_info() { return cache().info(); }
+PlanCacheInfo redistribute_plan_cache_info() { return cache().info<CacheInfo>(); }
 
 void clear_redistribute_plan_cache() { cache().clear(); }
 
