@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "dtensor/autograd.h"
-#include "dtensor/dtensor.h"
+#include "dtensor/distributed_tensor.h"
 
 namespace dtensor::autograd {
 

@@ -4,9 +4,8 @@
 
 #include <vector>
 
-#include "common/shard_map.h"
-#include "dtensor/dtensor.h"
 #include "dtensor/optim.h"
+#include "world/shard_map.h"
 
 namespace dtensor::optim::detail {
 
