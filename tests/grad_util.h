@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/verify.h"
+#include "debug/verify.h"
 #include "dtensor/dtensor.h"
 #include "layout_util.h"
 

@@ -12,7 +12,7 @@
 #include <unordered_set>
 
 #include "autograd/graph.h"
-#include "comm/verify.h"
+#include "debug/verify.h"
 
 namespace dtensor {
 

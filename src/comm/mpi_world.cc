@@ -42,9 +42,9 @@
 
 #include "comm/mpi_backend.h"
 #include "comm/mpi_watchdog.h"
-#include "comm/world_impl.h"
 #include "dtensor/error.h"
 #include "dtensor/mpi.h"
+#include "world/world_impl.h"
 
 namespace dtensor {
 

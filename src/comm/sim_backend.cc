@@ -45,11 +45,11 @@
 #include "comm/around.h"
 #include "comm/reduce_kernel.h"
 #include "common/parallel.h"
-#include "common/shard_map.h"
 #include "dtensor/debug.h"
 #include "dtensor/error.h"
 #include "dtensor/spec.h"
 #include "tensor/copy_bytes.h"
+#include "world/shard_map.h"
 
 namespace dtensor {
 

@@ -19,7 +19,7 @@
 #pragma once
 
 #include "comm/backend.h"
-#include "common/shard_map.h"
+#include "world/shard_map.h"
 
 namespace dtensor {
 

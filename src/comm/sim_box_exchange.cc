@@ -9,9 +9,9 @@
 
 #include "comm/box_copy.h"
 #include "comm/sim_backend.h"
-#include "common/shard_map.h"
 #include "dtensor/debug.h"
 #include "dtensor/error.h"
+#include "world/shard_map.h"
 
 namespace dtensor {
 

@@ -7,7 +7,7 @@
 // in the propagation cache (no allocation on a hit) -> redistribute the
 // inputs whose target spec differs (through the planner) -> run the kernel
 // on each held shard (in parallel over the ranks of a simulated world,
-// common/shard_map.h; so a kernel must not touch state shared between
+// world/shard_map.h; so a kernel must not touch state shared between
 // ranks) -> wrap the output with its spec.
 #pragma once
 
@@ -17,9 +17,9 @@
 #include <optional>
 #include <vector>
 
-#include "comm/verify.h"
-#include "common/shard_map.h"
+#include "debug/verify.h"
 #include "dtensor/ops.h"
+#include "world/shard_map.h"
 
 namespace dtensor::dispatch {
 

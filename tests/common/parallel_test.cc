@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "common/parallel.h"
-#include "common/shard_map.h"
 #include "dtensor/error.h"
 #include "dtensor/local_tensor.h"
 #include "dtensor/threads.h"
+#include "world/shard_map.h"
 
 namespace dtensor {
 namespace {

@@ -4,8 +4,8 @@
 // sees everything an inner one sees). An atomic count of active modes lets
 // record_collective skip the lock entirely when no mode is alive, the normal
 // case in production. VerifyMode is kept the same way, with the
-// comparison its checks use (src/comm/verify.h). (visualize_sharding, also
-// declared in debug.h, lives elsewhere.)
+// comparison its checks use (verify.h). (visualize_sharding, also declared
+// in debug.h, is visualize.cc.)
 #include "dtensor/debug.h"
 
 #include <algorithm>
@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/verify.h"
+#include "debug/verify.h"
 #include "dtensor/error.h"
 
 namespace dtensor {

@@ -1,24 +1,27 @@
 // World::Impl — the shared state behind every World handle: the size, the
 // held ranks (ascending) and the Backend that runs the collectives. Made by
-// World::simulated (world.cc) and World::mpi (mpi_world.cc).
+// World::simulated (src/comm/sim_world.cc) and World::mpi (mpi_world.cc),
+// which include their backend. Backend is only declared here (the world
+// sits below the mesh, which the Backend's collectives take), so the world
+// holds it by shared_ptr, whose deleter is fixed where the world is made,
+// beside a whole Backend. The world is its only owner.
 #pragma once
 
 #include <memory>
 #include <utility>
 #include <vector>
 
-#include "comm/backend.h"
 #include "dtensor/world.h"
 
 namespace dtensor {
 
 struct World::Impl {
-  Impl(int size, std::vector<int> held, std::unique_ptr<Backend> backend, bool simulated)
+  Impl(int size, std::vector<int> held, std::shared_ptr<Backend> backend, bool simulated)
       : size(size), held(std::move(held)), backend(std::move(backend)), simulated(simulated) {}
 
   int size;
   std::vector<int> held;  // ascending
-  std::unique_ptr<Backend> backend;
+  std::shared_ptr<Backend> backend;
   bool simulated;
 };
 

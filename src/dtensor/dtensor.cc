@@ -1,13 +1,13 @@
 // DTensor: construction (distribute_tensor, from_local), full_tensor and
 // redistribute. Data movement is delegated to the transforms in
 // src/redistribute/.
-#include "dtensor/dtensor.h"
+#include "dtensor/distributed_tensor.h"
 
 #include <sstream>
 
 #include "autograd/graph.h"
 #include "comm/backend.h"
-#include "comm/verify.h"
+#include "debug/verify.h"
 #include "redistribute/plan_internal.h"
 
 namespace dtensor {

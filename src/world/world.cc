@@ -1,28 +1,16 @@
-// World — the ranks a program runs on and which of them this process holds:
-// the simulated world, and what every world shares. The MPI world lives in
-// mpi_world.cc (built with MPI); without MPI, World::mpi says so.
+// World — the handle every World shares: the size, the held ranks, which
+// rank this process is, and the backend behind it. The worlds themselves are
+// made where their backends live: World::simulated in src/comm/sim_world.cc,
+// World::mpi in src/comm/mpi_world.cc (built with MPI).
 #include "dtensor/world.h"
 
 #include <algorithm>
 #include <cstdlib>
-#include <memory>
-#include <numeric>
-#include <utility>
 #include <vector>
 
-#include "comm/sim_backend.h"
-#include "comm/world_impl.h"
-#include "dtensor/error.h"
+#include "world/world_impl.h"
 
 namespace dtensor {
-
-World World::simulated(int size) {
-  DT_CHECK(size >= 1, "World::simulated: size must be >= 1, got ", size);
-  std::vector<int> held(static_cast<size_t>(size));
-  std::iota(held.begin(), held.end(), 0);
-  return World(std::make_shared<Impl>(size, std::move(held), std::make_unique<SimBackend>(),
-                                      /*simulated=*/true));
-}
 
 bool World::launched_by_mpi() {
   // Open MPI's mpirun, and PMI/PMIx launchers (MPICH's hydra, Slurm's srun).
@@ -50,14 +38,5 @@ bool World::is_simulated() const { return impl_->simulated; }
 Backend& World::backend() const { return *impl_->backend; }
 
 int World::rank() const { return impl_->simulated ? 0 : impl_->held.front(); }
-
-#ifndef DTENSOR_HAVE_MPI
-bool World::mpi_available() { return false; }
-
-World World::mpi(int*, char***) {
-  DT_THROW("World::mpi: this dtensor was built without MPI; install libopenmpi-dev and "
-           "openmpi-bin and rebuild (CMake option DTENSOR_MPI=AUTO or ON)");
-}
-#endif
 
 }  // namespace dtensor
