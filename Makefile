@@ -43,9 +43,12 @@ bench: build
 # ~1.7x faster (AutogradEngineTest.SquareOnRandomLayouts 20.9 s -> 12.2 s).
 # `make asan-build` builds that tree without running its tests (.ci/run
 # builds it beside the Release tests).
+# Its library files compile one by one without the precompiled header
+# (cmake/dtensorBuildSpeed.cmake): the check that each includes what it uses.
 asan-build: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-Og -g1" \
-	  -DDTENSOR_SANITIZE=ON -DDTENSOR_BUILD_BENCH=OFF -DDTENSOR_WERROR=$(WERROR) >/dev/null
+	  -DDTENSOR_SANITIZE=ON -DDTENSOR_BUILD_BENCH=OFF -DDTENSOR_WERROR=$(WERROR) \
+	  -DDTENSOR_UNITY_BATCH=0 -DDTENSOR_PCH=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 asan: asan-build

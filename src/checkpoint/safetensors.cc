@@ -222,7 +222,7 @@ std::string parent_of(const std::string& path) {
 
 // The state against the header, before a byte of data is read: names,
 // kinds, dtypes, shapes, and the values decoded. Returns the names to load.
-std::vector<std::string> check_state(const StateDict& state, const Header& h,
+std::vector<std::string> check_safetensors_state(const StateDict& state, const Header& h,
                                      const std::string& path, bool strict,
                                      std::map<std::string, Value>& values) {
   std::vector<std::string> names;
@@ -291,7 +291,7 @@ void check_bools(char* data, int64_t n, const std::string& name, const std::stri
 }
 
 // Reads the box `target` of tensor `name` into `data` (row-major).
-void read_box(const detail::File& file, const Header& h, const std::string& name,
+void read_safetensors_box(const detail::File& file, const Header& h, const std::string& name,
               const Box& target, char* data, std::vector<char>& scratch,
               const std::string& path) {
   const InTensor& t = h.tensors.at(name);
@@ -383,7 +383,7 @@ void import_safetensors(StateDict& state, const std::string& path, const LoadOpt
     DT_CHECK(detail::exists(path), kImport, ": ", path, " does not exist");
     file.emplace(detail::File::open_read(path));
     header = read_header(*file, path);
-    names = check_state(state, header, path, options.strict, values);
+    names = check_safetensors_state(state, header, path, options.strict, values);
   });
   check.agree(world, "");
 
@@ -393,7 +393,7 @@ void import_safetensors(StateDict& state, const std::string& path, const LoadOpt
   detail::read_state(
       world, state, names,
       [&](const std::string& name, const Box& box, char* data) {
-        read_box(*file, header, name, box, data, scratch, path);
+        read_safetensors_box(*file, header, name, box, data, scratch, path);
       },
       [&](const std::string& name) {
         const InTensor& t = header.tensors.at(name);

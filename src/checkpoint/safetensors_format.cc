@@ -79,7 +79,7 @@ const char* value_type(const Value& v) {
 
 namespace {
 
-ordered_json double_json(double v) {
+ordered_json safetensors_double(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   return v;  // dumped as the shortest text that reads back the same bits
@@ -96,7 +96,7 @@ std::string encode_value(const Value& v) {
         } else if constexpr (std::is_same_v<T, int64_t>) {
           return std::to_string(x);
         } else if constexpr (std::is_same_v<T, double>) {
-          const ordered_json j = double_json(x);
+          const ordered_json j = safetensors_double(x);
           return j.is_string() ? j.get<std::string>() : j.dump();
         } else if constexpr (std::is_same_v<T, std::string>) {
           return x;
@@ -104,7 +104,7 @@ std::string encode_value(const Value& v) {
           return ordered_json(x).dump();
         } else {
           ordered_json a = ordered_json::array();
-          for (double d : x) a.push_back(double_json(d));
+          for (double d : x) a.push_back(safetensors_double(d));
           return a.dump();
         }
       },

@@ -66,7 +66,7 @@ std::ostream& operator<<(std::ostream& os, const Where& w) {
   return os << w.coll << " over mesh dim " << w.mesh_dim;
 }
 
-std::string ranks_text(const std::vector<int>& ranks) {
+std::string held_ranks_text(const std::vector<int>& ranks) {
   std::string s;
   for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
   return ranks.empty() ? "none" : s;
@@ -112,7 +112,7 @@ Prepared prepare(const char* coll, const LocalTensor& in, const DeviceMesh& mesh
                " is not held by this process; the simulated backend needs every rank of the mesh");
       if (root && static_cast<int64_t>(i) != *root) continue;
       DT_CHECK(in.holds(rank), p.where, ": no input shard for rank ", rank, " (input holds ranks ",
-               ranks_text(in.ranks()), ")");
+               held_ranks_text(in.ranks()), ")");
       const Tensor& t = in.shard(rank);
       DT_CHECK(t.defined(), p.where, ": the input shard of rank ", rank, " is undefined");
       if (p.first == nullptr) {
@@ -133,7 +133,7 @@ Prepared prepare(const char* coll, const LocalTensor& in, const DeviceMesh& mesh
 }
 
 // Normalises a tensor dim of the shards (what names it, e.g. "gather dim").
-int64_t check_dim(const Prepared& p, const char* what, int64_t dim) {
+int64_t check_prepared_dim(const Prepared& p, const char* what, int64_t dim) {
   const int64_t nd = p.first->dim();
   DT_CHECK(nd > 0 && dim >= -nd && dim < nd, p.where, ": ", what, " ", dim,
            " out of range for shards of shape ", p.first->shape(), " (expected ", -nd,
@@ -232,13 +232,13 @@ int64_t span(const Shape& shape, int64_t begin, int64_t end) {
   return n;
 }
 
-std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(t.raw_data()); }
+std::byte* shard_bytes(const Tensor& t) { return static_cast<std::byte*>(t.raw_data()); }
 
 // One run of `bytes`. Runs of one element are common (a column chunk of a
 // narrow tensor): a move, not a call. Longer ones go through a
 // ByteCopier, whose loop avoids memcpy's 4K-aliasing stalls on mid-sized
 // runs (copy_bytes.h).
-inline void copy_run(const detail::ByteCopier& copy, std::byte* dst, const std::byte* src,
+inline void copy_piece_run(const detail::ByteCopier& copy, std::byte* dst, const std::byte* src,
                      int64_t bytes) {
   switch (bytes) {
     case 1: std::memcpy(dst, src, 1); return;
@@ -264,10 +264,10 @@ Sources contiguous_sources(const Prepared& p) {
       const Tensor* t = p.shards[g][i];
       if (t == nullptr) continue;
       if (t->is_contiguous()) {
-        s.data[g * n + i] = bytes_of(*t);
+        s.data[g * n + i] = shard_bytes(*t);
       } else {
         s.keep.push_back(t->contiguous());
-        s.data[g * n + i] = bytes_of(s.keep.back());
+        s.data[g * n + i] = shard_bytes(s.keep.back());
       }
     }
   }
@@ -345,7 +345,7 @@ class RankSlots {
 LocalTensor SimBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                    int64_t gather_dim) {
   const Prepared p = prepare("all_gather", in, mesh, mesh_dim);
-  gather_dim = check_dim(p, "gather dim", gather_dim);
+  gather_dim = check_prepared_dim(p, "gather dim", gather_dim);
   check_group_shapes(p, gather_dim, "gather dim");
   record_collective(CollectiveKind::AllGather, p.max_bytes);
 
@@ -375,12 +375,12 @@ LocalTensor SimBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
       const Around a = around(shape, gather_dim);
       shape[gather_dim] = join.total[g];
       Tensor t = Tensor::empty(shape, dtype);
-      std::byte* dst = t.numel() > 0 ? bytes_of(t) : nullptr;
+      std::byte* dst = t.numel() > 0 ? shard_bytes(t) : nullptr;
       for (int64_t o = 0; dst != nullptr && o < a.outer; ++o) {
         for (size_t m = join.first[g]; m < join.first[g + 1]; ++m) {
           const int64_t k = g * n + join.members[m];
           const int64_t run = join.len[k] * a.inner * isz;
-          copy_run(copy, dst, src.data[k] + o * run, run);
+          copy_piece_run(copy, dst, src.data[k] + o * run, run);
           dst += run;
         }
       }
@@ -436,7 +436,7 @@ LocalTensor SimBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& 
                                        ReduceOp op, int64_t scatter_dim) {
   const Prepared p = prepare("reduce_scatter", in, mesh, mesh_dim);
   check_reduce_op(p, op);
-  scatter_dim = check_dim(p, "scatter dim", scatter_dim);
+  scatter_dim = check_prepared_dim(p, "scatter dim", scatter_dim);
   check_group_shapes(p, -1);
   record_collective(CollectiveKind::ReduceScatter, p.max_bytes);
 
@@ -469,8 +469,8 @@ LocalTensor SimBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& 
 LocalTensor SimBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                    int64_t split_dim, int64_t concat_dim) {
   const Prepared p = prepare("all_to_all", in, mesh, mesh_dim);
-  split_dim = check_dim(p, "split dim", split_dim);
-  concat_dim = check_dim(p, "concat dim", concat_dim);
+  split_dim = check_prepared_dim(p, "split dim", split_dim);
+  concat_dim = check_prepared_dim(p, "concat dim", concat_dim);
   DT_CHECK(split_dim != concat_dim, p.where, ": split dim and concat dim must differ, both are ",
            split_dim, " (shards of shape ", p.first->shape(), ")");
   check_group_shapes(p, concat_dim, "concat dim");
@@ -502,7 +502,7 @@ LocalTensor SimBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
     shape[split_dim] = chunk_range(shape[split_dim], n, i).size;
     shape[concat_dim] = join.total[g];
     Tensor t = Tensor::empty(shape, dtype);
-    if (t.numel() > 0) dst[k] = bytes_of(t);
+    if (t.numel() > 0) dst[k] = shard_bytes(t);
     out[p.groups[g][i]] = std::move(t);
   }
 
@@ -536,8 +536,8 @@ LocalTensor SimBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
           for (int64_t r = 0; r < rows; ++r, s += row) {
             const int64_t at_piece = (first_row + r) * piece;
             for (int64_t i = 0; i + 1 < owners; ++i)
-              copy_run(copy, to[i] + at_piece, s + i * piece, piece);
-            copy_run(copy, to[owners - 1] + (first_row + r) * last, s + (owners - 1) * piece, last);
+              copy_piece_run(copy, to[i] + at_piece, s + i * piece, piece);
+            copy_piece_run(copy, to[owners - 1] + (first_row + r) * last, s + (owners - 1) * piece, last);
           }
         }
       } else {
@@ -550,7 +550,7 @@ LocalTensor SimBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
             for (int64_t y = 0; y < size; ++y) {
               for (int64_t m = 0; m < mid; ++m, s += run) {
                 const int64_t out_row = (o * size + y) * mid + m;
-                copy_run(copy, to[i] + (out_row * total + at) * inner * isz, s, run);
+                copy_piece_run(copy, to[i] + (out_row * total + at) * inner * isz, s, run);
               }
             }
           }
@@ -585,7 +585,7 @@ LocalTensor SimBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh,
 LocalTensor SimBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                 int64_t root, int64_t scatter_dim) {
   const Prepared p = prepare("scatter", in, mesh, mesh_dim, root);
-  scatter_dim = check_dim(p, "scatter dim", scatter_dim);
+  scatter_dim = check_prepared_dim(p, "scatter dim", scatter_dim);
   record_collective(CollectiveKind::Scatter, p.max_bytes);
 
   const Sources src = contiguous_sources(p);
@@ -606,10 +606,10 @@ LocalTensor SimBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, i
       shape[scatter_dim] = piece.size;
       Tensor t = Tensor::empty(shape, from.dtype());
       if (t.numel() > 0) {
-        std::byte* dst = bytes_of(t);
+        std::byte* dst = shard_bytes(t);
         const std::byte* s = src.data[g * n + root] + piece.start * a.inner * isz;
         const int64_t run = piece.size * a.inner * isz, row = a.len * a.inner * isz;
-        for (int64_t o = 0; o < a.outer; ++o, s += row, dst += run) copy_run(copy, dst, s, run);
+        for (int64_t o = 0; o < a.outer; ++o, s += row, dst += run) copy_piece_run(copy, dst, s, run);
       }
       out[p.groups[g][i]] = std::move(t);
     }

@@ -23,6 +23,11 @@
 
 namespace dtensor::dispatch {
 
+// Names the ops' strategies use in every file: Replicate(), and every
+// Partial kind.
+inline constexpr Placement kR = Replicate();
+inline constexpr ReduceOp kAllOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min};
+
 // One id per DTensor op (the schema's first field). Ops sharing a kernel
 // family still get their own id: the id is part of the cache key.
 enum class OpId : uint16_t {

@@ -37,7 +37,6 @@ using namespace dispatch;
 namespace {
 
 constexpr const char* kName = "scaled_dot_product_attention";
-const Placement kR = Replicate();
 
 // Forward schema: inputs query, key, value[, mask]; args is_causal, has_mask.
 // Backward schema: inputs query, key, value, grad[, mask]; args which,
@@ -71,7 +70,7 @@ TensorMeta sdpa_meta(const OpSchema& s) {
 // Input x's placement when the output's dim j is sharded: x's matching dim
 // (aligned from the right) when x has it at full size, else replicated
 // (x is broadcast along it).
-Placement aligned(const DTensorSpec& x, const Shape& out, int64_t j) {
+Placement aligned_with_out(const DTensorSpec& x, const Shape& out, int64_t j) {
   const int64_t d = j - (static_cast<int64_t>(out.size()) - x.ndim());
   if (d < 0 || x.shape()[static_cast<size_t>(d)] != out[static_cast<size_t>(j)]) return kR;
   return Shard(d);
@@ -90,12 +89,12 @@ void candidates(const OpSchema& s, const Shape& out, std::vector<DimStrategy>& c
   const int64_t n = static_cast<int64_t>(out.size());
   const DTensorSpec &q = s.input(0), &v = s.input(2);
   auto with_mask = [&](DimStrategy st, int64_t j) {
-    if (l.has_mask) st.in[l.mask_input] = aligned(s.input(l.mask_input), out, j);
+    if (l.has_mask) st.in[l.mask_input] = aligned_with_out(s.input(l.mask_input), out, j);
     return st;
   };
   for (int64_t j = 0; j + 2 < n; ++j) {
     DimStrategy st = with_mask({}, j);
-    for (int i = 0; i < 3; ++i) st.in[i] = aligned(s.input(i), out, j);
+    for (int i = 0; i < 3; ++i) st.in[i] = aligned_with_out(s.input(i), out, j);
     if (backward) st.in[3] = Shard(j);
     st.out = out_of(Kind::Batch, st, j);
     c.push_back(st);

@@ -38,7 +38,6 @@ using namespace dispatch;
 
 namespace {
 
-constexpr ReduceOp kAllOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min};
 constexpr ReduceOp kLinearOps[] = {ReduceOp::Sum, ReduceOp::Avg};
 
 TensorMeta meta_of_shape(const Shape& shape, DType dtype) {

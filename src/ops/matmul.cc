@@ -32,7 +32,6 @@ using namespace dispatch;
 
 namespace {
 
-constexpr Placement kR = Replicate();
 constexpr Placement kP = Partial(ReduceOp::Sum);
 constexpr Placement kAvg = Partial(ReduceOp::Avg);
 

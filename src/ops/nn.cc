@@ -22,7 +22,6 @@ using namespace dispatch;
 
 namespace {
 
-const Placement kR = Replicate();
 
 // "input dtype must be floating point" as the plain NN ops word it.
 void check_floating(DType dtype, const char* op, const char* hint = "") {

@@ -38,10 +38,10 @@ using namespace dispatch;
 namespace {
 
 // Schema args: keepdim, the bits of ord, then the dims as given (none = all).
-bool keepdim_of(const OpSchema& s) { return reduce_keepdim(s); }
+bool norm_keepdim(const OpSchema& s) { return reduce_keepdim(s); }
 double ord_of(const OpSchema& s) { return std::bit_cast<double>(s.args[1]); }
-DimVector dims_of(const OpSchema& s) { return reduce_dims(s, 2); }
-bool reduced(const OpSchema& s, int64_t d) { return reduces_dim(s, 2, d); }
+DimVector norm_dims(const OpSchema& s) { return reduce_dims(s, 2); }
+bool norm_reduces(const OpSchema& s, int64_t d) { return reduces_dim(s, 2, d); }
 
 // How the parts of pieces of a reduced dim combine into the part of the whole.
 ReduceOp combine_op(double ord) {
@@ -53,7 +53,7 @@ ReduceOp combine_op(double ord) {
 TensorMeta part_meta(const OpSchema& s) {
   const DTensorSpec& x = s.input(0);
   const Shape out =
-      norm_parts::check("vector_norm", x.shape(), x.dtype(), ord_of(s), dims_of(s), keepdim_of(s));
+      norm_parts::check("vector_norm", x.shape(), x.dtype(), ord_of(s), norm_dims(s), norm_keepdim(s));
   return {out, contiguous_strides(out), x.dtype()};
 }
 
@@ -76,7 +76,7 @@ DTensor parts(const DTensor& x, double ord, const DimVector& dims, bool keepdim)
     const Tensor& local = *t[0];
     if (std::isinf(ord)) {
       for (int64_t d = 0; d < local.dim(); ++d)
-        if (reduced(schema, d) && local.shape()[d] == 0)
+        if (norm_reduces(schema, d) && local.shape()[d] == 0)
           return Tensor::full(output_local_shape(s, rank), ord > 0 ? 0.0 : INFINITY, local.dtype());
     }
     return norm_parts::part(local, ord, dims, keepdim);

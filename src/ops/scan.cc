@@ -41,7 +41,6 @@ using namespace dispatch;
 
 namespace {
 
-const Placement kR = Replicate();
 
 // dim normalised against x when valid, else as given (output_meta reports it).
 int64_t norm_dim(const DTensorSpec& x, int64_t dim) {
@@ -101,8 +100,8 @@ DTensor reverse_cumsum(const DTensor& x, int64_t dim) { return scan(x, dim, true
 // ---- reductions: logsumexp, all, any ----------------------------------------------
 // args: keepdim, then the reduced dims as given (none = all).
 
-bool keepdim_of(const OpSchema& s) { return reduce_keepdim(s); }
-DimVector dims_of(const OpSchema& s) { return reduce_dims(s, 1); }
+bool logical_keepdim(const OpSchema& s) { return reduce_keepdim(s); }
+DimVector logical_dims(const OpSchema& s) { return reduce_dims(s, 1); }
 
 Tensor plain_reduce(OpId op, const Tensor& x, const DimVector& dims, bool keepdim) {
   if (op == OpId::Logsumexp) return logsumexp(x, dims, keepdim);
@@ -111,17 +110,17 @@ Tensor plain_reduce(OpId op, const Tensor& x, const DimVector& dims, bool keepdi
 
 // The plain op validates on a probe of at most one element per dim; the
 // shape follows from the dims.
-TensorMeta reduce_meta(const OpSchema& s) {
+TensorMeta logical_reduce_meta(const OpSchema& s) {
   const DTensorSpec& x = s.input(0);
   Shape probe;
   for (int64_t n : x.shape()) probe.push_back(std::min<int64_t>(n, 1));
   const DType dtype =
-      plain_reduce(s.op, Tensor::zeros(probe, x.dtype()), dims_of(s), keepdim_of(s)).dtype();
+      plain_reduce(s.op, Tensor::zeros(probe, x.dtype()), logical_dims(s), logical_keepdim(s)).dtype();
   const Shape out = reduced_shape(s, 1);
   return {out, contiguous_strides(out), dtype};
 }
 
-void reduce_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
+void logical_reduce_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
   kept_dims_stay_sharded(s, 1, c, [&](int64_t d) {
     if (s.op == OpId::All) c.push_back({{Shard(d)}, Partial(ReduceOp::Min)});
     if (s.op == OpId::Any) c.push_back({{Shard(d)}, Partial(ReduceOp::Max)});
@@ -129,13 +128,13 @@ void reduce_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStra
   c.push_back({{kR}, kR});
 }
 
-constexpr OpRule kLogsumexp{"logsumexp", reduce_meta, reduce_strategies};
-constexpr OpRule kAll{"all", reduce_meta, reduce_strategies};
-constexpr OpRule kAny{"any", reduce_meta, reduce_strategies};
+constexpr OpRule kLogsumexp{"logsumexp", logical_reduce_meta, logical_reduce_strategies};
+constexpr OpRule kAll{"all", logical_reduce_meta, logical_reduce_strategies};
+constexpr OpRule kAny{"any", logical_reduce_meta, logical_reduce_strategies};
 
 // The local op on every shard is right for every candidate: a gathered dim
 // is whole, and a sharded one gives the Partial's piece.
-DTensor reduce(OpId op, const OpRule& rule, const DTensor& x, const DimVector& dims,
+DTensor logical_reduce(OpId op, const OpRule& rule, const DTensor& x, const DimVector& dims,
                bool keepdim) {
   OpSchema schema(op, {&x.spec()}, {keepdim ? 1 : 0});
   for (int64_t d : dims) schema.push_arg(d);
@@ -190,7 +189,7 @@ void take_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrate
   c.push_back({{kR, kR}, kR});
 }
 
-TensorMeta scatter_meta(const OpSchema& s) {
+TensorMeta scatter_add_meta(const OpSchema& s) {
   Shape out = s.input(1).shape();
   if (!out.empty()) out[s.args[0]] = s.args[1];
   return {out, contiguous_strides(out), s.input(0).dtype()};
@@ -198,19 +197,19 @@ TensorMeta scatter_meta(const OpSchema& s) {
 
 // Adding into zeros is linear: Partial(sum|avg) sources stay Partial (a
 // max would not: repeated indices add before the max).
-void scatter_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
+void scatter_add_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
   other_dims_sharded(s.input(0).ndim(), s.args[0], 2, c);
   for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) c.push_back({{Partial(op), kR}, Partial(op)});
   c.push_back({{kR, kR}, kR});
 }
 
 constexpr OpRule kTake{"take_along_dim", take_meta, take_strategies};
-constexpr OpRule kScatter{"scatter_add", scatter_meta, scatter_strategies};
+constexpr OpRule kScatterAdd{"scatter_add", scatter_add_meta, scatter_add_strategies};
 
 DTensor scatter_add_along_dim(const DTensor& src, const DTensor& index, int64_t dim,
                               int64_t size) {
   const OpSchema schema(OpId::ScatterAlongDim, {&src.spec(), &index.spec()}, {dim, size});
-  return run_binary(schema, kScatter, src, index, [&](int rank, const Tensor& g, const Tensor& i) {
+  return run_binary(schema, kScatterAdd, src, index, [&](int rank, const Tensor& g, const Tensor& i) {
     Shape shape = g.shape();
     if (!shape.empty()) shape[dim] = size;
     return detail::scatter_add_along_dim(g, i, dim, shape);
@@ -267,7 +266,7 @@ ValuesIndices<DTensor> topk(const DTensor& x, int64_t k, int64_t dim, bool large
 }
 
 DTensor logsumexp(const DTensor& x, const DimVector& dims, bool keepdim) {
-  DTensor out = reduce(OpId::Logsumexp, kLogsumexp, x, dims, keepdim);
+  DTensor out = logical_reduce(OpId::Logsumexp, kLogsumexp, x, dims, keepdim);
   if (autograd::recording({&x}))
     autograd::record(out, "logsumexp", {&x}, {x, out}, [dims, keepdim](const autograd::Context& c) {
       const DTensor& in = c.saved(0);
@@ -279,11 +278,11 @@ DTensor logsumexp(const DTensor& x, const DimVector& dims, bool keepdim) {
 }
 
 DTensor all(const DTensor& x, const DimVector& dims, bool keepdim) {
-  return reduce(OpId::All, kAll, x, dims, keepdim);
+  return logical_reduce(OpId::All, kAll, x, dims, keepdim);
 }
 
 DTensor any(const DTensor& x, const DimVector& dims, bool keepdim) {
-  return reduce(OpId::Any, kAny, x, dims, keepdim);
+  return logical_reduce(OpId::Any, kAny, x, dims, keepdim);
 }
 
 }  // namespace dtensor

@@ -128,14 +128,14 @@ const char* mode_name(PadMode m) {
   return "?";
 }
 
-PadPlan plan_of(const OpSchema& s) {
+PadPlan pad_plan_of(const OpSchema& s) {
   return pad_plan(s.input(0).shape(), pads_of(s),
                   mode_name(static_cast<PadMode>(s.args[kPadMode])), s.args[kPadHasValue] != 0);
 }
 
 TensorMeta pad_meta(const OpSchema& s) {
   const DTensorSpec& x = s.input(0);
-  const PadPlan p = plan_of(s);
+  const PadPlan p = pad_plan_of(s);
   DT_CHECK(p.mode == PadMode::Constant || x.dtype() != DType::Bool, "pad: mode ",
            mode_name(p.mode), " expects a numeric dtype, got bool");
   return {p.out, contiguous_strides(p.out), x.dtype()};
@@ -143,7 +143,7 @@ TensorMeta pad_meta(const OpSchema& s) {
 
 void pad_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
   const DTensorSpec& x = s.input(0);
-  const PadPlan p = plan_of(s);
+  const PadPlan p = pad_plan_of(s);
   for (int64_t d = 0; d < x.ndim(); ++d)
     if (p.lo[d] == 0 && p.hi[d] == 0) c.push_back({{Shard(d)}, Shard(d)});
   const bool zero = s.args[kPadZero] != 0;

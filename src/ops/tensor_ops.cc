@@ -26,7 +26,6 @@ using namespace dispatch;
 
 namespace {
 
-constexpr ReduceOp kAllOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min};
 
 // Like PyTorch, cat skips 1-d empty inputs (a common "start" value).
 bool skipped(const Shape& s) { return s.size() == 1 && s[0] == 0; }
@@ -104,7 +103,7 @@ void stack_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimS
   each(Replicate(), Replicate());
 }
 
-TensorMeta same_meta(const OpSchema& s) {
+TensorMeta contiguous_like(const OpSchema& s) {
   const DTensorSpec& x = s.input(0);
   return {x.shape(), contiguous_strides(x.shape()), x.dtype()};
 }
@@ -182,11 +181,11 @@ void index_select_backward_strategies(const OpSchema& s, const TensorMeta&,
 
 constexpr OpRule kCat{"cat", cat_meta, cat_strategies};
 constexpr OpRule kStack{"stack", stack_meta, stack_strategies};
-constexpr OpRule kClone{"clone", same_meta, copy_strategies};
-constexpr OpRule kContiguous{"contiguous", same_meta, copy_strategies};
-constexpr OpRule kZerosLike{"zeros_like", same_meta, copy_strategies};
-constexpr OpRule kOnesLike{"ones_like", same_meta, copy_strategies};
-constexpr OpRule kFullLike{"full_like", same_meta, copy_strategies};
+constexpr OpRule kClone{"clone", contiguous_like, copy_strategies};
+constexpr OpRule kContiguous{"contiguous", contiguous_like, copy_strategies};
+constexpr OpRule kZerosLike{"zeros_like", contiguous_like, copy_strategies};
+constexpr OpRule kOnesLike{"ones_like", contiguous_like, copy_strategies};
+constexpr OpRule kFullLike{"full_like", contiguous_like, copy_strategies};
 constexpr OpRule kIndexSelect{"index_select", index_select_meta, index_select_strategies};
 constexpr OpRule kIndexSelectBackward{"index_select_backward", index_select_backward_meta,
                                       index_select_backward_strategies};

@@ -64,7 +64,7 @@ Tensor shape_only(const DTensorSpec& x) {
   return Tensor(nullptr, x.dtype(), x.shape(), contiguous_strides(x.shape()), 0);
 }
 
-TensorMeta meta_of(const Tensor& t) { return {t.shape(), contiguous_strides(t.shape()), t.dtype()}; }
+TensorMeta contiguous_meta(const Tensor& t) { return {t.shape(), contiguous_strides(t.shape()), t.dtype()}; }
 
 // args[from..] of the schema as a shape or dim list.
 DimVector args_from(const OpSchema& s, int from) {
@@ -76,7 +76,7 @@ DimVector args_from(const OpSchema& s, int from) {
 // A candidate keeping each Partial kind the input has. Kinds the input lacks
 // are not offered: R -> P costs nothing locally, and the chooser would then
 // be free to turn a replicated input into a partial output for no gain.
-void partial_strategies(const DTensorSpec& x, std::vector<DimStrategy>& c) {
+void view_partial_strategies(const DTensorSpec& x, std::vector<DimStrategy>& c) {
   bool seen[4] = {};
   for (const Placement& p : x.placements()) {
     if (!p.is_partial() || seen[static_cast<int>(p.reduce_op())]) continue;
@@ -108,12 +108,12 @@ enum class ViewKind : int64_t { View, Reshape, Flatten, Squeeze, SqueezeDim, Uns
 TensorMeta view_meta(const OpSchema& s) {
   const Tensor x = shape_only(s.input(0));
   switch (static_cast<ViewKind>(s.args[0])) {
-    case ViewKind::View: return meta_of(x.view(args_from(s, 1)));
-    case ViewKind::Reshape: return meta_of(x.reshape(args_from(s, 1)));
-    case ViewKind::Flatten: return meta_of(x.flatten(s.args[1], s.args[2]));
-    case ViewKind::Squeeze: return meta_of(x.squeeze());
-    case ViewKind::SqueezeDim: return meta_of(x.squeeze(s.args[1]));
-    case ViewKind::Unsqueeze: return meta_of(x.unsqueeze(s.args[1]));
+    case ViewKind::View: return contiguous_meta(x.view(args_from(s, 1)));
+    case ViewKind::Reshape: return contiguous_meta(x.reshape(args_from(s, 1)));
+    case ViewKind::Flatten: return contiguous_meta(x.flatten(s.args[1], s.args[2]));
+    case ViewKind::Squeeze: return contiguous_meta(x.squeeze());
+    case ViewKind::SqueezeDim: return contiguous_meta(x.squeeze(s.args[1]));
+    case ViewKind::Unsqueeze: return contiguous_meta(x.unsqueeze(s.args[1]));
   }
   DT_THROW("internal error: unknown view kind ", s.args[0]);
 }
@@ -218,7 +218,7 @@ void view_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimSt
       c.push_back({{Shard(outermost(in, grp.i0, grp.i1))}, Shard(outermost(out.shape, grp.j0, grp.j1))});
     }
   }
-  partial_strategies(x, c);
+  view_partial_strategies(x, c);
   c.push_back({{Replicate()}, Replicate()});
 }
 
@@ -303,9 +303,9 @@ enum class PermuteKind : int64_t { Permute, Transpose, T };
 TensorMeta permute_meta(const OpSchema& s) {
   const Tensor x = shape_only(s.input(0));
   switch (static_cast<PermuteKind>(s.args[0])) {
-    case PermuteKind::Permute: return meta_of(x.permute(args_from(s, 1)));
-    case PermuteKind::Transpose: return meta_of(x.transpose(s.args[1], s.args[2]));
-    case PermuteKind::T: return meta_of(x.t());
+    case PermuteKind::Permute: return contiguous_meta(x.permute(args_from(s, 1)));
+    case PermuteKind::Transpose: return contiguous_meta(x.transpose(s.args[1], s.args[2]));
+    case PermuteKind::T: return contiguous_meta(x.t());
   }
   DT_THROW("internal error: unknown permute kind ", s.args[0]);
 }
@@ -333,7 +333,7 @@ DimVector permutation(const OpSchema& s) {
 void permute_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrategy>& c) {
   const DimVector perm = permutation(s);
   for (size_t i = 0; i < perm.size(); ++i) c.push_back({{Shard(perm[i])}, Shard(static_cast<int64_t>(i))});
-  partial_strategies(s.input(0), c);
+  view_partial_strategies(s.input(0), c);
   c.push_back({{Replicate()}, Replicate()});
 }
 
@@ -357,7 +357,7 @@ constexpr OpRule kT = permute_rule("t");
 
 // args: the target shape as given (-1 keeps a size).
 TensorMeta expand_meta(const OpSchema& s) {
-  return meta_of(shape_only(s.input(0)).expand(args_from(s, 0)));
+  return contiguous_meta(shape_only(s.input(0)).expand(args_from(s, 0)));
 }
 
 // A dim keeping its size keeps its shard (renumbered past the new leading
@@ -369,7 +369,7 @@ void expand_strategies(const OpSchema& s, const TensorMeta& out, std::vector<Dim
   for (int64_t k = 0; k < static_cast<int64_t>(in.size()); ++k)
     if (in[k] == out.shape[k + lead]) c.push_back({{Shard(k)}, Shard(k + lead)});
   // Copies of a partial piece sum (or max, ...) to copies of the value.
-  partial_strategies(s.input(0), c);
+  view_partial_strategies(s.input(0), c);
   c.push_back({{Replicate()}, Replicate()});
 }
 
@@ -383,9 +383,9 @@ TensorMeta cut_meta(const OpSchema& s) {
   const Tensor x = shape_only(s.input(0));
   const int64_t* a = s.args;
   switch (s.op) {
-    case OpId::Narrow: return meta_of(x.narrow(a[0], a[1], a[2]));
-    case OpId::Slice: return meta_of(x.slice(a[0], a[1], a[2], a[3]));
-    default: return meta_of(x.select(a[0], a[1]));
+    case OpId::Narrow: return contiguous_meta(x.narrow(a[0], a[1], a[2]));
+    case OpId::Slice: return contiguous_meta(x.slice(a[0], a[1], a[2], a[3]));
+    default: return contiguous_meta(x.select(a[0], a[1]));
   }
 }
 
@@ -397,7 +397,7 @@ void cut_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStrateg
   const bool drops = s.op == OpId::Select;
   for (int64_t k = 0; k < x.ndim(); ++k)
     if (k != d) c.push_back({{Shard(k)}, Shard(drops && k > d ? k - 1 : k)});
-  partial_strategies(x, c);
+  view_partial_strategies(x, c);
   c.push_back({{Replicate()}, Replicate()});
 }
 
@@ -472,7 +472,7 @@ void slice_backward_strategies(const OpSchema& s, const TensorMeta&, std::vector
     if (inserts) c.push_back({{Shard(k)}, Shard(k >= d ? k + 1 : k)});
     else if (k != d) c.push_back({{Shard(k)}, Shard(k)});
   }
-  partial_strategies(g, c);
+  view_partial_strategies(g, c);
   c.push_back({{Replicate()}, Replicate()});
 }
 

@@ -43,7 +43,7 @@ DTensor replicated_with_reduced_grad(const DTensor& x, int tp) {
   return x.redistribute(to, options);
 }
 
-void check_output(Placement p, const char* style, const std::string& name) {
+void check_style_output(Placement p, const char* style, const std::string& name) {
   DT_CHECK(p.is_replicate() || p.is_shard() || p == Partial(), style, " on '", name,
            "': output_layouts must be Replicate, Shard(d) or Partial(sum), got ", to_string(p));
 }
@@ -58,7 +58,7 @@ DTensor arrive(const DTensor& x, int tp, const std::optional<Placement>& input_l
 }
 
 void apply(nn::Module& m, const std::string& name, int tp, const ColwiseParallel& s) {
-  check_output(s.output_layouts, "ColwiseParallel", name);
+  check_style_output(s.output_layouts, "ColwiseParallel", name);
   const auto input = s.input_layouts;
   if (auto* lin = dynamic_cast<nn::Linear*>(&m)) {
     relayout(lin->weight(), tp, Shard(0));
@@ -77,7 +77,7 @@ void apply(nn::Module& m, const std::string& name, int tp, const ColwiseParallel
 }
 
 void apply(nn::Module& m, const std::string& name, int tp, const RowwiseParallel& s) {
-  check_output(s.output_layouts, "RowwiseParallel", name);
+  check_style_output(s.output_layouts, "RowwiseParallel", name);
   const auto input = s.input_layouts;
   if (auto* lin = dynamic_cast<nn::Linear*>(&m)) {
     relayout(lin->weight(), tp, Shard(1));
@@ -141,8 +141,8 @@ void check_supported(const ParallelStyle& style, nn::Module& m, const std::strin
     unsupported("RowwiseParallel", name, "nn::Linear and nn::Embedding");
   if (std::holds_alternative<SequenceParallel>(style) && dynamic_cast<nn::LayerNorm*>(&m) == nullptr)
     unsupported("SequenceParallel", name, "nn::LayerNorm");
-  if (const auto* c = std::get_if<ColwiseParallel>(&style)) check_output(c->output_layouts, "ColwiseParallel", name);
-  if (const auto* r = std::get_if<RowwiseParallel>(&style)) check_output(r->output_layouts, "RowwiseParallel", name);
+  if (const auto* c = std::get_if<ColwiseParallel>(&style)) check_style_output(c->output_layouts, "ColwiseParallel", name);
+  if (const auto* r = std::get_if<RowwiseParallel>(&style)) check_style_output(r->output_layouts, "RowwiseParallel", name);
 }
 
 std::string opt(const std::optional<Placement>& p) { return p ? to_string(*p) : "as given"; }

@@ -30,7 +30,7 @@ namespace dtensor::redistribute_detail {
 
 namespace {
 
-constexpr double kGiB = 1073741824.0;
+constexpr double kBytesPerGiB = 1073741824.0;
 
 struct Box {
   Shape start, size;
@@ -270,7 +270,7 @@ std::optional<RedistributeStep> exchange_step(const DTensorSpec& from, const DTe
   if (peers > 0) {
     const LinkCost link = mesh.link(roots);
     s.cost_us = base_us + static_cast<double>(peers) * link.latency_us +
-                s.bytes / kGiB / link.bandwidth_gbps * 1e6;
+                s.bytes / kBytesPerGiB / link.bandwidth_gbps * 1e6;
   }
   // Input and output live together; nothing else (no packed copies).
   auto model_bytes = [&](const Placements& p) {

@@ -65,6 +65,11 @@ void add_attention_cases(std::vector<OpCase>& cases);
 // same-shape views): last, so that the cases before keep their seeds.
 void add_degenerate_view_cases(std::vector<OpCase>& cases);
 
+// The input shape most cases use: uneven over 2 and 3 ranks, and a dim of 2.
+inline const Shape kX{4, 5, 2};
+// The tolerance of transcendental ops on float32 inputs (float32 rounding).
+inline constexpr double kFloat = 1e-4;
+
 // Every case, in table order.
 const std::vector<OpCase>& all_cases();
 

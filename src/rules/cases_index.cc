@@ -7,7 +7,6 @@ namespace dtensor::rules {
 namespace {
 
 using dispatch::OpId;
-const Shape kX{4, 5, 2};
 const Shape kM{2, 4, 5};
 
 }  // namespace

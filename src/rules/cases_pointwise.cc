@@ -10,9 +10,7 @@ namespace {
 
 using dispatch::OpId;
 
-const Shape kX{4, 5, 2};
 const Shape kB{5, 1};
-constexpr double kFloat = 1e-4;  // transcendental ops: float32 rounding
 
 template <class F>
 OpCase unary(std::string name, OpId id, F f, InputKind kind = InputKind::Values, double tol = 0) {

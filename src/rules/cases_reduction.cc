@@ -7,7 +7,6 @@ namespace dtensor::rules {
 namespace {
 
 using dispatch::OpId;
-const Shape kX{4, 5, 2};
 
 template <class F>
 OpCase reduction(std::string name, OpId id, F f, double tol = 0) {
@@ -19,7 +18,6 @@ OpCase reduction(std::string name, OpId id, F f, double tol = 0) {
 }  // namespace
 
 void add_reduction_cases(std::vector<OpCase>& c) {
-  constexpr double kFloat = 1e-4;
   c.push_back(reduction("sum(1)", OpId::Sum, [](const auto& x) { return sum(x, {1}); }));
   c.push_back(reduction("sum(0,2,keepdim)", OpId::Sum,
                         [](const auto& x) { return sum(x, {0, 2}, true); }));

@@ -9,8 +9,6 @@ namespace dtensor::rules {
 namespace {
 
 using dispatch::OpId;
-const Shape kX{4, 5, 2};
-constexpr double kFloat = 1e-4;
 
 template <class F>
 OpCase on_x(std::string name, std::optional<OpId> id, F f, double tol = 0,

@@ -6,10 +6,9 @@ namespace dtensor::rules {
 namespace {
 
 using dispatch::OpId;
-const Shape kX{4, 5, 2};
 
 template <class F>
-OpCase on_x(std::string name, std::optional<OpId> id, F f) {
+OpCase shape_case(std::string name, std::optional<OpId> id, F f) {
   return {std::move(name), id, {{kX}},
           [f](const Tensors& x) { return f(x[0]); },
           [f](const DTensors& x) { return f(x[0]); }};
@@ -18,14 +17,14 @@ OpCase on_x(std::string name, std::optional<OpId> id, F f) {
 }  // namespace
 
 void add_shape_cases(std::vector<OpCase>& c) {
-  c.push_back(on_x("repeat(1,2,1)", OpId::Repeat,
+  c.push_back(shape_case("repeat(1,2,1)", OpId::Repeat,
                    [](const auto& x) { return repeat(x, {1, 2, 1}); }));
-  c.push_back(on_x("tile(2,1,1,1)", OpId::Repeat,
+  c.push_back(shape_case("tile(2,1,1,1)", OpId::Repeat,
                    [](const auto& x) { return tile(x, {2, 1, 1, 1}); }));
-  c.push_back(on_x("pad(1,1)", OpId::Pad, [](const auto& x) { return pad(x, {1, 1}); }));
-  c.push_back(on_x("pad(0,0,1,2,value)", OpId::Pad,
+  c.push_back(shape_case("pad(1,1)", OpId::Pad, [](const auto& x) { return pad(x, {1, 1}); }));
+  c.push_back(shape_case("pad(0,0,1,2,value)", OpId::Pad,
                    [](const auto& x) { return pad(x, {0, 0, 1, 2}, "constant", Scalar(3.0)); }));
-  c.push_back(on_x("pad(reflect)", OpId::Pad,
+  c.push_back(shape_case("pad(reflect)", OpId::Pad,
                    [](const auto& x) { return pad(x, {1, 1}, "reflect"); }));
   c.push_back({"einsum(bij,bjk->bik)", std::nullopt, {{{2, 5, 4}}, {{2, 4, 3}}},
                [](const Tensors& x) { return einsum("bij,bjk->bik", {x[0], x[1]}); },

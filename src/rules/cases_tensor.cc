@@ -7,7 +7,6 @@ namespace dtensor::rules {
 namespace {
 
 using dispatch::OpId;
-const Shape kX{4, 5, 2};
 
 // slice_backward's reference: zeros of `shape` with the slice set to g.
 Tensor sliced_into(const Tensor& g, const Shape& shape, int64_t dim, int64_t start, int64_t end,

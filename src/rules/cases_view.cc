@@ -13,7 +13,6 @@ namespace dtensor::rules {
 namespace {
 
 using dispatch::OpId;
-const Shape kX{4, 5, 2};
 
 // Tensor views are methods, DTensor views functions: one case from both.
 template <class P, class D>

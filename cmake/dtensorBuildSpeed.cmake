@@ -1,0 +1,59 @@
+# How dtensor's own targets compile in minutes (docs/testing.md, "Build
+# times"): most of a library file's compile time is not its own code but
+# the headers it parses and the templates it instantiates (-ftime-report on
+# ops/pointwise.cc: parsing 43%, instantiation 25%), the same for every file
+# of a folder. Two mechanisms share that work:
+#
+# - Unity batches: up to DTENSOR_UNITY_BATCH files of ONE folder compile as
+#   one translation unit, so a batch parses and instantiates once (the four
+#   files of src/optim: 11.3 s of CPU apart, 3.3 s as one unit). A batch is
+#   one scope, so an internal name (anonymous namespace, `static`) is defined
+#   by one file of a folder only: two such functions of one name would
+#   become overloads of each other and a call could silently take the other
+#   file's. scripts/check-unity-names checks that on the per-file objects of
+#   a build without batches (the sanitized one, which CI runs); a same-named
+#   variable or class is a compile error in the batch itself.
+#   src/tensor stays file by file (its own object library): its time is code
+#   generation (each kernel at three SIMD levels and four dtypes), which a
+#   batch does not share, and its kernels keep exactly the code they had.
+# - A precompiled header, parsed once per object library instead of once per
+#   unit: the standard library and the DTensor API's headers for the
+#   batches (cmake/dtensor_pch.h; -30% for a file alone), dtensor/tensor.h,
+#   which they all include, for the kernels (cmake/dtensor_kernels_pch.h).
+#
+# Both are off in the sanitized build (the Makefile's asan-build): there
+# every file compiles alone with only what it includes, which is the check
+# that each file includes what it uses, and gives the per-file objects
+# check-unity-names reads.
+set(DTENSOR_UNITY_BATCH 4 CACHE STRING
+    "Library files of one folder per unity translation unit (0: one per file)")
+option(DTENSOR_PCH "Precompile the common headers of the library's files" ON)
+
+# Puts the library's sources (sorted, as file(GLOB) gives them) into unity
+# groups of up to DTENSOR_UNITY_BATCH files of one src/ folder.
+function(dtensor_library_unity target)
+  if(NOT DTENSOR_UNITY_BATCH)
+    return()
+  endif()
+  get_target_property(sources ${target} SOURCES)
+  set(folder "")
+  set(index 0)
+  foreach(src ${sources})
+    get_filename_component(dir ${src} DIRECTORY)
+    get_filename_component(name ${dir} NAME)
+    if(NOT name STREQUAL folder)
+      set(folder ${name})
+      set(index 0)
+    endif()
+    math(EXPR group "${index} / ${DTENSOR_UNITY_BATCH}")
+    set_source_files_properties(${src} PROPERTIES UNITY_GROUP "${name}_${group}")
+    math(EXPR index "${index} + 1")
+  endforeach()
+  set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_MODE GROUP)
+endfunction()
+
+function(dtensor_library_pch target header)
+  if(DTENSOR_PCH)
+    target_precompile_headers(${target} PRIVATE ${header})
+  endif()
+endfunction()
