@@ -1,5 +1,5 @@
 // What a reduction holds under MPI besides its input and output: the pieces
-// it receives before folding them in member order (mpi_backend.cc). Shared
+// it receives before folding them in member order (mpi_fold.cc). Shared
 // with the planner (plan_price.cc, price()), whose peak-memory model must agree
 // with what the backend allocates.
 //

@@ -48,6 +48,10 @@
 // (mpi_watchdog.h) from its first line to its return; one that has not
 // ended after DTENSOR_COLLECTIVE_TIMEOUT seconds ends the job, naming the
 // collective, the group and the ranks that did not arrive.
+//
+// The code: the collectives in mpi_backend.cc; datatypes and packing in
+// mpi_pack.h, the deterministic reductions in mpi_fold.h, the desync check
+// in mpi_desync.h (all internal).
 #pragma once
 
 #include <map>

@@ -2,7 +2,7 @@
 // same bits in the simulated world and under MPI: out = (((in[0] op in[1])
 // op in[2]) ...) element by element, in the group order of the inputs, then
 // / n for avg. The simulated backend hands it the group's shards; the MPI
-// backend the pieces it received, in member order (mpi_backend.cc). Since
+// backend the pieces it received, in member order (mpi_fold.cc). Since
 // every element is folded on its own, how a caller cuts the data into runs
 // (row ranges, flat pieces, blocks) never changes a result bit.
 //

@@ -129,7 +129,7 @@ struct OpRule {
   // layout (see choose() in sharding_prop.cc).
   bool elementwise = false;
   // Optional: decides the whole layout itself instead of the search over
-  // `strategies` (in-place ops, whose self never moves, src/ops/inplace.cc).
+  // `strategies` (in-place ops, whose self never moves, src/ops/inplace_rule.cc).
   // Its result is cached like a chosen one; it throws when no layout is valid.
   OutputSharding (*decide)(const OpSchema&, const OpRule&) = nullptr;
   // The kernel only makes views of its input shards: O(1) work per shard,

@@ -1,21 +1,21 @@
-// DeviceMesh: views onto a shared root mesh (shape, row-major rank list, dim
-// names, registry of flattened dims). Everything a hot path asks for
-// (coordinate, group, group_index) is answered from per-rank root coordinates
-// precomputed once in the Root, so it costs O(root ndim) plus the output size,
-// with no map lookups and no locks.
+// DeviceMesh: views onto a shared root mesh (mesh_root.h). Here: making and
+// validating a mesh, its handles (which count the root's users for the
+// process-wide caches, mesh_cache.h), and the queries (sizes, names,
+// coordinate, groups, ranks), answered from the Root's per-rank
+// coordinates. Sub-meshes and flattening: submesh.cc; the topology and the
+// planner's settings: topology.cc.
 #include <algorithm>
 #include <atomic>
 #include <bit>
 #include <charconv>
 #include <functional>
-#include <map>
-#include <mutex>
 #include <ostream>
 #include <sstream>
 
 #include "dtensor/error.h"
 #include "dtensor/mesh.h"
 #include "mesh/mesh_cache.h"
+#include "mesh/mesh_root.h"
 
 namespace dtensor {
 
@@ -23,146 +23,10 @@ namespace {
 std::atomic<int64_t> live_root_count{0};  // Roots alive in the process, for tests of the caches
 }  // namespace
 
-struct DeviceMesh::Root {
-  World world;
-  int world_size = 0;
-  int ndim = 0;
-  Shape shape;
-  Shape strides;                   // row-major strides over positions in `ranks`
-  std::vector<int> ranks;          // position (row-major) -> rank
-  std::vector<std::string> names;  // one per root dim ("" when unnamed)
-  // coords[rank * ndim + i] = the rank's coordinate on root dim i, or -1 for
-  // ranks outside the mesh. int32 keeps this table small for big worlds; a
-  // mesh never has more than int-many ranks, so no size can exceed it.
-  std::vector<int32_t> coords;
+DeviceMesh::Root::Root(World w) : world(std::move(w)) { live_root_count.fetch_add(1); }
+DeviceMesh::Root::~Root() { live_root_count.fetch_sub(1); }
 
-  // Flattened dims are registered lazily (by users or by the planner, maybe
-  // from several threads) while hot paths read the fields above, so only the
-  // registry is locked; names of flattened dims are looked up only when
-  // printing or naming, never per rank.
-  mutable std::mutex mu;
-  std::map<MeshDimMask, std::string> flattened;
-  Topology topology;                    // guarded by mu
-  LinkCost links[kMaxDims];             // per root dim, derived from topology; guarded by mu
-  std::atomic<bool> auto_flatten{true};
-  std::atomic<uint64_t> config_version{0};
-  std::atomic<uint64_t> flatten_version{0};
-  // Handles of this root not held by a cache (see DeviceMesh::cached_), and
-  // handles that are.
-  std::atomic<int64_t> users{0};
-  std::atomic<int64_t> cached{0};
-
-  // REQUIRES: mu held.
-  void derive_links() {
-    int64_t product = 1;
-    bool crossed = false;
-    for (int i = ndim - 1; i >= 0; --i) {
-      if (!topology.per_dim.empty()) {
-        links[i] = topology.per_dim[i];
-        continue;
-      }
-      product *= shape[i];
-      crossed = crossed || product > topology.devices_per_host;
-      links[i] = crossed ? LinkCost{topology.intra_host.bandwidth_gbps *
-                                        topology.inter_host_bandwidth_factor,
-                                    topology.inter_host_latency_us}
-                         : topology.intra_host;
-    }
-  }
-
-  explicit Root(World w) : world(std::move(w)) { live_root_count.fetch_add(1); }
-  ~Root() { live_root_count.fetch_sub(1); }
-
-  // The rank's root coordinates, or nullptr when it is not in the mesh.
-  const int32_t* coords_of(int rank) const {
-    if (rank < 0 || rank >= world_size) return nullptr;
-    const int32_t* c = coords.data() + static_cast<size_t>(rank) * ndim;
-    return c[0] < 0 ? nullptr : c;
-  }
-
-  int64_t mask_size(MeshDimMask mask) const {
-    int64_t n = 1;
-    for (MeshDimMask m = mask; m; m &= m - 1) n *= shape[std::countr_zero(m)];
-    return n;
-  }
-
-  // Row-major index of the coordinates on the root dims of `mask`.
-  int64_t index_along(const int32_t* c, MeshDimMask mask) const {
-    int64_t idx = 0;
-    for (MeshDimMask m = mask; m; m &= m - 1) {
-      const int b = std::countr_zero(m);
-      idx = idx * shape[b] + c[b];
-    }
-    return idx;
-  }
-
-  // Appends the group over `mask` whose first member sits at position `base`
-  // (i.e. base has coordinate 0 on every dim of mask), row-major over mask.
-  void append_group(int64_t base, MeshDimMask mask, std::vector<int>& out) const {
-    int k = 0;
-    int64_t size[kMaxDims], stride[kMaxDims], idx[kMaxDims] = {};
-    int64_t n = 1;
-    for (MeshDimMask m = mask; m; m &= m - 1) {
-      const int b = std::countr_zero(m);
-      size[k] = shape[b];
-      stride[k] = strides[b];
-      n *= size[k];
-      ++k;
-    }
-    out.reserve(out.size() + n);
-    int64_t off = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      out.push_back(ranks[base + off]);
-      // Odometer step, last covered dim fastest.
-      for (int j = k - 1; j >= 0; --j) {
-        off += stride[j];
-        if (++idx[j] < size[j]) break;
-        off -= size[j] * stride[j];
-        idx[j] = 0;
-      }
-    }
-  }
-
-  std::string dim_name(MeshDimMask mask) const {
-    if (std::has_single_bit(mask)) return names[std::countr_zero(mask)];
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      auto it = flattened.find(mask);
-      if (it != flattened.end()) return it->second;
-    }
-    return default_name(mask);
-  }
-
-  // Whether `name` is a root dim's or a registered flattened dim's name.
-  // REQUIRES: mu held.
-  bool name_taken(const std::string& name) const {
-    if (std::find(names.begin(), names.end(), name) != names.end()) return true;
-    for (const auto& entry : flattened)
-      if (entry.second == name) return true;
-    return false;
-  }
-
-  // `base`, or base_1, base_2, ... the first that is not taken. REQUIRES: mu held.
-  std::string unused_name(const std::string& base) const {
-    std::string out = base;
-    for (int k = 1; name_taken(out); ++k) out = base + "_" + std::to_string(k);
-    return out;
-  }
-
-  // "dp_cp" from the root dim names, "d0_d2" for unnamed root dims.
-  std::string default_name(MeshDimMask mask) const {
-    std::string out;
-    for (MeshDimMask m = mask; m; m &= m - 1) {
-      const int b = std::countr_zero(m);
-      if (!out.empty()) out += '_';
-      if (names[b].empty()) out.append("d").append(std::to_string(b));  // "d" + s trips GCC 12's -Wrestrict
-      else out += names[b];
-    }
-    return out;
-  }
-};
-
-namespace {
+namespace mesh_detail {
 
 std::string join(const std::vector<std::string>& items) {
   std::string out = "(";
@@ -177,6 +41,18 @@ std::string join_ints(const std::vector<int>& items) {
   os << ']';
   return os.str();
 }
+
+int normalize_mesh_dim(int d, int ndim, const DeviceMesh& mesh) {
+  DT_CHECK(d >= -ndim && d < ndim, "mesh dim ", d, " is out of range for ", mesh.to_string(),
+           " (expected -", ndim, " <= dim < ", ndim, ")");
+  return d < 0 ? d + ndim : d;
+}
+
+}  // namespace mesh_detail
+
+using namespace mesh_detail;
+
+namespace {
 
 // Validates shape and names and builds the Root around `ranks` (row-major).
 std::shared_ptr<DeviceMesh::Root> make_root(World world, const Shape& shape,
@@ -366,14 +242,6 @@ DeviceMesh::~DeviceMesh() { release(); }
 
 const World& DeviceMesh::world() const { return root_->world; }
 
-namespace {
-int normalize_mesh_dim(int d, int ndim, const DeviceMesh& mesh) {
-  DT_CHECK(d >= -ndim && d < ndim, "mesh dim ", d, " is out of range for ", mesh.to_string(),
-           " (expected -", ndim, " <= dim < ", ndim, ")");
-  return d < 0 ? d + ndim : d;
-}
-}  // namespace
-
 int64_t DeviceMesh::size(int d) const {
   return root_->mask_size(dims_[normalize_mesh_dim(d, ndim_, *this)]);
 }
@@ -520,198 +388,6 @@ std::vector<int> DeviceMesh::ranks(int rank) const {
 }
 
 bool DeviceMesh::contains(int rank) const { return root_->coords_of(rank) != nullptr; }
-
-DeviceMesh DeviceMesh::operator[](const std::string& name) const {
-  return (*this)[std::vector<std::string>{name}];
-}
-
-DeviceMesh DeviceMesh::operator[](const std::vector<std::string>& names) const {
-  const std::vector<std::string> mine = this->names();
-  DT_CHECK(!names.empty(), "DeviceMesh: a sub-mesh needs at least one dim name; ", to_string(),
-           " has ", join(mine));
-  MeshDimMask covered = 0;
-  for (int i = 0; i < ndim_; ++i) covered |= dims_[i];
-
-  std::vector<MeshDimMask> picked;
-  int last_first_dim = -1;  // this mesh's first dim covered by the previous pick
-  MeshDimMask used = 0;
-  for (size_t k = 0; k < names.size(); ++k) {
-    const std::string& name = names[k];
-    for (size_t j = 0; j < k; ++j) {
-      DT_CHECK(names[j] != name, "DeviceMesh: dim name '", name, "' is repeated in sub-mesh ",
-               join(names), " of ", to_string());
-    }
-    std::optional<MeshDimMask> mask;
-    for (int i = 0; i < ndim_ && !mask; ++i) {
-      if (!name.empty() && mine[i] == name) mask = dims_[i];
-    }
-    // Like PyTorch, a flattened dim registered on the root can be picked by
-    // name (root["dp_cp"]) when it is a union of whole dims of this mesh.
-    std::vector<std::string> flat_names;
-    if (!mask) {
-      std::lock_guard<std::mutex> lock(root_->mu);
-      for (const auto& [m, n] : root_->flattened) {
-        bool whole = (m & ~covered) == 0;
-        for (int i = 0; i < ndim_ && whole; ++i) {
-          whole = (dims_[i] & m) == 0 || (dims_[i] & m) == dims_[i];
-        }
-        if (!whole) continue;
-        if (n == name) mask = m;
-        flat_names.push_back(n);
-      }
-    }
-    if (!mask) {
-      std::string known = join(mine);
-      if (!flat_names.empty()) known += ", flattened: " + join(flat_names);
-      DT_THROW("DeviceMesh: no dim named '", name, "' in ", to_string(), " (known names: ", known,
-               ")");
-    }
-    int first_dim = 0;
-    while (!(dims_[first_dim] & *mask)) ++first_dim;
-    DT_CHECK((used & *mask) == 0, "DeviceMesh: sub-mesh dims ", join(names),
-             " overlap (they share root dims) in ", to_string());
-    DT_CHECK(first_dim > last_first_dim, "sub-mesh dims must be in mesh order: got ",
-             join(names), ", mesh dims are ", join(mine));
-    last_first_dim = first_dim;
-    used |= *mask;
-    picked.push_back(*mask);
-  }
-  return DeviceMesh(root_, picked);
-}
-
-DeviceMesh DeviceMesh::flatten(const std::vector<int>& dims, const std::string& name) const {
-  DT_CHECK(!dims.empty(), "DeviceMesh::flatten: needs at least one dim of ", to_string());
-  std::vector<int> norm;
-  for (int d : dims) norm.push_back(normalize_mesh_dim(d, ndim_, *this));
-  MeshDimMask mask = 0;
-  for (size_t k = 0; k < norm.size(); ++k) {
-    DT_CHECK(k == 0 || norm[k] > norm[k - 1], "DeviceMesh::flatten: dims must be in strictly ",
-             "ascending mesh order, got ", join_ints(dims), " on ", to_string());
-    mask |= dims_[norm[k]];
-  }
-  if (std::has_single_bit(mask)) {
-    // A single root dim keeps its root name: registering a second name for
-    // it would make names() depend on how the view was made.
-    const std::string& own = root_->names[std::countr_zero(mask)];
-    DT_CHECK(name.empty() || name == own, "DeviceMesh::flatten: dim ",
-             own.empty() ? "d" + std::to_string(std::countr_zero(mask)) : "'" + own + "'",
-             " flattened alone keeps its name, cannot call it '", name, "'");
-    return DeviceMesh(root_, {mask});
-  }
-  {
-    std::lock_guard<std::mutex> lock(root_->mu);
-    auto it = root_->flattened.find(mask);
-    if (it != root_->flattened.end()) {
-      DT_CHECK(name.empty() || name == it->second, "DeviceMesh::flatten: these dims are already ",
-               "flattened as '", it->second, "', cannot also name them '", name, "'");
-      return DeviceMesh(root_, {mask});
-    }
-    // An auto-generated name (ours or the planner's) must never fail: when
-    // "a_b" is already a dim or another flattened dim, take "a_b_1", "a_b_2", ...
-    // A name the caller chose is theirs, so a clash is reported instead.
-    const std::string wanted = name.empty() ? root_->unused_name(root_->default_name(mask)) : name;
-    for (const std::string& n : root_->names) {
-      DT_CHECK(n != wanted, "DeviceMesh::flatten: name '", wanted,
-               "' is already a dim of the root mesh ", join(root_->names));
-    }
-    for (const auto& [m, n] : root_->flattened) {
-      DT_CHECK(n != wanted, "DeviceMesh::flatten: name '", wanted,
-               "' is already used by another flattened dim (root dims ", root_->default_name(m),
-               ")");
-    }
-    root_->flattened.emplace(mask, wanted);
-    root_->flatten_version.fetch_add(1);
-  }
-  return DeviceMesh(root_, {mask});
-}
-
-DeviceMesh DeviceMesh::flatten(const std::vector<std::string>& names,
-                               const std::string& name) const {
-  std::vector<int> dims;
-  for (size_t k = 0; k < names.size(); ++k) {
-    for (size_t j = 0; j < k; ++j) {
-      DT_CHECK(names[j] != names[k], "DeviceMesh::flatten: dim name '", names[k],
-               "' is repeated in ", join(names));
-    }
-    dims.push_back(dim_index(names[k]));
-    DT_CHECK(k == 0 || dims[k] > dims[k - 1], "DeviceMesh::flatten: dims must be in mesh order: ",
-             "got ", join(names), ", mesh dims are ", join(this->names()));
-  }
-  return flatten(dims, name);
-}
-
-std::vector<std::pair<MeshDimMask, std::string>> DeviceMesh::flattened_dims() const {
-  std::lock_guard<std::mutex> lock(root_->mu);
-  return {root_->flattened.begin(), root_->flattened.end()};
-}
-
-std::optional<std::string> DeviceMesh::find_flattened(MeshDimMask root_dims) const {
-  std::lock_guard<std::mutex> lock(root_->mu);
-  auto it = root_->flattened.find(root_dims);
-  if (it == root_->flattened.end()) return std::nullopt;
-  return it->second;
-}
-
-Topology DeviceMesh::topology() const {
-  std::lock_guard<std::mutex> lock(root_->mu);
-  return root_->topology;
-}
-
-void DeviceMesh::set_topology(Topology topology) {
-  DT_CHECK(topology.devices_per_host >= 1, "DeviceMesh::set_topology: devices_per_host must be ",
-           ">= 1, got ", topology.devices_per_host);
-  DT_CHECK(topology.per_dim.empty() || static_cast<int>(topology.per_dim.size()) == root_->ndim,
-           "DeviceMesh::set_topology: per_dim has ", topology.per_dim.size(),
-           " entries, expected one per root mesh dim (", root_->ndim, ")");
-  auto positive = [](const LinkCost& l) { return l.bandwidth_gbps > 0 && l.latency_us >= 0; };
-  DT_CHECK(positive(topology.intra_host) && topology.inter_host_bandwidth_factor > 0 &&
-               topology.inter_host_latency_us >= 0 && topology.base_us >= 0,
-           "DeviceMesh::set_topology: bandwidths must be positive and latencies non-negative");
-  for (const LinkCost& l : topology.per_dim)
-    DT_CHECK(positive(l), "DeviceMesh::set_topology: per_dim bandwidth ", l.bandwidth_gbps,
-             " GB/s / latency ", l.latency_us, " us is not positive / non-negative");
-  std::lock_guard<std::mutex> lock(root_->mu);
-  root_->topology = std::move(topology);
-  root_->derive_links();
-  root_->config_version.fetch_add(1);
-}
-
-LinkCost DeviceMesh::link(MeshDimMask root_dims) const {
-  DT_CHECK(root_dims != 0 && root_dims < (MeshDimMask{1} << root_->ndim),
-           "DeviceMesh::link: root dim mask ", root_dims, " is not a set of dims of ", to_string());
-  std::lock_guard<std::mutex> lock(root_->mu);
-  LinkCost out{1e300, 0};
-  for (MeshDimMask m = root_dims; m; m &= m - 1) {
-    const LinkCost& l = root_->links[std::countr_zero(m)];
-    out.bandwidth_gbps = std::min(out.bandwidth_gbps, l.bandwidth_gbps);
-    out.latency_us = std::max(out.latency_us, l.latency_us);
-  }
-  return out;
-}
-
-bool DeviceMesh::auto_flatten() const { return root_->auto_flatten.load(); }
-
-void DeviceMesh::set_auto_flatten(bool on) {
-  root_->auto_flatten.store(on);
-  root_->config_version.fetch_add(1);
-}
-
-uint64_t DeviceMesh::config_version() const { return root_->config_version.load(); }
-uint64_t DeviceMesh::flatten_version() const { return root_->flatten_version.load(); }
-
-DeviceMesh DeviceMesh::root() const {
-  std::vector<MeshDimMask> dims;
-  for (int i = 0; i < root_->ndim; ++i) dims.push_back(MeshDimMask{1} << i);
-  return DeviceMesh(root_, dims);
-}
-
-bool DeviceMesh::is_root() const {
-  if (ndim_ != root_->ndim) return false;
-  for (int i = 0; i < ndim_; ++i) {
-    if (dims_[i] != MeshDimMask{1} << i) return false;
-  }
-  return true;
-}
 
 std::string DeviceMesh::to_string() const {
   std::ostringstream os;

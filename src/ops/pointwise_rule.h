@@ -1,5 +1,5 @@
 // The pointwise ops' sharding rule, shared with the in-place ops
-// (src/ops/inplace.cc): an in-place op keeps the candidates of its
+// (src/ops/inplace_rule.cc): an in-place op keeps the candidates of its
 // out-of-place op whose input 0 and output are self's placement, so the two
 // never disagree about which layouts are valid.
 #pragma once
