@@ -9,6 +9,12 @@ PREFIX ?= /usr/local
 # The project's own builds (and so CI) fail on any compiler warning;
 # `make run WERROR=OFF` for a compiler newer than Debian 12's GCC 12.
 WERROR ?= ON
+# A new build tree uses Ninja (Debian's ninja-build, which scripts/install-deps
+# installs): it compiles the dtensor program's files while the library's are
+# still compiling, where CMake's Makefiles start a target only once the
+# targets it links are built, and it decides what to rebuild faster. A tree
+# already configured keeps its generator.
+generator = $(if $(wildcard $(1)/CMakeCache.txt),,-G Ninja)
 
 .PHONY: run test bench asan asan-build deps configure build install deb clean
 
@@ -16,7 +22,7 @@ deps:
 	@scripts/install-deps
 
 configure: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DDTENSOR_WERROR=$(WERROR) >/dev/null
+	@cmake -S . -B $(BUILD) $(call generator,$(BUILD)) -DCMAKE_BUILD_TYPE=Release -DDTENSOR_WERROR=$(WERROR) >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -46,7 +52,7 @@ bench: build
 # Its library files compile one by one without the precompiled header
 # (cmake/dtensorBuildSpeed.cmake): the check that each includes what it uses.
 asan-build: deps
-	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-Og -g1" \
+	@cmake -S . -B $(ASAN_BUILD) $(call generator,$(ASAN_BUILD)) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-Og -g1" \
 	  -DDTENSOR_SANITIZE=ON -DDTENSOR_BUILD_BENCH=OFF -DDTENSOR_WERROR=$(WERROR) \
 	  -DDTENSOR_UNITY_BATCH=0 -DDTENSOR_PCH=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
@@ -65,7 +71,7 @@ install: configure
 # Python package in Debian's /usr/lib/python3/dist-packages), from its own
 # Release build without tests: $(DEB_BUILD)/dtensor_<version>_<arch>.deb.
 deb: deps
-	@cmake -S . -B $(DEB_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
+	@cmake -S . -B $(DEB_BUILD) $(call generator,$(DEB_BUILD)) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
 	  -DDTENSOR_BUILD_TESTS=OFF -DDTENSOR_BUILD_BENCH=OFF \
 	  -DDTENSOR_PYTHON_INSTALL_DIR=lib/python3/dist-packages >/dev/null
 	@cmake --build $(DEB_BUILD) -j $(JOBS) --target dtensor_installables
