@@ -1,5 +1,6 @@
 # The two commands a new user types (see README): `make run` and `make test`.
-# Others: `make bench`, `make asan` (tests under ASan+UBSan), `make install`
+# Others: `make soak` (the long runs), `make bench`, `make asan` (tests under
+# ASan+UBSan), `make install`
 # (PREFIX=/usr/local), `make deb` (docs/install.md), `make clean`.
 JOBS  ?= $(shell nproc)
 BUILD ?= build
@@ -16,7 +17,7 @@ WERROR ?= ON
 # already configured keeps its generator.
 generator = $(if $(wildcard $(1)/CMakeCache.txt),,-G Ninja)
 
-.PHONY: run test bench asan asan-build deps configure build install deb clean
+.PHONY: run test soak bench asan asan-build deps configure build install deb clean
 
 deps:
 	@scripts/install-deps
@@ -35,6 +36,14 @@ run: configure
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The long runs `make test` leaves out (docs/testing.md, "Soaking"): MPI on 8
+# processes, VerifyMode on 64 simulated ranks, more fault draws and CLI
+# fuzzing, then every property test with 50,000 cases (about an hour and a
+# half on 2 cores). SOAK_QUICK=1 skips the last (what CI runs).
+soak: build
+	cd $(BUILD) && ctest -C soak -L soak --output-on-failure -j $(JOBS) \
+	  $(if $(SOAK_QUICK),-E soak.property_tests)
 
 # mpi_bench (built with MPI) runs on 4 processes.
 MPIRUN ?= OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_vader_single_copy_mechanism=none \

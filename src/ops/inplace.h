@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "autograd/graph.h"
-#include "comm/verify.h"
+#include "debug/verify.h"
 #include "dispatch/dispatch.h"
 
 namespace dtensor::inplace_detail {
