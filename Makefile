@@ -11,9 +11,8 @@ PREFIX ?= /usr/local
 # `make run WERROR=OFF` for a compiler newer than Debian 12's GCC 12.
 WERROR ?= ON
 # A new build tree uses Ninja (Debian's ninja-build, which scripts/install-deps
-# installs): it compiles the dtensor program's files while the library's are
-# still compiling, where CMake's Makefiles start a target only once the
-# targets it links are built, and it decides what to rebuild faster. A tree
+# installs): a clean build takes as long as with CMake's Makefiles, but it
+# decides faster what a rebuild needs and prints one line per step. A tree
 # already configured keeps its generator.
 generator = $(if $(wildcard $(1)/CMakeCache.txt),,-G Ninja)
 

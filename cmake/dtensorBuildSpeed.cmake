@@ -10,9 +10,9 @@
 #   one scope, so an internal name (anonymous namespace, `static`) is defined
 #   by one file of a folder only: two such functions of one name would
 #   become overloads of each other and a call could silently take the other
-#   file's. scripts/check-unity-names checks that on the per-file objects of
-#   a build without batches (the sanitized one, which CI runs); a same-named
-#   variable or class is a compile error in the batch itself.
+#   file's. scripts/check-unity-names (ctest unity.names) reads the sources'
+#   definitions with ctags and fails on such a pair; a same-named variable
+#   or class is a compile error in the batch itself.
 #   src/tensor stays file by file (its own object library): its time is code
 #   generation (each kernel at three SIMD levels and four dtypes), which a
 #   batch does not share, and its kernels keep exactly the code they had.
@@ -23,8 +23,7 @@
 #
 # Both are off in the sanitized build (the Makefile's asan-build): there
 # every file compiles alone with only what it includes, which is the check
-# that each file includes what it uses, and gives the per-file objects
-# check-unity-names reads.
+# that each file includes what it uses.
 set(DTENSOR_UNITY_BATCH 4 CACHE STRING
     "Library files of one folder per unity translation unit (0: one per file)")
 option(DTENSOR_PCH "Precompile the common headers of the library's files" ON)
