@@ -108,6 +108,9 @@ class DeviceMesh {
   std::vector<int> ranks(int rank) const;
   // Whether the rank is in the root mesh (and so has its own view of this one).
   bool contains(int rank) const;
+  // The ranks of the root mesh this process holds, ascending: every one in a
+  // simulated world, the calling process's own (or none) under MPI.
+  std::vector<int> held_ranks() const;
 
   // Sub-mesh of the named dims. REQUIRES: the names appear in mesh order. A
   // registered flattened dim may be named too (root[{"dp_cp", "tp"}]). Note the

@@ -141,18 +141,6 @@ DTensor DTensor::redistribute(const DeviceMesh& mesh, const Placements& placemen
   return redistribute(placements, options);
 }
 
-namespace {
-
-// Ranks of the mesh this process holds.
-std::vector<int> held_mesh_ranks(const DeviceMesh& mesh) {
-  std::vector<int> out;
-  for (int r : mesh.world().held_ranks())
-    if (mesh.contains(r)) out.push_back(r);
-  return out;
-}
-
-}  // namespace
-
 DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Placements& placements,
                           std::optional<int> src_rank) {
   DT_CHECK(full.defined(), "distribute_tensor: the tensor is undefined");
@@ -160,7 +148,7 @@ DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Plac
   Placements all_r(static_cast<size_t>(mesh.ndim()), Replicate());
   DTensorSpec replicated = spec.with_placements(all_r);
   LocalTensor local;
-  for (int r : held_mesh_ranks(mesh)) local.set(r, full.contiguous());
+  for (int r : mesh.held_ranks()) local.set(r, full.contiguous());
   if (src_rank) {
     DT_CHECK(mesh.contains(*src_rank), "distribute_tensor: src_rank ", *src_rank,
              " is not in mesh ", mesh);
@@ -203,7 +191,7 @@ DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Plac
 
 DTensor from_local(const LocalTensor& local, const DeviceMesh& mesh, const Placements& placements,
                    const FromLocalOptions& options) {
-  const std::vector<int> ranks = held_mesh_ranks(mesh);
+  const std::vector<int> ranks = mesh.held_ranks();
   DT_CHECK(!ranks.empty() || !local.empty(), "from_local: this process holds no rank of ", mesh);
   for (int r : ranks) {
     DT_CHECK(local.holds(r), "from_local: no shard given for rank ", r, " of ", mesh,
@@ -259,7 +247,7 @@ DTensor from_local(const LocalTensor& local, const DeviceMesh& mesh, const Place
 DTensor from_local(const std::function<Tensor(int rank)>& make_shard, const DeviceMesh& mesh,
                    const Placements& placements, const FromLocalOptions& options) {
   LocalTensor local;
-  for (int r : held_mesh_ranks(mesh)) local.set(r, make_shard(r));
+  for (int r : mesh.held_ranks()) local.set(r, make_shard(r));
   return from_local(local, mesh, placements, options);
 }
 

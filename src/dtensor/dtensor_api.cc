@@ -17,14 +17,6 @@ int64_t wrap(int64_t d, int64_t ndim, const char* op) {
   return d < 0 ? d + n : d;
 }
 
-// The held ranks of `mesh`, ascending.
-std::vector<int> held_in(const DeviceMesh& mesh) {
-  std::vector<int> out;
-  for (int r : mesh.world().held_ranks())
-    if (mesh.contains(r)) out.push_back(r);
-  return out;
-}
-
 }  // namespace
 
 // ---- sizes and dtype ---------------------------------------------------------------------
@@ -160,12 +152,12 @@ DTensor factory(const char* op, const Shape& shape, const DeviceMesh& mesh,
   DTensorSpec spec(mesh, placements, shape, dtype);  // validates
   // All the held shards together, before the first is made.
   std::vector<PlannedTensor> shards;
-  for (int r : held_in(mesh))
+  for (int r : mesh.held_ranks())
     shards.push_back(
         {"the shard of rank " + std::to_string(r), spec.extent_of_rank(r)->local_shape, dtype});
   check_allocation(op, shards);
   LocalTensor local;
-  for (int r : held_in(mesh)) {
+  for (int r : mesh.held_ranks()) {
     const Shape local_shape = spec.extent_of_rank(r)->local_shape;
     if (!value) {
       local.set(r, Tensor::empty(local_shape, dtype));
@@ -207,7 +199,7 @@ DTensor empty(const Shape& shape, const DeviceMesh& mesh, const Placements& plac
 std::ostream& operator<<(std::ostream& os, const DTensor& d) {
   if (!d.defined()) return os << "DTensor(<empty>)";
   const DeviceMesh& mesh = d.mesh();
-  const std::vector<int> held = held_in(mesh);
+  const std::vector<int> held = mesh.held_ranks();
   const bool holds_all = static_cast<int64_t>(held.size()) == mesh.size();
   os << "DTensor(";
   if (holds_all) {

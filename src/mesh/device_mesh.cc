@@ -389,6 +389,13 @@ std::vector<int> DeviceMesh::ranks(int rank) const {
 
 bool DeviceMesh::contains(int rank) const { return root_->coords_of(rank) != nullptr; }
 
+std::vector<int> DeviceMesh::held_ranks() const {
+  std::vector<int> out;
+  for (int r : root_->world.held_ranks())
+    if (root_->coords_of(r)) out.push_back(r);
+  return out;
+}
+
 std::string DeviceMesh::to_string() const {
   std::ostringstream os;
   os << "DeviceMesh(" << shape();

@@ -107,8 +107,7 @@ DTensor* Module::register_parameter(const std::string& name, DTensor value) {
 
 void Module::check_parameter_sizes(const std::string& op, std::vector<PlannedTensor> params,
                                    int64_t extra_copies) const {
-  int64_t held = 0;
-  for (int r : mesh_.world().held_ranks()) held += mesh_.contains(r) ? 1 : 0;
+  const auto held = static_cast<int64_t>(mesh_.held_ranks().size());
   for (PlannedTensor& p : params)
     p.copies = checked_mul(p.copies, held + extra_copies, "check_parameter_sizes: copies");
   check_allocation(op, params);

@@ -126,13 +126,6 @@ DTensor unpack_param(const std::any& a) {
   return std::any_cast<DTensor>(a);
 }
 
-std::vector<int> held_ranks(const DeviceMesh& mesh) {
-  std::vector<int> out;
-  for (int r : mesh.world().held_ranks())
-    if (mesh.contains(r)) out.push_back(r);
-  return out;
-}
-
 std::vector<DTensor> Group::gather() const {
   LocalTensor in;
   for (const auto& [rank, l] : layouts) {
@@ -460,7 +453,7 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
   // Only once every parameter passed the checks.
   for (Param& p : group->params) nn::replace_parameter(*p.slot, p.sharded, "fully_shard");
 
-  for (int rank : held_ranks(mesh)) {
+  for (int rank : mesh.held_ranks()) {
     RankLayout l;
     const std::vector<int> members = group->dp_mesh.group(rank, group->dp_dim);
     l.member = static_cast<int>(group->dp_mesh.group_index(rank, group->dp_dim));

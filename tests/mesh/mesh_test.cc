@@ -201,6 +201,11 @@ TEST(DeviceMesh, MeshSmallerThanWorld) {
     EXPECT_FALSE(mesh.coordinate(r).has_value()) << r;
     EXPECT_FALSE(mesh.contains(r)) << r;
   }
+  // The held ranks of a mesh are its own only, ascending, on every view.
+  EXPECT_EQ(mesh.held_ranks(), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(mesh["y"].held_ranks(), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(DeviceMesh(World::simulated(8), {2}, std::vector<int>{6, 3}).held_ranks(),
+            (std::vector<int>{3, 6}));
   expect_error([&] { mesh.group(5, 0); }, {"rank 5", "DeviceMesh([2, 2]"});
   expect_error([&] { mesh.group_index(6, 1); }, {"rank 6"});
   expect_error([&] { mesh["y"].group(4, 0); }, {"rank 4"});
