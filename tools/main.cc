@@ -358,7 +358,7 @@ int run(int argc, char** argv) {
                "         reduction over the mesh dim; op is sum (default, 'P'), avg, max, min\n"
                "e.g. 'S(0),R' or 'S(0),P(sum)'")
       ->required();
-  visualize->add_option("--dtype", vis.dtype, "element type: f32, f64, i64 or bool")
+  visualize->add_option("--dtype", vis.dtype, "element type: f32, f64, bf16, f16, i64 or bool")
       ->capture_default_str();
   visualize->add_flag("--json", vis.json,
                       "print JSON instead of the table: mesh, names, shape, dtype, placements\n"
@@ -387,7 +387,7 @@ int run(int argc, char** argv) {
   plan->add_option("--names", pl.names, "mesh dim names, comma-separated, e.g. A,B,C");
   plan->add_option("--shape", pl.shape, "global tensor shape, comma-separated, e.g. 16,16,16")
       ->required();
-  plan->add_option("--dtype", pl.dtype, "element type: f32, f64, i64 or bool")
+  plan->add_option("--dtype", pl.dtype, "element type: f32, f64, bf16, f16, i64 or bool")
       ->capture_default_str();
   plan->add_option("--from", pl.from,
                    "source placements, one per mesh dim: S(d), R, P(sum|avg|max|min) ('P' = sum)")

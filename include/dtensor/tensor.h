@@ -5,8 +5,8 @@
 // expand, ...) never copies data, so mutations through one view are seen by
 // all. Ops return new tensors; in-place ops end in '_' (add_, fill_).
 // Semantics follow PyTorch: broadcasting, type promotion (bool < int64 <
-// float32 < float64; int / int is true division), torch.chunk chunking,
-// reductions with keepdim. Shapes have at most kMaxDims dims so that shapes
+// bfloat16, float16 < float32 < float64; int / int is true division),
+// torch.chunk chunking, reductions with keepdim. Shapes have at most kMaxDims dims so that shapes
 // and strides live inline (no heap allocation for metadata).
 //
 // Thread safety: a Tensor may be read from several threads; writes to shared
@@ -25,6 +25,7 @@
 
 #include "dtensor/checked.h"
 #include "dtensor/error.h"
+#include "dtensor/half.h"
 
 namespace dtensor {
 
@@ -105,9 +106,20 @@ using Shape = DimVector;
 std::string to_string(const DimVector& v);
 std::ostream& operator<<(std::ostream& os, const DimVector& v);
 
-// Element types, ordered by promotion rank: the common type of two tensors is
-// the larger of the two.
-enum class DType : uint8_t { Bool = 0, Int64 = 1, Float32 = 2, Float64 = 3 };
+// Element types. The common type of two tensors (promote_types) is PyTorch's:
+// bool < int64 < {bfloat16, float16} < float32 < float64, and bfloat16 with
+// float16 gives float32. BFloat16 and Float16 (dtensor/half.h) are storage
+// types: ops on them compute in float32 and round once (docs/mixed_precision.md).
+// The numbers are stable (checkpoints and the wire name dtypes, not numbers).
+enum class DType : uint8_t {
+  Bool = 0,
+  Int64 = 1,
+  Float32 = 2,
+  Float64 = 3,
+  BFloat16 = 4,
+  Float16 = 5,
+};
+inline constexpr int kNumDTypes = 6;
 
 inline size_t itemsize(DType dtype) {
   switch (dtype) {
@@ -115,15 +127,24 @@ inline size_t itemsize(DType dtype) {
     case DType::Int64: return 8;
     case DType::Float32: return 4;
     case DType::Float64: return 8;
+    case DType::BFloat16: return 2;
+    case DType::Float16: return 2;
   }
   return 0;
 }
+// float32, float64, bfloat16, float16.
 bool is_floating(DType dtype);
-// "float32", "float64", "int64", "bool".
+// bfloat16 and float16: the types that compute in float32.
+inline bool is_half(DType dtype) { return dtype == DType::BFloat16 || dtype == DType::Float16; }
+// The dtype an op on `dtype` computes in: float32 for the 16-bit floats,
+// the dtype itself otherwise (PyTorch's opmath type).
+inline DType compute_dtype(DType dtype) { return is_half(dtype) ? DType::Float32 : dtype; }
+// "float32", "float64", "int64", "bool", "bfloat16", "float16".
 const char* dtype_name(DType dtype);
-// "f32", "f64", "i64", "bool" (the form the CLI uses).
+// "f32", "f64", "i64", "bool", "bf16", "f16" (the form the CLI uses).
 const char* dtype_short_name(DType dtype);
-// Accepts both forms above (and "float", "double", "long"); throws on others.
+// Accepts both forms above (and "float", "double", "long", "half"); throws
+// on others.
 DType parse_dtype(const std::string& text);
 std::ostream& operator<<(std::ostream& os, DType dtype);
 DType promote_types(DType a, DType b);
@@ -134,6 +155,8 @@ template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; 
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; };
 template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
 template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
+template <> struct dtype_of<BFloat16> { static constexpr DType value = DType::BFloat16; };
+template <> struct dtype_of<Float16> { static constexpr DType value = DType::Float16; };
 
 // A number passed to an op next to tensors (x + 2, full(shape, 0.5)).
 // Remembers whether it was written as bool, integer or floating point, which
@@ -155,7 +178,7 @@ class Scalar {
   double to_double() const { return d_; }
   int64_t to_int() const { return i_; }
   template <class T> T to() const {
-    if constexpr (std::is_floating_point_v<T>) return static_cast<T>(d_);
+    if constexpr (std::is_floating_point_v<T> || is_half_v<T>) return static_cast<T>(d_);
     else if constexpr (std::is_same_v<T, bool>) return kind_ == Kind::Float ? d_ != 0.0 : i_ != 0;
     else return static_cast<T>(i_);  // floats were truncated toward zero (0 if out of range)
   }

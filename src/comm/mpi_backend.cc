@@ -215,7 +215,7 @@ LocalTensor MpiBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh
   record_collective(CollectiveKind::AllReduce, static_cast<int64_t>(t.nbytes()));
   const Tensor src = t.contiguous();
   Tensor result = Tensor::empty(t.shape(), t.dtype());
-  if (native_reduce() && g.size > 1) {
+  if (native_reduce() && g.size > 1 && !is_half(t.dtype())) {
     check_mpi(MPI_Allreduce(src.raw_data(), result.raw_data(), count_of(t.numel(), "all_reduce"),
                             mpi_type(t.dtype()), mpi_op(op, t.dtype()), g.comm),
               "MPI_Allreduce");
@@ -294,7 +294,7 @@ LocalTensor MpiBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& 
   Shape result_shape = src.shape();
   result_shape[scatter_dim] = pieces.ranges[g.index].size;
   Tensor result = Tensor::empty(result_shape, t.dtype());
-  if (native_reduce() && g.size > 1) {
+  if (native_reduce() && g.size > 1 && !is_half(t.dtype())) {
     std::vector<int> counts;
     const Tensor send = pack_chunks(src, g.size, scatter_dim, counts, "reduce_scatter");
     check_mpi(MPI_Reduce_scatter(send.raw_data(), result.raw_data(), counts.data(),

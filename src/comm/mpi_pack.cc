@@ -20,6 +20,10 @@ MPI_Datatype mpi_type(DType d) {
     case DType::Float32: return MPI_FLOAT;
     case DType::Float64: return MPI_DOUBLE;
     case DType::Int64: return MPI_INT64_T;
+    // Moved as 16-bit words; never reduced by MPI itself (native_reduce()
+    // leaves them to the fold, which computes in float32).
+    case DType::BFloat16:
+    case DType::Float16: return MPI_UINT16_T;
     case DType::Bool: break;
   }
   return MPI_C_BOOL;

@@ -8,6 +8,10 @@
 //
 // Sums of integers wrap on overflow, bool sum is logical or (as in
 // PyTorch); max and min propagate NaN like torch.maximum / torch.minimum.
+// bfloat16 and float16 travel as themselves (half the bytes of float32) and
+// fold in float32: each element's n inputs are widened, folded in the same
+// order, divided for avg, and rounded once (not at every step, as a fold
+// in the 16-bit type would).
 #pragma once
 
 #include <algorithm>
@@ -107,14 +111,49 @@ void reduce_run(const T* const* in, size_t n, T* const* out, size_t nout, int64_
 #endif
 }
 
+// reduce_run for the 16-bit floats: the fold runs in a float32 block, Op
+// being the float32 operation, and rounds once into out[0].
+template <class T, class Op>
+void reduce_run_half(const T* const* in, size_t n, T* const* out, size_t nout, int64_t count,
+                     bool avg) {
+  constexpr int64_t kBlock = 4096;  // 16 KiB of float32 accumulators
+  float acc[kBlock];
+  const Op op;
+  for (int64_t b = 0; b < count; b += kBlock) {
+    const int64_t m = std::min(kBlock, count - b);
+    const T* a = in[0] + b;
+    for (int64_t i = 0; i < m; ++i) acc[i] = static_cast<float>(a[i]);
+    for (size_t k = 1; k < n; ++k) {
+      const T* s = in[k] + b;
+      for (int64_t i = 0; i < m; ++i) acc[i] = op(acc[i], static_cast<float>(s[i]));
+    }
+    if (avg) {
+      const float d = static_cast<float>(n);
+      for (int64_t i = 0; i < m; ++i) acc[i] = acc[i] / d;
+    }
+    T* o = out[0] + b;
+    for (int64_t i = 0; i < m; ++i) o[i] = T(acc[i]);
+    for (size_t j = 1; j < nout; ++j) std::memcpy(out[j] + b, o, static_cast<size_t>(m) * sizeof(T));
+  }
+}
+
 template <class T>
 void reduce_run_op(ReduceOp op, const T* const* in, size_t n, T* const* out, size_t nout,
                    int64_t count) {
-  switch (op) {
-    case ReduceOp::Sum: return reduce_run<T, SumOp<T>>(in, n, out, nout, count, false);
-    case ReduceOp::Avg: return reduce_run<T, SumOp<T>>(in, n, out, nout, count, true);
-    case ReduceOp::Max: return reduce_run<T, MaxOp<T>>(in, n, out, nout, count, false);
-    case ReduceOp::Min: return reduce_run<T, MinOp<T>>(in, n, out, nout, count, false);
+  if constexpr (is_half_v<T>) {
+    switch (op) {
+      case ReduceOp::Sum: return reduce_run_half<T, SumOp<float>>(in, n, out, nout, count, false);
+      case ReduceOp::Avg: return reduce_run_half<T, SumOp<float>>(in, n, out, nout, count, true);
+      case ReduceOp::Max: return reduce_run_half<T, MaxOp<float>>(in, n, out, nout, count, false);
+      case ReduceOp::Min: return reduce_run_half<T, MinOp<float>>(in, n, out, nout, count, false);
+    }
+  } else {
+    switch (op) {
+      case ReduceOp::Sum: return reduce_run<T, SumOp<T>>(in, n, out, nout, count, false);
+      case ReduceOp::Avg: return reduce_run<T, SumOp<T>>(in, n, out, nout, count, true);
+      case ReduceOp::Max: return reduce_run<T, MaxOp<T>>(in, n, out, nout, count, false);
+      case ReduceOp::Min: return reduce_run<T, MinOp<T>>(in, n, out, nout, count, false);
+    }
   }
 }
 
@@ -131,6 +170,8 @@ inline void fold(DType dtype, ReduceOp op, const void* const* in, size_t n, void
     case DType::Int64: return run(static_cast<int64_t*>(nullptr));
     case DType::Float32: return run(static_cast<float*>(nullptr));
     case DType::Float64: return run(static_cast<double*>(nullptr));
+    case DType::BFloat16: return run(static_cast<BFloat16*>(nullptr));
+    case DType::Float16: return run(static_cast<Float16*>(nullptr));
   }
 }
 

@@ -206,6 +206,8 @@ void reduce_ranges_any(DType dtype, ReduceOp op, const std::vector<Tensor>& shar
     case DType::Int64: return reduce_ranges<int64_t>(op, shards, dim, ranges);
     case DType::Float32: return reduce_ranges<float>(op, shards, dim, ranges);
     case DType::Float64: return reduce_ranges<double>(op, shards, dim, ranges);
+    case DType::BFloat16: return reduce_ranges<BFloat16>(op, shards, dim, ranges);
+    case DType::Float16: return reduce_ranges<Float16>(op, shards, dim, ranges);
   }
 }
 

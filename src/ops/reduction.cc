@@ -149,7 +149,9 @@ Tensor identity(OpId op, const Shape& shape, DType dtype) {
   const bool max = op == OpId::Amax;
   switch (dtype) {
     case DType::Float32:
-    case DType::Float64: {
+    case DType::Float64:
+    case DType::BFloat16:
+    case DType::Float16: {
       const double inf = std::numeric_limits<double>::infinity();
       return Tensor::full(shape, max ? -inf : inf, dtype);
     }

@@ -50,7 +50,9 @@ std::ostream& operator<<(std::ostream& os, const DimVector& v) {
   return os << ']';
 }
 
-bool is_floating(DType dtype) { return dtype == DType::Float32 || dtype == DType::Float64; }
+bool is_floating(DType dtype) {
+  return dtype == DType::Float32 || dtype == DType::Float64 || is_half(dtype);
+}
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
@@ -58,6 +60,8 @@ const char* dtype_name(DType dtype) {
     case DType::Int64: return "int64";
     case DType::Float32: return "float32";
     case DType::Float64: return "float64";
+    case DType::BFloat16: return "bfloat16";
+    case DType::Float16: return "float16";
   }
   return "?";
 }
@@ -68,6 +72,8 @@ const char* dtype_short_name(DType dtype) {
     case DType::Int64: return "i64";
     case DType::Float32: return "f32";
     case DType::Float64: return "f64";
+    case DType::BFloat16: return "bf16";
+    case DType::Float16: return "f16";
   }
   return "?";
 }
@@ -77,13 +83,31 @@ DType parse_dtype(const std::string& text) {
   if (text == "f64" || text == "float64" || text == "double") return DType::Float64;
   if (text == "i64" || text == "int64" || text == "long") return DType::Int64;
   if (text == "bool") return DType::Bool;
-  DT_THROW("unknown dtype '", text, "' (expected one of f32, f64, i64, bool)");
+  if (text == "bf16" || text == "bfloat16") return DType::BFloat16;
+  if (text == "f16" || text == "float16" || text == "half") return DType::Float16;
+  DT_THROW("unknown dtype '", text, "' (expected one of f32, f64, i64, bool, bf16, f16)");
 }
 
 std::ostream& operator<<(std::ostream& os, DType dtype) { return os << dtype_name(dtype); }
 
+// PyTorch's table restricted to these six: the higher of the two by
+// bool < int64 < {bfloat16, float16} < float32 < float64, and the two 16-bit
+// floats together give float32 (neither holds the other's values).
 DType promote_types(DType a, DType b) {
-  return static_cast<uint8_t>(a) >= static_cast<uint8_t>(b) ? a : b;
+  if (a == b) return a;
+  if (is_half(a) && is_half(b)) return DType::Float32;
+  auto rank = [](DType d) {
+    switch (d) {
+      case DType::Bool: return 0;
+      case DType::Int64: return 1;
+      case DType::BFloat16:
+      case DType::Float16: return 2;
+      case DType::Float32: return 3;
+      case DType::Float64: return 4;
+    }
+    return 0;
+  };
+  return rank(a) >= rank(b) ? a : b;
 }
 
 DType Scalar::result_type(DType tensor_dtype) const {

@@ -15,6 +15,14 @@ namespace {
 
 // ---- op drivers -----------------------------------------------------------------------
 
+// The 16-bit floats compute in float32 (compute_dtype): each driver reached
+// with compute bfloat16 or float16 runs itself in float32 and rounds a
+// floating result back to the 16-bit type once, as PyTorch's CPU kernels do
+// (a comparison's bool stays bool).
+inline Tensor round_back(Tensor out, DType half) {
+  return out.dtype() == DType::Float32 ? out.to(half) : out;
+}
+
 // op over x, whose dtype is T already.
 template <class T, class Op>
 Tensor map_unary(const Tensor& x, Op op) {
@@ -26,6 +34,7 @@ Tensor map_unary(const Tensor& x, Op op) {
 
 template <Types kTypes, class Op>
 Tensor unary(const char* name, const Tensor& x, DType compute, Op op) {
+  if (is_half(compute)) return round_back(unary<kTypes>(name, x, DType::Float32, op), compute);
   std::optional<Tensor> converted;
   const Tensor& xc = as_dtype(x, compute, converted);
   return dispatch<kTypes>(compute, name, [&]<class T>() { return map_unary<T>(xc, op); });
@@ -43,6 +52,7 @@ Tensor binary(const char* name, const Tensor& a, const Tensor& b, DType compute,
   check_defined(name, a);
   check_defined(name, b);
   const Shape shape = broadcast_for(name, a.shape(), b.shape());
+  if (is_half(compute)) return round_back(binary<kTypes>(name, a, b, DType::Float32, op), compute);
   std::optional<Tensor> a_converted, b_converted;
   const Tensor& ac = as_dtype(a, compute, a_converted);
   const Tensor& bc = as_dtype(b, compute, b_converted);
@@ -59,6 +69,9 @@ Tensor binary(const char* name, const Tensor& a, const Tensor& b, DType compute,
 template <Types kTypes, bool kScalarFirst = false, class Op>
 Tensor binary_scalar(const char* name, const Tensor& a, Scalar s, DType compute, Op op) {
   check_defined(name, a);
+  if (is_half(compute)) {
+    return round_back(binary_scalar<kTypes, kScalarFirst>(name, a, s, DType::Float32, op), compute);
+  }
   std::optional<Tensor> converted;
   const Tensor& ac = as_dtype(a, compute, converted);
   return dispatch<kTypes>(compute, name, [&]<class T>() {
@@ -72,14 +85,14 @@ Tensor binary_scalar(const char* name, const Tensor& a, Scalar s, DType compute,
 }
 
 // self = self op other. Computes straight into self when the compute dtype is
-// self's; otherwise (float32 self, float64 other) computes out of place and
-// converts back, as PyTorch does.
+// self's; otherwise (float32 self, float64 other; a 16-bit self) computes out
+// of place and converts back, as PyTorch does.
 template <Types kTypes, class Op>
 Tensor& binary_inplace(const char* name, Tensor& self, const Tensor& other, DType compute,
                        DType result, Op op) {
   check_defined(name, other);
   check_inplace(name, self, other.shape(), result);
-  if (compute != self.dtype()) {
+  if (compute != self.dtype() || is_half(compute)) {
     self.copy_(binary<kTypes>(name, self, other, compute, op));
     return self;
   }
@@ -92,7 +105,7 @@ template <Types kTypes, class Op>
 Tensor& binary_scalar_inplace(const char* name, Tensor& self, Scalar s, DType compute, DType result,
                               Op op) {
   check_inplace(name, self, Shape{}, result);
-  if (compute != self.dtype()) {
+  if (compute != self.dtype() || is_half(compute)) {
     self.copy_(binary_scalar<kTypes>(name, self, s, compute, op));
     return self;
   }

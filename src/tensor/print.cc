@@ -21,6 +21,8 @@ template <class T>
 void print_value(std::ostream& os, T v) {
   if constexpr (std::is_same_v<T, bool>) {
     os << (v ? "True" : "False");
+  } else if constexpr (is_half_v<T>) {
+    print_value(os, static_cast<float>(v));
   } else if constexpr (std::is_floating_point_v<T>) {
     if (std::isnan(v)) os << "nan";
     else if (std::isinf(v)) os << (v > 0 ? "inf" : "-inf");
@@ -62,7 +64,7 @@ void print_rec(std::ostream& os, const Tensor& t, size_t d, const char* p, bool 
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "tensor(undefined)";
   std::ostringstream body;
-  detail::dispatch_all(t.dtype(), "print", [&]<class T>() {
+  detail::dispatch_storage(t.dtype(), "print", [&]<class T>() {
     print_rec<T>(body, t, 0, static_cast<const char*>(t.raw_data()), t.numel() > kSummarizeAbove,
                  7);
   });

@@ -60,6 +60,17 @@ Tensor generate(const char* op, const Shape& shape, DType dtype, uint64_t seed, 
 }  // namespace
 
 Tensor Tensor::rand(const Shape& shape, uint64_t seed, uint64_t offset, DType dtype) {
+  if (is_half(dtype)) {
+    // As many random bits as the type has digits (8 for bfloat16, 11 for
+    // float16), so that every value is exact and below 1, as PyTorch's.
+    const int digits = dtype == DType::BFloat16 ? 8 : 11;
+    const float scale = std::ldexp(1.0f, -digits);
+    return generate<float>("rand", shape, DType::Float32, seed, offset,
+                           [=](const Philox4x32& r) {
+                             return static_cast<float>(r.x[0] >> (32 - digits)) * scale;
+                           })
+        .to(dtype);
+  }
   return detail::dispatch_floating(dtype, "rand", [&]<class T>() {
     return generate<T>("rand", shape, dtype, seed, offset, [](const Philox4x32& r) {
       if constexpr (std::is_same_v<T, float>) {
@@ -72,6 +83,8 @@ Tensor Tensor::rand(const Shape& shape, uint64_t seed, uint64_t offset, DType dt
 }
 
 Tensor Tensor::randn(const Shape& shape, uint64_t seed, uint64_t offset, DType dtype) {
+  // The 16-bit floats round the float32 draws (through float32, as c10).
+  if (is_half(dtype)) return randn(shape, seed, offset, DType::Float32).to(dtype);
   return detail::dispatch_floating(dtype, "randn", [&]<class T>() {
     return generate<T>("randn", shape, dtype, seed, offset, [](const Philox4x32& r) {
       // Box-Muller on two uniforms from the same counter; u1 in (0, 1].

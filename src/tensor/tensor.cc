@@ -192,6 +192,15 @@ Tensor Tensor::arange(double start, double end, double step, DType dtype) {
            " has more elements than int64 can count");
   const int64_t n = span > 0 ? static_cast<int64_t>(std::ceil(span)) : 0;
   Tensor t = empty({n}, dtype);
+  if (is_half(dtype)) {
+    // As PyTorch's CPU kernel: start + step * i in the float32 accumulate
+    // type, rounded once.
+    const float s0 = static_cast<float>(start), st = static_cast<float>(step);
+    Tensor f = empty({n}, DType::Float32);
+    float* p = f.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) p[i] = s0 + st * static_cast<float>(i);
+    return t.copy_(f);
+  }
   detail::dispatch_numeric(dtype, "arange", [&]<class T>() {
     T* p = t.data_ptr<T>();
     for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(start + static_cast<double>(i) * step);
@@ -239,7 +248,7 @@ template std::vector<double> Tensor::to_vector<double>() const;
 template <class T>
 T Tensor::item() const {
   DT_CHECK(numel() == 1, "item: expected a tensor with one element, got shape ", shape_);
-  return detail::dispatch_all(dtype_, "item", [&]<class U>() {
+  return detail::dispatch_storage(dtype_, "item", [&]<class U>() {
     return static_cast<T>(*static_cast<const U*>(raw_data()));
   });
 }
@@ -268,7 +277,7 @@ Tensor Tensor::to(DType dtype) const {
 
 Tensor& Tensor::fill_(Scalar value) {
   if (storage_) storage_->bump_version();
-  detail::dispatch_all(dtype_, "fill_", [&]<class T>() {
+  detail::dispatch_storage(dtype_, "fill_", [&]<class T>() {
     const T v = value.to<T>();
     detail::StridedOperands<1> ops;
     detail::set_operand(ops, 0, *this, shape_);
@@ -324,8 +333,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
   detail::StridedOperands<2> ops;
   detail::set_operand(ops, 0, *this, shape_);
   detail::set_operand(ops, 1, src, shape_);
-  detail::dispatch_all(dtype_, "copy_", [&]<class D>() {
-    detail::dispatch_all(src.dtype_, "copy_", [&]<class S>() {
+  detail::dispatch_storage(dtype_, "copy_", [&]<class D>() {
+    detail::dispatch_storage(src.dtype_, "copy_", [&]<class S>() {
       if constexpr (std::is_same_v<D, S>) {
         detail::for_each_strided<2, detail::kMove | detail::kOverwrite>(shape_, ops,
                                                                          copy_kernel<D, S>);

@@ -29,10 +29,10 @@ TEST(DType, NamesParsingAndPromotion) {
   EXPECT_EQ(parse_dtype("i64"), DType::Int64);
   EXPECT_EQ(parse_dtype("bool"), DType::Bool);
   try {
-    parse_dtype("f16");
+    parse_dtype("f8");
     FAIL() << "expected an Error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'f16'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'f8'"), std::string::npos) << e.what();
   }
   EXPECT_EQ(promote_types(DType::Int64, DType::Float32), DType::Float32);
   EXPECT_EQ(promote_types(DType::Float64, DType::Float32), DType::Float64);

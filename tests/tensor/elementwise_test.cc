@@ -70,6 +70,10 @@ double round_to(double v, DType d) {
       return static_cast<double>(static_cast<float>(v));
     case DType::Float64:
       return v;
+    case DType::BFloat16:
+      return static_cast<double>(static_cast<float>(BFloat16(v)));
+    case DType::Float16:
+      return static_cast<double>(static_cast<float>(Float16(v)));
   }
   return v;
 }
