@@ -22,9 +22,25 @@ inline constexpr int kNumCollectiveKinds = 7;
 // "box_exchange"
 const char* to_string(CollectiveKind kind);
 
+// One collective as a single rank sees it: its kind, the mesh dim it ran
+// over (of the mesh it was given, a flattened one included; -1 for a
+// box_exchange, which spans the whole mesh), the bytes each rank handed to
+// it (the largest shard of the call) and the dtype they travelled in.
+struct CollectiveRecord {
+  CollectiveKind kind = CollectiveKind::AllGather;
+  int mesh_dim = -1;
+  int64_t bytes = 0;
+  DType dtype = DType::Float32;
+  bool operator==(const CollectiveRecord&) const = default;
+};
+// "all_reduce mesh dim 0 bfloat16 32 bytes", "box_exchange float32 8 bytes".
+std::string to_string(const CollectiveRecord& record);
+
 // While alive, counts every collective the backends run (one per call, as a
-// single rank would see it, however many ranks the process holds) and the
-// bytes each rank sends into it, and adds up the estimated cost of every
+// single rank would see it, however many ranks the process holds), the
+// bytes each rank sends into it and the dtype they travel in, keeps a
+// record of each (collectives(): 24 bytes apiece, so a mode alive for a
+// long run grows with it), and adds up the estimated cost of every
 // redistribution plan run (the cost model of redistribute.h). Modes nest:
 // each counts what runs in its lifetime. A mode counts only what the thread
 // that made it runs (as PyTorch's CommDebugMode, a thread-local dispatch
@@ -38,30 +54,43 @@ class CommDebugMode {
   CommDebugMode& operator=(const CommDebugMode&) = delete;
 
   int64_t count(CollectiveKind kind) const;
+  // Of this kind, in this dtype.
+  int64_t count(CollectiveKind kind, DType dtype) const;
   int64_t total_count() const;
-  // Bytes per rank handed to collectives of this kind.
+  // Bytes per rank handed to collectives of this kind (in this dtype).
   int64_t bytes(CollectiveKind kind) const;
+  int64_t bytes(CollectiveKind kind, DType dtype) const;
+  // Every collective counted, in the order they ran.
+  std::vector<CollectiveRecord> collectives() const;
   // The planner's estimate (µs) summed over the plans run, and their number
   // (redistribute calls and the redistributions ops make of their inputs).
   double planned_cost_us() const;
   int64_t plans_run() const;
-  // A table: one line per kind with its count and bytes.
+  // A table: one line per kind and dtype that ran (a kind that did not run:
+  // one line, dtype "-", count 0) with its count and bytes, then the total:
+  //   collective      dtype     count  bytes
+  //   all_gather      bfloat16      1     16
+  //   all_reduce      -             0      0
   std::string table() const;
   // {"all_gather":1,"all_reduce":0,...,"total":1}
   std::string json() const;
 
  private:
-  friend void record_collective(CollectiveKind kind, int64_t bytes_per_rank);
+  friend void record_collective(CollectiveKind kind, int64_t bytes_per_rank, DType dtype,
+                                int mesh_dim);
   friend void record_plan_run(double cost_us);
   std::thread::id owner_;  // the thread whose collectives this mode counts
   std::array<int64_t, kNumCollectiveKinds> counts_{};
   std::array<int64_t, kNumCollectiveKinds> bytes_{};
+  std::vector<CollectiveRecord> records_;
   double planned_cost_us_ = 0;
   int64_t plans_run_ = 0;
 };
 
-// Called by backends for each collective they run.
-void record_collective(CollectiveKind kind, int64_t bytes_per_rank);
+// Called by backends for each collective they run: the bytes each rank
+// hands in (the largest shard of the call), their dtype, and the mesh dim
+// (normalised to 0..ndim-1; -1 for a box_exchange).
+void record_collective(CollectiveKind kind, int64_t bytes_per_rank, DType dtype, int mesh_dim);
 // Called by the plan executor for each plan it runs.
 void record_plan_run(double cost_us);
 

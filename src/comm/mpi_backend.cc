@@ -51,6 +51,12 @@ int64_t check_dim(const Tensor& t, int64_t dim, const char* coll, const char* wh
   return dim < 0 ? dim + nd : dim;
 }
 
+// The mesh dim CommDebugMode records: 0..ndim-1, as the simulated
+// backend's (group_of has checked its range).
+int mesh_dim_index(const DeviceMesh& mesh, int mesh_dim) {
+  return mesh_dim < 0 ? mesh_dim + mesh.ndim() : mesh_dim;
+}
+
 // DTENSOR_MPI_NATIVE_REDUCE=1 (read once): all_reduce and reduce_scatter
 // on MPI_Allreduce / MPI_Reduce_scatter, whose order of terms is the MPI
 // library's, instead of the deterministic exchange plus ordered fold.
@@ -146,7 +152,8 @@ LocalTensor MpiBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
     check_same_call(g, make_call(Kind::AllGather, mesh_dim, g.size, mesh.group(rank_, mesh_dim)[0],
                                  &t, gather_dim, -1, gather_dim),
                     mesh, rank_);
-  record_collective(CollectiveKind::AllGather, static_cast<int64_t>(t.nbytes()));
+  record_collective(CollectiveKind::AllGather, static_cast<int64_t>(t.nbytes()), t.dtype(),
+                    mesh_dim_index(mesh, mesh_dim));
   LocalTensor out;
   if (g.size == 1) {
     out.set(rank_, t.clone());
@@ -212,7 +219,8 @@ LocalTensor MpiBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh
     check_same_call(g, make_call(Kind::AllReduce, mesh_dim, g.size, mesh.group(rank_, mesh_dim)[0],
                                  &t, -1, -1, -1, static_cast<int>(op)),
                     mesh, rank_);
-  record_collective(CollectiveKind::AllReduce, static_cast<int64_t>(t.nbytes()));
+  record_collective(CollectiveKind::AllReduce, static_cast<int64_t>(t.nbytes()), t.dtype(),
+                    mesh_dim_index(mesh, mesh_dim));
   const Tensor src = t.contiguous();
   Tensor result = Tensor::empty(t.shape(), t.dtype());
   if (native_reduce() && g.size > 1 && !is_half(t.dtype())) {
@@ -287,7 +295,8 @@ LocalTensor MpiBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& 
                                  mesh.group(rank_, mesh_dim)[0], &t, scatter_dim, -1, -1,
                                  static_cast<int>(op)),
                     mesh, rank_);
-  record_collective(CollectiveKind::ReduceScatter, static_cast<int64_t>(t.nbytes()));
+  record_collective(CollectiveKind::ReduceScatter, static_cast<int64_t>(t.nbytes()), t.dtype(),
+                    mesh_dim_index(mesh, mesh_dim));
   const Tensor src = t.contiguous();
   Pieces pieces{around(src.shape(), scatter_dim), {}};
   for (int64_t j = 0; j < g.size; ++j) pieces.ranges.push_back(chunk_range(pieces.a.len, g.size, j));
@@ -327,7 +336,8 @@ LocalTensor MpiBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
     check_same_call(g, make_call(Kind::AllToAll, mesh_dim, g.size, mesh.group(rank_, mesh_dim)[0],
                                  &t, split_dim, concat_dim, concat_dim),
                     mesh, rank_);
-  record_collective(CollectiveKind::AllToAll, static_cast<int64_t>(t.nbytes()));
+  record_collective(CollectiveKind::AllToAll, static_cast<int64_t>(t.nbytes()), t.dtype(),
+                    mesh_dim_index(mesh, mesh_dim));
   LocalTensor out;
   if (g.size == 1) {
     out.set(rank_, t.clone());
@@ -444,7 +454,8 @@ LocalTensor MpiBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh,
   if (check_) check_received_header(g, h, static_cast<int>(root), mesh, "broadcast");
   const DType dtype = static_cast<DType>(h.dtype);
   Tensor result = is_root ? mine->contiguous().clone() : Tensor::empty(shape_of(h), dtype);
-  record_collective(CollectiveKind::Broadcast, static_cast<int64_t>(result.nbytes()));
+  record_collective(CollectiveKind::Broadcast, static_cast<int64_t>(result.nbytes()), dtype,
+                    mesh_dim_index(mesh, mesh_dim));
   if (g.size > 1)
     check_mpi(MPI_Bcast(result.raw_data(), count_of(result.numel(), "broadcast"), mpi_type(dtype),
                         static_cast<int>(root), g.comm),
@@ -487,7 +498,8 @@ LocalTensor MpiBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, i
     if (i == g.index) my_shape = s;
   }
   record_collective(CollectiveKind::Scatter,
-                    whole.product() * static_cast<int64_t>(itemsize(dtype)));
+                    whole.product() * static_cast<int64_t>(itemsize(dtype)), dtype,
+                    mesh_dim_index(mesh, mesh_dim));
   Tensor result = Tensor::empty(my_shape, dtype);
   if (g.size == 1) {
     result.copy_(*mine);
@@ -525,7 +537,7 @@ LocalTensor MpiBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
     for (int d = 0; d < c.ndim; ++d) c.shape[d] = -1;
     check_same_call(g, c, mesh, rank_);
   }
-  record_collective(CollectiveKind::BoxExchange, static_cast<int64_t>(t.nbytes()));
+  record_collective(CollectiveKind::BoxExchange, static_cast<int64_t>(t.nbytes()), t.dtype(), -1);
   const Shape* out_shape = nullptr;
   for (const auto& [rank, shape] : routes.outputs)
     if (rank == rank_) out_shape = &shape;

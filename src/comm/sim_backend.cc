@@ -349,7 +349,7 @@ LocalTensor SimBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
   const Prepared p = prepare("all_gather", in, mesh, mesh_dim);
   gather_dim = check_prepared_dim(p, "gather dim", gather_dim);
   check_group_shapes(p, gather_dim, "gather dim");
-  record_collective(CollectiveKind::AllGather, p.max_bytes);
+  record_collective(CollectiveKind::AllGather, p.max_bytes, p.first->dtype(), p.where.mesh_dim);
 
   const Sources src = contiguous_sources(p);
   const Joined join = joined(p, gather_dim);
@@ -410,7 +410,7 @@ LocalTensor SimBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh
   const Prepared p = prepare("all_reduce", in, mesh, mesh_dim);
   check_reduce_op(p, op);
   check_group_shapes(p, -1);
-  record_collective(CollectiveKind::AllReduce, p.max_bytes);
+  record_collective(CollectiveKind::AllReduce, p.max_bytes, p.first->dtype(), p.where.mesh_dim);
 
   RankSlots out(p);
   const int64_t groups = static_cast<int64_t>(p.groups.size());
@@ -440,7 +440,7 @@ LocalTensor SimBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& 
   check_reduce_op(p, op);
   scatter_dim = check_prepared_dim(p, "scatter dim", scatter_dim);
   check_group_shapes(p, -1);
-  record_collective(CollectiveKind::ReduceScatter, p.max_bytes);
+  record_collective(CollectiveKind::ReduceScatter, p.max_bytes, p.first->dtype(), p.where.mesh_dim);
 
   RankSlots out(p);
   const int64_t groups = static_cast<int64_t>(p.groups.size());
@@ -476,7 +476,7 @@ LocalTensor SimBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
   DT_CHECK(split_dim != concat_dim, p.where, ": split dim and concat dim must differ, both are ",
            split_dim, " (shards of shape ", p.first->shape(), ")");
   check_group_shapes(p, concat_dim, "concat dim");
-  record_collective(CollectiveKind::AllToAll, p.max_bytes);
+  record_collective(CollectiveKind::AllToAll, p.max_bytes, p.first->dtype(), p.where.mesh_dim);
 
   const Sources src = contiguous_sources(p);
   const Joined join = joined(p, concat_dim);
@@ -566,7 +566,7 @@ LocalTensor SimBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
 LocalTensor SimBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                   int64_t root) {
   const Prepared p = prepare("broadcast", in, mesh, mesh_dim, root);
-  record_collective(CollectiveKind::Broadcast, p.max_bytes);
+  record_collective(CollectiveKind::Broadcast, p.max_bytes, p.first->dtype(), p.where.mesh_dim);
 
   const Sources src = contiguous_sources(p);
   const int64_t groups = static_cast<int64_t>(p.groups.size());
@@ -588,7 +588,7 @@ LocalTensor SimBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, i
                                 int64_t root, int64_t scatter_dim) {
   const Prepared p = prepare("scatter", in, mesh, mesh_dim, root);
   scatter_dim = check_prepared_dim(p, "scatter dim", scatter_dim);
-  record_collective(CollectiveKind::Scatter, p.max_bytes);
+  record_collective(CollectiveKind::Scatter, p.max_bytes, p.first->dtype(), p.where.mesh_dim);
 
   const Sources src = contiguous_sources(p);
   const int64_t groups = static_cast<int64_t>(p.groups.size());

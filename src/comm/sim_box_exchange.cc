@@ -68,7 +68,7 @@ LocalTensor SimBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
       max_bytes = std::max<int64_t>(max_bytes, static_cast<int64_t>(t.nbytes()));
     }
   DT_CHECK(first != nullptr, "box_exchange over ", mesh.to_string(), ": no rank holds a shard");
-  record_collective(CollectiveKind::BoxExchange, max_bytes);
+  record_collective(CollectiveKind::BoxExchange, max_bytes, first->dtype(), -1);
 
   const DType dtype = first->dtype();
   const int64_t isz = static_cast<int64_t>(itemsize(dtype));

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <iomanip>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -73,11 +74,19 @@ const char* to_string(CollectiveKind kind) {
   return "unknown";
 }
 
+std::string to_string(const CollectiveRecord& record) {
+  std::ostringstream os;
+  os << to_string(record.kind);
+  if (record.mesh_dim >= 0) os << " mesh dim " << record.mesh_dim;
+  os << " " << dtype_name(record.dtype) << " " << record.bytes << " bytes";
+  return os.str();
+}
+
 CommDebugMode::CommDebugMode() : owner_(std::this_thread::get_id()) { registry().add(this); }
 
 CommDebugMode::~CommDebugMode() { registry().remove(this); }
 
-void record_collective(CollectiveKind kind, int64_t bytes_per_rank) {
+void record_collective(CollectiveKind kind, int64_t bytes_per_rank, DType dtype, int mesh_dim) {
   Registry& r = registry();
   if (r.num_active.load(std::memory_order_acquire) == 0 || verify_detail::inside_check()) return;
   const auto k = static_cast<size_t>(kind);
@@ -87,6 +96,7 @@ void record_collective(CollectiveKind kind, int64_t bytes_per_rank) {
     if (mode->owner_ != self) continue;
     mode->counts_[k] += 1;
     mode->bytes_[k] += bytes_per_rank;
+    mode->records_.push_back(CollectiveRecord{kind, mesh_dim, bytes_per_rank, dtype});
   }
 }
 
@@ -107,6 +117,26 @@ void record_plan_run(double cost_us) {
 int64_t CommDebugMode::count(CollectiveKind kind) const {
   std::lock_guard<std::mutex> lock(registry().mu);
   return counts_[static_cast<size_t>(kind)];
+}
+
+int64_t CommDebugMode::count(CollectiveKind kind, DType dtype) const {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  int64_t n = 0;
+  for (const CollectiveRecord& r : records_) n += r.kind == kind && r.dtype == dtype;
+  return n;
+}
+
+int64_t CommDebugMode::bytes(CollectiveKind kind, DType dtype) const {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  int64_t n = 0;
+  for (const CollectiveRecord& r : records_)
+    if (r.kind == kind && r.dtype == dtype) n += r.bytes;
+  return n;
+}
+
+std::vector<CollectiveRecord> CommDebugMode::collectives() const {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return records_;
 }
 
 int64_t CommDebugMode::total_count() const {
@@ -132,32 +162,49 @@ int64_t CommDebugMode::plans_run() const {
 }
 
 std::string CommDebugMode::table() const {
-  std::array<int64_t, kNumCollectiveKinds> counts, bytes;
+  std::vector<CollectiveRecord> records;
   {
     std::lock_guard<std::mutex> lock(registry().mu);
-    counts = counts_;
-    bytes = bytes_;
+    records = records_;
   }
-  int64_t total_count = 0, total_bytes = 0;
-  for (int i = 0; i < kNumCollectiveKinds; ++i) {
-    total_count += counts[i];
-    total_bytes += bytes[i];
+  // Rows: per kind, each dtype that ran (in DType order), or one empty row.
+  struct Row {
+    std::string kind, dtype;
+    int64_t count = 0, bytes = 0;
+  };
+  std::vector<Row> rows;
+  Row total{"total", "", 0, 0};
+  for (CollectiveKind kind : kAllKinds) {
+    std::map<DType, Row> by_dtype;
+    for (const CollectiveRecord& r : records) {
+      if (r.kind != kind) continue;
+      Row& row = by_dtype[r.dtype];
+      row.count += 1;
+      row.bytes += r.bytes;
+    }
+    if (by_dtype.empty()) rows.push_back(Row{to_string(kind), "-", 0, 0});
+    for (auto& [dtype, row] : by_dtype) {
+      row.kind = to_string(kind);
+      row.dtype = dtype_name(dtype);
+      total.count += row.count;
+      total.bytes += row.bytes;
+      rows.push_back(row);
+    }
   }
   // Column widths fit the widest entry, so the table stays aligned however
   // large the byte counts grow.
-  const int count_w = std::max<int>(5, static_cast<int>(std::to_string(total_count).size()));
-  const int bytes_w = std::max<int>(5, static_cast<int>(std::to_string(total_bytes).size()));
+  const int count_w = std::max<int>(5, static_cast<int>(std::to_string(total.count).size()));
+  const int bytes_w = std::max<int>(5, static_cast<int>(std::to_string(total.bytes).size()));
   std::ostringstream os;
-  auto line = [&](const std::string& name, const std::string& count, const std::string& b) {
-    os << std::left << std::setw(14) << name << "  " << std::right << std::setw(count_w) << count
-       << "  " << std::setw(bytes_w) << b << "\n";
+  auto line = [&](const std::string& name, const std::string& dtype, const std::string& count,
+                  const std::string& b) {
+    os << std::left << std::setw(14) << name << "  " << std::setw(8) << dtype << "  "
+       << std::right << std::setw(count_w) << count << "  " << std::setw(bytes_w) << b << "\n";
   };
-  line("collective", "count", "bytes");
-  for (CollectiveKind kind : kAllKinds) {
-    const auto k = static_cast<size_t>(kind);
-    line(to_string(kind), std::to_string(counts[k]), std::to_string(bytes[k]));
-  }
-  line("total", std::to_string(total_count), std::to_string(total_bytes));
+  line("collective", "dtype", "count", "bytes");
+  for (const Row& r : rows)
+    line(r.kind, r.dtype, std::to_string(r.count), std::to_string(r.bytes));
+  line(total.kind, total.dtype, std::to_string(total.count), std::to_string(total.bytes));
   return os.str();
 }
 

@@ -1225,6 +1225,24 @@ TEST(CommDebugMode, CountsEachCallOnceWithMaxShardBytes) {
   EXPECT_EQ(mode.count(CollectiveKind::Scatter), 2);
   EXPECT_EQ(mode.bytes(CollectiveKind::Scatter), 128);
   EXPECT_EQ(mode.total_count(), 8);
+  // Each call's record, in order: kind, mesh dim, bytes, dtype.
+  using R = CollectiveRecord;
+  const std::vector<R> want = {
+      {CollectiveKind::AllGather, 0, 48, DType::Float32},
+      {CollectiveKind::AllGather, 0, 48, DType::Float64},
+      {CollectiveKind::AllReduce, 1, 48, DType::Float32},
+      {CollectiveKind::ReduceScatter, 0, 48, DType::Float32},
+      {CollectiveKind::AllToAll, 0, 48, DType::Float32},
+      {CollectiveKind::Broadcast, 1, 64, DType::Int64},
+      {CollectiveKind::Scatter, 1, 64, DType::Int64},
+      {CollectiveKind::Scatter, 1, 64, DType::Int64}};
+  const std::vector<R> got = mode.collectives();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(got[i], want[i]) << i << ": " << to_string(got[i]) << ", want " << to_string(want[i]);
+  EXPECT_EQ(mode.count(CollectiveKind::AllGather, DType::Float64), 1);
+  EXPECT_EQ(mode.bytes(CollectiveKind::AllGather, DType::Float32), 48);
+  EXPECT_EQ(mode.count(CollectiveKind::AllGather, DType::BFloat16), 0);
 
   // A call rejected by validation records nothing.
   EXPECT_THROW(b.all_gather(even, mesh, 0, 5), Error);
@@ -1265,18 +1283,21 @@ TEST(CommDebugMode, NestedModesCountTheirOwnLifetimes) {
 
 TEST(CommDebugMode, TableAndJson) {
   CommDebugMode mode;
-  record_collective(CollectiveKind::AllGather, 1234567);
-  record_collective(CollectiveKind::AllReduce, 10);
-  record_collective(CollectiveKind::AllReduce, 20);
+  record_collective(CollectiveKind::AllGather, 1234567, DType::Float32, 0);
+  record_collective(CollectiveKind::AllReduce, 10, DType::Float32, 1);
+  record_collective(CollectiveKind::AllReduce, 20, DType::BFloat16, 0);
+  record_collective(CollectiveKind::AllReduce, 6, DType::Float32, 0);
   EXPECT_EQ(mode.json(),
-            "{\"all_gather\":1,\"all_reduce\":2,\"reduce_scatter\":0,\"all_to_all\":0,"
-            "\"broadcast\":0,\"scatter\":0,\"box_exchange\":0,\"total\":3}");
+            "{\"all_gather\":1,\"all_reduce\":3,\"reduce_scatter\":0,\"all_to_all\":0,"
+            "\"broadcast\":0,\"scatter\":0,\"box_exchange\":0,\"total\":4}");
   const std::string table = mode.table();
   std::istringstream lines(table);
   std::string line;
   std::vector<std::string> all;
   while (std::getline(lines, line)) all.push_back(line);
-  ASSERT_EQ(all.size(), 9u) << table;  // header, seven kinds, total
+  // Header, a line per kind and dtype that ran (all_reduce: bfloat16 and
+  // float32, in DType order), one per kind that did not, total.
+  ASSERT_EQ(all.size(), 10u) << table;
   for (const std::string& l : all) EXPECT_EQ(l.size(), all[0].size()) << "misaligned:\n" << table;
   auto fields = [](const std::string& l) {
     std::istringstream is(l);
@@ -1284,13 +1305,18 @@ TEST(CommDebugMode, TableAndJson) {
     for (std::string w; is >> w;) f.push_back(w);
     return f;
   };
-  EXPECT_EQ(fields(all[0]), (std::vector<std::string>{"collective", "count", "bytes"}));
-  EXPECT_EQ(fields(all[1]), (std::vector<std::string>{"all_gather", "1", "1234567"}));
-  EXPECT_EQ(fields(all[2]), (std::vector<std::string>{"all_reduce", "2", "30"}));
-  EXPECT_EQ(fields(all[3]), (std::vector<std::string>{"reduce_scatter", "0", "0"}));
-  EXPECT_EQ(fields(all[6]), (std::vector<std::string>{"scatter", "0", "0"}));
-  EXPECT_EQ(fields(all[7]), (std::vector<std::string>{"box_exchange", "0", "0"}));
-  EXPECT_EQ(fields(all[8]), (std::vector<std::string>{"total", "3", "1234597"}));
+  using F = std::vector<std::string>;
+  EXPECT_EQ(fields(all[0]), (F{"collective", "dtype", "count", "bytes"}));
+  EXPECT_EQ(fields(all[1]), (F{"all_gather", "float32", "1", "1234567"}));
+  EXPECT_EQ(fields(all[2]), (F{"all_reduce", "float32", "2", "16"}));
+  EXPECT_EQ(fields(all[3]), (F{"all_reduce", "bfloat16", "1", "20"}));
+  EXPECT_EQ(fields(all[4]), (F{"reduce_scatter", "-", "0", "0"}));
+  EXPECT_EQ(fields(all[7]), (F{"scatter", "-", "0", "0"}));
+  EXPECT_EQ(fields(all[8]), (F{"box_exchange", "-", "0", "0"}));
+  EXPECT_EQ(fields(all[9]), (F{"total", "4", "1234603"}));
+  EXPECT_EQ(to_string(mode.collectives()[2]), "all_reduce mesh dim 0 bfloat16 20 bytes");
+  EXPECT_EQ(to_string(CollectiveRecord{CollectiveKind::BoxExchange, -1, 8, DType::Float16}),
+            "box_exchange float16 8 bytes");
 }
 
 // A mode counts its own thread's collectives only (as PyTorch's thread-local
@@ -1304,14 +1330,15 @@ TEST(CommDebugMode, CountsOnlyItsOwnThread) {
     threads.emplace_back([t, &seen] {
       CommDebugMode mine;
       for (int i = 0; i < 2000; ++i) {
-        record_collective(t % 2 ? CollectiveKind::AllToAll : CollectiveKind::Scatter, 3);
+        record_collective(t % 2 ? CollectiveKind::AllToAll : CollectiveKind::Scatter, 3,
+                          DType::Float32, 0);
         if (i % 500 == 0) CommDebugMode transient;  // modes come and go meanwhile
       }
       seen[t] = {mine.count(CollectiveKind::AllToAll), mine.count(CollectiveKind::Scatter),
                  mine.bytes(t % 2 ? CollectiveKind::AllToAll : CollectiveKind::Scatter)};
     });
   }
-  record_collective(CollectiveKind::Broadcast, 5);
+  record_collective(CollectiveKind::Broadcast, 5, DType::Float32, 0);
   for (std::thread& th : threads) th.join();
   for (int t = 0; t < 4; ++t) {
     EXPECT_EQ(seen[t][0], t % 2 ? 2000 : 0) << "thread " << t;
