@@ -30,9 +30,13 @@
 // own, every data file against the size it records (before anything is
 // allocated) and the chunks for covering each tensor exactly once; a
 // missing, truncated, corrupted, edited or non-regular file (a FIFO is
-// refused, never waited on), a shape or dtype mismatch or a tensor the
+// refused, never waited on), a shape mismatch, a dtype mismatch (unless
+// LoadOptions::convert_dtype asks for a conversion) or a tensor the
 // checkpoint lacks (strict) throws dtensor::Error naming the file and the
 // tensor, on every rank.
+//
+// Every dtype round-trips bit for bit: bfloat16 and float16 are saved as
+// their 16-bit words (safetensors' "BF16" and "F16").
 #pragma once
 
 #include <cstdint>
@@ -86,6 +90,15 @@ struct LoadOptions {
   // A state entry the checkpoint lacks is an error (true) or left as it is
   // (false). Checkpoint entries the state does not name are ignored.
   bool strict = true;
+  // A tensor stored in another floating dtype than the state's (float64,
+  // float32, bfloat16, float16) is an error naming the tensor and both
+  // dtypes (false), or is read and converted to the state's dtype as
+  // Tensor::to converts (true: round to nearest even, float64 to a 16-bit
+  // type through float32, as PyTorch's copy_). int64 and bool must match
+  // either way. PyTorch's DCP always converts (its reader copy_s); here a
+  // silent change of precision must be asked for. A converting load holds
+  // one shard of the stored dtype at a time beside the shard.
+  bool convert_dtype = false;
 };
 
 // Saves `state` to directory `dir` (replacing an earlier checkpoint there
@@ -143,12 +156,13 @@ void verify(const std::string& dir);
 
 // Writes the DTensor and Tensor entries of `state` as one safetensors file
 // (8-byte little-endian header length, JSON header, raw little-endian
-// row-major data): each rank writes the parts it holds straight into the
-// file, never a whole tensor. Value entries go into the header's
-// "__metadata__" as strings.
+// row-major data; dtypes F64, F32, BF16, F16, I64, BOOL): each rank writes
+// the parts it holds straight into the file, never a whole tensor. Value
+// entries go into the header's "__metadata__" as strings.
 void export_safetensors(const StateDict& state, const std::string& path,
                         const SaveOptions& options = {});
-// Loads the safetensors file at `path` into `state`, as load() does.
+// Loads the safetensors file at `path` into `state`, as load() does (dtype
+// mismatches included: converted only with convert_dtype).
 void import_safetensors(StateDict& state, const std::string& path,
                         const LoadOptions& options = {});
 

@@ -133,8 +133,45 @@ void fill_shard(Tensor& shard, const std::function<void(char* data)>& fill) {
   }
 }
 
+namespace {
+
+// Fills `dest` (the box `box` of tensor `name`) with what read() gives in
+// the `stored` dtype: straight into it when the dtypes agree, else through
+// a buffer of the stored dtype, converted by copy_.
+void read_into(Tensor& dest, const std::string& name, const Box& box, DType stored,
+               const ReadBox& read) {
+  if (dest.dtype() == stored) {
+    fill_shard(dest, [&](char* data) { read(name, box, data); });
+    return;
+  }
+  if (dest.numel() == 0) return;
+  Tensor buffer = Tensor::empty(dest.shape(), stored);
+  read(name, box, static_cast<char*>(buffer.raw_data()));
+  dest.copy_(buffer);
+}
+
+bool convertible(DType d) { return is_floating(d); }
+
+}  // namespace
+
+void check_dtype(const std::string& what, DType stored, DType dest, bool convert,
+                 const char* verb) {
+  if (stored == dest) return;
+  if (convert && convertible(stored) && convertible(dest)) return;
+  std::ostringstream os;
+  os << what << " but " << dtype_name(dest) << " in the state";
+  if (!convert && convertible(stored) && convertible(dest)) {
+    os << "; " << verb << " with convert_dtype = true to convert it to " << dtype_name(dest);
+  } else if (convert) {
+    os << "; convert_dtype converts between floating dtypes only (float64, float32, bfloat16, "
+          "float16)";
+  }
+  DT_THROW(os.str());
+}
+
 void read_state(const World& world, StateDict& state, const std::vector<std::string>& names,
-                const ReadBox& read, const std::function<Tensor(const std::string&)>& new_plain,
+                const ReadBox& read, const std::function<DType(const std::string&)>& stored,
+                const std::function<Tensor(const std::string&)>& new_plain,
                 const std::map<std::string, Value>& values) {
   const int first = world.held_ranks().front();
   std::map<std::string, Tensor> plain;
@@ -149,12 +186,11 @@ void read_state(const World& world, StateDict& state, const std::vector<std::str
           if (holds_zeros(d->spec(), r)) {
             shard.zero_();
           } else {
-            const Box box = box_of(d->spec(), r);
-            fill_shard(shard, [&](char* data) { read(name, box, data); });
+            read_into(shard, name, box_of(d->spec(), r), stored(name), read);
           }
         } else if (auto* p = std::get_if<Tensor>(&entry); p != nullptr && r == first) {
           Tensor out = p->defined() ? *p : new_plain(name);
-          fill_shard(out, [&](char* data) { read(name, whole(out.shape()), data); });
+          read_into(out, name, whole(out.shape()), stored(name), read);
           plain[name] = out;
         }
       }

@@ -74,13 +74,24 @@ void fill_shard(Tensor& shard, const std::function<void(char* data)>& fill);
 // checked against the source: for every held rank, each DTensor named in
 // `names` gets its shard's box read through read(name, box, data) (zeros
 // where holds_zeros); each plain Tensor is read whole once per process, in
-// place when defined, else into new_plain(name). When every rank succeeded
-// (Failures::agree, `suffix` added to the error), plain entries take their
-// tensors and Value entries their `values`.
+// place when defined, else into new_plain(name). read() writes the
+// stored(name) dtype; an entry of another dtype (check_dtype allowed it)
+// gets its box through a buffer of that dtype, converted. When every rank
+// succeeded (Failures::agree, `suffix` added to the error), plain entries
+// take their tensors and Value entries their `values`.
 using ReadBox = std::function<void(const std::string& name, const Box& box, char* data)>;
 void read_state(const World& world, StateDict& state, const std::vector<std::string>& names,
-                const ReadBox& read, const std::function<Tensor(const std::string&)>& new_plain,
+                const ReadBox& read, const std::function<DType(const std::string&)>& stored,
+                const std::function<Tensor(const std::string&)>& new_plain,
                 const std::map<std::string, Value>& values);
+
+// A tensor stored as `stored` read into a state entry of `dest`: the same
+// dtype, or two floating dtypes with `convert` (LoadOptions::convert_dtype).
+// Else throws `what` ("checkpoint::load: tensor 'w' is float64 in ckpt")
+// followed by " but <dest> in the state" and what would do: `verb` ("load")
+// with convert_dtype = true, or nothing (int64, bool).
+void check_dtype(const std::string& what, DType stored, DType dest, bool convert,
+                 const char* verb);
 
 // The shape and dtype a tensor entry of a state must be read as: a
 // DTensor's, a defined plain Tensor's; nullopt for an undefined plain

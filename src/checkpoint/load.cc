@@ -82,14 +82,14 @@ void read_box(Files& files, const Metadata& md, const std::string& name, const B
 // The state's entries against the checkpoint's: names, kinds, shapes and
 // dtypes, before a byte is read. Returns the names to load.
 std::vector<std::string> check_state(const StateDict& state, const Metadata& md,
-                                     const std::string& dir, bool strict) {
+                                     const std::string& dir, const LoadOptions& options) {
   std::vector<std::string> names;
   for (const auto& [name, entry] : state) {
     const bool is_value = std::holds_alternative<Value>(entry);
     const bool in_tensors = md.tensors.count(name) != 0;
     const bool in_values = md.values.count(name) != 0;
     if (!in_tensors && !in_values) {
-      DT_CHECK(!strict, "checkpoint::load: ", dir, " has no entry '", name,
+      DT_CHECK(!options.strict, "checkpoint::load: ", dir, " has no entry '", name,
                 "' (the state asks for ", detail::kind_of(entry),
                 "); load with strict = false to leave such entries as they are");
       continue;
@@ -104,9 +104,9 @@ std::vector<std::string> check_state(const StateDict& state, const Metadata& md,
         DT_CHECK(kind->shape == t.shape, "checkpoint::load: tensor '", name, "' has shape ",
                  to_string(t.shape), " in ", dir, " but ", to_string(kind->shape),
                  " in the state");
-        DT_CHECK(kind->dtype == t.dtype, "checkpoint::load: tensor '", name, "' is ",
-                 dtype_name(t.dtype), " in ", dir, " but ", dtype_name(kind->dtype),
-                 " in the state");
+        detail::check_dtype("checkpoint::load: tensor '" + name + "' is " +
+                                dtype_name(t.dtype) + " in " + dir,
+                            t.dtype, kind->dtype, options.convert_dtype, "load");
       }
     }
     names.push_back(name);
@@ -153,7 +153,7 @@ void load(StateDict& state, const std::string& dir_in, const LoadOptions& option
   detail::Failures meta;
   meta.run(world.held_ranks().front(), [&] {
     md = read_metadata(dir);
-    names = check_state(state, md, dir, options.strict);
+    names = check_state(state, md, dir, options);
     check_data_files(dir, md);
   });
   meta.agree(world, "");
@@ -167,6 +167,7 @@ void load(StateDict& state, const std::string& dir_in, const LoadOptions& option
       [&](const std::string& name, const Box& box, char* data) {
         read_box(files, md, name, box, data, scratch);
       },
+      [&](const std::string& name) { return md.tensors.at(name).dtype; },
       [&](const std::string& name) {
         const TensorInfo& t = md.tensors.at(name);
         return Tensor::empty(t.shape, t.dtype);

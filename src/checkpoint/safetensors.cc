@@ -223,8 +223,9 @@ std::string parent_of(const std::string& path) {
 // The state against the header, before a byte of data is read: names,
 // kinds, dtypes, shapes, and the values decoded. Returns the names to load.
 std::vector<std::string> check_safetensors_state(const StateDict& state, const Header& h,
-                                     const std::string& path, bool strict,
-                                     std::map<std::string, Value>& values) {
+                                                 const std::string& path,
+                                                 const LoadOptions& options,
+                                                 std::map<std::string, Value>& values) {
   std::vector<std::string> names;
   for (const auto& [name, entry] : state) {
     const bool is_value = std::holds_alternative<Value>(entry);
@@ -234,7 +235,7 @@ std::vector<std::string> check_safetensors_state(const StateDict& state, const H
       DT_CHECK(!(is_value ? in_tensors : in_meta), kImport, ": '", name, "' is ",
                detail::kind_of(entry), " in the state but ",
                is_value ? "a tensor" : "a \"__metadata__\" string", " in ", path);
-      DT_CHECK(!strict, kImport, ": ", path, " has no ",
+      DT_CHECK(!options.strict, kImport, ": ", path, " has no ",
                is_value ? "\"__metadata__\" entry" : "tensor", " '", name,
                "' (the state asks for ", detail::kind_of(entry),
                "); import with strict = false to leave such entries as they are");
@@ -253,14 +254,14 @@ std::vector<std::string> check_safetensors_state(const StateDict& state, const H
     }
     const InTensor& t = h.tensors.at(name);
     DT_CHECK(t.st->has_dtype, kImport, ": tensor '", name, "' is ", t.st->name, " in ", path,
-             ", a dtype dtensor does not have (it reads F32, F64, I64 and BOOL)");
+             ", a dtype dtensor does not have (it reads F64, F32, BF16, F16, I64 and BOOL)");
     if (const auto kind = detail::tensor_kind(entry, name, kImport)) {
       DT_CHECK(kind->shape.vec() == t.shape, kImport, ": tensor '", name, "' has shape ",
                shape_text(t.shape), " in ", path, " but ", to_string(kind->shape),
                " in the state");
-      DT_CHECK(kind->dtype == t.st->dtype, kImport, ": tensor '", name, "' is ", t.st->name,
-               " (", dtype_name(t.st->dtype), ") in ", path, " but ", dtype_name(kind->dtype),
-               " in the state");
+      detail::check_dtype(std::string(kImport) + ": tensor '" + name + "' is " + t.st->name +
+                              " (" + dtype_name(t.st->dtype) + ") in " + path,
+                          t.st->dtype, kind->dtype, options.convert_dtype, "import");
     } else {
       DT_CHECK(t.shape.size() <= static_cast<size_t>(kMaxDims), kImport, ": tensor '", name,
                "' has shape ", shape_text(t.shape), " in ", path, ", more than the ", kMaxDims,
@@ -383,7 +384,7 @@ void import_safetensors(StateDict& state, const std::string& path, const LoadOpt
     DT_CHECK(detail::exists(path), kImport, ": ", path, " does not exist");
     file.emplace(detail::File::open_read(path));
     header = read_header(*file, path);
-    names = check_safetensors_state(state, header, path, options.strict, values);
+    names = check_safetensors_state(state, header, path, options, values);
   });
   check.agree(world, "");
 
@@ -395,6 +396,7 @@ void import_safetensors(StateDict& state, const std::string& path, const LoadOpt
       [&](const std::string& name, const Box& box, char* data) {
         read_safetensors_box(*file, header, name, box, data, scratch, path);
       },
+      [&](const std::string& name) { return header.tensors.at(name).st->dtype; },
       [&](const std::string& name) {
         const InTensor& t = header.tensors.at(name);
         return Tensor::empty(Shape(t.shape), t.st->dtype);

@@ -32,7 +32,7 @@ constexpr StDType kStDTypes[] = {
     {"I8", 8, false, DType::Bool},        {"F8_E5M2", 8, false, DType::Bool},
     {"F8_E4M3", 8, false, DType::Bool},   {"F8_E8M0", 8, false, DType::Bool},
     {"I16", 16, false, DType::Bool},      {"U16", 16, false, DType::Bool},
-    {"F16", 16, false, DType::Bool},      {"BF16", 16, false, DType::Bool},
+    {"F16", 16, true, DType::Float16},    {"BF16", 16, true, DType::BFloat16},
     {"I32", 32, false, DType::Bool},      {"U32", 32, false, DType::Bool},
     {"F32", 32, true, DType::Float32},    {"F64", 64, true, DType::Float64},
     {"I64", 64, true, DType::Int64},      {"U64", 64, false, DType::Bool},
@@ -52,8 +52,8 @@ const char* st_name(DType dtype) {
   for (const StDType& d : kStDTypes)
     if (d.has_dtype && d.dtype == dtype) return d.name;
   DT_THROW("checkpoint: dtype ", dtype_name(dtype),
-           " has no safetensors equivalent (safetensors files hold F32, F64, I64 and BOOL "
-           "from dtensor)");
+           " has no safetensors equivalent (safetensors files hold F64, F32, BF16, F16, I64 "
+           "and BOOL from dtensor)");
 }
 
 std::string shape_text(const std::vector<int64_t>& s) {

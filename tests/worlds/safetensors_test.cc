@@ -555,8 +555,8 @@ TEST_F(SafetensorsTest, BadFilesAndStatesThrowEverywhere) {
       st_file(R"({"w":{"dtype":"F17","shape":[1],"data_offsets":[0,4]}})", std::string(4, '\0')),
       target({1}, DType::Float32), {path, "tensor 'w'", "unknown dtype \"F17\""});
   expect_import_error(
-      st_file(R"({"w":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})", std::string(4, '\0')),
-      target({2}, DType::Float32), {path, "tensor 'w' is BF16", "dtensor does not have"});
+      st_file(R"({"w":{"dtype":"I32","shape":[2],"data_offsets":[0,8]}})", std::string(8, '\0')),
+      target({2}, DType::Float32), {path, "tensor 'w' is I32", "dtensor does not have"});
   // Sizes: a negative one, bytes that do not match the shape, holes,
   // overlaps, bytes after the last tensor, offsets past the file.
   expect_import_error(
