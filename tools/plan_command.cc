@@ -106,6 +106,14 @@ bool verify(const DTensorSpec& from, const DTensorSpec& to, const RedistributePl
       ok = false;
     }
   }
+  // A redistribution moves the tensor's own dtype: a collective in another
+  // (a widened bfloat16, say) would cost other bytes than the plan's.
+  for (const CollectiveRecord& c : comm.collectives()) {
+    if (c.dtype != from.dtype()) {
+      problem() << "ran " << to_string(c) << " but the plan moves " << dtype_name(from.dtype());
+      ok = false;
+    }
+  }
   for (int rank : to.mesh().ranks()) {
     const Shape want = to.extent_of_rank(rank)->local_shape;
     if (out.to_local(rank).shape() != want) {
