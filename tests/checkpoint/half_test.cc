@@ -123,6 +123,7 @@ TEST_F(HalfCheckpoint, RoundTripsBitwiseOnAnotherLayout) {
     EXPECT_EQ(bytes, 2 * full.numel()) << what;  // 16-bit words, nothing widened
     const std::string json = half_ckpt_test::read_text(dir + "/metadata.json");
     EXPECT_NE(json.find("\"dtype\": \"" + what + "\""), std::string::npos) << json;
+    verify(dir);  // every block against its checksum
 
     const DeviceMesh line(world, Shape{4});
     StateDict state{{"w", zeros_on(line, "S(1)", {7, 5}, dtype)}, {"p", Tensor()}};
