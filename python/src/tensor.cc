@@ -81,8 +81,10 @@ void bind_tensor(py::module_& m) {
 A dense CPU tensor: a strided view onto reference-counted memory. Views
 (transpose, view, narrow, ...) share memory; ops return new tensors; in-place
 ops end in '_'. Semantics follow PyTorch (broadcasting, type promotion
-bool < int64 < float32 < float64, true division). NumPy sees its memory
-without a copy (buffer protocol, __array__, __dlpack__).
+bool < int64 < {bfloat16, float16} < float32 < float64, true division; the
+16-bit floats compute in float32 and round once). NumPy sees its memory
+without a copy (buffer protocol, __array__, __dlpack__; bfloat16, which
+NumPy lacks, through DLPack only).
 )doc");
   bind_math_methods<Tensor>(tensor);
   tensor
