@@ -108,3 +108,20 @@ def test_dlpack_capsule_codes():
     for td, d in ((torch.bfloat16, dt.bfloat16), (torch.float16, dt.float16)):
         cap = torch.utils.dlpack.to_dlpack(torch.ones(3, dtype=td))
         assert dt.from_dlpack(cap).dtype == d
+
+
+@pytest.mark.parametrize("d,td,name,short", HALVES, ids=[h[2] for h in HALVES])
+def test_dtensor_layouts_keep_the_bits(d, td, name, short):
+    mesh = dt.DeviceMesh(dt.World.simulated(2), (2,))
+    g = torch.Generator().manual_seed(3)
+    t = (torch.randn(6, 5, generator=g) * 100).to(td)
+    for placements in ([dt.Shard(0)], [dt.Shard(1)], [dt.Replicate()]):
+        x = dt.distribute_tensor(t, mesh, placements)
+        assert x.dtype == d
+        assert torch.equal(torch_of(x.full_tensor()).view(torch.int16), t.view(torch.int16))
+    # Partial(sum) -> Replicate folds in float32 and rounds once: torch's a + b.
+    u = (torch.randn(6, 5, generator=g) * 100).to(td)
+    p = dt.DTensor.from_local({0: dt.tensor(t), 1: dt.tensor(u)}, mesh, [dt.Partial()])
+    r = p.redistribute(placements=[dt.Replicate()]).full_tensor()
+    assert r.dtype == d
+    assert torch.equal(torch_of(r).view(torch.int16), (t + u).view(torch.int16))
