@@ -13,8 +13,13 @@
 // non-negative strides that are whole elements (a transposed or sliced
 // array stays a view, as in torch.from_numpy) and raise dtensor.Error for
 // negative strides, misaligned or read-only memory, and dtypes dtensor lacks
-// (it has bool, int64, float32, float64); dtensor.tensor(data) copies
-// anything NumPy can make an array of.
+// (it has bool, int64, float32, float64, bfloat16, float16); dtensor.tensor(data)
+// copies anything NumPy can make an array of.
+//
+// bfloat16 has no NumPy dtype (and no buffer-protocol format): a bfloat16
+// Tensor goes to NumPy through .to(dtensor.float32) (exact), and to and from
+// other libraries through DLPack (kDLBfloat), as torch.Tensor.numpy() refuses
+// bfloat16 too. float16 is NumPy's float16 and the buffer format "e".
 //
 // The DLPack structs follow the public DLPack specification (dlpack.h is not
 // packaged for Debian; only libtorch-dev ships a copy).
@@ -39,7 +44,7 @@ namespace {
 constexpr int32_t kDLCPU = 1;
 constexpr int32_t kDLCUDAHost = 3;
 constexpr int32_t kDLROCMHost = 11;
-constexpr uint8_t kDLInt = 0, kDLFloat = 2, kDLBool = 6;
+constexpr uint8_t kDLInt = 0, kDLFloat = 2, kDLBfloat = 4, kDLBool = 6;
 constexpr uint64_t kDLFlagReadOnly = 1ULL << 0;
 
 struct DLDevice {
@@ -131,8 +136,17 @@ const char* buffer_format(DType d) {
     case DType::Int64: return "q";
     case DType::Float32: return "f";
     case DType::Float64: return "d";
+    case DType::Float16: return "e";
+    case DType::BFloat16: break;  // no format: refused by the callers
   }
   return "";
+}
+
+// Throws, naming `op`, for a dtype NumPy lacks (bfloat16).
+void check_numpy_has(DType d, const char* op) {
+  DT_CHECK(d != DType::BFloat16, op, ": a bfloat16 tensor has no NumPy array (NumPy and the "
+           "buffer protocol have no bfloat16 type); convert first with .to(dtensor.float32) (exact), or share it with "
+           "torch through DLPack (torch.from_dlpack(t))");
 }
 
 py::dtype numpy_dtype(DType d) {
@@ -141,7 +155,10 @@ py::dtype numpy_dtype(DType d) {
     case DType::Int64: return py::dtype("int64");
     case DType::Float32: return py::dtype("float32");
     case DType::Float64: return py::dtype("float64");
+    case DType::Float16: return py::dtype("float16");
+    case DType::BFloat16: break;
   }
+  check_numpy_has(d, "numpy");
   return py::dtype("float32");
 }
 
@@ -154,6 +171,7 @@ std::optional<DType> exact_dtype(const py::dtype& d) {
   if (kind == 'i' && size == 8) return DType::Int64;
   if (kind == 'f' && size == 4) return DType::Float32;
   if (kind == 'f' && size == 8) return DType::Float64;
+  if (kind == 'f' && size == 2) return DType::Float16;
   return std::nullopt;
 }
 
@@ -163,6 +181,8 @@ DLDataType dl_dtype(DType d) {
     case DType::Int64: return {kDLInt, 64, 1};
     case DType::Float32: return {kDLFloat, 32, 1};
     case DType::Float64: return {kDLFloat, 64, 1};
+    case DType::BFloat16: return {kDLBfloat, 16, 1};
+    case DType::Float16: return {kDLFloat, 16, 1};
   }
   return {kDLFloat, 32, 1};
 }
@@ -173,6 +193,8 @@ std::optional<DType> from_dl_dtype(DLDataType t) {
   if (t.code == kDLInt && t.bits == 64) return DType::Int64;
   if (t.code == kDLFloat && t.bits == 32) return DType::Float32;
   if (t.code == kDLFloat && t.bits == 64) return DType::Float64;
+  if (t.code == kDLFloat && t.bits == 16) return DType::Float16;
+  if (t.code == kDLBfloat && t.bits == 16) return DType::BFloat16;
   return std::nullopt;
 }
 
@@ -213,8 +235,8 @@ Tensor from_numpy(py::handle obj) {
   auto arr = py::reinterpret_borrow<py::array>(obj);
   std::optional<DType> dtype = exact_dtype(arr.dtype());
   DT_CHECK(dtype.has_value(), "from_numpy: NumPy dtype ", py::str(py::handle(arr.dtype())).cast<std::string>(),
-           " has no dtensor counterpart (dtensor has bool, int64, float32, float64 in native "
-           "byte order); convert first, e.g. arr.astype(numpy.float32), or copy with "
+           " has no dtensor counterpart (dtensor has bool, int64, float32, float64, float16 in "
+           "native byte order); convert first, e.g. arr.astype(numpy.float32), or copy with "
            "dtensor.tensor(arr)");
   DT_CHECK(arr.writeable(), "from_numpy: the array is read-only and a Tensor can be written to; "
            "copy it with dtensor.tensor(arr)");
@@ -248,7 +270,7 @@ Tensor import_dl(Managed* managed, const DLTensor& t, bool read_only) {
   std::optional<DType> dtype = from_dl_dtype(t.dtype);
   DT_CHECK(dtype.has_value(), "from_dlpack: DLPack dtype (code ", int(t.dtype.code), ", bits ",
            int(t.dtype.bits), ", lanes ", t.dtype.lanes,
-           ") has no dtensor counterpart (bool, int64, float32, float64)");
+           ") has no dtensor counterpart (bool, int64, float32, float64, bfloat16, float16)");
   DT_CHECK(!read_only, "from_dlpack: the producer marked the tensor read-only; copy it with "
            "dtensor.tensor(x)");
   DT_CHECK(t.ndim >= 0 && t.ndim <= kMaxDims, "from_dlpack: ", t.ndim,
@@ -362,8 +384,8 @@ py::capsule to_dlpack(const Tensor& x, bool versioned) {
 // a dtype keeps it (a Tensor; a NumPy array or scalar; anything exposing
 // __array__, __dlpack__ or the buffer protocol), a Python float is the
 // default float dtype float32, an int int64, a bool bool, and a list or
-// tuple promotes its items' dtypes (an empty one is float32). dtensor has
-// four dtypes: other integer widths become int64, float16 float32.
+// tuple promotes its items' dtypes (an empty one is float32). Other integer
+// widths become int64 (dtensor's only integer type).
 
 bool is_python_sequence(py::handle h) { return PyList_Check(h.ptr()) || PyTuple_Check(h.ptr()); }
 
@@ -372,15 +394,17 @@ py::module_& numpy_module() {
   return *np;
 }
 
-// The dtensor dtype data of NumPy dtype d becomes (the nearest of the four).
+// The dtensor dtype data of NumPy dtype d becomes (the nearest one).
 DType dtype_of_numpy(const py::dtype& d, const char* op) {
   const char kind = d.kind();
   if (kind == 'b') return DType::Bool;
   if (kind == 'i' || kind == 'u') return DType::Int64;
-  if (kind == 'f' && d.itemsize() <= 8) return d.itemsize() == 8 ? DType::Float64 : DType::Float32;
+  if (kind == 'f' && d.itemsize() == 2) return DType::Float16;
+  if (kind == 'f' && d.itemsize() == 4) return DType::Float32;
+  if (kind == 'f' && d.itemsize() == 8) return DType::Float64;
   DT_THROW(op, ": NumPy dtype ", py::str(py::handle(d)).cast<std::string>(),
-           " has no dtensor counterpart (bool, int64, float32, float64; other integer widths "
-           "become int64, float16 float32)");
+           " has no dtensor counterpart (bool, int64, float16, float32, float64; other integer "
+           "widths become int64)");
 }
 
 // A NumPy array of an object that carries its own dtype, unlike a Python
@@ -427,11 +451,19 @@ std::optional<DType> infer_dtype(py::handle h, const char* op) {
 // dtype above.
 Tensor copy_from_python(py::handle data, std::optional<DType> dtype, const std::string& where) {
   const char* op = where.c_str();
-  if (py::isinstance<Tensor>(data)) {
-    const Tensor& t = data.cast<const Tensor&>();
-    return dtype && *dtype != t.dtype() ? t.to(*dtype) : t.clone();
+  auto copy_of = [&](const Tensor& t) { return dtype && *dtype != t.dtype() ? t.to(*dtype) : t.clone(); };
+  if (py::isinstance<Tensor>(data)) return copy_of(data.cast<const Tensor&>());
+  std::optional<py::array> typed;
+  if (!is_python_sequence(data)) {
+    try {
+      typed = typed_array(data);
+    } catch (py::error_already_set&) {
+      // What NumPy cannot read may still speak DLPack: a torch bfloat16
+      // tensor (its __array__ raises).
+      if (!py::hasattr(data, "__dlpack__")) throw;
+      return copy_of(from_dlpack(py::reinterpret_borrow<py::object>(data)));
+    }
   }
-  std::optional<py::array> typed = is_python_sequence(data) ? std::nullopt : typed_array(data);
   DType target;
   if (dtype) target = *dtype;
   else if (typed) target = dtype_of_numpy(typed->dtype(), op);
@@ -442,19 +474,40 @@ Tensor copy_from_python(py::handle data, std::optional<DType> dtype, const std::
            ": cannot make a tensor of ", py::str(py::repr(data)).cast<std::string>().substr(0, 80),
            " (NumPy reads it as dtype ", py::str(py::handle(arr.dtype())).cast<std::string>(),
            "; expected numbers, nested in lists of equal lengths)");
+  // The 16-bit floats are made from float32, as c10 converts a double or
+  // int64 to them through float (NumPy's float64 -> float16 rounds once,
+  // and can differ); from a float16 array that detour is exact.
+  const DType staged = is_half(target) ? DType::Float32 : target;
   // asarray, not ascontiguousarray: that one makes a 0-d array 1-d.
-  py::array c = np.attr("asarray")(arr, numpy_dtype(target), py::arg("order") = "C");
-  Tensor out = Tensor::empty(Shape(std::vector<int64_t>(c.shape(), c.shape() + c.ndim())), target);
+  py::array c = np.attr("asarray")(arr, numpy_dtype(staged), py::arg("order") = "C");
+  Tensor out = Tensor::empty(Shape(std::vector<int64_t>(c.shape(), c.shape() + c.ndim())), staged);
   if (out.nbytes() > 0) std::memcpy(out.raw_data(), c.data(), out.nbytes());
-  return out;
+  return staged == target ? out : out.to(target);
 }
 
-py::array to_numpy(py::handle self) {
+py::array to_numpy(py::handle self, const char* op) {
   const Tensor& t = self.cast<const Tensor&>();
+  check_numpy_has(t.dtype(), op);
   std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end()), strides;
   for (int64_t s : t.strides()) strides.push_back(static_cast<py::ssize_t>(s * static_cast<int64_t>(t.itemsize())));
   void* data = t.numel() == 0 ? t.storage()->data() : t.raw_data();
   return py::array(numpy_dtype(t.dtype()), shape, strides, data, self);  // base: the Tensor
+}
+
+// pybind11's bf_getbuffer lets no exception out (std::terminate), so the
+// dtype NumPy lacks is refused here first, with the BufferError the buffer
+// protocol expects.
+getbufferproc g_base_getbuffer = nullptr;
+
+int tensor_getbuffer(PyObject* obj, Py_buffer* view, int flags) {
+  try {
+    check_numpy_has(py::handle(obj).cast<const Tensor&>().dtype(), "buffer protocol");
+  } catch (const std::exception& e) {
+    if (view != nullptr) view->obj = nullptr;
+    PyErr_SetString(PyExc_BufferError, e.what());
+    return -1;
+  }
+  return g_base_getbuffer(obj, view, flags);
 }
 
 }  // namespace
@@ -480,6 +533,9 @@ void bind_interop(py::module_& m) {
     return py::buffer_info(data, static_cast<py::ssize_t>(t.itemsize()), buffer_format(t.dtype()),
                            static_cast<py::ssize_t>(t.dim()), shape, strides, /*readonly=*/false);
   });
+  auto* heap_type = reinterpret_cast<PyHeapTypeObject*>(tensor.ptr());
+  g_base_getbuffer = heap_type->as_buffer.bf_getbuffer;
+  heap_type->as_buffer.bf_getbuffer = tensor_getbuffer;
   tensor
       .def(py::init([](py::object data, std::optional<DType> dtype) {
              return copy_from_python(data, dtype, "Tensor");
@@ -488,16 +544,23 @@ void bind_interop(py::module_& m) {
            "A copy of `data` (see dtensor.tensor).")
       .def("__array__",
            [](py::handle self, py::object dtype, py::object copy) -> py::object {
-             py::array a = to_numpy(self);
+             py::array a = to_numpy(self, "__array__");
              if (!dtype.is_none()) return a.attr("astype")(dtype, py::arg("copy") = false);
              if (!copy.is_none() && copy.cast<bool>()) return a.attr("copy")();
              return a;
            },
            py::arg("dtype") = py::none(), py::arg("copy") = py::none(),
            "A NumPy array sharing this tensor's memory (its base keeps the tensor alive).")
-      .def("numpy", [](py::handle self) { return to_numpy(self); },
-           "A NumPy array sharing this tensor's memory.")
-      .def("tolist", [](py::handle self) { return to_numpy(self).attr("tolist")(); })
+      .def("numpy", [](py::handle self) { return to_numpy(self, "numpy"); },
+           "A NumPy array sharing this tensor's memory (not for bfloat16, which NumPy lacks).")
+      .def("tolist",
+           [](py::handle self) {
+             const Tensor& t = self.cast<const Tensor&>();
+             // Every bfloat16 is a float32: the list holds the exact values.
+             if (t.dtype() == DType::BFloat16)
+               return to_numpy(py::cast(t.to(DType::Float32)), "tolist").attr("tolist")();
+             return to_numpy(self, "tolist").attr("tolist")();
+           })
       .def("__dlpack__",
            [](const Tensor& t, py::object stream, py::object max_version, py::object dl_device,
               py::object copy) {
@@ -537,18 +600,21 @@ void bind_interop(py::module_& m) {
 A Tensor sharing the NumPy array's memory (no copy; the Tensor keeps the
 array alive). Any non-negative strides that are whole elements stay a view;
 negative strides, read-only or misaligned arrays and dtypes other than bool,
-int64, float32, float64 raise dtensor.Error (copy with dtensor.tensor).
+int64, float16, float32, float64 raise dtensor.Error (copy with dtensor.tensor).
 )doc");
   m.def("from_dlpack", &from_dlpack, py::arg("obj"), R"doc(
 A Tensor sharing the memory of a DLPack producer (an object with __dlpack__,
 e.g. a NumPy array or torch tensor, or a DLPack capsule), without a copy.
-Asks for a versioned capsule first and falls back to the legacy one.
+Asks for a versioned capsule first and falls back to the legacy one. Reads
+bfloat16 (kDLBfloat, 16 bits) and float16 (kDLFloat, 16 bits) as well.
 )doc");
   m.def("tensor", [](py::handle data, std::optional<DType> dtype) { return copy_from_python(data, dtype, "tensor"); },
         py::arg("data"), py::arg("dtype") = py::none(), R"doc(
 A new Tensor holding a copy of `data` (a Tensor, array, nested lists or a
 number), as torch.tensor: Python floats give float32, an array keeps its
-precision, other integer widths become int64, float16 becomes float32.
+precision (float16 included), other integer widths become int64. A torch
+bfloat16 tensor (which NumPy cannot read) is read through DLPack. To
+bfloat16 or float16 values convert through float32, as PyTorch's do.
 )doc");
   m.def("as_tensor", [](py::handle data) { return tensor_from_python(data, "as_tensor"); }, py::arg("data"),
         "A Tensor sharing `data`'s memory when from_numpy can wrap it, else a copy.");

@@ -233,6 +233,8 @@ void bind_math_methods(Class& c) {
       .def("to", [](const T& x, DType d) { return x.to(d); }, py::arg("dtype"), release_gil())
       .def("float", [](const T& x) { return x.to(DType::Float32); }, release_gil())
       .def("double", [](const T& x) { return x.to(DType::Float64); }, release_gil())
+      .def("bfloat16", [](const T& x) { return x.to(DType::BFloat16); }, release_gil())
+      .def("half", [](const T& x) { return x.to(DType::Float16); }, release_gil())
       .def("long", [](const T& x) { return x.to(DType::Int64); }, release_gil())
       .def("bool", [](const T& x) { return x.to(DType::Bool); }, release_gil())
       // In place (PyTorch's trailing underscore).

@@ -1,4 +1,4 @@
-// dtensor.dtype (float32, float64, int64, bool) and dtensor.Tensor, the dense
+// dtensor.dtype (bool, int64, float32, float64, bfloat16, float16) and dtensor.Tensor, the dense
 // CPU tensor: metadata, views, arithmetic (math_ops.h). The NumPy side of
 // Tensor (buffer protocol, __array__, DLPack, from_numpy) is in interop.cc.
 #include <pybind11/pybind11.h>
@@ -23,10 +23,10 @@ struct DTypeObject {
 
 // dtensor.float32, ... created once and never destroyed (they outlive every
 // Tensor, and the interpreter's shutdown order is not ours to worry about).
-std::array<py::object*, 4> g_dtypes{};
+std::array<py::object*, kNumDTypes> g_dtypes{};
 
-constexpr std::array<DType, 4> kDTypes = {DType::Bool, DType::Int64, DType::Float32,
-                                          DType::Float64};
+constexpr std::array<DType, kNumDTypes> kDTypes = {DType::Bool,    DType::Int64,    DType::Float32,
+                                                   DType::Float64, DType::BFloat16, DType::Float16};
 
 }  // namespace
 
@@ -46,14 +46,17 @@ std::optional<DType> dtype_from_python(py::handle h) {
   if (kind == "i" && size == 8) return DType::Int64;
   if (kind == "f" && size == 4) return DType::Float32;
   if (kind == "f" && size == 8) return DType::Float64;
+  if (kind == "f" && size == 2) return DType::Float16;
   DT_THROW("dtype: NumPy dtype ", py::str(py::handle(d)).cast<std::string>(),
-           " has no dtensor counterpart (dtensor has bool, int64, float32, float64)");
+           " has no dtensor counterpart (dtensor has bool, int64, float32, float64, float16; "
+           "bfloat16 has no NumPy dtype)");
 }
 
 void bind_tensor(py::module_& m) {
   py::class_<DTypeObject>(m, "dtype",
-                          "An element type: dtensor.bool, int64, float32, float64 (promotion "
-                          "order). Compares equal to its name and to the NumPy dtype.")
+                          "An element type: dtensor.bool, int64, float32, float64, bfloat16, "
+                          "float16. Compares equal to its name (\"bfloat16\", \"bf16\", ...) "
+                          "and to the NumPy dtype (bfloat16 has none).")
       .def_property_readonly("name", [](const DTypeObject& d) { return dtype_name(d.value); })
       .def_property_readonly("itemsize", [](const DTypeObject& d) { return itemsize(d.value); })
       .def_property_readonly("is_floating_point",
@@ -78,8 +81,10 @@ void bind_tensor(py::module_& m) {
 A dense CPU tensor: a strided view onto reference-counted memory. Views
 (transpose, view, narrow, ...) share memory; ops return new tensors; in-place
 ops end in '_'. Semantics follow PyTorch (broadcasting, type promotion
-bool < int64 < float32 < float64, true division). NumPy sees its memory
-without a copy (buffer protocol, __array__, __dlpack__).
+bool < int64 < {bfloat16, float16} < float32 < float64, true division; the
+16-bit floats compute in float32 and round once). NumPy sees its memory
+without a copy (buffer protocol, __array__, __dlpack__; bfloat16, which
+NumPy lacks, through DLPack only).
 )doc");
   bind_math_methods<Tensor>(tensor);
   tensor

@@ -55,7 +55,7 @@ INPUTS = [
     ("empty_list", lambda: [], dt.float32, (0,), np.zeros((0,), np.float32)),
     ("np_scalar_f64", lambda: np.float64(0.1), dt.float64, (), np.float64(0.1)),
     ("np_scalar_f32", lambda: np.float32(0.1), dt.float32, (), np.float32(0.1)),
-    ("np_scalar_f16", lambda: np.float16(0.5), dt.float32, (), np.float32(0.5)),
+    ("np_scalar_f16", lambda: np.float16(0.5), dt.float16, (), np.float16(0.5)),
     ("np_scalar_i32", lambda: np.int32(7), dt.int64, (), np.int64(7)),
     ("np_scalar_u8", lambda: np.uint8(200), dt.int64, (), np.int64(200)),
     ("np_scalar_bool", lambda: np.bool_(True), dt.bool, (), np.bool_(True)),
@@ -73,7 +73,7 @@ INPUTS = [
 for name, np_dtype, want in [("bool", np.bool_, dt.bool), ("int8", np.int8, dt.int64),
                              ("int16", np.int16, dt.int64), ("int32", np.int32, dt.int64),
                              ("int64", np.int64, dt.int64), ("uint8", np.uint8, dt.int64),
-                             ("uint32", np.uint32, dt.int64), ("float16", np.float16, dt.float32),
+                             ("uint32", np.uint32, dt.int64), ("float16", np.float16, dt.float16),
                              ("float32", np.float32, dt.float32), ("float64", np.float64, dt.float64)]:
     values = (F64 * 10).astype(np_dtype)
     INPUTS.append(("np_array_" + name, lambda v=values: v.copy(), want, (2, 3), values))

@@ -9,7 +9,7 @@ import pytest
 import dtensor as dt
 
 DTYPES = [(np.bool_, dt.bool), (np.int64, dt.int64), (np.float32, dt.float32),
-          (np.float64, dt.float64)]
+          (np.float64, dt.float64), (np.float16, dt.float16)]
 
 
 def sample(np_dtype, shape=(3, 5)):
