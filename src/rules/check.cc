@@ -56,6 +56,24 @@ bool same(const Tensor& got, const Tensor& want, double tol) {
   return allclose(got.to(DType::Float64), want.to(DType::Float64), tol, tol, true);
 }
 
+// The rtol = atol a case's results are compared with when its floating
+// inputs are of `dtype`. In
+// float32 and float64 the case's own: the data are small integers, so sums
+// of pieces are exact in any order. In 16 bits they are not, though every
+// input and every adversarial piece is exact there (integers and halves
+// below 256 in magnitude): a DTensor op rounds each rank's local result and
+// each collective's result where the plain op rounds once, and the pieces'
+// products and sums (up to about 2^10 in magnitude) do not fit bfloat16's 8
+// significant bits or, beyond 2048, float16's 11. So 16-bit results are
+// compared within a few steps of the type: rtol = atol = 2^-5 for bfloat16
+// (its step is 2^-8 relative) and 2^-8 for float16 (step 2^-11), a
+// tolerance a wrong rule (off by whole pieces of 10 and more) still fails.
+double tolerance(double tol, DType dtype) {
+  if (dtype == DType::BFloat16) return std::max(tol, 0x1p-5);
+  if (dtype == DType::Float16) return std::max(tol, 0x1p-8);
+  return tol;
+}
+
 // Whether every held shard has the shape its spec gives: a kernel run under
 // a forced layout it does not fit may make other shapes.
 bool shapes_fit(const DTensor& d) {
@@ -125,15 +143,21 @@ class Checker {
     for (int k = 0; k < 2; ++k) {
       Data& d = data_[k];
       d.full = c.examples;
-      if (d.full.empty())
-        for (size_t i = 0; i < c.inputs.size(); ++i)
-          d.full.push_back(make_input(c.inputs[i], seed + i + 5000 * static_cast<uint64_t>(k)));
+      if (d.full.empty()) {
+        for (size_t i = 0; i < c.inputs.size(); ++i) {
+          Tensor t = make_input(c.inputs[i], seed + i + 5000 * static_cast<uint64_t>(k));
+          d.full.push_back(is_floating(t.dtype()) ? t.to(opt.dtype) : t);
+        }
+      }
       d.want = c.plain(d.full);
     }
     row_.op = c.name;
     row_.mesh = mesh_shape;
     row_.sampled = sampled;
     row_.searched = c.id.has_value() && opt.search_missing;
+    for (const Tensor& t : data_[0].full)
+      if (is_floating(t.dtype())) tol_ = std::max(tol_, tolerance(c.tol, t.dtype()));
+    if (tol_ == 0) tol_ = c.tol;
   }
 
   RuleCheckRow run() {
@@ -181,7 +205,7 @@ class Checker {
       collectives = comm.total_count();
       got_out = got.placements();
       if (!replicas_agree(got)) failure = "replicas differ";
-      else if (!same(got.full_tensor(), data_[0].want, c_.tol)) failure = "wrong values";
+      else if (!same(got.full_tensor(), data_[0].want, tol_)) failure = "wrong values";
     } catch (const Error& e) {
       failure = e.what();
     }
@@ -258,7 +282,7 @@ class Checker {
       const DTensor got = c_.dist(args);
       if (!force.used() || comm.total_count() != 0 || !(got.placements() == out)) return false;
       if (!shapes_fit(got) || !replicas_agree(got)) return false;
-      return same(got.full_tensor(), want, c_.tol);
+      return same(got.full_tensor(), want, tol_);
     } catch (const Error&) {
       return false;  // the kernel refuses the layout
     }
@@ -280,6 +304,7 @@ class Checker {
   };
   Data data_[2];
   RuleCheckRow row_;
+  double tol_ = 0;
 };
 
 }  // namespace

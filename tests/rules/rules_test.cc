@@ -110,6 +110,24 @@ std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
 
 INSTANTIATE_TEST_SUITE_P(AllOps, RulesTest, ::testing::ValuesIn(rule_check_cases()), test_name);
 
+// Every op's rule in bfloat16 and float16 (RuleCheckOptions::dtype): a few
+// layouts per op on two small meshes, results within the tolerance check.cc
+// states for 16-bit data (the float32 tests above check the rules exactly).
+void check_all_in(DType dtype) {
+  RuleCheckOptions o;
+  o.meshes = {{4}, {2, 2}};
+  o.sampled_meshes = {};
+  o.max_layouts = quick() ? 4 : 12;
+  o.search_missing = false;
+  o.dtype = dtype;
+  const RuleCheckReport report = check_rules(o);
+  EXPECT_EQ(report.incorrect(), 0) << report.table();
+  EXPECT_EQ(report.ops(), static_cast<int64_t>(rule_check_cases().size()));
+}
+
+TEST(RulesValidator, EveryOpInBFloat16) { check_all_in(DType::BFloat16); }
+TEST(RulesValidator, EveryOpInFloat16) { check_all_in(DType::Float16); }
+
 TEST(RulesValidator, KnowsItsOwnCases) {
   const auto names = rule_check_cases();
   EXPECT_GE(names.size(), 80u);
