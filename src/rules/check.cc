@@ -3,6 +3,7 @@
 // runs it and, when it communicated, a search among layouts without
 // communication run under dispatch::ForcedLayout.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 
@@ -50,27 +51,49 @@ std::string describe(const std::vector<Placements>& in, const Placements& out) {
   return s + " -> " + to_string(out);
 }
 
+// |got - want| <= rtol * |want| + atol elementwise.
+struct Tolerance {
+  double rtol = 0, atol = 0;
+};
+
 // NaN equal to NaN: a reference and a result that both give NaN agree.
-bool same(const Tensor& got, const Tensor& want, double tol) {
+bool same(const Tensor& got, const Tensor& want, Tolerance tol) {
   if (got.shape() != want.shape() || got.dtype() != want.dtype()) return false;
-  return allclose(got.to(DType::Float64), want.to(DType::Float64), tol, tol, true);
+  return allclose(got.to(DType::Float64), want.to(DType::Float64), tol.rtol, tol.atol, true);
 }
 
-// The rtol = atol a case's results are compared with when its floating
-// inputs are of `dtype`. In
-// float32 and float64 the case's own: the data are small integers, so sums
-// of pieces are exact in any order. In 16 bits they are not, though every
-// input and every adversarial piece is exact there (integers and halves
-// below 256 in magnitude): a DTensor op rounds each rank's local result and
-// each collective's result where the plain op rounds once, and the pieces'
-// products and sums (up to about 2^10 in magnitude) do not fit bfloat16's 8
-// significant bits or, beyond 2048, float16's 11. So 16-bit results are
-// compared within a few steps of the type: rtol = atol = 2^-5 for bfloat16
-// (its step is 2^-8 relative) and 2^-8 for float16 (step 2^-11), a
-// tolerance a wrong rule (off by whole pieces of 10 and more) still fails.
-double tolerance(double tol, DType dtype) {
-  if (dtype == DType::BFloat16) return std::max(tol, 0x1p-5);
-  if (dtype == DType::Float16) return std::max(tol, 0x1p-8);
+// How a case's results are compared when its floating inputs are of
+// `dtype`. In float32 and float64 with the case's own tolerance (rtol =
+// atol = tol, 0: exactly): the data are small integers, so sums of pieces
+// are exact in any order. In 16 bits they are not. Every input and every
+// adversarial piece is exact there (integers and halves below 2^7 in
+// magnitude, adversarial.cc), but a DTensor op rounds each rank's result
+// on its piece and each collective's result where the plain op rounds
+// once, and a piece's result can be far larger than the value's (a mean of
+// pieces of +-50 whose sum is 3). So the error is a few steps of the type
+// at the pieces' magnitude, not the result's: rtol = 2^-5 for bfloat16 (4
+// steps: its step is 2^-7 relative at most) and 2^-8 for float16 (step
+// 2^-10), and atol = rtol * 2^7. A wrong rule is still told: it is off by
+// a whole piece (10 and more) or a factor of the mesh size on most elements.
+// Products of pieces are larger still (a piece times a row of values): when
+// the result's own pieces (its local shards) are larger than 2^7, atol
+// scales with them.
+Tolerance tolerance(double tol, DType dtype) {
+  double rtol = tol;
+  if (dtype == DType::BFloat16) rtol = std::max(tol, 0x1p-5);
+  else if (dtype == DType::Float16) rtol = std::max(tol, 0x1p-8);
+  else return {tol, tol};
+  return {rtol, std::max(tol, rtol * 0x1p7)};
+}
+
+// The tolerance for a result `got`: atol at least rtol times its largest
+// local value when 16-bit (see above).
+Tolerance for_result(Tolerance tol, const DTensor& got) {
+  if (!is_half(got.dtype())) return tol;
+  double m = 0;
+  for (const auto& [rank, t] : got.local().shards())
+    if (t.numel() > 0) m = std::max(m, amax(abs(t.to(DType::Float64))).item<double>());
+  if (std::isfinite(m)) tol.atol = std::max(tol.atol, tol.rtol * m);
   return tol;
 }
 
@@ -96,7 +119,7 @@ bool replicas_agree(const DTensor& d) {
     int ref = rank;
     for (size_t m = 0; m < pl.size(); ++m)
       if (pl[m].is_replicate()) ref = d.mesh().group(ref, static_cast<int>(m)).front();
-    if (ref != rank && !same(t, *by_rank.at(ref), 0)) return false;
+    if (ref != rank && !same(t, *by_rank.at(ref), {})) return false;
   }
   return true;
 }
@@ -155,9 +178,9 @@ class Checker {
     row_.mesh = mesh_shape;
     row_.sampled = sampled;
     row_.searched = c.id.has_value() && opt.search_missing;
+    tol_ = {c.tol, c.tol};
     for (const Tensor& t : data_[0].full)
-      if (is_floating(t.dtype())) tol_ = std::max(tol_, tolerance(c.tol, t.dtype()));
-    if (tol_ == 0) tol_ = c.tol;
+      if (is_half(t.dtype())) tol_ = tolerance(c.tol, t.dtype());
   }
 
   RuleCheckRow run() {
@@ -205,7 +228,8 @@ class Checker {
       collectives = comm.total_count();
       got_out = got.placements();
       if (!replicas_agree(got)) failure = "replicas differ";
-      else if (!same(got.full_tensor(), data_[0].want, tol_)) failure = "wrong values";
+      else if (!same(got.full_tensor(), data_[0].want, for_result(tol_, got)))
+        failure = "wrong values";
     } catch (const Error& e) {
       failure = e.what();
     }
@@ -282,7 +306,7 @@ class Checker {
       const DTensor got = c_.dist(args);
       if (!force.used() || comm.total_count() != 0 || !(got.placements() == out)) return false;
       if (!shapes_fit(got) || !replicas_agree(got)) return false;
-      return same(got.full_tensor(), want, tol_);
+      return same(got.full_tensor(), want, for_result(tol_, got));
     } catch (const Error&) {
       return false;  // the kernel refuses the layout
     }
@@ -304,7 +328,7 @@ class Checker {
   };
   Data data_[2];
   RuleCheckRow row_;
-  double tol_ = 0;
+  Tolerance tol_;
 };
 
 }  // namespace

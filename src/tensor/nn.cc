@@ -396,8 +396,8 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
   // The default eps of a 16-bit input is float32's, as PyTorch's (that of
   // its compute type, not torch.finfo(bfloat16).eps).
   if (detail::is_half_tensor(x)) {
-    return detail::round_to(rms_norm(detail::widen(x), normalized_shape, detail::widen(weight), eps),
-                            x.dtype());
+    return detail::round_to(
+        rms_norm(detail::widen(x), normalized_shape, detail::widen(weight), eps), x.dtype());
   }
   const int64_t n = check_norm_shapes(x, normalized_shape, weight, Tensor(), "rms_norm");
   const Tensor xc = x.contiguous();

@@ -117,7 +117,7 @@ void check_all_in(DType dtype) {
   RuleCheckOptions o;
   o.meshes = {{4}, {2, 2}};
   o.sampled_meshes = {};
-  o.max_layouts = quick() ? 4 : 12;
+  o.max_layouts = quick() ? 16 : 256;
   o.search_missing = false;
   o.dtype = dtype;
   const RuleCheckReport report = check_rules(o);
@@ -219,6 +219,10 @@ TEST(RegisterSharding, ValidatorFindsWrongAndMissingRules) {
   o.sampled_meshes = {};
   const RuleCheckReport bad = check_rules(bad_add_one(), {kScaleExamples[0]}, o);
   EXPECT_GT(bad.incorrect(), 0) << bad.table();
+  // In float16 too, within its tolerance (atol 0.5; the wrong rule adds 3).
+  const RuleCheckReport bad16 =
+      check_rules(bad_add_one(), {kScaleExamples[0].to(DType::Float16)}, o);
+  EXPECT_GT(bad16.incorrect(), 0) << bad16.table();
   const RuleCheckReport scale = check_rules(scale_cols(), kScaleExamples, o);
   EXPECT_EQ(scale.incorrect(), 0) << scale.table();
   EXPECT_GT(scale.missing(), 0) << scale.table();

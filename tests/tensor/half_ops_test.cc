@@ -8,6 +8,8 @@
 
 #include "dtensor/dtensor.h"
 #include "rules/cases.h"
+#include "tensor/attention.h"
+#include "tensor/scan.h"
 
 namespace dtensor {
 namespace {
@@ -19,7 +21,8 @@ namespace {
 rules::Tensors half_inputs_of(const rules::OpCase& c, uint64_t seed, DType half) {
   rules::Tensors in = c.examples;
   if (in.empty())
-    for (size_t i = 0; i < c.inputs.size(); ++i) in.push_back(rules::make_input(c.inputs[i], seed + i));
+    for (size_t i = 0; i < c.inputs.size(); ++i)
+      in.push_back(rules::make_input(c.inputs[i], seed + i));
   for (size_t i = 0; i < in.size(); ++i) {
     if (!is_floating(in[i].dtype())) continue;
     const Tensor jitter = add(mul(Tensor::rand(in[i].shape(), seed + 100 + i), 0.1), 1.0);
@@ -70,6 +73,48 @@ void sweep(DType half) {
 TEST(HalfOpsTest, EveryValidatorCaseIsTheFloat32OpRoundedOnceBFloat16) { sweep(DType::BFloat16); }
 TEST(HalfOpsTest, EveryValidatorCaseIsTheFloat32OpRoundedOnceFloat16) { sweep(DType::Float16); }
 
+// The ops the validator's cases do not call (in-place forms, the kernels
+// the DTensor ops and backward use), by the same rule.
+TEST(HalfOpsTest, OtherEntryPointsAreTheFloat32OpRoundedOnce) {
+  for (DType half : {DType::BFloat16, DType::Float16}) {
+    SCOPED_TRACE(dtype_name(half));
+    const Tensor x = Tensor::randn({3, 4}, 8, 0, half);
+    const Tensor w = x.to(DType::Float32);
+    const Tensor mask = gt(Tensor::rand({3, 4}, 9), 0.5);
+    const Tensor idx = Tensor::randint(0, 4, {3, 4}, 10);
+    Tensor y = x.clone();
+    y.relu_();
+    EXPECT_TRUE(same_bits(y, relu(w).to(half)));
+    y = x.clone();
+    y.masked_fill_(mask, 0.1);
+    EXPECT_TRUE(same_bits(y, masked_fill(w, mask, 0.1).to(half)));
+    EXPECT_EQ(max_abs_diff(x, x.t().t()), 0.0);
+    EXPECT_TRUE(same_bits(norm(x, 3, {1}), norm(w, 3, {1}).to(half)));
+    EXPECT_TRUE(same_bits(clamp_max(x, 0.3), clamp_max(w, 0.3).to(half)));
+    EXPECT_TRUE(same_bits(detail::reverse_cumsum(x, 1), detail::reverse_cumsum(w, 1).to(half)));
+    EXPECT_TRUE(
+        same_bits(detail::take_along_dim(x, idx, 1), detail::take_along_dim(w, idx, 1).to(half)));
+    EXPECT_TRUE(same_bits(detail::scatter_add_along_dim(x, idx, 1, {3, 4}),
+                          detail::scatter_add_along_dim(w, idx, 1, {3, 4}).to(half)));
+    // A lone operand with its labels in order stays a view.
+    EXPECT_EQ(einsum("ij->ij", {x}).storage(), x.storage());
+    const Tensor q = Tensor::randn({2, 3, 4}, 11, 0, half);
+    const Tensor k = Tensor::randn({2, 5, 4}, 12, 0, half);
+    const Tensor v = Tensor::randn({2, 5, 4}, 13, 0, half);
+    const Tensor g = Tensor::randn({2, 3, 4}, 14, 0, half);
+    const auto f = [](const Tensor& t) { return t.to(DType::Float32); };
+    using detail::SdpaInput;
+    for (SdpaInput which : {SdpaInput::Query, SdpaInput::Key, SdpaInput::Value}) {
+      EXPECT_TRUE(same_bits(
+          detail::sdpa_backward(which, g, q, k, v, Tensor(), true, 0.5, 0),
+          detail::sdpa_backward(which, f(g), f(q), f(k), f(v), Tensor(), true, 0.5, 0).to(half)));
+    }
+    // Mixed dtypes promote (bfloat16 with float32 is float32), no 16-bit path.
+    EXPECT_EQ(mm(x, w.t()).dtype(), DType::Float32);
+    EXPECT_THROW(detail::sdpa_forward(q, f(k), v, Tensor(), false, 0.5, 0), Error);
+  }
+}
+
 // Accumulation in float32, not in 16 bits: 4096 ones sum to 4096 (a
 // bfloat16 running sum would stop at 256), and a bfloat16 mm of such rows too.
 TEST(HalfOpsTest, ReductionsAndProductsAccumulateInFloat32) {
@@ -95,7 +140,8 @@ TEST(HalfOpsTest, MovesKeepBits) {
     const int64_t r = idx.to_vector<int64_t>()[static_cast<size_t>(j)];
     EXPECT_TRUE(same_bits(g.select(0, 0).select(0, j), x.select(0, r).select(0, j)));
   }
-  EXPECT_TRUE(same_bits(tril(x).narrow(0, 2, 1).narrow(1, 0, 3), x.narrow(0, 2, 1).narrow(1, 0, 3)));
+  const Tensor last_row = x.narrow(0, 2, 1).narrow(1, 0, 3);  // tril(x) keeps it
+  EXPECT_TRUE(same_bits(tril(x).narrow(0, 2, 1).narrow(1, 0, 3), last_row));
   EXPECT_TRUE(same_bits(cat({x, x}, 0).narrow(0, 3, 3), x));
 }
 
