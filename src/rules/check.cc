@@ -79,10 +79,8 @@ bool same(const Tensor& got, const Tensor& want, Tolerance tol) {
 // the result's own pieces (its local shards) are larger than 2^7, atol
 // scales with them.
 Tolerance tolerance(double tol, DType dtype) {
-  double rtol = tol;
-  if (dtype == DType::BFloat16) rtol = std::max(tol, 0x1p-5);
-  else if (dtype == DType::Float16) rtol = std::max(tol, 0x1p-8);
-  else return {tol, tol};
+  if (!is_half(dtype)) return {tol, tol};
+  const double rtol = std::max(tol, dtype == DType::BFloat16 ? 0x1p-5 : 0x1p-8);
   return {rtol, std::max(tol, rtol * 0x1p7)};
 }
 
