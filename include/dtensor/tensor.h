@@ -575,7 +575,7 @@ Tensor any(const Tensor& x, const DimVector& dims = {}, bool keepdim = false);
 //   nonzero elements (NaN counts);  any other real ord (negative too):
 //   (sum |x|^ord)^(1/ord) (sqrt of the sum of squares for 2, sum |x| for 1).
 // NaN propagates. The result has x's dtype.
-// REQUIRES: x is float32 or float64; ord is not NaN; for ord < 0 or inf,
+// REQUIRES: x is floating (16-bit: in float32); ord is not NaN; for ord < 0 or inf,
 // no reduced dim is empty (such norms have no identity; PyTorch's check).
 Tensor vector_norm(const Tensor& x, double ord = 2, const DimVector& dims = {},
                    bool keepdim = false);
@@ -606,8 +606,8 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 // variance); weight and bias (of normalized_shape) may be undefined.
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
-// x / sqrt(mean(x^2) + eps) * weight over the trailing dims; eps defaults to
-// the dtype's machine epsilon as in PyTorch.
+// x / sqrt(mean(x^2) + eps) * weight over the trailing dims; eps defaults to the
+// compute dtype's machine epsilon as in PyTorch (float32's for 16-bit x).
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
                 std::optional<double> eps = std::nullopt);
 enum class Reduction { None, Mean, Sum };
@@ -624,7 +624,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target,
 // torch.nn.functional.scaled_dot_product_attention (its math backend):
 // softmax(query key^T * scale + mask) value for query [..., L, E], key
 // [..., S, E], value [..., S, Ev] -> [..., L, Ev], the batch dims (...)
-// broadcast. float32/float64; query, key and value of one dtype.
+// broadcast. Floating dtypes; query, key and value of one dtype.
 // scale defaults to 1/sqrt(E). is_causal masks key j for query i when
 // j > i (top-left aligned, as PyTorch's is_causal also for L != S).
 // attn_mask (undefined: none) broadcasts to [..., L, S]: bool (true =

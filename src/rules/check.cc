@@ -3,6 +3,7 @@
 // runs it and, when it communicated, a search among layouts without
 // communication run under dispatch::ForcedLayout.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 
@@ -50,10 +51,48 @@ std::string describe(const std::vector<Placements>& in, const Placements& out) {
   return s + " -> " + to_string(out);
 }
 
+// |got - want| <= rtol * |want| + atol elementwise.
+struct Tolerance {
+  double rtol = 0, atol = 0;
+};
+
 // NaN equal to NaN: a reference and a result that both give NaN agree.
-bool same(const Tensor& got, const Tensor& want, double tol) {
+bool same(const Tensor& got, const Tensor& want, Tolerance tol) {
   if (got.shape() != want.shape() || got.dtype() != want.dtype()) return false;
-  return allclose(got.to(DType::Float64), want.to(DType::Float64), tol, tol, true);
+  return allclose(got.to(DType::Float64), want.to(DType::Float64), tol.rtol, tol.atol, true);
+}
+
+// How a case's results are compared when its floating inputs are of
+// `dtype`. In float32 and float64 with the case's own tolerance (rtol =
+// atol = tol, 0: exactly): the data are small integers, so sums of pieces
+// are exact in any order. In 16 bits they are not. Every input and every
+// adversarial piece is exact there (integers and halves below 2^7 in
+// magnitude, adversarial.cc), but a DTensor op rounds each rank's result
+// on its piece and each collective's result where the plain op rounds
+// once, and a piece's result can be far larger than the value's (a mean of
+// pieces of +-50 whose sum is 3). So the error is a few steps of the type
+// at the pieces' magnitude, not the result's: rtol = 2^-5 for bfloat16 (4
+// steps: its step is 2^-7 relative at most) and 2^-8 for float16 (step
+// 2^-10), and atol = rtol * 2^7. A wrong rule is still told: it is off by
+// a whole piece (10 and more) or a factor of the mesh size on most elements.
+// Products of pieces are larger still (a piece times a row of values): when
+// the result's own pieces (its local shards) are larger than 2^7, atol
+// scales with them.
+Tolerance tolerance(double tol, DType dtype) {
+  if (!is_half(dtype)) return {tol, tol};
+  const double rtol = std::max(tol, dtype == DType::BFloat16 ? 0x1p-5 : 0x1p-8);
+  return {rtol, std::max(tol, rtol * 0x1p7)};
+}
+
+// The tolerance for a result `got`: atol at least rtol times its largest
+// local value when 16-bit (see above).
+Tolerance for_result(Tolerance tol, const DTensor& got) {
+  if (!is_half(got.dtype())) return tol;
+  double m = 0;
+  for (const auto& [rank, t] : got.local().shards())
+    if (t.numel() > 0) m = std::max(m, amax(abs(t.to(DType::Float64))).item<double>());
+  if (std::isfinite(m)) tol.atol = std::max(tol.atol, tol.rtol * m);
+  return tol;
 }
 
 // Whether every held shard has the shape its spec gives: a kernel run under
@@ -78,7 +117,7 @@ bool replicas_agree(const DTensor& d) {
     int ref = rank;
     for (size_t m = 0; m < pl.size(); ++m)
       if (pl[m].is_replicate()) ref = d.mesh().group(ref, static_cast<int>(m)).front();
-    if (ref != rank && !same(t, *by_rank.at(ref), 0)) return false;
+    if (ref != rank && !same(t, *by_rank.at(ref), {})) return false;
   }
   return true;
 }
@@ -125,15 +164,21 @@ class Checker {
     for (int k = 0; k < 2; ++k) {
       Data& d = data_[k];
       d.full = c.examples;
-      if (d.full.empty())
-        for (size_t i = 0; i < c.inputs.size(); ++i)
-          d.full.push_back(make_input(c.inputs[i], seed + i + 5000 * static_cast<uint64_t>(k)));
+      if (d.full.empty()) {
+        for (size_t i = 0; i < c.inputs.size(); ++i) {
+          Tensor t = make_input(c.inputs[i], seed + i + 5000 * static_cast<uint64_t>(k));
+          d.full.push_back(is_floating(t.dtype()) ? t.to(opt.dtype) : t);
+        }
+      }
       d.want = c.plain(d.full);
     }
     row_.op = c.name;
     row_.mesh = mesh_shape;
     row_.sampled = sampled;
     row_.searched = c.id.has_value() && opt.search_missing;
+    tol_ = {c.tol, c.tol};
+    for (const Tensor& t : data_[0].full)
+      if (is_half(t.dtype())) tol_ = tolerance(c.tol, t.dtype());
   }
 
   RuleCheckRow run() {
@@ -181,7 +226,8 @@ class Checker {
       collectives = comm.total_count();
       got_out = got.placements();
       if (!replicas_agree(got)) failure = "replicas differ";
-      else if (!same(got.full_tensor(), data_[0].want, c_.tol)) failure = "wrong values";
+      else if (!same(got.full_tensor(), data_[0].want, for_result(tol_, got)))
+        failure = "wrong values";
     } catch (const Error& e) {
       failure = e.what();
     }
@@ -258,7 +304,7 @@ class Checker {
       const DTensor got = c_.dist(args);
       if (!force.used() || comm.total_count() != 0 || !(got.placements() == out)) return false;
       if (!shapes_fit(got) || !replicas_agree(got)) return false;
-      return same(got.full_tensor(), want, c_.tol);
+      return same(got.full_tensor(), want, for_result(tol_, got));
     } catch (const Error&) {
       return false;  // the kernel refuses the layout
     }
@@ -280,6 +326,7 @@ class Checker {
   };
   Data data_[2];
   RuleCheckRow row_;
+  Tolerance tol_;
 };
 
 }  // namespace

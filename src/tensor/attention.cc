@@ -29,6 +29,7 @@
 
 #include "common/parallel.h"
 #include "tensor/dispatch.h"
+#include "tensor/half_compute.h"
 #include "tensor/row_math.h"
 #include "tensor/simd.h"
 
@@ -297,6 +298,13 @@ double sdpa_scale(int64_t head_dim, std::optional<double> scale) {
 
 Tensor sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                     bool is_causal, double scale, int64_t q_offset) {
+  // 16-bit inputs (all of one dtype; else Problem refuses them): scores,
+  // softmax and products in float32, the output rounded once.
+  if (const auto half = shared_half({&q, &k, &v, &mask})) {
+    return round_to(sdpa_forward(widen(q), widen(k), widen(v), widen(mask), is_causal, scale,
+                                 q_offset),
+                    *half);
+  }
   const Problem pr(q, k, v, mask, is_causal, scale);
   Shape out_shape = pr.batch;
   out_shape.push_back(pr.L);
@@ -321,6 +329,11 @@ Tensor sdpa_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
 Tensor sdpa_backward(SdpaInput which, const Tensor& grad, const Tensor& q, const Tensor& k,
                      const Tensor& v, const Tensor& mask, bool is_causal, double scale,
                      int64_t q_offset) {
+  if (const auto half = shared_half({&grad, &q, &k, &v, &mask})) {
+    return round_to(sdpa_backward(which, widen(grad), widen(q), widen(k), widen(v), widen(mask),
+                                  is_causal, scale, q_offset),
+                    *half);
+  }
   const Problem pr(q, k, v, mask, is_causal, scale);
   Shape out_shape = pr.batch;
   out_shape.push_back(pr.L);

@@ -6,6 +6,7 @@
 
 #include "dtensor/tensor.h"
 #include "tensor/dispatch.h"
+#include "tensor/half_compute.h"
 
 namespace dtensor {
 
@@ -18,6 +19,7 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   DType dtype = x.dtype();
   if (min) dtype = promote_types(dtype, min->result_type(x.dtype()));
   if (max) dtype = promote_types(dtype, max->result_type(x.dtype()));
+  if (is_half(dtype)) return detail::round_to(clamp(detail::widen(x), min, max), dtype);
   const Tensor in = x.to(dtype).contiguous();
   Tensor out = Tensor::empty(x.shape(), dtype);
   const int64_t n = x.numel();
@@ -55,7 +57,8 @@ Tensor triangle(const Tensor& x, int64_t diagonal, bool lower, const char* op) {
   const int64_t rows = x.size(-2), cols = x.size(-1);
   if (out.numel() == 0) return out;
   const int64_t batch = out.numel() / (rows * cols);
-  detail::dispatch_all(x.dtype(), op, [&]<class T>() {
+  // Moves elements only: every dtype as it is.
+  detail::dispatch_storage(x.dtype(), op, [&]<class T>() {
     T* q = out.data_ptr<T>();
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t i = 0; i < rows; ++i)

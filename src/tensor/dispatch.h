@@ -6,10 +6,10 @@
 // error raised for a dtype the op does not support.
 //
 // The compute dispatches (all, numeric, floating) never list bfloat16 and
-// float16: ops convert those to float32 first (compute_dtype) and round the
-// result once, so no kernel is compiled for them. Only the ops that move or
-// convert elements without arithmetic (copy, fill, print, gather) use
-// dispatch_storage, which lists all six.
+// float16: ops convert those to float32 at their entry (half_compute.h) and
+// round the result once, so no kernel is compiled for them. Only code that
+// moves or converts elements without arithmetic (copy, fill, print, gather,
+// tril/triu, index reads) uses dispatch_storage, which lists all six.
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "tensor/half_compute.h"
+
 namespace dtensor {
 
 namespace einsum_detail {
@@ -175,6 +177,15 @@ Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands) 
   }
   const einsum_detail::Equation eq = einsum_detail::parse(equation, shapes);
   einsum_detail::check_dtypes(dtypes);
+  if (detail::is_half_tensor(operands[0])) {
+    // In float32, each pair's product and sums accumulating there, rounded
+    // once at the end; but a result that is a view of the widened operand
+    // (a lone one, no sum) is taken on the operand itself, to stay a view.
+    const std::vector<Tensor> wide = detail::widen(operands);
+    const Tensor out = einsum_detail::contract<TensorOps>(eq, wide);
+    if (out.storage() == wide[0].storage()) return einsum_detail::contract<TensorOps>(eq, operands);
+    return detail::round_to(out, dtypes[0]);
+  }
   // A lone operand whose labels stay in order comes back as a view of
   // itself, as in PyTorch.
   return einsum_detail::contract<TensorOps>(eq, operands);

@@ -11,6 +11,7 @@
 #include "tensor/elementwise_drivers.h"
 #include "tensor/elementwise_functors.h"
 #include "tensor/dispatch.h"
+#include "tensor/half_compute.h"
 
 namespace dtensor {
 
@@ -86,6 +87,7 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 Tensor pow(const Tensor& a, Scalar exponent) {
   check_defined("pow", a);
   const DType compute = exponent.result_type(a.dtype());
+  if (is_half(compute)) return detail::round_to(pow(detail::widen(a), exponent), compute);
   const Tensor ac = a.to(compute);
   return detail::dispatch_all(compute, "pow", [&]<class T>() -> Tensor {
     if constexpr (std::is_same_v<T, bool>) {

@@ -10,6 +10,7 @@
 #include "tensor/elementwise_drivers.h"
 #include "tensor/elementwise_functors.h"
 #include "tensor/dispatch.h"
+#include "tensor/half_compute.h"
 #include "tensor/loops.h"
 
 namespace dtensor {
@@ -60,6 +61,7 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
   check_defined("max_abs_diff", b);
   const Shape shape = broadcast_for("max_abs_diff", a.shape(), b.shape());
   const DType compute = promote_types(a.dtype(), b.dtype());
+  if (is_half(compute)) return max_abs_diff(detail::widen(a), detail::widen(b));
   const Tensor ac = a.to(compute);
   const Tensor bc = b.to(compute);
   // A NaN anywhere makes the answer NaN: a comparison helper must not hide it.

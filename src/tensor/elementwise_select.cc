@@ -4,6 +4,7 @@
 #include "dtensor/tensor.h"
 #include "tensor/elementwise_drivers.h"
 #include "tensor/dispatch.h"
+#include "tensor/half_compute.h"
 
 namespace dtensor {
 
@@ -16,6 +17,9 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const Shape shape =
       broadcast_for("where", cond.shape(), broadcast_for("where", a.shape(), b.shape()));
   const DType compute = promote_types(a.dtype(), b.dtype());
+  // Selection moves elements: through float32 and back is exact.
+  if (is_half(compute))
+    return detail::round_to(where(cond, detail::widen(a), detail::widen(b)), compute);
   const Tensor ac = a.to(compute);
   const Tensor bc = b.to(compute);
   return detail::dispatch_all(compute, "where", [&]<class T>() {
@@ -31,6 +35,7 @@ Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
   check_defined("where", a);
   const Shape shape = broadcast_for("where", cond.shape(), a.shape());
   const DType compute = b.result_type(a.dtype());
+  if (is_half(compute)) return detail::round_to(where(cond, detail::widen(a), b), compute);
   const Tensor ac = a.to(compute);
   return detail::dispatch_all(compute, "where", [&]<class T>() {
     const T v = b.to<T>();
@@ -47,6 +52,9 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   check_defined("masked_fill", x);
   check_bool("masked_fill", "mask", mask);
   const Shape shape = broadcast_for("masked_fill", x.shape(), mask.shape());
+  // The value rounds to x's dtype once, as PyTorch's.
+  if (is_half(x.dtype()))
+    return detail::round_to(masked_fill(detail::widen(x), mask, value), x.dtype());
   return detail::dispatch_all(x.dtype(), "masked_fill", [&]<class T>() {
     const T v = fill_value<T>("masked_fill", value, x.dtype());
     Tensor out = Tensor::empty(shape, x.dtype());
@@ -59,6 +67,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
 Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
   check_bool("masked_fill_", "mask", mask);
   check_inplace("masked_fill_", *this, mask.shape(), dtype_);
+  if (is_half(dtype_)) return copy_(masked_fill(*this, mask, value));
   const Tensor m = unaliased(*this, mask);
   detail::dispatch_all(dtype_, "masked_fill_", [&]<class T>() {
     const T v = fill_value<T>("masked_fill_", value, dtype_);

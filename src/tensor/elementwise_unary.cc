@@ -49,6 +49,7 @@ Tensor& Tensor::relu_() {
   check_defined("relu_", *this);
   DT_CHECK(dtype_ != DType::Bool, "relu_: not supported for bool tensors");
   check_inplace("relu_", *this, Shape{}, dtype_);
+  if (is_half(dtype_)) return copy_(relu(*this));
   detail::dispatch_numeric(dtype_, "relu_",
                            [&]<class T>() { Map<T, T>::apply(*this, ReluOp{}, *this); });
   return *this;

@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "tensor/dispatch.h"
+#include "tensor/half_compute.h"
 
 namespace dtensor {
 namespace {
@@ -79,6 +80,13 @@ Tensor scatter_impl(const char* op, const Tensor& x, int64_t dim, const Tensor& 
                     const Tensor* src, Scalar value, Write write) {
   const int64_t d = detail::check_gather_args(op, x.shape(), dim, index.shape(), index.dtype());
   if (src != nullptr) detail::check_scatter_src(op, x.dtype(), index.shape(), src->shape(), src->dtype());
+  if (is_half(x.dtype())) {
+    // In float32 (scatter_add's sums there, each element rounded once).
+    const Tensor wide_src = src != nullptr ? detail::widen(*src) : Tensor();
+    return detail::round_to(scatter_impl(op, detail::widen(x), dim, index,
+                                         src != nullptr ? &wide_src : nullptr, value, write),
+                            x.dtype());
+  }
   Tensor out = copy_of(x);
   const Shape xs = at_least_1d(x.shape()), is = at_least_1d(index.shape());
   const Shape x_strides = contiguous_strides(xs);
@@ -278,7 +286,7 @@ Tensor index_get(const Tensor& x, const std::vector<std::optional<Tensor>>& indi
   const AdvancedIndex plan = advanced_index(x.shape(), shapes, op);
   const Tensor in = x.contiguous();
   Tensor out = Tensor::empty(plan.result, x.dtype());
-  dispatch_all(x.dtype(), op, [&]<class T>() {
+  dispatch_storage(x.dtype(), op, [&]<class T>() {  // moves elements only: every dtype
     const T* p = in.data_ptr<T>();
     T* o = out.data_ptr<T>();
     walk_advanced(op, x, idx, plan, [&](int64_t off, int64_t k) { o[k] = p[off]; });
@@ -296,7 +304,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   const Tensor in = x.contiguous(), idx = index.contiguous();
   Tensor out = Tensor::empty(index.shape(), x.dtype());
   const int64_t* ip = idx.data_ptr<int64_t>();
-  detail::dispatch_all(x.dtype(), op, [&]<class T>() {
+  detail::dispatch_storage(x.dtype(), op, [&]<class T>() {  // moves elements only: every dtype
     const T* p = in.data_ptr<T>();
     T* o = out.data_ptr<T>();
     int64_t k = 0;
@@ -326,6 +334,10 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   const int64_t d = detail::check_index_add_args(x.shape(), x.dtype(), dim, index.shape(),
                                                  index.dtype(), source.shape(), source.dtype(),
                                                  alpha);
+  if (is_half(x.dtype())) {
+    return detail::round_to(index_add(detail::widen(x), dim, index, detail::widen(source), alpha),
+                            x.dtype());
+  }
   Tensor out = copy_of(x);
   const Shape xs = at_least_1d(x.shape());
   const int64_t n = xs[d];
@@ -359,6 +371,10 @@ Tensor index_put(const Tensor& x, const std::vector<std::optional<Tensor>>& indi
   for (const Tensor& t : idx) shapes.push_back(t.defined() ? std::optional<Shape>(t.shape()) : std::nullopt);
   const detail::AdvancedIndex plan = detail::advanced_index(x.shape(), shapes, op);
   detail::check_index_put_values(x.dtype(), plan, values.shape(), values.dtype());
+  if (is_half(x.dtype())) {
+    return detail::round_to(index_put(detail::widen(x), indices, detail::widen(values), accumulate),
+                            x.dtype());
+  }
   Tensor out = copy_of(x);
   const Tensor v = values.expand(plan.result).contiguous();
   detail::dispatch_all(x.dtype(), op, [&]<class T>() {

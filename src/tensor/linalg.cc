@@ -14,6 +14,7 @@
 #include "common/parallel.h"
 #include "dtensor/tensor.h"
 #include "tensor/dispatch.h"
+#include "tensor/half_compute.h"
 
 namespace dtensor {
 namespace {
@@ -413,6 +414,12 @@ Tensor product(const char* op, const Tensor& a_in, const Tensor& b_in, const Ten
   if (bias.defined()) dtype = promote_types(dtype, bias.dtype());
   DT_CHECK(dtype != DType::Bool, op, ": bool is not supported (PyTorch refuses it too); convert "
            "to int64 or a floating dtype first");
+  // 16-bit products accumulate in float32 (BLAS sgemm) and round once.
+  if (is_half(dtype)) {
+    return detail::round_to(product(op, detail::widen(a_in), detail::widen(b_in),
+                                    detail::widen(bias), beta, alpha),
+                            dtype);
+  }
   const Tensor a = a_in.to(dtype);
   const Tensor b = b_in.to(dtype);
 

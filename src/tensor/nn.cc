@@ -22,6 +22,7 @@
 #include "dtensor/tensor.h"
 #include "common/parallel.h"
 #include "tensor/dispatch.h"
+#include "tensor/half_compute.h"
 #include "tensor/row_math.h"
 #include "tensor/simd.h"
 
@@ -343,14 +344,26 @@ Tensor nll_loss_impl(const Tensor& log_probs, const Tensor& target, Reduction re
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl<false>(x, dim, "softmax"); }
+Tensor softmax(const Tensor& x, int64_t dim) {
+  if (detail::is_half_tensor(x)) return detail::round_to(softmax(detail::widen(x), dim), x.dtype());
+  return softmax_impl<false>(x, dim, "softmax");
+}
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  if (detail::is_half_tensor(x))
+    return detail::round_to(log_softmax(detail::widen(x), dim), x.dtype());
   return softmax_impl<true>(x, dim, "log_softmax");
 }
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
+  // weight and bias of another floating dtype are used as they are, in
+  // float32 or wider: PyTorch's mixed-type layer_norm.
+  if (detail::is_half_tensor(x)) {
+    return detail::round_to(layer_norm(detail::widen(x), normalized_shape, detail::widen(weight),
+                                       detail::widen(bias), eps),
+                            x.dtype());
+  }
   const int64_t n = check_norm_shapes(x, normalized_shape, weight, bias, "layer_norm");
   const Tensor xc = x.contiguous();
   const Tensor w = as_param(weight, x.dtype());
@@ -380,6 +393,12 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                 std::optional<double> eps) {
+  // The default eps of a 16-bit input is float32's, as PyTorch's (that of
+  // its compute type, not torch.finfo(bfloat16).eps).
+  if (detail::is_half_tensor(x)) {
+    return detail::round_to(
+        rms_norm(detail::widen(x), normalized_shape, detail::widen(weight), eps), x.dtype());
+  }
   const int64_t n = check_norm_shapes(x, normalized_shape, weight, Tensor(), "rms_norm");
   const Tensor xc = x.contiguous();
   const Tensor w = as_param(weight, x.dtype());
@@ -404,11 +423,19 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction,
                 int64_t ignore_index) {
+  if (detail::is_half_tensor(log_probs)) {
+    return detail::round_to(nll_loss(detail::widen(log_probs), target, reduction, ignore_index),
+                            log_probs.dtype());
+  }
   return nll_loss_impl(log_probs, target, reduction, ignore_index, "nll_loss");
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
                      int64_t ignore_index) {
+  if (detail::is_half_tensor(logits)) {
+    return detail::round_to(cross_entropy(detail::widen(logits), target, reduction, ignore_index),
+                            logits.dtype());
+  }
   const LossGeometry g = check_loss_shapes(logits, target, "cross_entropy");
   if (g.spatial != 1 || g.classes == 0) {
     return nll_loss_impl(log_softmax(logits, logits.dim() == 1 ? 0 : 1), target, reduction,

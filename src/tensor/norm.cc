@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "tensor/norm_parts.h"
+#include "tensor/half_compute.h"
 
 namespace dtensor {
 namespace norm_parts {
@@ -57,6 +58,8 @@ Shape check(const char* op, const Shape& shape, DType dtype, double ord, const D
 }
 
 Tensor part(const Tensor& x, double ord, const DimVector& dims, bool keepdim) {
+  if (detail::is_half_tensor(x))
+    return detail::round_to(part(detail::widen(x), ord, dims, keepdim), x.dtype());
   if (ord == INFINITY) return amax(abs(x), dims, keepdim);
   if (ord == -INFINITY) return amin(abs(x), dims, keepdim);
   if (ord == 0) return sum(ne(x, 0), dims, keepdim).to(x.dtype());
@@ -67,6 +70,7 @@ Tensor part(const Tensor& x, double ord, const DimVector& dims, bool keepdim) {
 
 Tensor root(const Tensor& s, double ord) {
   if (rootless(ord)) return s;
+  if (detail::is_half_tensor(s)) return detail::round_to(root(detail::widen(s), ord), s.dtype());
   if (ord == 2) return sqrt(s);
   return pow(s, 1.0 / ord);
 }
@@ -76,12 +80,17 @@ Tensor root(const Tensor& s, double ord) {
 Tensor vector_norm(const Tensor& x, double ord, const DimVector& dims, bool keepdim) {
   DT_CHECK(x.defined(), "vector_norm: the input is an undefined tensor");
   norm_parts::check("vector_norm", x.shape(), x.dtype(), ord, dims, keepdim);
+  // The part and the root in float32, rounded once.
+  if (detail::is_half_tensor(x))
+    return detail::round_to(vector_norm(detail::widen(x), ord, dims, keepdim), x.dtype());
   return norm_parts::root(norm_parts::part(x, ord, dims, keepdim), ord);
 }
 
 Tensor norm(const Tensor& x, double p, const DimVector& dims, bool keepdim) {
   DT_CHECK(x.defined(), "norm: the input is an undefined tensor");
   norm_parts::check("norm", x.shape(), x.dtype(), p, dims, keepdim);
+  if (detail::is_half_tensor(x))
+    return detail::round_to(norm(detail::widen(x), p, dims, keepdim), x.dtype());
   return norm_parts::root(norm_parts::part(x, p, dims, keepdim), p);
 }
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "dtensor/tensor.h"
+#include "tensor/half_compute.h"
 #include "tensor/dispatch.h"
 #include "tensor/loops.h"
 #include "tensor/simd.h"
@@ -663,14 +664,20 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, co
 }  // namespace
 
 Tensor sum(const Tensor& x, const DimVector& dims, bool keepdim) {
+  if (detail::is_half_tensor(x))
+    return detail::round_to(sum(detail::widen(x), dims, keepdim), x.dtype());
   return sum_like<SumOp>(x, dims, keepdim, "sum");
 }
 
 Tensor prod(const Tensor& x, const DimVector& dims, bool keepdim) {
+  if (detail::is_half_tensor(x))
+    return detail::round_to(prod(detail::widen(x), dims, keepdim), x.dtype());
   return sum_like<ProdOp>(x, dims, keepdim, "prod");
 }
 
 Tensor mean(const Tensor& x, const DimVector& dims, bool keepdim) {
+  if (detail::is_half_tensor(x))
+    return detail::round_to(mean(detail::widen(x), dims, keepdim), x.dtype());
   check_floating(x, "mean");
   const ReducePlan plan = make_plan(x, dims, keepdim, "mean");
   Tensor out = Tensor::empty(plan.out_shape, x.dtype());
@@ -683,14 +690,20 @@ Tensor mean(const Tensor& x, const DimVector& dims, bool keepdim) {
 }
 
 Tensor amax(const Tensor& x, const DimVector& dims, bool keepdim) {
+  if (detail::is_half_tensor(x))
+    return detail::round_to(amax(detail::widen(x), dims, keepdim), x.dtype());
   return extreme<MaxOp>(x, dims, keepdim, "amax");
 }
 
 Tensor amin(const Tensor& x, const DimVector& dims, bool keepdim) {
+  if (detail::is_half_tensor(x))
+    return detail::round_to(amin(detail::widen(x), dims, keepdim), x.dtype());
   return extreme<MinOp>(x, dims, keepdim, "amin");
 }
 
 Tensor var(const Tensor& x, const DimVector& dims, int64_t correction, bool keepdim) {
+  if (detail::is_half_tensor(x))
+    return detail::round_to(var(detail::widen(x), dims, correction, keepdim), x.dtype());
   check_floating(x, "var");
   const ReducePlan plan = make_plan(x, dims, keepdim, "var");
   Tensor out = Tensor::empty(plan.out_shape, x.dtype());
@@ -748,10 +761,12 @@ Tensor var(const Tensor& x, const DimVector& dims, int64_t correction, bool keep
 }
 
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  if (detail::is_half_tensor(x)) return argmax(detail::widen(x), dim, keepdim);
   return arg_extreme<true>(x, dim, keepdim, "argmax");
 }
 
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  if (detail::is_half_tensor(x)) return argmin(detail::widen(x), dim, keepdim);
   return arg_extreme<false>(x, dim, keepdim, "argmin");
 }
 

@@ -18,6 +18,7 @@
 
 #include "dtensor/tensor.h"
 #include "tensor/dispatch.h"
+#include "tensor/half_compute.h"
 
 namespace dtensor {
 namespace {
@@ -176,16 +177,21 @@ void check_index(const Tensor& index, const Shape& want, const char* op) {
 }  // namespace
 
 Tensor cumsum(const Tensor& x, int64_t dim) {
+  if (detail::is_half_tensor(x)) return detail::round_to(cumsum(detail::widen(x), dim), x.dtype());
   return scan(x, checked_dim(x, dim, "cumsum"), false, "cumsum");
 }
 
-ValuesIndices<Tensor> sort(const Tensor& x, int64_t dim, bool descending, bool /*stable*/) {
+ValuesIndices<Tensor> sort(const Tensor& x, int64_t dim, bool descending, bool stable) {
+  if (detail::is_half_tensor(x))
+    return detail::round_to(sort(detail::widen(x), dim, descending, stable), x.dtype());
   const int64_t d = checked_dim(x, dim, "sort");
   return select_rows(x, d, dim_size(x, d), descending, "sort");
 }
 
 ValuesIndices<Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest,
-                           bool /*sorted*/) {
+                           bool sorted) {
+  if (detail::is_half_tensor(x))
+    return detail::round_to(topk(detail::widen(x), k, dim, largest, sorted), x.dtype());
   const int64_t d = checked_dim(x, dim, "topk");
   const int64_t n = dim_size(x, d);
   // A 0-d result cannot hold no element: k = 0 needs a dim to be empty along.
@@ -199,6 +205,8 @@ ValuesIndices<Tensor> topk(const Tensor& x, int64_t k, int64_t dim, bool largest
 // log(sum(exp(x - m))) + m. An all -inf slice gives log(0) + 0 = -inf, a
 // +inf gives log(inf) = inf, a NaN spreads through amax.
 Tensor logsumexp(const Tensor& x, const DimVector& dims, bool keepdim) {
+  if (detail::is_half_tensor(x))
+    return detail::round_to(logsumexp(detail::widen(x), dims, keepdim), x.dtype());
   check_dims(x, dims, "logsumexp");
   const Tensor xf = is_floating(x.dtype()) ? x : x.to(DType::Float32);
   const Shape out_shape = reduced_shape(x, dims, keepdim);
@@ -228,6 +236,7 @@ Tensor any(const Tensor& x, const DimVector& dims, bool keepdim) {
 namespace detail {
 
 Tensor reverse_cumsum(const Tensor& x, int64_t dim) {
+  if (is_half_tensor(x)) return round_to(reverse_cumsum(widen(x), dim), x.dtype());
   return scan(x, checked_dim(x, dim, "cumsum"), true, "cumsum");
 }
 
@@ -243,7 +252,7 @@ Tensor take_along_dim(const Tensor& x, const Tensor& index, int64_t dim) {
   const Tensor xc = x.contiguous(), ic = index.contiguous();
   const Rows r = rows_of(x.shape(), d);
   const int64_t k = dim_size(index, d);
-  dispatch_all(x.dtype(), "take_along_dim", [&]<class T>() {
+  dispatch_storage(x.dtype(), "take_along_dim", [&]<class T>() {
     const T* src = xc.data_ptr<T>();
     const int64_t* idx = ic.data_ptr<int64_t>();
     T* dst = out.data_ptr<T>();
@@ -263,6 +272,8 @@ Tensor take_along_dim(const Tensor& x, const Tensor& index, int64_t dim) {
 Tensor scatter_add_along_dim(const Tensor& src, const Tensor& index, int64_t dim,
                              const Shape& shape) {
   DT_CHECK(src.defined(), "scatter_add: source tensor is undefined");
+  if (is_half_tensor(src))
+    return round_to(scatter_add_along_dim(widen(src), index, dim, shape), src.dtype());
   const int64_t d = wrap_dim(dim, std::max<int64_t>(static_cast<int64_t>(shape.size()), 1),
                              "scatter_add");
   check_index(index, src.shape(), "scatter_add");

@@ -110,6 +110,24 @@ std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
 
 INSTANTIATE_TEST_SUITE_P(AllOps, RulesTest, ::testing::ValuesIn(rule_check_cases()), test_name);
 
+// Every op's rule in bfloat16 and float16 (RuleCheckOptions::dtype): a few
+// layouts per op on two small meshes, results within the tolerance check.cc
+// states for 16-bit data (the float32 tests above check the rules exactly).
+void check_all_in(DType dtype) {
+  RuleCheckOptions o;
+  o.meshes = {{4}, {2, 2}};
+  o.sampled_meshes = {};
+  o.max_layouts = quick() ? 16 : 256;
+  o.search_missing = false;
+  o.dtype = dtype;
+  const RuleCheckReport report = check_rules(o);
+  EXPECT_EQ(report.incorrect(), 0) << report.table();
+  EXPECT_EQ(report.ops(), static_cast<int64_t>(rule_check_cases().size()));
+}
+
+TEST(RulesValidator, EveryOpInBFloat16) { check_all_in(DType::BFloat16); }
+TEST(RulesValidator, EveryOpInFloat16) { check_all_in(DType::Float16); }
+
 TEST(RulesValidator, KnowsItsOwnCases) {
   const auto names = rule_check_cases();
   EXPECT_GE(names.size(), 80u);
@@ -201,6 +219,10 @@ TEST(RegisterSharding, ValidatorFindsWrongAndMissingRules) {
   o.sampled_meshes = {};
   const RuleCheckReport bad = check_rules(bad_add_one(), {kScaleExamples[0]}, o);
   EXPECT_GT(bad.incorrect(), 0) << bad.table();
+  // In float16 too, within its tolerance (atol 0.5; the wrong rule adds 3).
+  const RuleCheckReport bad16 =
+      check_rules(bad_add_one(), {kScaleExamples[0].to(DType::Float16)}, o);
+  EXPECT_GT(bad16.incorrect(), 0) << bad16.table();
   const RuleCheckReport scale = check_rules(scale_cols(), kScaleExamples, o);
   EXPECT_EQ(scale.incorrect(), 0) << scale.table();
   EXPECT_GT(scale.missing(), 0) << scale.table();

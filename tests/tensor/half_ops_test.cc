@@ -1,0 +1,187 @@
+// Every op the rules validator knows (src/rules/cases*.cc), on bfloat16 and
+// float16 inputs: the result is, bit for bit, the float32 op on the widened
+// inputs with its floating result rounded once (src/tensor/half_compute.h),
+// and of the dtype PyTorch gives. Plus gradients through autograd.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "dtensor/dtensor.h"
+#include "rules/cases.h"
+#include "tensor/attention.h"
+#include "tensor/scan.h"
+
+namespace dtensor {
+namespace {
+
+// The validator's inputs, with the floating ones moved off the integers
+// (times 1 + u/10, u uniform in [0, 1): signs and zeros kept, so that
+// log's and sqrt's inputs stay positive and all/any's zeros stay zeros) and
+// then rounded to `half`, so that every op has rounding to do.
+rules::Tensors half_inputs_of(const rules::OpCase& c, uint64_t seed, DType half) {
+  rules::Tensors in = c.examples;
+  if (in.empty())
+    for (size_t i = 0; i < c.inputs.size(); ++i)
+      in.push_back(rules::make_input(c.inputs[i], seed + i));
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!is_floating(in[i].dtype())) continue;
+    const Tensor jitter = add(mul(Tensor::rand(in[i].shape(), seed + 100 + i), 0.1), 1.0);
+    in[i] = mul(in[i].to(DType::Float32), jitter).to(half);
+  }
+  return in;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  const Tensor ac = a.contiguous(), bc = b.contiguous();
+  return std::memcmp(ac.raw_data(), bc.raw_data(), ac.nbytes()) == 0;
+}
+
+void sweep(DType half) {
+  int checked = 0;
+  for (const rules::OpCase& c : rules::all_cases()) {
+    SCOPED_TRACE(c.name);
+    for (uint64_t seed : {11u, 12u}) {
+      const rules::Tensors in = half_inputs_of(c, seed, half);
+      rules::Tensors wide;
+      bool any_floating = false;
+      for (const Tensor& t : in) {
+        any_floating = any_floating || is_floating(t.dtype());
+        wide.push_back(is_half(t.dtype()) ? t.to(DType::Float32) : t);
+      }
+      Tensor got;
+      try {
+        got = c.plain(in);
+      } catch (const Error& e) {
+        ADD_FAILURE() << c.name << " on " << half << ": " << e.what();
+        continue;
+      }
+      const Tensor ref = c.plain(wide);
+      // PyTorch's dtype: a float32 result of float32 inputs is a 16-bit
+      // result of 16-bit inputs; int64 and bool results stay so.
+      const bool rounds = any_floating && ref.dtype() == DType::Float32;
+      const Tensor want = rounds ? ref.to(half) : ref;
+      EXPECT_EQ(got.dtype(), want.dtype()) << c.name;
+      EXPECT_TRUE(same_bits(got, want)) << c.name << " on " << half << "\ngot  " << got
+                                        << "\nwant " << want;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2 * static_cast<int>(rules::all_cases().size()));
+}
+
+TEST(HalfOpsTest, EveryValidatorCaseIsTheFloat32OpRoundedOnceBFloat16) { sweep(DType::BFloat16); }
+TEST(HalfOpsTest, EveryValidatorCaseIsTheFloat32OpRoundedOnceFloat16) { sweep(DType::Float16); }
+
+// The ops the validator's cases do not call (in-place forms, the kernels
+// the DTensor ops and backward use), by the same rule.
+TEST(HalfOpsTest, OtherEntryPointsAreTheFloat32OpRoundedOnce) {
+  for (DType half : {DType::BFloat16, DType::Float16}) {
+    SCOPED_TRACE(dtype_name(half));
+    const Tensor x = Tensor::randn({3, 4}, 8, 0, half);
+    const Tensor w = x.to(DType::Float32);
+    const Tensor mask = gt(Tensor::rand({3, 4}, 9), 0.5);
+    const Tensor idx = Tensor::randint(0, 4, {3, 4}, 10);
+    Tensor y = x.clone();
+    y.relu_();
+    EXPECT_TRUE(same_bits(y, relu(w).to(half)));
+    y = x.clone();
+    y.masked_fill_(mask, 0.1);
+    EXPECT_TRUE(same_bits(y, masked_fill(w, mask, 0.1).to(half)));
+    EXPECT_EQ(max_abs_diff(x, x.t().t()), 0.0);
+    EXPECT_TRUE(same_bits(norm(x, 3, {1}), norm(w, 3, {1}).to(half)));
+    EXPECT_TRUE(same_bits(clamp_max(x, 0.3), clamp_max(w, 0.3).to(half)));
+    EXPECT_TRUE(same_bits(detail::reverse_cumsum(x, 1), detail::reverse_cumsum(w, 1).to(half)));
+    EXPECT_TRUE(
+        same_bits(detail::take_along_dim(x, idx, 1), detail::take_along_dim(w, idx, 1).to(half)));
+    EXPECT_TRUE(same_bits(detail::scatter_add_along_dim(x, idx, 1, {3, 4}),
+                          detail::scatter_add_along_dim(w, idx, 1, {3, 4}).to(half)));
+    // A lone operand with its labels in order stays a view.
+    EXPECT_EQ(einsum("ij->ij", {x}).storage(), x.storage());
+    const Tensor q = Tensor::randn({2, 3, 4}, 11, 0, half);
+    const Tensor k = Tensor::randn({2, 5, 4}, 12, 0, half);
+    const Tensor v = Tensor::randn({2, 5, 4}, 13, 0, half);
+    const Tensor g = Tensor::randn({2, 3, 4}, 14, 0, half);
+    const auto f = [](const Tensor& t) { return t.to(DType::Float32); };
+    using detail::SdpaInput;
+    for (SdpaInput which : {SdpaInput::Query, SdpaInput::Key, SdpaInput::Value}) {
+      EXPECT_TRUE(same_bits(
+          detail::sdpa_backward(which, g, q, k, v, Tensor(), true, 0.5, 0),
+          detail::sdpa_backward(which, f(g), f(q), f(k), f(v), Tensor(), true, 0.5, 0).to(half)));
+    }
+    // Mixed dtypes promote (bfloat16 with float32 is float32), no 16-bit path.
+    EXPECT_EQ(mm(x, w.t()).dtype(), DType::Float32);
+    EXPECT_THROW(detail::sdpa_forward(q, f(k), v, Tensor(), false, 0.5, 0), Error);
+  }
+}
+
+// Accumulation in float32, not in 16 bits: 4096 ones sum to 4096 (a
+// bfloat16 running sum would stop at 256), and a bfloat16 mm of such rows too.
+TEST(HalfOpsTest, ReductionsAndProductsAccumulateInFloat32) {
+  const Tensor ones = Tensor::ones({4096}, DType::BFloat16);
+  EXPECT_EQ(sum(ones).item<double>(), 4096.0);
+  EXPECT_EQ(mean(ones).item<double>(), 1.0);
+  EXPECT_EQ(cumsum(ones, 0).to(DType::Float32).to_vector<float>().back(), 4096.0f);
+  const Tensor m = mm(ones.view({1, 4096}), ones.view({4096, 1}));
+  EXPECT_EQ(m.dtype(), DType::BFloat16);
+  EXPECT_EQ(m.item<double>(), 4096.0);
+  const Tensor h = Tensor::ones({3000}, DType::Float16);
+  EXPECT_EQ(sum(h).item<double>(), 3000.0);  // float16 steps by 2 above 2048
+  EXPECT_EQ(einsum("i,i->", {h, h}).item<double>(), 3000.0);
+}
+
+// Ops that only move elements keep the 16-bit bits (also a NaN's payload
+// where they move it directly).
+TEST(HalfOpsTest, MovesKeepBits) {
+  Tensor x = Tensor::randn({3, 4}, 5, 0, DType::BFloat16).contiguous();
+  x.data_ptr<BFloat16>()[1] = BFloat16::from_bits(0x7FA1);  // a NaN with a payload
+  const Tensor idx = Tensor::from_vector(std::vector<int64_t>{2, 0, 1, 1}, Shape{1, 4});
+  const Tensor g = gather(x, 0, idx);
+  for (int64_t j = 0; j < 4; ++j) {
+    const int64_t r = idx.to_vector<int64_t>()[static_cast<size_t>(j)];
+    EXPECT_TRUE(same_bits(g.select(0, 0).select(0, j), x.select(0, r).select(0, j)));
+  }
+  const Tensor last_row = x.narrow(0, 2, 1).narrow(1, 0, 3);  // tril(x) keeps it
+  EXPECT_TRUE(same_bits(tril(x).narrow(0, 2, 1).narrow(1, 0, 3), last_row));
+  EXPECT_TRUE(same_bits(cat({x, x}, 0).narrow(0, 3, 3), x));
+  EXPECT_TRUE(same_bits(index_select(x, 1, Tensor::arange(4)), x));
+  EXPECT_TRUE(same_bits(x.t().contiguous().t(), x));
+}
+
+// Gradients on bfloat16 run the same ops, each in float32 rounded once: a
+// linear layer into cross_entropy gives bfloat16 gradients within a few
+// bfloat16 steps of the float32 gradients (rounded per op, not once, so
+// not bitwise).
+TEST(HalfOpsTest, LinearCrossEntropyBackwardInBFloat16) {
+  const DeviceMesh mesh(World::simulated(1), {1});
+  // Values a bfloat16 holds, so that both runs start from the same numbers.
+  const Tensor x = Tensor::randn({6, 8}, 1, 0, DType::BFloat16).to(DType::Float32);
+  const Tensor w = Tensor::randn({5, 8}, 2, 0, DType::BFloat16).to(DType::Float32);
+  const Tensor b = Tensor::randn({5}, 3, 0, DType::BFloat16).to(DType::Float32);
+  const Tensor target = Tensor::randint(0, 5, {6}, 4);
+  auto grads = [&](DType dtype) {
+    DTensor dx = distribute_tensor(x.to(dtype), mesh, {Replicate()});
+    DTensor dw = distribute_tensor(w.to(dtype), mesh, {Replicate()});
+    DTensor db = distribute_tensor(b.to(dtype), mesh, {Replicate()});
+    const DTensor t = distribute_tensor(target, mesh, {Replicate()});
+    dx.requires_grad_();
+    dw.requires_grad_();
+    db.requires_grad_();
+    const DTensor loss = cross_entropy(linear(dx, dw, db), t);
+    EXPECT_EQ(loss.dtype(), dtype);
+    loss.backward();
+    return std::vector<Tensor>{dx.grad()->full_tensor(), dw.grad()->full_tensor(),
+                               db.grad()->full_tensor()};
+  };
+  const std::vector<Tensor> half = grads(DType::BFloat16);
+  const std::vector<Tensor> full = grads(DType::Float32);
+  for (size_t i = 0; i < half.size(); ++i) {
+    EXPECT_EQ(half[i].dtype(), DType::BFloat16);
+    // A bfloat16 step is 2^-8 of the value; a few per-op roundings.
+    EXPECT_TRUE(allclose(half[i].to(DType::Float32), full[i], 0x1p-5, 0x1p-9))
+        << i << "\n" << half[i] << "\n" << full[i];
+  }
+}
+
+}  // namespace
+}  // namespace dtensor
