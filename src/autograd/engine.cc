@@ -174,7 +174,9 @@ class AccumulateGrad final : public Node {
     if (leaf->grad_placements) {
       RedistributeOptions o;
       o.allow_new_partial = true;  // asked for explicitly
-      grad = grad.redistribute(*leaf->grad_placements, o);
+      const DType own = grad.dtype();
+      if (leaf->grad_reduce_dtype) grad = grad.to(*leaf->grad_reduce_dtype);
+      grad = grad.redistribute(*leaf->grad_placements, o).to(own);
     }
     if (leaf->grad) leaf->grad = add(*leaf->grad, grad);
     else leaf->grad = std::move(grad);
@@ -328,7 +330,7 @@ bool DTensor::requires_grad() const { return autograd_ && autograd_->requires_gr
 DTensor& DTensor::requires_grad_(bool requires_grad) {
   DT_CHECK(is_leaf(), "requires_grad_: only leaves can change whether they require grad; this ",
            "tensor was made by ", grad_fn_name(), " (use detach() for a leaf of the same data)");
-  DT_CHECK(!requires_grad || dtype() == DType::Float32 || dtype() == DType::Float64,
+  DT_CHECK(!requires_grad || is_floating(dtype()),
            "requires_grad_: only floating-point tensors can require gradients, got ",
            dtype_name(dtype()), " ", spec().to_string());
   if (!autograd_) {
