@@ -243,7 +243,13 @@ int run(int argc, char** argv) {
                     "rebuilds the learning-rate schedule for the new total)");
   train->add_flag("--no-check", train_no_check, "do not train the one-process reference");
   add_number(train, "--tolerance", train_args.tolerance,
-             "largest accepted |difference| of a loss or a parameter from one process", 0, true);
+             "largest accepted |difference| of a loss or a parameter from one process\n"
+             "(default 0.001; 0.05 with --mixed-precision)", 0, true);
+  train->add_option("--mixed-precision", train_args.mixed_precision,
+                    "none, bf16 or fp16: parameters gathered and computed in that dtype,\n"
+                    "float32 master weights, optimizer and gradient reductions (FSDP2's\n"
+                    "MixedPrecisionPolicy; needs fsdp or ddp in --scheme)")
+      ->capture_default_str()->check(one_of({"none", "bf16", "fp16"}));
   train->add_option("--svg", train_args.svg, "write the loss chart to this SVG file")
       ->capture_default_str();
   bool train_no_svg = false;
@@ -575,6 +581,7 @@ int run(int argc, char** argv) {
       if (cmd == train) {
         train_args.sequence_parallel = !train_no_sp;
         train_args.check = !train_no_check;
+        train_args.tolerance_given = train->get_option("--tolerance")->count() > 0;
         if (train_no_svg) train_args.svg.clear();
         return run_train(train_args);
       }

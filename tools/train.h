@@ -34,7 +34,16 @@ struct TrainArgs {
   std::string checkpoint_dir = "checkpoints";
   int save_every = 0;
   std::string resume;
+  // none | bf16 | fp16: FSDP2's MixedPrecisionPolicy with that param_dtype
+  // and float32 reduce_dtype (docs/mixed_precision.md).
+  std::string mixed_precision = "none";
+  // Whether --tolerance was given; else a mixed-precision run takes
+  // kMixedPrecisionTolerance.
+  bool tolerance_given = false;
 };
+// The default --tolerance of a --mixed-precision run (derived in
+// docs/mixed_precision.md, "dtensor train --mixed-precision").
+inline constexpr double kMixedPrecisionTolerance = 0.05;
 int run_train(const TrainArgs& args);
 
 }  // namespace dtensor::cli

@@ -112,6 +112,17 @@ std::unique_ptr<optim::SequentialLR> make_schedule(optim::AdamW& optimizer, cons
       std::vector<int64_t>{warmup});
 }
 
+// --mixed-precision: the 16-bit param_dtype, float32 reduce_dtype.
+MixedPrecisionPolicy policy_of(const TrainArgs& args) {
+  MixedPrecisionPolicy mp;
+  if (args.mixed_precision == "none") return mp;
+  DT_CHECK(args.mixed_precision == "bf16" || args.mixed_precision == "fp16", "--mixed-precision ",
+           quote(args.mixed_precision), " is not one of none, bf16, fp16");
+  mp.param_dtype = args.mixed_precision == "bf16" ? DType::BFloat16 : DType::Float16;
+  mp.reduce_dtype = DType::Float32;
+  return mp;
+}
+
 // One model with its optimizer and schedule, on a mesh.
 struct Trainer {
   std::unique_ptr<models::GPT> model;
@@ -123,18 +134,28 @@ struct Trainer {
   Trainer(const models::GPTConfig& config, const DeviceMesh& mesh, const Scheme& scheme,
           const TrainArgs& args)
       : model(std::make_unique<models::GPT>(mesh, config, args.seed)), clip(args.clip) {
-    if (scheme.tp)
+    const MixedPrecisionPolicy mp = policy_of(args);
+    if (scheme.tp) {
+      ParallelizeOptions tp_options;
+      tp_options.reduce_dtype = mp.reduce_dtype;
       parallelize_module(*model, scheme.tp_dim,
-                         models::gpt_tensor_parallel_plan(args.sequence_parallel));
+                         models::gpt_tensor_parallel_plan(args.sequence_parallel), tp_options);
+    }
     if (scheme.fsdp) {
       FullyShardOptions options;
       options.mesh_dims = {scheme.dp_dim};
+      options.mp_policy = mp;
       for (auto& [name, module] : model->named_modules())
         if (name.rfind("blocks.", 0) == 0 && name.find('.', 7) == std::string::npos)
           fully_shard(*module, options);
       fully_shard(*model, options);
     }
-    if (scheme.ddp) replicate(*model, {scheme.dp_dim});
+    if (scheme.ddp) {
+      ReplicateOptions options;
+      options.mesh_dims = {scheme.dp_dim};
+      options.mp_policy = mp;
+      replicate(*model, options);
+    }
     std::vector<std::pair<std::string, DTensor>> params;
     for (auto& [name, p] : model->named_parameters()) params.emplace_back(name, *p);
     optim::AdamOptions options;
@@ -415,10 +436,16 @@ struct StepTable {
 
 }  // namespace
 
-int run_train(const TrainArgs& args) {
+int run_train(const TrainArgs& given) {
+  TrainArgs args = given;
+  const bool mixed = policy_of(args).param_dtype.has_value();
+  if (mixed && !args.tolerance_given) args.tolerance = kMixedPrecisionTolerance;
   const Shape mesh_shape = parse_mesh_arg(args.mesh);
   const int64_t ranks = mesh_rank_count(mesh_shape, args.mesh);
   const Scheme scheme = parse_scheme(args.scheme, static_cast<int>(mesh_shape.size()), args.mesh);
+  DT_CHECK(!mixed || scheme.fsdp || scheme.ddp, "--mixed-precision ", args.mixed_precision,
+           " needs fsdp or ddp in --scheme (the policy is applied by fully_shard and "
+           "replicate), got --scheme ", args.scheme);
   DT_CHECK(args.steps >= 1, "--steps ", args.steps, " must be at least 1");
   // Every path the run writes is checked before any work, so that a long
   // run does not fail at its end on a path it could have refused at once.
@@ -452,7 +479,11 @@ int run_train(const TrainArgs& args) {
   if (args.check) {
     one_world.emplace(World::simulated(1));
     one_mesh.emplace(*one_world, Shape{1}, std::vector<std::string>{"one"});
-    reference = std::make_unique<Trainer>(config, *one_mesh, Scheme{}, args);
+    // Under a mixed-precision policy the reference applies it too, by
+    // fully_shard on its one rank (which gathers nothing).
+    Scheme one;
+    if (mixed) one.fsdp = true, one.dp_dim = 0;
+    reference = std::make_unique<Trainer>(config, *one_mesh, one, args);
   }
 
   // A resumed run continues the distributed training from its checkpoint;
@@ -508,6 +539,10 @@ int run_train(const TrainArgs& args) {
        << (args.clip > 0 ? ", gradient norm clipped to " + std::to_string(args.clip).substr(0, 4)
                          : "")
        << "\n";
+    if (mixed)
+      os << "  precision " << (args.mixed_precision == "bf16" ? "bfloat16" : "float16")
+         << " parameters and activations, float32 master weights, optimizer and gradient\n"
+         << "          reductions (the reference: the same policy on one process)\n";
     if (resume)
       os << "  resumed from " << args.resume << " at step " << first_step
          << (rescheduled ? ", the learning-rate schedule rebuilt for " +
@@ -643,6 +678,7 @@ int run_train(const TrainArgs& args) {
     j["mesh"] = dims_json(mesh.shape());
     j["names"] = mesh.names();
     j["scheme"] = args.scheme;
+    j["mixed_precision"] = args.mixed_precision;
     j["sequence_parallel"] = args.sequence_parallel;
     j["parameters"] = numel;
     j["first_step"] = first_step;

@@ -31,11 +31,35 @@
 // the optimizer is made. Thread safety: a model is trained by one thread.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "dtensor/nn.h"
 
 namespace dtensor {
+
+// Mixed precision for fully_shard and replicate, as FSDP2's
+// MixedPrecisionPolicy (torch.distributed.fsdp.MixedPrecisionPolicy). The
+// sharded parameters, their gradients and the optimizer's state keep the
+// parameters' own dtype (float32: the master weights); unset fields change
+// nothing.
+//   param_dtype: fully_shard casts each shard to it before the all-gather,
+//     which then carries it (bfloat16: half the bytes of float32), and the
+//     module computes with the gathered values in it. replicate ignores it.
+//   reduce_dtype: every gradient reduction of the module's parameters runs
+//     in it: fully_shard's reduce-scatter (and the all-reduce of a gradient
+//     Partial on a tensor-parallel dim before it), replicate's all-reduce;
+//     the result is cast to the parameter's dtype once, after the reduction.
+//     Unset: param_dtype's (FSDP2's rule), else the gradient's own.
+//   output_dtype: the module's floating outputs are cast to it.
+//   cast_forward_inputs: the module's floating input is cast to param_dtype.
+// docs/mixed_precision.md has the rounding this gives and what is exact.
+struct MixedPrecisionPolicy {
+  std::optional<DType> param_dtype = std::nullopt;
+  std::optional<DType> reduce_dtype = std::nullopt;
+  std::optional<DType> output_dtype = std::nullopt;
+  bool cast_forward_inputs = true;
+};
 
 struct FullyShardOptions {
   // The data-parallel mesh dims the parameters are sharded over (ascending;
@@ -46,6 +70,7 @@ struct FullyShardOptions {
   // forward) always keeps them until after backward, as FSDP2 does: its
   // backward starts right away.
   bool reshard_after_forward = true;
+  MixedPrecisionPolicy mp_policy = {};
 };
 
 // Shards the parameters of `module` (and its descendants) not already
@@ -65,5 +90,12 @@ bool is_fully_sharded(const nn::Module& module);
 // mesh dim out of range, a parameter sharded or Partial on a dp dim, or a
 // module already fully_shard'ed or replicate'd.
 void replicate(nn::Module& module, const std::vector<int>& mesh_dims = {0});
+
+struct ReplicateOptions {
+  std::vector<int> mesh_dims = {0};
+  // Only reduce_dtype applies: the all-reduce of each gradient runs in it.
+  MixedPrecisionPolicy mp_policy = {};
+};
+void replicate(nn::Module& module, const ReplicateOptions& options);
 
 }  // namespace dtensor

@@ -49,8 +49,10 @@ class LayerNorm;
 
 // x redistributed so that mesh dim `mesh_dim` has placement `p` (a negative
 // shard dim counts from the end); the other mesh dims keep theirs. Returns x
-// itself when it is already so.
-DTensor with_placement(const DTensor& x, int mesh_dim, Placement p);
+// itself when it is already so. `options` are the redistribute's (its
+// backward_dtype: the dtype the gradient moves back in).
+DTensor with_placement(const DTensor& x, int mesh_dim, Placement p,
+                       const RedistributeOptions& options = {});
 
 // Column-parallel Linear (ColwiseParallel; Megatron's ColumnParallelLinear):
 // y = x W^T + b with W (out, in) as Shard(0) on tp and b as Shard(0): each

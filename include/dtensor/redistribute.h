@@ -130,6 +130,14 @@ struct RedistributeOptions {
   // the source. Unset: the source's, with Partial as Replicate (PyTorch's
   // rule; backward never makes a Partial). Planning ignores it.
   std::optional<Placements> grad_placements = std::nullopt;
+  // As PyTorch's redistribute(..., forward_dtype, backward_dtype): the
+  // tensor is cast to forward_dtype before it moves (the result is of that
+  // dtype), and in backward the gradient is cast to backward_dtype before
+  // it moves back (then to the source's dtype, which autograd does for
+  // every input). A mixed-precision step uses them to move bfloat16
+  // activations and reduce their gradients in float32.
+  std::optional<DType> forward_dtype = std::nullopt;
+  std::optional<DType> backward_dtype = std::nullopt;
 };
 
 // The cheapest plan from `from` to `to` under the mesh's cost model.

@@ -96,8 +96,18 @@ using ParallelizePlan = std::vector<std::pair<std::string, ParallelStyle>>;
 // Applies `style` to `module` (named `name` in messages), the tp mesh dim
 // being `tp_mesh_dim` of the module's mesh. Throws dtensor::Error for a
 // style on a module type it does not support.
+struct ParallelizeOptions {
+  // The dtype the styles' gradient reductions run in: the moves of their
+  // inputs and outputs are redistributes with this backward_dtype, so
+  // Megatron's all-reduce of an input gradient (and sequence parallelism's
+  // reduce-scatter) reduces in it, e.g. float32 gradients of bfloat16
+  // activations (MixedPrecisionPolicy::reduce_dtype of the same step).
+  // Unset: the gradient's own dtype.
+  std::optional<DType> reduce_dtype = std::nullopt;
+};
+
 void apply_style(nn::Module& module, const std::string& name, int tp_mesh_dim,
-                 const ParallelStyle& style);
+                 const ParallelStyle& style, const ParallelizeOptions& options = {});
 
 // Applies each plan entry to every module of `root` its name matches.
 // Throws dtensor::Error, before changing anything, for an entry matching no
@@ -105,7 +115,8 @@ void apply_style(nn::Module& module, const std::string& name, int tp_mesh_dim,
 // on an unsupported module type.
 // REQUIRES: the parameters are not yet held by an optimizer (it would keep
 // the old leaves); parallelize before making one, as in PyTorch.
-void parallelize_module(nn::Module& root, int tp_mesh_dim, const ParallelizePlan& plan);
+void parallelize_module(nn::Module& root, int tp_mesh_dim, const ParallelizePlan& plan,
+                        const ParallelizeOptions& options = {});
 
 // The style of the plan's last entry matching `module_name`, if any.
 std::optional<ParallelStyle> style_for(const ParallelizePlan& plan,

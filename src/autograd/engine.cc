@@ -174,7 +174,9 @@ class AccumulateGrad final : public Node {
     if (leaf->grad_placements) {
       RedistributeOptions o;
       o.allow_new_partial = true;  // asked for explicitly
-      grad = grad.redistribute(*leaf->grad_placements, o);
+      const DType own = grad.dtype();
+      if (leaf->grad_reduce_dtype) grad = grad.to(*leaf->grad_reduce_dtype);
+      grad = grad.redistribute(*leaf->grad_placements, o).to(own);
     }
     if (leaf->grad) leaf->grad = add(*leaf->grad, grad);
     else leaf->grad = std::move(grad);

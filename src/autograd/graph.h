@@ -50,6 +50,9 @@ struct Meta {
   bool retains_grad = false;
   // A leaf's gradient is moved to these before it is added (from_local's).
   std::optional<Placements> grad_placements;
+  // The dtype that move runs in (replicate's mp_policy.reduce_dtype); the
+  // moved gradient is cast back to its own dtype after it.
+  std::optional<DType> grad_reduce_dtype;
   // A module parameter that nn::replace_parameter replaced: what replaced
   // it ("parallelize_module"), so that an optimizer still holding it can
   // say so instead of stepping a tensor the model no longer reads.

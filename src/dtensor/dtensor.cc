@@ -95,6 +95,14 @@ DTensor DTensor::redistribute(const Placements& placements,
                               const RedistributeOptions& options) const {
   check_placement_count(spec(), placements);
   if (options.grad_placements) check_placement_count(spec(), *options.grad_placements);
+  for (const std::optional<DType>& d : {options.forward_dtype, options.backward_dtype})
+    DT_CHECK(!d || is_floating(*d), "redistribute: forward_dtype and backward_dtype must be "
+             "floating dtypes, got ", *d);
+  if (options.forward_dtype && *options.forward_dtype != dtype()) {
+    RedistributeOptions rest = options;
+    rest.forward_dtype.reset();
+    return to(*options.forward_dtype).redistribute(placements, rest);
+  }
   DTensorSpec target = spec().with_placements(placements);
   // A no-op is the tensor itself, for autograd too (its backward is a
   // no-op), unless grad_placements asks the gradient to move.
@@ -116,10 +124,12 @@ DTensor DTensor::redistribute(const Placements& placements,
       for (Placement& p : to)
         if (p.is_partial()) p = Replicate();
     autograd::record(result, "redistribute", {this}, {},
-                     [to, explicit_placements](const autograd::Context& c) {
+                     [to, explicit_placements,
+                      backward_dtype = options.backward_dtype](const autograd::Context& c) {
                        RedistributeOptions o;
                        o.allow_new_partial = explicit_placements;
-                       return autograd::Grads{c.grad.redistribute(to, o)};
+                       const DTensor g = backward_dtype ? c.grad.to(*backward_dtype) : c.grad;
+                       return autograd::Grads{g.redistribute(to, o)};
                      });
   }
   if (verify_detail::should_verify() && !local_.empty()) {

@@ -93,7 +93,7 @@ void Module::check_new_name(const std::string& name) const {
 DTensor* Module::register_parameter(const std::string& name, const Tensor& full) {
   DTensor value =
       distribute_tensor(full, mesh_, Placements(static_cast<size_t>(mesh_.ndim()), Replicate()));
-  if (full.dtype() == DType::Float32 || full.dtype() == DType::Float64) value.requires_grad_();
+  if (is_floating(full.dtype())) value.requires_grad_();
   return register_parameter(name, std::move(value));
 }
 

@@ -525,11 +525,17 @@ DTensor embedding_backward(const DTensor& grad, const DTensor& indices, int64_t 
                const ShardExtent e = *s.output.extent_of_rank(rank);
                Tensor out = Tensor::zeros(e.local_shape, s.output.dtype());
                if (out.numel() == 0) return out;
-               const Tensor g = t[0]->contiguous();
                const std::vector<int64_t> idx = t[1]->to_vector<int64_t>();
-               if (g.dtype() == DType::Float64) add_rows<double>(g, idx, e.global_offset[0], out);
-               else add_rows<float>(g, idx, e.global_offset[0], out);
-               return out;
+               if (t[0]->dtype() == DType::Float64) {
+                 add_rows<double>(t[0]->contiguous(), idx, e.global_offset[0], out);
+                 return out;
+               }
+               // float32, and the 16-bit floats summed in float32 and rounded
+               // once (PyTorch's CPU kernel adds in the 16-bit type, rounding
+               // at every repeated index).
+               Tensor acc = is_half(out.dtype()) ? out.to(DType::Float32) : out;
+               add_rows<float>(t[0]->to(DType::Float32).contiguous(), idx, e.global_offset[0], acc);
+               return is_half(out.dtype()) ? acc.to(out.dtype()) : acc;
              });
 }
 
@@ -580,11 +586,13 @@ DTensor rms_norm(const DTensor& x, const Shape& normalized_shape,
                          [&](const Tensor& t, const Tensor& w, const Tensor&) {
                            return rms_norm(t, normalized_shape, w, eps);
                          });
-  // The plain op's default: the machine epsilon of x's dtype, as in PyTorch.
-  const double e = eps ? *eps
-                       : x.dtype() == DType::Float64
-                             ? static_cast<double>(std::numeric_limits<double>::epsilon())
-                             : static_cast<double>(std::numeric_limits<float>::epsilon());
+  // The plain op's default: the machine epsilon of x's dtype, as in PyTorch
+  // (torch.finfo: 2^-7 for bfloat16, 2^-10 for float16).
+  const double e = eps                            ? *eps
+                   : x.dtype() == DType::Float64  ? std::numeric_limits<double>::epsilon()
+                   : x.dtype() == DType::BFloat16 ? 0x1p-7
+                   : x.dtype() == DType::Float16  ? 0x1p-10
+                                                  : std::numeric_limits<float>::epsilon();
   record_norm(out, false, x, normalized_shape, weight, std::nullopt, e);
   return out;
 }

@@ -18,6 +18,13 @@
 // the dependencies) and reduce-scatters the gradients they kept at once.
 // (The engine's nodes have one output; the token is how one node gets the
 // gradients of several tensors.)
+//
+// Mixed precision (MixedPrecisionPolicy): the flat buffer of the gather is
+// of param_dtype, each shard cast into it, so the unsharded values are of
+// param_dtype; each UnshardNode casts its gradient to reduce_dtype before
+// it moves (a tensor-parallel Partial reduced on its way), the flat
+// gradient is of reduce_dtype, and each leaf's cut of the reduce-scatter's
+// result is cast to the leaf's dtype once, after the reduction.
 #include "dtensor/fsdp.h"
 
 #include <algorithm>
@@ -67,7 +74,12 @@ struct Group {
   DeviceMesh dp_mesh;  // the mesh the collectives run on: mesh, or its dp dims flattened
   int dp_dim = 0;
   bool reshard_after_forward = true;
-  DType dtype = DType::Float32;
+  DType dtype = DType::Float32;  // the sharded parameters' (and their gradients')
+  MixedPrecisionPolicy mp;
+  // The dtype the gather carries and the module computes in.
+  DType param_dtype() const { return mp.param_dtype.value_or(dtype); }
+  // The dtype of the gradient reductions.
+  DType reduce_dtype() const { return mp.reduce_dtype.value_or(param_dtype()); }
   std::vector<Param> params;
   std::map<int, RankLayout> layouts;  // per held rank of the mesh
 
@@ -129,7 +141,7 @@ DTensor unpack_param(const std::any& a) {
 std::vector<DTensor> Group::gather() const {
   LocalTensor in;
   for (const auto& [rank, l] : layouts) {
-    Tensor flat = Tensor::zeros({l.total}, dtype);
+    Tensor flat = Tensor::zeros({l.total}, param_dtype());
     for (size_t k = 0; k < params.size(); ++k) {
       const Tensor s = params[k].sharded.to_local(rank);
       if (s.numel() > 0) flat.narrow(0, l.offset[k], s.numel()).copy_(s.reshape({-1}));
@@ -153,7 +165,9 @@ std::vector<DTensor> Group::gather() const {
       }
       local.set(rank, cat(pieces, 0).contiguous());
     }
-    values.emplace_back(params[k].unsharded_spec, std::move(local));
+    const DTensorSpec& u = params[k].unsharded_spec;
+    values.emplace_back(DTensorSpec(u.mesh(), u.placements(), u.shape(), param_dtype()),
+                        std::move(local));
   }
   return values;
 }
@@ -200,7 +214,7 @@ class GatherNode final : public autograd::Node {
     LocalTensor in;
     for (const auto& [rank, l] : g.layouts) {
       const int64_t n = static_cast<int64_t>(l.rows.empty() ? 1 : l.rows[0].size());
-      Tensor flat = Tensor::zeros({n * l.total}, g.dtype);
+      Tensor flat = Tensor::zeros({n * l.total}, g.reduce_dtype());
       for (size_t k = 0; k < g.params.size(); ++k) {
         if (!call_->grads[k]) continue;
         const Tensor local = call_->grads[k]->to_local(rank);
@@ -225,8 +239,8 @@ class GatherNode final : public autograd::Node {
         Shape shape = l.trailing[k];
         const int64_t rows = l.rows[k][static_cast<size_t>(l.member)];
         shape.insert(0, rows);
-        local.set(rank, out.shard(rank).narrow(0, l.offset[k], rows * l.row_numel[k])
-                            .view(shape).clone());
+        const Tensor cut = out.shard(rank).narrow(0, l.offset[k], rows * l.row_numel[k]).view(shape);
+        local.set(rank, cut.dtype() == g.dtype ? cut.clone() : cut.to(g.dtype));
       }
       grads[k] = DTensor(g.params[k].sharded.spec(), std::move(local));
     }
@@ -254,7 +268,7 @@ class UnshardNode final : public autograd::Node {
 
   autograd::Grads apply(DTensor grad) override {
     const Param& p = group_->params[index_];
-    DTensor g = ready_for_reduce_scatter(grad, *group_, p);
+    DTensor g = ready_for_reduce_scatter(grad.to(group_->reduce_dtype()), *group_, p);
     std::optional<DTensor>& kept = call_->grads[index_];
     kept = kept ? add(*kept, g) : g;
     return {token_grad_};
@@ -396,6 +410,21 @@ std::vector<int> checked_dims(const DeviceMesh& mesh, std::vector<int> dims, con
 
 std::string placements_text(const DTensor& p) { return to_string(p.placements()); }
 
+void check_policy(const MixedPrecisionPolicy& mp, const char* api) {
+  for (const auto& [field, d] : {std::pair{"param_dtype", mp.param_dtype},
+                                 std::pair{"reduce_dtype", mp.reduce_dtype},
+                                 std::pair{"output_dtype", mp.output_dtype}})
+    DT_CHECK(!d || is_floating(*d), api, ": mp_policy.", field, " must be a floating dtype "
+             "(float32, float64, bfloat16, float16), got ", *d);
+}
+
+// x cast to `dtype` when it is floating and of another one (differentiable:
+// the gradient comes back in x's dtype).
+DTensor cast_floating(const DTensor& x, std::optional<DType> dtype) {
+  if (!dtype || !is_floating(x.dtype()) || x.dtype() == *dtype) return x;
+  return x.to(*dtype);
+}
+
 }  // namespace
 
 void fully_shard(nn::Module& module, const FullyShardOptions& options) {
@@ -406,6 +435,8 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
   group->dp_dims = dp_dims;
   group->dp_dim = dp_dims.size() == 1 ? dp_dims[0] : 0;
   group->reshard_after_forward = options.reshard_after_forward;
+  check_policy(options.mp_policy, "fully_shard");
+  group->mp = options.mp_policy;
 
   bool first = true;
   for (auto& [name, slot] : module.named_parameters()) {
@@ -484,11 +515,11 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
   take(module, marker, group);
   module.register_forward_pre_hook([group, marker](nn::Module&, const DTensor& x) {
     if (!group->params.empty()) pre_forward(group);
-    return x;
+    return group->mp.cast_forward_inputs ? cast_floating(x, group->mp.param_dtype) : x;
   });
   module.register_forward_hook([group](nn::Module&, const DTensor&, const DTensor& y) {
     if (!group->params.empty()) post_forward(group);
-    return y;
+    return cast_floating(y, group->mp.output_dtype);
   });
 }
 
@@ -501,9 +532,18 @@ bool is_fully_sharded(const nn::Module& module) {
 }
 
 void replicate(nn::Module& module, const std::vector<int>& mesh_dims) {
+  ReplicateOptions options;
+  options.mesh_dims = mesh_dims;
+  replicate(module, options);
+}
+
+void replicate(nn::Module& module, const ReplicateOptions& options) {
   const DeviceMesh& mesh = module.mesh();
   DT_CHECK(!taken(module), "replicate: the module is already under fully_shard or replicate");
-  const std::vector<int> dims = checked_dims(mesh, mesh_dims, "replicate");
+  const std::vector<int> dims = checked_dims(mesh, options.mesh_dims, "replicate");
+  const MixedPrecisionPolicy& mp = options.mp_policy;
+  check_policy(mp, "replicate");
+  std::vector<DTensor*> slots;
   for (auto& [name, slot] : module.named_parameters()) {
     DT_CHECK(slot->mesh() == mesh, "replicate: parameter '", name, "' lives on mesh ",
              slot->mesh().to_string(), ", not the module's ", mesh.to_string());
@@ -511,16 +551,45 @@ void replicate(nn::Module& module, const std::vector<int>& mesh_dims) {
       DT_CHECK(slot->placements()[static_cast<size_t>(d)].is_replicate(), "replicate: parameter '",
                name, "' is ", placements_text(*slot),
                "; it must be Replicate on the data-parallel mesh dim ", d);
+    slots.push_back(slot);
     if (!slot->requires_grad()) continue;
     // The gradient is moved to the parameter's own layout before it is
-    // added: a Partial(sum) over dp (batch-sharded data) is all-reduced.
-    autograd::MetaAccess::of(*slot)->grad_placements = slot->placements();
+    // added: a Partial(sum) over dp (batch-sharded data) is all-reduced, in
+    // reduce_dtype when the policy names one (or param_dtype, FSDP2's rule).
+    auto& meta = *autograd::MetaAccess::of(*slot);
+    meta.grad_placements = slot->placements();
+    if (mp.reduce_dtype || mp.param_dtype)
+      meta.grad_reduce_dtype = mp.reduce_dtype ? *mp.reduce_dtype : *mp.param_dtype;
   }
-  // The module is marked for as long as it lives (the hook owns the marker).
+  // The module is marked for as long as it lives (the hooks own the marker).
   auto marker = std::make_shared<int>(0);
   take(module, marker, nullptr);
+  if (!mp.param_dtype) {
+    module.register_forward_hook([marker, mp](nn::Module&, const DTensor&, const DTensor& y) {
+      return cast_floating(y, mp.output_dtype);
+    });
+    return;
+  }
+  // param_dtype: the module reads casts of its parameters during forward
+  // (differentiable: the gradient reaches the parameter in its own dtype),
+  // and the parameters themselves again after it.
+  auto leaves = std::make_shared<std::vector<DTensor>>();
+  module.register_forward_pre_hook([slots, leaves, mp](nn::Module&, const DTensor& x) {
+    // A forward that threw left the casts in place: restore first.
+    for (size_t k = 0; k < leaves->size(); ++k) *slots[k] = (*leaves)[k];
+    leaves->clear();
+    for (DTensor* slot : slots) {
+      leaves->push_back(*slot);
+      *slot = cast_floating(*slot, mp.param_dtype);
+    }
+    return mp.cast_forward_inputs ? cast_floating(x, mp.param_dtype) : x;
+  });
   module.register_forward_hook(
-      [marker](nn::Module&, const DTensor&, const DTensor& y) { return y; });
+      [slots, leaves, marker, mp](nn::Module&, const DTensor&, const DTensor& y) {
+        for (size_t k = 0; k < slots.size() && k < leaves->size(); ++k) *slots[k] = (*leaves)[k];
+        leaves->clear();
+        return cast_floating(y, mp.output_dtype);
+      });
 }
 
 }  // namespace dtensor

@@ -37,7 +37,8 @@ void check_output(Placement p, const char* layer) {
 
 }  // namespace
 
-DTensor with_placement(const DTensor& x, int mesh_dim, Placement p) {
+DTensor with_placement(const DTensor& x, int mesh_dim, Placement p,
+                       const RedistributeOptions& options) {
   DT_CHECK(mesh_dim >= 0 && mesh_dim < x.mesh().ndim(), "with_placement: mesh dim ", mesh_dim,
            " is out of range for a mesh of ", x.mesh().ndim(), " dims (", x.mesh().to_string(), ")");
   if (p.is_shard() && p.dim() < 0) {
@@ -49,7 +50,7 @@ DTensor with_placement(const DTensor& x, int mesh_dim, Placement p) {
   if (x.placements()[static_cast<size_t>(mesh_dim)] == p) return x;
   Placements to = x.placements();
   to[static_cast<size_t>(mesh_dim)] = p;
-  return x.redistribute(to);
+  return x.redistribute(to, options);
 }
 
 // ---- the layers: a module with a style applied ----
@@ -262,13 +263,18 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
            logits.shape(), " and target ", target.shape());
   DT_CHECK(target.dtype() == DType::Int64, op, ": target must be int64 class indices, got ",
            dtype_short_name(target.dtype()));
-  DT_CHECK(is_floating(logits.dtype()), op, ": logits must be float32 or float64, got ",
+  DT_CHECK(is_floating(logits.dtype()), op, ": logits must be of a floating dtype, got ",
            dtype_short_name(logits.dtype()));
   DT_CHECK(target.mesh() == logits.mesh(), op, ": logits and target must be on one mesh, got ",
            logits.mesh().to_string(), " and ", target.mesh().to_string());
   for (int64_t d = 0; d < target.dim(); ++d)
     DT_CHECK(target.shape()[d] == logits.shape()[d], op, ": target ", target.shape(),
              " must be the logits' shape ", logits.shape(), " without the class dim");
+  // The 16-bit floats compute in float32 (the widened logits, softmax
+  // statistics and gradient) and the loss is rounded once, as cross_entropy.
+  if (is_half(logits.dtype()))
+    return vocab_parallel_cross_entropy(logits.to(DType::Float32), target, tp, ignore_index)
+        .to(logits.dtype());
   const DeviceMesh& mesh = logits.mesh();
   const int64_t c = logits.dim() - 1;
   const int64_t classes = logits.shape()[c];

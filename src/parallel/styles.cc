@@ -27,16 +27,27 @@ void relayout(DTensor& slot, int tp, Placement on_tp) {
   nn::replace_parameter(slot, std::move(value), "parallelize_module");
 }
 
+// Where a style's hooks move things: the tp mesh dim, and the dtype their
+// gradients move back in (ParallelizeOptions::reduce_dtype).
+struct Tp {
+  int dim;
+  RedistributeOptions moves;  // backward_dtype only
+};
+
+DTensor move(const DTensor& x, const Tp& tp, Placement p) {
+  return with_placement(x, tp.dim, p, tp.moves);
+}
+
 // x made Replicate on mesh dim `tp` for a module that computes on the full
 // input, with its gradient brought back to x's own layout on tp (Partial as
 // Replicate): the partial input gradients of the ranks' slices are summed
 // there - Megatron's all_reduce in backward, or its reduce_scatter when x
 // arrives sequence-sharded - even when the forward had nothing to move.
-DTensor replicated_with_reduced_grad(const DTensor& x, int tp) {
-  if (!x.requires_grad()) return with_placement(x, tp, Replicate());
+DTensor replicated_with_reduced_grad(const DTensor& x, const Tp& tp) {
+  if (!x.requires_grad()) return move(x, tp, Replicate());
   Placements to = x.placements();
-  to[static_cast<size_t>(tp)] = Replicate();
-  RedistributeOptions options;
+  to[static_cast<size_t>(tp.dim)] = Replicate();
+  RedistributeOptions options = tp.moves;
   options.grad_placements = x.placements();
   for (Placement& p : *options.grad_placements)
     if (p.is_partial()) p = Replicate();
@@ -48,8 +59,8 @@ void check_style_output(Placement p, const char* style, const std::string& name)
            "': output_layouts must be Replicate, Shard(d) or Partial(sum), got ", to_string(p));
 }
 
-DTensor arrive(const DTensor& x, int tp, const std::optional<Placement>& input_layouts) {
-  return input_layouts ? with_placement(x, tp, *input_layouts) : x;
+DTensor arrive(const DTensor& x, const Tp& tp, const std::optional<Placement>& input_layouts) {
+  return input_layouts ? move(x, tp, *input_layouts) : x;
 }
 
 [[noreturn]] void unsupported(const char* style, const std::string& name, const char* supported) {
@@ -57,14 +68,14 @@ DTensor arrive(const DTensor& x, int tp, const std::optional<Placement>& input_l
            "' is none of them");
 }
 
-void apply(nn::Module& m, const std::string& name, int tp, const ColwiseParallel& s) {
+void apply(nn::Module& m, const std::string& name, const Tp& tp, const ColwiseParallel& s) {
   check_style_output(s.output_layouts, "ColwiseParallel", name);
   const auto input = s.input_layouts;
   if (auto* lin = dynamic_cast<nn::Linear*>(&m)) {
-    relayout(lin->weight(), tp, Shard(0));
-    if (lin->bias()) relayout(*lin->bias(), tp, Shard(0));
+    relayout(lin->weight(), tp.dim, Shard(0));
+    if (lin->bias()) relayout(*lin->bias(), tp.dim, Shard(0));
   } else if (auto* emb = dynamic_cast<nn::Embedding*>(&m)) {
-    relayout(emb->weight(), tp, Shard(1));
+    relayout(emb->weight(), tp.dim, Shard(1));
   } else {
     unsupported("ColwiseParallel", name, "nn::Linear and nn::Embedding");
   }
@@ -73,61 +84,61 @@ void apply(nn::Module& m, const std::string& name, int tp, const ColwiseParallel
   });
   const Placement out = s.output_layouts;
   m.register_forward_hook(
-      [tp, out](nn::Module&, const DTensor&, const DTensor& y) { return with_placement(y, tp, out); });
+      [tp, out](nn::Module&, const DTensor&, const DTensor& y) { return move(y, tp, out); });
 }
 
-void apply(nn::Module& m, const std::string& name, int tp, const RowwiseParallel& s) {
+void apply(nn::Module& m, const std::string& name, const Tp& tp, const RowwiseParallel& s) {
   check_style_output(s.output_layouts, "RowwiseParallel", name);
   const auto input = s.input_layouts;
   if (auto* lin = dynamic_cast<nn::Linear*>(&m)) {
-    relayout(lin->weight(), tp, Shard(1));
-    if (lin->bias()) relayout(*lin->bias(), tp, Replicate());
+    relayout(lin->weight(), tp.dim, Shard(1));
+    if (lin->bias()) relayout(*lin->bias(), tp.dim, Replicate());
     m.register_forward_pre_hook([tp, input](nn::Module&, const DTensor& x) {
-      return with_placement(arrive(x, tp, input), tp, Shard(-1));
+      return move(arrive(x, tp, input), tp, Shard(-1));
     });
   } else if (auto* emb = dynamic_cast<nn::Embedding*>(&m)) {
-    relayout(emb->weight(), tp, Shard(0));
+    relayout(emb->weight(), tp.dim, Shard(0));
     m.register_forward_pre_hook([tp, input, name](nn::Module&, const DTensor& ids) {
       DT_CHECK(ids.dtype() == DType::Int64, "RowwiseParallel embedding '", name,
                "': ids must be int64, got ", dtype_short_name(ids.dtype()), " of shape ",
                ids.shape());
-      return with_placement(arrive(ids, tp, input), tp, Replicate());
+      return move(arrive(ids, tp, input), tp, Replicate());
     });
   } else {
     unsupported("RowwiseParallel", name, "nn::Linear and nn::Embedding");
   }
   const Placement out = s.output_layouts;
   m.register_forward_hook(
-      [tp, out](nn::Module&, const DTensor&, const DTensor& y) { return with_placement(y, tp, out); });
+      [tp, out](nn::Module&, const DTensor&, const DTensor& y) { return move(y, tp, out); });
 }
 
-void apply(nn::Module& m, const std::string& name, int tp, const SequenceParallel& s) {
+void apply(nn::Module& m, const std::string& name, const Tp& tp, const SequenceParallel& s) {
   auto* norm = dynamic_cast<nn::LayerNorm*>(&m);
   if (!norm) unsupported("SequenceParallel", name, "nn::LayerNorm");
-  relayout(norm->weight(), tp, Replicate());
-  relayout(norm->bias(), tp, Replicate());
+  relayout(norm->weight(), tp.dim, Replicate());
+  relayout(norm->bias(), tp.dim, Replicate());
   const int64_t seq = s.sequence_dim;
   m.register_forward_pre_hook([tp, seq, name](nn::Module&, const DTensor& x) {
     DT_CHECK(x.dim() >= 2 && seq >= -x.dim() && seq < x.dim() - 1 && seq != -1,
              "SequenceParallel on '", name, "': sequence dim ", seq,
              " must be a dim before the normalised last dim of the input of shape ", x.shape());
-    return with_placement(x, tp, Shard(seq));
+    return move(x, tp, Shard(seq));
   });
 }
 
-void apply(nn::Module& m, const std::string&, int tp, const PrepareModuleInput& s) {
+void apply(nn::Module& m, const std::string&, const Tp& tp, const PrepareModuleInput& s) {
   const auto input = s.input_layouts;
   const Placement desired = s.desired_input_layouts;
   m.register_forward_pre_hook([tp, input, desired](nn::Module&, const DTensor& x) {
-    return with_placement(arrive(x, tp, input), tp, desired);
+    return move(arrive(x, tp, input), tp, desired);
   });
 }
 
-void apply(nn::Module& m, const std::string&, int tp, const PrepareModuleOutput& s) {
+void apply(nn::Module& m, const std::string&, const Tp& tp, const PrepareModuleOutput& s) {
   const auto output = s.output_layouts;
   const Placement desired = s.desired_output_layouts;
   m.register_forward_hook([tp, output, desired](nn::Module&, const DTensor&, const DTensor& y) {
-    return with_placement(arrive(y, tp, output), tp, desired);
+    return move(arrive(y, tp, output), tp, desired);
   });
 }
 
@@ -205,16 +216,21 @@ bool module_name_matches(const std::string& pattern, const std::string& name) {
 }
 
 void apply_style(nn::Module& module, const std::string& name, int tp_mesh_dim,
-                 const ParallelStyle& style) {
+                 const ParallelStyle& style, const ParallelizeOptions& options) {
   const DeviceMesh& mesh = module.mesh();
   DT_CHECK(tp_mesh_dim >= 0 && tp_mesh_dim < mesh.ndim(), "parallelize_module: tensor-parallel mesh dim ",
            tp_mesh_dim, " is out of range for module '", name, "' on a mesh of ", mesh.ndim(),
            " dims (", mesh.to_string(), ")");
   check_supported(style, module, name);
-  std::visit([&](const auto& s) { apply(module, name, tp_mesh_dim, s); }, style);
+  DT_CHECK(!options.reduce_dtype || is_floating(*options.reduce_dtype),
+           "parallelize_module: reduce_dtype must be a floating dtype, got ", *options.reduce_dtype);
+  Tp tp{tp_mesh_dim, {}};
+  tp.moves.backward_dtype = options.reduce_dtype;
+  std::visit([&](const auto& s) { apply(module, name, tp, s); }, style);
 }
 
-void parallelize_module(nn::Module& root, int tp_mesh_dim, const ParallelizePlan& plan) {
+void parallelize_module(nn::Module& root, int tp_mesh_dim, const ParallelizePlan& plan,
+                        const ParallelizeOptions& options) {
   DT_CHECK(tp_mesh_dim >= 0 && tp_mesh_dim < root.mesh().ndim(),
            "parallelize_module: tensor-parallel mesh dim ", tp_mesh_dim,
            " is out of range for a mesh of ", root.mesh().ndim(), " dims (",
@@ -245,7 +261,7 @@ void parallelize_module(nn::Module& root, int tp_mesh_dim, const ParallelizePlan
     targets.push_back(std::move(hit));
   }
   for (size_t i = 0; i < plan.size(); ++i)
-    for (const auto& [name, module] : targets[i]) apply_style(*module, name, tp_mesh_dim, plan[i].second);
+    for (const auto& [name, module] : targets[i]) apply_style(*module, name, tp_mesh_dim, plan[i].second, options);
 }
 
 std::optional<ParallelStyle> style_for(const ParallelizePlan& plan, const std::string& module_name) {

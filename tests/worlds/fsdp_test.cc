@@ -497,3 +497,201 @@ TEST_F(FsdpTest, ReplicateTrainsLikeOneRank) {
     }
   }
 }
+
+// ---- mixed precision (MixedPrecisionPolicy) ----------------------------------------------
+
+namespace {
+
+MixedPrecisionPolicy bf16_policy(std::optional<DType> reduce) {
+  MixedPrecisionPolicy mp;
+  mp.param_dtype = DType::BFloat16;
+  mp.reduce_dtype = reduce;
+  return mp;
+}
+
+// The bytes each collective kind moved in one forward and backward.
+struct StepBytes {
+  int64_t gather = 0, scatter = 0, all_reduce = 0;
+};
+
+StepBytes step_bytes(Net& net) {
+  CommDebugMode mode;
+  DTensor loss = loss_of(net, {0});
+  loss.backward();
+  return {mode.bytes(CollectiveKind::AllGather), mode.bytes(CollectiveKind::ReduceScatter),
+          mode.bytes(CollectiveKind::AllReduce)};
+}
+
+// The bound on how far a bfloat16 step of Net may drift from float32: each
+// rounding to bfloat16 errs by at most 2^-9 relative; a value of Net passes
+// through at most ~8 of them (input, weight, product, bias add, relu per
+// layer...), each error scaled by weights of magnitude < 1, so 8 * 2^-9 =
+// 1.6% of the value's magnitude (the loss and gradients are O(1) here).
+constexpr double kTolBf16 = 8.0 / 512;
+
+}  // namespace
+
+// param_dtype bf16, reduce_dtype f32: the all-gathers carry half the bytes
+// of a float32 step, the reduce-scatters as many; the leaves, their
+// gradients and the optimizer's view stay float32; the step follows the
+// float32 model within the bfloat16 bound, and a one-rank model under the
+// same policy.
+TEST_F(FsdpTest, MixedPrecisionGathersInParamDtypeAndReducesInReduceDtype) {
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  Net full(mesh, 2);
+  shard_model(full, {});
+  const StepBytes f32 = step_bytes(full);
+
+  Net net(mesh, 2);
+  FullyShardOptions o;
+  o.mp_policy = bf16_policy(DType::Float32);
+  shard_model(net, o);
+  const StepBytes mixed = step_bytes(net);
+  EXPECT_EQ(mixed.gather * 2, f32.gather);
+  EXPECT_EQ(mixed.scatter, f32.scatter);
+  EXPECT_EQ(mixed.all_reduce, f32.all_reduce);
+  for (auto& [name, p] : net.named_parameters()) {
+    EXPECT_EQ(p->dtype(), DType::Float32) << name;
+    ASSERT_TRUE(p->grad().has_value()) << name;
+    EXPECT_EQ(p->grad()->dtype(), DType::Float32) << name;
+    p->zero_grad();
+  }
+  for (auto& [name, p] : full.named_parameters()) p->zero_grad();
+
+  // reduce_dtype unset: param_dtype's, so the reduce-scatters halve too.
+  Net low(mesh, 2);
+  FullyShardOptions lo;
+  lo.mp_policy = bf16_policy(std::nullopt);
+  shard_model(low, lo);
+  EXPECT_EQ(step_bytes(low).scatter * 2, f32.scatter);
+
+  // Three steps against float32 (the bound above) and against one rank
+  // under the same policy (sums in another order: a bfloat16 rounding may
+  // go the other way, so the same bound).
+  World one = World::simulated(1);
+  DeviceMesh one_mesh(one, {1});
+  Net ref(one_mesh, 2);
+  shard_model(ref, o);
+  for (int step = 0; step < 3; ++step) {
+    const std::string at = "step " + std::to_string(step);
+    DTensor loss = loss_of(net, {0}), want = loss_of(full, {0}), one_loss = loss_of(ref, {0});
+    EXPECT_EQ(loss.dtype(), DType::Float32);  // bf16 output - f32 target
+    const double l = loss.full_tensor().item<double>();
+    EXPECT_NEAR(l, want.full_tensor().item<double>(), kTolBf16 * std::max(1.0, std::abs(l))) << at;
+    EXPECT_NEAR(l, one_loss.full_tensor().item<double>(), kTolBf16 * std::max(1.0, std::abs(l)))
+        << at;
+    loss.backward();
+    want.backward();
+    one_loss.backward();
+    auto a = net.named_parameters(), b = full.named_parameters();
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_LE(max_abs_diff(a[i].second->grad()->full_tensor(), b[i].second->grad()->full_tensor()),
+                kTolBf16)
+          << at << " gradient of " << a[i].first;
+    sgd_step(net);
+    sgd_step(full);
+    sgd_step(ref);
+  }
+}
+
+TEST_F(FsdpTest, MixedPrecisionCastsInputsAndOutputs) {
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  Net net(mesh, 1);
+  FullyShardOptions o;
+  o.mp_policy = bf16_policy(DType::Float32);
+  o.mp_policy.output_dtype = DType::Float32;
+  shard_model(net, o);
+  // The block computes in bfloat16 (its input cast, its parameters
+  // gathered so); the root's output is cast to float32.
+  DType block_out = DType::Float32;
+  net.blocks[0]->register_forward_hook([&](nn::Module&, const DTensor&, const DTensor& y) {
+    block_out = y.dtype();
+    return y;
+  });
+  const DTensor y = net(distribute_tensor(input(), mesh, {Shard(0)}));
+  EXPECT_EQ(block_out, DType::Float32);  // the block's own output_dtype too
+  EXPECT_EQ(y.dtype(), DType::Float32);
+  o.mp_policy.output_dtype.reset();
+  Net plain_out(mesh, 1);
+  shard_model(plain_out, o);
+  EXPECT_EQ(plain_out(distribute_tensor(input(), mesh, {Shard(0)})).dtype(), DType::BFloat16);
+
+  MixedPrecisionPolicy bad;
+  bad.param_dtype = DType::Int64;
+  FullyShardOptions bo;
+  bo.mp_policy = bad;
+  Net other(mesh, 1);
+  const std::string e = error_of([&] { fully_shard(other, bo); });
+  EXPECT_NE(e.find("param_dtype must be a floating dtype"), std::string::npos) << e;
+}
+
+// replicate's all-reduces run in reduce_dtype (param_dtype's when unset):
+// float32 bytes for a bf16 forward with reduce_dtype f32, half for bf16.
+TEST_F(FsdpTest, ReplicateReducesInReduceDtype) {
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  Net full(mesh, 2);
+  replicate(full);
+  const StepBytes f32 = step_bytes(full);
+  ASSERT_GT(f32.all_reduce, 0);
+  for (std::optional<DType> reduce : {std::optional<DType>(DType::Float32), std::optional<DType>()}) {
+    Net net(mesh, 2);
+    ReplicateOptions o;
+    o.mp_policy = bf16_policy(reduce);
+    replicate(net, o);
+    const StepBytes got = step_bytes(net);
+    EXPECT_EQ(got.all_reduce * (reduce ? 1 : 2), f32.all_reduce);
+    auto a = net.named_parameters(), b = full.named_parameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      const DTensor& p = *a[i].second;
+      EXPECT_EQ(p.dtype(), DType::Float32) << a[i].first;
+      ASSERT_TRUE(p.grad().has_value()) << a[i].first;
+      EXPECT_EQ(p.grad()->dtype(), DType::Float32) << a[i].first;
+      EXPECT_EQ(p.grad()->placements(), Placements{Replicate()}) << a[i].first;
+      EXPECT_LE(max_abs_diff(p.grad()->full_tensor(), b[i].second->grad()->full_tensor()),
+                kTolBf16)
+          << a[i].first;
+    }
+  }
+}
+
+// redistribute(forward_dtype, backward_dtype), as PyTorch: the result is of
+// forward_dtype and moved so (half the bytes for bf16); the gradient moves
+// back in backward_dtype and reaches the source in its own dtype.
+TEST_F(FsdpTest, RedistributeForwardAndBackwardDtypes) {
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  DTensor x = distribute_tensor(Tensor::randn({8, 6}, 5), mesh, {Shard(0)});
+  x.requires_grad_();
+  RedistributeOptions o;
+  o.forward_dtype = DType::BFloat16;
+  o.backward_dtype = DType::Float32;
+  CommDebugMode forward;
+  DTensor r = x.redistribute({Replicate()}, o);
+  EXPECT_EQ(r.dtype(), DType::BFloat16);
+  EXPECT_EQ(forward.bytes(CollectiveKind::AllGather), 6 * 2 * 2);  // 2 rows of 6 bf16 per rank
+  EXPECT_TRUE(equal(r.full_tensor(), x.full_tensor().to(DType::BFloat16)));
+  // sum(r * w), w sharded on dim 1: r's gradient (w) is moved back to
+  // x's Shard(0) in backward_dtype: twice the bytes of moving it in bf16.
+  DTensor w = distribute_tensor(Tensor::ones({8, 6}, DType::BFloat16), mesh, {Shard(1)});
+  int64_t moved[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    DTensor xi = x.detach();
+    xi.requires_grad_();
+    RedistributeOptions oi = o;
+    if (i == 1) oi.backward_dtype.reset();
+    DTensor loss = sum(mul(xi.redistribute({Replicate()}, oi), w));
+    CommDebugMode backward;
+    loss.backward();
+    for (int k = 0; k < kNumCollectiveKinds; ++k)
+      moved[i] += backward.bytes(static_cast<CollectiveKind>(k));
+    ASSERT_TRUE(xi.grad().has_value());
+    EXPECT_EQ(xi.grad()->dtype(), DType::Float32);
+    EXPECT_EQ(xi.grad()->placements(), Placements{Shard(0)});
+    EXPECT_TRUE(equal(xi.grad()->full_tensor(), Tensor::ones({8, 6})));
+  }
+  EXPECT_GT(moved[1], 0);
+  EXPECT_EQ(moved[0], 2 * moved[1]);
+}
