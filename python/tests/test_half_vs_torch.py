@@ -34,19 +34,6 @@ import torch.nn.functional as F
 
 import dtensor as dt
 
-# Ops that raise "no kernel for bfloat16" on main today. The reductions,
-# softmax, matmul and where land with the ops branch (issue 40); strict, so
-# that the lead sees them pass and removes this list after merging.
-EXPECTED_TO_FAIL = {"where", "sum", "sum_dim", "mean", "mean_dim", "softmax", "matmul"}
-
-
-def xfail_until_ops_branch(name):
-    if name in EXPECTED_TO_FAIL:
-        return [pytest.mark.xfail(reason="reductions land with the ops branch", strict=True,
-                                  raises=dt.Error)]
-    return []
-
-
 HALVES = {"bfloat16": (dt.bfloat16, torch.bfloat16), "float16": (dt.float16, torch.float16)}
 
 
@@ -206,7 +193,7 @@ def test_comparisons_are_torch(values, name, op):
 
 
 @pytest.mark.parametrize("name", HALVES)
-@pytest.mark.parametrize("op", [pytest.param("where", marks=xfail_until_ops_branch("where"))])
+@pytest.mark.parametrize("op", ["where"])
 def test_where_is_bitwise_torch(values, name, op):
     a, b, x, y = pair(values, name)
     cond = a.float() < b.float().abs()
@@ -273,7 +260,7 @@ REDUCTIONS = {
 
 
 @pytest.mark.parametrize("name", HALVES)
-@pytest.mark.parametrize("op", [pytest.param(op, marks=xfail_until_ops_branch(op)) for op in REDUCTIONS])
+@pytest.mark.parametrize("op", REDUCTIONS)
 def test_reductions_softmax_matmul_close_to_torch(name, op):
     a = finite(np.random.default_rng(7), (48, 300), name)
     ours, theirs = REDUCTIONS[op]

@@ -586,13 +586,12 @@ DTensor rms_norm(const DTensor& x, const Shape& normalized_shape,
                          [&](const Tensor& t, const Tensor& w, const Tensor&) {
                            return rms_norm(t, normalized_shape, w, eps);
                          });
-  // The plain op's default: the machine epsilon of x's dtype, as in PyTorch
-  // (torch.finfo: 2^-7 for bfloat16, 2^-10 for float16).
-  const double e = eps                            ? *eps
-                   : x.dtype() == DType::Float64  ? std::numeric_limits<double>::epsilon()
-                   : x.dtype() == DType::BFloat16 ? 0x1p-7
-                   : x.dtype() == DType::Float16  ? 0x1p-10
-                                                  : std::numeric_limits<float>::epsilon();
+  // The plain op's default: the machine epsilon of the dtype x computes in,
+  // as in PyTorch (float32's for the 16-bit floats: ATen's opmath type).
+  const double e = eps ? *eps
+                       : x.dtype() == DType::Float64
+                             ? static_cast<double>(std::numeric_limits<double>::epsilon())
+                             : static_cast<double>(std::numeric_limits<float>::epsilon());
   record_norm(out, false, x, normalized_shape, weight, std::nullopt, e);
   return out;
 }
