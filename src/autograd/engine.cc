@@ -139,12 +139,17 @@ class FunctionNode final : public Node {
     values.reserve(n);
     for (size_t i = 0; i < n; ++i) values.push_back(replicated(saved[i]));
     const Grads want = fn_(Context(replicated(grad), values.data(), *this));
+    // A gradient computed from 16-bit values (the incoming one, a saved
+    // tensor) is compared at that precision, whatever its own dtype.
+    std::optional<DType> precision = verify_detail::least_precise({grad.dtype()});
+    for (const DTensor& v : values)
+      precision = verify_detail::least_precise({precision.value_or(v.dtype()), v.dtype()});
     for (size_t i = 0; i < got.size(); ++i) {
       if (!got[i] || !want[i]) continue;
       verify_detail::expect_match(got[i]->full_tensor(), want[i]->full_tensor(),
                                   std::string("backward of ") + name_ + ", gradient of input " +
                                       std::to_string(i) + " (" + describe(*got[i]) + ")",
-                                  "the same backward on replicated tensors");
+                                  "the same backward on replicated tensors", precision);
     }
     record_verification();
   }

@@ -302,20 +302,44 @@ bool inside_check() { return in_check; }
 CheckScope::CheckScope() : outer_(in_check) { in_check = true; }
 CheckScope::~CheckScope() { in_check = outer_; }
 
+std::optional<DType> least_precise(std::initializer_list<DType> dtypes) {
+  std::optional<DType> out;
+  for (DType d : dtypes)
+    if (d == DType::BFloat16 || (d == DType::Float16 && !out)) out = d;
+  return out;
+}
+
 void expect_match(const Tensor& got, const Tensor& want, const std::string& what,
-                  const char* reference) {
+                  const char* reference, std::optional<DType> precision) {
   DT_CHECK(got.shape() == want.shape() && got.dtype() == want.dtype(), "verify: ", what,
            ": the result is a ", got.dtype(), " tensor of shape ", got.shape(),
            " but ", reference, " is a ", want.dtype(), " tensor of shape ", want.shape());
   if (got.numel() == 0) return;
   const bool floating = is_floating(got.dtype());
+  // The 16-bit floats: each rank's piece and each collective's result is
+  // rounded once to the type, at the magnitude of the pieces, where the
+  // replicated op rounds once: 2 eps of the type relative to the element
+  // and to the largest |reference| (eps 2^-7 for bfloat16, 2^-10 for
+  // float16).
+  double rtol = 1e-4, atol = 1e-5;
+  const DType p = precision ? least_precise({*precision, got.dtype()}).value_or(got.dtype())
+                            : got.dtype();
+  const bool half = floating && is_half(p);
+  if (half) {
+    const double eps = p == DType::BFloat16 ? 0x1p-7 : 0x1p-10;
+    rtol = 2 * eps;
+    atol = 2 * eps * std::max(1.0, amax(abs(want.to(DType::Float64))).item<double>());
+  }
   // NaN where the reference has NaN is a match (a 0/0 both ways).
-  const bool same = floating ? allclose(got, want, /*rtol=*/1e-4, /*atol=*/1e-5, /*equal_nan=*/true)
+  const bool same = floating ? allclose(got, want, rtol, atol, /*equal_nan=*/true)
                              : equal(got, want);
   if (same) return;
   DT_THROW("verify: ", what, ": the result differs from ", reference, " (largest |difference| ",
            max_abs_diff(got.to(DType::Float64), want.to(DType::Float64)),
-           floating ? ", tolerance 1e-5 + 1e-4·|reference|)" : ", expected an exact match)");
+           !floating ? std::string(", expected an exact match)")
+           : half
+               ? ", tolerance " + std::to_string(atol) + " + " + std::to_string(rtol) + "·|reference|)"
+               : std::string(", tolerance 1e-5 + 1e-4·|reference|)"));
 }
 
 }  // namespace verify_detail

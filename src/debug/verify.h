@@ -5,6 +5,8 @@
 #pragma once
 
 #include <atomic>
+#include <initializer_list>
+#include <optional>
 #include <string>
 
 #include "dtensor/tensor.h"
@@ -44,9 +46,17 @@ class CheckScope {
 
 // Throws dtensor::Error "verify: <what>: ..." unless got matches want:
 // exactly, or for floating dtypes within 1e-5 + 1e-4·|want| per element
-// (NaN matching NaN). `reference` says what want is, for the message.
+// (NaN matching NaN). When the computation went through bfloat16 or
+// float16 (`precision`: the least precise floating dtype of its inputs and
+// result; unset: got's dtype), within 2 eps·(|want| + max|want|) of that
+// type instead: each rank's piece was rounded to it where the replicated
+// computation rounds once. `reference` says what want is, for the message.
 void expect_match(const Tensor& got, const Tensor& want, const std::string& what,
-                  const char* reference);
+                  const char* reference, std::optional<DType> precision = std::nullopt);
+
+// The least precise of the dtypes for expect_match: bfloat16 if present,
+// else float16, else nullopt.
+std::optional<DType> least_precise(std::initializer_list<DType> dtypes);
 
 }  // namespace verify_detail
 }  // namespace dtensor

@@ -673,24 +673,28 @@ TEST_F(FsdpTest, RedistributeForwardAndBackwardDtypes) {
   EXPECT_EQ(r.dtype(), DType::BFloat16);
   EXPECT_EQ(forward.bytes(CollectiveKind::AllGather), 6 * 2 * 2);  // 2 rows of 6 bf16 per rank
   EXPECT_TRUE(equal(r.full_tensor(), x.full_tensor().to(DType::BFloat16)));
-  // sum(r * w), w sharded on dim 1: r's gradient (w) is moved back to
-  // x's Shard(0) in backward_dtype: twice the bytes of moving it in bf16.
-  DTensor w = distribute_tensor(Tensor::ones({8, 6}, DType::BFloat16), mesh, {Shard(1)});
+  // sum(r @ w), w sharded on dim 1: r's gradient (ones @ w^T) is a
+  // Partial(sum), reduce-scattered back to x's Shard(0) in backward_dtype:
+  // twice the bytes of reducing it in bf16, on every rank.
+  DTensor w = distribute_tensor(Tensor::ones({6, 4}, DType::BFloat16), mesh, {Shard(1)});
   int64_t moved[2] = {0, 0};
   for (int i = 0; i < 2; ++i) {
     DTensor xi = x.detach();
     xi.requires_grad_();
     RedistributeOptions oi = o;
     if (i == 1) oi.backward_dtype.reset();
-    DTensor loss = sum(mul(xi.redistribute({Replicate()}, oi), w));
+    DTensor loss = sum(matmul(xi.redistribute({Replicate()}, oi), w));
     CommDebugMode backward;
     loss.backward();
     for (int k = 0; k < kNumCollectiveKinds; ++k)
       moved[i] += backward.bytes(static_cast<CollectiveKind>(k));
+    EXPECT_EQ(backward.count(CollectiveKind::ReduceScatter, i == 0 ? DType::Float32
+                                                                    : DType::BFloat16),
+              1);
     ASSERT_TRUE(xi.grad().has_value());
     EXPECT_EQ(xi.grad()->dtype(), DType::Float32);
     EXPECT_EQ(xi.grad()->placements(), Placements{Shard(0)});
-    EXPECT_TRUE(equal(xi.grad()->full_tensor(), Tensor::ones({8, 6})));
+    EXPECT_TRUE(equal(xi.grad()->full_tensor(), Tensor::full({8, 6}, 4.0)));
   }
   EXPECT_GT(moved[1], 0);
   EXPECT_EQ(moved[0], 2 * moved[1]);
