@@ -66,6 +66,11 @@ Optimizer::Optimizer(std::vector<std::pair<std::string, DTensor>> named_params, 
                              (name.empty() ? "" : " '" + name + "'") + " (" +
                              p.spec().to_string() + ")";
     DT_CHECK(is_floating(p.dtype()), what, ": expected a floating dtype, got ", p.dtype());
+    // The steps run in the parameter's dtype; a 16-bit one would round every
+    // update away (lr * grad below half an ulp of the weight).
+    DT_CHECK(!is_half(p.dtype()), what, " is ", p.dtype(), ": the optimizers step float32 or "
+             "float64 parameters (master weights); keep the parameters float32 and compute in "
+             "16 bits with fully_shard's MixedPrecisionPolicy (param_dtype)");
     DT_CHECK(p.is_leaf() && p.requires_grad(), what,
              ": expected a leaf that requires grad (call requires_grad_() on it first)");
     for (const Placement& pl : p.placements())

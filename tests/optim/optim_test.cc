@@ -172,6 +172,9 @@ TEST_F(OptimTest, ConstructorErrorsNameTheParameter) {
   expect_error([&] { SGD({plain}, {}); }, {"parameter 0", "a leaf that requires grad"});
   DTensor ints = distribute_tensor(Tensor::arange(4), mesh, {Shard(0)});
   expect_error([&] { SGD({ints}, {}); }, {"parameter 0", "floating dtype", "int64"});
+  DTensor half = distribute_tensor(Tensor::randn({4}, 1, 0, DType::BFloat16), mesh, {Shard(0)});
+  half.requires_grad_();
+  expect_error([&] { AdamW({half}, {}); }, {"parameter 0", "bfloat16", "MixedPrecisionPolicy"});
   DTensor partial = distribute_tensor(Tensor::randn({4}, 1), mesh, {Replicate()});
   partial = DTensor(DTensorSpec(mesh, {Partial()}, Shape{4}, DType::Float32), partial.local());
   partial.requires_grad_();
