@@ -8,6 +8,7 @@
 #include <random>
 
 #include "dtensor/tensor.h"
+#include "tensor/convert_half.h"
 
 namespace dtensor {
 namespace {
@@ -173,6 +174,46 @@ TEST(HalfTest, ElementwiseComputesInFloat32AndRoundsOnce) {
     c.mul_(bh);
     same(c, mul(af, bf).to(d), "mul_");
   }
+}
+
+}  // namespace
+}  // namespace dtensor
+
+namespace dtensor {
+namespace {
+
+// The F16C conversions (convert_half.h) give the scalar conversion's bits:
+// every float16 widened, and float32 patterns (ties, subnormals, out of
+// range) narrowed; NaN by class.
+TEST(HalfTest, F16cRunsMatchTheScalarConversion) {
+  std::vector<float> wide(0x10000);
+  std::vector<Float16> all(0x10000);
+  for (uint32_t h = 0; h < 0x10000; ++h) all[h] = Float16::from_bits(static_cast<uint16_t>(h));
+  detail::half_to_float(all.data(), wide.data(), 0x10000);
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float want = static_cast<float>(all[h]);
+    if (std::isnan(want)) ASSERT_TRUE(std::isnan(wide[h])) << std::hex << h;
+    else ASSERT_EQ(bits(wide[h]), bits(want)) << std::hex << h;
+  }
+  std::vector<float> src;
+  std::mt19937 gen(11);
+  for (int i = 0; i < 200000; ++i) src.push_back(from_bits(gen()));
+  for (uint32_t h = 0; h + 1 < 0x7C00; h += 7) {  // midpoints of neighbours: ties
+    const double mid = (static_cast<double>(static_cast<float>(Float16::from_bits(h))) +
+                        static_cast<float>(Float16::from_bits(h + 1))) / 2;
+    src.push_back(static_cast<float>(mid));
+  }
+  std::vector<Float16> got(src.size());
+  detail::float_to_half(src.data(), got.data(), static_cast<int64_t>(src.size()));
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (std::isnan(src[i])) ASSERT_TRUE(std::isnan(static_cast<float>(got[i])));
+    else ASSERT_EQ(got[i].bits, Float16(src[i]).bits) << std::hex << bits(src[i]);
+  }
+  // And through Tensor::to, strided and contiguous.
+  Tensor t = Tensor::from_vector(std::vector<float>(src.begin(), src.begin() + 1000), Shape{10, 100});
+  Tensor a = t.to(DType::Float16), b = t.transpose(0, 1).to(DType::Float16).transpose(0, 1);
+  const Tensor bc = b.contiguous();
+  EXPECT_EQ(std::memcmp(a.raw_data(), bc.raw_data(), a.nbytes()), 0);
 }
 
 }  // namespace

@@ -1,0 +1,52 @@
+// float32 <-> float16 runs (convert_half.h): F16C's 8-wide conversions when
+// the CPU has them and the SIMD level allows (simd.h), the scalar
+// conversion otherwise and for the tail.
+#include "tensor/convert_half.h"
+
+#include <immintrin.h>
+
+#include "tensor/simd.h"
+
+namespace dtensor::detail {
+
+namespace {
+
+__attribute__((target("avx,f16c"))) void float_to_half_f16c(const float* s, Float16* d,
+                                                             int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), h);
+  }
+  for (; i < n; ++i) d[i] = Float16(s[i]);
+}
+
+__attribute__((target("avx,f16c"))) void half_to_float_f16c(const Float16* s, float* d,
+                                                             int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) d[i] = static_cast<float>(s[i]);
+}
+
+}  // namespace
+
+bool f16c_enabled() {
+  // Every CPU with AVX2 has F16C; the SIMD level's cap (DTENSOR_SIMD,
+  // set_simd_level) turns it off with the other vector paths.
+  return simd_level() != SimdLevel::kBaseline && __builtin_cpu_supports("f16c");
+}
+
+void float_to_half(const float* src, Float16* dst, int64_t n) {
+  if (f16c_enabled()) return float_to_half_f16c(src, dst, n);
+  for (int64_t i = 0; i < n; ++i) dst[i] = Float16(src[i]);
+}
+
+void half_to_float(const Float16* src, float* dst, int64_t n) {
+  if (f16c_enabled()) return half_to_float_f16c(src, dst, n);
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+}  // namespace dtensor::detail
