@@ -94,8 +94,17 @@ using PhaseCounts = std::array<KindCounts, kNumPhases>;
 
 CollectiveKind kind_at(size_t i) { return static_cast<CollectiveKind>(i); }
 
-void count_into(const CommDebugMode& mode, KindCounts& out) {
-  for (size_t i = 0; i < out.size(); ++i) out[i] = mode.count(kind_at(i));
+// Per kind, the count in each dtype (a mixed-precision step gathers in
+// 16 bits and reduces gradients in float32).
+using KindDtypes = std::array<std::array<int64_t, kNumDTypes>, kNumCollectiveKinds>;
+using PhaseDtypes = std::array<KindDtypes, kNumPhases>;
+
+void count_into(const CommDebugMode& mode, KindCounts& out, KindDtypes& dtypes) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = mode.count(kind_at(i));
+    for (int d = 0; d < kNumDTypes; ++d)
+      dtypes[i][static_cast<size_t>(d)] = mode.count(kind_at(i), static_cast<DType>(d));
+  }
 }
 
 // The learning-rate schedule of a run of `total` steps: linear warm-up,
@@ -183,7 +192,10 @@ struct Trainer {
   };
   // `phases` (may be null) gets the collectives of forward (with the
   // loss), backward, and the optimizer (clipping and step).
-  Result step(const TextData::Batch& batch, PhaseCounts* phases = nullptr) {
+  Result step(const TextData::Batch& batch, PhaseCounts* phases = nullptr,
+              PhaseDtypes* dtypes = nullptr) {
+    PhaseDtypes unused;
+    if (!dtypes) dtypes = &unused;
     const DeviceMesh& mesh = model->mesh();
     const DTensor ids = distribute_tensor(batch.ids, mesh, input);
     const DTensor targets = distribute_tensor(batch.targets, mesh, input);
@@ -193,19 +205,19 @@ struct Trainer {
     {
       CommDebugMode mode;
       loss = models::gpt_loss((*model)(ids), targets);
-      if (phases) count_into(mode, (*phases)[kForward]);
+      if (phases) count_into(mode, (*phases)[kForward], (*dtypes)[kForward]);
     }
     {
       CommDebugMode mode;
       loss->backward();
-      if (phases) count_into(mode, (*phases)[kBackward]);
+      if (phases) count_into(mode, (*phases)[kBackward], (*dtypes)[kBackward]);
     }
     {
       CommDebugMode mode;
       grad_norm = clip > 0 ? optim::clip_grad_norm_(optimizer->params(), clip)
                            : optim::total_grad_norm(optimizer->params());
       optimizer->step();
-      if (phases) count_into(mode, (*phases)[kOptimizer]);
+      if (phases) count_into(mode, (*phases)[kOptimizer], (*dtypes)[kOptimizer]);
     }
     schedule->step();
     return {loss->full_tensor().item(), grad_norm};
@@ -216,6 +228,7 @@ struct StepRecord {
   double loss = 0, reference = NAN, ms = 0;
   double grad_norm = 0, reference_grad_norm = NAN;
   PhaseCounts phases{};
+  PhaseDtypes phase_dtypes{};
   KindCounts counts{};
   int64_t bytes = 0;
 };
@@ -579,7 +592,7 @@ int run_train(const TrainArgs& given) {
     {
       CommDebugMode comm;
       const auto t0 = std::chrono::steady_clock::now();
-      const Trainer::Result got = trainer.step(batch, &r.phases);
+      const Trainer::Result got = trainer.step(batch, &r.phases, &r.phase_dtypes);
       r.loss = got.loss;
       r.grad_norm = got.grad_norm;
       r.ms =
@@ -725,14 +738,30 @@ int run_train(const TrainArgs& given) {
      << "; mean step time after the first " << std::setprecision(1) << mean_ms << " ms"
      << (world.is_simulated() ? " (the simulated world computes every rank in this process)" : "")
      << "\n";
+  bool half_step = false;
+  for (const KindDtypes& phase : steps.back().phase_dtypes)
+    for (const auto& by_dtype : phase)
+      half_step = half_step || by_dtype[static_cast<size_t>(DType::BFloat16)] > 0 ||
+                  by_dtype[static_cast<size_t>(DType::Float16)] > 0;
   os << "  collectives of the last step by phase:";
   for (int ph = 0; ph < kNumPhases; ++ph) {
     os << (ph ? ";" : "") << " " << kPhaseNames[ph];
     bool any = false;
     const KindCounts& counts = steps.back().phases[static_cast<size_t>(ph)];
+    const KindDtypes& dtypes = steps.back().phase_dtypes[static_cast<size_t>(ph)];
     for (size_t i = 0; i < counts.size(); ++i) {
       if (counts[i] == 0) continue;
       os << (any ? ", " : " ") << counts[i] << " " << to_string(kind_at(i));
+      // The dtypes they ran in, in a step with 16-bit collectives (a
+      // mixed-precision step: which moves carry bf16, which reduce in f32).
+      if (half_step) {
+        std::string split;
+        for (int d = 0; d < kNumDTypes; ++d)
+          if (const int64_t c = dtypes[i][static_cast<size_t>(d)])
+            split += (split.empty() ? "" : " + ") + std::to_string(c) + " " +
+                     dtype_short_name(static_cast<DType>(d));
+        os << " (" << split << ")";
+      }
       any = true;
     }
     if (!any) os << " none";
