@@ -28,6 +28,8 @@
 #include <optional>
 #include <vector>
 
+#include "dtensor/tensor.h"
+
 namespace dtensor {
 
 class DTensor;
@@ -61,6 +63,29 @@ class GradModeGuard {
  private:
   bool previous_;
 };
+
+// An autocast scope, as torch.autocast("cpu", dtype=torch.bfloat16):
+// while alive on this thread, PyTorch's CPU lists restricted to dtensor's
+// ops apply. The products (mm, bmm, matmul, addmm, baddbmm, linear,
+// scaled_dot_product_attention) cast their float32 inputs to `dtype`
+// (float64 stays); softmax, log_softmax, layer_norm, rms_norm, nll_loss
+// and cross_entropy cast 16-bit inputs to float32. Other ops run on what
+// they are given (type promotion). The casts are differentiable (a
+// gradient returns in its input's dtype); backward runs without autocast,
+// as PyTorch's. dtype must be bfloat16 or float16. Nests; `enabled` false
+// turns it off inside an outer scope.
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(DType dtype = DType::BFloat16, bool enabled = true);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  std::optional<DType> previous_;
+};
+// The dtype of this thread's innermost enabled autocast scope, if any.
+std::optional<DType> autocast_dtype();
 
 // Runs backward from several outputs at once (torch.autograd.backward):
 // grads[i] is the gradient of outputs[i]; a missing or nullopt entry is

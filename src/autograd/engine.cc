@@ -303,6 +303,18 @@ NoGradGuard::NoGradGuard() : previous_(autograd::detail::grad_enabled) {
 }
 NoGradGuard::~NoGradGuard() { autograd::detail::grad_enabled = previous_; }
 
+namespace {
+thread_local std::optional<DType> autocast_state;
+}  // namespace
+
+AutocastGuard::AutocastGuard(DType dtype, bool enabled) : previous_(autocast_state) {
+  DT_CHECK(!enabled || is_half(dtype), "AutocastGuard: dtype must be bfloat16 or float16, got ",
+           dtype);
+  autocast_state = enabled ? std::optional<DType>(dtype) : std::nullopt;
+}
+AutocastGuard::~AutocastGuard() { autocast_state = previous_; }
+std::optional<DType> autocast_dtype() { return autocast_state; }
+
 GradModeGuard::GradModeGuard(bool enabled) : previous_(autograd::detail::grad_enabled) {
   autograd::detail::grad_enabled = enabled;
 }
@@ -440,6 +452,7 @@ void run_backward(const DTensor* const* outputs, const std::optional<DTensor>* c
                   size_t count, bool retain_graph) {
   using autograd::Node;
   NoGradGuard no_grad;  // backward functions record nothing (no higher-order gradients)
+  AutocastGuard no_autocast(DType::BFloat16, false);  // backward runs as forward computed
 
   // The gradient each root starts with.
   std::vector<std::pair<std::shared_ptr<Node>, DTensor>> roots;

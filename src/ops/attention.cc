@@ -28,6 +28,7 @@
 // bool mask has none.
 #include "autograd/graph.h"
 #include "dispatch/dispatch.h"
+#include "ops/autocast.h"
 #include "tensor/attention.h"
 
 namespace dtensor {
@@ -211,6 +212,15 @@ DTensor scaled_dot_product_attention(const DTensor& query, const DTensor& key,
                                      const DTensor& value, const std::optional<DTensor>& attn_mask,
                                      double dropout_p, bool is_causal,
                                      std::optional<double> scale) {
+  if (auto d = autocast_detail::lower_to({&query, &key, &value})) {
+    // A float mask is added to the scores: it follows them; a bool one stays.
+    std::optional<DTensor> mask = attn_mask;
+    if (mask && autocast_detail::lowers(*mask, *d)) mask = mask->to(*d);
+    return scaled_dot_product_attention(autocast_detail::lower(query, *d),
+                                        autocast_detail::lower(key, *d),
+                                        autocast_detail::lower(value, *d), mask, dropout_p,
+                                        is_causal, scale);
+  }
   DT_CHECK(dropout_p == 0.0, kName,
            ": dropout_p must be 0 (attention dropout is not supported), got ", dropout_p);
   OpSchema schema(OpId::ScaledDotProductAttention, {&query.spec(), &key.spec(), &value.spec()},

@@ -25,6 +25,7 @@
 // collective. Each backward uses few ops: each costs a dispatch.
 #include "autograd/graph.h"
 #include "dispatch/dispatch.h"
+#include "ops/autocast.h"
 
 namespace dtensor {
 
@@ -394,6 +395,8 @@ autograd::Grads linear_grads(const autograd::Context& c, const std::optional<Sha
 }  // namespace
 
 DTensor mm(const DTensor& a, const DTensor& b) {
+  if (auto d = autocast_detail::lower_to({&a, &b}))
+    return mm(autocast_detail::lower(a, *d), autocast_detail::lower(b, *d));
   const OpSchema schema(OpId::Mm, {&a.spec(), &b.spec()});
   DTensor out = run_binary(schema, kMm, a, b,
                            [](int, const Tensor& x, const Tensor& y) { return mm(x, y); });
@@ -406,6 +409,9 @@ DTensor mm(const DTensor& a, const DTensor& b) {
 
 DTensor addmm(const DTensor& bias, const DTensor& a, const DTensor& b, Scalar beta,
               Scalar alpha) {
+  if (auto d = autocast_detail::lower_to({&bias, &a, &b}))
+    return addmm(autocast_detail::lower(bias, *d), autocast_detail::lower(a, *d),
+                 autocast_detail::lower(b, *d), beta, alpha);
   // The sign of beta is layout-relevant (see product_strategies).
   const OpSchema schema(OpId::Addmm, {&bias.spec(), &a.spec(), &b.spec()},
                         {beta.to_double() > 0 ? 1 : 0});
@@ -428,6 +434,8 @@ DTensor addmm(const DTensor& bias, const DTensor& a, const DTensor& b, Scalar be
 }
 
 DTensor bmm(const DTensor& a, const DTensor& b) {
+  if (auto d = autocast_detail::lower_to({&a, &b}))
+    return bmm(autocast_detail::lower(a, *d), autocast_detail::lower(b, *d));
   const OpSchema schema(OpId::Bmm, {&a.spec(), &b.spec()});
   DTensor out = run_binary(schema, kBmm, a, b,
                            [](int, const Tensor& x, const Tensor& y) { return bmm(x, y); });
@@ -440,6 +448,9 @@ DTensor bmm(const DTensor& a, const DTensor& b) {
 
 DTensor baddbmm(const DTensor& bias, const DTensor& a, const DTensor& b, Scalar beta,
                 Scalar alpha) {
+  if (auto d = autocast_detail::lower_to({&bias, &a, &b}))
+    return baddbmm(autocast_detail::lower(bias, *d), autocast_detail::lower(a, *d),
+                   autocast_detail::lower(b, *d), beta, alpha);
   const OpSchema schema(OpId::Baddbmm, {&bias.spec(), &a.spec(), &b.spec()},
                         {beta.to_double() > 0 ? 1 : 0});
   const DTensor* inputs[] = {&bias, &a, &b};
@@ -461,6 +472,8 @@ DTensor baddbmm(const DTensor& bias, const DTensor& a, const DTensor& b, Scalar 
 }
 
 DTensor matmul(const DTensor& a, const DTensor& b) {
+  if (auto d = autocast_detail::lower_to({&a, &b}))
+    return matmul(autocast_detail::lower(a, *d), autocast_detail::lower(b, *d));
   const OpSchema schema(OpId::Matmul, {&a.spec(), &b.spec()});
   DTensor out = run_binary(schema, kMatmul, a, b,
                            [](int, const Tensor& x, const Tensor& y) { return matmul(x, y); });
@@ -470,6 +483,8 @@ DTensor matmul(const DTensor& a, const DTensor& b) {
 }
 
 DTensor linear(const DTensor& x, const DTensor& weight) {
+  if (auto d = autocast_detail::lower_to({&x, &weight}))
+    return linear(autocast_detail::lower(x, *d), autocast_detail::lower(weight, *d));
   const OpSchema schema(OpId::Linear, {&x.spec(), &weight.spec()});
   DTensor out = run_binary(schema, kLinear, x, weight,
                            [](int, const Tensor& a, const Tensor& w) { return linear(a, w); });
@@ -480,6 +495,9 @@ DTensor linear(const DTensor& x, const DTensor& weight) {
 }
 
 DTensor linear(const DTensor& x, const DTensor& weight, const DTensor& bias) {
+  if (auto d = autocast_detail::lower_to({&x, &weight, &bias}))
+    return linear(autocast_detail::lower(x, *d), autocast_detail::lower(weight, *d),
+                  autocast_detail::lower(bias, *d));
   const OpSchema schema(OpId::Linear, {&x.spec(), &weight.spec(), &bias.spec()});
   const DTensor* inputs[] = {&x, &weight, &bias};
   DTensor out =

@@ -15,6 +15,7 @@
 
 #include "autograd/graph.h"
 #include "dispatch/dispatch.h"
+#include "ops/autocast.h"
 
 namespace dtensor {
 
@@ -542,6 +543,7 @@ DTensor embedding_backward(const DTensor& grad, const DTensor& indices, int64_t 
 }  // namespace
 
 DTensor softmax(const DTensor& x, int64_t dim) {
+  if (autocast_detail::raises({&x})) return softmax(autocast_detail::raise(x), dim);
   const OpSchema schema(OpId::Softmax, {&x.spec()}, {softmax_dim(x, dim)});
   DTensor out =
       run_unary(schema, kSoftmax, x, [&](int, const Tensor& t) { return softmax(t, dim); });
@@ -556,6 +558,7 @@ DTensor softmax(const DTensor& x, int64_t dim) {
 }
 
 DTensor log_softmax(const DTensor& x, int64_t dim) {
+  if (autocast_detail::raises({&x})) return log_softmax(autocast_detail::raise(x), dim);
   const OpSchema schema(OpId::LogSoftmax, {&x.spec()}, {softmax_dim(x, dim)});
   DTensor out = run_unary(schema, kLogSoftmax, x,
                           [&](int, const Tensor& t) { return log_softmax(t, dim); });
@@ -572,6 +575,9 @@ DTensor log_softmax(const DTensor& x, int64_t dim) {
 DTensor layer_norm(const DTensor& x, const Shape& normalized_shape,
                    const std::optional<DTensor>& weight, const std::optional<DTensor>& bias,
                    double eps) {
+  if (autocast_detail::raises({&x, weight ? &*weight : nullptr, bias ? &*bias : nullptr}))
+    return layer_norm(autocast_detail::raise(x), normalized_shape, autocast_detail::raise(weight),
+                      autocast_detail::raise(bias), eps);
   DTensor out = run_norm(OpId::LayerNorm, kLayerNorm, x, normalized_shape, weight, bias,
                          [&](const Tensor& t, const Tensor& w, const Tensor& b) {
                            return layer_norm(t, normalized_shape, w, b, eps);
@@ -582,6 +588,9 @@ DTensor layer_norm(const DTensor& x, const Shape& normalized_shape,
 
 DTensor rms_norm(const DTensor& x, const Shape& normalized_shape,
                  const std::optional<DTensor>& weight, std::optional<double> eps) {
+  if (autocast_detail::raises({&x, weight ? &*weight : nullptr}))
+    return rms_norm(autocast_detail::raise(x), normalized_shape, autocast_detail::raise(weight),
+                    eps);
   DTensor out = run_norm(OpId::RmsNorm, kRmsNorm, x, normalized_shape, weight, std::nullopt,
                          [&](const Tensor& t, const Tensor& w, const Tensor&) {
                            return rms_norm(t, normalized_shape, w, eps);
@@ -598,11 +607,15 @@ DTensor rms_norm(const DTensor& x, const Shape& normalized_shape,
 
 DTensor nll_loss(const DTensor& log_probs, const DTensor& target, Reduction reduction,
                  int64_t ignore_index) {
+  if (autocast_detail::raises({&log_probs}))
+    return nll_loss(autocast_detail::raise(log_probs), target, reduction, ignore_index);
   return nll_recorded(log_probs, target, reduction, ignore_index, false);
 }
 
 DTensor cross_entropy(const DTensor& logits, const DTensor& target, Reduction reduction,
                       int64_t ignore_index) {
+  if (autocast_detail::raises({&logits}))
+    return cross_entropy(autocast_detail::raise(logits), target, reduction, ignore_index);
   // The plain op checks the shapes before the log-softmax; so does this, so
   // that errors name cross_entropy rather than the ops it is made of.
   with_placements("cross_entropy", logits, target, [&] {

@@ -6,8 +6,10 @@
 // (pytorch/pytorch#190626), which is what this test rules out.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <string>
 
+#include "dtensor/autograd.h"
 #include "dtensor/debug.h"
 #include "dtensor/fsdp.h"
 #include "dtensor/models/gpt.h"
@@ -113,4 +115,63 @@ TEST(MixedPrecisionStep, EveryCollectiveOfAnFsdpTpStepHasThePolicysDtype) {
       EXPECT_EQ(p->grad()->dtype(), DType::Float32) << where << " " << name;
     }
   }
+}
+
+// AutocastGuard: the products compute in the scope's dtype, softmax, norms
+// and losses in float32, float64 stays; gradients reach float32 leaves in
+// float32 and equal the same computation with the casts written out.
+TEST(MixedPrecisionStep, AutocastCastsByPyTorchsLists) {
+  World world = dtensor::testing::test_world();
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  const Tensor xf = Tensor::randn({8, 6}, 1), wf = Tensor::randn({5, 6}, 2);
+  const Tensor bf = Tensor::randn({5}, 3);
+  const Tensor target = Tensor::randint(0, 5, {8}, 4);
+  auto leaves = [&] {
+    DTensor x = distribute_tensor(xf, mesh, {Shard(0)}), w = distribute_tensor(wf, mesh, {Replicate()});
+    DTensor b = distribute_tensor(bf, mesh, {Replicate()});
+    x.requires_grad_(), w.requires_grad_(), b.requires_grad_();
+    return std::array<DTensor, 3>{x, w, b};
+  };
+  const DTensor t = distribute_tensor(target, mesh, {Shard(0)});
+  for (DType half : {DType::BFloat16, DType::Float16}) {
+    const std::string where = dtype_name(half);
+    auto [x, w, b] = leaves();
+    DTensor loss;
+    {
+      AutocastGuard autocast(half);
+      const DTensor y = linear(x, w, b);
+      EXPECT_EQ(y.dtype(), half) << where;
+      EXPECT_EQ(softmax(y, 1).dtype(), DType::Float32) << where;
+      EXPECT_EQ(layer_norm(y, {5}, std::nullopt, std::nullopt, 1e-5).dtype(), DType::Float32);
+      const DTensor d = distribute_tensor(Tensor::randn({6, 3}, 5).to(DType::Float64), mesh,
+                                          {Replicate()});
+      EXPECT_EQ(matmul(x.to(DType::Float64), d).dtype(), DType::Float64) << where;
+      {
+        AutocastGuard off(half, false);
+        EXPECT_EQ(linear(x, w, b).dtype(), DType::Float32) << where;
+      }
+      loss = cross_entropy(y, t);
+      EXPECT_EQ(loss.dtype(), DType::Float32) << where;
+      loss.backward();  // inside the scope: backward runs without autocast
+    }
+    EXPECT_FALSE(autocast_dtype().has_value());
+    // The same with the casts written out.
+    auto [x2, w2, b2] = leaves();
+    DTensor want = cross_entropy(linear(x2.to(half), w2.to(half), b2.to(half)).to(DType::Float32), t);
+    want.backward();
+    EXPECT_TRUE(equal(loss.full_tensor(), want.full_tensor())) << where;
+    for (auto [got, ref] : {std::pair{&x, &x2}, std::pair{&w, &w2}, std::pair{&b, &b2}}) {
+      ASSERT_TRUE(got->grad().has_value()) << where;
+      EXPECT_EQ(got->grad()->dtype(), DType::Float32) << where;
+      EXPECT_TRUE(equal(got->grad()->full_tensor(), ref->grad()->full_tensor())) << where;
+    }
+  }
+  std::string e;
+  try {
+    AutocastGuard bad(DType::Float32);
+  } catch (const Error& err) {
+    e = err.what();
+  }
+  EXPECT_NE(e.find("must be bfloat16 or float16"), std::string::npos) << e;
 }
