@@ -54,6 +54,16 @@ struct GradMode {
   }
 };
 
+// torch.autocast("cpu", dtype=...): AutocastGuard made in __enter__ and
+// dropped in __exit__; as a decorator it wraps a function in the scope.
+struct Autocast {
+  DType dtype;
+  bool enabled;
+  std::unique_ptr<AutocastGuard> guard;
+  void enter() { guard = std::make_unique<AutocastGuard>(dtype, enabled); }
+  void exit() { guard.reset(); }
+};
+
 // A Python object kept by C++ that may be dropped without the GIL (a graph
 // node freed by backward, which runs with the GIL released): its deleter
 // takes the GIL first.
@@ -155,6 +165,37 @@ void bind_autograd(py::module_& m) {
         "Sets grad mode on this thread: at once and for good as a plain call, until the end "
         "of the block as a with-block (torch.set_grad_enabled).");
   m.def("is_grad_enabled", &is_grad_enabled, "Whether ops record their backward on this thread.");
+
+  py::class_<Autocast>(m, "_Autocast")
+      .def("__enter__", [](Autocast& a) { a.enter(); })
+      .def("__exit__", [](Autocast& a, py::args) {
+        a.exit();
+        return false;
+      })
+      .def("__call__", [](const Autocast& a, py::function fn) {
+        const DType dtype = a.dtype;
+        const bool enabled = a.enabled;
+        return py::cpp_function([dtype, enabled, fn](py::args args, py::kwargs kwargs) {
+          AutocastGuard guard(dtype, enabled);
+          return fn(*args, **kwargs);
+        });
+      }, "As a decorator: runs the function in this autocast scope.");
+  m.def("autocast",
+        [](const std::string& device_type, std::optional<DType> dtype, bool enabled) {
+          DT_CHECK(device_type == "cpu", "autocast: device_type must be 'cpu' (dtensor runs on "
+                   "the CPU), got '", device_type, "'");
+          const DType d = dtype.value_or(DType::BFloat16);
+          DT_CHECK(!enabled || is_half(d), "autocast: dtype must be dtensor.bfloat16 or "
+                   "dtensor.float16, got ", d);
+          return std::make_unique<Autocast>(Autocast{d, enabled, nullptr});
+        },
+        py::arg("device_type") = "cpu", py::arg("dtype") = py::none(), py::arg("enabled") = true,
+        "with dtensor.autocast('cpu', dtype=dtensor.bfloat16): torch.autocast for dtensor's "
+        "ops: mm, bmm, matmul, addmm, baddbmm, linear and scaled_dot_product_attention compute "
+        "in dtype, softmax, log_softmax, layer_norm, rms_norm, nll_loss and cross_entropy in "
+        "float32 (docs/mixed_precision.md). Nests; per thread; also a decorator.");
+  m.def("get_autocast_dtype", []() { return autocast_dtype(); },
+        "The dtype of this thread's autocast scope, None outside one.");
 
   py::module_ ag = m.def_submodule("autograd", "torch.autograd's functions for DTensors.");
   ag.def("backward",

@@ -125,3 +125,33 @@ def test_dtensor_layouts_keep_the_bits(d, td, name, short):
     r = p.redistribute(placements=[dt.Replicate()]).full_tensor()
     assert r.dtype == d
     assert torch.equal(torch_of(r).view(torch.int16), (t + u).view(torch.int16))
+
+
+def test_autocast_casts_by_pytorchs_cpu_lists():
+    mesh = dt.DeviceMesh(dt.World.simulated(2), (2,))
+    x = dt.distribute_tensor(dt.randn((4, 6), seed=1), mesh, [dt.Shard(0)])
+    w = dt.distribute_tensor(dt.randn((5, 6), seed=2), mesh, [dt.Replicate()])
+    x.requires_grad_()
+    w.requires_grad_()
+    assert dt.get_autocast_dtype() is None
+    with dt.autocast("cpu", dtype=dt.bfloat16):
+        assert dt.get_autocast_dtype() == dt.bfloat16
+        y = dt.linear(x, w)
+        assert y.dtype == dt.bfloat16
+        assert dt.softmax(y, 1).dtype == dt.float32
+        with dt.autocast("cpu", enabled=False):
+            assert dt.linear(x, w).dtype == dt.float32
+        loss = y.to(dt.float32).sum()
+    assert dt.get_autocast_dtype() is None
+    loss.backward()
+    assert x.grad.dtype == dt.float32 and w.grad.dtype == dt.float32
+
+    @dt.autocast("cpu", dtype=dt.float16)
+    def product(a, b):
+        return a @ b
+
+    assert product(x, w.t()).dtype == dt.float16
+    with pytest.raises(dt.Error, match="device_type must be 'cpu'"):
+        dt.autocast("cuda")
+    with pytest.raises(dt.Error, match="bfloat16 or dtensor.float16"):
+        dt.autocast("cpu", dtype=dt.float32)
