@@ -45,7 +45,8 @@ struct BFloat16 {
   // Round to nearest even; NaN -> quiet NaN.
   explicit BFloat16(float f) : bits(round(f)) {}
   // Through float32, as c10 (see above).
-  template <class T, std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, float>, int> = 0>
+  template <class T,
+            std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, float>, int> = 0>
   explicit BFloat16(T v) : BFloat16(static_cast<float>(v)) {}
 
   static BFloat16 from_bits(uint16_t b) {
@@ -69,7 +70,8 @@ struct Float16 {
     const _Float16 h = static_cast<_Float16>(f);
     std::memcpy(&bits, &h, 2);
   }
-  template <class T, std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, float>, int> = 0>
+  template <class T,
+            std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, float>, int> = 0>
   explicit Float16(T v) : Float16(static_cast<float>(v)) {}
 
   static Float16 from_bits(uint16_t b) {

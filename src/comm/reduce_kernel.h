@@ -133,7 +133,8 @@ void reduce_run_half(const T* const* in, size_t n, T* const* out, size_t nout, i
     }
     T* o = out[0] + b;
     for (int64_t i = 0; i < m; ++i) o[i] = T(acc[i]);
-    for (size_t j = 1; j < nout; ++j) std::memcpy(out[j] + b, o, static_cast<size_t>(m) * sizeof(T));
+    for (size_t j = 1; j < nout; ++j)
+      std::memcpy(out[j] + b, o, static_cast<size_t>(m) * sizeof(T));
   }
 }
 

@@ -338,7 +338,8 @@ void expect_match(const Tensor& got, const Tensor& want, const std::string& what
            max_abs_diff(got.to(DType::Float64), want.to(DType::Float64)),
            !floating ? std::string(", expected an exact match)")
            : half
-               ? ", tolerance " + std::to_string(atol) + " + " + std::to_string(rtol) + "·|reference|)"
+               ? ", tolerance " + std::to_string(atol) + " + " + std::to_string(rtol) +
+                     "·|reference|)"
                : std::string(", tolerance 1e-5 + 1e-4·|reference|)"));
 }
 

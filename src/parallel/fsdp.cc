@@ -239,7 +239,8 @@ class GatherNode final : public autograd::Node {
         Shape shape = l.trailing[k];
         const int64_t rows = l.rows[k][static_cast<size_t>(l.member)];
         shape.insert(0, rows);
-        const Tensor cut = out.shard(rank).narrow(0, l.offset[k], rows * l.row_numel[k]).view(shape);
+        const Tensor cut =
+            out.shard(rank).narrow(0, l.offset[k], rows * l.row_numel[k]).view(shape);
         local.set(rank, cut.dtype() == g.dtype ? cut.clone() : cut.to(g.dtype));
       }
       grads[k] = DTensor(g.params[k].sharded.spec(), std::move(local));
@@ -510,8 +511,18 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
 
   // The hooks own the group and the module's marker. A module with
   // nothing left to manage still counts as fully_shard'ed (it may be the
-  // root that contains the others).
-  auto marker = std::make_shared<int>(0);
+  // root that contains the others). The marker dies with the module's
+  // hooks and then drops the values the group still holds: a root keeps
+  // its unsharded values until backward, and their nodes hold the group,
+  // so a forward never followed by backward would otherwise keep the
+  // group alive in a cycle (values -> UnshardNode -> group -> values).
+  auto marker = std::shared_ptr<int>(new int(0), [weak = std::weak_ptr<Group>(group)](int* p) {
+    delete p;
+    if (const std::shared_ptr<Group> g = weak.lock()) {
+      g->unsharded.clear();
+      g->backward_unsharded.clear();
+    }
+  });
   take(module, marker, group);
   module.register_forward_pre_hook([group, marker](nn::Module&, const DTensor& x) {
     if (!group->params.empty()) pre_forward(group);

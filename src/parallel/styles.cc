@@ -223,7 +223,8 @@ void apply_style(nn::Module& module, const std::string& name, int tp_mesh_dim,
            " dims (", mesh.to_string(), ")");
   check_supported(style, module, name);
   DT_CHECK(!options.reduce_dtype || is_floating(*options.reduce_dtype),
-           "parallelize_module: reduce_dtype must be a floating dtype, got ", *options.reduce_dtype);
+           "parallelize_module: reduce_dtype must be a floating dtype, got ",
+           *options.reduce_dtype);
   Tp tp{tp_mesh_dim, {}};
   tp.moves.backward_dtype = options.reduce_dtype;
   std::visit([&](const auto& s) { apply(module, name, tp, s); }, style);
@@ -261,7 +262,8 @@ void parallelize_module(nn::Module& root, int tp_mesh_dim, const ParallelizePlan
     targets.push_back(std::move(hit));
   }
   for (size_t i = 0; i < plan.size(); ++i)
-    for (const auto& [name, module] : targets[i]) apply_style(*module, name, tp_mesh_dim, plan[i].second, options);
+    for (const auto& [name, module] : targets[i])
+      apply_style(*module, name, tp_mesh_dim, plan[i].second, options);
 }
 
 std::optional<ParallelStyle> style_for(const ParallelizePlan& plan, const std::string& module_name) {
