@@ -25,6 +25,7 @@
 #include "worlds/world_util.h"
 
 using namespace dtensor;
+using dtensor::testing::input_bits;
 using dtensor::testing::takes_part;
 
 namespace {
@@ -34,13 +35,6 @@ class HalfCollectivesTest : public ::testing::Test {
   World world = dtensor::testing::test_world();
 };
 
-uint64_t mix_half(uint64_t x) {  // splitmix64's finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // Rank r's input of case `seed`: every 16-bit pattern may occur (NaN,
 // infinities, subnormals, both zeros, magnitudes far apart), so sums
 // round, overflow and cancel.
@@ -48,8 +42,7 @@ Tensor half_input(DType dtype, uint64_t seed, int r, const Shape& shape) {
   Tensor t = Tensor::empty(shape, dtype);
   auto* w = static_cast<uint16_t*>(t.raw_data());
   for (int64_t e = 0; e < t.numel(); ++e)
-    w[e] = static_cast<uint16_t>(
-        mix_half(mix_half(seed * 1000003u + static_cast<uint64_t>(r)) + static_cast<uint64_t>(e)));
+    w[e] = static_cast<uint16_t>(input_bits(seed, r, e));
   return t;
 }
 

@@ -30,6 +30,7 @@
 #include "worlds/world_util.h"
 
 using namespace dtensor;
+using dtensor::testing::input_bits;
 using dtensor::testing::takes_part;
 
 namespace {
@@ -39,17 +40,10 @@ class ReduceBitsTest : public ::testing::Test {
   World world = dtensor::testing::test_world();
 };
 
-uint64_t mix(uint64_t x) {  // splitmix64's finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // Element e of rank r's input for test case `seed`.
 template <class T>
 T value(uint64_t seed, int r, int64_t e) {
-  const uint64_t h = mix(mix(seed * 1000003u + static_cast<uint64_t>(r)) + static_cast<uint64_t>(e));
+  const uint64_t h = input_bits(seed, r, e);
   if constexpr (std::is_same_v<T, bool>) {
     return h % 3 == 0;
   } else if constexpr (std::is_integral_v<T>) {

@@ -6,6 +6,7 @@
 // takes no part in (after drawing the same random numbers as every rank).
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "dtensor/dtensor.h"
@@ -26,6 +27,21 @@ inline std::vector<Shape> test_meshes(const World& world) {
   for (const Shape& s : all)
     if (s.product() <= world.size()) out.push_back(s);
   return out;
+}
+
+// splitmix64's finaliser: a well-mixed 64-bit hash, for test inputs that
+// every rank draws alike.
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// The random bits of element e of rank r's input in test case `seed`.
+inline uint64_t input_bits(uint64_t seed, int r, int64_t e) {
+  return splitmix64(splitmix64(seed * 1000003u + static_cast<uint64_t>(r)) +
+                    static_cast<uint64_t>(e));
 }
 
 // Whether this process holds a rank of the mesh (always, when simulated).
