@@ -141,9 +141,9 @@ class FunctionNode final : public Node {
     const Grads want = fn_(Context(replicated(grad), values.data(), *this));
     // A gradient computed from 16-bit values (the incoming one, a saved
     // tensor) is compared at that precision, whatever its own dtype.
-    std::optional<DType> precision = verify_detail::least_precise({grad.dtype()});
-    for (const DTensor& v : values)
-      precision = verify_detail::least_precise({precision.value_or(v.dtype()), v.dtype()});
+    std::vector<DType> dtypes{grad.dtype()};
+    for (const DTensor& v : values) dtypes.push_back(v.dtype());
+    const std::optional<DType> precision = verify_detail::least_precise(dtypes);
     for (size_t i = 0; i < got.size(); ++i) {
       if (!got[i] || !want[i]) continue;
       verify_detail::expect_match(got[i]->full_tensor(), want[i]->full_tensor(),

@@ -302,7 +302,7 @@ bool inside_check() { return in_check; }
 CheckScope::CheckScope() : outer_(in_check) { in_check = true; }
 CheckScope::~CheckScope() { in_check = outer_; }
 
-std::optional<DType> least_precise(std::initializer_list<DType> dtypes) {
+std::optional<DType> least_precise(const std::vector<DType>& dtypes) {
   std::optional<DType> out;
   for (DType d : dtypes)
     if (d == DType::BFloat16 || (d == DType::Float16 && !out)) out = d;

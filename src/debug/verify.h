@@ -5,9 +5,9 @@
 #pragma once
 
 #include <atomic>
-#include <initializer_list>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dtensor/tensor.h"
 
@@ -56,7 +56,7 @@ void expect_match(const Tensor& got, const Tensor& want, const std::string& what
 
 // The least precise of the dtypes for expect_match: bfloat16 if present,
 // else float16, else nullopt.
-std::optional<DType> least_precise(std::initializer_list<DType> dtypes);
+std::optional<DType> least_precise(const std::vector<DType>& dtypes);
 
 }  // namespace verify_detail
 }  // namespace dtensor

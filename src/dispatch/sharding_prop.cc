@@ -481,10 +481,9 @@ void verify_op(const OpSchema& schema, const OpRule& rule, const DTensor* const*
     layouts += (i ? "; " : "") + to_string(inputs[i]->placements());
   }
   const DTensor want = rerun(reference, ptrs);
-  std::optional<DType> precision;
-  for (int i = 0; i < schema.num_inputs; ++i)
-    precision = verify_detail::least_precise(
-        {precision.value_or(inputs[i]->dtype()), inputs[i]->dtype()});
+  std::vector<DType> dtypes;
+  for (int i = 0; i < schema.num_inputs; ++i) dtypes.push_back(inputs[i]->dtype());
+  const std::optional<DType> precision = verify_detail::least_precise(dtypes);
   verify_detail::expect_match(got.full_tensor(), want.full_tensor(),
                               std::string(rule.name) + " on inputs " + layouts + " -> " +
                                   to_string(got.placements()),

@@ -16,6 +16,7 @@
 #include "autograd/graph.h"
 #include "dispatch/dispatch.h"
 #include "ops/autocast.h"
+#include "tensor/half_compute.h"
 
 namespace dtensor {
 
@@ -534,9 +535,9 @@ DTensor embedding_backward(const DTensor& grad, const DTensor& indices, int64_t 
                // float32, and the 16-bit floats summed in float32 and rounded
                // once (PyTorch's CPU kernel adds in the 16-bit type, rounding
                // at every repeated index).
-               Tensor acc = is_half(out.dtype()) ? out.to(DType::Float32) : out;
-               add_rows<float>(t[0]->to(DType::Float32).contiguous(), idx, e.global_offset[0], acc);
-               return is_half(out.dtype()) ? acc.to(out.dtype()) : acc;
+               Tensor acc = detail::widen(out);
+               add_rows<float>(detail::widen(*t[0]).contiguous(), idx, e.global_offset[0], acc);
+               return detail::round_to(acc, out.dtype());
              });
 }
 

@@ -9,6 +9,7 @@
 #include "dtensor/tensor.h"
 #include "tensor/elementwise_checks.h"
 #include "tensor/elementwise_map.h"
+#include "tensor/half_compute.h"
 
 namespace dtensor {
 namespace {
@@ -17,11 +18,9 @@ namespace {
 
 // The 16-bit floats compute in float32 (compute_dtype): each driver reached
 // with compute bfloat16 or float16 runs itself in float32 and rounds a
-// floating result back to the 16-bit type once, as PyTorch's CPU kernels do
-// (a comparison's bool stays bool).
-inline Tensor round_back(Tensor out, DType half) {
-  return out.dtype() == DType::Float32 ? out.to(half) : out;
-}
+// floating result back to the 16-bit type once (detail::round_to,
+// half_compute.h), as PyTorch's CPU kernels do (a comparison's bool stays
+// bool).
 
 // op over x, whose dtype is T already.
 template <class T, class Op>
@@ -34,7 +33,8 @@ Tensor map_unary(const Tensor& x, Op op) {
 
 template <Types kTypes, class Op>
 Tensor unary(const char* name, const Tensor& x, DType compute, Op op) {
-  if (is_half(compute)) return round_back(unary<kTypes>(name, x, DType::Float32, op), compute);
+  if (is_half(compute))
+    return detail::round_to(unary<kTypes>(name, x, DType::Float32, op), compute);
   std::optional<Tensor> converted;
   const Tensor& xc = as_dtype(x, compute, converted);
   return dispatch<kTypes>(compute, name, [&]<class T>() { return map_unary<T>(xc, op); });
@@ -52,7 +52,8 @@ Tensor binary(const char* name, const Tensor& a, const Tensor& b, DType compute,
   check_defined(name, a);
   check_defined(name, b);
   const Shape shape = broadcast_for(name, a.shape(), b.shape());
-  if (is_half(compute)) return round_back(binary<kTypes>(name, a, b, DType::Float32, op), compute);
+  if (is_half(compute))
+    return detail::round_to(binary<kTypes>(name, a, b, DType::Float32, op), compute);
   std::optional<Tensor> a_converted, b_converted;
   const Tensor& ac = as_dtype(a, compute, a_converted);
   const Tensor& bc = as_dtype(b, compute, b_converted);
@@ -70,7 +71,8 @@ template <Types kTypes, bool kScalarFirst = false, class Op>
 Tensor binary_scalar(const char* name, const Tensor& a, Scalar s, DType compute, Op op) {
   check_defined(name, a);
   if (is_half(compute)) {
-    return round_back(binary_scalar<kTypes, kScalarFirst>(name, a, s, DType::Float32, op), compute);
+    return detail::round_to(
+        binary_scalar<kTypes, kScalarFirst>(name, a, s, DType::Float32, op), compute);
   }
   std::optional<Tensor> converted;
   const Tensor& ac = as_dtype(a, compute, converted);

@@ -11,8 +11,9 @@
 // bits. Widening is exact (every bfloat16 and float16 value is a float32
 // one), which is also why ops that only move elements may take this path:
 // only a NaN's payload is not kept (it comes back as the quiet NaN).
-// No kernel is compiled for the 16-bit types; the elementwise drivers'
-// round_back (elementwise_drivers.h) is the same rule inside the drivers.
+// No kernel is compiled for the 16-bit types; the elementwise drivers
+// (elementwise_drivers.h) apply the same rule inside themselves, with
+// round_to.
 #pragma once
 
 #include <initializer_list>
