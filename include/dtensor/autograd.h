@@ -68,9 +68,10 @@ class GradModeGuard {
 // while alive on this thread, PyTorch's CPU lists restricted to dtensor's
 // ops apply. The products (mm, bmm, matmul, addmm, baddbmm, linear,
 // scaled_dot_product_attention) cast their float32 inputs to `dtype`
-// (float64 stays); softmax, log_softmax, layer_norm, rms_norm, nll_loss
-// and cross_entropy cast 16-bit inputs to float32. Other ops run on what
-// they are given (type promotion). The casts are differentiable (a
+// (float64 stays); the losses (nll_loss, cross_entropy) cast 16-bit inputs
+// to float32. Other ops run on what they are given (type promotion):
+// softmax and the norms keep a 16-bit input's dtype, as on PyTorch's CPU,
+// and compute their statistics in float32 as every 16-bit op does. The casts are differentiable (a
 // gradient returns in its input's dtype); backward runs without autocast,
 // as PyTorch's. dtype must be bfloat16 or float16. Nests; `enabled` false
 // turns it off inside an outer scope.

@@ -192,8 +192,8 @@ void bind_autograd(py::module_& m) {
         py::arg("device_type") = "cpu", py::arg("dtype") = py::none(), py::arg("enabled") = true,
         "with dtensor.autocast('cpu', dtype=dtensor.bfloat16): torch.autocast for dtensor's "
         "ops: mm, bmm, matmul, addmm, baddbmm, linear and scaled_dot_product_attention compute "
-        "in dtype, softmax, log_softmax, layer_norm, rms_norm, nll_loss and cross_entropy in "
-        "float32 (docs/mixed_precision.md). Nests; per thread; also a decorator.");
+        "in dtype, nll_loss and cross_entropy in float32, as torch's CPU lists "
+        "(docs/mixed_precision.md). Nests; per thread; also a decorator.");
   m.def("get_autocast_dtype", []() { return autocast_dtype(); },
         "The dtype of this thread's autocast scope, None outside one.");
 

@@ -138,7 +138,9 @@ def test_autocast_casts_by_pytorchs_cpu_lists():
         assert dt.get_autocast_dtype() == dt.bfloat16
         y = dt.linear(x, w)
         assert y.dtype == dt.bfloat16
-        assert dt.softmax(y, 1).dtype == dt.float32
+        assert dt.softmax(y, 1).dtype == dt.bfloat16  # torch's CPU list: not float32
+        target = dt.distribute_tensor(dt.zeros((4,), dtype=dt.int64), mesh, [dt.Shard(0)])
+        assert dt.cross_entropy(y, target).dtype == dt.float32
         with dt.autocast("cpu", enabled=False):
             assert dt.linear(x, w).dtype == dt.float32
         loss = y.to(dt.float32).sum()
@@ -151,6 +153,23 @@ def test_autocast_casts_by_pytorchs_cpu_lists():
         return a @ b
 
     assert product(x, w.t()).dtype == dt.float16
+
+    # Against torch 1.13's own CPU autocast: the same dtypes, and the bf16
+    # linear within two bfloat16 steps (both accumulate in float32; the
+    # order of the sums differs).
+    tx = torch_of(x.full_tensor()).clone()
+    tw = torch_of(w.full_tensor()).clone()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ty = torch.nn.functional.linear(tx, tw)
+        assert torch.softmax(ty, 1).dtype == torch.bfloat16
+        assert torch.nn.functional.cross_entropy(ty, torch.zeros(4, dtype=torch.int64)).dtype \
+            == torch.float32
+    with dt.autocast("cpu", dtype=dt.bfloat16):
+        y = dt.linear(x, w)
+    assert ty.dtype == torch.bfloat16
+    got = torch_of(y.full_tensor().to(dt.float32))
+    want = ty.float()
+    assert torch.all((got - want).abs() <= 2 * 2.0 ** -8 * want.abs() + 1e-6)
     with pytest.raises(dt.Error, match="device_type must be 'cpu'"):
         dt.autocast("cuda")
     with pytest.raises(dt.Error, match="bfloat16 or dtensor.float16"):

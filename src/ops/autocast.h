@@ -1,8 +1,8 @@
 // Internal: the casts an autocast scope (autograd.h's AutocastGuard) makes
 // at an op's entry. A lower-precision op (the products) casts its float32
 // and other-16-bit inputs to the scope's dtype, leaving float64 alone (as
-// PyTorch's eligibility rule); a float32 op (softmax, norms, losses) casts
-// 16-bit inputs to float32. Each op checks, casts (DTensor::to, which
+// PyTorch's eligibility rule); a float32 op (the losses) casts 16-bit
+// inputs to float32. Each op checks, casts (DTensor::to, which
 // autograd records) and calls itself again, which then finds nothing to
 // cast.
 #pragma once
@@ -39,9 +39,5 @@ inline bool raises(std::initializer_list<const DTensor*> xs) {
 }
 
 inline DTensor raise(const DTensor& x) { return is_half(x.dtype()) ? x.to(DType::Float32) : x; }
-
-inline std::optional<DTensor> raise(const std::optional<DTensor>& x) {
-  return x ? std::optional<DTensor>(raise(*x)) : std::nullopt;
-}
 
 }  // namespace dtensor::autocast_detail

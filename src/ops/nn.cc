@@ -544,7 +544,6 @@ DTensor embedding_backward(const DTensor& grad, const DTensor& indices, int64_t 
 }  // namespace
 
 DTensor softmax(const DTensor& x, int64_t dim) {
-  if (autocast_detail::raises({&x})) return softmax(autocast_detail::raise(x), dim);
   const OpSchema schema(OpId::Softmax, {&x.spec()}, {softmax_dim(x, dim)});
   DTensor out =
       run_unary(schema, kSoftmax, x, [&](int, const Tensor& t) { return softmax(t, dim); });
@@ -559,7 +558,6 @@ DTensor softmax(const DTensor& x, int64_t dim) {
 }
 
 DTensor log_softmax(const DTensor& x, int64_t dim) {
-  if (autocast_detail::raises({&x})) return log_softmax(autocast_detail::raise(x), dim);
   const OpSchema schema(OpId::LogSoftmax, {&x.spec()}, {softmax_dim(x, dim)});
   DTensor out = run_unary(schema, kLogSoftmax, x,
                           [&](int, const Tensor& t) { return log_softmax(t, dim); });
@@ -576,9 +574,6 @@ DTensor log_softmax(const DTensor& x, int64_t dim) {
 DTensor layer_norm(const DTensor& x, const Shape& normalized_shape,
                    const std::optional<DTensor>& weight, const std::optional<DTensor>& bias,
                    double eps) {
-  if (autocast_detail::raises({&x, weight ? &*weight : nullptr, bias ? &*bias : nullptr}))
-    return layer_norm(autocast_detail::raise(x), normalized_shape, autocast_detail::raise(weight),
-                      autocast_detail::raise(bias), eps);
   DTensor out = run_norm(OpId::LayerNorm, kLayerNorm, x, normalized_shape, weight, bias,
                          [&](const Tensor& t, const Tensor& w, const Tensor& b) {
                            return layer_norm(t, normalized_shape, w, b, eps);
@@ -589,9 +584,6 @@ DTensor layer_norm(const DTensor& x, const Shape& normalized_shape,
 
 DTensor rms_norm(const DTensor& x, const Shape& normalized_shape,
                  const std::optional<DTensor>& weight, std::optional<double> eps) {
-  if (autocast_detail::raises({&x, weight ? &*weight : nullptr}))
-    return rms_norm(autocast_detail::raise(x), normalized_shape, autocast_detail::raise(weight),
-                    eps);
   DTensor out = run_norm(OpId::RmsNorm, kRmsNorm, x, normalized_shape, weight, std::nullopt,
                          [&](const Tensor& t, const Tensor& w, const Tensor&) {
                            return rms_norm(t, normalized_shape, w, eps);

@@ -698,4 +698,10 @@ TEST_F(FsdpTest, RedistributeForwardAndBackwardDtypes) {
   }
   EXPECT_GT(moved[1], 0);
   EXPECT_EQ(moved[0], 2 * moved[1]);
+  RedistributeOptions bad;
+  bad.backward_dtype = DType::Int64;
+  const std::string e = error_of([&] { x.redistribute({Replicate()}, bad); });
+  EXPECT_NE(e.find("forward_dtype and backward_dtype must be floating dtypes, got int64"),
+            std::string::npos)
+      << e;
 }
