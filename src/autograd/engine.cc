@@ -171,7 +171,10 @@ class FunctionNode final : public Node {
 // so the two do not keep each other alive.
 class AccumulateGrad final : public Node {
  public:
-  explicit AccumulateGrad(const std::shared_ptr<Meta>& leaf) : leaf_(leaf) {}
+  explicit AccumulateGrad(const std::shared_ptr<Meta>& leaf) : leaf_(leaf) {
+    sequence_nr = next_sequence_nr.fetch_add(1, std::memory_order_relaxed);
+    accumulator = true;
+  }
   const char* name() const override { return "AccumulateGrad"; }
   Grads apply(DTensor grad) override {
     const std::shared_ptr<Meta> leaf = leaf_.lock();
@@ -511,8 +514,12 @@ void run_backward(const DTensor* const* outputs, const std::optional<DTensor>* c
     if (n->pending) n->pending = add(*n->pending, g);
     else n->pending.emplace(std::move(g));
   };
-  auto later_first = [](Node* a, Node* b) { return a->sequence_nr < b->sequence_nr; };
-  std::priority_queue<Node*, std::vector<Node*>, decltype(later_first)> ready(later_first);
+  // The top runs first (see Node::sequence_nr): ops before accumulators, later first.
+  auto runs_after = [](Node* a, Node* b) {
+    if (a->accumulator != b->accumulator) return a->accumulator;
+    return a->sequence_nr < b->sequence_nr;
+  };
+  std::priority_queue<Node*, std::vector<Node*>, decltype(runs_after)> ready(runs_after);
   for (auto& root : roots) give(root.first.get(), std::move(root.second));
   for (auto& [node, g] : roots)
     if (node->waiting == 0) {

@@ -81,7 +81,15 @@ class Node {
     TensorMeta meta;
   };
   std::vector<Edge> edges;
-  uint64_t sequence_nr = 0;                 // creation order: later nodes run first
+  // The order nodes run in when several are ready: op nodes before leaf
+  // accumulators, later-created first. It is a total order (every node has
+  // its own sequence_nr, accumulators included), because it is the order of
+  // the collectives a backward issues and every rank must issue the same:
+  // with ties, the heap's tie-breaking decided, and a process whose counter
+  // started the graph at 0 tied an op with the accumulators (desync under
+  // MPI when ranks had run different numbers of graphs before).
+  uint64_t sequence_nr = 0;
+  bool accumulator = false;
   std::weak_ptr<Meta> retained;             // the output's Meta when it retains its grad
 
   // The engine's state during one backward() (a graph runs on one thread
