@@ -34,6 +34,7 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/dtensorConfigVersion.cmak
 install(FILES ${PROJECT_BINARY_DIR}/dtensorConfig.cmake
               ${PROJECT_BINARY_DIR}/dtensorConfigVersion.cmake
               ${CMAKE_CURRENT_LIST_DIR}/dtensorOpenBLAS.cmake
+              ${CMAKE_CURRENT_LIST_DIR}/dtensorOneDNN.cmake
         DESTINATION ${DTENSOR_CMAKE_DIR})
 
 # pkg-config: -ldtensor finds the shared library; `pkg-config --static`

@@ -3,9 +3,9 @@
 # - the libraries' and the program's run-time dependencies, found by
 #   dpkg-shlibdeps (dpkg-dev) from the ELF files: libc6, libstdc++6,
 #   libgcc-s1, libopenblas0-pthread | libopenblas0 (through libopenblas.so.0's
-#   alternatives), libopenmpi3 in an MPI build;
+#   alternatives), libdnnl2, libgomp1, libopenmpi3 in an MPI build;
 # - what the headers, the CMake package and dtensor.pc need to compile and
-#   link a program: libopenblas-dev and, with MPI, libopenmpi-dev (which
+#   link a program: libopenblas-dev, libdnnl-dev and, with MPI, libopenmpi-dev (which
 #   find_dependency(MPI), Requires.private: ompi-c and dtensor/mpi.h use).
 set(CPACK_PACKAGE_NAME dtensor)
 set(CPACK_PACKAGE_VENDOR "dtensor developers")
@@ -25,7 +25,7 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # dtensor_0.1.0_amd64.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)  # the shlibs file for libdtensor.so.0.1
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "libopenblas-dev")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "libopenblas-dev, libdnnl-dev")
 if(DTENSOR_HAVE_MPI)
   string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", libopenmpi-dev")
 endif()

@@ -1,8 +1,11 @@
 // Linear algebra: mm, bmm, matmul, addmm, baddbmm, linear, all funnelled into
 // one batched product beta * bias + alpha * (a @ b) with broadcast batch dims.
-// float32/float64 run OpenBLAS gemm (gemv for matrix-vector shapes) on the
-// operands' own memory whenever BLAS can read their strides; int64 runs an
-// exact loop. This is the only file that includes cblas.h.
+// float32 runs oneDNN's gemm (onednn_gemm.h says why), float64 OpenBLAS's,
+// and matrix-vector shapes OpenBLAS's gemv, on the operands' own memory
+// whenever the library can read their strides; bfloat16 runs oneDNN's
+// bf16 matmul into float32 where the CPU has bf16 instructions and widens
+// to float32 otherwise; int64 runs an exact loop. This is the only file
+// that includes cblas.h.
 #include <cblas.h>
 
 #include <algorithm>
@@ -15,6 +18,7 @@
 #include "dtensor/tensor.h"
 #include "tensor/dispatch.h"
 #include "tensor/half_compute.h"
+#include "tensor/onednn_gemm.h"
 
 namespace dtensor {
 namespace {
@@ -178,19 +182,23 @@ constexpr int64_t kGemmMaxBlocks = 8;
 constexpr int64_t kGemmMinBlock = 256;  // rows or columns per block
 
 void blas_gemm(bool ta, bool tb, int n, int m, int k, float alpha, const float* a, int lda,
-                const float* b, int ldb, float beta, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, n, m,
-              k, alpha, a, lda, b, ldb, beta, c, ldc);
+               const float* b, int ldb, float beta, float* c, int ldc) {
+  detail::onednn_gemm(ta, tb, n, m, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void blas_gemm(bool ta, bool tb, int n, int m, int k, float alpha, const BFloat16* a, int lda,
+               const BFloat16* b, int ldb, float beta, float* c, int ldc) {
+  detail::onednn_gemm(ta, tb, n, m, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 void blas_gemm(bool ta, bool tb, int n, int m, int k, double alpha, const double* a, int lda,
-                const double* b, int ldb, double beta, double* c, int ldc) {
+               const double* b, int ldb, double beta, double* c, int ldc) {
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, n, m,
               k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// c (n x m, row-major, ldc) = alpha op(a) op(b) + beta c.
-template <class T>
-void gemm(bool ta, bool tb, int n, int m, int k, T alpha, const T* a, int lda, const T* b,
+// c (n x m, row-major, ldc, of type T) = alpha op(a) op(b) + beta c, with a
+// and b of type S (T, or bfloat16 for a float32 c).
+template <class S, class T>
+void gemm(bool ta, bool tb, int n, int m, int k, T alpha, const S* a, int lda, const S* b,
           int ldb, T beta, T* c, int ldc) {
   detail::init_blas_threads();
   const int64_t work = int64_t{n} * m * k;
@@ -206,13 +214,13 @@ void gemm(bool ta, bool tb, int n, int m, int k, T alpha, const T* a, int lda, c
       const int64_t lo = blk * size, cnt = std::min(len, lo + size) - lo;
       if (cnt <= 0) continue;
       if (by_rows) {  // rows lo.. of op(a) and c
-        const T* ab = ta ? a + lo : a + lo * lda;
+        const S* ab = ta ? a + lo : a + lo * lda;
         blas_gemm(ta, tb, static_cast<int>(cnt), m, k, alpha, ab, lda, b, ldb, beta,
-                   c + lo * ldc, ldc);
+                  c + lo * ldc, ldc);
       } else {  // columns lo.. of op(b) and c
-        const T* bb = tb ? b + lo * ldb : b + lo;
+        const S* bb = tb ? b + lo * ldb : b + lo;
         blas_gemm(ta, tb, n, static_cast<int>(cnt), k, alpha, a, lda, bb, ldb, beta, c + lo,
-                   ldc);
+                  ldc);
       }
     }
   });
@@ -232,29 +240,33 @@ void gemv(bool trans, int rows, int cols, double alpha, const double* a, int lda
 }
 
 // One (n x k) @ (k x m) product into contiguous c, the same for every matrix
-// of a batch. REQUIRES: n, m, k >= 1 and both layouts valid for the sizes.
-template <class T>
+// of a batch, with operands of type S and c of type T (see gemm).
+// REQUIRES: n, m, k >= 1 and both layouts valid for the sizes.
+template <class S, class T>
 struct BlasPlan {
   int n, m, k;
   BlasLayout la, lb;
   int a_inc, b_inc;  // element step along k of a's row / b's column
   T alpha, beta;
 
-  void run(const T* a, const T* b, T* c) const {
+  void run(const S* a, const S* b, T* c) const {
     // gemm with a 1-wide side wastes most of its packing; gemv streams the
     // matrix once. OpenBLAS 0.3.21 does not make this switch by itself.
-    if (m == 1 || n == 1) {
-      // BLAS says y need not be set when beta == 0, but some OpenBLAS
-      // versions scale it anyway (NaN * 0); y is uninitialised here.
-      if (beta == T(0)) std::fill(c, c + static_cast<int64_t>(n) * m, T(0));
-      if (m == 1) {  // c (n) = op(a) @ b's column
-        if (!la.trans) gemv(false, n, k, alpha, a, la.ld, b, b_inc, beta, c);
-        else gemv(true, k, n, alpha, a, la.ld, b, b_inc, beta, c);
-      } else {  // c (m) = op(b)^T @ a's row
-        if (!lb.trans) gemv(true, k, m, alpha, b, lb.ld, a, a_inc, beta, c);
-        else gemv(false, m, k, alpha, b, lb.ld, a, a_inc, beta, c);
+    // (oneDNN's bfloat16 matmul takes every shape.)
+    if constexpr (std::is_same_v<S, T>) {
+      if (m == 1 || n == 1) {
+        // BLAS says y need not be set when beta == 0, but some OpenBLAS
+        // versions scale it anyway (NaN * 0); y is uninitialised here.
+        if (beta == T(0)) std::fill(c, c + static_cast<int64_t>(n) * m, T(0));
+        if (m == 1) {  // c (n) = op(a) @ b's column
+          if (!la.trans) gemv(false, n, k, alpha, a, la.ld, b, b_inc, beta, c);
+          else gemv(true, k, n, alpha, a, la.ld, b, b_inc, beta, c);
+        } else {  // c (m) = op(b)^T @ a's row
+          if (!lb.trans) gemv(true, k, m, alpha, b, lb.ld, a, a_inc, beta, c);
+          else gemv(false, m, k, alpha, b, lb.ld, a, a_inc, beta, c);
+        }
+        return;
       }
-      return;
     }
     gemm(la.trans, lb.trans, n, m, k, alpha, a, la.ld, b, lb.ld, beta, c, m);
   }
@@ -267,7 +279,8 @@ int to_blas_int(int64_t v, const char* op, const char* what) {
 }
 
 // out (batch..., n, m), contiguous, already holds the bias when use_bias.
-template <class T>
+// out (of type T) = beta out + alpha (a @ b), a and b of type S (see gemm).
+template <class S, class T>
 void float_product(const char* op, Tensor& out, const Tensor& a_in, const Tensor& b_in,
                    const Shape& batch, T alpha, T beta, bool use_bias) {
   const int64_t n = size_back(a_in, 1), k = size_back(a_in, 0), m = size_back(b_in, 0);
@@ -335,7 +348,7 @@ void float_product(const char* op, Tensor& out, const Tensor& a_in, const Tensor
     }
   }
 
-  BlasPlan<T> plan{run_n == n ? n32 : static_cast<int>(run_n),  // a fold checked its rows
+  BlasPlan<S, T> plan{run_n == n ? n32 : static_cast<int>(run_n),  // a fold checked its rows
                    m32,
                    k32,
                    *la,
@@ -346,8 +359,8 @@ void float_product(const char* op, Tensor& out, const Tensor& a_in, const Tensor
                    use_bias ? beta : T(0)};
   // gemv reads a's row / b's column with these steps; the layout check
   // guarantees them in [1, INT_MAX] whenever the matching side is 1 wide.
-  const T* ap = a.tensor.template data_ptr<T>();
-  const T* bp = b.tensor.template data_ptr<T>();
+  const S* ap = a.tensor.template data_ptr<S>();
+  const S* bp = b.tensor.template data_ptr<S>();
   const int64_t c_step = run_n * m;
   for_each_batch(run_batch, a.batch_strides, b.batch_strides,
                  [&](int64_t a_off, int64_t b_off, int64_t i) {
@@ -414,8 +427,11 @@ Tensor product(const char* op, const Tensor& a_in, const Tensor& b_in, const Ten
   if (bias.defined()) dtype = promote_types(dtype, bias.dtype());
   DT_CHECK(dtype != DType::Bool, op, ": bool is not supported (PyTorch refuses it too); convert "
            "to int64 or a floating dtype first");
-  // 16-bit products accumulate in float32 (BLAS sgemm) and round once.
-  if (is_half(dtype)) {
+  // 16-bit products accumulate in float32 and round once: bfloat16 in
+  // oneDNN's kernels where the CPU multiplies bfloat16 itself (the operands
+  // stay 16-bit), otherwise widened to a float32 product.
+  const bool half = is_half(dtype);
+  if (half && !detail::native_half_gemm(dtype)) {
     return detail::round_to(product(op, detail::widen(a_in), detail::widen(b_in),
                                     detail::widen(bias), beta, alpha),
                             dtype);
@@ -438,13 +454,18 @@ Tensor product(const char* op, const Tensor& a_in, const Tensor& b_in, const Ten
   }
   // beta == 0 ignores the bias entirely, NaN and Inf included (as PyTorch).
   const bool use_bias = bias.defined() && beta.to_double() != 0.0;
-  Tensor out = Tensor::empty(out_shape, dtype);
+  Tensor out = Tensor::empty(out_shape, half ? DType::Float32 : dtype);
   if (use_bias) out.copy_(bias);
-  if (out.numel() == 0) return out;
+  if (out.numel() == 0) return detail::round_to(out, dtype);
 
+  if (half) {  // bfloat16 operands, float32 result (native_half_gemm)
+    float_product<BFloat16, float>(op, out, a, b, *batch, alpha.to<float>(), beta.to<float>(),
+                                   use_bias);
+    return detail::round_to(out, dtype);
+  }
   detail::dispatch_numeric(dtype, op, [&]<class T>() {
     if constexpr (std::is_floating_point_v<T>) {
-      float_product<T>(op, out, a, b, *batch, alpha.to<T>(), beta.to<T>(), use_bias);
+      float_product<T, T>(op, out, a, b, *batch, alpha.to<T>(), beta.to<T>(), use_bias);
     } else {
       // PyTorch's rule: integer products take integer beta/alpha only.
       DT_CHECK(!alpha.is_floating() && !(bias.defined() && beta.is_floating()), op,

@@ -320,6 +320,14 @@ TEST_F(ThreadsTest, Products) {
   expect_stable("float64 mm", [&] { return mm(a.to(DType::Float64), b.to(DType::Float64)); });
   expect_stable("linear, batch folded into rows", [&] { return linear(x3, w, bias); });
   expect_stable("bmm", [&] { return matmul(x3, x3.transpose(1, 2)); });
+  // bfloat16: oneDNN's bf16 kernels where the CPU has them, the widened
+  // float32 product elsewhere; fixed blocks either way.
+  const Tensor ah = a.to(DType::BFloat16), bh = b.to(DType::BFloat16);
+  expect_stable("bfloat16 mm by rows", [&] { return mm(ah, bh); });
+  expect_stable("bfloat16 mm by columns", [&] { return mm(bh.t(), ah.t()); });
+  expect_stable("bfloat16 linear", [&] {
+    return linear(x3.to(DType::BFloat16), w.to(DType::BFloat16), bias.to(DType::BFloat16));
+  });
 }
 
 TEST_F(ThreadsTest, SoftmaxMatchesAScalarLoop) {
