@@ -186,7 +186,7 @@ void blas_gemm(bool ta, bool tb, int n, int m, int k, float alpha, const float* 
   detail::onednn_gemm(ta, tb, n, m, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 void blas_gemm(bool ta, bool tb, int n, int m, int k, float alpha, const BFloat16* a, int lda,
-               const BFloat16* b, int ldb, float beta, float* c, int ldc) {
+               const BFloat16* b, int ldb, float beta, BFloat16* c, int ldc) {
   detail::onednn_gemm(ta, tb, n, m, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 void blas_gemm(bool ta, bool tb, int n, int m, int k, double alpha, const double* a, int lda,
@@ -195,11 +195,11 @@ void blas_gemm(bool ta, bool tb, int n, int m, int k, double alpha, const double
               k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// c (n x m, row-major, ldc, of type T) = alpha op(a) op(b) + beta c, with a
-// and b of type S (T, or bfloat16 for a float32 c).
+// c (n x m, row-major, ldc) = alpha op(a) op(b) + beta c, with a, b and c
+// of type S and alpha, beta of type T (S, or float for bfloat16).
 template <class S, class T>
 void gemm(bool ta, bool tb, int n, int m, int k, T alpha, const S* a, int lda, const S* b,
-          int ldb, T beta, T* c, int ldc) {
+          int ldb, T beta, S* c, int ldc) {
   detail::init_blas_threads();
   const int64_t work = int64_t{n} * m * k;
   const bool by_rows = n >= m;
@@ -240,7 +240,7 @@ void gemv(bool trans, int rows, int cols, double alpha, const double* a, int lda
 }
 
 // One (n x k) @ (k x m) product into contiguous c, the same for every matrix
-// of a batch, with operands of type S and c of type T (see gemm).
+// of a batch, with matrices of type S and scalars of type T (see gemm).
 // REQUIRES: n, m, k >= 1 and both layouts valid for the sizes.
 template <class S, class T>
 struct BlasPlan {
@@ -249,7 +249,7 @@ struct BlasPlan {
   int a_inc, b_inc;  // element step along k of a's row / b's column
   T alpha, beta;
 
-  void run(const S* a, const S* b, T* c) const {
+  void run(const S* a, const S* b, S* c) const {
     // gemm with a 1-wide side wastes most of its packing; gemv streams the
     // matrix once. OpenBLAS 0.3.21 does not make this switch by itself.
     // (oneDNN's bfloat16 matmul takes every shape.)
@@ -279,16 +279,16 @@ int to_blas_int(int64_t v, const char* op, const char* what) {
 }
 
 // out (batch..., n, m), contiguous, already holds the bias when use_bias.
-// out (of type T) = beta out + alpha (a @ b), a and b of type S (see gemm).
+// out = beta out + alpha (a @ b), matrices of type S, scalars of type T.
 template <class S, class T>
 void float_product(const char* op, Tensor& out, const Tensor& a_in, const Tensor& b_in,
                    const Shape& batch, T alpha, T beta, bool use_bias) {
   const int64_t n = size_back(a_in, 1), k = size_back(a_in, 0), m = size_back(b_in, 0);
-  T* c = out.data_ptr<T>();
+  S* c = out.data_ptr<S>();
   if (k == 0) {  // an empty sum: only the bias term is left
     const int64_t total = out.numel();
-    if (!use_bias || beta == T(0)) std::fill(c, c + total, T(0));
-    else if (beta != T(1)) for (int64_t i = 0; i < total; ++i) c[i] *= beta;
+    if (!use_bias || beta == T(0)) std::fill(c, c + total, S(0));
+    else if (beta != T(1)) for (int64_t i = 0; i < total; ++i) c[i] = S(T(c[i]) * beta);
     return;
   }
 
@@ -454,14 +454,14 @@ Tensor product(const char* op, const Tensor& a_in, const Tensor& b_in, const Ten
   }
   // beta == 0 ignores the bias entirely, NaN and Inf included (as PyTorch).
   const bool use_bias = bias.defined() && beta.to_double() != 0.0;
-  Tensor out = Tensor::empty(out_shape, half ? DType::Float32 : dtype);
+  Tensor out = Tensor::empty(out_shape, dtype);
   if (use_bias) out.copy_(bias);
-  if (out.numel() == 0) return detail::round_to(out, dtype);
+  if (out.numel() == 0) return out;
 
-  if (half) {  // bfloat16 operands, float32 result (native_half_gemm)
+  if (half) {  // bfloat16 in oneDNN's kernels (native_half_gemm)
     float_product<BFloat16, float>(op, out, a, b, *batch, alpha.to<float>(), beta.to<float>(),
                                    use_bias);
-    return detail::round_to(out, dtype);
+    return out;
   }
   detail::dispatch_numeric(dtype, op, [&]<class T>() {
     if constexpr (std::is_floating_point_v<T>) {

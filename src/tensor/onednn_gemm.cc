@@ -1,5 +1,6 @@
 // Matrix products through oneDNN (onednn_gemm.h). float32 runs dnnl_sgemm,
-// which needs no set-up per shape; bfloat16 runs a matmul primitive, made
+// which needs no set-up per shape; bfloat16 runs a matmul primitive (bf16
+// in and out, float32 inside), made
 // once per shape and calling thread and kept in a small per-thread cache
 // (making one costs ~2 us, a 64^3 product ~1 us).
 #include "tensor/onednn_gemm.h"
@@ -13,10 +14,9 @@
 namespace dtensor::detail {
 namespace {
 
-void check(dnnl_status_t status, const char *what) {
+void check(dnnl_status_t status, const char* what) {
   DT_CHECK(status == dnnl_success, "oneDNN: ", what, " failed with status ",
-           static_cast<int>(status),
-           " (a bug in dtensor's use of oneDNN, or out of memory)");
+           static_cast<int>(status), " (a bug in dtensor's use of oneDNN, or out of memory)");
 }
 
 // Debian's oneDNN runs its kernels on OpenMP threads, as many as
@@ -25,19 +25,17 @@ void check(dnnl_status_t status, const char *what) {
 // the calling thread's OpenMP setting is 1 for the call and restored after
 // (it is per thread, so a program's own OpenMP use is left as it was).
 class OneThread {
-public:
+ public:
   OneThread() : prev_(omp_get_max_threads()) {
-    if (prev_ != 1)
-      omp_set_num_threads(1);
+    if (prev_ != 1) omp_set_num_threads(1);
   }
   ~OneThread() {
-    if (prev_ != 1)
-      omp_set_num_threads(prev_);
+    if (prev_ != 1) omp_set_num_threads(prev_);
   }
-  OneThread(const OneThread &) = delete;
-  OneThread &operator=(const OneThread &) = delete;
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
 
-private:
+ private:
   int prev_;
 };
 
@@ -45,20 +43,18 @@ dnnl_engine_t engine() {
   static const dnnl_engine_t e = [] {
     dnnl_engine_t made = nullptr;
     check(dnnl_engine_create(&made, dnnl_cpu, 0), "creating the CPU engine");
-    return made; // lives as long as the process
+    return made;  // lives as long as the process
   }();
   return e;
 }
 
 // A row-major rows x cols matrix with leading dimension ld, or its
 // transpose read in place (ld then steps along cols).
-dnnl_memory_desc_t matrix_desc(int rows, int cols, bool trans, int ld,
-                               dnnl_data_type_t type) {
+dnnl_memory_desc_t matrix_desc(int rows, int cols, bool trans, int ld, dnnl_data_type_t type) {
   dnnl_memory_desc_t md;
   const dnnl_dims_t dims = {rows, cols};
   const dnnl_dims_t strides = {trans ? 1 : ld, trans ? ld : 1};
-  check(dnnl_memory_desc_init_by_strides(&md, 2, dims, type, strides),
-        "describing a matrix");
+  check(dnnl_memory_desc_init_by_strides(&md, 2, dims, type, strides), "describing a matrix");
   return md;
 }
 
@@ -68,14 +64,12 @@ struct Matmul {
   dnnl_primitive_t prim = nullptr;
   dnnl_memory_t a = nullptr, b = nullptr, c = nullptr;
   Matmul() = default;
-  Matmul(const Matmul &) = delete;
-  Matmul &operator=(const Matmul &) = delete;
+  Matmul(const Matmul&) = delete;
+  Matmul& operator=(const Matmul&) = delete;
   ~Matmul() {
     for (dnnl_memory_t m : {a, b, c})
-      if (m)
-        dnnl_memory_destroy(m);
-    if (prim)
-      dnnl_primitive_destroy(prim);
+      if (m) dnnl_memory_destroy(m);
+    if (prim) dnnl_primitive_destroy(prim);
   }
 };
 
@@ -83,44 +77,36 @@ struct Key {
   bool ta, tb;
   int n, m, k, lda, ldb, ldc;
   float alpha, beta;
-  bool operator==(const Key &o) const {
-    return std::memcmp(this, &o, sizeof(Key)) == 0;
-  }
+  bool operator==(const Key& o) const { return std::memcmp(this, &o, sizeof(Key)) == 0; }
 };
 
 // FNV-1a over the key's bytes (onednn_gemm zeroes a Key before filling it,
 // so the padding after the two bools hashes and compares alike).
 struct KeyHash {
-  size_t operator()(const Key &key) const {
-    const auto *p = reinterpret_cast<const unsigned char *>(&key);
+  size_t operator()(const Key& key) const {
+    const auto* p = reinterpret_cast<const unsigned char*>(&key);
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < sizeof(Key); ++i)
-      h = (h ^ p[i]) * 1099511628211ull;
+    for (size_t i = 0; i < sizeof(Key); ++i) h = (h ^ p[i]) * 1099511628211ull;
     return static_cast<size_t>(h);
   }
 };
 
 // Fills mm (fresh) with the primitive of key's shape.
-void make_matmul(const Key &key, dnnl_data_type_t type, Matmul &mm) {
+void make_matmul(const Key& key, dnnl_data_type_t type, Matmul& mm) {
   const dnnl_memory_desc_t a = matrix_desc(key.n, key.k, key.ta, key.lda, type);
   const dnnl_memory_desc_t b = matrix_desc(key.k, key.m, key.tb, key.ldb, type);
-  const dnnl_memory_desc_t c =
-      matrix_desc(key.n, key.m, false, key.ldc, dnnl_f32);
+  const dnnl_memory_desc_t c = matrix_desc(key.n, key.m, false, key.ldc, type);
   dnnl_matmul_desc_t desc;
-  check(dnnl_matmul_desc_init(&desc, &a, &b, nullptr, &c),
-        "describing a matmul");
+  check(dnnl_matmul_desc_init(&desc, &a, &b, nullptr, &c), "describing a matmul");
 
   dnnl_primitive_attr_t attr = nullptr;
   check(dnnl_primitive_attr_create(&attr), "creating attributes");
   dnnl_post_ops_t ops = nullptr;
   check(dnnl_post_ops_create(&ops), "creating post-ops");
   dnnl_status_t status = dnnl_success;
-  if (key.alpha != 1.0f)
-    status = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &key.alpha);
-  if (status == dnnl_success && key.beta != 0.0f)
-    status = dnnl_post_ops_append_sum(ops, key.beta);
-  if (status == dnnl_success)
-    status = dnnl_primitive_attr_set_post_ops(attr, ops);
+  if (key.alpha != 1.0f) status = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &key.alpha);
+  if (status == dnnl_success && key.beta != 0.0f) status = dnnl_post_ops_append_sum(ops, key.beta);
+  if (status == dnnl_success) status = dnnl_primitive_attr_set_post_ops(attr, ops);
   dnnl_primitive_desc_t pd = nullptr;
   if (status == dnnl_success)
     status = dnnl_primitive_desc_create(&pd, &desc, attr, engine(), nullptr);
@@ -131,12 +117,9 @@ void make_matmul(const Key &key, dnnl_data_type_t type, Matmul &mm) {
   status = dnnl_primitive_create(&mm.prim, pd);
   dnnl_primitive_desc_destroy(pd);
   check(status, "creating a bfloat16 matmul");
-  check(dnnl_memory_create(&mm.a, &a, engine(), DNNL_MEMORY_NONE),
-        "creating a memory");
-  check(dnnl_memory_create(&mm.b, &b, engine(), DNNL_MEMORY_NONE),
-        "creating a memory");
-  check(dnnl_memory_create(&mm.c, &c, engine(), DNNL_MEMORY_NONE),
-        "creating a memory");
+  check(dnnl_memory_create(&mm.a, &a, engine(), DNNL_MEMORY_NONE), "creating a memory");
+  check(dnnl_memory_create(&mm.b, &b, engine(), DNNL_MEMORY_NONE), "creating a memory");
+  check(dnnl_memory_create(&mm.c, &c, engine(), DNNL_MEMORY_NONE), "creating a memory");
 }
 
 // The calling thread's stream and primitives. A model uses a few dozen
@@ -146,8 +129,7 @@ struct ThreadState {
   dnnl_stream_t stream = nullptr;
   std::unordered_map<Key, Matmul, KeyHash> cache;
   ThreadState() {
-    check(dnnl_stream_create(&stream, engine(), dnnl_stream_default_flags),
-          "creating a stream");
+    check(dnnl_stream_create(&stream, engine(), dnnl_stream_default_flags), "creating a stream");
   }
   ~ThreadState() {
     cache.clear();
@@ -155,27 +137,24 @@ struct ThreadState {
   }
 };
 
-ThreadState &thread_state() {
+ThreadState& thread_state() {
   thread_local ThreadState state;
   return state;
 }
 
-} // namespace
+}  // namespace
 
-void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha,
-                 const float *a, int lda, const float *b, int ldb, float beta,
-                 float *c, int ldc) {
+void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha, const float* a, int lda,
+                 const float* b, int ldb, float beta, float* c, int ldc) {
   OneThread one;
-  check(dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', n, m, k, alpha, a, lda, b,
-                   ldb, beta, c, ldc),
+  check(dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', n, m, k, alpha, a, lda, b, ldb, beta, c, ldc),
         "dnnl_sgemm");
 }
 
-void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha,
-                 const BFloat16 *a, int lda, const BFloat16 *b, int ldb,
-                 float beta, float *c, int ldc) {
+void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha, const BFloat16* a, int lda,
+                 const BFloat16* b, int ldb, float beta, BFloat16* c, int ldc) {
   Key key;
-  std::memset(&key, 0, sizeof key); // the padding hashes and compares too
+  std::memset(&key, 0, sizeof key);  // the padding hashes and compares too
   key.ta = ta;
   key.tb = tb;
   key.n = n;
@@ -186,11 +165,10 @@ void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha,
   key.ldc = ldc;
   key.alpha = alpha;
   key.beta = beta;
-  ThreadState &state = thread_state();
+  ThreadState& state = thread_state();
   auto it = state.cache.find(key);
   if (it == state.cache.end()) {
-    if (state.cache.size() >= ThreadState::kMaxShapes)
-      state.cache.clear();
+    if (state.cache.size() >= ThreadState::kMaxShapes) state.cache.clear();
     it = state.cache.try_emplace(key).first;
     try {
       make_matmul(key, dnnl_bf16, it->second);
@@ -199,23 +177,19 @@ void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha,
       throw;
     }
   }
-  Matmul &mm = it->second;
-  check(dnnl_memory_set_data_handle(mm.a, const_cast<BFloat16 *>(a)),
-        "setting a's data");
-  check(dnnl_memory_set_data_handle(mm.b, const_cast<BFloat16 *>(b)),
-        "setting b's data");
+  Matmul& mm = it->second;
+  check(dnnl_memory_set_data_handle(mm.a, const_cast<BFloat16*>(a)), "setting a's data");
+  check(dnnl_memory_set_data_handle(mm.b, const_cast<BFloat16*>(b)), "setting b's data");
   check(dnnl_memory_set_data_handle(mm.c, c), "setting c's data");
   const dnnl_exec_arg_t args[] = {
       {DNNL_ARG_SRC, mm.a}, {DNNL_ARG_WEIGHTS, mm.b}, {DNNL_ARG_DST, mm.c}};
   OneThread one;
-  check(dnnl_primitive_execute(mm.prim, state.stream, 3, args),
-        "running a bfloat16 matmul");
+  check(dnnl_primitive_execute(mm.prim, state.stream, 3, args), "running a bfloat16 matmul");
   check(dnnl_stream_wait(state.stream), "waiting for a bfloat16 matmul");
 }
 
 bool native_half_gemm(DType half) {
-  if (half != DType::BFloat16)
-    return false;
+  if (half != DType::BFloat16) return false;
   static const bool native = [] {
     const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
     const auto bf16 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
@@ -224,4 +198,4 @@ bool native_half_gemm(DType half) {
   return native;
 }
 
-} // namespace dtensor::detail
+}  // namespace dtensor::detail

@@ -21,15 +21,14 @@
 
 namespace dtensor::detail {
 
-void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha,
-                 const float *a, int lda, const float *b, int ldb, float beta,
-                 float *c, int ldc);
+void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha, const float* a, int lda,
+                 const float* b, int ldb, float beta, float* c, int ldc);
 
-// a and b in bfloat16, c in float32: products of two bfloat16 values are
-// exact in float32 and accumulate there. Only where native_half_gemm.
-void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha,
-                 const BFloat16 *a, int lda, const BFloat16 *b, int ldb,
-                 float beta, float *c, int ldc);
+// a, b and c in bfloat16: products of two bfloat16 values are exact in
+// float32, they accumulate there (with beta times c's values) and the sum
+// rounds to bfloat16 once, in the kernel. Only where native_half_gemm.
+void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha, const BFloat16* a, int lda,
+                 const BFloat16* b, int ldb, float beta, BFloat16* c, int ldc);
 
 // Whether oneDNN multiplies `half` with this CPU's own instructions:
 // bfloat16 with AVX-512 BF16 (or AMX). Never float16: Debian's oneDNN 2.6
@@ -41,4 +40,4 @@ void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha,
 // widening path on a CPU that has the instructions.
 bool native_half_gemm(DType half);
 
-} // namespace dtensor::detail
+}  // namespace dtensor::detail

@@ -24,17 +24,14 @@ namespace {
 // (times 1 + u/10, u uniform in [0, 1): signs and zeros kept, so that
 // log's and sqrt's inputs stay positive and all/any's zeros stay zeros) and
 // then rounded to `half`, so that every op has rounding to do.
-rules::Tensors half_inputs_of(const rules::OpCase &c, uint64_t seed,
-                              DType half) {
+rules::Tensors half_inputs_of(const rules::OpCase& c, uint64_t seed, DType half) {
   rules::Tensors in = c.examples;
   if (in.empty())
     for (size_t i = 0; i < c.inputs.size(); ++i)
       in.push_back(rules::make_input(c.inputs[i], seed + i));
   for (size_t i = 0; i < in.size(); ++i) {
-    if (!is_floating(in[i].dtype()))
-      continue;
-    const Tensor jitter =
-        add(mul(Tensor::rand(in[i].shape(), seed + 100 + i), 0.1), 1.0);
+    if (!is_floating(in[i].dtype())) continue;
+    const Tensor jitter = add(mul(Tensor::rand(in[i].shape(), seed + 100 + i), 0.1), 1.0);
     in[i] = mul(in[i].to(DType::Float32), jitter).to(half);
   }
   return in;
@@ -44,40 +41,40 @@ rules::Tensors half_inputs_of(const rules::OpCase &c, uint64_t seed,
 // instructions (tensor/onednn_gemm.h): they accumulate in float32 too, but
 // in the kernel's own order (and vdpbf16ps flushes denormals), so they
 // equal the widened float32 product rounded once only within one rounding.
-bool native_product(const std::string &name, DType half) {
-  static const char *const products[] = {
-      "mm", "bmm", "matmul", "addmm", "baddbmm", "linear", "sdpa", "einsum"};
-  if (!detail::native_half_gemm(half))
-    return false;
-  for (const char *p : products)
-    if (name.rfind(p, 0) == 0)
-      return true;
+bool native_product(const std::string& name, DType half) {
+  static const char* const products[] = {"mm",     "bmm",  "matmul", "addmm", "baddbmm",
+                                         "linear", "sdpa", "einsum"};
+  if (!detail::native_half_gemm(half)) return false;
+  for (const char* p : products)
+    if (name.rfind(p, 0) == 0) return true;
   return false;
 }
 
-bool same_bits(const Tensor &a, const Tensor &b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape())
-    return false;
+// The largest |value| of t.
+double max_abs(const Tensor& t) { return max_abs_diff(t, Tensor::zeros(t.shape(), t.dtype())); }
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
   const Tensor ac = a.contiguous(), bc = b.contiguous();
   return std::memcmp(ac.raw_data(), bc.raw_data(), ac.nbytes()) == 0;
 }
 
 void sweep(DType half) {
   int checked = 0;
-  for (const rules::OpCase &c : rules::all_cases()) {
+  for (const rules::OpCase& c : rules::all_cases()) {
     SCOPED_TRACE(c.name);
     for (uint64_t seed : {11u, 12u}) {
       const rules::Tensors in = half_inputs_of(c, seed, half);
       rules::Tensors wide;
       bool any_floating = false;
-      for (const Tensor &t : in) {
+      for (const Tensor& t : in) {
         any_floating = any_floating || is_floating(t.dtype());
         wide.push_back(is_half(t.dtype()) ? t.to(DType::Float32) : t);
       }
       Tensor got;
       try {
         got = c.plain(in);
-      } catch (const Error &e) {
+      } catch (const Error& e) {
         ADD_FAILURE() << c.name << " on " << half << ": " << e.what();
         continue;
       }
@@ -87,15 +84,11 @@ void sweep(DType half) {
       const bool rounds = any_floating && ref.dtype() == DType::Float32;
       const Tensor want = rounds ? ref.to(half) : ref;
       EXPECT_EQ(got.dtype(), want.dtype()) << c.name;
-      if (native_product(c.name, half)) {
-        // Within one bfloat16 rounding (2^-8 relative) of the largest value.
-        const double scale =
-            max_abs_diff(ref, Tensor::zeros(ref.shape(), ref.dtype()));
-        EXPECT_LE(max_abs_diff(got, want), std::ldexp(scale, -8)) << c.name;
+      if (native_product(c.name, half)) {  // within one rounding of the largest value
+        EXPECT_LE(max_abs_diff(got, want), std::ldexp(max_abs(ref), -8)) << c.name;
       } else {
-        EXPECT_TRUE(same_bits(got, want))
-            << c.name << " on " << half << "\ngot  " << got << "\nwant "
-            << want;
+        EXPECT_TRUE(same_bits(got, want)) << c.name << " on " << half << "\ngot  " << got
+                                          << "\nwant " << want;
       }
       ++checked;
     }
@@ -103,12 +96,8 @@ void sweep(DType half) {
   EXPECT_EQ(checked, 2 * static_cast<int>(rules::all_cases().size()));
 }
 
-TEST(HalfOpsTest, EveryValidatorCaseIsTheFloat32OpRoundedOnceBFloat16) {
-  sweep(DType::BFloat16);
-}
-TEST(HalfOpsTest, EveryValidatorCaseIsTheFloat32OpRoundedOnceFloat16) {
-  sweep(DType::Float16);
-}
+TEST(HalfOpsTest, EveryValidatorCaseIsTheFloat32OpRoundedOnceBFloat16) { sweep(DType::BFloat16); }
+TEST(HalfOpsTest, EveryValidatorCaseIsTheFloat32OpRoundedOnceFloat16) { sweep(DType::Float16); }
 
 // The ops the validator's cases do not call (in-place forms, the kernels
 // the DTensor ops and backward use), by the same rule.
@@ -128,33 +117,27 @@ TEST(HalfOpsTest, OtherEntryPointsAreTheFloat32OpRoundedOnce) {
     EXPECT_EQ(max_abs_diff(x, x.t().t()), 0.0);
     EXPECT_TRUE(same_bits(norm(x, 3, {1}), norm(w, 3, {1}).to(half)));
     EXPECT_TRUE(same_bits(clamp_max(x, 0.3), clamp_max(w, 0.3).to(half)));
-    EXPECT_TRUE(same_bits(detail::reverse_cumsum(x, 1),
-                          detail::reverse_cumsum(w, 1).to(half)));
-    EXPECT_TRUE(same_bits(detail::take_along_dim(x, idx, 1),
-                          detail::take_along_dim(w, idx, 1).to(half)));
+    EXPECT_TRUE(same_bits(detail::reverse_cumsum(x, 1), detail::reverse_cumsum(w, 1).to(half)));
     EXPECT_TRUE(
-        same_bits(detail::scatter_add_along_dim(x, idx, 1, {3, 4}),
-                  detail::scatter_add_along_dim(w, idx, 1, {3, 4}).to(half)));
+        same_bits(detail::take_along_dim(x, idx, 1), detail::take_along_dim(w, idx, 1).to(half)));
+    EXPECT_TRUE(same_bits(detail::scatter_add_along_dim(x, idx, 1, {3, 4}),
+                          detail::scatter_add_along_dim(w, idx, 1, {3, 4}).to(half)));
     // A lone operand with its labels in order stays a view.
     EXPECT_EQ(einsum("ij->ij", {x}).storage(), x.storage());
     const Tensor q = Tensor::randn({2, 3, 4}, 11, 0, half);
     const Tensor k = Tensor::randn({2, 5, 4}, 12, 0, half);
     const Tensor v = Tensor::randn({2, 5, 4}, 13, 0, half);
     const Tensor g = Tensor::randn({2, 3, 4}, 14, 0, half);
-    const auto f = [](const Tensor &t) { return t.to(DType::Float32); };
+    const auto f = [](const Tensor& t) { return t.to(DType::Float32); };
     using detail::SdpaInput;
-    for (SdpaInput which :
-         {SdpaInput::Query, SdpaInput::Key, SdpaInput::Value}) {
+    for (SdpaInput which : {SdpaInput::Query, SdpaInput::Key, SdpaInput::Value}) {
       EXPECT_TRUE(same_bits(
           detail::sdpa_backward(which, g, q, k, v, Tensor(), true, 0.5, 0),
-          detail::sdpa_backward(which, f(g), f(q), f(k), f(v), Tensor(), true,
-                                0.5, 0)
-              .to(half)));
+          detail::sdpa_backward(which, f(g), f(q), f(k), f(v), Tensor(), true, 0.5, 0).to(half)));
     }
     // Mixed dtypes promote (bfloat16 with float32 is float32), no 16-bit path.
     EXPECT_EQ(mm(x, w.t()).dtype(), DType::Float32);
-    EXPECT_THROW(detail::sdpa_forward(q, f(k), v, Tensor(), false, 0.5, 0),
-                 Error);
+    EXPECT_THROW(detail::sdpa_forward(q, f(k), v, Tensor(), false, 0.5, 0), Error);
   }
 }
 
@@ -164,13 +147,12 @@ TEST(HalfOpsTest, ReductionsAndProductsAccumulateInFloat32) {
   const Tensor ones = Tensor::ones({4096}, DType::BFloat16);
   EXPECT_EQ(sum(ones).item<double>(), 4096.0);
   EXPECT_EQ(mean(ones).item<double>(), 1.0);
-  EXPECT_EQ(cumsum(ones, 0).to(DType::Float32).to_vector<float>().back(),
-            4096.0f);
+  EXPECT_EQ(cumsum(ones, 0).to(DType::Float32).to_vector<float>().back(), 4096.0f);
   const Tensor m = mm(ones.view({1, 4096}), ones.view({4096, 1}));
   EXPECT_EQ(m.dtype(), DType::BFloat16);
   EXPECT_EQ(m.item<double>(), 4096.0);
   const Tensor h = Tensor::ones({3000}, DType::Float16);
-  EXPECT_EQ(sum(h).item<double>(), 3000.0); // float16 steps by 2 above 2048
+  EXPECT_EQ(sum(h).item<double>(), 3000.0);  // float16 steps by 2 above 2048
   EXPECT_EQ(einsum("i,i->", {h, h}).item<double>(), 3000.0);
 }
 
@@ -180,23 +162,20 @@ TEST(HalfOpsTest, ReductionsAndProductsAccumulateInFloat32) {
 // inner dim) equal the widened float32 product rounded once: bit for bit
 // where they widen, within one rounding where oneDNN's bf16 kernels run.
 TEST(HalfOpsTest, BFloat16ProductsOfEveryLayout) {
-  const auto bf = [](const Shape &s, uint64_t seed) {
+  const auto bf = [](const Shape& s, uint64_t seed) {
     return Tensor::randn(s, seed, 0, DType::BFloat16);
   };
-  const auto f32 = [](const Tensor &t) { return t.to(DType::Float32); };
-  const Tensor a = bf({300, 129}, 1), b = bf({129, 77}, 2),
-               big = bf({1100, 520}, 3);
-  const Tensor x3 = bf({4, 33, 129}, 4), w = bf({65, 129}, 5),
-               bias = bf({65}, 6);
-  const Tensor col = bf({129, 1}, 7), row = bf({1, 300}, 8);
+  const Tensor a = bf({300, 129}, 1), b = bf({129, 77}, 2), big = bf({1100, 520}, 3);
+  const Tensor x3 = bf({4, 33, 129}, 4), w = bf({65, 129}, 5), bias = bf({65}, 6);
+  const Tensor col = bf({129, 1}, 7), row = bf({1, 300}, 8), c = bf({300, 77}, 10);
   const Tensor strided = bf({300, 258}, 9).slice(1, 0, 258, 2);
   // The operands as the product gets them (the float32 reference widens
   // these views, as the product itself does).
   const Tensor at = a.t(), bt = b.t(), bigt = big.t(), x3t = x3.transpose(1, 2);
-  const Tensor a3 = a.view({1, 300, 129}), c = bf({300, 77}, 10);
-  using Widen = std::function<Tensor(const Tensor &)>;
+  const Tensor a3 = a.view({1, 300, 129});
+  using Widen = std::function<Tensor(const Tensor&)>;
   struct Case {
-    const char *name;
+    const char* name;
     std::function<Tensor(Widen)> run;
   };
   const std::vector<Case> cases = {
@@ -204,31 +183,25 @@ TEST(HalfOpsTest, BFloat16ProductsOfEveryLayout) {
       {"transposed operands", [&](Widen t) { return mm(t(bt), t(at)); }},
       {"strided operand", [&](Widen t) { return mm(t(strided), t(b)); }},
       {"split into blocks", [&](Widen t) { return mm(t(big), t(bigt)); }},
-      {"batch folded into rows",
-       [&](Widen t) { return linear(t(x3), t(w), t(bias)); }},
+      {"batch folded into rows", [&](Widen t) { return linear(t(x3), t(w), t(bias)); }},
       {"batched", [&](Widen t) { return matmul(t(x3), t(x3t)); }},
       {"broadcast batch", [&](Widen t) { return matmul(t(a3), t(x3t)); }},
       {"matrix-vector", [&](Widen t) { return mm(t(a), t(col)); }},
       {"vector-matrix", [&](Widen t) { return mm(t(row), t(a)); }},
-      {"addmm beta alpha",
-       [&](Widen t) { return addmm(t(c), t(a), t(b), 0.5, 2.0); }},
+      {"addmm beta alpha", [&](Widen t) { return addmm(t(c), t(a), t(b), 0.5, 2.0); }},
       {"empty inner dim",
        [&](Widen t) { return mm(t(a.narrow(1, 0, 0)), t(b.narrow(0, 0, 0))); }},
   };
   const bool native = detail::native_half_gemm(DType::BFloat16);
-  for (const Case &c : cases) {
-    SCOPED_TRACE(c.name);
-    const Tensor got = c.run([](const Tensor &t) { return t; });
-    const Tensor want = c.run(f32).to(DType::BFloat16);
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    const Tensor got = k.run([](const Tensor& t) { return t; });
+    const Tensor want = k.run([](const Tensor& t) { return t.to(DType::Float32); });
     ASSERT_EQ(got.dtype(), DType::BFloat16);
     ASSERT_EQ(got.shape(), want.shape());
-    if (!native) {
-      EXPECT_TRUE(same_bits(got, want));
-      continue;
-    }
-    const double scale =
-        max_abs_diff(want, Tensor::zeros(want.shape(), DType::BFloat16));
-    EXPECT_LE(max_abs_diff(got, want), std::ldexp(scale, -8));
+    const Tensor rounded = want.to(DType::BFloat16);
+    if (native) EXPECT_LE(max_abs_diff(got, rounded), std::ldexp(max_abs(want), -8));
+    else EXPECT_TRUE(same_bits(got, rounded));
   }
 }
 
@@ -236,17 +209,14 @@ TEST(HalfOpsTest, BFloat16ProductsOfEveryLayout) {
 // where they move it directly).
 TEST(HalfOpsTest, MovesKeepBits) {
   Tensor x = Tensor::randn({3, 4}, 5, 0, DType::BFloat16).contiguous();
-  x.data_ptr<BFloat16>()[1] =
-      BFloat16::from_bits(0x7FA1); // a NaN with a payload
-  const Tensor idx =
-      Tensor::from_vector(std::vector<int64_t>{2, 0, 1, 1}, Shape{1, 4});
+  x.data_ptr<BFloat16>()[1] = BFloat16::from_bits(0x7FA1);  // a NaN with a payload
+  const Tensor idx = Tensor::from_vector(std::vector<int64_t>{2, 0, 1, 1}, Shape{1, 4});
   const Tensor g = gather(x, 0, idx);
   for (int64_t j = 0; j < 4; ++j) {
     const int64_t r = idx.to_vector<int64_t>()[static_cast<size_t>(j)];
-    EXPECT_TRUE(
-        same_bits(g.select(0, 0).select(0, j), x.select(0, r).select(0, j)));
+    EXPECT_TRUE(same_bits(g.select(0, 0).select(0, j), x.select(0, r).select(0, j)));
   }
-  const Tensor last_row = x.narrow(0, 2, 1).narrow(1, 0, 3); // tril(x) keeps it
+  const Tensor last_row = x.narrow(0, 2, 1).narrow(1, 0, 3);  // tril(x) keeps it
   EXPECT_TRUE(same_bits(tril(x).narrow(0, 2, 1).narrow(1, 0, 3), last_row));
   EXPECT_TRUE(same_bits(cat({x, x}, 0).narrow(0, 3, 3), x));
   EXPECT_TRUE(same_bits(index_select(x, 1, Tensor::arange(4)), x));
@@ -260,10 +230,8 @@ TEST(HalfOpsTest, MovesKeepBits) {
 TEST(HalfOpsTest, LinearCrossEntropyBackwardInBFloat16) {
   const DeviceMesh mesh(World::simulated(1), {1});
   // Values a bfloat16 holds, so that both runs start from the same numbers.
-  const Tensor x =
-      Tensor::randn({6, 8}, 1, 0, DType::BFloat16).to(DType::Float32);
-  const Tensor w =
-      Tensor::randn({5, 8}, 2, 0, DType::BFloat16).to(DType::Float32);
+  const Tensor x = Tensor::randn({6, 8}, 1, 0, DType::BFloat16).to(DType::Float32);
+  const Tensor w = Tensor::randn({5, 8}, 2, 0, DType::BFloat16).to(DType::Float32);
   const Tensor b = Tensor::randn({5}, 3, 0, DType::BFloat16).to(DType::Float32);
   const Tensor target = Tensor::randint(0, 5, {6}, 4);
   auto grads = [&](DType dtype) {
@@ -277,8 +245,7 @@ TEST(HalfOpsTest, LinearCrossEntropyBackwardInBFloat16) {
     const DTensor loss = cross_entropy(linear(dx, dw, db), t);
     EXPECT_EQ(loss.dtype(), dtype);
     loss.backward();
-    return std::vector<Tensor>{dx.grad()->full_tensor(),
-                               dw.grad()->full_tensor(),
+    return std::vector<Tensor>{dx.grad()->full_tensor(), dw.grad()->full_tensor(),
                                db.grad()->full_tensor()};
   };
   const std::vector<Tensor> half = grads(DType::BFloat16);
@@ -287,11 +254,9 @@ TEST(HalfOpsTest, LinearCrossEntropyBackwardInBFloat16) {
     EXPECT_EQ(half[i].dtype(), DType::BFloat16);
     // A bfloat16 step is 2^-8 of the value; a few per-op roundings.
     EXPECT_TRUE(allclose(half[i].to(DType::Float32), full[i], 0x1p-5, 0x1p-9))
-        << i << "\n"
-        << half[i] << "\n"
-        << full[i];
+        << i << "\n" << half[i] << "\n" << full[i];
   }
 }
 
-} // namespace
-} // namespace dtensor
+}  // namespace
+}  // namespace dtensor
