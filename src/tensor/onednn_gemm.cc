@@ -153,6 +153,8 @@ void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha, const float
 
 void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha, const BFloat16* a, int lda,
                  const BFloat16* b, int ldb, float beta, BFloat16* c, int ldc) {
+  // Around the primitive's creation too: it fixes its thread count then.
+  OneThread one;
   Key key;
   std::memset(&key, 0, sizeof key);  // the padding hashes and compares too
   key.ta = ta;
@@ -183,7 +185,6 @@ void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha, const BFloa
   check(dnnl_memory_set_data_handle(mm.c, c), "setting c's data");
   const dnnl_exec_arg_t args[] = {
       {DNNL_ARG_SRC, mm.a}, {DNNL_ARG_WEIGHTS, mm.b}, {DNNL_ARG_DST, mm.c}};
-  OneThread one;
   check(dnnl_primitive_execute(mm.prim, state.stream, 3, args), "running a bfloat16 matmul");
   check(dnnl_stream_wait(state.stream), "waiting for a bfloat16 matmul");
 }
