@@ -31,6 +31,36 @@ __attribute__((target("avx,f16c"))) void half_to_float_f16c(const Float16* s, fl
   for (; i < n; ++i) d[i] = static_cast<float>(s[i]);
 }
 
+// The bfloat16 loops are plain code the compiler vectorises, compiled once
+// per instruction set (BFloat16::round is branch-free but for the NaN test,
+// which becomes a blend).
+template <int kIsa>
+inline void to_bf16(const float* s, BFloat16* d, int64_t n) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) d[i].bits = BFloat16::round(s[i]);
+}
+
+template <int kIsa>
+inline void from_bf16(const BFloat16* s, float* d, int64_t n) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(s[i]);
+}
+
+__attribute__((target("avx2"))) void to_bf16_avx2(const float* s, BFloat16* d, int64_t n) {
+  to_bf16<1>(s, d, n);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void to_bf16_avx512(const float* s,
+                                                                         BFloat16* d, int64_t n) {
+  to_bf16<2>(s, d, n);
+}
+__attribute__((target("avx2"))) void from_bf16_avx2(const BFloat16* s, float* d, int64_t n) {
+  from_bf16<1>(s, d, n);
+}
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void from_bf16_avx512(const BFloat16* s,
+                                                                           float* d, int64_t n) {
+  from_bf16<2>(s, d, n);
+}
+
 }  // namespace
 
 bool f16c_enabled() {
@@ -47,6 +77,22 @@ void float_to_half(const float* src, Float16* dst, int64_t n) {
 void half_to_float(const Float16* src, float* dst, int64_t n) {
   if (f16c_enabled()) return half_to_float_f16c(src, dst, n);
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+void float_to_half(const float* src, BFloat16* dst, int64_t n) {
+  switch (simd_level()) {
+    case SimdLevel::kAvx512: return to_bf16_avx512(src, dst, n);
+    case SimdLevel::kAvx2: return to_bf16_avx2(src, dst, n);
+    default: return to_bf16<0>(src, dst, n);
+  }
+}
+
+void half_to_float(const BFloat16* src, float* dst, int64_t n) {
+  switch (simd_level()) {
+    case SimdLevel::kAvx512: return from_bf16_avx512(src, dst, n);
+    case SimdLevel::kAvx2: return from_bf16_avx2(src, dst, n);
+    default: return from_bf16<0>(src, dst, n);
+  }
 }
 
 }  // namespace dtensor::detail

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <type_traits>
 
 #include "dtensor/tensor.h"
 #include "tensor/elementwise_checks.h"
@@ -16,11 +17,25 @@ namespace {
 
 // ---- op drivers -----------------------------------------------------------------------
 
-// The 16-bit floats compute in float32 (compute_dtype): each driver reached
-// with compute bfloat16 or float16 runs itself in float32 and rounds a
-// floating result back to the 16-bit type once (detail::round_to,
-// half_compute.h), as PyTorch's CPU kernels do (a comparison's bool stays
-// bool).
+// The 16-bit floats compute in float32 (compute_dtype), as PyTorch's CPU
+// kernels do: a driver reached with compute bfloat16 or float16 whose
+// tensors all hold that dtype runs HalfMap (blocks widened, computed in
+// float32 and rounded once, elementwise_map.h); otherwise (an int64 or
+// bool operand) it runs itself in float32 on widened copies and rounds a
+// floating result back once (detail::round_to, half_compute.h). Both give
+// the same bits; a comparison's bool stays bool.
+
+// The result type R of a float32 op that HalfMap stores: float rounds to
+// the 16-bit dtype, bool stays.
+template <class R>
+constexpr bool half_result() {
+  return std::is_same_v<R, float> || std::is_same_v<R, bool>;
+}
+
+template <class R>
+DType half_out_dtype(DType half) {
+  return std::is_same_v<R, float> ? half : DType::Bool;
+}
 
 // op over x, whose dtype is T already.
 template <class T, class Op>
@@ -33,8 +48,17 @@ Tensor map_unary(const Tensor& x, Op op) {
 
 template <Types kTypes, class Op>
 Tensor unary(const char* name, const Tensor& x, DType compute, Op op) {
-  if (is_half(compute))
+  if (is_half(compute)) {
+    using R = decltype(op(float()));
+    if constexpr (half_result<R>()) {
+      if (x.dtype() == compute) {
+        Tensor out = Tensor::empty(x.shape(), half_out_dtype<R>(compute));
+        HalfMap<R, float>::apply(compute, out, op, x);
+        return out;
+      }
+    }
     return detail::round_to(unary<kTypes>(name, x, DType::Float32, op), compute);
+  }
   std::optional<Tensor> converted;
   const Tensor& xc = as_dtype(x, compute, converted);
   return dispatch<kTypes>(compute, name, [&]<class T>() { return map_unary<T>(xc, op); });
@@ -52,8 +76,17 @@ Tensor binary(const char* name, const Tensor& a, const Tensor& b, DType compute,
   check_defined(name, a);
   check_defined(name, b);
   const Shape shape = broadcast_for(name, a.shape(), b.shape());
-  if (is_half(compute))
+  if (is_half(compute)) {
+    using R = decltype(op(float(), float()));
+    if constexpr (half_result<R>()) {
+      if (a.dtype() == compute && b.dtype() == compute) {
+        Tensor out = Tensor::empty(shape, half_out_dtype<R>(compute));
+        HalfMap<R, float, float>::apply(compute, out, op, a, b);
+        return out;
+      }
+    }
     return detail::round_to(binary<kTypes>(name, a, b, DType::Float32, op), compute);
+  }
   std::optional<Tensor> a_converted, b_converted;
   const Tensor& ac = as_dtype(a, compute, a_converted);
   const Tensor& bc = as_dtype(b, compute, b_converted);
@@ -71,6 +104,19 @@ template <Types kTypes, bool kScalarFirst = false, class Op>
 Tensor binary_scalar(const char* name, const Tensor& a, Scalar s, DType compute, Op op) {
   check_defined(name, a);
   if (is_half(compute)) {
+    using R = decltype(op(float(), float()));
+    if constexpr (half_result<R>()) {
+      if (a.dtype() == compute) {
+        const float v = s.to<float>();
+        Tensor out = Tensor::empty(a.shape(), half_out_dtype<R>(compute));
+        if constexpr (kScalarFirst) {
+          HalfMap<R, float>::apply(compute, out, [op, v](float x) { return op(v, x); }, a);
+        } else {
+          HalfMap<R, float>::apply(compute, out, [op, v](float x) { return op(x, v); }, a);
+        }
+        return out;
+      }
+    }
     return detail::round_to(
         binary_scalar<kTypes, kScalarFirst>(name, a, s, DType::Float32, op), compute);
   }

@@ -297,12 +297,12 @@ namespace {
 template <class D, class S>
 void copy_kernel(std::array<char*, 2>& p, int64_t n, const std::array<int64_t, 2>& st) {
   if (st[0] == sizeof(D) && st[1] == sizeof(S)) {
-    // float32 <-> float16 runs on the CPU's F16C where it has it.
-    if constexpr (std::is_same_v<D, Float16> && std::is_same_v<S, float>) {
+    // float32 <-> 16-bit runs in the CPU's vectors (convert_half.h).
+    if constexpr (is_half_v<D> && std::is_same_v<S, float>) {
       return detail::float_to_half(reinterpret_cast<const float*>(p[1]),
-                                   reinterpret_cast<Float16*>(p[0]), n);
-    } else if constexpr (std::is_same_v<D, float> && std::is_same_v<S, Float16>) {
-      return detail::half_to_float(reinterpret_cast<const Float16*>(p[1]),
+                                   reinterpret_cast<D*>(p[0]), n);
+    } else if constexpr (std::is_same_v<D, float> && is_half_v<S>) {
+      return detail::half_to_float(reinterpret_cast<const S*>(p[1]),
                                    reinterpret_cast<float*>(p[0]), n);
     }
     D* __restrict d = reinterpret_cast<D*>(p[0]);

@@ -16,6 +16,7 @@
 #include "tensor/attention.h"
 #include "tensor/onednn_gemm.h"
 #include "tensor/scan.h"
+#include "tensor/simd_threads.h"
 
 namespace dtensor {
 namespace {
@@ -52,6 +53,8 @@ bool native_product(const std::string& name, DType half) {
 
 // The largest |value| of t.
 double max_abs(const Tensor& t) { return max_abs_diff(t, Tensor::zeros(t.shape(), t.dtype())); }
+
+using HalfElementwiseLevels = dtensor::testing::ThreadsAndSimdTest;
 
 bool same_bits(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
@@ -202,6 +205,62 @@ TEST(HalfOpsTest, BFloat16ProductsOfEveryLayout) {
     const Tensor rounded = want.to(DType::BFloat16);
     if (native) EXPECT_LE(max_abs_diff(got, rounded), std::ldexp(max_abs(want), -8));
     else EXPECT_TRUE(same_bits(got, rounded));
+  }
+}
+
+// The elementwise ops on 16-bit tensors run in blocks (HalfMap,
+// elementwise_map.h): runs longer than a block, transposed and broadcast
+// operands, scalars on either side, bool results, in-place forms, values
+// that round to infinity, denormals and NaN, at every SIMD level and on 1
+// and 2 threads, all give the bits of the widened float32 op rounded once.
+TEST_F(HalfElementwiseLevels, BlocksGiveTheWidenedOpsBits) {
+  for (DType half : {DType::BFloat16, DType::Float16}) {
+    SCOPED_TRACE(dtype_name(half));
+    Tensor x = mul(Tensor::randn({37, 611}, 21), 3.0).to(half).contiguous();
+    // Specials where x's values land: the largest finite, a denormal, NaN.
+    const Tensor specials =
+        Tensor::from_vector(std::vector<float>{6.5e4f, 3.0e38f, 1e-40f, -1e-41f, NAN, -INFINITY},
+                            Shape{6});
+    x.narrow(0, 0, 1).narrow(1, 0, 6).copy_(specials.view({1, 6}));
+    const Tensor y = Tensor::randn({611, 37}, 22, 0, half).t();  // transposed view
+    const Tensor row = Tensor::randn({611}, 23, 0, half);
+    const Tensor col = Tensor::randn({37, 1}, 24, 0, half);
+    const auto w = [](const Tensor& t) { return t.to(DType::Float32); };
+    struct Case {
+      const char* name;
+      std::function<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&)> op;
+    };
+    const std::vector<Case> cases = {
+        {"add", [](auto& a, auto& b, auto&, auto&) { return add(a, b); }},
+        {"mul by a row", [](auto& a, auto&, auto& r, auto&) { return mul(a, r); }},
+        {"column minus", [](auto& a, auto&, auto&, auto& c) { return sub(c, a); }},
+        {"div by a scalar", [](auto& a, auto&, auto&, auto&) { return div(a, 0.3); }},
+        {"scalar minus", [](auto& a, auto&, auto&, auto&) { return sub(2.5, a); }},
+        {"exp", [](auto&, auto& b, auto&, auto&) { return exp(b); }},
+        {"gelu", [](auto& a, auto&, auto&, auto&) { return gelu(a); }},
+        {"sigmoid", [](auto& a, auto&, auto&, auto&) { return sigmoid(a); }},
+        {"maximum", [](auto& a, auto& b, auto&, auto&) { return maximum(a, b); }},
+        {"gt", [](auto& a, auto& b, auto&, auto&) { return gt(a, b); }},
+        {"gt scalar", [](auto& a, auto&, auto&, auto&) { return gt(a, 0.25); }},
+        {"add_ in place", [](auto& a, auto& b, auto&, auto&) {
+           Tensor t = a.clone();
+           t.add_(b);
+           return t;
+         }},
+    };
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (detail::SimdLevel level : dtensor::testing::simd_levels()) {
+        detail::set_simd_level(level);
+        SCOPED_TRACE(detail::simd_level_name(level));
+        for (const Case& c : cases) {
+          const Tensor got = c.op(x, y, row, col);
+          const Tensor ref = c.op(w(x), w(y), w(row), w(col));
+          const Tensor want = ref.dtype() == DType::Float32 ? ref.to(half) : ref;
+          EXPECT_TRUE(same_bits(got, want)) << c.name << " on " << threads << " threads";
+        }
+      }
+    }
   }
 }
 
