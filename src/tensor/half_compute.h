@@ -11,9 +11,11 @@
 // bits. Widening is exact (every bfloat16 and float16 value is a float32
 // one), which is also why ops that only move elements may take this path:
 // only a NaN's payload is not kept (it comes back as the quiet NaN).
-// No kernel is compiled for the 16-bit types; the elementwise drivers
-// (elementwise_drivers.h) apply the same rule inside themselves, with
-// round_to.
+// No arithmetic is compiled for the 16-bit types: the elementwise ops run
+// the float32 op's loop on blocks widened on the stack and round each block
+// once (HalfMap, elementwise_map.h), the same bits as this rule without the
+// whole-tensor temporaries; bfloat16 products may run oneDNN's bf16
+// kernels (onednn_gemm.h), the one exception to bit-for-bit equality.
 #pragma once
 
 #include <initializer_list>
