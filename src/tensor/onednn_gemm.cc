@@ -1,8 +1,8 @@
 // Matrix products through oneDNN (onednn_gemm.h). float32 runs dnnl_sgemm,
 // which needs no set-up per shape; bfloat16 runs a matmul primitive (bf16
-// in and out, float32 inside), made
-// once per shape and calling thread and kept in a small per-thread cache
-// (making one costs ~2 us, a 64^3 product ~1 us).
+// in and out, float32 inside), made once per shape and calling thread and
+// kept in a small per-thread cache (making one costs ~2 us, a 64^3 product
+// ~1 us).
 #include "tensor/onednn_gemm.h"
 
 #include <omp.h>
@@ -10,6 +10,8 @@
 
 #include <cstring>
 #include <unordered_map>
+
+#include "tensor/allocator.h"
 
 namespace dtensor::detail {
 namespace {
@@ -59,15 +61,19 @@ dnnl_memory_desc_t matrix_desc(int rows, int cols, bool trans, int ld, dnnl_data
 }
 
 // One shape's matmul primitive with its memory objects (their data handles
-// are set per call).
+// are set per call). The scratchpad (where the kernel packs its operands)
+// is the calling thread's: left to oneDNN, each call malloc'ed and freed
+// it, and glibc handed large ones back to the system, so every product
+// faulted its pages in afresh.
 struct Matmul {
   dnnl_primitive_t prim = nullptr;
-  dnnl_memory_t a = nullptr, b = nullptr, c = nullptr;
+  dnnl_memory_t a = nullptr, b = nullptr, c = nullptr, scratch = nullptr;
+  size_t scratch_bytes = 0;
   Matmul() = default;
   Matmul(const Matmul&) = delete;
   Matmul& operator=(const Matmul&) = delete;
   ~Matmul() {
-    for (dnnl_memory_t m : {a, b, c})
+    for (dnnl_memory_t m : {a, b, c, scratch})
       if (m) dnnl_memory_destroy(m);
     if (prim) dnnl_primitive_destroy(prim);
   }
@@ -107,6 +113,8 @@ void make_matmul(const Key& key, dnnl_data_type_t type, Matmul& mm) {
   if (key.alpha != 1.0f) status = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &key.alpha);
   if (status == dnnl_success && key.beta != 0.0f) status = dnnl_post_ops_append_sum(ops, key.beta);
   if (status == dnnl_success) status = dnnl_primitive_attr_set_post_ops(attr, ops);
+  if (status == dnnl_success)
+    status = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
   dnnl_primitive_desc_t pd = nullptr;
   if (status == dnnl_success)
     status = dnnl_primitive_desc_create(&pd, &desc, attr, engine(), nullptr);
@@ -114,7 +122,11 @@ void make_matmul(const Key& key, dnnl_data_type_t type, Matmul& mm) {
   dnnl_primitive_attr_destroy(attr);
   check(status, "creating a bfloat16 matmul");
 
-  status = dnnl_primitive_create(&mm.prim, pd);
+  const dnnl_memory_desc_t* scratch = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  mm.scratch_bytes = scratch ? dnnl_memory_desc_get_size(scratch) : 0;
+  if (mm.scratch_bytes > 0)
+    status = dnnl_memory_create(&mm.scratch, scratch, engine(), DNNL_MEMORY_NONE);
+  if (status == dnnl_success) status = dnnl_primitive_create(&mm.prim, pd);
   dnnl_primitive_desc_destroy(pd);
   check(status, "creating a bfloat16 matmul");
   check(dnnl_memory_create(&mm.a, &a, engine(), DNNL_MEMORY_NONE), "creating a memory");
@@ -128,12 +140,24 @@ struct ThreadState {
   static constexpr size_t kMaxShapes = 256;
   dnnl_stream_t stream = nullptr;
   std::unordered_map<Key, Matmul, KeyHash> cache;
+  void* scratch = nullptr;  // the largest scratchpad asked for so far (allocator.h)
+  size_t scratch_bytes = 0;
   ThreadState() {
     check(dnnl_stream_create(&stream, engine(), dnnl_stream_default_flags), "creating a stream");
   }
   ~ThreadState() {
     cache.clear();
+    if (scratch) deallocate(scratch, scratch_bytes);
     dnnl_stream_destroy(stream);
+  }
+  void* scratch_of(size_t bytes) {
+    if (bytes > scratch_bytes) {
+      if (scratch) deallocate(scratch, scratch_bytes);
+      scratch = allocate(bytes);
+      DT_CHECK(scratch, "oneDNN: out of memory for a ", bytes, "-byte scratchpad");
+      scratch_bytes = bytes;
+    }
+    return scratch;
   }
 };
 
@@ -183,9 +207,15 @@ void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha, const BFloa
   check(dnnl_memory_set_data_handle(mm.a, const_cast<BFloat16*>(a)), "setting a's data");
   check(dnnl_memory_set_data_handle(mm.b, const_cast<BFloat16*>(b)), "setting b's data");
   check(dnnl_memory_set_data_handle(mm.c, c), "setting c's data");
-  const dnnl_exec_arg_t args[] = {
-      {DNNL_ARG_SRC, mm.a}, {DNNL_ARG_WEIGHTS, mm.b}, {DNNL_ARG_DST, mm.c}};
-  check(dnnl_primitive_execute(mm.prim, state.stream, 3, args), "running a bfloat16 matmul");
+  if (mm.scratch)
+    check(dnnl_memory_set_data_handle(mm.scratch, state.scratch_of(mm.scratch_bytes)),
+          "setting the scratchpad");
+  const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, mm.a},
+                                  {DNNL_ARG_WEIGHTS, mm.b},
+                                  {DNNL_ARG_DST, mm.c},
+                                  {DNNL_ARG_SCRATCHPAD, mm.scratch}};
+  check(dnnl_primitive_execute(mm.prim, state.stream, mm.scratch ? 4 : 3, args),
+        "running a bfloat16 matmul");
   check(dnnl_stream_wait(state.stream), "waiting for a bfloat16 matmul");
 }
 
