@@ -186,15 +186,20 @@ struct SigmoidOp {
 };
 struct ErfOp {
   template <class T>
+  static constexpr bool kWide = std::is_same_v<T, float>;
+  template <class T>
   T operator()(T x) const {
-    return std::erf(x);
+    if constexpr (std::is_same_v<T, float>) return detail::erf_f32(x);
+    else return std::erf(x);
   }
 };
 // PyTorch's gelu: x * Phi(x) with the exact normal CDF ...
 struct GeluErfOp {
   template <class T>
+  static constexpr bool kWide = ErfOp::kWide<T>;
+  template <class T>
   T operator()(T x) const {
-    return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+    return T(0.5) * x * (T(1) + ErfOp{}(x * T(0.70710678118654752440)));
   }
 };
 // ... or its tanh approximation (approximate='tanh').

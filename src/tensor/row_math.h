@@ -70,6 +70,49 @@ inline float exp_f32(float x) {
   return exp_f32_core(x);
 }
 
+// erf(x) for every float32 x, vectorisable (libm's erff is an opaque call,
+// and GELU's erf took 10% of a training step). Two least-squares fits,
+// evaluated in float32 (docs/PERFORMANCE.md, "A vectorised erf"):
+// - |x| < 1: erf = x + x * P(x^2), P of degree 6 (the small correction
+//   term keeps P's rounding off the leading x);
+// - 1 <= |x| < 3.92: erf = 1 - exp(-x^2) * Q(|x| - 2.46), Q of degree 13
+//   (erfc(x) exp(x^2) is smooth there);
+// - beyond, erf is 1 in float32; the sign comes back by copysign, and NaN
+//   passes through. Under 1.5 ulp against double erf over every float
+//   (tests/tensor/exp_test.cc, ErfF32.UnderOneAndAHalfUlps).
+inline float erf_f32(float x) {
+  const float a = std::fabs(x);
+  const float z = a * a;
+  float p = 7.847262168e-05f;
+  p = p * z - 8.008193108e-04f;
+  p = p * z + 5.188099574e-03f;
+  p = p * z - 2.685369179e-02f;
+  p = p * z + 1.128358245e-01f;
+  p = p * z - 3.761262596e-01f;
+  p = p * z + 1.283791661e-01f;
+  const float small = a + a * p;
+  const float t = a - 2.46f;
+  float q = -2.636882357e-08f;
+  q = q * t + 1.177330873e-07f;
+  q = q * t - 2.891339932e-07f;
+  q = q * t + 1.083121788e-06f;
+  q = q * t - 4.686606644e-06f;
+  q = q * t + 1.775181772e-05f;
+  q = q * t - 6.423433661e-05f;
+  q = q * t + 2.280988265e-04f;
+  q = q * t - 7.862597704e-04f;
+  q = q * t + 2.619004110e-03f;
+  q = q * t - 8.408312686e-03f;
+  q = q * t + 2.592233941e-02f;
+  q = q * t - 7.638143748e-02f;
+  q = q * t + 2.138206810e-01f;
+  const float large = 1.0f - exp_f32(-z) * q;
+  float r = a < 3.92f ? large : 1.0f;
+  r = a < 1.0f ? small : r;
+  r = a != a ? a : r;  // NaN
+  return std::copysign(r, x);
+}
+
 // Maximum of a row. GCC will not vectorise a float max reduction (NaN and
 // -0 semantics), so it compares integer keys: the float bits with the
 // magnitude flipped for negatives order exactly like the floats, and an

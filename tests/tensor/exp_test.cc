@@ -4,7 +4,8 @@
 // smallest normal result, the smallest denormal, overflow) and a strided
 // sample of the rest of [-110, 90]; the special values; and the same bits
 // from the vector loop, its scalar tail and the strided walk, on every
-// SIMD level and thread count.
+// SIMD level and thread count. Likewise float32 erf (erf_f32), which GELU
+// uses.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -16,6 +17,7 @@
 
 #include "dtensor/tensor.h"
 #include "dtensor/threads.h"
+#include "tensor/row_math.h"
 #include "tensor/simd.h"
 #include "tensor/simd_threads.h"
 
@@ -165,6 +167,62 @@ TEST_F(ExpF32Levels, SameBitsOnEveryPathAndLevel) {
       EXPECT_TRUE(same(exp(xb).to_vector<float>(), want_big)) << threads << " threads";
     }
     set_num_threads(1);
+  }
+}
+
+// erf_f32 against double erf: under 1.5 ulp (of the float nearest the
+// exact value) over a strided sample of every float in [0, 4.5] (past 3.92
+// erf is 1 in float32) and every float in windows around the fits' seams
+// (1 and 3.92) and 0; odd; NaN, infinities and signed zeros.
+TEST(ErfF32, UnderOneAndAHalfUlps) {
+  double worst = 0;
+  float worst_x = 0;
+  auto check_at = [&](float x) {
+    const double ref = std::erf(static_cast<double>(x));
+    const float nearest = static_cast<float>(ref);
+    const double ulp = std::nextafter(std::fabs(nearest), INFINITY) - std::fabs(nearest);
+    const double err = std::fabs(static_cast<double>(detail::erf_f32(x)) - ref) / ulp;
+    if (err > worst) worst = err, worst_x = x;
+    EXPECT_EQ(std::bit_cast<uint32_t>(detail::erf_f32(-x)),
+              std::bit_cast<uint32_t>(-detail::erf_f32(x)));
+  };
+  const uint32_t last = std::bit_cast<uint32_t>(4.5f);
+  for (uint32_t b = 0; b <= last; b += 151) check_at(std::bit_cast<float>(b));
+  for (float seam : {0.0f, 1.0f, 3.92f}) {
+    float x = step_from(seam, -5000);
+    for (int i = 0; i < 10000; ++i, x = step_from(x, 1)) check_at(std::fabs(x));
+  }
+  EXPECT_LT(worst, 1.5) << "at x = " << worst_x;
+  EXPECT_TRUE(std::isnan(detail::erf_f32(NAN)));
+  EXPECT_EQ(detail::erf_f32(INFINITY), 1.0f);
+  EXPECT_EQ(detail::erf_f32(-INFINITY), -1.0f);
+  EXPECT_EQ(detail::erf_f32(1e30f), 1.0f);
+  EXPECT_EQ(std::bit_cast<uint32_t>(detail::erf_f32(-0.0f)), std::bit_cast<uint32_t>(-0.0f));
+  EXPECT_NEAR(detail::erf_f32(1e-40f), std::erf(1e-40), 1.5e-45);  // a denormal ulp
+}
+
+// erf and gelu of a float32 tensor: the vector loop and the strided walk
+// give erf_f32's bits at every SIMD level.
+TEST_F(ExpF32Levels, ErfSameBitsOnEveryPathAndLevel) {
+  std::vector<float> xs;
+  for (int i = 0; i < 3 * 337; ++i) xs.push_back(-5.0f + 0.0101f * static_cast<float>(i));
+  xs[7] = NAN;
+  const Tensor x = Tensor::from_vector(xs, Shape{3, 337});
+  std::vector<float> want;
+  for (float v : xs) want.push_back(detail::erf_f32(v));
+  for (detail::SimdLevel level : dtensor::testing::simd_levels()) {
+    detail::set_simd_level(level);
+    SCOPED_TRACE(detail::simd_level_name(level));
+    for (const Tensor& got : {erf(x), erf(x.t()).t()}) {
+      const std::vector<float> g = got.contiguous().to_vector<float>();
+      for (size_t i = 0; i < xs.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(g[i]), std::bit_cast<uint32_t>(want[i])) << xs[i];
+    }
+    const std::vector<float> gl = gelu(x).to_vector<float>();
+    for (size_t i = 0; i < xs.size(); ++i) {
+      const float w = 0.5f * xs[i] * (1.0f + detail::erf_f32(xs[i] * 0.70710678118654752440f));
+      ASSERT_EQ(std::bit_cast<uint32_t>(gl[i]), std::bit_cast<uint32_t>(w)) << xs[i];
+    }
   }
 }
 
