@@ -101,6 +101,50 @@ void BM_TrainStep(benchmark::State& state) {
     state.counters["min_bytes"] = p4 / n + 4.0 * static_cast<double>(params - root_params) / n + p4;
 }
 
+// The mixed-precision step of issue 40: FSDP over 2 simulated ranks, the
+// GPT at a size where the products dominate (hidden 512, 4 blocks of 8
+// heads, batch 32, seq 64), float32 against MixedPrecisionPolicy{param
+// bfloat16, reduce float32} (what `dtensor train --scheme fsdp --mesh 2
+// --mixed-precision bf16` runs). Read the two side by side.
+void BM_MixedPrecisionStep(benchmark::State& state, bool bf16) {
+  World world = World::simulated(2);
+  DeviceMesh mesh(world, {2});
+  models::GPTConfig c;
+  c.batch = 32, c.seq = 64, c.hidden = 512, c.heads = 8, c.layers = 4, c.vocab = 35;
+  models::GPT model(mesh, c, 1234);
+  FullyShardOptions options;
+  if (bf16) {
+    options.mp_policy.param_dtype = DType::BFloat16;
+    options.mp_policy.reduce_dtype = DType::Float32;
+  }
+  for (auto& [name, m] : model.named_modules())
+    if (name.rfind("blocks.", 0) == 0 && name.find('.', 7) == std::string::npos)
+      fully_shard(*m, options);
+  fully_shard(model, options);
+  std::vector<std::pair<std::string, DTensor>> params;
+  for (auto& [name, p] : model.named_parameters()) params.emplace_back(name, *p);
+  optim::AdamW optimizer(std::move(params), optim::AdamOptions{});
+  const Placements in{Shard(0)};
+  const DTensor ids = distribute_tensor(Tensor::randint(0, c.vocab, {c.batch, c.seq}, 7), mesh, in);
+  const DTensor targets =
+      distribute_tensor(Tensor::randint(0, c.vocab, {c.batch, c.seq}, 8), mesh, in);
+  auto step = [&] {
+    optimizer.zero_grad();
+    models::gpt_loss(model(ids), targets).backward();
+    optim::clip_grad_norm_(optimizer.params(), 1.0);
+    optimizer.step();
+  };
+  step();  // warm the caches
+  for (auto _ : state) step();
+  CommDebugMode comm;
+  step();
+  state.counters["all_gather_bytes"] = static_cast<double>(comm.bytes(CollectiveKind::AllGather));
+  state.counters["reduce_scatter_bytes"] =
+      static_cast<double>(comm.bytes(CollectiveKind::ReduceScatter));
+}
+BENCHMARK_CAPTURE(BM_MixedPrecisionStep, f32, false)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_MixedPrecisionStep, bf16, true)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 BENCHMARK(BM_TrainStep)
     ->ArgName("scheme")  // 0 one rank, 1 fsdp+tp 2x2, 2 ddp+tp 2x2, 3 fsdp 4, 4 ddp 4, 5 tp 4
     ->DenseRange(0, 5)
