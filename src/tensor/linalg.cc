@@ -3,9 +3,9 @@
 // float32 runs oneDNN's gemm (onednn_gemm.h says why), float64 OpenBLAS's,
 // and matrix-vector shapes OpenBLAS's gemv, on the operands' own memory
 // whenever the library can read their strides; bfloat16 runs oneDNN's
-// bf16 matmul into float32 where the CPU has bf16 instructions and widens
-// to float32 otherwise; int64 runs an exact loop. This is the only file
-// that includes cblas.h.
+// bf16 matmul (bfloat16 in and out, float32 inside) where the CPU has bf16
+// instructions and widens to float32 otherwise; int64 runs an exact loop.
+// This is the only file that includes cblas.h.
 #include <cblas.h>
 
 #include <algorithm>
