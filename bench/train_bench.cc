@@ -46,20 +46,29 @@ struct Run {
     }
   }
 
-  explicit Run(Scheme s)
-      : world(World::simulated(static_cast<int>(mesh_shape(s).product()))),
-        mesh(world, mesh_shape(s)) {
+  static models::GPTConfig default_config() {
     models::GPTConfig c;
     c.batch = 8, c.seq = 32, c.hidden = 64, c.heads = 4, c.layers = 2, c.vocab = 35;
+    return c;
+  }
+
+  explicit Run(Scheme s) : Run(s, mesh_shape(s), default_config()) {}
+
+  // The GPT of config c on a mesh of `shape` in scheme s, with FSDP's
+  // mixed-precision policy mp where s shards with FSDP.
+  Run(Scheme s, const Shape& shape, const models::GPTConfig& c, MixedPrecisionPolicy mp = {})
+      : world(World::simulated(static_cast<int>(shape.product()))), mesh(world, shape) {
     model = std::make_unique<models::GPT>(mesh, c, 1234);
     const bool tp = s == kFsdpTp || s == kDdpTp || s == kTp;
     const int tp_dim = mesh.ndim() - 1;
     if (tp) parallelize_module(*model, tp_dim, models::gpt_tensor_parallel_plan(true));
     if (s == kFsdpTp || s == kFsdp) {
+      FullyShardOptions options;
+      options.mp_policy = mp;
       for (auto& [name, m] : model->named_modules())
         if (name.rfind("blocks.", 0) == 0 && name.find('.', 7) == std::string::npos)
-          fully_shard(*m);
-      fully_shard(*model);
+          fully_shard(*m, options);
+      fully_shard(*model, options);
     }
     if (s == kDdpTp || s == kDdp) replicate(*model);
     std::vector<std::pair<std::string, DTensor>> params;
@@ -107,37 +116,18 @@ void BM_TrainStep(benchmark::State& state) {
 // bfloat16, reduce float32} (what `dtensor train --scheme fsdp --mesh 2
 // --mixed-precision bf16` runs). Read the two side by side.
 void BM_MixedPrecisionStep(benchmark::State& state, bool bf16) {
-  World world = World::simulated(2);
-  DeviceMesh mesh(world, {2});
   models::GPTConfig c;
   c.batch = 32, c.seq = 64, c.hidden = 512, c.heads = 8, c.layers = 4, c.vocab = 35;
-  models::GPT model(mesh, c, 1234);
-  FullyShardOptions options;
+  MixedPrecisionPolicy mp;
   if (bf16) {
-    options.mp_policy.param_dtype = DType::BFloat16;
-    options.mp_policy.reduce_dtype = DType::Float32;
+    mp.param_dtype = DType::BFloat16;
+    mp.reduce_dtype = DType::Float32;
   }
-  for (auto& [name, m] : model.named_modules())
-    if (name.rfind("blocks.", 0) == 0 && name.find('.', 7) == std::string::npos)
-      fully_shard(*m, options);
-  fully_shard(model, options);
-  std::vector<std::pair<std::string, DTensor>> params;
-  for (auto& [name, p] : model.named_parameters()) params.emplace_back(name, *p);
-  optim::AdamW optimizer(std::move(params), optim::AdamOptions{});
-  const Placements in{Shard(0)};
-  const DTensor ids = distribute_tensor(Tensor::randint(0, c.vocab, {c.batch, c.seq}, 7), mesh, in);
-  const DTensor targets =
-      distribute_tensor(Tensor::randint(0, c.vocab, {c.batch, c.seq}, 8), mesh, in);
-  auto step = [&] {
-    optimizer.zero_grad();
-    models::gpt_loss(model(ids), targets).backward();
-    optim::clip_grad_norm_(optimizer.params(), 1.0);
-    optimizer.step();
-  };
-  step();  // warm the caches
-  for (auto _ : state) step();
+  Run run(kFsdp, {2}, c, mp);
+  run.step();  // warm the caches
+  for (auto _ : state) run.step();
   CommDebugMode comm;
-  step();
+  run.step();
   state.counters["all_gather_bytes"] = static_cast<double>(comm.bytes(CollectiveKind::AllGather));
   state.counters["reduce_scatter_bytes"] =
       static_cast<double>(comm.bytes(CollectiveKind::ReduceScatter));

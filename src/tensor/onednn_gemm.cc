@@ -8,9 +8,14 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
-#include <cstring>
-#include <unordered_map>
+#define XXH_INLINE_ALL  // header-only, as in checkpoint/chunk_io.cc
+#include <xxhash.h>
 
+#include <cstring>
+#include <functional>
+#include <memory>
+
+#include "common/lru_cache.h"
 #include "tensor/allocator.h"
 
 namespace dtensor::detail {
@@ -79,26 +84,25 @@ struct Matmul {
   }
 };
 
+// One shape of product: ten 4-byte fields, no padding, so its bytes are
+// its value (scales compare by their bits).
 struct Key {
-  bool ta, tb;
-  int n, m, k, lda, ldb, ldc;
+  int ta, tb, n, m, k, lda, ldb, ldc;
   float alpha, beta;
   bool operator==(const Key& o) const { return std::memcmp(this, &o, sizeof(Key)) == 0; }
 };
+static_assert(sizeof(Key) == 40, "Key must have no padding: it hashes and compares as bytes");
 
-// FNV-1a over the key's bytes (onednn_gemm zeroes a Key before filling it,
-// so the padding after the two bools hashes and compares alike).
 struct KeyHash {
   size_t operator()(const Key& key) const {
-    const auto* p = reinterpret_cast<const unsigned char*>(&key);
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < sizeof(Key); ++i) h = (h ^ p[i]) * 1099511628211ull;
-    return static_cast<size_t>(h);
+    return static_cast<size_t>(XXH3_64bits(&key, sizeof key));
   }
 };
 
 // Fills mm (fresh) with the primitive of key's shape.
 void make_matmul(const Key& key, dnnl_data_type_t type, Matmul& mm) {
+  // Around the primitive's creation too: it fixes its thread count then.
+  OneThread one;
   const dnnl_memory_desc_t a = matrix_desc(key.n, key.k, key.ta, key.lda, type);
   const dnnl_memory_desc_t b = matrix_desc(key.k, key.m, key.tb, key.ldb, type);
   const dnnl_memory_desc_t c = matrix_desc(key.n, key.m, false, key.ldc, type);
@@ -134,19 +138,17 @@ void make_matmul(const Key& key, dnnl_data_type_t type, Matmul& mm) {
   check(dnnl_memory_create(&mm.c, &c, engine(), DNNL_MEMORY_NONE), "creating a memory");
 }
 
-// The calling thread's stream and primitives. A model uses a few dozen
-// shapes; a program that cycles through more starts the cache afresh.
+// The calling thread's stream and primitives (a model uses a few dozen
+// shapes; the least recently used go beyond 256).
 struct ThreadState {
-  static constexpr size_t kMaxShapes = 256;
   dnnl_stream_t stream = nullptr;
-  std::unordered_map<Key, Matmul, KeyHash> cache;
+  LruCache<Key, Matmul, KeyHash, std::equal_to<Key>> cache{256};
   void* scratch = nullptr;  // the largest scratchpad asked for so far (allocator.h)
   size_t scratch_bytes = 0;
   ThreadState() {
     check(dnnl_stream_create(&stream, engine(), dnnl_stream_default_flags), "creating a stream");
   }
   ~ThreadState() {
-    cache.clear();
     if (scratch) deallocate(scratch, scratch_bytes);
     dnnl_stream_destroy(stream);
   }
@@ -177,33 +179,16 @@ void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha, const float
 
 void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha, const BFloat16* a, int lda,
                  const BFloat16* b, int ldb, float beta, BFloat16* c, int ldc) {
-  // Around the primitive's creation too: it fixes its thread count then.
-  OneThread one;
-  Key key;
-  std::memset(&key, 0, sizeof key);  // the padding hashes and compares too
-  key.ta = ta;
-  key.tb = tb;
-  key.n = n;
-  key.m = m;
-  key.k = k;
-  key.lda = lda;
-  key.ldb = ldb;
-  key.ldc = ldc;
-  key.alpha = alpha;
-  key.beta = beta;
+  const Key key{ta, tb, n, m, k, lda, ldb, ldc, alpha, beta};
   ThreadState& state = thread_state();
-  auto it = state.cache.find(key);
-  if (it == state.cache.end()) {
-    if (state.cache.size() >= ThreadState::kMaxShapes) state.cache.clear();
-    it = state.cache.try_emplace(key).first;
-    try {
-      make_matmul(key, dnnl_bf16, it->second);
-    } catch (...) {
-      state.cache.erase(it);
-      throw;
-    }
+  std::shared_ptr<const Matmul> cached = state.cache.find(key);
+  if (!cached) {
+    auto made = std::make_shared<Matmul>();
+    make_matmul(key, dnnl_bf16, *made);
+    state.cache.insert(key, made);
+    cached = std::move(made);
   }
-  Matmul& mm = it->second;
+  const Matmul& mm = *cached;
   check(dnnl_memory_set_data_handle(mm.a, const_cast<BFloat16*>(a)), "setting a's data");
   check(dnnl_memory_set_data_handle(mm.b, const_cast<BFloat16*>(b)), "setting b's data");
   check(dnnl_memory_set_data_handle(mm.c, c), "setting c's data");
@@ -214,6 +199,7 @@ void onednn_gemm(bool ta, bool tb, int n, int m, int k, float alpha, const BFloa
                                   {DNNL_ARG_WEIGHTS, mm.b},
                                   {DNNL_ARG_DST, mm.c},
                                   {DNNL_ARG_SCRATCHPAD, mm.scratch}};
+  OneThread one;
   check(dnnl_primitive_execute(mm.prim, state.stream, mm.scratch ? 4 : 3, args),
         "running a bfloat16 matmul");
   check(dnnl_stream_wait(state.stream), "waiting for a bfloat16 matmul");
