@@ -21,6 +21,7 @@
 #include "tensor/convert_half.h"
 #include "tensor/dispatch.h"
 #include "tensor/loops.h"
+#include "tensor/simd.h"
 
 namespace dtensor {
 namespace {
@@ -73,30 +74,41 @@ struct Map {
     auto kernel = [op](const Ptrs& p, int64_t n, const Strides& st) {
       run(std::index_sequence_for<In...>{}, op, p, n, st);
     };
-    detail::for_each_strided<N, detail::kOverwrite | (wide<Op>() ? detail::kSimd : 0)>(
-        out.shape(), ops, kernel);
+    detail::for_each_strided<N, detail::kOverwrite>(out.shape(), ops, kernel);
   }
 
-  // Whether the kernel gets a copy per instruction set (simd.h) rather than
-  // the baseline's only: for functors that declare `kWide<R>`, whose
-  // arithmetic per element (the exp polynomial) outweighs its memory
-  // traffic. add and the like are bound by the memory bus on the baseline
-  // already, and each copy costs compile time. Their files turn FMA
-  // contraction off, as simd.h asks.
+  // Whether the contiguous loop gets a copy per instruction set (simd.h)
+  // rather than the baseline's only: for functors that declare
+  // `kWide<R>`, whose arithmetic per element (the exp polynomial)
+  // outweighs its memory traffic. add and the like are bound by the memory
+  // bus on the baseline already. Their files turn FMA contraction off, as
+  // simd.h asks.
+  //
+  // Only the contiguous loop is copied, and the level is picked per run
+  // (simd_dispatch_run): copying the whole walk, with the kernel's
+  // broadcast and strided paths inlined into its tile and row loops, made
+  // elementwise_unary.cc take 50 s to compile, a third of a first
+  // `make run`, for paths that do not vectorise anyway.
   template <class Op>
   static constexpr bool wide() {
     if constexpr (requires { Op::template kWide<R>; }) return Op::template kWide<R>;
     else return false;
   }
 
+  // o[i] = op(x_0[i], ...) for i in [0, n), all operands contiguous.
   template <class Op, size_t... K>
-  static void run(std::index_sequence<K...>, Op op, const Ptrs& p, int64_t n, const Strides& st) {
+  static void contiguous(std::index_sequence<K...>, Op op, const Ptrs& p, int64_t n) {
     R* o = reinterpret_cast<R*>(p[0]);
-    if (st == kContiguous) {
-      const std::tuple<const In*...> x(reinterpret_cast<const In*>(p[K + 1])...);
-      vector_loop(n, [&](int64_t i) { o[i] = op(std::get<K>(x)[i]...); });
-      return;
-    }
+    const std::tuple<const In*...> x(reinterpret_cast<const In*>(p[K + 1])...);
+    auto loop = [=] { vector_loop(n, [&](int64_t i) { o[i] = op(std::get<K>(x)[i]...); }); };
+    if constexpr (wide<Op>()) detail::simd_dispatch_run(n, loop);
+    else loop();
+  }
+
+  template <class Op, size_t... K>
+  static void run(std::index_sequence<K...> k, Op op, const Ptrs& p, int64_t n, const Strides& st) {
+    R* o = reinterpret_cast<R*>(p[0]);
+    if (st == kContiguous) return contiguous(k, op, p, n);
     if constexpr (sizeof...(In) == 1) {
       using A = std::tuple_element_t<0, std::tuple<In...>>;
       if (st[0] == kContiguous[0] && st[1] == 0) {
@@ -137,8 +149,9 @@ struct Map {
 //
 // Each run for_each_strided hands over is cut into blocks of kBlock
 // elements: the inputs' blocks are widened into float32 buffers on the
-// stack (convert_half.h's vector loops; a broadcast input is one value),
-// Map<R, In...>::run, the float32 op's own loop, computes the block, and
+// stack (convert_half.h's vector loops; a broadcast input is one value
+// repeated), Map<R, In...>::contiguous, the float32 op's own loop,
+// computes the block, and
 // the block rounds into the output once. The bits are those of widening
 // whole tensors, running the float32 op and rounding its result (the same
 // op on the same values, rounded by the same function), without the
@@ -159,9 +172,7 @@ struct HalfMap {
     (detail::set_operand(ops, k++, ins, out.shape()), ...);
     auto kernel = [op, half](const typename F::Ptrs& p, int64_t n,
                              const typename F::Strides& st) { blocks(half, op, p, n, st); };
-    detail::for_each_strided<N, detail::kOverwrite |
-                                    (F::template wide<Op>() ? detail::kSimd : 0)>(
-        out.shape(), ops, kernel);
+    detail::for_each_strided<N, detail::kOverwrite>(out.shape(), ops, kernel);
   }
 
   template <class Op>
@@ -170,17 +181,21 @@ struct HalfMap {
     alignas(64) float in[N - 1][kBlock];
     alignas(64) R res[kBlock];
     typename F::Ptrs q;
-    typename F::Strides qs = F::kContiguous;
     q[0] = reinterpret_cast<char*>(res);
     for (size_t k = 1; k < N; ++k) q[k] = reinterpret_cast<char*>(in[k - 1]);
     for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
       const int64_t m = std::min(kBlock, n - i0);
       for (size_t k = 1; k < N; ++k) {
-        qs[k] = st[k] == 0 ? 0 : static_cast<int64_t>(sizeof(float));
-        if (st[k] == 0 && i0 > 0) continue;  // the broadcast value is loaded
-        widen_block(half, p[k] + i0 * st[k], st[k], in[k - 1], st[k] == 0 ? 1 : m);
+        if (st[k] != 0) {
+          widen_block(half, p[k] + i0 * st[k], st[k], in[k - 1], m);
+        } else if (i0 == 0) {
+          // A broadcast input is widened once and repeated through the
+          // buffer, so the block needs only Map's contiguous loop.
+          widen_block(half, p[k], 0, in[k - 1], 1);
+          std::fill(in[k - 1] + 1, in[k - 1] + std::min(kBlock, n), in[k - 1][0]);
+        }
       }
-      F::run(std::index_sequence_for<In...>{}, op, q, m, qs);
+      F::contiguous(std::index_sequence_for<In...>{}, op, q, m);
       store_block(half, res, p[0] + i0 * st[0], st[0], m);
     }
   }

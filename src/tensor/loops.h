@@ -102,7 +102,12 @@ enum WalkFlags : int {
   kNoTiles = 1,
   // Run the walk (each parallel block) through simd_dispatch, so the
   // kernel is compiled for AVX2 / AVX-512 too. Only for files that turn FP
-  // contraction off (see simd.h).
+  // contraction off (see simd.h). Reductions use it; the elementwise ops
+  // dispatch inside their kernel, on contiguous runs only
+  // (simd_dispatch_run, elementwise_map.h says why). Moving reduce.cc's
+  // kernels to that too made it slower to compile (33 s against 20 s):
+  // their baseline copies, inlined at -O3 without `flatten`, cost more than
+  // the walk copies saved.
   kSimd = 2,
   // The kernel copies operand 1 into operand 0 unchanged, element for
   // element of one size (a same-dtype copy). A walk that would tile then

@@ -82,4 +82,16 @@ void simd_dispatch(F&& f) {
   run_baseline(f);
 }
 
+// For kernels dispatched run by run rather than around a whole loop nest:
+// f through simd_dispatch when its run of n elements is long enough to pay
+// for picking the level (a relaxed load and a switch), else f's baseline
+// code inline. The copies give the same bits, so which one ran never shows.
+// Only the run's loop is copied per instruction set, not the walk around it.
+inline constexpr long kSimdMinRun = 16;
+template <class F>
+void simd_dispatch_run(long n, F&& f) {
+  if (n >= kSimdMinRun) simd_dispatch(f);
+  else f();
+}
+
 }  // namespace dtensor::detail
