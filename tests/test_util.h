@@ -1,11 +1,12 @@
 // Helpers shared by the test suites: reading the message of a dtensor::Error,
-// and the number of cases a property test runs.
+// comparing tensors bit for bit, and the number of cases a property test runs.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <stdexcept>
@@ -13,8 +14,30 @@
 #include <vector>
 
 #include "dtensor/error.h"
+#include "dtensor/tensor.h"
 
 namespace dtensor::testing {
+
+// Whether got and want have one dtype and shape and the same bytes, element
+// for element (NaN payloads included); a failure names the first element
+// that differs.
+inline ::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
+  if (got.shape() != want.shape() || got.dtype() != want.dtype())
+    return ::testing::AssertionFailure()
+           << "got " << got.dtype() << " " << got.shape() << ", want " << want.dtype() << " "
+           << want.shape();
+  const Tensor g = got.contiguous(), w = want.contiguous();
+  const auto* gb = static_cast<const unsigned char*>(g.raw_data());
+  const auto* wb = static_cast<const unsigned char*>(w.raw_data());
+  const size_t isz = itemsize(got.dtype());
+  for (int64_t e = 0; e < g.numel(); ++e)
+    if (std::memcmp(gb + e * isz, wb + e * isz, isz) != 0)
+      return ::testing::AssertionFailure()
+             << "element " << e << " of " << got.numel() << " differs: got "
+             << g.reshape({-1}).select(0, e).item<double>() << ", want "
+             << w.reshape({-1}).select(0, e).item<double>();
+  return ::testing::AssertionSuccess();
+}
 
 // The message of the dtensor::Error that f throws, or "<no error>".
 inline std::string error_of(const std::function<void()>& f) {

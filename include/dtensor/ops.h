@@ -132,6 +132,11 @@ DTensor sigmoid(const DTensor& x);
 DTensor erf(const DTensor& x);
 DTensor relu(const DTensor& x);
 DTensor gelu(const DTensor& x, GeluApprox approximate = GeluApprox::None);
+// gelu's gradient, grad * gelu'(x), in one pass (PyTorch's gelu_backward):
+// what gelu's autograd runs. Linear in grad: a Partial(sum|avg) grad with a
+// replicated x stays Partial.
+DTensor gelu_backward(const DTensor& grad, const DTensor& x,
+                      GeluApprox approximate = GeluApprox::None);
 DTensor pow(const DTensor& x, Scalar exponent);
 
 // Comparisons give bool DTensors.

@@ -471,6 +471,10 @@ Tensor erf(const Tensor& x);
 Tensor relu(const Tensor& x);
 enum class GeluApprox { None, Tanh };
 Tensor gelu(const Tensor& x, GeluApprox approximate = GeluApprox::None);
+// grad * gelu'(x) in one pass (PyTorch's gelu_backward); floating inputs,
+// broadcast; the 16-bit floats compute in float32 and round once.
+Tensor gelu_backward(const Tensor& grad, const Tensor& x,
+                     GeluApprox approximate = GeluApprox::None);
 
 // Comparisons give bool tensors.
 Tensor eq(const Tensor& a, const Tensor& b);

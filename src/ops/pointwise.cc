@@ -100,6 +100,7 @@ Tensor apply(OpId op, const Tensor* const* in, Scalar s, int64_t extra) {
     case OpId::Erf: return erf(x);
     case OpId::Relu: return relu(x);
     case OpId::Gelu: return gelu(x, static_cast<GeluApprox>(extra));
+    case OpId::GeluBackward: return gelu_backward(x, *in[1], static_cast<GeluApprox>(extra));
     default: break;
   }
   DT_THROW("internal error: op ", static_cast<int>(op), " is not pointwise");
@@ -128,7 +129,7 @@ TensorMeta pointwise_meta(const OpSchema& s) {
     ptrs[i] = &tiny[i];
   }
   const Scalar scalar = has_scalar(s.op) ? representative(s.args[0]) : Scalar(0);
-  const int64_t extra = s.op == OpId::Gelu ? s.args[0] : 0;
+  const int64_t extra = s.op == OpId::Gelu || s.op == OpId::GeluBackward ? s.args[0] : 0;
   const DType dtype = apply(s.op, ptrs, scalar, extra).dtype();
   return {shape, contiguous_strides(shape), dtype};
 }
@@ -167,6 +168,7 @@ void pointwise_strategies(const OpSchema& s, const TensorMeta& out, std::vector<
     case OpId::Mul:
       for (Placement p : {sum, avg}) both(p, r, p), both(r, p, p);
       break;
+    case OpId::GeluBackward:  // linear in the gradient
     case OpId::Div:
       for (Placement p : {sum, avg}) both(p, r, p);
       break;
@@ -246,6 +248,7 @@ DTENSOR_POINTWISE_RULE(kSigmoid, "sigmoid");
 DTENSOR_POINTWISE_RULE(kErf, "erf");
 DTENSOR_POINTWISE_RULE(kRelu, "relu");
 DTENSOR_POINTWISE_RULE(kGelu, "gelu");
+DTENSOR_POINTWISE_RULE(kGeluBackward, "gelu_backward");
 #undef DTENSOR_POINTWISE_RULE
 
 // ---- backward ----------------------------------------------------------------------
@@ -356,28 +359,6 @@ void record_scalar(OpId id, const char* name, DTensor& out, const DTensor& x, Sc
   }
 }
 
-// gelu's derivative, PyTorch's gelu_backward for both approximations.
-DTensor gelu_grad(const DTensor& g, const DTensor& x, GeluApprox approximate) {
-  if (approximate == GeluApprox::None) {
-    // Phi(x) + x * phi(x): the normal CDF and density.
-    const double k_alpha = 0.70710678118654752440;  // 1 / sqrt(2)
-    const double k_beta = 0.39894228040143267794;   // 1 / sqrt(2 pi)
-    const DTensor cdf = mul(add(erf(mul(x, k_alpha)), 1), 0.5);
-    const DTensor pdf = mul(exp(mul(mul(x, x), -0.5)), k_beta);
-    return mul(g, add(cdf, mul(x, pdf)));
-  }
-  // 0.5 x (1 + tanh(u)), u = beta (x + kappa x^3).
-  const double k_beta = 0.79788456080286535588;  // sqrt(2 / pi)
-  const double k_kappa = 0.044715;
-  const DTensor x_sq = mul(x, x);
-  const DTensor tanh_inner = tanh(mul(add(x, mul(mul(x_sq, x), k_kappa)), k_beta));
-  const DTensor left_derivative = mul(add(tanh_inner, 1), 0.5);
-  const DTensor tanh_derivative = sub(1, mul(tanh_inner, tanh_inner));
-  const DTensor inner_derivative = mul(add(mul(x_sq, 3 * k_kappa), 1), k_beta);
-  const DTensor right_derivative = mul(mul(mul(x, 0.5), tanh_derivative), inner_derivative);
-  return mul(g, add(left_derivative, right_derivative));
-}
-
 void record_unary(OpId id, const char* name, DTensor& out, const DTensor& x, int64_t extra) {
   // Ops whose derivative is a function of the output save the output.
   auto of_input = [&](Grads (*f)(const Context&)) { autograd::record(out, name, {&x}, {x}, f); };
@@ -430,7 +411,7 @@ void record_unary(OpId id, const char* name, DTensor& out, const DTensor& x, int
     case OpId::Gelu: {
       const auto approximate = static_cast<GeluApprox>(extra);
       autograd::record(out, name, {&x}, {x}, [approximate](const Context& c) {
-        return Grads{gelu_grad(c.grad, c.saved(0), approximate)};
+        return Grads{gelu_backward(c.grad, c.saved(0), approximate)};
       });
       return;
     }
@@ -561,6 +542,22 @@ DTensor gelu(const DTensor& x, GeluApprox approximate) {
 }
 DTensor pow(const DTensor& x, Scalar exponent) {
   return with_scalar(OpId::Pow, kPow, x, exponent);
+}
+
+// One fused pass instead of the nine ops of its formula: in bfloat16 each
+// of those rounded its result and the next widened it again, and the
+// backward of a GPT's MLP spent more time there than in its matrix
+// products' conversions (docs/PERFORMANCE.md).
+DTensor gelu_backward(const DTensor& grad, const DTensor& x, GeluApprox approximate) {
+  DT_CHECK(!autograd::recording({&grad, &x}),
+           "gelu_backward: it has no gradient of its own (dtensor computes no higher-order "
+           "gradients); call it on tensors that do not require grad, or under NoGradGuard");
+  const OpSchema schema(OpId::GeluBackward, {&grad.spec(), &x.spec()},
+                        {static_cast<int64_t>(approximate)});
+  return run_binary(schema, kGeluBackward, grad, x,
+                    [approximate](int, const Tensor& g, const Tensor& v) {
+                      return gelu_backward(g, v, approximate);
+                    });
 }
 
 DTensor eq(const DTensor& a, const DTensor& b) { return binary(OpId::Eq, kEq, a, b); }

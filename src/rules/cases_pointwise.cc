@@ -78,6 +78,14 @@ void add_pointwise_cases(std::vector<OpCase>& c) {
                     kFloat));
   c.push_back(unary("gelu", OpId::Gelu, [](const auto& x) { return gelu(x); }, InputKind::Values,
                     kFloat));
+  c.push_back(binary("gelu_backward", OpId::GeluBackward,
+                     [](const auto& g, const auto& x) { return gelu_backward(g, x); },
+                     InputKind::Values, kFloat));
+  c.push_back(binary("gelu_backward_tanh", OpId::GeluBackward,
+                     [](const auto& g, const auto& x) {
+                       return gelu_backward(g, x, GeluApprox::Tanh);
+                     },
+                     InputKind::Values, kFloat));
   c.push_back({"where", OpId::Where, {{kB, InputKind::Mask}, {kX}, {kB}},
                [](const Tensors& x) { return where(x[0], x[1], x[2]); },
                [](const DTensors& x) { return where(x[0], x[1], x[2]); }});

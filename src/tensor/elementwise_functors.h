@@ -212,6 +212,39 @@ struct GeluTanhOp {
   }
 };
 
+// gelu's gradient, grad * d gelu(x) / dx, as PyTorch's gelu_backward: one
+// pass that computes in the op's dtype (float32 for the 16-bit floats) and
+// rounds once. The operations and their order are those of the DTensor
+// formula it replaced (one op per step), so float32 and float64 give that
+// formula's bits.
+//   exact: Phi(x) + x phi(x), the normal CDF and density;
+struct GeluErfGradOp {
+  template <class T>
+  static constexpr bool kWide = ErfOp::kWide<T>;
+  template <class T>
+  T operator()(T g, T x) const {
+    const T cdf = (ErfOp{}(x * T(0.70710678118654752440)) + T(1)) * T(0.5);  // 1 / sqrt(2)
+    const T pdf = ExpOp{}((x * x) * T(-0.5)) * T(0.39894228040143267794);   // 1 / sqrt(2 pi)
+    return g * (cdf + x * pdf);
+  }
+};
+//   tanh: 0.5 (1 + t) + 0.5 x (1 - t^2) beta (1 + 3 kappa x^2), t = tanh(u),
+//   u = beta (x + kappa x^3).
+struct GeluTanhGradOp {
+  template <class T>
+  T operator()(T g, T x) const {
+    const T k_beta = T(0.79788456080286535588);  // sqrt(2 / pi)
+    const T k_kappa = T(0.044715);
+    const T x_sq = x * x;
+    const T t = std::tanh((x + (x_sq * x) * k_kappa) * k_beta);
+    const T left = (t + T(1)) * T(0.5);
+    const T tanh_derivative = T(1) - t * t;
+    const T inner_derivative = (x_sq * T(3 * 0.044715) + T(1)) * k_beta;
+    const T right = ((x * T(0.5)) * tanh_derivative) * inner_derivative;
+    return g * (left + right);
+  }
+};
+
 // x ** e for an integral exponent by repeated squaring (wrapping like int64
 // multiplication). REQUIRES: e >= 0.
 inline int64_t int_pow(int64_t x, int64_t e) {

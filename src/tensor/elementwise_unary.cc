@@ -1,6 +1,6 @@
 // Elementwise unary functions: neg, abs, relu (and relu_), exp, log, sqrt,
-// rsqrt, tanh, sigmoid, erf and gelu. The transcendental ones compute (and
-// return) float32 for integral inputs.
+// rsqrt, tanh, sigmoid, erf and gelu (and gelu's gradient). The
+// transcendental ones compute (and return) float32 for integral inputs.
 //
 // Trapping math off: float32 exp and sigmoid clamp their argument next to a
 // polynomial (row_math.h, exp_f32), and GCC vectorises that select only
@@ -43,6 +43,18 @@ Tensor erf(const Tensor& x) { return floating_unary("erf", x, ErfOp{}); }
 Tensor gelu(const Tensor& x, GeluApprox approximate) {
   if (approximate == GeluApprox::Tanh) return floating_unary("gelu", x, GeluTanhOp{});
   return floating_unary("gelu", x, GeluErfOp{});
+}
+
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, GeluApprox approximate) {
+  check_defined("gelu_backward", grad);
+  check_defined("gelu_backward", x);
+  DT_CHECK(is_floating(grad.dtype()) && is_floating(x.dtype()),
+           "gelu_backward: grad and x must be floating point, got ", grad.dtype(), " and ",
+           x.dtype());
+  const DType compute = promote_types(grad.dtype(), x.dtype());
+  if (approximate == GeluApprox::Tanh)
+    return binary<Types::Floating>("gelu_backward", grad, x, compute, GeluTanhGradOp{});
+  return binary<Types::Floating>("gelu_backward", grad, x, compute, GeluErfGradOp{});
 }
 
 Tensor& Tensor::relu_() {

@@ -34,7 +34,8 @@ const std::map<std::string, std::string>& explained() {
       "layouts that agree only on those empty shards line up by luck of the shape";
   static const std::map<std::string, std::string> m = {
       {"add", empty}, {"sub", empty}, {"minimum", empty}, {"masked_fill", empty},
-      {"where_scalar", empty}, {"squeeze(1)", empty},
+      {"where_scalar", empty}, {"squeeze(1)", empty}, {"gelu_backward", empty},
+      {"gelu_backward_tanh", empty},
       {"div", sign}, {"mul_scalar", sign}, {"div_scalar", sign}, {"addmm(beta=-1)", sign},
       {"log", domain}, {"sqrt", domain}, {"rsqrt", domain}, {"rdiv_scalar", domain},
       {"eq", compare}, {"ne", compare}, {"lt", compare}, {"le", compare}, {"gt", compare},

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dtensor/tensor.h"
+#include "test_util.h"
 
 namespace dtensor {
 namespace {
@@ -393,6 +394,38 @@ TEST(Elementwise, UnaryHandValues) {
   EXPECT_TRUE(matches(gelu(f64({1, 0, -1}), GeluApprox::Tanh), {3}, DType::Float64,
                       {0.8411919906082768, 0, -0.15880800939172324}, 1e-15));
   EXPECT_TRUE(matches(gelu(f32({1})), {1}, DType::Float32, {0.8413447460685429}, 1e-6));
+}
+
+using dtensor::testing::same_bits;
+
+// gelu_backward is one pass of the formula autograd ran as nine ops before:
+// in float32 and float64 every step rounds the same, so the bits are those
+// of the ops (a broadcast grad, zeros, tails and a tiny x); against
+// PyTorch's value;
+// integral inputs are refused.
+TEST(Elementwise, GeluBackwardIsTheFormulasOpsInOnePass) {
+  for (DType d : {DType::Float32, DType::Float64}) {
+    SCOPED_TRACE(dtype_name(d));
+    Tensor x = mul(Tensor::randn({7, 300}, 41, 0, d), 3.0).contiguous();
+    x.narrow(0, 0, 1).narrow(1, 0, 5).copy_(
+        Tensor::from_vector(std::vector<double>{0, -0.0, 40, -40, 1e-30}, Shape{1, 5}).to(d));
+    const Tensor g = Tensor::randn({300}, 42, 0, d);  // broadcast over the rows
+    const Tensor cdf = mul(add(erf(mul(x, 0.70710678118654752440)), 1), 0.5);
+    const Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 0.39894228040143267794);
+    EXPECT_TRUE(same_bits(gelu_backward(g, x), mul(g, add(cdf, mul(x, pdf)))));
+    const double k_beta = 0.79788456080286535588, k_kappa = 0.044715;
+    const Tensor x_sq = mul(x, x);
+    const Tensor t = tanh(mul(add(x, mul(mul(x_sq, x), k_kappa)), k_beta));
+    const Tensor left = mul(add(t, 1), 0.5);
+    const Tensor right = mul(mul(mul(x, 0.5), sub(1, mul(t, t))),
+                             mul(add(mul(x_sq, 3 * k_kappa), 1), k_beta));
+    EXPECT_TRUE(same_bits(gelu_backward(g, x, GeluApprox::Tanh), mul(g, add(left, right))));
+  }
+  // PyTorch: torch.ops.aten.gelu_backward(tensor([2.]), tensor([1.])) = 2 * 1.0833154.
+  EXPECT_TRUE(matches(gelu_backward(f64({2}), f64({1})), {1}, DType::Float64,
+                      {2 * 1.0833154705876864}, 1e-15));
+  EXPECT_EQ(gelu_backward(f32({1}), f64({1})).dtype(), DType::Float64);
+  EXPECT_THROW(gelu_backward(i64({1}), f32({1})), Error);
 }
 
 TEST(Elementwise, TranscendentalOpsOnIntegersGiveFloat32) {

@@ -17,6 +17,7 @@
 #include "tensor/onednn_gemm.h"
 #include "tensor/scan.h"
 #include "tensor/simd_threads.h"
+#include "test_util.h"
 
 namespace dtensor {
 namespace {
@@ -56,11 +57,7 @@ double max_abs(const Tensor& t) { return max_abs_diff(t, Tensor::zeros(t.shape()
 
 using HalfElementwiseLevels = dtensor::testing::ThreadsAndSimdTest;
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  return std::memcmp(ac.raw_data(), bc.raw_data(), ac.nbytes()) == 0;
-}
+using dtensor::testing::same_bits;
 
 void sweep(DType half) {
   int checked = 0;
@@ -238,6 +235,9 @@ TEST_F(HalfElementwiseLevels, BlocksGiveTheWidenedOpsBits) {
         {"scalar minus", [](auto& a, auto&, auto&, auto&) { return sub(2.5, a); }},
         {"exp", [](auto&, auto& b, auto&, auto&) { return exp(b); }},
         {"gelu", [](auto& a, auto&, auto&, auto&) { return gelu(a); }},
+        {"gelu_backward", [](auto& a, auto& b, auto&, auto&) { return gelu_backward(b, a); }},
+        {"gelu_backward tanh",
+         [](auto& a, auto&, auto& r, auto&) { return gelu_backward(r, a, GeluApprox::Tanh); }},
         {"sigmoid", [](auto& a, auto&, auto&, auto&) { return sigmoid(a); }},
         {"maximum", [](auto& a, auto& b, auto&, auto&) { return maximum(a, b); }},
         {"gt", [](auto& a, auto& b, auto&, auto&) { return gt(a, b); }},

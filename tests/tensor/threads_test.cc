@@ -25,6 +25,7 @@
 #include "tensor/loops.h"
 #include "tensor/simd.h"
 #include "tensor/simd_threads.h"
+#include "test_util.h"
 
 using namespace dtensor;
 
@@ -34,11 +35,7 @@ using detail::SimdLevel;
 
 using ThreadsTest = dtensor::testing::ThreadsAndSimdTest;
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  return std::memcmp(ac.raw_data(), bc.raw_data(), static_cast<size_t>(ac.nbytes())) == 0;
-}
+using dtensor::testing::same_bits;
 
 // Runs f at 1 thread on the baseline level, then at 1, 2, 3 and 8 threads
 // on every level the CPU has, and expects the same bits each time.

@@ -31,6 +31,7 @@
 
 using namespace dtensor;
 using dtensor::testing::input_bits;
+using dtensor::testing::same_bits;
 using dtensor::testing::takes_part;
 
 namespace {
@@ -137,25 +138,6 @@ class RankInputs {
  private:
   std::map<std::pair<uint64_t, int>, Tensor> cache_;
 };
-
-// Same shape, dtype and bytes.
-::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
-  if (got.shape() != want.shape() || got.dtype() != want.dtype())
-    return ::testing::AssertionFailure()
-           << "got " << got.dtype() << " " << got.shape() << ", want " << want.dtype() << " "
-           << want.shape();
-  const Tensor g = got.contiguous(), w = want.contiguous();
-  const auto* gb = static_cast<const unsigned char*>(g.raw_data());
-  const auto* wb = static_cast<const unsigned char*>(w.raw_data());
-  const size_t isz = itemsize(got.dtype());
-  for (int64_t e = 0; e < g.numel(); ++e)
-    if (std::memcmp(gb + e * isz, wb + e * isz, isz) != 0)
-      return ::testing::AssertionFailure()
-             << "element " << e << " of " << got.numel() << " differs: got "
-             << g.reshape({-1}).select(0, e).item<double>() << ", want "
-             << w.reshape({-1}).select(0, e).item<double>();
-  return ::testing::AssertionSuccess();
-}
 
 // The meshes and mesh dims to reduce over: every dim of the test meshes, the
 // flattened 2-d meshes, and one group of the whole world.

@@ -30,6 +30,7 @@ using dtensor::checkpoint::Entry;
 using dtensor::checkpoint::StateDict;
 using dtensor::checkpoint::Value;
 using dtensor::testing::expect_error;
+using dtensor::testing::same_bits;
 
 namespace {
 
@@ -97,9 +98,6 @@ std::string bytes_of(const Tensor& t) {
   return std::string(static_cast<const char*>(c.raw_data()), c.nbytes());
 }
 
-bool same_bits_safetensors(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && bytes_of(a) == bytes_of(b);
-}
 
 // The part of `full` a box covers.
 Tensor slice_box(const Tensor& full, const ckd::Box& box) {
@@ -170,9 +168,9 @@ void expect_holds(const DTensor& d, const Tensor& full, const std::string& where
     const ckd::Box box = ckd::box_of(d.spec(), rank);
     const Tensor want = sum_zero_rank(d, rank) ? Tensor::zeros(box.sizes, full.dtype())
                                                : slice_box(full, box);
-    EXPECT_TRUE(same_bits_safetensors(shard, want)) << where << " rank " << rank;
+    EXPECT_TRUE(same_bits(shard, want)) << where << " rank " << rank;
   }
-  EXPECT_TRUE(same_bits_safetensors(d.full_tensor(), full)) << where;
+  EXPECT_TRUE(same_bits(d.full_tensor(), full)) << where;
 }
 
 class SafetensorsTest : public ::testing::Test {
@@ -232,7 +230,7 @@ TEST_F(SafetensorsTest, RandomRoundTripsReshard) {
 
     for (const auto& [name, full] : fulls)
       expect_holds(std::get<DTensor>(in.at(name)), full, where + " (" + name + ")");
-    EXPECT_TRUE(same_bits_safetensors(std::get<Tensor>(in.at("plain")), plain)) << where;
+    EXPECT_TRUE(same_bits(std::get<Tensor>(in.at("plain")), plain)) << where;
     EXPECT_EQ(std::get<int64_t>(std::get<Value>(in.at("step"))), iter);
     EXPECT_EQ(std::get<double>(std::get<Value>(in.at("lr"))), 0.1 * iter);
   }
@@ -303,8 +301,8 @@ TEST_F(SafetensorsTest, BitsAndValuesSurvive) {
   expect_holds(std::get<DTensor>(in["a"]), a, "a");
   expect_holds(std::get<DTensor>(in["b"]), b, "b");
   expect_holds(std::get<DTensor>(in["c"]), c, "c");
-  EXPECT_TRUE(same_bits_safetensors(d_alias, d));
-  EXPECT_TRUE(same_bits_safetensors(std::get<Tensor>(in["d"]), d));
+  EXPECT_TRUE(same_bits(d_alias, d));
+  EXPECT_TRUE(same_bits(std::get<Tensor>(in["d"]), d));
   const auto value = [&](const char* name) { return std::get<Value>(in.at(name)); };
   EXPECT_EQ(std::get<bool>(value("v.bool")), true);
   EXPECT_EQ(std::get<int64_t>(value("v.int")), std::numeric_limits<int64_t>::min());
