@@ -64,6 +64,8 @@ void add_attention_cases(std::vector<OpCase>& cases);
 // Degenerate calls of the views and shape ops (full-range and empty cuts,
 // same-shape views): last, so that the cases before keep their seeds.
 void add_degenerate_view_cases(std::vector<OpCase>& cases);
+// The fused backward ops of pointwise ops (gelu_backward), after those.
+void add_pointwise_backward_cases(std::vector<OpCase>& cases);
 
 // The input shape most cases use: uneven over 2 and 3 ranks, and a dim of 2.
 inline const Shape kX{4, 5, 2};

@@ -78,14 +78,6 @@ void add_pointwise_cases(std::vector<OpCase>& c) {
                     kFloat));
   c.push_back(unary("gelu", OpId::Gelu, [](const auto& x) { return gelu(x); }, InputKind::Values,
                     kFloat));
-  c.push_back(binary("gelu_backward", OpId::GeluBackward,
-                     [](const auto& g, const auto& x) { return gelu_backward(g, x); },
-                     InputKind::Values, kFloat));
-  c.push_back(binary("gelu_backward_tanh", OpId::GeluBackward,
-                     [](const auto& g, const auto& x) {
-                       return gelu_backward(g, x, GeluApprox::Tanh);
-                     },
-                     InputKind::Values, kFloat));
   c.push_back({"where", OpId::Where, {{kB, InputKind::Mask}, {kX}, {kB}},
                [](const Tensors& x) { return where(x[0], x[1], x[2]); },
                [](const DTensors& x) { return where(x[0], x[1], x[2]); }});
@@ -95,6 +87,17 @@ void add_pointwise_cases(std::vector<OpCase>& c) {
   c.push_back({"masked_fill", OpId::MaskedFill, {{kX}, {kB, InputKind::Mask}},
                [](const Tensors& x) { return masked_fill(x[0], x[1], 9); },
                [](const DTensors& x) { return masked_fill(x[0], x[1], 9); }});
+}
+
+void add_pointwise_backward_cases(std::vector<OpCase>& c) {
+  c.push_back(binary("gelu_backward", OpId::GeluBackward,
+                     [](const auto& g, const auto& x) { return gelu_backward(g, x); },
+                     InputKind::Values, kFloat));
+  c.push_back(binary("gelu_backward_tanh", OpId::GeluBackward,
+                     [](const auto& g, const auto& x) {
+                       return gelu_backward(g, x, GeluApprox::Tanh);
+                     },
+                     InputKind::Values, kFloat));
 }
 
 }  // namespace dtensor::rules

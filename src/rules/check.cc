@@ -347,6 +347,7 @@ const std::vector<OpCase>& all_cases() {
     // Each case's data is seeded by its index here (check_rules): new cases
     // go last, so that the data of the others stays as it was.
     add_degenerate_view_cases(c);
+    add_pointwise_backward_cases(c);
     return c;
   }();
   return cases;
