@@ -219,7 +219,23 @@ struct Allocator {
   // is pushed, so the sum never exceeds `limit`.
   std::atomic<size_t> held{0};
   std::atomic<size_t> limit;
+  // Bytes of the blocks handed out and not yet freed, and their high-water
+  // mark since the process started or reset_peak_bytes_allocated(). Beside
+  // `held`, whose cache line every allocation and free writes already.
+  std::atomic<size_t> allocated{0};
+  std::atomic<size_t> peak{0};
 };
+
+void count_allocated(Allocator& a, size_t bytes) {
+  const size_t now = a.allocated.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  size_t peak = a.peak.load(std::memory_order_relaxed);
+  while (now > peak && !a.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+void count_freed(Allocator& a, size_t bytes) {
+  a.allocated.fetch_sub(bytes, std::memory_order_relaxed);
+}
 
 // "2G", "512M", "1048576"; throws on anything else.
 size_t parse_bytes(const char* name, const char* text) {
@@ -386,16 +402,21 @@ size_t block_size(size_t nbytes) {
 
 void* allocate(size_t nbytes) {
   if (nbytes > kMaxRequest) return nullptr;
-  if (!kCacheEnabled) return std::aligned_alloc(kAlign, round_to_align(nbytes));
+  Allocator& a = allocator();
+  if (!kCacheEnabled) {
+    void* p = std::aligned_alloc(kAlign, round_to_align(nbytes));
+    if (p != nullptr) count_allocated(a, round_to_align(nbytes));
+    return p;
+  }
   const int cls = size_class(nbytes);
   const size_t bytes = class_bytes(cls);
-  Allocator& a = allocator();
   if (bytes <= kSmallMax) {
     if (ThreadCache* tc = thread_cache(a)) {
       std::lock_guard<SpinLock> lock(tc->mu);
       if (FreeBlock* b = tc->lists.pop(cls)) {
         ++tc->hits;
         a.held.fetch_sub(bytes, std::memory_order_relaxed);
+        count_allocated(a, bytes);
         return b;
       }
     }
@@ -405,22 +426,27 @@ void* allocate(size_t nbytes) {
     if (FreeBlock* b = a.pool.pop(cls)) {
       ++a.hits;
       a.held.fetch_sub(bytes, std::memory_order_relaxed);
+      count_allocated(a, bytes);
       return b;
     }
     ++a.misses;
   }
-  return system_alloc(bytes);
+  void* p = system_alloc(bytes);
+  if (p != nullptr) count_allocated(a, bytes);
+  return p;
 }
 
 void deallocate(void* p, size_t nbytes) {
   if (p == nullptr) return;
+  Allocator& a = allocator();
   if (!kCacheEnabled) {
+    count_freed(a, round_to_align(nbytes));
     std::free(p);
     return;
   }
   const int cls = size_class(nbytes);
   const size_t bytes = class_bytes(cls);
-  Allocator& a = allocator();
+  count_freed(a, bytes);
   if (!reserve(a, bytes)) {
     system_free(p, bytes);
     return;
@@ -489,7 +515,14 @@ AllocatorStats allocator_stats() {
   s.bytes_evicted = a.bytes_evicted;
   s.bytes_cached = a.held.load(std::memory_order_relaxed);
   s.limit = a.limit.load(std::memory_order_relaxed);
+  s.bytes_allocated = a.allocated.load(std::memory_order_relaxed);
+  s.peak_bytes_allocated = a.peak.load(std::memory_order_relaxed);
   return s;
+}
+
+void reset_peak_bytes_allocated() {
+  Allocator& a = allocator();
+  a.peak.store(a.allocated.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 }  // namespace dtensor::detail

@@ -54,8 +54,18 @@ struct AllocatorStats {
   uint64_t misses = 0;        // allocations that went to the system
   uint64_t evictions = 0;     // cached blocks returned to the system to stay within the limit
   uint64_t bytes_evicted = 0;
+  // Bytes of the blocks handed out and not yet freed (every tensor's
+  // storage; block sizes, so rounded up to the size class), and their most
+  // since the process started or the last reset_peak_bytes_allocated():
+  // PyTorch's memory_allocated() and max_memory_allocated(). One process,
+  // so in the simulated world the sum over its ranks.
+  size_t bytes_allocated = 0;
+  size_t peak_bytes_allocated = 0;
 };
 // Counts since the process started (threads that exited included).
 AllocatorStats allocator_stats();
+// Starts the high-water mark again from the bytes allocated now (PyTorch's
+// reset_peak_memory_stats()).
+void reset_peak_bytes_allocated();
 
 }  // namespace dtensor::detail

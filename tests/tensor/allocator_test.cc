@@ -293,6 +293,27 @@ TEST_F(Allocator, ThreadsAllocateAndFreeEachOthersBlocks) {
   EXPECT_EQ(release_cached_memory(), s.bytes_cached);
 }
 
+// bytes_allocated follows the blocks handed out (cached or not), and the
+// peak since a reset is the most of it. Other threads of this test program
+// allocate nothing while it runs (gtest runs one test at a time).
+TEST(AllocatorCounts, AllocatedBytesAndTheirPeak) {
+  reset_peak_bytes_allocated();
+  const AllocatorStats s0 = allocator_stats();
+  EXPECT_EQ(s0.peak_bytes_allocated, s0.bytes_allocated);
+  {
+    const Tensor a = Tensor::empty({1000}, DType::Float32);   // 4,000 bytes
+    const Tensor b = Tensor::empty({3 << 20}, DType::BFloat16);  // 6 MiB, a large block
+    const AllocatorStats s1 = allocator_stats();
+    EXPECT_EQ(s1.bytes_allocated - s0.bytes_allocated, block_size(4000) + block_size(6 * kMiB));
+    EXPECT_EQ(s1.peak_bytes_allocated, s1.bytes_allocated);
+  }
+  const AllocatorStats s2 = allocator_stats();
+  EXPECT_EQ(s2.bytes_allocated, s0.bytes_allocated);
+  EXPECT_EQ(s2.peak_bytes_allocated - s0.bytes_allocated, block_size(4000) + block_size(6 * kMiB));
+  reset_peak_bytes_allocated();
+  EXPECT_EQ(allocator_stats().peak_bytes_allocated, s0.bytes_allocated);
+}
+
 TEST(AllocatorLimits, SizesBeyondPhysicalMemoryThrow) {
   const size_t physical = physical_memory_bytes();
   if (physical >= (size_t{1} << 50)) GTEST_SKIP() << "a machine with a petabyte of memory";
