@@ -176,6 +176,17 @@ DTensor run_norm(OpId id, const OpRule& rule, const DTensor& x, const Shape& nor
   });
 }
 
+// ---- 16-bit backwards in float32 -------------------------------------------------
+// PyTorch's CPU kernels for the backwards of softmax, log_softmax and the
+// norms take 16-bit tensors in float32 (ATen's opmath type) and round each
+// gradient once. The formulas here do the same: in_opmath() widens the
+// gradient and each saved tensor once, the formula's ops run in float32,
+// and each gradient rounds back to its input's dtype once. Run op by op in
+// 16 bits, each of a norm's dozen steps rounded its result and the next
+// widened it again (and each mean widened a whole tensor).
+DTensor in_opmath(const DTensor& t) { return is_half(t.dtype()) ? t.to(DType::Float32) : t; }
+DTensor rounded_to(const DTensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
+
 // The backward of a norm over the trailing dims, written with DTensor ops so
 // that it keeps the forward's layout: a batch- or sequence-sharded x gives
 // a gradient sharded alike (the statistics are per row), and the weight's
@@ -195,6 +206,8 @@ void record_norm(DTensor& out, bool layer, const DTensor& x, const Shape& normal
   if (!autograd::recording(inputs)) return;
   std::vector<DTensor> saved = {x};
   if (weight) saved.push_back(*weight);
+  const DType x_dtype = x.dtype(), w_dtype = weight ? weight->dtype() : x.dtype();
+  const DType b_dtype = bias ? bias->dtype() : x.dtype();
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   const int64_t lead = x.dim() - k;
   DimVector dims, lead_dims;
@@ -204,7 +217,8 @@ void record_norm(DTensor& out, bool layer, const DTensor& x, const Shape& normal
   autograd::record(
       out, layer ? "layer_norm" : "rms_norm", inputs, std::move(saved),
       [=](const autograd::Context& c) {
-        const DTensor& xs = c.saved(0);
+        const DTensor xs = in_opmath(c.saved(0));
+        const DTensor grad = in_opmath(c.grad);
         const DTensor xc = layer ? sub(xs, mean(xs, dims, true)) : xs;
         const DTensor rstd = rsqrt(add(mean(mul(xc, xc), dims, true), eps));
         const DTensor xhat = mul(xc, rstd);
@@ -212,13 +226,13 @@ void record_norm(DTensor& out, bool layer, const DTensor& x, const Shape& normal
         auto over_rows = [&](const DTensor& t) { return lead_dims.empty() ? t : sum(t, lead_dims); };
         autograd::Grads g(n_inputs);
         if (c.needs(0)) {
-          const DTensor gy = has_weight ? mul(c.grad, c.saved(1)) : c.grad;
+          const DTensor gy = has_weight ? mul(grad, in_opmath(c.saved(1))) : grad;
           DTensor inner = sub(gy, mul(xhat, mean(mul(gy, xhat), dims, true)));
           if (layer) inner = sub(inner, mean(gy, dims, true));
-          g[0] = mul(rstd, inner);
+          g[0] = rounded_to(mul(rstd, inner), x_dtype);
         }
-        if (n_inputs > 1 && c.needs(1)) g[1] = over_rows(mul(c.grad, xhat));
-        if (n_inputs > 2 && c.needs(2)) g[2] = over_rows(c.grad);
+        if (n_inputs > 1 && c.needs(1)) g[1] = rounded_to(over_rows(mul(grad, xhat)), w_dtype);
+        if (n_inputs > 2 && c.needs(2)) g[2] = rounded_to(over_rows(grad), b_dtype);
         return g;
       });
 }
@@ -550,9 +564,10 @@ DTensor softmax(const DTensor& x, int64_t dim) {
   if (autograd::recording({&x}))
     autograd::record(out, "softmax", {&x}, {out},
                      [dims = softmax_dims(x, dim)](const autograd::Context& c) {
-                       const DTensor& y = c.saved(0);
-                       return autograd::Grads{
-                           mul(y, sub(c.grad, sum(mul(c.grad, y), dims, true)))};
+                       const DTensor y = in_opmath(c.saved(0));
+                       const DTensor g = in_opmath(c.grad);
+                       return autograd::Grads{rounded_to(
+                           mul(y, sub(g, sum(mul(g, y), dims, true))), c.saved(0).dtype())};
                      });
   return out;
 }
@@ -564,9 +579,10 @@ DTensor log_softmax(const DTensor& x, int64_t dim) {
   if (autograd::recording({&x}))
     autograd::record(out, "log_softmax", {&x}, {out},
                      [dims = softmax_dims(x, dim)](const autograd::Context& c) {
-                       const DTensor& y = c.saved(0);
-                       return autograd::Grads{
-                           sub(c.grad, mul(exp(y), sum(c.grad, dims, true)))};
+                       const DTensor y = in_opmath(c.saved(0));
+                       const DTensor g = in_opmath(c.grad);
+                       return autograd::Grads{rounded_to(
+                           sub(g, mul(exp(y), sum(g, dims, true))), c.saved(0).dtype())};
                      });
   return out;
 }

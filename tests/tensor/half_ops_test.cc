@@ -317,5 +317,67 @@ TEST(HalfOpsTest, LinearCrossEntropyBackwardInBFloat16) {
   }
 }
 
+// The backwards of softmax, log_softmax, layer_norm and rms_norm take
+// 16-bit tensors in float32 and round each gradient once (PyTorch's CPU
+// kernels): the bits of the float32 formula on the widened values, rounded
+// once. The gradient reaching the op is given (backward(gradient)).
+TEST(HalfOpsTest, NormAndSoftmaxBackwardsRoundOnce) {
+  const DeviceMesh mesh(World::simulated(2), {2});
+  const auto f32 = [](const Tensor& t) { return t.to(DType::Float32); };
+  const auto bf = [](const Tensor& t) { return t.to(DType::BFloat16); };
+  const Tensor x = bf(mul(Tensor::randn({5, 3, 24}, 31), 2.0));
+  const Tensor w = bf(Tensor::randn({24}, 32)), b = bf(Tensor::randn({24}, 33));
+  const Tensor up = bf(Tensor::randn({5, 3, 24}, 34));
+  // softmax's and log_softmax's formulas read the saved output, a bfloat16
+  // tensor here: the reference widens that.
+  const Tensor y = f32(softmax(x, -1)), ly = f32(log_softmax(x, 1));
+  const Tensor want_softmax = bf(mul(y, sub(f32(up), sum(mul(f32(up), y), {-1}, true))));
+  const Tensor want_log_softmax = bf(sub(f32(up), mul(exp(ly), sum(f32(up), {1}, true))));
+  for (const Placement& p : {Placement(Shard(0)), Placement(Replicate())}) {
+    SCOPED_TRACE(to_string(Placements{p}));
+    auto input = [&](const Tensor& t, DType dtype, Placement q) {
+      DTensor d = distribute_tensor(t.to(dtype), mesh, {q});
+      d.requires_grad_();
+      return d;
+    };
+    {
+      DTensor dx = input(x, DType::BFloat16, p);
+      softmax(dx, -1).backward(distribute_tensor(up, mesh, {p}));
+      EXPECT_TRUE(same_bits(dx.grad()->full_tensor(), want_softmax));
+      dx = input(x, DType::BFloat16, p);
+      log_softmax(dx, 1).backward(distribute_tensor(up, mesh, {p}));
+      EXPECT_TRUE(same_bits(dx.grad()->full_tensor(), want_log_softmax));
+    }
+    for (bool layer : {true, false}) {
+      SCOPED_TRACE(layer ? "layer_norm" : "rms_norm");
+      auto grads = [&](DType dtype) {
+        DTensor dx = input(x, dtype, p), dw = input(w, dtype, Replicate());
+        DTensor db = input(b, dtype, Replicate());
+        const DTensor out = layer ? layer_norm(dx, {24}, dw, db) : rms_norm(dx, {24}, dw);
+        out.backward(distribute_tensor(f32(up).to(dtype), mesh, {p}));
+        std::vector<Tensor> g = {dx.grad()->full_tensor(), dw.grad()->full_tensor()};
+        if (layer) g.push_back(db.grad()->full_tensor());
+        return g;
+      };
+      const std::vector<Tensor> half = grads(DType::BFloat16);
+      const std::vector<Tensor> full = grads(DType::Float32);
+      // Sharded rows make the weight's and bias's gradients sums over the
+      // ranks of per-rank gradients, each rounded to bfloat16 first (as in
+      // PyTorch, where each rank's gradient has the parameter's dtype).
+      const size_t exact = p.is_shard() ? 1 : half.size();
+      for (size_t i = 0; i < half.size(); ++i) {
+        if (i < exact) {
+          EXPECT_TRUE(same_bits(half[i], bf(full[i]))) << "gradient " << i;
+        } else {
+          // Two roundings of partial sums that may cancel: a few bfloat16
+          // steps of the largest value, not of each result.
+          EXPECT_TRUE(allclose(f32(half[i]), full[i], 0x1p-7, 0x1p-7 * max_abs(full[i])))
+              << "gradient " << i << "\n" << f32(half[i]) << "\n" << full[i];
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dtensor
