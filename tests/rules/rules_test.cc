@@ -35,7 +35,9 @@ const std::map<std::string, std::string>& explained() {
   static const std::map<std::string, std::string> m = {
       {"add", empty}, {"sub", empty}, {"minimum", empty}, {"masked_fill", empty},
       {"where_scalar", empty}, {"squeeze(1)", empty}, {"gelu_backward", empty},
-      {"gelu_backward_tanh", empty},
+      // gelu'(x) is negative below about -0.75: a P(max) gradient times it
+      // stays P(max) only where the data keeps it positive.
+      {"gelu_backward_tanh", sign + "; and on 2x3, " + empty},
       {"div", sign}, {"mul_scalar", sign}, {"div_scalar", sign}, {"addmm(beta=-1)", sign},
       {"log", domain}, {"sqrt", domain}, {"rsqrt", domain}, {"rdiv_scalar", domain},
       {"eq", compare}, {"ne", compare}, {"lt", compare}, {"le", compare}, {"gt", compare},
