@@ -151,12 +151,12 @@ struct Map {
 // elements: the inputs' blocks are widened into float32 buffers on the
 // stack (convert_half.h's vector loops; a broadcast input is one value
 // repeated), Map<R, In...>::contiguous, the float32 op's own loop,
-// computes the block, and
-// the block rounds into the output once. The bits are those of widening
-// whole tensors, running the float32 op and rounding its result (the same
-// op on the same values, rounded by the same function), without the
-// float32 temporaries: their traffic and page faults made a bfloat16 add
-// 2.6x slower than float32's where it moves half the bytes.
+// computes the block, and the block rounds into the output once. The bits
+// are those of widening whole tensors, running the float32 op and rounding
+// its result (the same op on the same values, rounded by the same
+// function), without the float32 temporaries: their traffic and page
+// faults made a bfloat16 add 2.6x slower than float32's where it moves
+// half the bytes.
 template <class R, class... In>
 struct HalfMap {
   using F = Map<R, In...>;
