@@ -181,11 +181,11 @@ DTensor run_norm(OpId id, const OpRule& rule, const DTensor& x, const Shape& nor
 // norms take 16-bit tensors in float32 (ATen's opmath type) and round each
 // gradient once. The formulas here do the same: in_opmath() widens the
 // gradient and each saved tensor once, the formula's ops run in float32,
-// and each gradient rounds back to its input's dtype once. Run op by op in
-// 16 bits, each of a norm's dozen steps rounded its result and the next
-// widened it again (and each mean widened a whole tensor).
-DTensor in_opmath(const DTensor& t) { return is_half(t.dtype()) ? t.to(DType::Float32) : t; }
-DTensor rounded_to(const DTensor& g, DType dtype) { return g.dtype() == dtype ? g : g.to(dtype); }
+// and each gradient rounds back to its input's dtype once (`.to(dtype)`,
+// nothing for a float32 or float64 input). Run op by op in 16 bits, each of
+// a norm's dozen steps rounded its result and the next widened it again
+// (and each mean widened a whole tensor).
+DTensor in_opmath(const DTensor& t) { return t.to(compute_dtype(t.dtype())); }
 
 // The backward of a norm over the trailing dims, written with DTensor ops so
 // that it keeps the forward's layout: a batch- or sequence-sharded x gives
@@ -229,10 +229,10 @@ void record_norm(DTensor& out, bool layer, const DTensor& x, const Shape& normal
           const DTensor gy = has_weight ? mul(grad, in_opmath(c.saved(1))) : grad;
           DTensor inner = sub(gy, mul(xhat, mean(mul(gy, xhat), dims, true)));
           if (layer) inner = sub(inner, mean(gy, dims, true));
-          g[0] = rounded_to(mul(rstd, inner), x_dtype);
+          g[0] = mul(rstd, inner).to(x_dtype);
         }
-        if (n_inputs > 1 && c.needs(1)) g[1] = rounded_to(over_rows(mul(grad, xhat)), w_dtype);
-        if (n_inputs > 2 && c.needs(2)) g[2] = rounded_to(over_rows(grad), b_dtype);
+        if (n_inputs > 1 && c.needs(1)) g[1] = over_rows(mul(grad, xhat)).to(w_dtype);
+        if (n_inputs > 2 && c.needs(2)) g[2] = over_rows(grad).to(b_dtype);
         return g;
       });
 }
@@ -566,8 +566,8 @@ DTensor softmax(const DTensor& x, int64_t dim) {
                      [dims = softmax_dims(x, dim)](const autograd::Context& c) {
                        const DTensor y = in_opmath(c.saved(0));
                        const DTensor g = in_opmath(c.grad);
-                       return autograd::Grads{rounded_to(
-                           mul(y, sub(g, sum(mul(g, y), dims, true))), c.saved(0).dtype())};
+                       return autograd::Grads{
+                           mul(y, sub(g, sum(mul(g, y), dims, true))).to(c.saved(0).dtype())};
                      });
   return out;
 }
@@ -581,8 +581,8 @@ DTensor log_softmax(const DTensor& x, int64_t dim) {
                      [dims = softmax_dims(x, dim)](const autograd::Context& c) {
                        const DTensor y = in_opmath(c.saved(0));
                        const DTensor g = in_opmath(c.grad);
-                       return autograd::Grads{rounded_to(
-                           sub(g, mul(exp(y), sum(g, dims, true))), c.saved(0).dtype())};
+                       return autograd::Grads{
+                           sub(g, mul(exp(y), sum(g, dims, true))).to(c.saved(0).dtype())};
                      });
   return out;
 }

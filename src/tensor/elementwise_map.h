@@ -107,8 +107,8 @@ struct Map {
 
   template <class Op, size_t... K>
   static void run(std::index_sequence<K...> k, Op op, const Ptrs& p, int64_t n, const Strides& st) {
-    R* o = reinterpret_cast<R*>(p[0]);
     if (st == kContiguous) return contiguous(k, op, p, n);
+    R* o = reinterpret_cast<R*>(p[0]);
     if constexpr (sizeof...(In) == 1) {
       using A = std::tuple_element_t<0, std::tuple<In...>>;
       if (st[0] == kContiguous[0] && st[1] == 0) {
