@@ -30,6 +30,8 @@ py::object placement_to_python(const Placement& p);
 std::optional<DType> dtype_from_python(py::handle h);
 // dtensor.float32, ... (the module's dtype objects).
 py::object dtype_to_python(DType dtype);
+// gelu's approximate= ("none" or "tanh"); anything else is an error. ops.cc.
+GeluApprox parse_gelu(const std::string& approximate);
 // A Tensor from a Python value: a Tensor itself; a NumPy array (or any
 // object with __dlpack__ / the buffer protocol) wrapped without a copy when
 // its layout allows; anything else (lists, numbers, other layouts) copied

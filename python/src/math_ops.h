@@ -156,7 +156,7 @@ void bind_math_methods(Class& c) {
            }, py::arg("p") = 2.0, py::arg("dim") = py::none(), py::arg("keepdim") = false,
            release_gil())
       .def("gelu", [](const T& x, const std::string& approximate) {
-             return gelu(x, approximate == "tanh" ? GeluApprox::Tanh : GeluApprox::None);
+             return gelu(x, parse_gelu(approximate));
            }, py::arg("approximate") = "none", release_gil())
       .def("softmax", [](const T& x, int64_t dim) { return softmax(x, dim); }, py::arg("dim"),
            release_gil())

@@ -15,6 +15,12 @@
 
 namespace dtensor::python {
 
+GeluApprox parse_gelu(const std::string& a) {
+  if (a == "none") return GeluApprox::None;
+  if (a == "tanh") return GeluApprox::Tanh;
+  DT_THROW("gelu: unknown approximate=\"", a, "\" (expected none or tanh)");
+}
+
 namespace {
 
 Reduction parse_reduction(const std::string& r) {
@@ -22,12 +28,6 @@ Reduction parse_reduction(const std::string& r) {
   if (r == "sum") return Reduction::Sum;
   if (r == "none") return Reduction::None;
   DT_THROW("reduction: unknown \"", r, "\" (expected mean, sum or none)");
-}
-
-GeluApprox parse_gelu(const std::string& a) {
-  if (a == "none") return GeluApprox::None;
-  if (a == "tanh") return GeluApprox::Tanh;
-  DT_THROW("gelu: unknown approximate=\"", a, "\" (expected none or tanh)");
 }
 
 // The overloads of one layer T (Tensor or DTensor), for the names both share.
@@ -88,6 +88,14 @@ void bind_ops_of(py::module_& m) {
            py::arg("dim") = py::none(), py::arg("keepdim") = false, release_gil());
   m.def("gelu", [](const T& x, const std::string& a) { return gelu(x, parse_gelu(a)); },
         py::arg("input"), py::arg("approximate") = "none", release_gil());
+  // ATen's gelu_backward(grad_output, self, *, approximate): what gelu's
+  // autograd runs, in one pass.
+  m.def("gelu_backward",
+        [](const T& g, const T& x, const std::string& a) {
+          return gelu_backward(g, x, parse_gelu(a));
+        },
+        py::arg("grad_output"), py::arg("self"), py::kw_only(), py::arg("approximate") = "none",
+        release_gil());
   m.def("softmax", [](const T& x, int64_t d) { return softmax(x, d); }, py::arg("input"),
         py::arg("dim"), release_gil());
   m.def("log_softmax", [](const T& x, int64_t d) { return log_softmax(x, d); }, py::arg("input"),

@@ -76,6 +76,33 @@ def test_gelu_mean_matches_finite_differences(mesh22, rng):
     np.testing.assert_allclose(g, numeric, rtol=1e-6, atol=1e-8)
 
 
+# gelu_backward (ATen's name and arguments) against torch 1.13's on the
+# same float64 and float32 values: within a few ulps (the erf and exp of two
+# libraries); the DTensor form on a sharded 2x2 mesh gives the Tensor form's
+# bits; a misspelled approximate is an error, not the exact form.
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_backward_matches_torch(mesh22, rng, approximate):
+    torch = pytest.importorskip("torch")
+    x_np = rng.standard_normal((6, 5)) * 3
+    g_np = rng.standard_normal((6, 5))
+    for np_dtype, rtol in ((np.float64, 1e-13), (np.float32, 1e-5)):
+        x, g = x_np.astype(np_dtype), g_np.astype(np_dtype)
+        got = dt.gelu_backward(dt.tensor(g), dt.tensor(x), approximate=approximate)
+        want = torch.ops.aten.gelu_backward(torch.from_numpy(g), torch.from_numpy(x),
+                                            approximate=approximate)
+        np.testing.assert_allclose(np.asarray(got), want.numpy(), rtol=rtol, atol=rtol)
+        placements = [dt.Shard(0), dt.Shard(1)]
+        dg = dt.distribute_tensor(g, mesh22, placements)
+        dx = dt.distribute_tensor(x, mesh22, placements)
+        sharded = dt.gelu_backward(dg, dx, approximate=approximate)
+        assert list(sharded.placements) == placements
+        assert np.array_equal(full(sharded), np.asarray(got))
+    with pytest.raises(dt.Error, match="approximate"):
+        dt.gelu_backward(dt.tensor(g_np), dt.tensor(x_np), approximate="tan")
+    with pytest.raises(dt.Error, match="approximate"):
+        dt.tensor(x_np).gelu(approximate="tan")
+
+
 def test_backward_with_gradient_and_accumulation(mesh4, rng):
     a_np = rng.standard_normal((8, 2))
     g_np = rng.standard_normal((8, 2))
