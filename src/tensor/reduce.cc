@@ -203,6 +203,20 @@ struct SquaredDevOp {
   static Acc init() { return 0.0; }
 };
 
+// Floating folds run at the machine's SIMD level (simd.h); integer and bool
+// ones are compiled at the baseline only. Their AVX2/AVX-512 copies were a
+// fifth of this file's compile time (docs/testing.md, "Build times"), and
+// they are rarely hot: a sum of 16M int64 elements takes 1.2x as long at
+// the baseline, of bools 1.6x (docs/PERFORMANCE.md, "The house and the
+// unity build").
+template <class T>
+constexpr int kWalkFlags = detail::kNoTiles | (std::is_floating_point_v<T> ? detail::kSimd : 0);
+template <class T, class F>
+void simd_if_floating(F&& f) {
+  if constexpr (std::is_floating_point_v<T>) detail::simd_dispatch(f);
+  else f();
+}
+
 // Software prefetch for the sequential reads of the folds over elements of
 // 4 bytes or less, kReadAhead bytes ahead, one per 64-byte line. Such a
 // fold spends longer on each line than a fold over doubles, and on the Zen 3
@@ -369,7 +383,7 @@ typename Op::Acc fold_slot_blocked(const Op& op, const Tensor& x, const ReducePl
   const int64_t blocks = (plan.count + kReduceBlock - 1) / kReduceBlock;
   std::vector<Acc> partial(static_cast<size_t>(blocks), Op::init());
   detail::parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
-    detail::simd_dispatch([&] {
+    simd_if_floating<T>([&] {
       for (int64_t blk = b; blk < e; ++blk) {
         Acc a = Op::init();
         auto kernel = [&](const std::array<char*, 1>& p, int64_t n, const std::array<int64_t, 1>& s) {
@@ -406,7 +420,7 @@ void fold_columns(const Op& op, const detail::loops::Walk<2>& w, char* in,
   const int64_t grain = std::max<int64_t>(
       kColumnChunk, (detail::kParallelGrain + rows - 1) / rows / kColumnChunk * kColumnChunk);
   detail::parallel_for(cols, grain, [&](int64_t b, int64_t e) {
-    detail::simd_dispatch([&] {
+    simd_if_floating<T>([&] {
       for (int64_t c0 = b; c0 < e; c0 += kColumnChunk) {
         const int64_t c1 = std::min(e, c0 + kColumnChunk);
         int64_t r = 0;
@@ -451,7 +465,7 @@ void fold_into(const Op& op, const Tensor& x, const ReducePlan& plan, typename O
     fold_columns<T>(op, w, ops.base[1], acc);
     return;
   }
-  detail::for_each_strided<2, detail::kNoTiles | detail::kSimd>(shape, ops, fold_kernel<T>(op));
+  detail::for_each_strided<2, kWalkFlags<T>>(shape, ops, fold_kernel<T>(op));
 }
 
 // Accumulates x with Op into out (of dtype Out) and applies finish(acc) to
@@ -575,7 +589,7 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, co
       const int64_t blocks = (n + kReduceBlock - 1) / kReduceBlock;
       std::vector<int64_t> at(static_cast<size_t>(blocks));
       detail::parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
-        detail::simd_dispatch([&] {
+        simd_if_floating<T>([&] {
           for (int64_t blk = b; blk < e; ++blk) {
             const int64_t lo = blk * kReduceBlock;
             at[static_cast<size_t>(blk)] = lo + arg_run<kMax>(xp + lo, std::min(kReduceBlock, n - lo), 1);
@@ -618,7 +632,7 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, co
       sort_dims_by_stride(shape, ops, 1);
       using Ptrs = std::array<char*, 2>;
       using Strides = std::array<int64_t, 2>;
-      detail::for_each_strided<2, detail::kNoTiles | detail::kSimd>(
+      detail::for_each_strided<2, kWalkFlags<T>>(
           shape, ops, [&](const Ptrs& p, int64_t n, const Strides& s) {
             int64_t* o = reinterpret_cast<int64_t*>(p[0]);
             const T* xs = reinterpret_cast<const T*>(p[1]);
@@ -641,7 +655,7 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, co
       using Ptrs = std::array<char*, 3>;
       using Strides = std::array<int64_t, 3>;
       // Writes operands 0 and 1, which share their layout.
-      detail::for_each_strided<3, detail::kNoTiles | detail::kSimd>(
+      detail::for_each_strided<3, kWalkFlags<T>>(
           shape, ops, [&](const Ptrs& p, int64_t n, const Strides& s) {
             int64_t* o = reinterpret_cast<int64_t*>(p[0]);
             T* b = reinterpret_cast<T*>(p[1]);
@@ -730,7 +744,7 @@ Tensor var(const Tensor& x, const DimVector& dims, int64_t correction, bool keep
       sort_dims_by_stride(shape, ops, 2);
       using Ptrs = std::array<char*, 3>;
       using Strides = std::array<int64_t, 3>;
-      detail::for_each_strided<3, detail::kNoTiles | detail::kSimd>(
+      detail::for_each_strided<3, kWalkFlags<T>>(
           shape, ops, [&](const Ptrs& p, int64_t len, const Strides& s) {
             double* acc = reinterpret_cast<double*>(p[0]);
             const double* c = reinterpret_cast<const double*>(p[1]);
