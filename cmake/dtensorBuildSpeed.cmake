@@ -16,13 +16,28 @@
 #   8 files to a batch: the library's 35 units of 4 took 134 s of CPU, its
 #   26 units of 8 114 s; the largest takes 15 s, which a rebuild after
 #   touching one file waits for.
-#   src/tensor stays file by file (its own object library): its time is code
-#   generation (each kernel at three SIMD levels and four dtypes), which a
-#   batch does not share, and its kernels keep exactly the code they had.
+#   src/tensor's kernels are batched too (they were not until 2026-12-07),
+#   but for the files whose time is code generation of hot loops: the four
+#   with their own floating-point options (below) and the elementwise_*
+#   families. In a batch GCC's inliner works to a budget for the whole unit:
+#   batched, elementwise_arithmetic.cc's column-broadcast add ran ~20%
+#   slower, and a batch saved them little. The other 19 files, each small
+#   beside the tensor.h templates they all instantiate, took 58.8 s of CPU
+#   one by one with the elementwise files, ~39 s in 4 units; batched
+#   apart, a plain Tensor::view costs 476 instructions instead of 431
+#   (docs/PERFORMANCE.md, "The house and the unity build").
 # - A precompiled header, parsed once per object library instead of once per
 #   unit: the standard library and the DTensor API's headers for the
 #   batches (cmake/dtensor_pch.h; -30% for a file alone), dtensor/tensor.h,
 #   which they all include, for the kernels (cmake/dtensor_kernels_pch.h).
+#
+# A file that sets its own floating-point options with `#pragma GCC
+# optimize` (no-trapping-math, fp-contract=off: simd.h, row_math.h) compiles
+# alone and without the precompiled header: GCC drops such a pragma in a unit
+# that includes a PCH, so exp, erf and sigmoid kept their clamps as branches
+# and ran libm-speed scalar loops (7.5 ns per element for exp instead of
+# ~0.3) while their AVX2/AVX-512 copies could contract into FMA; and in a
+# unity batch the pragma would also change the files after it.
 #
 # Both are off in the sanitized build (the Makefile's asan-build): there
 # every file compiles alone with only what it includes, which is the check
@@ -31,16 +46,29 @@ set(DTENSOR_UNITY_BATCH 8 CACHE STRING
     "Library files of one folder per unity translation unit (0: one per file)")
 option(DTENSOR_PCH "Precompile the common headers of the library's files" ON)
 
-# Puts the library's sources (sorted, as file(GLOB) gives them) into unity
-# groups of up to DTENSOR_UNITY_BATCH files of one src/ folder.
-function(dtensor_library_unity target)
-  if(NOT DTENSOR_UNITY_BATCH)
-    return()
+# Sets up one of the library's object libraries: its precompiled header,
+# and its sources (sorted, as file(GLOB) gives them) in unity groups of up
+# to DTENSOR_UNITY_BATCH files of one src/ folder, but for the files with
+# their own `#pragma GCC optimize`, which compile alone without the header.
+function(dtensor_library_build_speed target pch_header)
+  if(DTENSOR_PCH)
+    target_precompile_headers(${target} PRIVATE ${pch_header})
   endif()
   get_target_property(sources ${target} SOURCES)
   set(folder "")
   set(index 0)
   foreach(src ${sources})
+    file(STRINGS ${src} pragma REGEX "^#pragma GCC optimize")
+    if(pragma)
+      set_source_files_properties(${src} PROPERTIES SKIP_PRECOMPILE_HEADERS ON
+                                  SKIP_UNITY_BUILD_INCLUSION ON)
+      continue()
+    endif()
+    get_filename_component(file_name ${src} NAME)
+    if(file_name MATCHES "^elementwise_")  # src/tensor's hot loops (above)
+      set_source_files_properties(${src} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+      continue()
+    endif()
     get_filename_component(dir ${src} DIRECTORY)
     get_filename_component(name ${dir} NAME)
     if(NOT name STREQUAL folder)
@@ -51,27 +79,7 @@ function(dtensor_library_unity target)
     set_source_files_properties(${src} PROPERTIES UNITY_GROUP "${name}_${group}")
     math(EXPR index "${index} + 1")
   endforeach()
-  set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_MODE GROUP)
-endfunction()
-
-#
-# A file that sets its own floating-point options with `#pragma GCC
-# optimize` (no-trapping-math, fp-contract=off: simd.h, row_math.h) compiles
-# alone and without the precompiled header: GCC drops such a pragma in a unit
-# that includes a PCH, so exp, erf and sigmoid kept their clamps as branches
-# and ran libm-speed scalar loops (7.5 ns per element for exp instead of
-# ~0.3) while their AVX2/AVX-512 copies could contract into FMA; and in a
-# unity batch the pragma would also change the files after it.
-function(dtensor_library_pch target header)
-  if(DTENSOR_PCH)
-    target_precompile_headers(${target} PRIVATE ${header})
+  if(DTENSOR_UNITY_BATCH)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_MODE GROUP)
   endif()
-  get_target_property(sources ${target} SOURCES)
-  foreach(src ${sources})
-    file(STRINGS ${src} pragma REGEX "^#pragma GCC optimize")
-    if(pragma)
-      set_source_files_properties(${src} PROPERTIES SKIP_PRECOMPILE_HEADERS ON
-                                  SKIP_UNITY_BUILD_INCLUSION ON)
-    endif()
-  endforeach()
 endfunction()
