@@ -87,10 +87,13 @@ using ParallelStyle = std::variant<ColwiseParallel, RowwiseParallel, SequencePar
 // "ColwiseParallel(output_layouts=S(-1))", ...
 std::string to_string(const ParallelStyle& style);
 
-// Dotted module names to styles, applied in order. A name's dot-separated
-// parts may hold `*` wildcards matching any run of characters within one
-// part ("blocks.*.mlp.w1" matches "blocks.0.mlp.w1" but not
-// "blocks.0.x.mlp.w1"); "" names the root.
+// Dotted module names to styles, applied in order. Each dot-separated part
+// is matched as Python's fnmatch matches it, as PyTorch's
+// parallelize_module does: `*` any run of characters within the part,
+// `?` any one, `[seq]` / `[!seq]` one in / not in seq (ranges like `1-3`).
+// "blocks.*.mlp.w1" matches "blocks.0.mlp.w1" but not "blocks.0.x.mlp.w1";
+// "blocks.[0-1].attention.w?" the q, k, v and o projections of the first
+// two blocks; "" names the root.
 using ParallelizePlan = std::vector<std::pair<std::string, ParallelStyle>>;
 
 // Applies `style` to `module` (named `name` in messages), the tp mesh dim

@@ -158,15 +158,62 @@ void check_supported(const ParallelStyle& style, nn::Module& m, const std::strin
 
 std::string opt(const std::optional<Placement>& p) { return p ? to_string(*p) : "as given"; }
 
-// fnmatch-like: '*' matches any run of characters (within one name part).
+// Where the bracket expression starting at pattern[at] == '[' ends (the
+// index of its ']'), or npos when it has none, as Python's fnmatch reads
+// it: a '!' first negates, and a ']' first (after any '!') is a member.
+size_t set_end(const std::string& pattern, size_t at) {
+  size_t i = at + 1;
+  if (i < pattern.size() && pattern[i] == '!') ++i;
+  if (i < pattern.size() && pattern[i] == ']') ++i;
+  return pattern.find(']', i);
+}
+
+// Whether c is in the set pattern[at..close] ('[' ... ']'): single
+// characters and ranges a-z; a '-' first or last is itself; a range whose
+// ends are reversed holds nothing (as in Python).
+bool in_set(const std::string& pattern, size_t at, size_t close, char c) {
+  size_t i = at + 1;
+  const bool negate = pattern[i] == '!';
+  if (negate) ++i;
+  bool found = false;
+  while (i < close) {
+    if (i + 2 < close && pattern[i + 1] == '-') {  // a range lo-hi
+      if (pattern[i] <= c && c <= pattern[i + 2]) found = true;
+      i += 3;
+    } else {
+      if (pattern[i] == c) found = true;
+      ++i;
+    }
+  }
+  return found != negate;
+}
+
+// Python's fnmatch.fnmatchcase on one name part (PyTorch's
+// parallelize_module matches each dotted part with fnmatch): '*' any run of
+// characters, '?' any one, '[seq]' one of seq, '[!seq]' one not in seq; a
+// '[' without its ']' is itself.
 bool glob(const std::string& pattern, size_t pi, const std::string& s, size_t si) {
   while (pi < pattern.size()) {
-    if (pattern[pi] == '*') {
+    const char p = pattern[pi];
+    if (p == '*') {
       for (size_t k = si; k <= s.size(); ++k)
         if (glob(pattern, pi + 1, s, k)) return true;
       return false;
     }
-    if (si >= s.size() || pattern[pi] != s[si]) return false;
+    if (si >= s.size()) return false;
+    if (p == '?') {
+      ++pi, ++si;
+      continue;
+    }
+    if (p == '[') {
+      const size_t close = set_end(pattern, pi);
+      if (close != std::string::npos) {
+        if (!in_set(pattern, pi, close, s[si])) return false;
+        pi = close + 1, ++si;
+        continue;
+      }
+    }
+    if (p != s[si]) return false;
     ++pi, ++si;
   }
   return si == s.size();

@@ -24,6 +24,34 @@ TEST(ParallelizePlanTest, WildcardsMatchWithinOneNamePart) {
   EXPECT_FALSE(module_name_matches("head", "head.weight"));
 }
 
+// Each part as Python's fnmatch.fnmatchcase matches it (PyTorch's
+// parallelize_module), the expectations being Python 3.11's answers.
+TEST(ParallelizePlanTest, PartsMatchAsPythonFnmatch) {
+  EXPECT_TRUE(module_name_matches("net?", "net1"));
+  EXPECT_FALSE(module_name_matches("net?", "net"));
+  EXPECT_FALSE(module_name_matches("net?", "net12"));
+  EXPECT_TRUE(module_name_matches("net[1-2]", "net2"));
+  EXPECT_FALSE(module_name_matches("net[1-2]", "net3"));
+  EXPECT_TRUE(module_name_matches("layers.*.net[1]", "layers.0.net1"));
+  EXPECT_FALSE(module_name_matches("layers.*.net[1]", "layers.0.net2"));
+  EXPECT_TRUE(module_name_matches("net[!1]", "net2"));
+  EXPECT_FALSE(module_name_matches("net[!1]", "net1"));
+  EXPECT_TRUE(module_name_matches("w[qkv]", "wk"));
+  EXPECT_FALSE(module_name_matches("w[qkv]", "wo"));
+  EXPECT_TRUE(module_name_matches("a[-z]", "a-"));  // '-' first is itself
+  EXPECT_TRUE(module_name_matches("a[z-]", "a-"));  // and last
+  EXPECT_FALSE(module_name_matches("a[z-a]", "am"));  // a reversed range holds nothing
+  EXPECT_TRUE(module_name_matches("a[]]", "a]"));     // ']' first is a member
+  EXPECT_TRUE(module_name_matches("a[!]]", "ab"));
+  EXPECT_FALSE(module_name_matches("a[!]]", "a]"));
+  EXPECT_TRUE(module_name_matches("a[", "a["));       // no ']': '[' is itself
+  EXPECT_FALSE(module_name_matches("a[", "ab"));
+  EXPECT_TRUE(module_name_matches("a[!]", "a[!]"));
+  EXPECT_TRUE(module_name_matches("*[0-9]", "blocks7"));
+  EXPECT_FALSE(module_name_matches("*[0-9]", "blocks"));
+  EXPECT_FALSE(module_name_matches("Net1", "net1"));  // case-sensitive (fnmatchcase)
+}
+
 TEST(ParallelizePlanTest, StylesPrintWithTheirLayouts) {
   EXPECT_EQ(to_string(ParallelStyle(ColwiseParallel{})),
             "ColwiseParallel(input_layouts=as given, output_layouts=S(-1))");
