@@ -313,7 +313,9 @@ std::vector<DTensor> split(const DTensor& x, const std::vector<int64_t>& sizes, 
 // Partial (they copy elements).
 DTensor pad(const DTensor& x, const std::vector<int64_t>& pad, const std::string& mode = "constant",
             std::optional<Scalar> value = std::nullopt);
-// Replicated on x's mesh, x's dtype unless given (torch.Tensor.new_*).
+// torch.Tensor.new_*: on x's mesh, x's dtype unless given. Of x's own
+// shape it keeps x's shards (Partial becomes Replicate), as PyTorch's
+// new_factory_strategy; of any other shape it is replicated.
 DTensor new_empty(const DTensor& x, const Shape& shape, std::optional<DType> dtype = std::nullopt);
 DTensor new_zeros(const DTensor& x, const Shape& shape, std::optional<DType> dtype = std::nullopt);
 DTensor new_ones(const DTensor& x, const Shape& shape, std::optional<DType> dtype = std::nullopt);

@@ -66,7 +66,10 @@ def test_dtensor_shape_ops_keep_layouts():
         r = d.repeat(1, 2, 1)
         p = dt.pad(d, [1, 1])
         e = d.new_zeros((5,))
+        same = d.new_full((4, 3, 4), 2.0)
     assert comm.get_total_counts() == 0
+    assert same.placements == (dt.Shard(0), dt.Replicate())  # x's own shape: x's shards
+    np.testing.assert_array_equal(np.asarray(same.full_tensor()), np.full((4, 3, 4), 2.0))
     assert r.placements == (dt.Shard(0), dt.Replicate())
     assert p.placements == (dt.Shard(0), dt.Replicate())
     assert e.placements == (dt.Replicate(), dt.Replicate())

@@ -322,17 +322,31 @@ DTensor pad(const DTensor& x, const std::vector<int64_t>& pads, const std::strin
   return out;
 }
 
+namespace {
+// torch.Tensor.new_*'s layout (PyTorch's new_factory_strategy): a tensor of
+// x's own shape keeps x's shards, in their order, so a sharded model's new
+// buffers cost no memory beyond a shard; Partial becomes Replicate, as
+// every rank fills the whole value. Any other shape is replicated.
+Placements new_factory_placements(const DTensor& x, const Shape& shape) {
+  if (shape != x.shape()) return replicated(x.mesh());
+  Placements p = x.placements();
+  for (Placement& q : p)
+    if (q.is_partial()) q = Replicate();
+  return p;
+}
+}  // namespace
+
 DTensor new_empty(const DTensor& x, const Shape& shape, std::optional<DType> dtype) {
-  return empty(shape, x.mesh(), replicated(x.mesh()), dtype.value_or(x.dtype()));
+  return empty(shape, x.mesh(), new_factory_placements(x, shape), dtype.value_or(x.dtype()));
 }
 DTensor new_zeros(const DTensor& x, const Shape& shape, std::optional<DType> dtype) {
-  return zeros(shape, x.mesh(), replicated(x.mesh()), dtype.value_or(x.dtype()));
+  return zeros(shape, x.mesh(), new_factory_placements(x, shape), dtype.value_or(x.dtype()));
 }
 DTensor new_ones(const DTensor& x, const Shape& shape, std::optional<DType> dtype) {
-  return ones(shape, x.mesh(), replicated(x.mesh()), dtype.value_or(x.dtype()));
+  return ones(shape, x.mesh(), new_factory_placements(x, shape), dtype.value_or(x.dtype()));
 }
 DTensor new_full(const DTensor& x, const Shape& shape, Scalar value, std::optional<DType> dtype) {
-  return full(shape, value, x.mesh(), replicated(x.mesh()), dtype.value_or(x.dtype()));
+  return full(shape, value, x.mesh(), new_factory_placements(x, shape), dtype.value_or(x.dtype()));
 }
 
 DTensor empty_like(const DTensor& x) {

@@ -320,21 +320,41 @@ TEST_F(ShapeOpsTest, Factories) {
     const DTensor x = make_dtensor(dtensor::testing::int_valued(d.shape, d.seed), mesh,
                                    d.placements, d.seed + 1);
     const Placements all_r(d.mesh_shape.size(), Replicate());
+    // x's shards, Partial -> Replicate: the layout of empty_like and of the
+    // new_* factories given x's own shape (PyTorch's new_factory_strategy).
+    Placements promised = d.placements;
+    for (Placement& p : promised)
+      if (p.is_partial()) p = Replicate();
+    const auto layout_for = [&](const Shape& s) { return s == x.shape() ? promised : all_r; };
     const DTensor z = new_zeros(x, {3, 2});
-    EXPECT_EQ(z.placements(), all_r);
+    EXPECT_EQ(z.placements(), layout_for({3, 2}));
     EXPECT_EQ(z.dtype(), DType::Float32);
     EXPECT_TRUE(equal(z.full_tensor(), Tensor::zeros({3, 2})));
     const DTensor o = new_ones(x, {4}, DType::Int64);
     EXPECT_EQ(o.dtype(), DType::Int64);
     EXPECT_TRUE(equal(o.full_tensor(), Tensor::ones({4}, DType::Int64)));
     const DTensor f = new_full(x, {2, 2}, 1.5, DType::Float64);
-    EXPECT_EQ(f.placements(), all_r);
+    EXPECT_EQ(f.placements(), layout_for({2, 2}));
     EXPECT_TRUE(equal(f.full_tensor(), Tensor::full({2, 2}, 1.5, DType::Float64)));
     EXPECT_EQ(new_empty(x, {0, 5}).shape(), (Shape{0, 5}));
+    {
+      // Of x's own shape: x's shards, no communication, and the value once
+      // (a Partial(sum) input must not make a sum of fills).
+      CommDebugMode comm;
+      const DTensor same = new_full(x, x.shape(), 2.5, DType::Float64);
+      const DTensor same_zeros = new_zeros(x, x.shape());
+      const DTensor same_empty = new_empty(x, x.shape(), DType::Int64);
+      EXPECT_EQ(comm.total_count(), 0);
+      EXPECT_EQ(same.placements(), promised);
+      EXPECT_EQ(same_zeros.placements(), promised);
+      EXPECT_EQ(same_empty.placements(), promised);
+      EXPECT_EQ(same_empty.dtype(), DType::Int64);
+      EXPECT_TRUE(equal(same.full_tensor(), Tensor::full(x.shape(), 2.5, DType::Float64)));
+      EXPECT_TRUE(equal(same_zeros.full_tensor(), Tensor::zeros(x.shape())));
+      for (int rank : same.local().ranks())
+        EXPECT_EQ(same.to_local(rank).shape(), x.to_local(rank).shape());
+    }
     // empty_like: x's shards, Partial -> Replicate, no communication.
-    Placements promised = d.placements;
-    for (Placement& p : promised)
-      if (p.is_partial()) p = Replicate();
     CommDebugMode comm;
     const DTensor e = empty_like(x);
     EXPECT_EQ(comm.total_count(), 0);
