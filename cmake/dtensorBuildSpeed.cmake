@@ -21,11 +21,11 @@
 #   with their own floating-point options (below) and the elementwise_*
 #   families. In a batch GCC's inliner works to a budget for the whole unit:
 #   batched, elementwise_arithmetic.cc's column-broadcast add ran ~20%
-#   slower, and a batch saved them little. The other 19 files, each small
-#   beside the tensor.h templates they all instantiate, took 58.8 s of CPU
-#   one by one with the elementwise files, ~39 s in 4 units; batched
-#   apart, a plain Tensor::view costs 476 instructions instead of 431
-#   (docs/PERFORMANCE.md, "The house and the unity build").
+#   slower. The other 19 files are each small beside the tensor.h
+#   templates they all instantiate: with the elementwise ones, the 24 took
+#   58.8 s of CPU one by one and 40 s in 3 units. Batched, a plain
+#   Tensor::view costs 476 instructions instead of 431 (docs/PERFORMANCE.md,
+#   "The house and the unity build").
 # - A precompiled header, parsed once per object library instead of once per
 #   unit: the standard library and the DTensor API's headers for the
 #   batches (cmake/dtensor_pch.h; -30% for a file alone), dtensor/tensor.h,
