@@ -193,6 +193,69 @@ class Adam : public AdamW {
   Adam(std::vector<std::pair<std::string, DTensor>> named_params, const AdamOptions& options);
 };
 
+struct AdagradOptions {
+  double lr = 1e-2;
+  double lr_decay = 0;
+  double weight_decay = 0;
+  double initial_accumulator_value = 0;
+  double eps = 1e-10;
+  bool maximize = false;
+};
+
+// Adagrad (torch.optim.Adagrad), PyTorch's rule: g = ±grad + wd·p;
+// clr = lr / (1 + (t - 1)·lr_decay); sum = sum + g·g; p = p + (-clr)·g /
+// (sqrt(sum) + eps). Its buffer "sum" starts at initial_accumulator_value
+// (PyTorch makes it at construction; here at the first step, like the
+// other optimizers' buffers). REQUIRES: every option >= 0.
+class Adagrad : public Optimizer {
+ public:
+  Adagrad(std::vector<DTensor> params, const AdagradOptions& options);
+  Adagrad(std::vector<std::pair<std::string, DTensor>> named_params,
+          const AdagradOptions& options);
+  const AdagradOptions& options() const { return options_; }
+  std::vector<std::string> buffer_names() const override { return {"sum"}; }
+
+ protected:
+  void update(const DTensor& param, const DTensor& grad, ParamState& state) override;
+  const char* kind() const override { return "Adagrad"; }
+
+ private:
+  AdagradOptions options_;
+};
+
+struct RMSpropOptions {
+  double lr = 1e-2;
+  double alpha = 0.99;
+  double eps = 1e-8;
+  double weight_decay = 0;
+  double momentum = 0;
+  bool centered = false;
+  bool maximize = false;
+};
+
+// RMSprop (torch.optim.RMSprop), PyTorch's rule: g = ±grad + wd·p;
+// square_avg = α·square_avg + (1-α)·g·g; centered: grad_avg = α·grad_avg +
+// (1-α)·g and avg = sqrt(square_avg - grad_avg²) + eps, else avg =
+// sqrt(square_avg) + eps; with momentum, buf = momentum·buf + g / avg and
+// p = p + (-lr)·buf, else p = p + (-lr)·g / avg. Buffers "square_avg",
+// "momentum_buffer" (momentum > 0), "grad_avg" (centered).
+// REQUIRES: lr, alpha, eps, weight_decay, momentum >= 0.
+class RMSprop : public Optimizer {
+ public:
+  RMSprop(std::vector<DTensor> params, const RMSpropOptions& options);
+  RMSprop(std::vector<std::pair<std::string, DTensor>> named_params,
+          const RMSpropOptions& options);
+  const RMSpropOptions& options() const { return options_; }
+  std::vector<std::string> buffer_names() const override;
+
+ protected:
+  void update(const DTensor& param, const DTensor& grad, ParamState& state) override;
+  const char* kind() const override { return "RMSprop"; }
+
+ private:
+  RMSpropOptions options_;
+};
+
 // ---- learning-rate schedules ------------------------------------------------------
 //
 // A scheduler sets its optimizer's lr from the epoch count: the

@@ -1,4 +1,4 @@
-// dtensor.optim: SGD, Adam and AdamW on DTensor parameters with
+// dtensor.optim: SGD, Adam, AdamW, Adagrad and RMSprop on DTensor parameters with
 // torch.optim's keyword arguments, the schedules of
 // dtensor.optim.lr_scheduler (LambdaLR, LinearLR, CosineAnnealingLR,
 // SequentialLR) and clip_grad_norm_ (also dtensor.nn.utils.clip_grad_norm_
@@ -189,6 +189,46 @@ Adam (L2 weight decay added to the gradient, default 0) with PyTorch's rule.
            py::arg("betas") = std::pair<double, double>(0.9, 0.999), py::arg("eps") = 1e-8,
            py::arg("weight_decay") = 0.0, py::arg("amsgrad") = false, py::kw_only(),
            py::arg("maximize") = false);
+
+  py::class_<optim::Adagrad, optim::Optimizer>(om, "Adagrad", R"doc(
+Adagrad with PyTorch's rule and arguments (lr_decay, weight_decay,
+initial_accumulator_value, eps, maximize); its buffer "sum" appears at a
+parameter's first step.
+)doc")
+      .def(py::init([](py::object params, double lr, double lr_decay, double weight_decay,
+                       double initial_accumulator_value, double eps, bool maximize) {
+             optim::AdagradOptions o;
+             o.lr = lr;
+             o.lr_decay = lr_decay;
+             o.weight_decay = weight_decay;
+             o.initial_accumulator_value = initial_accumulator_value;
+             o.eps = eps;
+             o.maximize = maximize;
+             return make_optimizer<optim::Adagrad>(params, o);
+           }),
+           py::arg("params"), py::arg("lr") = 1e-2, py::arg("lr_decay") = 0.0,
+           py::arg("weight_decay") = 0.0, py::arg("initial_accumulator_value") = 0.0,
+           py::arg("eps") = 1e-10, py::kw_only(), py::arg("maximize") = false);
+
+  py::class_<optim::RMSprop, optim::Optimizer>(om, "RMSprop", R"doc(
+RMSprop with PyTorch's rule and arguments (alpha, eps, weight_decay,
+momentum, centered, maximize).
+)doc")
+      .def(py::init([](py::object params, double lr, double alpha, double eps, double weight_decay,
+                       double momentum, bool centered, bool maximize) {
+             optim::RMSpropOptions o;
+             o.lr = lr;
+             o.alpha = alpha;
+             o.eps = eps;
+             o.weight_decay = weight_decay;
+             o.momentum = momentum;
+             o.centered = centered;
+             o.maximize = maximize;
+             return make_optimizer<optim::RMSprop>(params, o);
+           }),
+           py::arg("params"), py::arg("lr") = 1e-2, py::arg("alpha") = 0.99,
+           py::arg("eps") = 1e-8, py::arg("weight_decay") = 0.0, py::arg("momentum") = 0.0,
+           py::arg("centered") = false, py::kw_only(), py::arg("maximize") = false);
 
   // ---- lr_scheduler -------------------------------------------------------------
   // Schedulers hold their optimizer by reference: keep_alive keeps it alive as

@@ -9,8 +9,10 @@
 
 namespace dtensor::optim::detail {
 
-// A buffer of `param`'s spec filled with zeros (each held rank its own).
+// A buffer of `param`'s spec filled with zeros / with `value` (each held
+// rank its own).
 DTensor zeros_like_param(const DTensor& param);
+DTensor full_like_param(const DTensor& param, double value);
 
 // For every shard this process holds: f(written, grad) where written[0] is
 // the parameter's shard and written[1..] the buffers' shards of that rank,

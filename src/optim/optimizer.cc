@@ -21,9 +21,11 @@ const DTensor& ParamState::buffer(const std::string& name) const {
 
 namespace detail {
 
-DTensor zeros_like_param(const DTensor& param) {
+DTensor zeros_like_param(const DTensor& param) { return full_like_param(param, 0.0); }
+
+DTensor full_like_param(const DTensor& param, double value) {
   LocalTensor local = param.local().map(
-      [](int, const Tensor& t) { return Tensor::zeros(t.shape(), t.dtype()); });
+      [value](int, const Tensor& t) { return Tensor::full(t.shape(), value, t.dtype()); });
   return DTensor(param.spec(), std::move(local));
 }
 

@@ -1,5 +1,6 @@
 // Optimizers and clip_grad_norm_ on every world (see world_util.h): SGD
-// (every flag combination), Adam, AdamW and AMSGrad on random layouts of
+// (every flag combination), Adam, AdamW, AMSGrad, Adagrad and RMSprop
+// (plain, centered, with momentum) on random layouts of
 // meshes of 1-4 dims, with uneven and empty shards, FSDP-style Shard(0)
 // over every mesh dim, and Partial(sum) gradients of replicated parameters,
 // against references written here on plain full tensors, element by
@@ -95,6 +96,55 @@ void ref_adam(Ref<T>& r, const std::vector<T>& grad, const AdamOptions& o, doubl
     }
     const T denom = std::sqrt(vhat) / static_cast<T>(std::sqrt(bc2)) + static_cast<T>(o.eps);
     r.p[i] = r.p[i] + static_cast<T>(-(lr / bc1)) * r.m[i] / denom;
+  }
+}
+
+// Adagrad: "sum" is r.v.
+template <class T>
+void ref_adagrad(Ref<T>& r, const std::vector<T>& grad, const AdagradOptions& o) {
+  if (r.step == 0) r.v.assign(r.p.size(), static_cast<T>(o.initial_accumulator_value));
+  ++r.step;
+  const double clr = o.lr / (1 + static_cast<double>(r.step - 1) * o.lr_decay);
+  for (size_t i = 0; i < r.p.size(); ++i) {
+    T g = o.maximize ? -grad[i] : grad[i];
+    if (o.weight_decay != 0) g = g + static_cast<T>(o.weight_decay) * r.p[i];
+    r.v[i] = r.v[i] + T(1) * g * g;  // addcmul(g, g, value=1)
+    const T std_dev = std::sqrt(r.v[i]) + static_cast<T>(o.eps);
+    r.p[i] = r.p[i] + static_cast<T>(-clr) * g / std_dev;  // addcdiv(g, std, value=-clr)
+  }
+}
+
+// RMSprop: "square_avg" is r.v, "grad_avg" r.m, "momentum_buffer" r.buf.
+template <class T>
+void ref_rmsprop(Ref<T>& r, const std::vector<T>& grad, const RMSpropOptions& o) {
+  if (r.step == 0) {
+    r.v.assign(r.p.size(), T(0));
+    if (o.centered) r.m.assign(r.p.size(), T(0));
+    if (o.momentum > 0) r.buf.assign(r.p.size(), T(0));
+  }
+  ++r.step;
+  const T alpha = static_cast<T>(o.alpha), one_minus_alpha = static_cast<T>(1 - o.alpha);
+  for (size_t i = 0; i < r.p.size(); ++i) {
+    T g = o.maximize ? -grad[i] : grad[i];
+    if (o.weight_decay != 0) g = g + static_cast<T>(o.weight_decay) * r.p[i];
+    r.v[i] = r.v[i] * alpha;                     // square_avg.mul_(alpha)
+    r.v[i] = r.v[i] + one_minus_alpha * g * g;   // .addcmul_(g, g, value=1-alpha)
+    T avg;
+    if (o.centered) {
+      r.m[i] = r.m[i] * alpha;                   // grad_avg.mul_(alpha)
+      r.m[i] = r.m[i] + one_minus_alpha * g;     // .add_(g, alpha=1-alpha)
+      avg = std::sqrt(r.v[i] + T(-1) * r.m[i] * r.m[i]);
+    } else {
+      avg = std::sqrt(r.v[i]);
+    }
+    avg = avg + static_cast<T>(o.eps);
+    if (o.momentum > 0) {
+      r.buf[i] = r.buf[i] * static_cast<T>(o.momentum);  // buf.mul_(momentum)
+      r.buf[i] = r.buf[i] + T(1) * g / avg;              // .addcdiv_(g, avg)
+      r.p[i] = r.p[i] + static_cast<T>(-o.lr) * r.buf[i];
+    } else {
+      r.p[i] = r.p[i] + static_cast<T>(-o.lr) * g / avg;
+    }
   }
 }
 
@@ -195,6 +245,32 @@ std::vector<OptimCase> all_cases() {
          },
          buffers});
   }
+  for (const AdagradOptions& o :
+       {AdagradOptions{}, AdagradOptions{.lr = 0.05, .lr_decay = 0.1, .weight_decay = 0.02,
+                                         .initial_accumulator_value = 0.25, .eps = 1e-6},
+        AdagradOptions{.lr = 0.02, .maximize = true}}) {
+    const std::string name = "Adagrad(lr " + std::to_string(o.lr) + ", lr_decay " +
+                             std::to_string(o.lr_decay) + (o.maximize ? ", maximize" : "") + ")";
+    cases.push_back(
+        {name, [o](std::vector<DTensor> ps) { return std::make_unique<Adagrad>(std::move(ps), o); },
+         [o](Ref<float>& r, const std::vector<float>& g) { ref_adagrad(r, g, o); },
+         [o](Ref<double>& r, const std::vector<double>& g) { ref_adagrad(r, g, o); }, {"sum"}});
+  }
+  for (const RMSpropOptions& o :
+       {RMSpropOptions{}, RMSpropOptions{.alpha = 0.9, .eps = 1e-6, .weight_decay = 0.02},
+        RMSpropOptions{.momentum = 0.9, .centered = true},
+        RMSpropOptions{.lr = 0.003, .momentum = 0.5, .maximize = true}}) {
+    const std::string name = "RMSprop(alpha " + std::to_string(o.alpha) + ", momentum " +
+                             std::to_string(o.momentum) + (o.centered ? ", centered" : "") +
+                             (o.maximize ? ", maximize" : "") + ")";
+    std::vector<std::string> buffers{"square_avg"};
+    if (o.momentum > 0) buffers.push_back("momentum_buffer");
+    if (o.centered) buffers.push_back("grad_avg");
+    cases.push_back(
+        {name, [o](std::vector<DTensor> ps) { return std::make_unique<RMSprop>(std::move(ps), o); },
+         [o](Ref<float>& r, const std::vector<float>& g) { ref_rmsprop(r, g, o); },
+         [o](Ref<double>& r, const std::vector<double>& g) { ref_rmsprop(r, g, o); }, buffers});
+  }
   return cases;
 }
 
@@ -239,10 +315,11 @@ void check_case(const World& world, const OptimCase& c, std::mt19937& rng, uint6
       for (const std::string& b : c.buffers) {
         ASSERT_TRUE(st.has(b)) << what << " " << b;
         EXPECT_EQ(st.buffer(b).spec(), params[i].spec()) << what << " " << b;
-        const std::vector<T>& want = b == "momentum_buffer" ? refs[i].buf
-                                     : b == "exp_avg"       ? refs[i].m
-                                     : b == "exp_avg_sq"    ? refs[i].v
-                                                            : refs[i].vmax;
+        const std::vector<T>& want = b == "momentum_buffer"                    ? refs[i].buf
+                                     : b == "exp_avg" || b == "grad_avg"       ? refs[i].m
+                                     : b == "exp_avg_sq" || b == "sum" ||
+                                               b == "square_avg"               ? refs[i].v
+                                                                               : refs[i].vmax;
         expect_bits<T>(st.buffer(b).full_tensor(), want, what + " " + b);
       }
     }

@@ -1,0 +1,76 @@
+// Adagrad: PyTorch's single-tensor rule, one fused loop per shard.
+#include <cmath>
+
+#include "optim/optim_internal.h"
+
+namespace dtensor::optim {
+
+namespace {
+
+template <class T>
+struct AdagradScalars {
+  T weight_decay, neg_clr, eps;
+  bool use_decay, maximize;
+};
+
+// PyTorch's order (torch/optim/adagrad.py, _single_tensor_adagrad, and
+// ATen's addcmul/addcdiv kernels): g = ±grad; g = g + wd*p; sum = sum +
+// 1*g*g; std = sqrt(sum) + eps; p = p + (-clr)*g / std.
+template <class T>
+void adagrad_kernel(T* __restrict p, T* __restrict sum, const T* __restrict grad, int64_t n,
+                    const AdagradScalars<T>& s) {
+  for (int64_t i = 0; i < n; ++i) {
+    T g = s.maximize ? -grad[i] : grad[i];
+    if (s.use_decay) g = g + s.weight_decay * p[i];
+    const T acc = sum[i] + g * g;
+    sum[i] = acc;
+    const T std_dev = std::sqrt(acc) + s.eps;
+    p[i] = p[i] + s.neg_clr * g / std_dev;
+  }
+}
+
+}  // namespace
+
+Adagrad::Adagrad(std::vector<DTensor> params, const AdagradOptions& options)
+    : Adagrad(detail::unnamed(std::move(params)), options) {}
+
+Adagrad::Adagrad(std::vector<std::pair<std::string, DTensor>> named_params,
+                 const AdagradOptions& options)
+    : Optimizer(std::move(named_params), options.lr), options_(options) {
+  DT_CHECK(options.lr_decay >= 0, "Adagrad: expected lr_decay >= 0, got ", options.lr_decay);
+  DT_CHECK(options.weight_decay >= 0, "Adagrad: expected weight_decay >= 0, got ",
+           options.weight_decay);
+  DT_CHECK(options.initial_accumulator_value >= 0,
+           "Adagrad: expected initial_accumulator_value >= 0, got ",
+           options.initial_accumulator_value);
+  DT_CHECK(options.eps >= 0, "Adagrad: expected eps >= 0, got ", options.eps);
+}
+
+void Adagrad::update(const DTensor& param, const DTensor& grad, ParamState& state) {
+  if (!state.has("sum"))
+    state.buffers.emplace("sum",
+                          detail::full_like_param(param, options_.initial_accumulator_value));
+  const int64_t step = ++state.step;
+  // A Python float in PyTorch: computed in double, cast by the kernel.
+  const double clr = lr() / (1 + static_cast<double>(step - 1) * options_.lr_decay);
+  const std::vector<const DTensor*> buffers{&state.buffers.at("sum")};
+  auto run = [&]<class T>() {
+    const AdagradScalars<T> s{static_cast<T>(options_.weight_decay), static_cast<T>(-clr),
+                              static_cast<T>(options_.eps), options_.weight_decay != 0,
+                              options_.maximize};
+    detail::for_each_shard(param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g) {
+      const int64_t n = w[0].numel();
+      if (n == 0) return;
+      detail::parallel_elements(n, [&](int64_t lo, int64_t hi) {
+        adagrad_kernel<T>(w[0].data_ptr<T>() + lo, w[1].data_ptr<T>() + lo,
+                          g.data_ptr<T>() + lo, hi - lo, s);
+      });
+    });
+  };
+  if (param.dtype() == DType::Float64)
+    run.template operator()<double>();
+  else
+    run.template operator()<float>();
+}
+
+}  // namespace dtensor::optim

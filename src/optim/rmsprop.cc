@@ -1,0 +1,108 @@
+// RMSprop: PyTorch's single-tensor rule, one fused loop per shard.
+#include <cmath>
+
+#include "optim/optim_internal.h"
+
+namespace dtensor::optim {
+
+namespace {
+
+template <class T>
+struct RmspropScalars {
+  T weight_decay, alpha, one_minus_alpha, eps, momentum, neg_lr;
+  bool use_decay, centered, use_momentum, maximize;
+};
+
+// PyTorch's order (torch/optim/rmsprop.py, _single_tensor_rmsprop, and
+// ATen's add/addcmul/addcdiv kernels): g = ±grad; g = g + wd*p; sq = sq*α +
+// (1-α)*g*g; centered: ga = ga*α + (1-α)*g, avg = sqrt(sq + (-1)*ga*ga),
+// else avg = sqrt(sq); avg = avg + eps; momentum: buf = buf*momentum +
+// 1*g / avg, p = p + (-lr)*buf; else p = p + (-lr)*g / avg.
+template <class T>
+void rmsprop_kernel(T* __restrict p, T* __restrict sq, T* __restrict ga, T* __restrict buf,
+                    const T* __restrict grad, int64_t n, const RmspropScalars<T>& s) {
+  for (int64_t i = 0; i < n; ++i) {
+    T g = s.maximize ? -grad[i] : grad[i];
+    if (s.use_decay) g = g + s.weight_decay * p[i];
+    const T sqi = sq[i] * s.alpha + s.one_minus_alpha * g * g;
+    sq[i] = sqi;
+    T avg;
+    if (s.centered) {
+      const T gai = ga[i] * s.alpha + s.one_minus_alpha * g;
+      ga[i] = gai;
+      avg = std::sqrt(sqi + T(-1) * gai * gai);
+    } else {
+      avg = std::sqrt(sqi);
+    }
+    avg = avg + s.eps;
+    if (s.use_momentum) {
+      const T b = buf[i] * s.momentum + T(1) * g / avg;
+      buf[i] = b;
+      p[i] = p[i] + s.neg_lr * b;
+    } else {
+      p[i] = p[i] + s.neg_lr * g / avg;
+    }
+  }
+}
+
+}  // namespace
+
+RMSprop::RMSprop(std::vector<DTensor> params, const RMSpropOptions& options)
+    : RMSprop(detail::unnamed(std::move(params)), options) {}
+
+RMSprop::RMSprop(std::vector<std::pair<std::string, DTensor>> named_params,
+                 const RMSpropOptions& options)
+    : Optimizer(std::move(named_params), options.lr), options_(options) {
+  DT_CHECK(options.alpha >= 0, "RMSprop: expected alpha >= 0, got ", options.alpha);
+  DT_CHECK(options.eps >= 0, "RMSprop: expected eps >= 0, got ", options.eps);
+  DT_CHECK(options.weight_decay >= 0, "RMSprop: expected weight_decay >= 0, got ",
+           options.weight_decay);
+  DT_CHECK(options.momentum >= 0, "RMSprop: expected momentum >= 0, got ", options.momentum);
+}
+
+std::vector<std::string> RMSprop::buffer_names() const {
+  std::vector<std::string> names{"square_avg"};
+  if (options_.momentum > 0) names.push_back("momentum_buffer");
+  if (options_.centered) names.push_back("grad_avg");
+  return names;
+}
+
+void RMSprop::update(const DTensor& param, const DTensor& grad, ParamState& state) {
+  for (const std::string& name : buffer_names())
+    if (!state.has(name)) state.buffers.emplace(name, detail::zeros_like_param(param));
+  ++state.step;
+  const bool use_momentum = options_.momentum > 0;
+  // The buffers in kernel order: square_avg, then grad_avg and
+  // momentum_buffer when used.
+  std::vector<const DTensor*> buffers{&state.buffers.at("square_avg")};
+  if (options_.centered) buffers.push_back(&state.buffers.at("grad_avg"));
+  if (use_momentum) buffers.push_back(&state.buffers.at("momentum_buffer"));
+  auto run = [&]<class T>() {
+    const RmspropScalars<T> s{static_cast<T>(options_.weight_decay),
+                              static_cast<T>(options_.alpha),
+                              static_cast<T>(1 - options_.alpha),
+                              static_cast<T>(options_.eps),
+                              static_cast<T>(options_.momentum),
+                              static_cast<T>(-lr()),
+                              options_.weight_decay != 0,
+                              options_.centered,
+                              use_momentum,
+                              options_.maximize};
+    detail::for_each_shard(param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g) {
+      const int64_t n = w[0].numel();
+      if (n == 0) return;
+      T* const ga = s.centered ? w[2].template data_ptr<T>() : nullptr;
+      T* const buf = s.use_momentum ? w[s.centered ? 3 : 2].template data_ptr<T>() : nullptr;
+      detail::parallel_elements(n, [&](int64_t lo, int64_t hi) {
+        rmsprop_kernel<T>(w[0].data_ptr<T>() + lo, w[1].data_ptr<T>() + lo, ga ? ga + lo : nullptr,
+                          buf ? buf + lo : nullptr, g.data_ptr<T>() + lo, hi - lo, s);
+      });
+    });
+  };
+  if (param.dtype() == DType::Float64)
+    run.template operator()<double>();
+  else
+    run.template operator()<float>();
+}
+
+}  // namespace dtensor::optim
