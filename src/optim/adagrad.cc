@@ -58,19 +58,14 @@ void Adagrad::update(const DTensor& param, const DTensor& grad, ParamState& stat
     const AdagradScalars<T> s{static_cast<T>(options_.weight_decay), static_cast<T>(-clr),
                               static_cast<T>(options_.eps), options_.weight_decay != 0,
                               options_.maximize};
-    detail::for_each_shard(param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g) {
-      const int64_t n = w[0].numel();
-      if (n == 0) return;
-      detail::parallel_elements(n, [&](int64_t lo, int64_t hi) {
-        adagrad_kernel<T>(w[0].data_ptr<T>() + lo, w[1].data_ptr<T>() + lo,
-                          g.data_ptr<T>() + lo, hi - lo, s);
-      });
-    });
+    detail::for_each_element_block(
+        param, grad, buffers,
+        [&](std::vector<Tensor>& w, const Tensor& g, int64_t lo, int64_t hi) {
+          adagrad_kernel<T>(w[0].data_ptr<T>() + lo, w[1].data_ptr<T>() + lo,
+                            g.data_ptr<T>() + lo, hi - lo, s);
+        });
   };
-  if (param.dtype() == DType::Float64)
-    run.template operator()<double>();
-  else
-    run.template operator()<float>();
+  detail::with_param_type(param, run);
 }
 
 }  // namespace dtensor::optim

@@ -101,20 +101,15 @@ void AdamW::update(const DTensor& param, const DTensor& grad, ParamState& state)
                      weight_decay_ != 0,
                      options_.amsgrad,
                      options_.maximize};
-    detail::for_each_shard(param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g) {
-      const int64_t n = w[0].numel();
-      if (n == 0) return;
-      T* const amax = s.amsgrad ? w[3].data_ptr<T>() : nullptr;
-      detail::parallel_elements(n, [&](int64_t lo, int64_t hi) {
-        adam_kernel<T>(w[0].data_ptr<T>() + lo, w[1].data_ptr<T>() + lo, w[2].data_ptr<T>() + lo,
-                       amax ? amax + lo : nullptr, g.data_ptr<T>() + lo, hi - lo, s);
-      });
-    });
+    detail::for_each_element_block(
+        param, grad, buffers,
+        [&](std::vector<Tensor>& w, const Tensor& g, int64_t lo, int64_t hi) {
+          T* const amax = s.amsgrad ? w[3].data_ptr<T>() + lo : nullptr;
+          adam_kernel<T>(w[0].data_ptr<T>() + lo, w[1].data_ptr<T>() + lo,
+                         w[2].data_ptr<T>() + lo, amax, g.data_ptr<T>() + lo, hi - lo, s);
+        });
   };
-  if (param.dtype() == DType::Float64)
-    run.template operator()<double>();
-  else
-    run.template operator()<float>();
+  detail::with_param_type(param, run);
 }
 
 Adam::Adam(std::vector<DTensor> params, const AdamOptions& options)

@@ -57,6 +57,30 @@ void parallel_elements(int64_t n, K&& kernel) {
   dtensor::detail::parallel_for(n, int64_t{1} << 15, kernel);
 }
 
+// The update loop of every optimizer: for each shard this process holds
+// that is not empty, f(written, grad, lo, hi) over the blocks [lo, hi) of
+// its elements (for_each_shard's `written` and `grad`, split by
+// parallel_elements).
+template <class F>
+void for_each_element_block(const DTensor& param, const DTensor& grad,
+                            const std::vector<const DTensor*>& buffers, F&& f) {
+  for_each_shard(param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g) {
+    const int64_t n = w[0].numel();
+    if (n == 0) return;
+    parallel_elements(n, [&](int64_t lo, int64_t hi) { f(w, g, lo, hi); });
+  });
+}
+
+// f.template operator()<T>() with T the parameter's element type: double or
+// float (the Optimizer base refuses other dtypes).
+template <class F>
+void with_param_type(const DTensor& param, F&& f) {
+  if (param.dtype() == DType::Float64)
+    f.template operator()<double>();
+  else
+    f.template operator()<float>();
+}
+
 // Throws, naming `who`, the parameter and what replaced it, when `p` was
 // replaced in its module (nn::replace_parameter) after it was taken.
 void check_current(const char* who, size_t index, const std::string& name, const DTensor& p);

@@ -88,21 +88,17 @@ void RMSprop::update(const DTensor& param, const DTensor& grad, ParamState& stat
                               options_.centered,
                               use_momentum,
                               options_.maximize};
-    detail::for_each_shard(param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g) {
-      const int64_t n = w[0].numel();
-      if (n == 0) return;
-      T* const ga = s.centered ? w[2].template data_ptr<T>() : nullptr;
-      T* const buf = s.use_momentum ? w[s.centered ? 3 : 2].template data_ptr<T>() : nullptr;
-      detail::parallel_elements(n, [&](int64_t lo, int64_t hi) {
-        rmsprop_kernel<T>(w[0].data_ptr<T>() + lo, w[1].data_ptr<T>() + lo, ga ? ga + lo : nullptr,
-                          buf ? buf + lo : nullptr, g.data_ptr<T>() + lo, hi - lo, s);
-      });
-    });
+    detail::for_each_element_block(
+        param, grad, buffers,
+        [&](std::vector<Tensor>& w, const Tensor& g, int64_t lo, int64_t hi) {
+          T* const ga = s.centered ? w[2].template data_ptr<T>() + lo : nullptr;
+          T* const buf =
+              s.use_momentum ? w[s.centered ? 3 : 2].template data_ptr<T>() + lo : nullptr;
+          rmsprop_kernel<T>(w[0].data_ptr<T>() + lo, w[1].data_ptr<T>() + lo, ga, buf,
+                            g.data_ptr<T>() + lo, hi - lo, s);
+        });
   };
-  if (param.dtype() == DType::Float64)
-    run.template operator()<double>();
-  else
-    run.template operator()<float>();
+  detail::with_param_type(param, run);
 }
 
 }  // namespace dtensor::optim

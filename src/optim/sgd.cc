@@ -58,15 +58,11 @@ void sgd_shards(const DTensor& param, const DTensor& grad, const DTensor* buf,
                 const SgdScalars<T>& s) {
   std::vector<const DTensor*> buffers;
   if (buf) buffers.push_back(buf);
-  detail::for_each_shard(param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g) {
-    const int64_t n = w[0].numel();
-    if (n == 0) return;
-    T* const b = buf ? w[1].data_ptr<T>() : nullptr;
-    detail::parallel_elements(n, [&](int64_t lo, int64_t hi) {
-      sgd_kernel<T>(w[0].data_ptr<T>() + lo, b ? b + lo : nullptr, g.data_ptr<T>() + lo, hi - lo,
-                    s);
-    });
-  });
+  detail::for_each_element_block(
+      param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g, int64_t lo, int64_t hi) {
+        T* const b = buf ? w[1].data_ptr<T>() + lo : nullptr;
+        sgd_kernel<T>(w[0].data_ptr<T>() + lo, b, g.data_ptr<T>() + lo, hi - lo, s);
+      });
 }
 
 }  // namespace
@@ -101,10 +97,7 @@ void SGD::update(const DTensor& param, const DTensor& grad, ParamState& state) {
                     first};
     sgd_shards<T>(param, grad, buf, s);
   };
-  if (param.dtype() == DType::Float64)
-    run.template operator()<double>();
-  else
-    run.template operator()<float>();
+  detail::with_param_type(param, run);
 }
 
 std::vector<std::string> SGD::buffer_names() const {
