@@ -256,6 +256,141 @@ class RMSprop : public Optimizer {
   RMSpropOptions options_;
 };
 
+struct AdadeltaOptions {
+  double lr = 1.0;
+  double rho = 0.9;
+  double eps = 1e-6;
+  double weight_decay = 0;
+  bool maximize = false;
+};
+
+// Adadelta (torch.optim.Adadelta), PyTorch's rule: g = ±grad + wd·p;
+// square_avg = ρ·square_avg + (1-ρ)·g·g; delta = sqrt(acc_delta + eps) /
+// sqrt(square_avg + eps) · g; acc_delta = ρ·acc_delta + (1-ρ)·delta²;
+// p = p + (-lr)·delta. Buffers "square_avg", "acc_delta".
+// REQUIRES: lr, eps, weight_decay >= 0; 0 <= rho <= 1.
+class Adadelta : public Optimizer {
+ public:
+  Adadelta(std::vector<DTensor> params, const AdadeltaOptions& options);
+  Adadelta(std::vector<std::pair<std::string, DTensor>> named_params,
+           const AdadeltaOptions& options);
+  const AdadeltaOptions& options() const { return options_; }
+  std::vector<std::string> buffer_names() const override { return {"square_avg", "acc_delta"}; }
+
+ protected:
+  void update(const DTensor& param, const DTensor& grad, ParamState& state) override;
+  const char* kind() const override { return "Adadelta"; }
+
+ private:
+  AdadeltaOptions options_;
+};
+
+struct AdamaxOptions {
+  double lr = 2e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0;
+  bool maximize = false;
+};
+
+// Adamax (torch.optim.Adamax), PyTorch's rule: g = ±grad + wd·p; exp_avg =
+// β1·exp_avg + (1-β1)·g; exp_inf = max(β2·exp_inf, |g| + eps) (NaN wins, as
+// torch.amax); p = p + (-lr / (1 - β1^t))·exp_avg / exp_inf. Buffers
+// "exp_avg", "exp_inf". REQUIRES: lr, eps, weight_decay >= 0; 0 <= β < 1.
+class Adamax : public Optimizer {
+ public:
+  Adamax(std::vector<DTensor> params, const AdamaxOptions& options);
+  Adamax(std::vector<std::pair<std::string, DTensor>> named_params, const AdamaxOptions& options);
+  const AdamaxOptions& options() const { return options_; }
+  std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_inf"}; }
+
+ protected:
+  void update(const DTensor& param, const DTensor& grad, ParamState& state) override;
+  const char* kind() const override { return "Adamax"; }
+
+ private:
+  AdamaxOptions options_;
+};
+
+struct NAdamOptions {
+  double lr = 2e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0;
+  double momentum_decay = 4e-3;
+  // PyTorch 2's options (not in 1.13): AdamW-style decay p *= 1 - lr·wd
+  // instead of g += wd·p, and ascent.
+  bool decoupled_weight_decay = false;
+  bool maximize = false;
+};
+
+// NAdam (torch.optim.NAdam), PyTorch's rule: g = ±grad (+ wd·p, or p *= 1 -
+// lr·wd when decoupled); μ_t = β1·(1 - ½·0.96^(t·momentum_decay)); Π_t =
+// μ_1···μ_t; exp_avg = β1·exp_avg + (1-β1)·g; exp_avg_sq = β2·exp_avg_sq +
+// (1-β2)·g·g; denom = sqrt(exp_avg_sq / (1 - β2^t)) + eps;
+// p = p + (-lr·(1-μ_t)/(1-Π_t))·g / denom; p = p + (-lr·μ_{t+1}/(1 -
+// Π_t·μ_{t+1}))·exp_avg / denom. That last factor is PyTorch 2's (and 1.13's
+// foreach path's); 1.13's single-tensor path multiplied μ_t in twice, a bug
+// fixed in 2.0. Π_t is recomputed from the step count (in double, in
+// PyTorch's order), so it is not part of the state a checkpoint saves;
+// PyTorch keeps it as the state tensor "mu_product" (float32 unless the
+// default dtype is float64). Buffers "exp_avg", "exp_avg_sq".
+// REQUIRES: lr, eps, weight_decay, momentum_decay >= 0; 0 <= β < 1.
+class NAdam : public Optimizer {
+ public:
+  NAdam(std::vector<DTensor> params, const NAdamOptions& options);
+  NAdam(std::vector<std::pair<std::string, DTensor>> named_params, const NAdamOptions& options);
+  const NAdamOptions& options() const { return options_; }
+  std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+  // Π_t = μ_1···μ_t of these options (1 for t = 0), multiplied in order
+  // from μ_1, as a step computes it.
+  double mu_product(int64_t step) const;
+
+ protected:
+  void update(const DTensor& param, const DTensor& grad, ParamState& state) override;
+  const char* kind() const override { return "NAdam"; }
+
+ private:
+  NAdamOptions options_;
+  // Per parameter (keyed by its state): the step count and Π of its last
+  // step, so that the next step multiplies in one μ; a step count set
+  // otherwise (a checkpoint load) multiplies from μ_1 again, to the same bits.
+  std::map<const ParamState*, std::pair<int64_t, double>> mu_products_;
+};
+
+struct RAdamOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0;
+  // PyTorch 2's options (not in 1.13), as NAdam's.
+  bool decoupled_weight_decay = false;
+  bool maximize = false;
+};
+
+// RAdam (torch.optim.RAdam), PyTorch's rule: g = ±grad (+ wd·p, or p *= 1 -
+// lr·wd when decoupled); exp_avg = β1·exp_avg + (1-β1)·g; exp_avg_sq =
+// β2·exp_avg_sq + (1-β2)·g·g; m̂ = exp_avg / (1 - β1^t); ρ∞ = 2/(1-β2) - 1,
+// ρ_t = ρ∞ - 2t·β2^t / (1 - β2^t); when ρ_t > 5, p = p - m̂·lr·(1 /
+// (sqrt(exp_avg_sq) + eps))·sqrt(1 - β2^t)·r_t with the rectification r_t =
+// sqrt((ρ_t-4)(ρ_t-2)ρ∞ / ((ρ∞-4)(ρ∞-2)ρ_t)); else p = p - m̂·lr. With the
+// default β2 the rectified branch starts at step 6. Buffers "exp_avg",
+// "exp_avg_sq". REQUIRES: lr, eps, weight_decay >= 0; 0 <= β < 1.
+class RAdam : public Optimizer {
+ public:
+  RAdam(std::vector<DTensor> params, const RAdamOptions& options);
+  RAdam(std::vector<std::pair<std::string, DTensor>> named_params, const RAdamOptions& options);
+  const RAdamOptions& options() const { return options_; }
+  std::vector<std::string> buffer_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+
+ protected:
+  void update(const DTensor& param, const DTensor& grad, ParamState& state) override;
+  const char* kind() const override { return "RAdam"; }
+
+ private:
+  RAdamOptions options_;
+};
+
 // ---- learning-rate schedules ------------------------------------------------------
 //
 // A scheduler sets its optimizer's lr from the epoch count: the

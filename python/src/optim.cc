@@ -1,4 +1,5 @@
-// dtensor.optim: SGD, Adam, AdamW, Adagrad and RMSprop on DTensor parameters with
+// dtensor.optim: SGD, Adam, AdamW, Adagrad, RMSprop, Adadelta, Adamax, NAdam
+// and RAdam on DTensor parameters with
 // torch.optim's keyword arguments, the schedules of
 // dtensor.optim.lr_scheduler (LambdaLR, LinearLR, CosineAnnealingLR,
 // SequentialLR) and clip_grad_norm_ (also dtensor.nn.utils.clip_grad_norm_
@@ -229,6 +230,84 @@ momentum, centered, maximize).
            py::arg("params"), py::arg("lr") = 1e-2, py::arg("alpha") = 0.99,
            py::arg("eps") = 1e-8, py::arg("weight_decay") = 0.0, py::arg("momentum") = 0.0,
            py::arg("centered") = false, py::kw_only(), py::arg("maximize") = false);
+
+  py::class_<optim::Adadelta, optim::Optimizer>(om, "Adadelta", R"doc(
+Adadelta with PyTorch's rule and arguments (lr, rho, eps, weight_decay,
+maximize); buffers "square_avg" and "acc_delta".
+)doc")
+      .def(py::init([](py::object params, double lr, double rho, double eps, double weight_decay,
+                       bool maximize) {
+             return make_optimizer<optim::Adadelta>(
+                 params, optim::AdadeltaOptions{.lr = lr,
+                                                .rho = rho,
+                                                .eps = eps,
+                                                .weight_decay = weight_decay,
+                                                .maximize = maximize});
+           }),
+           py::arg("params"), py::arg("lr") = 1.0, py::arg("rho") = 0.9, py::arg("eps") = 1e-6,
+           py::arg("weight_decay") = 0.0, py::kw_only(), py::arg("maximize") = false);
+
+  py::class_<optim::Adamax, optim::Optimizer>(om, "Adamax", R"doc(
+Adamax with PyTorch's rule and arguments (lr, betas, eps, weight_decay,
+maximize); buffers "exp_avg" and "exp_inf".
+)doc")
+      .def(py::init([](py::object params, double lr, std::pair<double, double> betas, double eps,
+                       double weight_decay, bool maximize) {
+             return make_optimizer<optim::Adamax>(
+                 params, optim::AdamaxOptions{.lr = lr,
+                                              .betas = betas,
+                                              .eps = eps,
+                                              .weight_decay = weight_decay,
+                                              .maximize = maximize});
+           }),
+           py::arg("params"), py::arg("lr") = 2e-3,
+           py::arg("betas") = std::pair<double, double>(0.9, 0.999), py::arg("eps") = 1e-8,
+           py::arg("weight_decay") = 0.0, py::kw_only(), py::arg("maximize") = false);
+
+  py::class_<optim::NAdam, optim::Optimizer>(om, "NAdam", R"doc(
+NAdam with PyTorch's rule and arguments (lr, betas, eps, weight_decay,
+momentum_decay; PyTorch 2's decoupled_weight_decay and maximize). The
+momentum product is PyTorch 2's (1.13's single-tensor path multiplied one
+factor twice); it is recomputed from the step count, so it is not a buffer.
+)doc")
+      .def(py::init([](py::object params, double lr, std::pair<double, double> betas, double eps,
+                       double weight_decay, double momentum_decay, bool decoupled_weight_decay,
+                       bool maximize) {
+             return make_optimizer<optim::NAdam>(
+                 params, optim::NAdamOptions{.lr = lr,
+                                             .betas = betas,
+                                             .eps = eps,
+                                             .weight_decay = weight_decay,
+                                             .momentum_decay = momentum_decay,
+                                             .decoupled_weight_decay = decoupled_weight_decay,
+                                             .maximize = maximize});
+           }),
+           py::arg("params"), py::arg("lr") = 2e-3,
+           py::arg("betas") = std::pair<double, double>(0.9, 0.999), py::arg("eps") = 1e-8,
+           py::arg("weight_decay") = 0.0, py::arg("momentum_decay") = 4e-3,
+           py::arg("decoupled_weight_decay") = false, py::kw_only(), py::arg("maximize") = false)
+      .def("mu_product", &optim::NAdam::mu_product, py::arg("step"),
+           "The momentum product mu_1 * ... * mu_step a step of that count uses.");
+
+  py::class_<optim::RAdam, optim::Optimizer>(om, "RAdam", R"doc(
+RAdam with PyTorch's rule and arguments (lr, betas, eps, weight_decay;
+PyTorch 2's decoupled_weight_decay and maximize); buffers "exp_avg" and
+"exp_avg_sq". With the default betas the rectified update starts at step 6.
+)doc")
+      .def(py::init([](py::object params, double lr, std::pair<double, double> betas, double eps,
+                       double weight_decay, bool decoupled_weight_decay, bool maximize) {
+             return make_optimizer<optim::RAdam>(
+                 params, optim::RAdamOptions{.lr = lr,
+                                             .betas = betas,
+                                             .eps = eps,
+                                             .weight_decay = weight_decay,
+                                             .decoupled_weight_decay = decoupled_weight_decay,
+                                             .maximize = maximize});
+           }),
+           py::arg("params"), py::arg("lr") = 1e-3,
+           py::arg("betas") = std::pair<double, double>(0.9, 0.999), py::arg("eps") = 1e-8,
+           py::arg("weight_decay") = 0.0, py::arg("decoupled_weight_decay") = false, py::kw_only(),
+           py::arg("maximize") = false);
 
   // ---- lr_scheduler -------------------------------------------------------------
   // Schedulers hold their optimizer by reference: keep_alive keeps it alive as

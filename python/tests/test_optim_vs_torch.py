@@ -1,12 +1,13 @@
-# Adagrad and RMSprop step by step against PyTorch 1.13's torch.optim on the
-# full tensors (its single-tensor path), on random layouts of 1- to 3-d
-# meshes with uneven and empty shards, in float64 and float32.
+# Adagrad, RMSprop, Adadelta, Adamax, NAdam and RAdam step by step against
+# PyTorch 1.13's torch.optim on the full tensors (its single-tensor path;
+# NAdam's foreach path, see below), on random layouts of 1- to 3-d meshes
+# with uneven and empty shards, in float64 and float32.
 import numpy as np
 import pytest
 import torch
 
 import dtensor as dt
-from dtensor.optim import Adagrad, RMSprop
+from dtensor.optim import Adadelta, Adagrad, Adamax, NAdam, RAdam, RMSprop
 
 LAYOUTS = [
     ((4,), [dt.Shard(0)]),
@@ -26,12 +27,36 @@ CONFIGS = [
     (RMSprop, torch.optim.RMSprop, dict(lr=0.01, alpha=0.9, eps=1e-6, weight_decay=0.02)),
     (RMSprop, torch.optim.RMSprop, dict(lr=0.01, momentum=0.9, centered=True)),
     (RMSprop, torch.optim.RMSprop, dict(lr=0.003, momentum=0.5, maximize=True)),
+    (Adadelta, torch.optim.Adadelta, {}),
+    (Adadelta, torch.optim.Adadelta, dict(lr=0.5, rho=0.8, eps=1e-4, weight_decay=0.02)),
+    (Adadelta, torch.optim.Adadelta, dict(maximize=True)),
+    (Adamax, torch.optim.Adamax, {}),
+    (Adamax, torch.optim.Adamax, dict(lr=0.01, betas=(0.5, 0.8), weight_decay=0.05)),
+    (Adamax, torch.optim.Adamax, dict(eps=0.3, maximize=True)),
+    (NAdam, torch.optim.NAdam, {}),
+    (NAdam, torch.optim.NAdam, dict(lr=0.01, betas=(0.8, 0.9), weight_decay=0.05,
+                                    momentum_decay=0.1)),
+    (RAdam, torch.optim.RAdam, {}),
+    (RAdam, torch.optim.RAdam, dict(lr=0.01, betas=(0.8, 0.9), weight_decay=0.05)),
 ]
+# Seven steps: RAdam's rectified update starts at step 6.
+STEPS = 7
+
+
+@pytest.fixture
+def float64_scalars():
+    # NAdam keeps its momentum product, and every optimizer its step, as a
+    # tensor of the default dtype: float64 makes them the Python floats
+    # dtensor computes with.
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(before)
 
 
 @pytest.mark.parametrize("ours,theirs,kwargs", CONFIGS)
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_steps_match_torch(rng, ours, theirs, kwargs, dtype):
+def test_steps_match_torch(rng, float64_scalars, ours, theirs, kwargs, dtype):
     np_dtype = np.float64 if dtype == "float64" else np.float32
     # float64: the same operations in the same order, so only libm's sqrt
     # (correctly rounded) could differ; float32 likewise, with a looser bound
@@ -46,9 +71,12 @@ def test_steps_match_torch(rng, ours, theirs, kwargs, dtype):
         p0 = rng.standard_normal(shape).astype(np_dtype)
         p = dt.distribute_tensor(p0, mesh, placements).requires_grad_()
         ref = torch.tensor(p0, requires_grad=True)
+        assert ref.dtype == (torch.float64 if dtype == "float64" else torch.float32)
         opt = ours([p], **kwargs)
-        topt = theirs([ref], foreach=False, **kwargs)
-        for _ in range(4):
+        # 1.13's single-tensor NAdam multiplies mu_t into the product twice
+        # (fixed in PyTorch 2.0); its foreach path has PyTorch 2's rule.
+        topt = theirs([ref], foreach=ours is NAdam, **kwargs)
+        for _ in range(STEPS):
             g = rng.standard_normal(shape).astype(np_dtype)
             p.grad = dt.distribute_tensor(g, mesh, placements)
             ref.grad = torch.tensor(g)
@@ -59,7 +87,7 @@ def test_steps_match_torch(rng, ours, theirs, kwargs, dtype):
                                        err_msg=f"{ours.__name__} {kwargs} {mesh_shape} {placements}")
         state = opt.state(0)
         tstate = topt.state[ref]
-        assert state["step"] == 4
+        assert state["step"] == STEPS
         for name in opt.buffer_names:
             assert state[name].placements == p.placements
             np.testing.assert_allclose(np.asarray(state[name].full_tensor()),
@@ -79,3 +107,25 @@ def test_bad_arguments_are_errors():
         RMSprop([p], momentum=-1.0)
     assert RMSprop([p], momentum=0.9, centered=True).buffer_names == [
         "square_avg", "momentum_buffer", "grad_avg"]
+    with pytest.raises(dt.Error, match="rho"):
+        Adadelta([p], rho=1.5)
+    with pytest.raises(dt.Error, match="betas.first"):
+        Adamax([p], betas=(1.0, 0.9))
+    with pytest.raises(dt.Error, match="momentum_decay"):
+        NAdam([p], momentum_decay=-0.1)
+    with pytest.raises(dt.Error, match="betas.second"):
+        RAdam([p], betas=(0.9, -0.1))
+    assert Adadelta([p]).buffer_names == ["square_avg", "acc_delta"]
+    assert Adamax([p]).buffer_names == ["exp_avg", "exp_inf"]
+
+
+def test_nadam_momentum_product_is_pytorchs():
+    # PyTorch 2's mu_product after t steps: the product of
+    # beta1 * (1 - 0.5 * 0.96 ** (k * momentum_decay)) for k = 1..t.
+    mesh = dt.DeviceMesh(dt.World.simulated(1), (1,))
+    p = dt.distribute_tensor(np.ones(2), mesh, [dt.Replicate()]).requires_grad_()
+    opt = NAdam([p], betas=(0.8, 0.9), momentum_decay=0.1)
+    want = 1.0
+    for k in range(1, 6):
+        want *= 0.8 * (1.0 - 0.5 * 0.96 ** (k * 0.1))
+        assert opt.mu_product(k) == want

@@ -62,22 +62,12 @@ AdamW::AdamW(std::vector<std::pair<std::string, DTensor>> named_params, const Ad
       options_(options),
       weight_decay_(options.weight_decay.value_or(decoupled ? 1e-2 : 0.0)),
       decoupled_(decoupled) {
-  const char* k = decoupled ? "AdamW" : "Adam";
-  DT_CHECK(options.eps >= 0, k, ": expected eps >= 0, got ", options.eps);
-  DT_CHECK(options.betas.first >= 0 && options.betas.first < 1, k,
-           ": expected 0 <= betas.first < 1, got ", options.betas.first);
-  DT_CHECK(options.betas.second >= 0 && options.betas.second < 1, k,
-           ": expected 0 <= betas.second < 1, got ", options.betas.second);
-  DT_CHECK(weight_decay_ >= 0, k, ": expected weight_decay >= 0, got ", weight_decay_);
+  detail::check_adam_arguments(decoupled ? "AdamW" : "Adam", options.betas, options.eps,
+                               weight_decay_);
 }
 
 void AdamW::update(const DTensor& param, const DTensor& grad, ParamState& state) {
-  if (!state.has("exp_avg")) {
-    state.buffers.emplace("exp_avg", detail::zeros_like_param(param));
-    state.buffers.emplace("exp_avg_sq", detail::zeros_like_param(param));
-  }
-  if (options_.amsgrad && !state.has("max_exp_avg_sq"))
-    state.buffers.emplace("max_exp_avg_sq", detail::zeros_like_param(param));
+  const std::vector<const DTensor*> buffers = detail::zero_buffers(param, state, buffer_names());
   const int64_t step = ++state.step;
   const double lr = this->lr();
   const auto [beta1, beta2] = options_.betas;
@@ -86,9 +76,6 @@ void AdamW::update(const DTensor& param, const DTensor& grad, ParamState& state)
   const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
   const double step_size = lr / bias_correction1;
   const double bc2_sqrt = std::sqrt(bias_correction2);
-  std::vector<const DTensor*> buffers{&state.buffers.at("exp_avg"),
-                                      &state.buffers.at("exp_avg_sq")};
-  if (options_.amsgrad) buffers.push_back(&state.buffers.at("max_exp_avg_sq"));
   auto run = [&]<class T>() {
     AdamScalars<T> s{static_cast<T>(decoupled_ ? 1 - lr * weight_decay_ : weight_decay_),
                      static_cast<T>(1 - beta1),

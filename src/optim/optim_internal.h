@@ -14,6 +14,16 @@ namespace dtensor::optim::detail {
 DTensor zeros_like_param(const DTensor& param);
 DTensor full_like_param(const DTensor& param, double value);
 
+// The buffers `names` of `state` in that order, each made with zeros
+// (zeros_like_param) if the parameter has not stepped with it yet.
+std::vector<const DTensor*> zero_buffers(const DTensor& param, ParamState& state,
+                                         const std::vector<std::string>& names);
+
+// The argument checks of the Adam family (PyTorch's, its messages naming
+// `kind`): eps >= 0, 0 <= betas < 1, weight_decay >= 0.
+void check_adam_arguments(const char* kind, std::pair<double, double> betas, double eps,
+                          double weight_decay);
+
 // For every shard this process holds: f(written, grad) where written[0] is
 // the parameter's shard and written[1..] the buffers' shards of that rank,
 // all contiguous, and grad the gradient's shard (contiguous, read only).

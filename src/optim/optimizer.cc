@@ -29,6 +29,28 @@ DTensor full_like_param(const DTensor& param, double value) {
   return DTensor(param.spec(), std::move(local));
 }
 
+std::vector<const DTensor*> zero_buffers(const DTensor& param, ParamState& state,
+                                         const std::vector<std::string>& names) {
+  std::vector<const DTensor*> out;
+  out.reserve(names.size());
+  for (const std::string& name : names) {
+    auto it = state.buffers.find(name);
+    if (it == state.buffers.end()) it = state.buffers.emplace(name, zeros_like_param(param)).first;
+    out.push_back(&it->second);
+  }
+  return out;
+}
+
+void check_adam_arguments(const char* kind, std::pair<double, double> betas, double eps,
+                          double weight_decay) {
+  DT_CHECK(eps >= 0, kind, ": expected eps >= 0, got ", eps);
+  DT_CHECK(betas.first >= 0 && betas.first < 1, kind, ": expected 0 <= betas.first < 1, got ",
+           betas.first);
+  DT_CHECK(betas.second >= 0 && betas.second < 1, kind,
+           ": expected 0 <= betas.second < 1, got ", betas.second);
+  DT_CHECK(weight_decay >= 0, kind, ": expected weight_decay >= 0, got ", weight_decay);
+}
+
 // A parameter that parallelize_module or fully_shard replaced in its module
 // would otherwise be skipped at every step (it never gets a gradient again):
 // training would go on with the model never changing.

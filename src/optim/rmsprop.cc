@@ -68,15 +68,14 @@ std::vector<std::string> RMSprop::buffer_names() const {
 }
 
 void RMSprop::update(const DTensor& param, const DTensor& grad, ParamState& state) {
-  for (const std::string& name : buffer_names())
-    if (!state.has(name)) state.buffers.emplace(name, detail::zeros_like_param(param));
-  ++state.step;
   const bool use_momentum = options_.momentum > 0;
   // The buffers in kernel order: square_avg, then grad_avg and
   // momentum_buffer when used.
-  std::vector<const DTensor*> buffers{&state.buffers.at("square_avg")};
-  if (options_.centered) buffers.push_back(&state.buffers.at("grad_avg"));
-  if (use_momentum) buffers.push_back(&state.buffers.at("momentum_buffer"));
+  std::vector<std::string> names{"square_avg"};
+  if (options_.centered) names.push_back("grad_avg");
+  if (use_momentum) names.push_back("momentum_buffer");
+  const std::vector<const DTensor*> buffers = detail::zero_buffers(param, state, names);
+  ++state.step;
   auto run = [&]<class T>() {
     const RmspropScalars<T> s{static_cast<T>(options_.weight_decay),
                               static_cast<T>(options_.alpha),

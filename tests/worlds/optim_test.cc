@@ -1,6 +1,7 @@
 // Optimizers and clip_grad_norm_ on every world (see world_util.h): SGD
-// (every flag combination), Adam, AdamW, AMSGrad, Adagrad and RMSprop
-// (plain, centered, with momentum) on random layouts of
+// (every flag combination), Adam, AdamW, AMSGrad, Adagrad, RMSprop (plain,
+// centered, with momentum), Adadelta, Adamax, NAdam and RAdam on random
+// layouts of
 // meshes of 1-4 dims, with uneven and empty shards, FSDP-style Shard(0)
 // over every mesh dim, and Partial(sum) gradients of replicated parameters,
 // against references written here on plain full tensors, element by
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include "dtensor/optim.h"
@@ -36,6 +38,7 @@ template <class T>
 struct Ref {
   std::vector<T> p, buf, m, v, vmax;
   int64_t step = 0;
+  double mu_product = 1;  // NAdam's, as PyTorch keeps it (a float64 tensor)
 };
 
 template <class T>
@@ -148,6 +151,127 @@ void ref_rmsprop(Ref<T>& r, const std::vector<T>& grad, const RMSpropOptions& o)
   }
 }
 
+// Adadelta: "square_avg" is r.v, "acc_delta" r.m.
+template <class T>
+void ref_adadelta(Ref<T>& r, const std::vector<T>& grad, const AdadeltaOptions& o) {
+  if (r.step == 0) r.v.assign(r.p.size(), T(0)), r.m.assign(r.p.size(), T(0));
+  ++r.step;
+  const T rho = static_cast<T>(o.rho), one_minus_rho = static_cast<T>(1 - o.rho);
+  const T eps = static_cast<T>(o.eps);
+  for (size_t i = 0; i < r.p.size(); ++i) {
+    T g = o.maximize ? -grad[i] : grad[i];
+    if (o.weight_decay != 0) g = g + static_cast<T>(o.weight_decay) * r.p[i];
+    r.v[i] = r.v[i] * rho;                               // square_avg.mul_(rho)
+    r.v[i] = r.v[i] + one_minus_rho * g * g;             // .addcmul_(g, g, value=1-rho)
+    const T std_dev = std::sqrt(r.v[i] + eps);           // square_avg.add(eps).sqrt_()
+    T delta = std::sqrt(r.m[i] + eps);                   // acc_delta.add(eps).sqrt_()
+    delta = delta / std_dev;                             // .div_(std)
+    delta = delta * g;                                   // .mul_(g)
+    r.m[i] = r.m[i] * rho;                               // acc_delta.mul_(rho)
+    r.m[i] = r.m[i] + one_minus_rho * delta * delta;     // .addcmul_(delta, delta, value=1-rho)
+    r.p[i] = r.p[i] + static_cast<T>(-o.lr) * delta;     // p.add_(delta, alpha=-lr)
+  }
+}
+
+// Adamax: "exp_avg" is r.m, "exp_inf" r.vmax.
+template <class T>
+void ref_adamax(Ref<T>& r, const std::vector<T>& grad, const AdamaxOptions& o) {
+  if (r.step == 0) r.m.assign(r.p.size(), T(0)), r.vmax.assign(r.p.size(), T(0));
+  ++r.step;
+  const auto [b1, b2] = o.betas;
+  const double clr = o.lr / (1 - std::pow(b1, static_cast<double>(r.step)));
+  for (size_t i = 0; i < r.p.size(); ++i) {
+    T g = o.maximize ? -grad[i] : grad[i];
+    if (o.weight_decay != 0) g = g + static_cast<T>(o.weight_decay) * r.p[i];
+    r.m[i] = r.m[i] * static_cast<T>(b1);                  // exp_avg.mul_(beta1)
+    r.m[i] = r.m[i] + static_cast<T>(1 - b1) * g;          // .add_(g, alpha=1-beta1)
+    const T a = r.vmax[i] * static_cast<T>(b2);            // exp_inf.mul_(beta2)
+    const T b = std::abs(g) + static_cast<T>(o.eps);       // g.abs().add_(eps)
+    r.vmax[i] = std::isnan(a) || std::isnan(b) ? a + b : std::max(a, b);  // amax over both
+    r.p[i] = r.p[i] + static_cast<T>(-clr) * r.m[i] / r.vmax[i];  // addcdiv_(m, u, value=-clr)
+  }
+}
+
+// NAdam (PyTorch 2's momentum factor): "exp_avg" is r.m, "exp_avg_sq" r.v.
+template <class T>
+void ref_nadam(Ref<T>& r, const std::vector<T>& grad, const NAdamOptions& o) {
+  if (r.step == 0) r.m.assign(r.p.size(), T(0)), r.v.assign(r.p.size(), T(0));
+  ++r.step;
+  const auto [b1, b2] = o.betas;
+  const double t = static_cast<double>(r.step);
+  const double bc2 = 1 - std::pow(b2, t);
+  const double mu = b1 * (1. - 0.5 * std::pow(0.96, t * o.momentum_decay));
+  const double mu_next = b1 * (1. - 0.5 * std::pow(0.96, (t + 1) * o.momentum_decay));
+  r.mu_product *= mu;
+  const double mu_product_next = r.mu_product * mu_next;
+  for (size_t i = 0; i < r.p.size(); ++i) {
+    T g = o.maximize ? -grad[i] : grad[i];
+    if (o.weight_decay != 0) {
+      if (o.decoupled_weight_decay)
+        r.p[i] = r.p[i] * static_cast<T>(1 - o.lr * o.weight_decay);  // p.mul_(1 - lr*wd)
+      else
+        g = g + static_cast<T>(o.weight_decay) * r.p[i];  // g.add(p, alpha=wd)
+    }
+    r.m[i] = r.m[i] * static_cast<T>(b1);
+    r.m[i] = r.m[i] + static_cast<T>(1 - b1) * g;
+    r.v[i] = r.v[i] * static_cast<T>(b2);
+    r.v[i] = r.v[i] + static_cast<T>(1 - b2) * g * g;
+    T denom = r.v[i] / static_cast<T>(bc2);  // exp_avg_sq.div(bc2).sqrt().add_(eps)
+    denom = std::sqrt(denom) + static_cast<T>(o.eps);
+    r.p[i] = r.p[i] + static_cast<T>(-o.lr * (1. - mu) / (1. - r.mu_product)) * g / denom;
+    r.p[i] = r.p[i] + static_cast<T>(-o.lr * mu_next / (1. - mu_product_next)) * r.m[i] / denom;
+  }
+}
+
+// RAdam: "exp_avg" is r.m, "exp_avg_sq" r.v.
+template <class T>
+void ref_radam(Ref<T>& r, const std::vector<T>& grad, const RAdamOptions& o) {
+  if (r.step == 0) r.m.assign(r.p.size(), T(0)), r.v.assign(r.p.size(), T(0));
+  ++r.step;
+  const auto [b1, b2] = o.betas;
+  const double t = static_cast<double>(r.step);
+  const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+  const double rho_inf = 2 / (1 - b2) - 1;
+  const double rho_t = rho_inf - 2 * t * std::pow(b2, t) / bc2;
+  for (size_t i = 0; i < r.p.size(); ++i) {
+    T g = o.maximize ? -grad[i] : grad[i];
+    if (o.weight_decay != 0) {
+      if (o.decoupled_weight_decay)
+        r.p[i] = r.p[i] * static_cast<T>(1 - o.lr * o.weight_decay);
+      else
+        g = g + static_cast<T>(o.weight_decay) * r.p[i];
+    }
+    r.m[i] = r.m[i] * static_cast<T>(b1);
+    r.m[i] = r.m[i] + static_cast<T>(1 - b1) * g;
+    r.v[i] = r.v[i] * static_cast<T>(b2);
+    r.v[i] = r.v[i] + static_cast<T>(1 - b2) * g * g;
+    const T corrected = r.m[i] / static_cast<T>(bc1);  // exp_avg / bc1
+    T update = corrected * static_cast<T>(o.lr);
+    if (rho_t > 5.) {
+      const double rect = std::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf /
+                                    ((rho_inf - 4) * (rho_inf - 2) * rho_t));
+      // sqrt(bc2) / (exp_avg_sq.sqrt() + eps): Tensor.__rtruediv__ is
+      // reciprocal() * float
+      T adaptive = std::sqrt(r.v[i]) + static_cast<T>(o.eps);
+      adaptive = T(1) / adaptive;
+      adaptive = adaptive * static_cast<T>(std::sqrt(bc2));
+      update = update * adaptive;
+      update = update * static_cast<T>(rect);
+    }
+    r.p[i] = r.p[i] + T(-1) * update;  // p.add_(update, alpha=-1)
+  }
+}
+
+// The reference's vector that holds the optimizer's buffer `name`.
+template <class T>
+const std::vector<T>& ref_buffer(const Ref<T>& r, const std::string& name) {
+  if (name == "momentum_buffer") return r.buf;
+  if (name == "exp_avg" || name == "grad_avg" || name == "acc_delta") return r.m;
+  if (name == "exp_avg_sq" || name == "sum" || name == "square_avg") return r.v;
+  if (name == "max_exp_avg_sq" || name == "exp_inf") return r.vmax;
+  throw std::logic_error("ref_buffer: no reference vector for buffer '" + name + "'");
+}
+
 template <class T>
 void expect_bits(const Tensor& got, const std::vector<T>& want, const std::string& what) {
   ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size())) << what;
@@ -196,6 +320,7 @@ struct OptimCase {
   std::function<void(Ref<float>&, const std::vector<float>&)> ref32;
   std::function<void(Ref<double>&, const std::vector<double>&)> ref64;
   std::vector<std::string> buffers;
+  int steps = 3;
 };
 
 std::vector<OptimCase> all_cases() {
@@ -271,6 +396,64 @@ std::vector<OptimCase> all_cases() {
          [o](Ref<float>& r, const std::vector<float>& g) { ref_rmsprop(r, g, o); },
          [o](Ref<double>& r, const std::vector<double>& g) { ref_rmsprop(r, g, o); }, buffers});
   }
+  for (const AdadeltaOptions& o :
+       {AdadeltaOptions{}, AdadeltaOptions{.lr = 0.5, .rho = 0.8, .eps = 1e-4, .weight_decay = 0.02},
+        AdadeltaOptions{.maximize = true}}) {
+    const std::string name = "Adadelta(lr " + std::to_string(o.lr) + ", rho " +
+                             std::to_string(o.rho) + (o.maximize ? ", maximize" : "") + ")";
+    cases.push_back({name,
+                     [o](std::vector<DTensor> ps) {
+                       return std::make_unique<Adadelta>(std::move(ps), o);
+                     },
+                     [o](Ref<float>& r, const std::vector<float>& g) { ref_adadelta(r, g, o); },
+                     [o](Ref<double>& r, const std::vector<double>& g) { ref_adadelta(r, g, o); },
+                     {"square_avg", "acc_delta"}});
+  }
+  for (const AdamaxOptions& o :
+       {AdamaxOptions{}, AdamaxOptions{.lr = 0.01, .betas = {0.5, 0.8}, .weight_decay = 0.05},
+        AdamaxOptions{.eps = 0.3, .maximize = true}}) {
+    const std::string name = "Adamax(lr " + std::to_string(o.lr) + ", eps " +
+                             std::to_string(o.eps) + (o.maximize ? ", maximize" : "") + ")";
+    cases.push_back({name,
+                     [o](std::vector<DTensor> ps) {
+                       return std::make_unique<Adamax>(std::move(ps), o);
+                     },
+                     [o](Ref<float>& r, const std::vector<float>& g) { ref_adamax(r, g, o); },
+                     [o](Ref<double>& r, const std::vector<double>& g) { ref_adamax(r, g, o); },
+                     {"exp_avg", "exp_inf"}});
+  }
+  for (const NAdamOptions& o :
+       {NAdamOptions{}, NAdamOptions{.lr = 0.01, .betas = {0.8, 0.9}, .weight_decay = 0.05},
+        NAdamOptions{.weight_decay = 0.1, .momentum_decay = 0.1, .decoupled_weight_decay = true,
+                     .maximize = true}}) {
+    const std::string name = "NAdam(lr " + std::to_string(o.lr) + ", wd " +
+                             std::to_string(o.weight_decay) +
+                             (o.decoupled_weight_decay ? ", decoupled" : "") +
+                             (o.maximize ? ", maximize" : "") + ")";
+    cases.push_back({name,
+                     [o](std::vector<DTensor> ps) {
+                       return std::make_unique<NAdam>(std::move(ps), o);
+                     },
+                     [o](Ref<float>& r, const std::vector<float>& g) { ref_nadam(r, g, o); },
+                     [o](Ref<double>& r, const std::vector<double>& g) { ref_nadam(r, g, o); },
+                     {"exp_avg", "exp_avg_sq"}});
+  }
+  // Seven steps: the rectified update starts at step 6.
+  for (const RAdamOptions& o :
+       {RAdamOptions{}, RAdamOptions{.lr = 0.01, .betas = {0.8, 0.9}, .weight_decay = 0.05},
+        RAdamOptions{.weight_decay = 0.1, .decoupled_weight_decay = true, .maximize = true}}) {
+    const std::string name = "RAdam(lr " + std::to_string(o.lr) + ", wd " +
+                             std::to_string(o.weight_decay) +
+                             (o.decoupled_weight_decay ? ", decoupled" : "") +
+                             (o.maximize ? ", maximize" : "") + ")";
+    cases.push_back({name,
+                     [o](std::vector<DTensor> ps) {
+                       return std::make_unique<RAdam>(std::move(ps), o);
+                     },
+                     [o](Ref<float>& r, const std::vector<float>& g) { ref_radam(r, g, o); },
+                     [o](Ref<double>& r, const std::vector<double>& g) { ref_radam(r, g, o); },
+                     {"exp_avg", "exp_avg_sq"}, 7});
+  }
   return cases;
 }
 
@@ -290,7 +473,7 @@ void check_case(const World& world, const OptimCase& c, std::mt19937& rng, uint6
     refs[i].p = full.to_vector<T>();
   }
   std::unique_ptr<Optimizer> opt = c.make(params);
-  for (int step = 0; step < 3; ++step) {
+  for (int step = 0; step < c.steps; ++step) {
     opt->zero_grad();
     for (size_t i = 0; i < layouts.size(); ++i) {
       if (step == 1 && i == 2) continue;  // no gradient: skipped
@@ -315,12 +498,7 @@ void check_case(const World& world, const OptimCase& c, std::mt19937& rng, uint6
       for (const std::string& b : c.buffers) {
         ASSERT_TRUE(st.has(b)) << what << " " << b;
         EXPECT_EQ(st.buffer(b).spec(), params[i].spec()) << what << " " << b;
-        const std::vector<T>& want = b == "momentum_buffer"                    ? refs[i].buf
-                                     : b == "exp_avg" || b == "grad_avg"       ? refs[i].m
-                                     : b == "exp_avg_sq" || b == "sum" ||
-                                               b == "square_avg"               ? refs[i].v
-                                                                               : refs[i].vmax;
-        expect_bits<T>(st.buffer(b).full_tensor(), want, what + " " + b);
+        expect_bits<T>(st.buffer(b).full_tensor(), ref_buffer(refs[i], b), what + " " + b);
       }
     }
   }
@@ -328,8 +506,8 @@ void check_case(const World& world, const OptimCase& c, std::mt19937& rng, uint6
 
 }  // namespace
 
-// Every optimizer and flag combination, float32 and float64, three steps on
-// random layouts (one parameter misses its gradient at step 1): parameters
+// Every optimizer and flag combination, float32 and float64, three steps
+// (RAdam seven) on random layouts (one parameter misses its gradient at step 1): parameters
 // and state equal the reference bit for bit.
 TEST_F(OptimWorldTest, OptimizersMatchReferenceOnRandomLayouts) {
   std::mt19937 rng(2026);
@@ -527,4 +705,41 @@ TEST_F(OptimWorldTest, AdamWAfterBackwardMatchesReplicatedTraining) {
   EXPECT_LE(max_abs_diff(w1, w2), 1e-9);
   EXPECT_LE(max_abs_diff(b1, b2), 1e-9);
   EXPECT_GT(max_abs_diff(w1, w0), 1e-3);  // it moved
+}
+
+// NAdam's momentum product is not state: it is recomputed from the step
+// count. An optimizer given another's state after one step (what a
+// checkpoint load does) continues to the same bits as one that never
+// stopped.
+TEST_F(OptimWorldTest, NAdamResumesFromTheStepCount) {
+  const DeviceMesh mesh(world, Shape{world.size()});
+  const Shape shape{7, 3};
+  const Tensor p0 = Tensor::randn(shape, 21, 0, DType::Float64);
+  const NAdamOptions o{.lr = 0.01, .weight_decay = 0.05, .momentum_decay = 0.1};
+  auto make_param = [&] {
+    DTensor p = distribute_tensor(p0, mesh, {Shard(0)});
+    p.requires_grad_();
+    return p;
+  };
+  auto step = [&](Optimizer& opt, DTensor& p, int k) {
+    opt.zero_grad();
+    const Tensor g = dtensor::testing::small_valued(shape, 40 + k).to(DType::Float64);
+    p.set_grad(distribute_tensor(g, mesh, {Shard(0)}));
+    opt.step();
+  };
+  DTensor straight = make_param();
+  NAdam whole({straight}, o);
+  for (int k = 0; k < 4; ++k) step(whole, straight, k);
+
+  DTensor resumed = make_param();
+  auto first = std::make_unique<NAdam>(std::vector<DTensor>{resumed}, o);
+  step(*first, resumed, 0);
+  NAdam second({resumed}, o);
+  second.state(0) = first->state(0);
+  first.reset();
+  for (int k = 1; k < 4; ++k) step(second, resumed, k);
+  if (!dtensor::testing::takes_part(mesh)) return;
+  expect_bits<double>(resumed.full_tensor(), straight.full_tensor().to_vector<double>(),
+                      "NAdam resumed after one step");
+  EXPECT_EQ(second.mu_product(4), whole.mu_product(4));
 }

@@ -1,0 +1,112 @@
+// NAdam: PyTorch's single-tensor rule (with PyTorch 2's μ_{t+1} factor),
+// one fused loop per shard.
+#include <cmath>
+
+#include "optim/optim_internal.h"
+
+namespace dtensor::optim {
+
+namespace {
+
+template <class T>
+struct NadamScalars {
+  T weight_decay, decay_factor, beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction2,
+      eps, grad_step, avg_step;
+  bool use_decay, decoupled, maximize;
+};
+
+// PyTorch's order (torch/optim/nadam.py, _single_tensor_nadam, and ATen's
+// mul/add/addcmul/div/addcdiv kernels): g = ±grad; p = p*(1 - lr*wd)
+// (decoupled) or g = g + wd*p; m = m*β1 + (1-β1)*g; v = v*β2 + (1-β2)*g*g;
+// denom = sqrt(v / bc2) + eps; p = p + grad_step*g / denom; p = p +
+// avg_step*m / denom.
+template <class T>
+void nadam_kernel(T* __restrict p, T* __restrict m, T* __restrict v, const T* __restrict grad,
+                  int64_t n, const NadamScalars<T>& s) {
+  for (int64_t i = 0; i < n; ++i) {
+    T g = s.maximize ? -grad[i] : grad[i];
+    T pi = p[i];
+    if (s.use_decay) {
+      if (s.decoupled)
+        pi = pi * s.decay_factor;
+      else
+        g = g + s.weight_decay * pi;
+    }
+    const T mi = m[i] * s.beta1 + s.one_minus_beta1 * g;
+    m[i] = mi;
+    const T vi = v[i] * s.beta2 + s.one_minus_beta2 * g * g;
+    v[i] = vi;
+    const T denom = std::sqrt(vi / s.bias_correction2) + s.eps;
+    pi = pi + s.grad_step * g / denom;
+    p[i] = pi + s.avg_step * mi / denom;
+  }
+}
+
+}  // namespace
+
+NAdam::NAdam(std::vector<DTensor> params, const NAdamOptions& options)
+    : NAdam(detail::unnamed(std::move(params)), options) {}
+
+NAdam::NAdam(std::vector<std::pair<std::string, DTensor>> named_params, const NAdamOptions& options)
+    : Optimizer(std::move(named_params), options.lr), options_(options) {
+  detail::check_adam_arguments("NAdam", options.betas, options.eps, options.weight_decay);
+  DT_CHECK(options.momentum_decay >= 0, "NAdam: expected momentum_decay >= 0, got ",
+           options.momentum_decay);
+}
+
+namespace {
+
+// μ_t of PyTorch's NAdam: β1·(1 - ½·0.96^(t·momentum_decay)), t a float.
+double nadam_mu(const NAdamOptions& o, int64_t step) {
+  return o.betas.first * (1. - 0.5 * std::pow(0.96, static_cast<double>(step) * o.momentum_decay));
+}
+
+}  // namespace
+
+double NAdam::mu_product(int64_t step) const {
+  DT_CHECK(step >= 0, "NAdam::mu_product: expected a step count >= 0, got ", step);
+  double product = 1.0;
+  for (int64_t t = 1; t <= step; ++t) product *= nadam_mu(options_, t);
+  return product;
+}
+
+void NAdam::update(const DTensor& param, const DTensor& grad, ParamState& state) {
+  const std::vector<const DTensor*> buffers = detail::zero_buffers(param, state, buffer_names());
+  const int64_t step = ++state.step;
+  const auto [beta1, beta2] = options_.betas;
+  const double lr = this->lr();
+  // Python floats in PyTorch: computed in double, cast by the kernel.
+  const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
+  const double mu = nadam_mu(options_, step);
+  const double mu_next = nadam_mu(options_, step + 1);
+  const auto cached = mu_products_.find(&state);
+  const double product = cached != mu_products_.end() && cached->second.first == step - 1
+                             ? cached->second.second * mu
+                             : mu_product(step);
+  mu_products_[&state] = {step, product};
+  const double grad_step = -lr * (1. - mu) / (1. - product);
+  const double avg_step = -lr * mu_next / (1. - product * mu_next);
+  auto run = [&]<class T>() {
+    const NadamScalars<T> s{static_cast<T>(options_.weight_decay),
+                            static_cast<T>(1 - lr * options_.weight_decay),
+                            static_cast<T>(beta1),
+                            static_cast<T>(1 - beta1),
+                            static_cast<T>(beta2),
+                            static_cast<T>(1 - beta2),
+                            static_cast<T>(bias_correction2),
+                            static_cast<T>(options_.eps),
+                            static_cast<T>(grad_step),
+                            static_cast<T>(avg_step),
+                            options_.weight_decay != 0,
+                            options_.decoupled_weight_decay,
+                            options_.maximize};
+    detail::for_each_element_block(
+        param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g, int64_t lo, int64_t hi) {
+          nadam_kernel<T>(w[0].data_ptr<T>() + lo, w[1].data_ptr<T>() + lo, w[2].data_ptr<T>() + lo,
+                          g.data_ptr<T>() + lo, hi - lo, s);
+        });
+  };
+  detail::with_param_type(param, run);
+}
+
+}  // namespace dtensor::optim
