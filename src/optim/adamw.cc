@@ -9,10 +9,10 @@ namespace {
 
 template <class T>
 struct AdamScalars {
-  T decay;         // 1 - lr*wd (decoupled) or wd (L2)
-  T lerp_weight;   // 1 - beta1
+  detail::DecayedGradient<T> gradient;
+  T lerp_weight;  // 1 - beta1
   T beta2, one_minus_beta2, neg_step_size, bc2_sqrt, eps;
-  bool decoupled, use_decay, amsgrad, maximize;
+  bool amsgrad;
 };
 
 // PyTorch's order: g = ±grad; p = p*(1-lr*wd) (AdamW) or g = g + wd*p
@@ -26,14 +26,8 @@ void adam_kernel(T* __restrict p, T* __restrict m, T* __restrict v, T* __restric
   const bool low = std::abs(w) < T(0.5);
   const T one_minus_w = T(1) - w;
   for (int64_t i = 0; i < n; ++i) {
-    T g = s.maximize ? -grad[i] : grad[i];
     T pi = p[i];
-    if (s.use_decay) {
-      if (s.decoupled)
-        pi = pi * s.decay;
-      else
-        g = g + s.decay * pi;
-    }
+    const T g = s.gradient(grad[i], pi);
     const T mi = low ? m[i] + w * (g - m[i]) : g - (g - m[i]) * one_minus_w;
     m[i] = mi;
     T vi = v[i] * s.beta2;
@@ -77,23 +71,20 @@ void AdamW::update(const DTensor& param, const DTensor& grad, ParamState& state)
   const double step_size = lr / bias_correction1;
   const double bc2_sqrt = std::sqrt(bias_correction2);
   auto run = [&]<class T>() {
-    AdamScalars<T> s{static_cast<T>(decoupled_ ? 1 - lr * weight_decay_ : weight_decay_),
-                     static_cast<T>(1 - beta1),
-                     static_cast<T>(beta2),
-                     static_cast<T>(1 - beta2),
-                     static_cast<T>(-step_size),
-                     static_cast<T>(bc2_sqrt),
-                     static_cast<T>(options_.eps),
-                     decoupled_,
-                     weight_decay_ != 0,
-                     options_.amsgrad,
-                     options_.maximize};
+    AdamScalars<T> s{
+        detail::DecayedGradient<T>::make(lr, weight_decay_, decoupled_, options_.maximize),
+        static_cast<T>(1 - beta1),
+        static_cast<T>(beta2),
+        static_cast<T>(1 - beta2),
+        static_cast<T>(-step_size),
+        static_cast<T>(bc2_sqrt),
+        static_cast<T>(options_.eps),
+        options_.amsgrad};
     detail::for_each_element_block(
-        param, grad, buffers,
-        [&](std::vector<Tensor>& w, const Tensor& g, int64_t lo, int64_t hi) {
+        param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g, int64_t lo, int64_t hi) {
           T* const amax = s.amsgrad ? w[3].data_ptr<T>() + lo : nullptr;
-          adam_kernel<T>(w[0].data_ptr<T>() + lo, w[1].data_ptr<T>() + lo,
-                         w[2].data_ptr<T>() + lo, amax, g.data_ptr<T>() + lo, hi - lo, s);
+          adam_kernel<T>(w[0].data_ptr<T>() + lo, w[1].data_ptr<T>() + lo, w[2].data_ptr<T>() + lo,
+                         amax, g.data_ptr<T>() + lo, hi - lo, s);
         });
   };
   detail::with_param_type(param, run);

@@ -10,9 +10,8 @@ namespace {
 
 template <class T>
 struct NadamScalars {
-  T weight_decay, decay_factor, beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction2,
-      eps, grad_step, avg_step;
-  bool use_decay, decoupled, maximize;
+  detail::DecayedGradient<T> gradient;
+  T beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction2, eps, grad_step, avg_step;
 };
 
 // PyTorch's order (torch/optim/nadam.py, _single_tensor_nadam, and ATen's
@@ -24,14 +23,8 @@ template <class T>
 void nadam_kernel(T* __restrict p, T* __restrict m, T* __restrict v, const T* __restrict grad,
                   int64_t n, const NadamScalars<T>& s) {
   for (int64_t i = 0; i < n; ++i) {
-    T g = s.maximize ? -grad[i] : grad[i];
     T pi = p[i];
-    if (s.use_decay) {
-      if (s.decoupled)
-        pi = pi * s.decay_factor;
-      else
-        g = g + s.weight_decay * pi;
-    }
+    const T g = s.gradient(grad[i], pi);
     const T mi = m[i] * s.beta1 + s.one_minus_beta1 * g;
     m[i] = mi;
     const T vi = v[i] * s.beta2 + s.one_minus_beta2 * g * g;
@@ -87,19 +80,17 @@ void NAdam::update(const DTensor& param, const DTensor& grad, ParamState& state)
   const double grad_step = -lr * (1. - mu) / (1. - product);
   const double avg_step = -lr * mu_next / (1. - product * mu_next);
   auto run = [&]<class T>() {
-    const NadamScalars<T> s{static_cast<T>(options_.weight_decay),
-                            static_cast<T>(1 - lr * options_.weight_decay),
-                            static_cast<T>(beta1),
-                            static_cast<T>(1 - beta1),
-                            static_cast<T>(beta2),
-                            static_cast<T>(1 - beta2),
-                            static_cast<T>(bias_correction2),
-                            static_cast<T>(options_.eps),
-                            static_cast<T>(grad_step),
-                            static_cast<T>(avg_step),
-                            options_.weight_decay != 0,
-                            options_.decoupled_weight_decay,
-                            options_.maximize};
+    const NadamScalars<T> s{
+        detail::DecayedGradient<T>::make(lr, options_.weight_decay, options_.decoupled_weight_decay,
+                                         options_.maximize),
+        static_cast<T>(beta1),
+        static_cast<T>(1 - beta1),
+        static_cast<T>(beta2),
+        static_cast<T>(1 - beta2),
+        static_cast<T>(bias_correction2),
+        static_cast<T>(options_.eps),
+        static_cast<T>(grad_step),
+        static_cast<T>(avg_step)};
     detail::for_each_element_block(
         param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g, int64_t lo, int64_t hi) {
           nadam_kernel<T>(w[0].data_ptr<T>() + lo, w[1].data_ptr<T>() + lo, w[2].data_ptr<T>() + lo,

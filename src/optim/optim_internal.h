@@ -19,6 +19,31 @@ DTensor full_like_param(const DTensor& param, double value);
 std::vector<const DTensor*> zero_buffers(const DTensor& param, ParamState& state,
                                          const std::vector<std::string>& names);
 
+// The gradient of the Adam family's step, PyTorch's: g = ±grad, then
+// decoupled weight decay on the parameter (AdamW's p = p*(1 - lr*wd)) or L2
+// on the gradient (g = g + wd*p).
+template <class T>
+struct DecayedGradient {
+  T factor;  // 1 - lr*wd (decoupled) or wd (L2)
+  bool use_decay, decoupled, maximize;
+
+  static DecayedGradient make(double lr, double weight_decay, bool decoupled, bool maximize) {
+    return {static_cast<T>(decoupled ? 1 - lr * weight_decay : weight_decay), weight_decay != 0,
+            decoupled, maximize};
+  }
+  // g for `grad`, decaying `p` in place when decoupled.
+  T operator()(T grad, T& p) const {
+    T g = maximize ? -grad : grad;
+    if (use_decay) {
+      if (decoupled)
+        p = p * factor;
+      else
+        g = g + factor * p;
+    }
+    return g;
+  }
+};
+
 // The argument checks of the Adam family (PyTorch's, its messages naming
 // `kind`): eps >= 0, 0 <= betas < 1, weight_decay >= 0.
 void check_adam_arguments(const char* kind, std::pair<double, double> betas, double eps,

@@ -9,9 +9,9 @@ namespace {
 
 template <class T>
 struct RadamScalars {
-  T weight_decay, decay_factor, beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction1,
-      lr, eps, bc2_sqrt, rect;
-  bool use_decay, decoupled, maximize, rectified;
+  detail::DecayedGradient<T> gradient;
+  T beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction1, lr, eps, bc2_sqrt, rect;
+  bool rectified;
 };
 
 // PyTorch's order (torch/optim/radam.py, _single_tensor_radam, and ATen's
@@ -24,14 +24,8 @@ template <class T>
 void radam_kernel(T* __restrict p, T* __restrict m, T* __restrict v, const T* __restrict grad,
                   int64_t n, const RadamScalars<T>& s) {
   for (int64_t i = 0; i < n; ++i) {
-    T g = s.maximize ? -grad[i] : grad[i];
     T pi = p[i];
-    if (s.use_decay) {
-      if (s.decoupled)
-        pi = pi * s.decay_factor;
-      else
-        g = g + s.weight_decay * pi;
-    }
+    const T g = s.gradient(grad[i], pi);
     const T mi = m[i] * s.beta1 + s.one_minus_beta1 * g;
     m[i] = mi;
     const T vi = v[i] * s.beta2 + s.one_minus_beta2 * g * g;
@@ -73,21 +67,19 @@ void RAdam::update(const DTensor& param, const DTensor& grad, ParamState& state)
           ? std::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
           : 0.0;
   auto run = [&]<class T>() {
-    const RadamScalars<T> s{static_cast<T>(options_.weight_decay),
-                            static_cast<T>(1 - lr * options_.weight_decay),
-                            static_cast<T>(beta1),
-                            static_cast<T>(1 - beta1),
-                            static_cast<T>(beta2),
-                            static_cast<T>(1 - beta2),
-                            static_cast<T>(bias_correction1),
-                            static_cast<T>(lr),
-                            static_cast<T>(options_.eps),
-                            static_cast<T>(std::sqrt(bias_correction2)),
-                            static_cast<T>(rect),
-                            options_.weight_decay != 0,
-                            options_.decoupled_weight_decay,
-                            options_.maximize,
-                            rectified};
+    const RadamScalars<T> s{
+        detail::DecayedGradient<T>::make(lr, options_.weight_decay, options_.decoupled_weight_decay,
+                                         options_.maximize),
+        static_cast<T>(beta1),
+        static_cast<T>(1 - beta1),
+        static_cast<T>(beta2),
+        static_cast<T>(1 - beta2),
+        static_cast<T>(bias_correction1),
+        static_cast<T>(lr),
+        static_cast<T>(options_.eps),
+        static_cast<T>(std::sqrt(bias_correction2)),
+        static_cast<T>(rect),
+        rectified};
     detail::for_each_element_block(
         param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g, int64_t lo, int64_t hi) {
           radam_kernel<T>(w[0].data_ptr<T>() + lo, w[1].data_ptr<T>() + lo, w[2].data_ptr<T>() + lo,
