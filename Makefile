@@ -16,7 +16,7 @@ WERROR ?= ON
 # already configured keeps its generator.
 generator = $(if $(wildcard $(1)/CMakeCache.txt),,-G Ninja)
 
-.PHONY: run test soak bench asan asan-build deps configure build install deb clean
+.PHONY: run test soak bench bench-build asan asan-build deps configure build install deb clean
 
 deps:
 	@scripts/install-deps
@@ -44,10 +44,14 @@ soak: build
 	cd $(BUILD) && ctest -C soak -L soak --output-on-failure -j $(JOBS) \
 	  $(if $(SOAK_QUICK),-E soak.property_tests)
 
-# mpi_bench (built with MPI) runs on 4 processes.
+# The benchmarks and bench/instructions.sh's program, outside the default
+# build. mpi_bench (built with MPI) runs on 4 processes.
+bench-build: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target benchmarks
+
 MPIRUN ?= OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_vader_single_copy_mechanism=none \
   mpirun --oversubscribe --allow-run-as-root -np 4
-bench: build
+bench: bench-build
 	@for b in $(BUILD)/bin/*_bench; do echo "== $$b"; \
 	  case $$b in *mpi_bench) $(MPIRUN) $$b || exit 1;; \
 	  *) $$b --benchmark_min_time=0.2 || exit 1;; esac; done
