@@ -170,7 +170,8 @@ struct Trainer {
     optim::AdamOptions options;
     options.lr = args.lr;
     options.weight_decay = 0.01;
-    optimizer = std::make_unique<optim::AdamW>(std::move(params), options);
+    // The usual recipe: no weight decay on biases and norms' scales.
+    optimizer = std::make_unique<optim::AdamW>(optim::weight_decay_groups(params), options);
     schedule = make_schedule(*optimizer, args, args.steps);
     input = Placements(static_cast<size_t>(mesh.ndim()), Replicate());
     if (scheme.dp_dim >= 0) input[static_cast<size_t>(scheme.dp_dim)] = Shard(0);
@@ -548,7 +549,7 @@ int run_train(const TrainArgs& given) {
        << "  data    the shipped text (" << data.length() << " characters), batch " << args.batch
        << " x " << args.seq << " characters, next-character prediction\n"
        << "  optim   AdamW lr " << args.lr << " (linear warm-up " << args.warmup
-       << " steps, then cosine to 10%), weight decay 0.01"
+       << " steps, then cosine to 10%), weight decay 0.01 (none on biases and norms)"
        << (args.clip > 0 ? ", gradient norm clipped to " + std::to_string(args.clip).substr(0, 4)
                          : "")
        << "\n";
@@ -565,15 +566,14 @@ int run_train(const TrainArgs& given) {
          << (reference ? " (the one-process reference trained from step 0)" : "") << "\n";
     os << "\n";
     os << "Parameters (blocks after 0 are laid out like block 0): placements per mesh dim\n";
-    const auto& params = trainer.optimizer->params();
-    for (size_t i = 0; i < params.size(); ++i) {
-      const std::string& name = trainer.optimizer->name(i);
+    // In the model's order (the optimizer's groups order them otherwise).
+    for (const auto& [name, param] : trainer.model->named_parameters()) {
       if (name.rfind("blocks.", 0) == 0 && name.rfind("blocks.0.", 0) != 0) continue;
       std::ostringstream shape, local;
-      shape << params[i].shape();
-      local << params[i].spec().local_shape(*mesh.coordinate(world.rank()));
+      shape << param->shape();
+      local << param->spec().local_shape(*mesh.coordinate(world.rank()));
       os << "  " << std::left << std::setw(32) << name << std::setw(11) << shape.str()
-         << std::setw(17) << to_string(params[i].placements()) << "rank " << world.rank()
+         << std::setw(17) << to_string(param->placements()) << "rank " << world.rank()
          << " holds " << local.str() << "\n";
     }
     flush_stdout();

@@ -172,7 +172,8 @@ void import_safetensors(StateDict& state, const std::string& path,
 // DTensors alias the live parameters and optimizer buffers (so load() into
 // it restores them in place): parameters by their names
 // ("blocks.0.fc.weight"), optimizer state as "optim.<param>.<buffer>" and
-// "optim.<param>.step", the lr as "optim.lr", the scheduler's epoch as
+// "optim.<param>.step", the lr as "optim.lr" (param group 0) and
+// "optim.group<g>.lr" (the others), the scheduler's epoch as
 // "lr_scheduler.last_epoch". Buffers an optimizer has not made yet (before
 // its first step) get zeros laid out like the parameter in the returned
 // state only (the optimizer is not changed), so that a fresh optimizer can

@@ -102,6 +102,11 @@ class DTensor {
   DTensor& requires_grad_(bool requires_grad = true);
   // Not made by a recorded op (a tensor that does not require grad is a leaf too).
   bool is_leaf() const;
+  // Whether `other` is this tensor: a copy that shares its gradient state
+  // (both require grad, copied after requires_grad_()). Python's `is`.
+  bool is_same(const DTensor& other) const {
+    return autograd_ != nullptr && autograd_ == other.autograd_;
+  }
   // The gradient accumulated by backward() (leaves, and tensors that
   // retain_grad()); nullopt before the first backward or after zero_grad().
   std::optional<DTensor> grad() const;

@@ -10,10 +10,11 @@
 //   opt.zero_grad(); loss.backward(); opt.step(); sched.step()
 //
 // Parameters are a list (or any iterable) of DTensors, or of (name, DTensor)
-// pairs such as module.named_parameters() gives; the optimizer keeps copies
-// that share their storage and gradient. One learning rate per optimizer
-// (no param_groups: a list of dicts raises TypeError saying so): opt.lr
-// reads and sets it. An empty parameter list is PyTorch's ValueError. step() and clip_grad_norm_
+// pairs such as module.named_parameters() gives, or PyTorch's param groups
+// (dicts {"params": ..., "weight_decay": 0.0, ...}); the optimizer keeps
+// copies that share their storage and gradient. opt.param_groups reads and
+// writes each group's hyper-parameters; opt.lr is every group's lr when
+// they share one. An empty parameter list is PyTorch's ValueError. step() and clip_grad_norm_
 // release the GIL.
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
@@ -35,56 +36,107 @@ namespace {
 using release_gil = py::call_guard<py::gil_scoped_release>;
 using NamedParams = std::vector<std::pair<std::string, DTensor>>;
 
-// The parameters an optimizer was given: DTensors, or (name, DTensor) pairs
+// One group's parameters: DTensors, or (name, DTensor) pairs
 // (named_parameters()). Unnamed ones get no names, as in C++.
-struct ParamList {
-  std::vector<DTensor> plain;
-  NamedParams named;
-  bool is_named = false;
-};
-
-ParamList params_from_python(py::handle params) {
-  ParamList out;
+NamedParams group_params_from_python(py::handle params, const std::string& what) {
   if (py::isinstance<DTensor>(params))
-    DT_THROW("optimizer: params must be an iterable of DTensors or (name, DTensor) pairs, got "
-             "one DTensor (wrap it in a list)");
-  if (!py::isinstance<py::iterable>(params))
-    throw py::type_error("optimizer: params must be an iterable of DTensors or (name, DTensor) "
-                         "pairs, got " + describe(params));
-  bool first = true;
+    return {{std::string(), params.cast<DTensor>()}};  // PyTorch takes one tensor too
+  if (!py::isinstance<py::iterable>(params) || PyUnicode_Check(params.ptr()))
+    throw py::type_error(what + " must be an iterable of DTensors or (name, DTensor) pairs, got " +
+                         describe(params));
+  NamedParams out;
+  bool first = true, named = false;
   for (py::handle item : py::iter(params)) {
-    if (py::isinstance<py::dict>(item))
-      throw py::type_error(
-          "optimizer: params holds a dict, a param group; dtensor optimizers have no param "
-          "groups (one learning rate and one set of options per optimizer): pass an iterable of "
-          "DTensors or of (name, DTensor) pairs such as module.parameters() or "
-          "module.named_parameters(), and make one optimizer per group if groups need other "
-          "options");
     const bool pair = py::isinstance<py::tuple>(item) || py::isinstance<py::list>(item);
-    if (first) out.is_named = pair;
-    DT_CHECK(pair == out.is_named, "optimizer: params mix DTensors and (name, DTensor) pairs");
+    if (first) named = pair;
+    DT_CHECK(pair == named, what, " mix DTensors and (name, DTensor) pairs");
     first = false;
     if (pair) {
       auto seq = py::reinterpret_borrow<py::sequence>(item);
-      DT_CHECK(seq.size() == 2, "optimizer: a named parameter is a (name, DTensor) pair, got ",
+      DT_CHECK(seq.size() == 2, what, ": a named parameter is a (name, DTensor) pair, got ",
                seq.size(), " items");
-      out.named.emplace_back(cast_arg<std::string>(seq[0], "optimizer: a (name, DTensor) pair", "a name (str) first"),
-                             cast_arg<DTensor>(seq[1], "optimizer: a (name, DTensor) pair", "a DTensor second"));
+      out.emplace_back(cast_arg<std::string>(seq[0], what + ": a (name, DTensor) pair", "a name (str) first"),
+                       cast_arg<DTensor>(seq[1], what + ": a (name, DTensor) pair", "a DTensor second"));
     } else {
-      out.plain.push_back(cast_arg<DTensor>(item, "optimizer: params", "DTensors (or (name, DTensor) pairs)"));
+      out.emplace_back(std::string(), cast_arg<DTensor>(item, what, "DTensors (or (name, DTensor) pairs)"));
     }
   }
   return out;
 }
 
+// A hyper-parameter from Python: a bool, a number, or a pair of numbers (betas).
+optim::OptionValue option_from_python(py::handle v, const std::string& what) {
+  if (PyBool_Check(v.ptr())) return v.cast<bool>();
+  if (PyFloat_Check(v.ptr()) || PyLong_Check(v.ptr())) return v.cast<double>();
+  if ((py::isinstance<py::tuple>(v) || py::isinstance<py::list>(v)) && py::len(v) == 2) {
+    auto seq = py::reinterpret_borrow<py::sequence>(v);
+    return std::pair<double, double>(cast_arg<double>(seq[0], what, "a pair of numbers"),
+                                     cast_arg<double>(seq[1], what, "a pair of numbers"));
+  }
+  throw py::type_error(what + ": expected a number, a bool or a pair of numbers, got " +
+                       describe(v));
+}
+
+py::object option_to_python(const optim::OptionValue& v) {
+  return std::visit([](const auto& x) -> py::object { return py::cast(x); }, v);
+}
+
+// The param groups an optimizer was given: an iterable of DTensors or of
+// (name, DTensor) pairs (one group), or of dicts {"params": ..., option:
+// value} (PyTorch's param groups).
+std::vector<optim::ParamGroup> groups_from_python(py::handle params) {
+  if (py::isinstance<DTensor>(params))
+    DT_THROW("optimizer: params must be an iterable of DTensors or (name, DTensor) pairs, got "
+             "one DTensor (wrap it in a list)");
+  if (!py::isinstance<py::iterable>(params))
+    throw py::type_error("optimizer: params must be an iterable of DTensors, (name, DTensor) "
+                         "pairs or param-group dicts, got " + describe(params));
+  py::list items;
+  for (py::handle item : py::iter(params)) items.append(item);
+  // PyTorch's ValueError, word for word.
+  if (items.empty()) throw py::value_error("optimizer got an empty parameter list");
+  if (!py::isinstance<py::dict>(items[0]))
+    return {optim::ParamGroup(group_params_from_python(items, "optimizer: params"))};
+  std::vector<optim::ParamGroup> groups;
+  for (size_t g = 0; g < items.size(); ++g) {
+    const std::string what = "optimizer: param group " + std::to_string(g);
+    if (!py::isinstance<py::dict>(items[g]))
+      throw py::type_error(what + ": expected a dict like the others, got " + describe(items[g]));
+    auto d = py::reinterpret_borrow<py::dict>(items[g]);
+    if (!d.contains("params")) throw py::key_error(what + " has no 'params'");
+    optim::GroupOptions options;
+    for (auto [key, value] : d) {
+      const std::string name = cast_arg<std::string>(key, what, "str keys");
+      if (name != "params") options[name] = option_from_python(value, what + "['" + name + "']");
+    }
+    groups.emplace_back(group_params_from_python(d["params"], what + "'s params"),
+                        std::move(options));
+  }
+  return groups;
+}
+
 template <class Opt, class Options>
 std::unique_ptr<Opt> make_optimizer(py::handle params, const Options& o) {
-  ParamList p = params_from_python(params);
-  // PyTorch's ValueError, word for word.
-  if (p.plain.empty() && p.named.empty()) throw py::value_error("optimizer got an empty parameter list");
-  if (p.is_named) return std::make_unique<Opt>(std::move(p.named), o);
-  return std::make_unique<Opt>(std::move(p.plain), o);
+  return std::make_unique<Opt>(groups_from_python(params), o);
 }
+
+// One of optimizer.param_groups: a view that reads and writes the
+// optimizer's group, so that `group["lr"] = x` acts as in PyTorch.
+struct GroupView {
+  py::object owner;  // keeps the optimizer alive
+  optim::Optimizer* opt;
+  size_t group;
+
+  py::dict to_dict() const {
+    py::dict d;
+    py::list params;
+    for (size_t i : opt->group_params(group)) params.append(opt->params()[i]);
+    d["params"] = params;
+    for (const auto& [name, v] : opt->group_options(group)) d[py::str(name)] = option_to_python(v);
+    if (auto initial = opt->initial_lr(group)) d["initial_lr"] = *initial;
+    return d;
+  }
+};
 
 // {"step": n, "momentum_buffer": DTensor, ...}: PyTorch's per-parameter state dict.
 py::dict param_state_to_python(const optim::ParamState& s) {
@@ -111,8 +163,53 @@ optim::AdamOptions adam_options(double lr, std::pair<double, double> betas, doub
 void bind_optim(py::module_& m) {
   py::module_ om = m.def_submodule("optim", "Optimizers for DTensor parameters (torch.optim).");
 
+  py::class_<GroupView>(om, "ParamGroup", R"doc(
+One of optimizer.param_groups: reads and writes the optimizer's group as
+PyTorch's dict does (group["lr"] = x sets that group's lr; other
+hyper-parameters are checked as at construction). "params" is read only.
+)doc")
+      .def("__getitem__",
+           [](const GroupView& v, const std::string& key) -> py::object {
+             py::dict d = v.to_dict();
+             if (!d.contains(key)) throw py::key_error(key);
+             return d[py::str(key)];
+           })
+      .def("__setitem__",
+           [](GroupView& v, const std::string& key, py::handle value) {
+             if (key == "params")
+               throw py::type_error("param_groups[...]['params'] is read only in dtensor");
+             if (key == "initial_lr") {
+               v.opt->set_initial_lr(v.group, value.cast<double>());
+               return;
+             }
+             v.opt->set_group_option(v.group, key, option_from_python(value, "param_groups[" +
+                                                   std::to_string(v.group) + "]['" + key + "']"));
+           })
+      .def("__contains__", [](const GroupView& v, const std::string& key) { return v.to_dict().contains(key); })
+      .def("__len__", [](const GroupView& v) { return py::len(v.to_dict()); })
+      .def("__iter__", [](const GroupView& v) { return v.to_dict().attr("__iter__")(); })
+      .def("keys", [](const GroupView& v) { return v.to_dict().attr("keys")(); })
+      .def("items", [](const GroupView& v) { return v.to_dict().attr("items")(); })
+      .def("get",
+           [](const GroupView& v, const std::string& key, py::object fallback) -> py::object {
+             py::dict d = v.to_dict();
+             return d.contains(key) ? py::object(d[py::str(key)]) : fallback;
+           },
+           py::arg("key"), py::arg("default") = py::none())
+      .def("setdefault",
+           [](GroupView& v, const std::string& key, py::object value) -> py::object {
+             py::dict d = v.to_dict();
+             if (d.contains(key)) return d[py::str(key)];
+             if (key != "initial_lr")
+               throw py::key_error("param group has no '" + key + "' to set a default for");
+             v.opt->set_initial_lr(v.group, value.cast<double>());
+             return value;
+           })
+      .def("__repr__", [](const GroupView& v) { return py::repr(v.to_dict()).cast<std::string>(); });
+
   py::class_<optim::Optimizer>(om, "Optimizer", R"doc(
-The base of the optimizers: the parameters, their state and one learning rate.
+The base of the optimizers: the parameters in param groups, their state,
+and each group's hyper-parameters.
 )doc")
       .def("step", &optim::Optimizer::step, release_gil(),
            "One update of every parameter that has a gradient, in place, with grad mode off. "
@@ -125,9 +222,80 @@ The base of the optimizers: the parameters, their state and one learning rate.
              o.zero_grad();
            },
            py::arg("set_to_none") = true, "Sets every parameter's .grad to None.")
-      .def_property("lr", &optim::Optimizer::lr, &optim::Optimizer::set_lr,
-                    "The learning rate (one per optimizer; PyTorch's param_groups[0]['lr']).")
-      .def_property_readonly("initial_lr", &optim::Optimizer::initial_lr)
+      .def_property("lr", py::overload_cast<>(&optim::Optimizer::lr, py::const_),
+                    py::overload_cast<double>(&optim::Optimizer::set_lr),
+                    "The learning rate of every param group when they share one (an error "
+                    "otherwise: read param_groups[i]['lr']); setting it sets every group's.")
+      .def_property_readonly("initial_lr",
+                             [](const optim::Optimizer& o) { return o.initial_lr(0); },
+                             "The initial lr of param group 0 (set by the first scheduler).")
+      .def_property_readonly(
+          "param_groups",
+          [](py::object self) {
+             auto& o = self.cast<optim::Optimizer&>();
+             py::list groups;
+             for (size_t g = 0; g < o.num_groups(); ++g) groups.append(GroupView{self, &o, g});
+             return groups;
+           },
+          "PyTorch's param_groups: one mapping per group ('params' and every "
+          "hyper-parameter by name), writable.")
+      .def("state_dict",
+           [](const optim::Optimizer& o) {
+             const optim::OptimizerStateDict sd = o.state_dict();
+             py::dict state;
+             for (size_t i = 0; i < sd.state.size(); ++i)
+               if (sd.state[i].step > 0 || !sd.state[i].buffers.empty())
+                 state[py::int_(i)] = param_state_to_python(sd.state[i]);
+             py::list groups;
+             for (size_t g = 0; g < sd.param_groups.size(); ++g) {
+               py::dict d;
+               for (const auto& [name, v] : sd.param_groups[g]) d[py::str(name)] = option_to_python(v);
+               d["params"] = py::cast(sd.group_params[g]);
+               groups.append(d);
+             }
+             py::dict out;
+             out["state"] = state;
+             out["param_groups"] = groups;
+             return out;
+           },
+           "PyTorch's optimizer.state_dict(): {'state': {index: {'step': n, buffer: DTensor}}, "
+           "'param_groups': [{hyper-parameters, 'params': [indices]}]}; the buffers alias the "
+           "optimizer's.")
+      .def("load_state_dict",
+           [](optim::Optimizer& o, py::dict d) {
+             optim::OptimizerStateDict sd;
+             sd.state.resize(o.size());
+             if (!d.contains("state") || !d.contains("param_groups"))
+               throw py::key_error("load_state_dict: expected a dict with 'state' and 'param_groups'");
+             for (auto [key, value] : py::reinterpret_borrow<py::dict>(d["state"])) {
+               const size_t i = cast_arg<size_t>(key, "load_state_dict: state", "parameter indices");
+               DT_CHECK(i < o.size(), "load_state_dict: state of parameter ", i, " for ", o.size(),
+                        " parameters");
+               for (auto [name, v] : py::reinterpret_borrow<py::dict>(value)) {
+                 const std::string n = name.cast<std::string>();
+                 if (n == "step")
+                   sd.state[i].step = cast_arg<int64_t>(v, "load_state_dict: 'step'", "an int");
+                 else
+                   sd.state[i].buffers.emplace(n, cast_arg<DTensor>(v, "load_state_dict: buffer '" + n + "'", "a DTensor"));
+               }
+             }
+             for (py::handle g : py::reinterpret_borrow<py::list>(d["param_groups"])) {
+               optim::GroupOptions options;
+               std::vector<size_t> params;
+               for (auto [name, v] : py::reinterpret_borrow<py::dict>(g)) {
+                 const std::string n = name.cast<std::string>();
+                 if (n == "params")
+                   params = v.cast<std::vector<size_t>>();
+                 else
+                   options[n] = option_from_python(v, "load_state_dict: param group '" + n + "'");
+               }
+               sd.param_groups.push_back(std::move(options));
+               sd.group_params.push_back(std::move(params));
+             }
+             o.load_state_dict(sd);
+           },
+           py::arg("state_dict"),
+           "Loads a state_dict() of an optimizer of the same kind and param groups.")
       .def_property_readonly("params", &optim::Optimizer::params,
                              "The parameters (DTensors sharing the model's storage and grad).")
       .def("__len__", &optim::Optimizer::size)
@@ -143,7 +311,9 @@ The base of the optimizers: the parameters, their state and one learning rate.
            py::arg("key"),
            "{'step': n, buffer name: DTensor} of the parameter at an index or of a name "
            "(buffers appear at the parameter's first step; they alias the optimizer's).")
-      .def_property_readonly("buffer_names", &optim::Optimizer::buffer_names);
+      .def_property_readonly(
+          "buffer_names", [](const optim::Optimizer& o) { return o.buffer_names(0); },
+          "The buffers a step keeps for the parameters of param group 0.");
 
   py::class_<optim::SGD, optim::Optimizer>(om, "SGD", R"doc(
 Stochastic gradient descent with PyTorch's rule and arguments (momentum,
@@ -286,8 +456,8 @@ factor twice); it is recomputed from the step count, so it is not a buffer.
            py::arg("betas") = std::pair<double, double>(0.9, 0.999), py::arg("eps") = 1e-8,
            py::arg("weight_decay") = 0.0, py::arg("momentum_decay") = 4e-3,
            py::arg("decoupled_weight_decay") = false, py::kw_only(), py::arg("maximize") = false)
-      .def("mu_product", &optim::NAdam::mu_product, py::arg("step"),
-           "The momentum product mu_1 * ... * mu_step a step of that count uses.");
+      .def("mu_product", &optim::NAdam::mu_product, py::arg("step"), py::arg("group") = 0,
+           "The momentum product mu_1 * ... * mu_step a step of that count uses in a group.");
 
   py::class_<optim::RAdam, optim::Optimizer>(om, "RAdam", R"doc(
 RAdam with PyTorch's rule and arguments (lr, betas, eps, weight_decay;
@@ -315,14 +485,15 @@ PyTorch 2's decoupled_weight_decay and maximize); buffers "exp_avg" and
   py::module_ sm = om.def_submodule("lr_scheduler", "Learning-rate schedules (torch.optim.lr_scheduler).");
   py::class_<optim::LRScheduler, std::shared_ptr<optim::LRScheduler>>(sm, "LRScheduler")
       .def("step", &optim::LRScheduler::step, "Advances one epoch and sets the optimizer's lr.")
-      .def("get_last_lr", [](const optim::LRScheduler& s) { return std::vector<double>{s.get_last_lr()}; },
-           "[the lr set last] (one per param group, as in PyTorch; there is one).")
+      .def("get_last_lr", &optim::LRScheduler::get_last_lrs,
+           "The lrs set last, one per param group, as in PyTorch.")
       .def_property("last_epoch", &optim::LRScheduler::last_epoch,
                     &optim::LRScheduler::set_last_epoch,
                     "The epoch reached; setting it resumes there (sets the optimizer's lr).")
-      .def("lr_at", &optim::LRScheduler::lr_at, py::arg("epoch"),
-           "The lr of an epoch, in closed form from the initial lr.")
-      .def_property_readonly("base_lrs", [](const optim::LRScheduler& s) { return std::vector<double>{s.base_lr()}; });
+      .def("lr_at", &optim::LRScheduler::lr_at, py::arg("epoch"), py::arg("group") = 0,
+           "The lr of an epoch for a param group, in closed form from its initial lr.")
+      .def_property_readonly("base_lrs", &optim::LRScheduler::base_lrs,
+                             "The initial lr of every param group.");
 
   py::class_<optim::LambdaLR, optim::LRScheduler, std::shared_ptr<optim::LambdaLR>>(sm, "LambdaLR")
       .def(py::init([](optim::Optimizer& opt, std::function<double(int64_t)> f) {
@@ -354,10 +525,9 @@ PyTorch 2's decoupled_weight_decay and maximize); buffers "exp_avg" and
 
   // ---- gradient clipping --------------------------------------------------------
   auto params_vector = [](py::handle params) {
-    ParamList p = params_from_python(params);
-    if (!p.is_named) return p.plain;
     std::vector<DTensor> out;
-    for (auto& [name, t] : p.named) out.push_back(t);
+    for (auto& [name, t] : group_params_from_python(params, "clip_grad_norm_: parameters"))
+      out.push_back(t);
     return out;
   };
   om.def("clip_grad_norm_",

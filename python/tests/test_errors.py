@@ -113,12 +113,12 @@ def test_hook_returning_a_non_dtensor_is_named(mesh):
         Bad(mesh)(x)
 
 
-def test_optimizer_param_groups_say_so(mesh):
+def test_optimizer_bad_params_say_so(mesh):
     p = dt.distribute_tensor(np.ones(4), mesh, [dt.Shard(0)])
     p.requires_grad_()
     for opt in (dt.optim.SGD, dt.optim.Adam, dt.optim.AdamW):
-        with raises_named(TypeError, "param group", "no param groups", "named_parameters()"):
-            opt([{"params": [p], "lr": 0.1}])
+        with raises_named(TypeError, "param group 1", "expected a dict like the others", "list"):
+            opt([{"params": [p], "lr": 0.1}, [p]])
         with raises_named(TypeError, "optimizer: params", "DTensor", "ndarray"):
             opt([np.ones(4)])
         with raises_named(TypeError, "optimizer: params", "iterable", "int 3"):

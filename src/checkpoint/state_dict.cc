@@ -48,6 +48,12 @@ std::vector<std::string> param_names(nn::Module& model, const optim::Optimizer& 
   return names;
 }
 
+// The key of param group `group`'s value `what` ("lr", "initial_lr"):
+// "optim.lr" for group 0 (as before param groups), "optim.group1.lr" after.
+std::string group_key(size_t group, const std::string& what) {
+  return group == 0 ? "optim." + what : "optim.group" + std::to_string(group) + "." + what;
+}
+
 const Value& value_at(const StateDict& state, const std::string& key) {
   const auto it = state.find(key);
   DT_CHECK(it != state.end() && std::holds_alternative<Value>(it->second),
@@ -89,7 +95,7 @@ StateDict get_state_dict(nn::Module& model, optim::Optimizer* optimizer,
       optim::ParamState& ps = optimizer->state(i);
       const DTensor& param = optimizer->params()[i];
       // The buffers it declares (made now when missing) and any others it holds.
-      std::vector<std::string> buffers = optimizer->buffer_names();
+      std::vector<std::string> buffers = optimizer->buffer_names(optimizer->group_of(i));
       for (const auto& [buffer, value] : ps.buffers)
         if (std::find(buffers.begin(), buffers.end(), buffer) == buffers.end())
           buffers.push_back(buffer);
@@ -108,8 +114,11 @@ StateDict get_state_dict(nn::Module& model, optim::Optimizer* optimizer,
       }
       state["optim." + names[i] + ".step"] = Value(ps.step);
     }
-    state["optim.lr"] = Value(optimizer->lr());
-    if (optimizer->initial_lr()) state["optim.initial_lr"] = Value(*optimizer->initial_lr());
+    for (size_t g = 0; g < optimizer->num_groups(); ++g) {
+      state[group_key(g, "lr")] = Value(optimizer->lr(g));
+      if (optimizer->initial_lr(g))
+        state[group_key(g, "initial_lr")] = Value(*optimizer->initial_lr(g));
+    }
   }
   if (scheduler != nullptr) state["lr_scheduler.last_epoch"] = Value(scheduler->last_epoch());
   return state;
@@ -125,13 +134,16 @@ void set_state_dict(const StateDict& state, nn::Module& model, optim::Optimizer*
     const int64_t epoch = int_at(state, "lr_scheduler.last_epoch");
     DT_CHECK(epoch >= 0, "checkpoint::set_state_dict: 'lr_scheduler.last_epoch' is negative: ",
              epoch);
-    const double saved = double_at(state, "optim.lr");
-    const double scheduled = scheduler->lr_at(epoch);
-    DT_CHECK(saved == scheduled || (std::isnan(saved) && std::isnan(scheduled)),
-             "checkpoint::set_state_dict: the state's 'optim.lr' ", exact(saved),
-             " is not the scheduler's lr at its 'lr_scheduler.last_epoch' ", epoch, " (",
-             exact(scheduled), "): the epoch and the lr disagree (an edited state, or another "
-             "schedule than the one saved)");
+    for (size_t g = 0; g < optimizer->num_groups(); ++g) {
+      const std::string key = group_key(g, "lr");
+      const double saved = double_at(state, key);
+      const double scheduled = scheduler->lr_at(epoch, g);
+      DT_CHECK(saved == scheduled || (std::isnan(saved) && std::isnan(scheduled)),
+               "checkpoint::set_state_dict: the state's '", key, "' ", exact(saved),
+               " is not the scheduler's lr at its 'lr_scheduler.last_epoch' ", epoch, " (",
+               exact(scheduled), "): the epoch and the lr disagree (an edited state, or another "
+               "schedule than the one saved)");
+    }
   }
   if (optimizer != nullptr) {
     const std::vector<std::string> names = param_names(model, *optimizer);
@@ -160,9 +172,11 @@ void set_state_dict(const StateDict& state, nn::Module& model, optim::Optimizer*
           it->second.copy_(*buffer);
       }
     }
-    if (state.count("optim.initial_lr") != 0)
-      optimizer->set_initial_lr(double_at(state, "optim.initial_lr"));
-    optimizer->set_lr(double_at(state, "optim.lr"));
+    for (size_t g = 0; g < optimizer->num_groups(); ++g) {
+      if (state.count(group_key(g, "initial_lr")) != 0)
+        optimizer->set_initial_lr(g, double_at(state, group_key(g, "initial_lr")));
+      optimizer->set_lr(g, double_at(state, group_key(g, "lr")));
+    }
   }
   // The scheduler sets the lr from its epoch, as PyTorch's does on its
   // next step; with a scheduler the lr saved is the same number.

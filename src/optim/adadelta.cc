@@ -34,30 +34,49 @@ void adadelta_kernel(T* __restrict p, T* __restrict sq, T* __restrict acc, const
 
 }  // namespace
 
+const std::vector<detail::OptionField<AdadeltaOptions>>& AdadeltaOptions::fields() {
+  using O = AdadeltaOptions;
+  static const std::vector<detail::OptionField<O>> f{{"lr", &O::lr},
+                                                     {"rho", &O::rho},
+                                                     {"eps", &O::eps},
+                                                     {"weight_decay", &O::weight_decay},
+                                                     {"maximize", &O::maximize}};
+  return f;
+}
+
+template class OptimizerOf<AdadeltaOptions>;
+
 Adadelta::Adadelta(std::vector<DTensor> params, const AdadeltaOptions& options)
-    : Adadelta(detail::unnamed(std::move(params)), options) {}
+    : Adadelta(std::vector<ParamGroup>{ParamGroup(std::move(params))}, options) {}
 
 Adadelta::Adadelta(std::vector<std::pair<std::string, DTensor>> named_params,
                    const AdadeltaOptions& options)
-    : Optimizer(std::move(named_params), options.lr), options_(options) {
-  DT_CHECK(options.rho >= 0 && options.rho <= 1, "Adadelta: expected 0 <= rho <= 1, got ",
-           options.rho);
-  DT_CHECK(options.eps >= 0, "Adadelta: expected eps >= 0, got ", options.eps);
-  DT_CHECK(options.weight_decay >= 0, "Adadelta: expected weight_decay >= 0, got ",
-           options.weight_decay);
+    : Adadelta(std::vector<ParamGroup>{ParamGroup(std::move(named_params))}, options) {}
+
+Adadelta::Adadelta(const std::vector<ParamGroup>& groups, const AdadeltaOptions& defaults)
+    : OptimizerOf(groups, defaults) {
+  resolve_options();
 }
 
-void Adadelta::update(const DTensor& param, const DTensor& grad, ParamState& state) {
-  const std::vector<const DTensor*> buffers = detail::zero_buffers(param, state, buffer_names());
+void Adadelta::check_options(const AdadeltaOptions& o) const {
+  DT_CHECK(o.rho >= 0 && o.rho <= 1, "Adadelta: expected 0 <= rho <= 1, got ", o.rho);
+  DT_CHECK(o.eps >= 0, "Adadelta: expected eps >= 0, got ", o.eps);
+  DT_CHECK(o.weight_decay >= 0, "Adadelta: expected weight_decay >= 0, got ", o.weight_decay);
+}
+
+void Adadelta::update(const DTensor& param, const DTensor& grad, ParamState& state, size_t group) {
+  const AdadeltaOptions& o = options(group);
+  const std::vector<const DTensor*> buffers =
+      detail::zero_buffers(param, state, buffer_names(group));
   ++state.step;
   auto run = [&]<class T>() {
-    const AdadeltaScalars<T> s{static_cast<T>(options_.weight_decay),
-                               static_cast<T>(options_.rho),
-                               static_cast<T>(1 - options_.rho),
-                               static_cast<T>(options_.eps),
-                               static_cast<T>(-lr()),
-                               options_.weight_decay != 0,
-                               options_.maximize};
+    const AdadeltaScalars<T> s{static_cast<T>(o.weight_decay),
+                               static_cast<T>(o.rho),
+                               static_cast<T>(1 - o.rho),
+                               static_cast<T>(o.eps),
+                               static_cast<T>(-lr(group)),
+                               o.weight_decay != 0,
+                               o.maximize};
     detail::for_each_element_block(
         param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g, int64_t lo, int64_t hi) {
           adadelta_kernel<T>(w[0].data_ptr<T>() + lo, w[1].data_ptr<T>() + lo,

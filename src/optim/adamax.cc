@@ -35,30 +35,51 @@ void adamax_kernel(T* __restrict p, T* __restrict m, T* __restrict u, const T* _
 
 }  // namespace
 
+const std::vector<detail::OptionField<AdamaxOptions>>& AdamaxOptions::fields() {
+  using O = AdamaxOptions;
+  static const std::vector<detail::OptionField<O>> f{{"lr", &O::lr},
+                                                     {"betas", &O::betas},
+                                                     {"eps", &O::eps},
+                                                     {"weight_decay", &O::weight_decay},
+                                                     {"maximize", &O::maximize}};
+  return f;
+}
+
+template class OptimizerOf<AdamaxOptions>;
+
 Adamax::Adamax(std::vector<DTensor> params, const AdamaxOptions& options)
-    : Adamax(detail::unnamed(std::move(params)), options) {}
+    : Adamax(std::vector<ParamGroup>{ParamGroup(std::move(params))}, options) {}
 
 Adamax::Adamax(std::vector<std::pair<std::string, DTensor>> named_params,
                const AdamaxOptions& options)
-    : Optimizer(std::move(named_params), options.lr), options_(options) {
-  detail::check_adam_arguments("Adamax", options.betas, options.eps, options.weight_decay);
+    : Adamax(std::vector<ParamGroup>{ParamGroup(std::move(named_params))}, options) {}
+
+Adamax::Adamax(const std::vector<ParamGroup>& groups, const AdamaxOptions& defaults)
+    : OptimizerOf(groups, defaults) {
+  resolve_options();
 }
 
-void Adamax::update(const DTensor& param, const DTensor& grad, ParamState& state) {
-  const std::vector<const DTensor*> buffers = detail::zero_buffers(param, state, buffer_names());
+void Adamax::check_options(const AdamaxOptions& o) const {
+  detail::check_adam_arguments("Adamax", o.betas, o.eps, o.weight_decay);
+}
+
+void Adamax::update(const DTensor& param, const DTensor& grad, ParamState& state, size_t group) {
+  const AdamaxOptions& o = options(group);
+  const std::vector<const DTensor*> buffers =
+      detail::zero_buffers(param, state, buffer_names(group));
   const int64_t step = ++state.step;
-  const auto [beta1, beta2] = options_.betas;
+  const auto [beta1, beta2] = o.betas;
   // A Python float in PyTorch: computed in double, cast by the kernel.
-  const double clr = lr() / (1 - std::pow(beta1, static_cast<double>(step)));
+  const double clr = lr(group) / (1 - std::pow(beta1, static_cast<double>(step)));
   auto run = [&]<class T>() {
-    const AdamaxScalars<T> s{static_cast<T>(options_.weight_decay),
+    const AdamaxScalars<T> s{static_cast<T>(o.weight_decay),
                              static_cast<T>(beta1),
                              static_cast<T>(1 - beta1),
                              static_cast<T>(beta2),
-                             static_cast<T>(options_.eps),
+                             static_cast<T>(o.eps),
                              static_cast<T>(-clr),
-                             options_.weight_decay != 0,
-                             options_.maximize};
+                             o.weight_decay != 0,
+                             o.maximize};
     detail::for_each_element_block(
         param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g, int64_t lo, int64_t hi) {
           adamax_kernel<T>(w[0].data_ptr<T>() + lo, w[1].data_ptr<T>() + lo,

@@ -44,42 +44,66 @@ void adam_kernel(T* __restrict p, T* __restrict m, T* __restrict v, T* __restric
 
 }  // namespace
 
-AdamW::AdamW(std::vector<DTensor> params, const AdamOptions& options)
-    : AdamW(detail::unnamed(std::move(params)), options, true) {}
-
-AdamW::AdamW(std::vector<std::pair<std::string, DTensor>> named_params, const AdamOptions& options)
-    : AdamW(std::move(named_params), options, true) {}
-
-AdamW::AdamW(std::vector<std::pair<std::string, DTensor>> named_params, const AdamOptions& options,
-             bool decoupled)
-    : Optimizer(std::move(named_params), options.lr),
-      options_(options),
-      weight_decay_(options.weight_decay.value_or(decoupled ? 1e-2 : 0.0)),
-      decoupled_(decoupled) {
-  detail::check_adam_arguments(decoupled ? "AdamW" : "Adam", options.betas, options.eps,
-                               weight_decay_);
+const std::vector<detail::OptionField<AdamOptions>>& AdamOptions::fields() {
+  using O = AdamOptions;
+  static const std::vector<detail::OptionField<O>> f{
+      {"lr", &O::lr},           {"betas", &O::betas},
+      {"eps", &O::eps},         {"weight_decay", &O::weight_decay},
+      {"amsgrad", &O::amsgrad}, {"maximize", &O::maximize}};
+  return f;
 }
 
-void AdamW::update(const DTensor& param, const DTensor& grad, ParamState& state) {
-  const std::vector<const DTensor*> buffers = detail::zero_buffers(param, state, buffer_names());
+template class OptimizerOf<AdamOptions>;
+
+namespace {
+
+// The defaults with weight_decay resolved: AdamW's 1e-2 or Adam's 0 unless given.
+AdamOptions with_weight_decay(AdamOptions o, bool decoupled) {
+  o.weight_decay = o.weight_decay.value_or(decoupled ? 1e-2 : 0.0);
+  return o;
+}
+
+}  // namespace
+
+AdamW::AdamW(std::vector<DTensor> params, const AdamOptions& options)
+    : AdamW(std::vector<ParamGroup>{ParamGroup(std::move(params))}, options, true) {}
+
+AdamW::AdamW(std::vector<std::pair<std::string, DTensor>> named_params, const AdamOptions& options)
+    : AdamW(std::vector<ParamGroup>{ParamGroup(std::move(named_params))}, options, true) {}
+
+AdamW::AdamW(const std::vector<ParamGroup>& groups, const AdamOptions& defaults)
+    : AdamW(groups, defaults, true) {}
+
+AdamW::AdamW(const std::vector<ParamGroup>& groups, const AdamOptions& defaults, bool decoupled)
+    : OptimizerOf(groups, with_weight_decay(defaults, decoupled)), decoupled_(decoupled) {
+  resolve_options();
+}
+
+void AdamW::check_options(const AdamOptions& o) const {
+  detail::check_adam_arguments(kind(), o.betas, o.eps, *o.weight_decay);
+}
+
+void AdamW::update(const DTensor& param, const DTensor& grad, ParamState& state, size_t group) {
+  const AdamOptions& o = options(group);
+  const std::vector<const DTensor*> buffers =
+      detail::zero_buffers(param, state, buffer_names(group));
   const int64_t step = ++state.step;
-  const double lr = this->lr();
-  const auto [beta1, beta2] = options_.betas;
+  const double lr = this->lr(group);
+  const auto [beta1, beta2] = o.betas;
   // Python floats in PyTorch: computed in double, cast by the kernels.
   const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
   const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
   const double step_size = lr / bias_correction1;
   const double bc2_sqrt = std::sqrt(bias_correction2);
   auto run = [&]<class T>() {
-    AdamScalars<T> s{
-        detail::DecayedGradient<T>::make(lr, weight_decay_, decoupled_, options_.maximize),
-        static_cast<T>(1 - beta1),
-        static_cast<T>(beta2),
-        static_cast<T>(1 - beta2),
-        static_cast<T>(-step_size),
-        static_cast<T>(bc2_sqrt),
-        static_cast<T>(options_.eps),
-        options_.amsgrad};
+    AdamScalars<T> s{detail::DecayedGradient<T>::make(lr, *o.weight_decay, decoupled_, o.maximize),
+                     static_cast<T>(1 - beta1),
+                     static_cast<T>(beta2),
+                     static_cast<T>(1 - beta2),
+                     static_cast<T>(-step_size),
+                     static_cast<T>(bc2_sqrt),
+                     static_cast<T>(o.eps),
+                     o.amsgrad};
     detail::for_each_element_block(
         param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g, int64_t lo, int64_t hi) {
           T* const amax = s.amsgrad ? w[3].data_ptr<T>() + lo : nullptr;
@@ -91,13 +115,16 @@ void AdamW::update(const DTensor& param, const DTensor& grad, ParamState& state)
 }
 
 Adam::Adam(std::vector<DTensor> params, const AdamOptions& options)
-    : AdamW(detail::unnamed(std::move(params)), options, false) {}
+    : AdamW(std::vector<ParamGroup>{ParamGroup(std::move(params))}, options, false) {}
 
 Adam::Adam(std::vector<std::pair<std::string, DTensor>> named_params, const AdamOptions& options)
-    : AdamW(std::move(named_params), options, false) {}
+    : AdamW(std::vector<ParamGroup>{ParamGroup(std::move(named_params))}, options, false) {}
 
-std::vector<std::string> AdamW::buffer_names() const {
-  if (options_.amsgrad) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+Adam::Adam(const std::vector<ParamGroup>& groups, const AdamOptions& defaults)
+    : AdamW(groups, defaults, false) {}
+
+std::vector<std::string> AdamW::buffer_names(size_t group) const {
+  if (options(group).amsgrad) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   return {"exp_avg", "exp_avg_sq"};
 }
 

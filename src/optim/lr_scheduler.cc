@@ -9,29 +9,36 @@ namespace dtensor::optim {
 
 LRScheduler::LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
   // PyTorch's group.setdefault("initial_lr", lr): a second scheduler on the
-  // same optimizer (SequentialLR's pieces) starts from the same lr.
-  if (!optimizer.initial_lr()) optimizer.set_initial_lr(optimizer.lr());
-  base_lr_ = *optimizer.initial_lr();
+  // same optimizer (SequentialLR's pieces) starts from the same lrs.
+  for (size_t g = 0; g < optimizer.num_groups(); ++g) {
+    if (!optimizer.initial_lr(g)) optimizer.set_initial_lr(g, optimizer.lr(g));
+    base_lrs_.push_back(*optimizer.initial_lr(g));
+  }
 }
 
-void LRScheduler::start() {
-  last_epoch_ = 0;
-  last_lr_ = lr_at(0);
-  optimizer_.set_lr(last_lr_);
+double LRScheduler::lr_at(int64_t epoch, size_t group) const {
+  DT_CHECK(group < base_lrs_.size(), "LRScheduler: param group ", group, " out of range for ",
+           base_lrs_.size(), " groups");
+  return lr_for(base_lrs_[group], epoch);
 }
+
+void LRScheduler::apply(int64_t epoch) {
+  last_epoch_ = epoch;
+  last_lrs_.clear();
+  for (size_t g = 0; g < base_lrs_.size(); ++g) {
+    last_lrs_.push_back(lr_at(epoch, g));
+    optimizer_.set_lr(g, last_lrs_.back());
+  }
+}
+
+void LRScheduler::start() { apply(0); }
 
 void LRScheduler::set_last_epoch(int64_t epoch) {
   DT_CHECK(epoch >= 0, "LRScheduler::set_last_epoch: expected an epoch >= 0, got ", epoch);
-  last_epoch_ = epoch;
-  last_lr_ = lr_at(epoch);
-  optimizer_.set_lr(last_lr_);
+  apply(epoch);
 }
 
-void LRScheduler::step() {
-  ++last_epoch_;
-  last_lr_ = lr_at(last_epoch_);
-  optimizer_.set_lr(last_lr_);
-}
+void LRScheduler::step() { apply(last_epoch_ + 1); }
 
 LambdaLR::LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> lr_lambda)
     : LRScheduler(optimizer), lambda_(std::move(lr_lambda)) {
@@ -39,7 +46,7 @@ LambdaLR::LambdaLR(Optimizer& optimizer, std::function<double(int64_t)> lr_lambd
   start();
 }
 
-double LambdaLR::lr_at(int64_t epoch) const { return base_lr() * lambda_(epoch); }
+double LambdaLR::lr_for(double base_lr, int64_t epoch) const { return base_lr * lambda_(epoch); }
 
 LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor,
                    int64_t total_iters)
@@ -52,9 +59,9 @@ LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor,
   start();
 }
 
-double LinearLR::lr_at(int64_t epoch) const {
+double LinearLR::lr_for(double base_lr, int64_t epoch) const {
   const double t = static_cast<double>(std::min(epoch, total_));
-  return base_lr() * (start_ + (end_ - start_) * t / static_cast<double>(total_));
+  return base_lr * (start_ + (end_ - start_) * t / static_cast<double>(total_));
 }
 
 CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double eta_min)
@@ -63,9 +70,9 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& optimizer, int64_t T_max, double
   start();
 }
 
-double CosineAnnealingLR::lr_at(int64_t epoch) const {
+double CosineAnnealingLR::lr_for(double base_lr, int64_t epoch) const {
   const double x = std::numbers::pi * static_cast<double>(epoch) / static_cast<double>(t_max_);
-  return eta_min_ + (base_lr() - eta_min_) * (1 + std::cos(x)) / 2;
+  return eta_min_ + (base_lr - eta_min_) * (1 + std::cos(x)) / 2;
 }
 
 SequentialLR::SequentialLR(Optimizer& optimizer,
@@ -85,13 +92,13 @@ SequentialLR::SequentialLR(Optimizer& optimizer,
   start();
 }
 
-double SequentialLR::lr_at(int64_t epoch) const {
+double SequentialLR::lr_for(double base_lr, int64_t epoch) const {
   // PyTorch: idx = bisect_right(milestones, epoch); scheduler idx restarts
   // at 0 on its milestone.
   const size_t idx = static_cast<size_t>(
       std::upper_bound(milestones_.begin(), milestones_.end(), epoch) - milestones_.begin());
   const int64_t local = idx == 0 ? epoch : epoch - milestones_[idx - 1];
-  return schedulers_[idx]->lr_at(local);
+  return schedulers_[idx]->lr_for(base_lr, local);
 }
 
 }  // namespace dtensor::optim

@@ -37,14 +37,35 @@ void nadam_kernel(T* __restrict p, T* __restrict m, T* __restrict v, const T* __
 
 }  // namespace
 
+const std::vector<detail::OptionField<NAdamOptions>>& NAdamOptions::fields() {
+  using O = NAdamOptions;
+  static const std::vector<detail::OptionField<O>> f{
+      {"lr", &O::lr},
+      {"betas", &O::betas},
+      {"eps", &O::eps},
+      {"weight_decay", &O::weight_decay},
+      {"momentum_decay", &O::momentum_decay},
+      {"decoupled_weight_decay", &O::decoupled_weight_decay},
+      {"maximize", &O::maximize}};
+  return f;
+}
+
+template class OptimizerOf<NAdamOptions>;
+
 NAdam::NAdam(std::vector<DTensor> params, const NAdamOptions& options)
-    : NAdam(detail::unnamed(std::move(params)), options) {}
+    : NAdam(std::vector<ParamGroup>{ParamGroup(std::move(params))}, options) {}
 
 NAdam::NAdam(std::vector<std::pair<std::string, DTensor>> named_params, const NAdamOptions& options)
-    : Optimizer(std::move(named_params), options.lr), options_(options) {
-  detail::check_adam_arguments("NAdam", options.betas, options.eps, options.weight_decay);
-  DT_CHECK(options.momentum_decay >= 0, "NAdam: expected momentum_decay >= 0, got ",
-           options.momentum_decay);
+    : NAdam(std::vector<ParamGroup>{ParamGroup(std::move(named_params))}, options) {}
+
+NAdam::NAdam(const std::vector<ParamGroup>& groups, const NAdamOptions& defaults)
+    : OptimizerOf(groups, defaults) {
+  resolve_options();
+}
+
+void NAdam::check_options(const NAdamOptions& o) const {
+  detail::check_adam_arguments("NAdam", o.betas, o.eps, o.weight_decay);
+  DT_CHECK(o.momentum_decay >= 0, "NAdam: expected momentum_decay >= 0, got ", o.momentum_decay);
 }
 
 namespace {
@@ -56,39 +77,42 @@ double nadam_mu(const NAdamOptions& o, int64_t step) {
 
 }  // namespace
 
-double NAdam::mu_product(int64_t step) const {
+double NAdam::mu_product(int64_t step, size_t group) const {
   DT_CHECK(step >= 0, "NAdam::mu_product: expected a step count >= 0, got ", step);
+  const NAdamOptions& o = options(group);
   double product = 1.0;
-  for (int64_t t = 1; t <= step; ++t) product *= nadam_mu(options_, t);
+  for (int64_t t = 1; t <= step; ++t) product *= nadam_mu(o, t);
   return product;
 }
 
-void NAdam::update(const DTensor& param, const DTensor& grad, ParamState& state) {
-  const std::vector<const DTensor*> buffers = detail::zero_buffers(param, state, buffer_names());
+void NAdam::update(const DTensor& param, const DTensor& grad, ParamState& state, size_t group) {
+  const NAdamOptions& o = options(group);
+  const std::vector<const DTensor*> buffers =
+      detail::zero_buffers(param, state, buffer_names(group));
   const int64_t step = ++state.step;
-  const auto [beta1, beta2] = options_.betas;
-  const double lr = this->lr();
+  const auto [beta1, beta2] = o.betas;
+  const double lr = this->lr(group);
   // Python floats in PyTorch: computed in double, cast by the kernel.
   const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
-  const double mu = nadam_mu(options_, step);
-  const double mu_next = nadam_mu(options_, step + 1);
+  const double mu = nadam_mu(o, step);
+  const double mu_next = nadam_mu(o, step + 1);
   const auto cached = mu_products_.find(&state);
-  const double product = cached != mu_products_.end() && cached->second.first == step - 1
-                             ? cached->second.second * mu
-                             : mu_product(step);
-  mu_products_[&state] = {step, product};
+  const bool next = cached != mu_products_.end() && cached->second.step == step - 1 &&
+                    cached->second.beta1 == beta1 &&
+                    cached->second.momentum_decay == o.momentum_decay;
+  const double product = next ? cached->second.product * mu : mu_product(step, group);
+  mu_products_[&state] = {step, product, beta1, o.momentum_decay};
   const double grad_step = -lr * (1. - mu) / (1. - product);
   const double avg_step = -lr * mu_next / (1. - product * mu_next);
   auto run = [&]<class T>() {
     const NadamScalars<T> s{
-        detail::DecayedGradient<T>::make(lr, options_.weight_decay, options_.decoupled_weight_decay,
-                                         options_.maximize),
+        detail::DecayedGradient<T>::make(lr, o.weight_decay, o.decoupled_weight_decay, o.maximize),
         static_cast<T>(beta1),
         static_cast<T>(1 - beta1),
         static_cast<T>(beta2),
         static_cast<T>(1 - beta2),
         static_cast<T>(bias_correction2),
-        static_cast<T>(options_.eps),
+        static_cast<T>(o.eps),
         static_cast<T>(grad_step),
         static_cast<T>(avg_step)};
     detail::for_each_element_block(

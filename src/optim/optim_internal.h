@@ -2,6 +2,9 @@
 // shards that hands a kernel contiguous memory and accounts for the writes.
 #pragma once
 
+#include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "dtensor/optim.h"
@@ -126,4 +129,102 @@ void check_all_current(const char* who, const std::vector<DTensor>& params,
 // Names to give unnamed parameters ("" each).
 std::vector<std::pair<std::string, DTensor>> unnamed(std::vector<DTensor> params);
 
+// The names of O's fields, for messages: "lr, momentum, ...".
+template <class O>
+std::string field_names() {
+  std::string names;
+  for (const OptionField<O>& f : O::fields())
+    names += (names.empty() ? "" : ", ") + std::string(f.name);
+  return names;
+}
+
+// Sets field `name` of `o` to `value`; throws naming `kind` when O has no
+// such field or `value` is of another type.
+template <class O>
+void set_field(const char* kind, O& o, const std::string& name, const OptionValue& value) {
+  for (const OptionField<O>& f : O::fields()) {
+    if (name != f.name) continue;
+    const bool ok = std::visit(
+        [&](auto member) {
+          using M = std::remove_reference_t<decltype(o.*member)>;
+          if constexpr (std::is_same_v<M, std::optional<double>>) {
+            if (const double* v = std::get_if<double>(&value)) return o.*member = *v, true;
+          } else if (const M* v = std::get_if<M>(&value)) {
+            return o.*member = *v, true;
+          }
+          return false;
+        },
+        f.member);
+    DT_CHECK(ok, kind, ": hyper-parameter '", name, "' must be ",
+             std::holds_alternative<bool O::*>(f.member) ? "a flag"
+             : std::holds_alternative<std::pair<double, double> O::*>(f.member)
+                 ? "a pair of numbers"
+                 : "a number");
+    return;
+  }
+  DT_THROW(kind, ": no hyper-parameter '", name, "' (it has: ", field_names<O>(), ")");
+}
+
 }  // namespace dtensor::optim::detail
+
+namespace dtensor::optim {
+
+// OptimizerOf's members, instantiated in each optimizer's file
+// (`template class OptimizerOf<SGDOptions>;`).
+template <class O>
+OptimizerOf<O>::OptimizerOf(const std::vector<ParamGroup>& groups, const O& defaults)
+    : Optimizer(groups, defaults.lr) {
+  for (const ParamGroup& g : groups) overrides_.push_back(g.options);
+  group_options_.assign(groups.size(), defaults);
+}
+
+template <class O>
+void OptimizerOf<O>::resolve_options() {
+  for (size_t g = 0; g < group_options_.size(); ++g) {
+    O& o = group_options_[g];
+    for (const auto& [name, value] : overrides_[g]) detail::set_field(kind(), o, name, value);
+    o.lr = lr(g);
+    check_options(o);
+  }
+  overrides_.clear();
+}
+
+template <class O>
+const O& OptimizerOf<O>::options(size_t group) const {
+  check_group(group);
+  return group_options_[group];
+}
+
+template <class O>
+GroupOptions OptimizerOf<O>::group_options(size_t group) const {
+  const O& o = options(group);
+  GroupOptions out;
+  for (const detail::OptionField<O>& f : O::fields())
+    std::visit(
+        [&](auto member) {
+          if constexpr (std::is_same_v<std::remove_cvref_t<decltype(o.*member)>,
+                                       std::optional<double>>)
+            out[f.name] = *(o.*member);
+          else
+            out[f.name] = o.*member;
+        },
+        f.member);
+  out["lr"] = lr(group);
+  return out;
+}
+
+template <class O>
+void OptimizerOf<O>::set_group_option(size_t group, const std::string& name,
+                                      const OptionValue& value) {
+  check_group(group);
+  O o = group_options_[group];
+  detail::set_field(kind(), o, name, value);
+  if (name == "lr") {
+    Optimizer::set_group_option(group, name, value);
+    return;  // the options keep the group's initial lr
+  }
+  check_options(o);
+  group_options_[group] = o;
+}
+
+}  // namespace dtensor::optim

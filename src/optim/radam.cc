@@ -41,19 +41,42 @@ void radam_kernel(T* __restrict p, T* __restrict m, T* __restrict v, const T* __
 
 }  // namespace
 
-RAdam::RAdam(std::vector<DTensor> params, const RAdamOptions& options)
-    : RAdam(detail::unnamed(std::move(params)), options) {}
-
-RAdam::RAdam(std::vector<std::pair<std::string, DTensor>> named_params, const RAdamOptions& options)
-    : Optimizer(std::move(named_params), options.lr), options_(options) {
-  detail::check_adam_arguments("RAdam", options.betas, options.eps, options.weight_decay);
+const std::vector<detail::OptionField<RAdamOptions>>& RAdamOptions::fields() {
+  using O = RAdamOptions;
+  static const std::vector<detail::OptionField<O>> f{
+      {"lr", &O::lr},
+      {"betas", &O::betas},
+      {"eps", &O::eps},
+      {"weight_decay", &O::weight_decay},
+      {"decoupled_weight_decay", &O::decoupled_weight_decay},
+      {"maximize", &O::maximize}};
+  return f;
 }
 
-void RAdam::update(const DTensor& param, const DTensor& grad, ParamState& state) {
-  const std::vector<const DTensor*> buffers = detail::zero_buffers(param, state, buffer_names());
+template class OptimizerOf<RAdamOptions>;
+
+RAdam::RAdam(std::vector<DTensor> params, const RAdamOptions& options)
+    : RAdam(std::vector<ParamGroup>{ParamGroup(std::move(params))}, options) {}
+
+RAdam::RAdam(std::vector<std::pair<std::string, DTensor>> named_params, const RAdamOptions& options)
+    : RAdam(std::vector<ParamGroup>{ParamGroup(std::move(named_params))}, options) {}
+
+RAdam::RAdam(const std::vector<ParamGroup>& groups, const RAdamOptions& defaults)
+    : OptimizerOf(groups, defaults) {
+  resolve_options();
+}
+
+void RAdam::check_options(const RAdamOptions& o) const {
+  detail::check_adam_arguments("RAdam", o.betas, o.eps, o.weight_decay);
+}
+
+void RAdam::update(const DTensor& param, const DTensor& grad, ParamState& state, size_t group) {
+  const RAdamOptions& o = options(group);
+  const std::vector<const DTensor*> buffers =
+      detail::zero_buffers(param, state, buffer_names(group));
   const int64_t step = ++state.step;
-  const auto [beta1, beta2] = options_.betas;
-  const double lr = this->lr();
+  const auto [beta1, beta2] = o.betas;
+  const double lr = this->lr(group);
   const double t = static_cast<double>(step);
   // Python floats in PyTorch: computed in double, cast by the kernel.
   const double bias_correction1 = 1 - std::pow(beta1, t);
@@ -68,15 +91,14 @@ void RAdam::update(const DTensor& param, const DTensor& grad, ParamState& state)
           : 0.0;
   auto run = [&]<class T>() {
     const RadamScalars<T> s{
-        detail::DecayedGradient<T>::make(lr, options_.weight_decay, options_.decoupled_weight_decay,
-                                         options_.maximize),
+        detail::DecayedGradient<T>::make(lr, o.weight_decay, o.decoupled_weight_decay, o.maximize),
         static_cast<T>(beta1),
         static_cast<T>(1 - beta1),
         static_cast<T>(beta2),
         static_cast<T>(1 - beta2),
         static_cast<T>(bias_correction1),
         static_cast<T>(lr),
-        static_cast<T>(options_.eps),
+        static_cast<T>(o.eps),
         static_cast<T>(std::sqrt(bias_correction2)),
         static_cast<T>(rect),
         rectified};

@@ -47,49 +47,70 @@ void rmsprop_kernel(T* __restrict p, T* __restrict sq, T* __restrict ga, T* __re
 
 }  // namespace
 
+const std::vector<detail::OptionField<RMSpropOptions>>& RMSpropOptions::fields() {
+  using O = RMSpropOptions;
+  static const std::vector<detail::OptionField<O>> f{{"lr", &O::lr},
+                                                     {"alpha", &O::alpha},
+                                                     {"eps", &O::eps},
+                                                     {"weight_decay", &O::weight_decay},
+                                                     {"momentum", &O::momentum},
+                                                     {"centered", &O::centered},
+                                                     {"maximize", &O::maximize}};
+  return f;
+}
+
+template class OptimizerOf<RMSpropOptions>;
+
 RMSprop::RMSprop(std::vector<DTensor> params, const RMSpropOptions& options)
-    : RMSprop(detail::unnamed(std::move(params)), options) {}
+    : RMSprop(std::vector<ParamGroup>{ParamGroup(std::move(params))}, options) {}
 
 RMSprop::RMSprop(std::vector<std::pair<std::string, DTensor>> named_params,
                  const RMSpropOptions& options)
-    : Optimizer(std::move(named_params), options.lr), options_(options) {
-  DT_CHECK(options.alpha >= 0, "RMSprop: expected alpha >= 0, got ", options.alpha);
-  DT_CHECK(options.eps >= 0, "RMSprop: expected eps >= 0, got ", options.eps);
-  DT_CHECK(options.weight_decay >= 0, "RMSprop: expected weight_decay >= 0, got ",
-           options.weight_decay);
-  DT_CHECK(options.momentum >= 0, "RMSprop: expected momentum >= 0, got ", options.momentum);
+    : RMSprop(std::vector<ParamGroup>{ParamGroup(std::move(named_params))}, options) {}
+
+RMSprop::RMSprop(const std::vector<ParamGroup>& groups, const RMSpropOptions& defaults)
+    : OptimizerOf(groups, defaults) {
+  resolve_options();
 }
 
-std::vector<std::string> RMSprop::buffer_names() const {
+void RMSprop::check_options(const RMSpropOptions& o) const {
+  DT_CHECK(o.alpha >= 0, "RMSprop: expected alpha >= 0, got ", o.alpha);
+  DT_CHECK(o.eps >= 0, "RMSprop: expected eps >= 0, got ", o.eps);
+  DT_CHECK(o.weight_decay >= 0, "RMSprop: expected weight_decay >= 0, got ", o.weight_decay);
+  DT_CHECK(o.momentum >= 0, "RMSprop: expected momentum >= 0, got ", o.momentum);
+}
+
+std::vector<std::string> RMSprop::buffer_names(size_t group) const {
+  const RMSpropOptions& o = options(group);
   std::vector<std::string> names{"square_avg"};
-  if (options_.momentum > 0) names.push_back("momentum_buffer");
-  if (options_.centered) names.push_back("grad_avg");
+  if (o.momentum > 0) names.push_back("momentum_buffer");
+  if (o.centered) names.push_back("grad_avg");
   return names;
 }
 
-void RMSprop::update(const DTensor& param, const DTensor& grad, ParamState& state) {
-  const bool use_momentum = options_.momentum > 0;
+void RMSprop::update(const DTensor& param, const DTensor& grad, ParamState& state, size_t group) {
+  const RMSpropOptions& o = options(group);
+  const bool use_momentum = o.momentum > 0;
   // The buffers in kernel order: square_avg, then grad_avg and
   // momentum_buffer when used.
   std::vector<std::string> names{"square_avg"};
-  if (options_.centered) names.push_back("grad_avg");
+  if (o.centered) names.push_back("grad_avg");
   if (use_momentum) names.push_back("momentum_buffer");
   const std::vector<const DTensor*> buffers = detail::zero_buffers(param, state, names);
   ++state.step;
   auto run = [&]<class T>() {
-    const RmspropScalars<T> s{static_cast<T>(options_.weight_decay),
-                              static_cast<T>(options_.alpha),
-                              static_cast<T>(1 - options_.alpha),
-                              static_cast<T>(options_.eps),
-                              static_cast<T>(options_.momentum),
-                              static_cast<T>(-lr()),
-                              options_.weight_decay != 0,
-                              options_.centered,
+    const RmspropScalars<T> s{static_cast<T>(o.weight_decay),
+                              static_cast<T>(o.alpha),
+                              static_cast<T>(1 - o.alpha),
+                              static_cast<T>(o.eps),
+                              static_cast<T>(o.momentum),
+                              static_cast<T>(-lr(group)),
+                              o.weight_decay != 0,
+                              o.centered,
                               use_momentum,
-                              options_.maximize};
+                              o.maximize};
     detail::for_each_element_block(
-        param, grad, buffers,
-        [&](std::vector<Tensor>& w, const Tensor& g, int64_t lo, int64_t hi) {
+        param, grad, buffers, [&](std::vector<Tensor>& w, const Tensor& g, int64_t lo, int64_t hi) {
           T* const ga = s.centered ? w[2].template data_ptr<T>() + lo : nullptr;
           T* const buf =
               s.use_momentum ? w[s.centered ? 3 : 2].template data_ptr<T>() + lo : nullptr;

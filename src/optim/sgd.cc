@@ -67,41 +67,61 @@ void sgd_shards(const DTensor& param, const DTensor& grad, const DTensor* buf,
 
 }  // namespace
 
-SGD::SGD(std::vector<DTensor> params, const SGDOptions& options)
-    : SGD(detail::unnamed(std::move(params)), options) {}
-
-SGD::SGD(std::vector<std::pair<std::string, DTensor>> named_params, const SGDOptions& options)
-    : Optimizer(std::move(named_params), options.lr), options_(options) {
-  DT_CHECK(options.momentum >= 0, "SGD: expected momentum >= 0, got ", options.momentum);
-  DT_CHECK(options.weight_decay >= 0, "SGD: expected weight_decay >= 0, got ",
-           options.weight_decay);
-  DT_CHECK(!options.nesterov || (options.momentum > 0 && options.dampening == 0),
-           "SGD: nesterov needs momentum > 0 and dampening 0, got momentum ", options.momentum,
-           " and dampening ", options.dampening);
+const std::vector<detail::OptionField<SGDOptions>>& SGDOptions::fields() {
+  using O = SGDOptions;
+  static const std::vector<detail::OptionField<O>> f{{"lr", &O::lr},
+                                                     {"momentum", &O::momentum},
+                                                     {"dampening", &O::dampening},
+                                                     {"weight_decay", &O::weight_decay},
+                                                     {"nesterov", &O::nesterov},
+                                                     {"maximize", &O::maximize}};
+  return f;
 }
 
-void SGD::update(const DTensor& param, const DTensor& grad, ParamState& state) {
-  const bool use_momentum = options_.momentum != 0;
+template class OptimizerOf<SGDOptions>;
+
+SGD::SGD(std::vector<DTensor> params, const SGDOptions& options)
+    : SGD(std::vector<ParamGroup>{ParamGroup(std::move(params))}, options) {}
+
+SGD::SGD(std::vector<std::pair<std::string, DTensor>> named_params, const SGDOptions& options)
+    : SGD(std::vector<ParamGroup>{ParamGroup(std::move(named_params))}, options) {}
+
+SGD::SGD(const std::vector<ParamGroup>& groups, const SGDOptions& defaults)
+    : OptimizerOf(groups, defaults) {
+  resolve_options();
+}
+
+void SGD::check_options(const SGDOptions& o) const {
+  DT_CHECK(o.momentum >= 0, "SGD: expected momentum >= 0, got ", o.momentum);
+  DT_CHECK(o.weight_decay >= 0, "SGD: expected weight_decay >= 0, got ", o.weight_decay);
+  DT_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
+           "SGD: nesterov needs momentum > 0 and dampening 0, got momentum ", o.momentum,
+           " and dampening ", o.dampening);
+}
+
+void SGD::update(const DTensor& param, const DTensor& grad, ParamState& state, size_t group) {
+  const SGDOptions& o = options(group);
+  const bool use_momentum = o.momentum != 0;
   const bool first = use_momentum && !state.has("momentum_buffer");
   if (first) state.buffers.emplace("momentum_buffer", detail::zeros_like_param(param));
   const DTensor* buf = use_momentum ? &state.buffers.at("momentum_buffer") : nullptr;
   ++state.step;
   auto run = [&]<class T>() {
-    SgdScalars<T> s{static_cast<T>(lr()),
-                    static_cast<T>(options_.momentum),
-                    static_cast<T>(1 - options_.dampening),
-                    static_cast<T>(options_.weight_decay),
+    SgdScalars<T> s{static_cast<T>(lr(group)),
+                    static_cast<T>(o.momentum),
+                    static_cast<T>(1 - o.dampening),
+                    static_cast<T>(o.weight_decay),
                     use_momentum,
-                    options_.nesterov,
-                    options_.maximize,
+                    o.nesterov,
+                    o.maximize,
                     first};
     sgd_shards<T>(param, grad, buf, s);
   };
   detail::with_param_type(param, run);
 }
 
-std::vector<std::string> SGD::buffer_names() const {
-  if (options_.momentum == 0) return {};
+std::vector<std::string> SGD::buffer_names(size_t group) const {
+  if (options(group).momentum == 0) return {};
   return {"momentum_buffer"};
 }
 

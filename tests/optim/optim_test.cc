@@ -183,7 +183,8 @@ TEST_F(OptimTest, ConstructorErrorsNameTheParameter) {
   expect_error([&] { SGD({w}, {.nesterov = true}); }, {"nesterov needs momentum > 0"});
   expect_error([&] { SGD({w}, {.lr = -1}); }, {"lr >= 0", "-1"});
   expect_error([&] { AdamW({w}, {.betas = {1.0, 0.9}}); }, {"AdamW", "betas.first", "got 1"});
-  expect_error([&] { SGD({{"a", w}, {"a", w}}, {}); }, {"name 'a' given twice"});
+  expect_error([&] { SGD({{"a", w}, {"a", leaf({4}, 3)}}, {}); }, {"name 'a' given twice"});
+  expect_error([&] { SGD({{"a", w}, {"b", w}}, {}); }, {"parameter 1 'b'", "is parameter 0 again"});
 }
 
 // Defaults are PyTorch's: AdamW decays by 1e-2, Adam not at all.

@@ -411,7 +411,9 @@ TEST_F(CheckpointTest, LoadWritesIntoTheLiveShards) {
 namespace {
 
 // A Linear layer trained by SGD with momentum and dampening (whose first
-// momentum step differs from a step with a zero buffer) and a warm-up.
+// momentum step differs from a step with a zero buffer) and a warm-up, in
+// two param groups: the bias with its own lr and no weight decay (saved
+// as "optim.group1.lr").
 struct Training {
   std::unique_ptr<nn::Linear> model;
   std::unique_ptr<optim::SGD> opt;
@@ -422,8 +424,10 @@ struct Training {
     if (sharded) fully_shard(*model, {.mesh_dims = {0}});
     std::vector<std::pair<std::string, DTensor>> params;
     for (auto& [name, p] : model->named_parameters()) params.emplace_back(name, *p);
+    std::vector<optim::ParamGroup> groups = optim::weight_decay_groups(params);
+    groups.at(1).options["lr"] = 0.05;
     opt = std::make_unique<optim::SGD>(
-        std::move(params),
+        groups,
         optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .dampening = 0.3, .weight_decay = 0.01});
     sched = std::make_unique<optim::LinearLR>(*opt, 0.5, 1.0, 4);
   }
@@ -466,6 +470,7 @@ TEST_F(CheckpointTest, StateDictsResumeTrainingOnAnotherLayout) {
       }
       Training resumed(mesh_b, !a_sharded);
       checkpoint::StateDict state = resumed.state();
+      EXPECT_EQ(state.count("optim.group1.lr"), 1u);
       load(state, base + "/at" + std::to_string(at));
       set_state_dict(state, *resumed.model, resumed.opt.get(), resumed.sched.get());
       EXPECT_EQ(resumed.opt->state(0).has("momentum_buffer"), at > 0) << at;
@@ -500,5 +505,6 @@ TEST_F(CheckpointTest, SetStateDictRefusesAnEpochThatDisagreesWithTheLr) {
   state["lr_scheduler.last_epoch"] = Value(int64_t{2});
   set_state_dict(state, *fresh.model, fresh.opt.get(), fresh.sched.get());
   EXPECT_EQ(fresh.sched->last_epoch(), 2);
-  EXPECT_EQ(fresh.opt->lr(), saved.opt->lr());
+  EXPECT_EQ(fresh.opt->lr(0), saved.opt->lr(0));
+  EXPECT_EQ(fresh.opt->lr(1), saved.opt->lr(1));
 }
