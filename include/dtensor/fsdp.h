@@ -84,6 +84,32 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options = {});
 // Whether fully_shard was applied to this module.
 bool is_fully_sharded(const nn::Module& module);
 
+// FSDP2's FSDPModule methods, as free functions on a module fully_shard
+// was applied to (anything else throws); with `recurse`, on every
+// fully_shard module under it too.
+//
+// Gradient accumulation without communication: while false, backward
+// reduce-scatters nothing and gives the sharded parameters no gradient;
+// each group keeps its unsharded flat gradient (a full copy of the
+// group's gradients per rank, as FSDP2's unsharded grads), summed over the
+// backwards, and the next backward with sync adds it in before its one
+// reduce-scatter. The result equals reduce-scattering every backward and
+// accumulating the shards, up to float rounding (the sum is taken before
+// the reduction instead of after).
+void set_requires_gradient_sync(nn::Module& module, bool requires_gradient_sync,
+                                bool recurse = true);
+// FullyShardOptions::reshard_after_forward, changed from the next forward on.
+void set_reshard_after_forward(nn::Module& module, bool reshard_after_forward,
+                               bool recurse = true);
+// The module's own group's reduced gradients are divided by `factor`
+// (> 0), in reduce_dtype, before the cast to the parameters' dtype.
+// Default 1: the reduce-scatter sums over dp, which is right for a loss
+// that is the global batch's mean (dtensor's losses are DTensors of the
+// whole batch). FSDP2 divides by the dp size by default, its loss being a
+// per-rank mean; a loss computed per rank and summed would set the dp size
+// here to get FSDP2's gradients.
+void set_gradient_divide_factor(nn::Module& module, double factor);
+
 // Data parallelism without sharding: every parameter of `module` is
 // Replicate on `mesh_dims` and its gradient is all-reduced over them, so it
 // arrives Replicate (the value of the whole batch's gradient). Throws for a

@@ -259,6 +259,36 @@ parallelism and before making the optimizer. Returns the module.
          "backward. Returns the module.");
   pm.def("is_fully_sharded", &is_fully_sharded, py::arg("module"));
 
+  // FSDP2's FSDPModule methods, on every dtensor.nn.Module (they throw for
+  // one fully_shard was not applied to).
+  py::object module_cls = m.attr("nn").attr("Module");
+  auto method = [&](const char* name, py::cpp_function f) { py::setattr(module_cls, name, f); };
+  method("set_requires_gradient_sync",
+         py::cpp_function(
+             [](nn::Module& m, bool requires_gradient_sync, bool recurse) {
+               set_requires_gradient_sync(m, requires_gradient_sync, recurse);
+             },
+             py::name("set_requires_gradient_sync"), py::is_method(module_cls),
+             py::arg("requires_gradient_sync"), py::kw_only(), py::arg("recurse") = true,
+             "FSDP2's: while False, backward reduce-scatters nothing and accumulates the "
+             "unsharded gradients (gradient accumulation); the next backward with sync "
+             "reduces their sum."));
+  method("set_reshard_after_forward",
+         py::cpp_function(
+             [](nn::Module& m, bool reshard_after_forward, bool recurse) {
+               set_reshard_after_forward(m, reshard_after_forward, recurse);
+             },
+             py::name("set_reshard_after_forward"), py::is_method(module_cls),
+             py::arg("reshard_after_forward"), py::kw_only(), py::arg("recurse") = true,
+             "FSDP2's: whether to free the unsharded parameters after forward."));
+  method("set_gradient_divide_factor",
+         py::cpp_function([](nn::Module& m, double factor) { set_gradient_divide_factor(m, factor); },
+                          py::name("set_gradient_divide_factor"), py::is_method(module_cls),
+                          py::arg("factor"),
+                          "FSDP2's: the module's reduced gradients are divided by factor "
+                          "(default 1: dtensor's reduce-scatter sums, the loss being the "
+                          "global batch's mean)."));
+
   // ---- the standalone layers of parallel.h -----------------------------------------
   py::class_<ColumnParallelLinear> col(pm, "ColumnParallelLinear",
                                       "Megatron's column-parallel Linear: W Shard(0) on tp.");

@@ -173,6 +173,33 @@ def test_fully_shard_trains_like_the_replicated_model(mesh, rng):
         np.testing.assert_allclose(full(a), full(b), rtol=1e-5, atol=1e-6, err_msg=n)
 
 
+def test_fsdp_module_methods(mesh, rng):
+    # FSDP2's gradient accumulation: two backwards without sync, one with;
+    # the gradient is the sum of the three, as plain accumulation gives.
+    w = weights(rng)
+    x_np = rng.standard_normal((4, 8, 16)).astype(np.float32)
+    ref = Block(mesh, *w)
+    sharded = Block(mesh, *w)
+    fully_shard(sharded.up, mesh=mesh["dp"])
+    fully_shard(sharded, mesh=mesh["dp"])
+    xs = dt.distribute_tensor(x_np, mesh, [dt.Shard(0), dt.Replicate()])
+    sharded.set_requires_gradient_sync(False)
+    for model in (ref, sharded):
+        for k in range(3):
+            if model is sharded and k == 2:
+                sharded.set_requires_gradient_sync(True)
+            y = model(xs)
+            dt.mean(y * y).backward()
+            if model is sharded and k < 2:
+                assert sharded.up.weight.grad is None
+    for (n, a), (_, b) in zip(ref.named_parameters(), sharded.named_parameters()):
+        np.testing.assert_allclose(full(a.grad), full(b.grad), rtol=1e-4, atol=1e-5, err_msg=n)
+    sharded.set_gradient_divide_factor(2.0)
+    sharded.set_reshard_after_forward(False, recurse=False)
+    with pytest.raises(dt.Error, match="not under fully_shard"):
+        ref.set_requires_gradient_sync(False)
+
+
 def test_python_hooks(mesh, rng):
     lin = nn.Linear(mesh, np.eye(3), None)
     lin.register_forward_pre_hook(lambda m, x: x * 2.0)

@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <any>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -74,6 +75,13 @@ struct Group {
   DeviceMesh dp_mesh;  // the mesh the collectives run on: mesh, or its dp dims flattened
   int dp_dim = 0;
   bool reshard_after_forward = true;
+  // set_requires_gradient_sync(false): backward keeps the flat gradient
+  // here (summed over backwards) instead of reduce-scattering it; the next
+  // backward with sync adds it in first.
+  bool requires_gradient_sync = true;
+  std::optional<LocalTensor> unsynced;
+  // set_gradient_divide_factor: the reduced gradient is divided by it.
+  double divide_factor = 1;
   DType dtype = DType::Float32;  // the sharded parameters' (and their gradients')
   MixedPrecisionPolicy mp;
   // The dtype the gather carries and the module computes in.
@@ -227,11 +235,20 @@ class GatherNode final : public autograd::Node {
           start += rows;
         }
       }
+      // Earlier backwards without sync first, then this one (FSDP2 adds
+      // each backward's unsharded gradient into the accumulated one).
+      if (g.unsynced) flat = add(g.unsynced->shard(rank), flat);
       in.set(rank, std::move(flat));
     }
+    autograd::Grads grads(g.params.size());
+    if (!g.requires_gradient_sync) {
+      g.unsynced = std::move(in);
+      finish_backward();
+      return grads;  // the sharded leaves get no gradient yet
+    }
+    g.unsynced.reset();
     const LocalTensor out =
         g.mesh.world().backend().reduce_scatter(in, g.dp_mesh, g.dp_dim, ReduceOp::Sum, 0);
-    autograd::Grads grads(g.params.size());
     for (size_t k = 0; k < g.params.size(); ++k) {
       if (!call_->grads[k] || !edges[k].node) continue;
       LocalTensor local;
@@ -239,18 +256,22 @@ class GatherNode final : public autograd::Node {
         Shape shape = l.trailing[k];
         const int64_t rows = l.rows[k][static_cast<size_t>(l.member)];
         shape.insert(0, rows);
-        const Tensor cut =
-            out.shard(rank).narrow(0, l.offset[k], rows * l.row_numel[k]).view(shape);
+        Tensor cut = out.shard(rank).narrow(0, l.offset[k], rows * l.row_numel[k]).view(shape);
+        if (g.divide_factor != 1) cut = cut / g.divide_factor;  // in reduce_dtype
         local.set(rank, cut.dtype() == g.dtype ? cut.clone() : cut.to(g.dtype));
       }
       grads[k] = DTensor(g.params[k].sharded.spec(), std::move(local));
     }
-    call_->grads.clear();
-    // The group's backward is done: free what backward gathered, and the
-    // root's values kept since forward (post-backward reshard).
-    g.backward_unsharded.clear();
-    if (!g.unsharded.empty()) g.reshard();
+    finish_backward();
     return grads;
+  }
+
+  // The group's backward is done: free what backward gathered, and the
+  // root's values kept since forward (post-backward reshard).
+  void finish_backward() {
+    call_->grads.clear();
+    group_->backward_unsharded.clear();
+    if (!group_->unsharded.empty()) group_->reshard();
   }
 
  private:
@@ -532,6 +553,49 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
     if (!group->params.empty()) post_forward(group);
     return cast_floating(y, group->mp.output_dtype);
   });
+}
+
+namespace {
+
+// The fully_shard groups of `module` (it must be fully_shard'ed) and, with
+// recurse, of every fully_shard module under it.
+std::vector<std::shared_ptr<Group>> groups_of(nn::Module& module, bool recurse, const char* api) {
+  std::vector<const nn::Module*> modules{&module};
+  if (recurse)
+    for (const auto& [name, sub] : module.named_modules()) modules.push_back(sub);
+  std::vector<std::shared_ptr<Group>> out;
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (const auto& e : r.live())
+    if (std::find(modules.begin(), modules.end(), e.module) != modules.end())
+      if (std::shared_ptr<Group> g = e.group.lock();
+          g && std::find(out.begin(), out.end(), g) == out.end())
+        out.push_back(std::move(g));
+  const bool own = std::any_of(out.begin(), out.end(), [&](const auto& g) {
+    return g->module == &module;
+  });
+  DT_CHECK(own, api, ": the module is not under fully_shard (FSDP2's FSDPModule methods are "
+           "for modules fully_shard was applied to)");
+  return out;
+}
+
+}  // namespace
+
+void set_requires_gradient_sync(nn::Module& module, bool requires_gradient_sync, bool recurse) {
+  for (const auto& g : groups_of(module, recurse, "set_requires_gradient_sync"))
+    g->requires_gradient_sync = requires_gradient_sync;
+}
+
+void set_reshard_after_forward(nn::Module& module, bool reshard_after_forward, bool recurse) {
+  for (const auto& g : groups_of(module, recurse, "set_reshard_after_forward"))
+    g->reshard_after_forward = reshard_after_forward;
+}
+
+void set_gradient_divide_factor(nn::Module& module, double factor) {
+  DT_CHECK(factor > 0 && std::isfinite(factor),
+           "set_gradient_divide_factor: expected a finite factor > 0, got ", factor);
+  for (const auto& g : groups_of(module, false, "set_gradient_divide_factor"))
+    if (g->module == &module) g->divide_factor = factor;
 }
 
 bool is_fully_sharded(const nn::Module& module) {

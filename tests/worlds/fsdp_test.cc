@@ -705,3 +705,69 @@ TEST_F(FsdpTest, RedistributeForwardAndBackwardDtypes) {
             std::string::npos)
       << e;
 }
+
+// set_requires_gradient_sync(false): backwards reduce-scatter nothing and
+// leave the sharded parameters without a gradient; the next backward with
+// sync gives the sum of all of them, as the one-rank model accumulates it.
+// recurse=false leaves the blocks syncing.
+TEST_F(FsdpTest, GradientAccumulationWithoutSync) {
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  for (bool recurse : {true, false}) {
+    const std::string where = recurse ? "recurse" : "root only";
+    Net net(mesh, 2);
+    Reference ref(2);
+    shard_model(net, {});
+    set_requires_gradient_sync(net, false, recurse);
+    for (int micro = 0; micro < 2; ++micro) {
+      DTensor loss = loss_of(net, {0});
+      CommDebugMode comm;
+      loss.backward();
+      EXPECT_EQ(comm.count(CollectiveKind::ReduceScatter), recurse ? 0 : 2) << where;
+      EXPECT_FALSE(net.head->weight().grad().has_value()) << where;
+      EXPECT_EQ(net.blocks[0]->fc->weight().grad().has_value(), !recurse) << where;
+      loss_of(ref.net, {0}).backward();
+    }
+    set_requires_gradient_sync(net, true);
+    DTensor loss = loss_of(net, {0});
+    CommDebugMode comm;
+    loss.backward();
+    EXPECT_EQ(comm.count(CollectiveKind::ReduceScatter), 3) << where;
+    loss_of(ref.net, {0}).backward();
+    expect_same_grads(net, ref.net, where);
+    sgd_step(net);
+    sgd_step(ref.net, false);
+    expect_same_params(net, ref.net, where);
+  }
+}
+
+// set_gradient_divide_factor divides the module's own group's reduced
+// gradients (not its children's); set_reshard_after_forward(false) leaves
+// backward without all_gathers. Both need a fully_shard module.
+TEST_F(FsdpTest, DivideFactorAndReshardSetters) {
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  Net net(mesh, 2);
+  Reference ref(2);
+  shard_model(net, {});
+  set_gradient_divide_factor(net, 4.0);
+  set_reshard_after_forward(net, false);
+  DTensor loss = loss_of(net, {0});
+  CommDebugMode comm;
+  loss.backward();
+  EXPECT_EQ(comm.count(CollectiveKind::AllGather), 0);
+  loss_of(ref.net, {0}).backward();
+  auto got = net.named_parameters(), want = ref.net.named_parameters();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool root_own = got[i].first.rfind("b", 0) != 0;  // head.*, scale
+    const Tensor expected = want[i].second->grad()->full_tensor() / (root_own ? 4.0 : 1.0);
+    EXPECT_LE(max_abs_diff(got[i].second->grad()->full_tensor(), expected), kTolFsdp)
+        << got[i].first;
+  }
+  EXPECT_NE(error_of([&] { set_gradient_divide_factor(*net.head, 2.0); }).find("not under fully_shard"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { set_gradient_divide_factor(net, 0.0); }).find("factor > 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { set_requires_gradient_sync(*net.head, false); }).find("not under fully_shard"),
+            std::string::npos);
+}
