@@ -185,6 +185,8 @@ int run(int argc, char** argv) {
       "           parallel over tp (Megatron plan); a --mesh DPxTP, e.g. 2x2 (the default)\n"
       "  ddp+tp   replicated parameters with all-reduced gradients over dp x TP over tp\n"
       "  fsdp, ddp, tp   one scheme on a 1-d --mesh N\n"
+      "  hsdp     FSDP2's hybrid sharding: parameters replicated over the first dim of a\n"
+      "           --mesh RxS and sharded over the second, the batch split over both\n"
       "AdamW with linear warm-up then cosine decay and gradient-norm clipping. The same\n"
       "model, optimizer and batches train alongside on one rank (--no-check skips it);\n"
       "every step's loss and the final parameters must agree within --tolerance.\n"
@@ -207,13 +209,13 @@ int run(int argc, char** argv) {
       "Exit status: 0 when verified, 1 when the two trainings part beyond --tolerance, 2 on\n"
       "a bad argument (one line on stderr says which).");
   train->add_option("--mesh", train_args.mesh,
-                    "mesh shape: DPxTP (e.g. 2x2) for fsdp+tp and ddp+tp, N for one scheme")
+                    "mesh shape: DPxTP (e.g. 2x2) for fsdp+tp and ddp+tp, RxS for hsdp, N for one scheme")
       ->capture_default_str();
   train->add_option("--names", train_args.names,
                     "mesh dim names, comma-separated (default dp,tp; dp or tp for a 1-d mesh)");
-  train->add_option("--scheme", train_args.scheme, "fsdp+tp, ddp+tp, fsdp, ddp or tp")
+  train->add_option("--scheme", train_args.scheme, "fsdp+tp, ddp+tp, fsdp, ddp, tp or hsdp")
       ->capture_default_str()
-      ->check(one_of({"fsdp+tp", "ddp+tp", "fsdp", "ddp", "tp"}));
+      ->check(one_of({"fsdp+tp", "ddp+tp", "fsdp", "ddp", "tp", "hsdp"}));
   train->add_flag("--no-sequence-parallel", train_no_sp,
                   "keep activations replicated over tp between blocks");
   add_number(train, "--steps", train_args.steps, "optimizer steps", 1, 100000);

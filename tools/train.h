@@ -11,7 +11,7 @@ namespace dtensor::cli {
 struct TrainArgs {
   std::string mesh = "2x2";
   std::string names;               // empty: dp,tp (one name for a 1-d mesh)
-  std::string scheme = "fsdp+tp";  // fsdp+tp | ddp+tp | fsdp | ddp | tp
+  std::string scheme = "fsdp+tp";  // fsdp+tp | ddp+tp | fsdp | ddp | tp | hsdp
   bool sequence_parallel = true;
   int64_t batch = 8, seq = 32, hidden = 64, heads = 4, layers = 2;
   int steps = 150;

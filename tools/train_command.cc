@@ -37,10 +37,15 @@ namespace {
 struct Scheme {
   bool fsdp = false, ddp = false, tp = false;
   int dp_dim = -1, tp_dim = -1;
+  int replicate_dim = -1;  // HSDP: FSDP over dp_dim, replicated over this one
   std::string describe(const DeviceMesh& mesh, bool sp) const {
     std::string out;
     const auto name = [&](int d) { return mesh.names()[static_cast<size_t>(d)]; };
-    if (fsdp) out += "fully sharded data parallel (FSDP) over " + name(dp_dim);
+    if (fsdp && replicate_dim >= 0)
+      out += "hybrid sharded data parallel (HSDP): replicated over " + name(replicate_dim) +
+             ", sharded over " + name(dp_dim);
+    else if (fsdp)
+      out += "fully sharded data parallel (FSDP) over " + name(dp_dim);
     if (ddp) out += "data parallel (replicated parameters) over " + name(dp_dim);
     if (tp) {
       out += out.empty() ? "" : ", ";
@@ -63,11 +68,15 @@ Scheme parse_scheme(const std::string& text, int mesh_ndim, const std::string& m
     s = {false, true, false, 0, -1};
   else if (text == "tp")
     s = {false, false, true, -1, 0};
+  else if (text == "hsdp")
+    s = {true, false, false, 1, -1, 0};
   else
-    DT_THROW("--scheme ", quote(text), " is not one of fsdp+tp, ddp+tp, fsdp, ddp, tp");
-  const int want = (s.fsdp || s.ddp) && s.tp ? 2 : 1;
+    DT_THROW("--scheme ", quote(text), " is not one of fsdp+tp, ddp+tp, fsdp, ddp, tp, hsdp");
+  const int want = ((s.fsdp || s.ddp) && s.tp) || s.replicate_dim >= 0 ? 2 : 1;
   DT_CHECK(mesh_ndim == want, "--scheme ", text, " needs a mesh of ", want,
-           want == 2 ? " dims (dp x tp, e.g. 2x2)" : " dim (e.g. 4)", ", got --mesh ", mesh_text);
+           want == 2 ? (s.tp ? " dims (dp x tp, e.g. 2x2)" : " dims (replicate x shard, e.g. 2x2)")
+                     : " dim (e.g. 4)",
+           ", got --mesh ", mesh_text);
   return s;
 }
 
@@ -153,6 +162,7 @@ struct Trainer {
     if (scheme.fsdp) {
       FullyShardOptions options;
       options.mesh_dims = {scheme.dp_dim};
+      if (scheme.replicate_dim >= 0) options.replicate_mesh_dims = {scheme.replicate_dim};
       options.mp_policy = mp;
       for (auto& [name, module] : model->named_modules())
         if (name.rfind("blocks.", 0) == 0 && name.find('.', 7) == std::string::npos)
@@ -175,6 +185,7 @@ struct Trainer {
     schedule = make_schedule(*optimizer, args, args.steps);
     input = Placements(static_cast<size_t>(mesh.ndim()), Replicate());
     if (scheme.dp_dim >= 0) input[static_cast<size_t>(scheme.dp_dim)] = Shard(0);
+    if (scheme.replicate_dim >= 0) input[static_cast<size_t>(scheme.replicate_dim)] = Shard(0);
   }
 
   // From `step` on, the schedule of a run of `total` steps (a resumed run
@@ -397,7 +408,9 @@ void load_resume(Trainer& t, const TrainArgs& args, int64_t vocab, const ResumeP
 // flatten is a change to the library's view rules, not to this command.
 void warn_uneven_batch(const TrainArgs& args, const Scheme& scheme, const DeviceMesh& mesh) {
   if (scheme.dp_dim < 0) return;
-  const int64_t dp = mesh.size(scheme.dp_dim);
+  // HSDP splits the batch over both its dims.
+  const int64_t dp = mesh.size(scheme.dp_dim) *
+                     (scheme.replicate_dim >= 0 ? mesh.size(scheme.replicate_dim) : 1);
   if (args.batch % dp == 0) return;
   const int64_t chunk = (args.batch + dp - 1) / dp;
   std::string sizes;
@@ -467,7 +480,11 @@ int run_train(const TrainArgs& given) {
   if (args.save_every > 0) check_output_dir(args.checkpoint_dir, "--checkpoint-dir");
   World world = make_train_world(args, ranks);
   std::string names = args.names;
-  if (names.empty()) names = mesh_shape.size() == 2 ? "dp,tp" : scheme.tp ? "tp" : "dp";
+  if (names.empty())
+    names = scheme.replicate_dim >= 0 ? "replicate,shard"
+            : mesh_shape.size() == 2  ? "dp,tp"
+            : scheme.tp               ? "tp"
+                                      : "dp";
   const DeviceMesh mesh = make_mesh(args.mesh, names, &world);
   const bool rank0 = world.rank() == 0;
 

@@ -65,6 +65,12 @@ struct FullyShardOptions {
   // The data-parallel mesh dims the parameters are sharded over (ascending;
   // several are flattened into one, row-major, as one collective group).
   std::vector<int> mesh_dims = {0};
+  // HSDP (FSDP2's fully_shard on a 2-d mesh): data-parallel mesh dims the
+  // parameters are replicated over, not sharded (ascending, none of
+  // mesh_dims). The batch is split over these too; backward reduce-scatters
+  // each group's gradient over mesh_dims, then all-reduces the shard over
+  // these (one all_reduce of 1/shard-group of the bytes), as FSDP2's HSDP.
+  std::vector<int> replicate_mesh_dims = {};
   // Free the unsharded parameters after forward (gather again in backward).
   // The root (a fully_shard module inside no other, found at its first
   // forward) always keeps them until after backward, as FSDP2 does: its

@@ -36,6 +36,9 @@ using release_gil = py::call_guard<py::gil_scoped_release>;
 
 // The dims of `mesh` that `which` covers: an index, a dim name, or a
 // sub-mesh (or flattened dim) of the same root.
+std::vector<int> mesh_dims_covering(const DeviceMesh& mesh, const DeviceMesh& sub,
+                                    MeshDimMask wanted, const char* what);
+
 std::vector<int> mesh_dims_of(const DeviceMesh& mesh, py::handle which, const char* what) {
   if (PyLong_Check(which.ptr())) return {cast_arg<int>(which, what, "a mesh dim index that fits an int")};
   if (PyUnicode_Check(which.ptr())) return {mesh.dim_index(which.cast<std::string>())};
@@ -49,10 +52,16 @@ std::vector<int> mesh_dims_of(const DeviceMesh& mesh, py::handle which, const ch
   }
   const auto& sub = cast_arg<const DeviceMesh&>(
       which, what, "a mesh dim (index, name, sub-mesh such as mesh[\"dp\"]) or a list of them");
-  DT_CHECK(sub.root() == mesh.root(), what, ": mesh ", sub.to_string(),
-           " is not a view of the module's mesh ", mesh.to_string());
   MeshDimMask wanted = 0;
   for (int d = 0; d < sub.ndim(); ++d) wanted |= sub.root_dims(d);
+  return mesh_dims_covering(mesh, sub, wanted, what);
+}
+
+// The dims of `mesh` that make up the root dims `wanted` of its view `sub`.
+std::vector<int> mesh_dims_covering(const DeviceMesh& mesh, const DeviceMesh& sub,
+                                    MeshDimMask wanted, const char* what) {
+  DT_CHECK(sub.root() == mesh.root(), what, ": mesh ", sub.to_string(),
+           " is not a view of the module's mesh ", mesh.to_string());
   std::vector<int> out;
   MeshDimMask covered = 0;
   for (int d = 0; d < mesh.ndim(); ++d) {
@@ -227,7 +236,15 @@ replaced in place (make the optimizer after); returns the module.
          [](py::object module, py::object mesh, bool reshard_after_forward) {
            auto& mod = cast_arg<nn::Module&>(module, "fully_shard(module)", "a dtensor.nn.Module");
            FullyShardOptions o;
-           if (!mesh.is_none()) o.mesh_dims = mesh_dims_of(mod.mesh(), mesh, "fully_shard");
+           if (py::isinstance<DeviceMesh>(mesh) && mesh.cast<const DeviceMesh&>().ndim() == 2) {
+             // FSDP2's HSDP: a 2-d mesh is (replicate, shard).
+             const auto& sub = mesh.cast<const DeviceMesh&>();
+             o.replicate_mesh_dims =
+                 mesh_dims_covering(mod.mesh(), sub, sub.root_dims(0), "fully_shard");
+             o.mesh_dims = mesh_dims_covering(mod.mesh(), sub, sub.root_dims(1), "fully_shard");
+           } else if (!mesh.is_none()) {
+             o.mesh_dims = mesh_dims_of(mod.mesh(), mesh, "fully_shard");
+           }
            o.reshard_after_forward = reshard_after_forward;
            {
              py::gil_scoped_release release;
@@ -239,8 +256,10 @@ replaced in place (make the optimizer after); returns the module.
          py::arg("reshard_after_forward") = true, R"doc(
 FSDP2: shards the module's parameters (those no inner fully_shard manages)
 Shard(0) over the data-parallel mesh dims `mesh` (mesh["dp"], a dim index or
-name, or a list of them; default dim 0), all-gathered as one group around its
-forward and reduce-scattered in backward. Apply bottom-up, after tensor
+name, or a list of them, flattened; default dim 0), all-gathered as one group
+around its forward and reduce-scattered in backward. A 2-d mesh
+(mesh["replicate", "shard"]) is FSDP2's HSDP: replicated over its first dim,
+sharded over its second, gradients reduce-scattered then all-reduced. Apply bottom-up, after tensor
 parallelism and before making the optimizer. Returns the module.
 )doc");
   pm.def("replicate",

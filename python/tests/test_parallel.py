@@ -200,6 +200,27 @@ def test_fsdp_module_methods(mesh, rng):
         ref.set_requires_gradient_sync(False)
 
 
+def test_fully_shard_on_a_2d_mesh_is_hsdp(mesh, rng):
+    # FSDP2's HSDP: mesh (dp=2 replicate, tp=4 shard); the batch over both.
+    w = weights(rng)
+    x_np = rng.standard_normal((8, 8, 16)).astype(np.float32)
+    ref = Block(mesh, *w)
+    hsdp = Block(mesh, *w)
+    fully_shard(hsdp.up, mesh=mesh["dp", "tp"])
+    fully_shard(hsdp, mesh=mesh["dp", "tp"])
+    assert hsdp.up.weight.placements == (dt.Replicate(), dt.Shard(0))
+    xs = dt.distribute_tensor(x_np, mesh, [dt.Shard(0), dt.Shard(0)])
+    for model in (ref, hsdp):
+        y = model(xs)
+        with dt.CommDebugMode() as comm:
+            dt.mean(y * y).backward()
+        if model is hsdp:
+            counts = comm.get_comm_counts()
+            assert counts["reduce_scatter"] == 2 and counts["all_reduce"] == 2
+    for (n, a), (_, b) in zip(ref.named_parameters(), hsdp.named_parameters()):
+        np.testing.assert_allclose(full(a.grad), full(b.grad), rtol=1e-4, atol=1e-5, err_msg=n)
+
+
 def test_python_hooks(mesh, rng):
     lin = nn.Linear(mesh, np.eye(3), None)
     lin.register_forward_pre_hook(lambda m, x: x * 2.0)

@@ -74,6 +74,17 @@ struct Group {
   std::vector<int> dp_dims;
   DeviceMesh dp_mesh;  // the mesh the collectives run on: mesh, or its dp dims flattened
   int dp_dim = 0;
+  // HSDP: the mesh dims the parameters are replicated over, and the mesh
+  // and dim of the all_reduce over them (flattened when several).
+  std::vector<int> replicate_dims;
+  std::optional<DeviceMesh> replicate_mesh;
+  int replicate_dim = 0;
+  bool data_parallel(size_t d) const {
+    const auto in = [d](const std::vector<int>& v) {
+      return std::find(v.begin(), v.end(), static_cast<int>(d)) != v.end();
+    };
+    return in(dp_dims) || in(replicate_dims);
+  }
   bool reshard_after_forward = true;
   // set_requires_gradient_sync(false): backward keeps the flat gradient
   // here (summed over backwards) instead of reduce-scattering it; the next
@@ -186,17 +197,15 @@ void Group::reshard() {
 }
 
 // A gradient of an unsharded value made ready for the reduce_scatter: on
-// the dp dims a Partial(sum) (what batch-sharded activations give; a
-// Replicate or Shard gradient there is made Replicate and then split, so
-// that the sum restores it), on every other mesh dim the parameter's own
-// placement (a Partial(sum) on tp is reduced there: an all_reduce, or a
-// reduce_scatter onto a tp Shard).
+// the dp dims (and HSDP's replicate dims) a Partial(sum) (what
+// batch-sharded activations give; a Replicate or Shard gradient there is
+// made Replicate and then split, so that the sum restores it), on every
+// other mesh dim the parameter's own placement (a Partial(sum) on tp is
+// reduced there: an all_reduce, or a reduce_scatter onto a tp Shard).
 DTensor ready_for_reduce_scatter(const DTensor& g, const Group& group, const Param& p) {
   Placements step = g.placements(), want = p.unsharded_spec.placements();
   for (size_t d = 0; d < step.size(); ++d) {
-    const bool dp = std::find(group.dp_dims.begin(), group.dp_dims.end(), int(d)) !=
-                    group.dp_dims.end();
-    if (!dp) {
+    if (!group.data_parallel(d)) {
       step[d] = want[d];
     } else {
       if (step[d] != Partial()) step[d] = Replicate();
@@ -247,8 +256,11 @@ class GatherNode final : public autograd::Node {
       return grads;  // the sharded leaves get no gradient yet
     }
     g.unsynced.reset();
-    const LocalTensor out =
-        g.mesh.world().backend().reduce_scatter(in, g.dp_mesh, g.dp_dim, ReduceOp::Sum, 0);
+    Backend& backend = g.mesh.world().backend();
+    LocalTensor out = backend.reduce_scatter(in, g.dp_mesh, g.dp_dim, ReduceOp::Sum, 0);
+    // HSDP: each replica's shards hold its sum; the sum over the replicas
+    // is one all_reduce of the flat shard (1/shard-group of the gradient).
+    if (g.replicate_mesh) out = backend.all_reduce(out, *g.replicate_mesh, g.replicate_dim, ReduceOp::Sum);
     for (size_t k = 0; k < g.params.size(); ++k) {
       if (!call_->grads[k] || !edges[k].node) continue;
       LocalTensor local;
@@ -456,6 +468,17 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
   auto group = std::make_shared<Group>(module, dp_dims.size() == 1 ? mesh : mesh.flatten(dp_dims));
   group->dp_dims = dp_dims;
   group->dp_dim = dp_dims.size() == 1 ? dp_dims[0] : 0;
+  if (!options.replicate_mesh_dims.empty()) {
+    const std::vector<int> rep =
+        checked_dims(mesh, options.replicate_mesh_dims, "fully_shard (replicate_mesh_dims)");
+    for (int d : rep)
+      DT_CHECK(std::find(dp_dims.begin(), dp_dims.end(), d) == dp_dims.end(),
+               "fully_shard: mesh dim ", d, " is in both mesh_dims (shard) and "
+               "replicate_mesh_dims (replicate); HSDP shards over one and replicates over the other");
+    group->replicate_dims = rep;
+    group->replicate_mesh = rep.size() == 1 ? mesh : mesh.flatten(rep);
+    group->replicate_dim = rep.size() == 1 ? rep[0] : 0;
+  }
   group->reshard_after_forward = options.reshard_after_forward;
   check_policy(options.mp_policy, "fully_shard");
   group->mp = options.mp_policy;
@@ -475,12 +498,11 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
     first = false;
     Placements sharded = p.placements();
     for (size_t d = 0; d < sharded.size(); ++d) {
-      const bool dp = std::find(group->dp_dims.begin(), group->dp_dims.end(), int(d)) !=
-                      group->dp_dims.end();
       DT_CHECK(!sharded[d].is_partial(), "fully_shard: parameter '", name, "' is ",
                placements_text(p), ", Partial on mesh dim ", d, "; parameters hold values");
-      DT_CHECK(!dp || sharded[d].is_replicate(), "fully_shard: parameter '", name, "' is ",
-               placements_text(p), "; it must be Replicate on the data-parallel mesh dim ", d);
+      DT_CHECK(!group->data_parallel(d) || sharded[d].is_replicate(), "fully_shard: parameter '",
+               name, "' is ", placements_text(p),
+               "; it must be Replicate on the data-parallel mesh dim ", d);
     }
     // dp splits dim 0 after the mesh dims that already shard it (tp splits
     // the rows first, dp each tp piece: S(0)[1],S(0)[0] on (dp, tp)), so the

@@ -771,3 +771,53 @@ TEST_F(FsdpTest, DivideFactorAndReshardSetters) {
   EXPECT_NE(error_of([&] { set_requires_gradient_sync(*net.head, false); }).find("not under fully_shard"),
             std::string::npos);
 }
+
+// HSDP: sharded over one mesh dim, replicated over another, the batch
+// split over both. Per group and step: one all_gather over the shard dim
+// in forward, one reduce_scatter over it and one all_reduce of the shard
+// over the replicate dim in backward (its bytes a shard group's share of
+// the gradient's); training matches the one-rank model. Also with the
+// batch replicated over the replicate dim (its gradients not summed twice),
+// and a replicate dim that is also a shard dim is refused.
+TEST_F(FsdpTest, HybridShardingShardsOneDimAndReplicatesTheOther) {
+  std::vector<Shape> shapes = {{2, 2}};
+  if (world.size() >= 8) shapes.push_back({2, 4});
+  for (const Shape& shape : shapes) {
+    DeviceMesh mesh(world, shape, {"replicate", "shard"});
+    if (!dtensor::testing::takes_part(mesh)) continue;
+    const std::string where = "mesh " + mesh.to_string();
+    const FullyShardOptions o{.mesh_dims = {1}, .replicate_mesh_dims = {0}};
+    Net net(mesh, 2);
+    shard_model(net, o);
+    for (auto& [name, p] : net.named_parameters())
+      EXPECT_EQ(p->placements(), (Placements{Replicate(), Shard(0)})) << where << " " << name;
+    {
+      CommDebugMode forward;
+      DTensor loss = loss_of(net, {0, 1});
+      EXPECT_EQ(forward.count(CollectiveKind::AllGather), 3) << where;
+      CommDebugMode backward;
+      loss.backward();
+      EXPECT_EQ(backward.count(CollectiveKind::ReduceScatter), 3) << where;
+      EXPECT_EQ(backward.count(CollectiveKind::AllReduce), 3) << where;
+      // The all_reduce carries the shards (padded pieces), a shard group's
+      // share of what the reduce_scatter reduces.
+      EXPECT_EQ(backward.bytes(CollectiveKind::AllReduce) * mesh.size(1),
+                backward.bytes(CollectiveKind::ReduceScatter))
+          << where;
+      for (auto& [name, p] : net.named_parameters()) p->zero_grad();
+    }
+    train_and_compare(net, {0, 1}, 3, where);
+    Net replicated_batch(mesh, 1);
+    shard_model(replicated_batch, o);
+    Reference ref(1);
+    loss_of(replicated_batch, {1}).backward();
+    loss_of(ref.net, {0}).backward();
+    expect_same_grads(replicated_batch, ref.net, where + " batch replicated over dim 0");
+  }
+  DeviceMesh mesh(world, {2, 2});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  Net net(mesh, 1);
+  EXPECT_NE(error_of([&] { fully_shard(net, {.mesh_dims = {0}, .replicate_mesh_dims = {0}}); })
+                .find("in both mesh_dims (shard) and replicate_mesh_dims"),
+            std::string::npos);
+}
