@@ -59,9 +59,12 @@ class Module {
   // Parameters by dotted name: this module's own in registration order,
   // then each child's ("blocks.0.attention.wq.weight"). The pointers stay
   // valid while the module lives; assigning through one replaces the
-  // parameter everywhere the module reads it.
-  std::vector<std::pair<std::string, DTensor*>> named_parameters();
-  // Copies of the parameters (sharing storage and autograd state).
+  // parameter everywhere the module reads it. A parameter held by several
+  // slots (tied weights: `head->weight() = tok->weight()`, copies sharing
+  // the autograd state) is listed once, under its first name, as PyTorch's
+  // remove_duplicate=True; remove_duplicate=false lists every slot.
+  std::vector<std::pair<std::string, DTensor*>> named_parameters(bool remove_duplicate = true);
+  // Copies of the parameters (sharing storage and autograd state), each once.
   std::vector<DTensor> parameters();
   // This module ("") and every descendant by dotted name, parents first.
   std::vector<std::pair<std::string, Module*>> named_modules();
@@ -114,6 +117,9 @@ class Module {
 // its step() and zero_grad() then throw saying so. Assigning through the
 // pointer directly replaces without the mark.
 void replace_parameter(DTensor& slot, DTensor value, const std::string& by);
+// Whether two slots hold one parameter (tied): copies sharing the autograd
+// state, or, for parameters that require no grad, the same shards.
+bool same_parameter(const DTensor& a, const DTensor& b);
 // What replaced `param` (replace_parameter's `by`), or nullopt while it is
 // still a module's current parameter.
 std::optional<std::string> superseded_by(const DTensor& param);

@@ -221,6 +221,33 @@ def test_fully_shard_on_a_2d_mesh_is_hsdp(mesh, rng):
         np.testing.assert_allclose(full(a.grad), full(b.grad), rtol=1e-4, atol=1e-5, err_msg=n)
 
 
+def test_tied_weights_stay_tied(mesh, rng):
+    # The embedding and the head share one weight (PyTorch's tying); after
+    # tensor parallelism and fully_shard it is still one parameter.
+    class TiedLM(nn.Module):
+        def __init__(self, mesh):
+            super().__init__(mesh)
+            self.tok = nn.Embedding(mesh, 11, 6)
+            self.head = nn.Linear(mesh, 6, 11, bias=False)
+            self.head.weight = self.tok.weight
+
+        def forward(self, ids):
+            return self.head(self.tok(ids))
+
+    m = TiedLM(mesh)
+    assert [n for n, _ in m.named_parameters()] == ["tok.weight"]
+    dt.parallelize_module(m, mesh["tp"], {"tok": RowwiseParallel(), "head": ColwiseParallel()})
+    fully_shard(m, mesh=mesh["dp"])
+    assert [n for n, _ in m.named_parameters()] == ["tok.weight"]
+    ids = dt.distribute_tensor(np.arange(8).reshape(2, 4) % 11, mesh, [dt.Shard(0), dt.Replicate()])
+    dt.mean(m(ids)).backward()
+    assert m.tok.weight.grad is not None
+    np.testing.assert_array_equal(full(m.tok.weight.grad), full(m.head.weight.grad))
+    m2 = TiedLM(mesh)
+    with pytest.raises(dt.Error, match="one \\(tied\\) parameter"):
+        dt.parallelize_module(m2, mesh["tp"], {"tok": ColwiseParallel(), "head": ColwiseParallel()})
+
+
 def test_python_hooks(mesh, rng):
     lin = nn.Linear(mesh, np.eye(3), None)
     lin.register_forward_pre_hook(lambda m, x: x * 2.0)

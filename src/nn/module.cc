@@ -20,11 +20,16 @@ DTensor Module::operator()(const DTensor& x) {
   return out;
 }
 
-std::vector<std::pair<std::string, DTensor*>> Module::named_parameters() {
+std::vector<std::pair<std::string, DTensor*>> Module::named_parameters(bool remove_duplicate) {
   std::vector<std::pair<std::string, DTensor*>> out;
   for (auto& [module_name, module] : named_modules()) {
     const std::string prefix = module_name.empty() ? "" : module_name + ".";
-    for (auto& [name, value] : module->params_) out.emplace_back(prefix + name, value.get());
+    for (auto& [name, value] : module->params_) {
+      const bool seen = remove_duplicate && std::any_of(out.begin(), out.end(), [&](const auto& o) {
+                          return same_parameter(*o.second, *value);
+                        });
+      if (!seen) out.emplace_back(prefix + name, value.get());
+    }
   }
   return out;
 }
@@ -125,6 +130,18 @@ void replace_parameter(DTensor& slot, DTensor value, const std::string& by) {
   const auto& meta = autograd::meta_of(slot);
   if (meta && meta != autograd::meta_of(value)) meta->superseded_by = by;
   slot = std::move(value);
+}
+
+bool same_parameter(const DTensor& a, const DTensor& b) {
+  if (a.requires_grad() || b.requires_grad()) return a.is_same(b);
+  if (a.spec() != b.spec() || a.local().size() != b.local().size() || a.local().empty())
+    return false;
+  bool same = true;
+  a.local().for_each([&](int rank, const Tensor& t) {
+    const Tensor& u = b.to_local(rank);
+    same = same && t.storage() == u.storage() && t.raw_data() == u.raw_data();
+  });
+  return same;
 }
 
 std::optional<std::string> superseded_by(const DTensor& param) {

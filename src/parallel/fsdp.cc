@@ -55,7 +55,9 @@ struct RankLayout {
 
 struct Param {
   std::string name;
-  DTensor* slot;
+  // The module slots holding the parameter: one, or several for a tied one
+  // (nn::same_parameter), which all read the same values.
+  std::vector<DTensor*> slots;
   DTensor sharded;             // the leaf the optimizer steps
   DTensorSpec unsharded_spec;  // Replicate on the dp dims
 };
@@ -192,7 +194,8 @@ std::vector<DTensor> Group::gather() const {
 }
 
 void Group::reshard() {
-  for (Param& p : params) *p.slot = p.sharded;
+  for (Param& p : params)
+    for (DTensor* slot : p.slots) *slot = p.sharded;
   unsharded.clear();
 }
 
@@ -349,7 +352,8 @@ void pre_forward(const std::shared_ptr<Group>& group) {
   std::vector<DTensor> values = group->gather();
   record_gather(group, values);
   group->unsharded = std::move(values);
-  for (size_t k = 0; k < group->params.size(); ++k) *group->params[k].slot = group->unsharded[k];
+  for (size_t k = 0; k < group->params.size(); ++k)
+    for (DTensor* slot : group->params[k].slots) *slot = group->unsharded[k];
   // The root keeps its values until after backward (FSDP2): nothing to pack.
   if (group->reshard_after_forward && !*group->root) {
     resharding_groups.push_back(group);
@@ -411,7 +415,7 @@ bool managed(const DTensor* slot) {
   for (const auto& e : r.live())
     if (auto g = e.group.lock())
       for (const Param& p : g->params)
-        if (p.slot == slot) return true;
+        if (std::find(p.slots.begin(), p.slots.end(), slot) != p.slots.end()) return true;
   return false;
 }
 
@@ -484,9 +488,24 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
   group->mp = options.mp_policy;
 
   bool first = true;
-  for (auto& [name, slot] : module.named_parameters()) {
+  for (auto& [name, slot] : module.named_parameters(/*remove_duplicate=*/false)) {
     if (managed(slot)) continue;
     const DTensor& p = *slot;
+    // A tied parameter's other slots: the same Param.
+    const auto tied = std::find_if(group->params.begin(), group->params.end(), [&](const Param& q) {
+      return nn::same_parameter(*q.slots.front(), p);
+    });
+    if (tied != group->params.end()) {
+      tied->slots.push_back(slot);
+      continue;
+    }
+    // Tied to one an inner fully_shard already replaced: two groups would
+    // each shard a copy and the tie would silently break.
+    if (const std::optional<std::string> by = nn::superseded_by(p))
+      DT_THROW("fully_shard: parameter '", name, "' is tied to (the same tensor as) another "
+               "slot's parameter, which ", *by, " already replaced; a tied parameter must be ",
+               "managed by one fully_shard: apply it to a module holding every use, and not ",
+               "to the inner ones");
     DT_CHECK(p.mesh() == mesh, "fully_shard: parameter '", name, "' lives on mesh ",
              p.mesh().to_string(), ", not the module's ", mesh.to_string());
     DT_CHECK(p.dim() >= 1, "fully_shard: parameter '", name,
@@ -523,10 +542,11 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
                      moved.local().map([](int, const Tensor& t) { return t.clone(); }));
     }();
     if (p.requires_grad()) leaf.requires_grad_();
-    group->params.push_back({name, slot, leaf, p.spec()});
+    group->params.push_back({name, {slot}, leaf, p.spec()});
   }
   // Only once every parameter passed the checks.
-  for (Param& p : group->params) nn::replace_parameter(*p.slot, p.sharded, "fully_shard");
+  for (Param& p : group->params)
+    for (DTensor* slot : p.slots) nn::replace_parameter(*slot, p.sharded, "fully_shard");
 
   for (int rank : mesh.held_ranks()) {
     RankLayout l;
@@ -641,7 +661,8 @@ void replicate(nn::Module& module, const ReplicateOptions& options) {
   const MixedPrecisionPolicy& mp = options.mp_policy;
   check_policy(mp, "replicate");
   std::vector<DTensor*> slots;
-  for (auto& [name, slot] : module.named_parameters()) {
+  // Every slot, a tied parameter's each (each reads the cast in forward).
+  for (auto& [name, slot] : module.named_parameters(/*remove_duplicate=*/false)) {
     DT_CHECK(slot->mesh() == mesh, "replicate: parameter '", name, "' lives on mesh ",
              slot->mesh().to_string(), ", not the module's ", mesh.to_string());
     for (int d : dims)

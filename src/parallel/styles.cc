@@ -3,6 +3,7 @@
 // module's parameter slots) and registers hooks; each call then moves only
 // the tp placement of the input and the output, and the ops' sharding
 // propagation does the rest.
+#include <algorithm>
 #include <sstream>
 #include <type_traits>
 #include <variant>
@@ -277,6 +278,52 @@ void apply_style(nn::Module& module, const std::string& name, int tp_mesh_dim,
   std::visit([&](const auto& s) { apply(module, name, tp, s); }, style);
 }
 
+namespace {
+
+// The slots of one tied parameter (nn::same_parameter), by name.
+using TiedSlots = std::vector<std::pair<std::string, DTensor*>>;
+
+std::vector<TiedSlots> tied_slots(nn::Module& root) {
+  std::vector<TiedSlots> groups;
+  for (const auto& [name, slot] : root.named_parameters(/*remove_duplicate=*/false)) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const TiedSlots& g) {
+      return nn::same_parameter(*g.front().second, *slot);
+    });
+    if (it == groups.end())
+      groups.push_back({{name, slot}});
+    else
+      it->emplace_back(name, slot);
+  }
+  std::erase_if(groups, [](const TiedSlots& g) { return g.size() < 2; });
+  return groups;
+}
+
+// A style lays out its own module's slot: the other slots of a tied
+// parameter get the same new leaf, so the modules still share one
+// parameter (one gradient, one optimizer entry). Two styles that laid a
+// tied parameter out differently (embedding Shard(1), head Shard(0)) throw.
+void retie(const std::vector<TiedSlots>& tied) {
+  for (const TiedSlots& g : tied) {
+    // The new layout: the first slot a style replaced (still superseded
+    // slots hold the old tensor).
+    const auto fresh = std::find_if(g.begin(), g.end(), [](const auto& s) {
+      return !nn::superseded_by(*s.second);
+    });
+    if (fresh == g.end()) continue;
+    for (const auto& [name, slot] : g) {
+      if (nn::same_parameter(*slot, *fresh->second)) continue;
+      DT_CHECK(nn::superseded_by(*slot) || slot->spec() == fresh->second->spec(),
+               "parallelize_module: '", fresh->first, "' and '", name,
+               "' are one (tied) parameter, but the plan lays them out differently (",
+               to_string(fresh->second->placements()), " and ", to_string(slot->placements()),
+               "); give both modules styles that agree on it");
+      nn::replace_parameter(*slot, *fresh->second, "parallelize_module");
+    }
+  }
+}
+
+}  // namespace
+
 void parallelize_module(nn::Module& root, int tp_mesh_dim, const ParallelizePlan& plan,
                         const ParallelizeOptions& options) {
   DT_CHECK(tp_mesh_dim >= 0 && tp_mesh_dim < root.mesh().ndim(),
@@ -308,9 +355,11 @@ void parallelize_module(nn::Module& root, int tp_mesh_dim, const ParallelizePlan
     for (const auto& [name, module] : hit) check_supported(style, *module, name);
     targets.push_back(std::move(hit));
   }
+  const std::vector<TiedSlots> tied = tied_slots(root);
   for (size_t i = 0; i < plan.size(); ++i)
     for (const auto& [name, module] : targets[i])
       apply_style(*module, name, tp_mesh_dim, plan[i].second, options);
+  retie(tied);
 }
 
 std::optional<ParallelStyle> style_for(const ParallelizePlan& plan, const std::string& module_name) {
