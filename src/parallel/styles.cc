@@ -81,7 +81,16 @@ void apply(nn::Module& m, const std::string& name, const Tp& tp, const ColwisePa
     unsupported("ColwiseParallel", name, "nn::Linear and nn::Embedding");
   }
   m.register_forward_pre_hook([tp, input](nn::Module&, const DTensor& x) {
-    return replicated_with_reduced_grad(arrive(x, tp, input), tp);
+    const DTensor arrived = arrive(x, tp, input);
+    // Already Replicate on tp (PrepareModuleInput gathered it once for q, k
+    // and v, or the residual stream without sequence parallelism): nothing
+    // moves, as in PyTorch, and the Partial input gradient flows back as
+    // it is, so that the gradients of every module reading x add up as
+    // Partials and are reduced once where x was made (a reduce_scatter
+    // back to the sequence shards, or one all_reduce where x meets a
+    // Replicate gradient) instead of once per module.
+    if (arrived.placements()[static_cast<size_t>(tp.dim)].is_replicate()) return arrived;
+    return replicated_with_reduced_grad(arrived, tp);
   });
   const Placement out = s.output_layouts;
   m.register_forward_hook(
