@@ -587,9 +587,47 @@ DTensor log_softmax(const DTensor& x, int64_t dim) {
   return out;
 }
 
-DTensor layer_norm(const DTensor& x, const Shape& normalized_shape,
-                   const std::optional<DTensor>& weight, const std::optional<DTensor>& bias,
-                   double eps) {
+// `t` with its shards of the last `trailing` dims gathered (a
+// differentiable redistribute), or t itself when none is sharded there. A
+// norm computes over its normalized dims whole, so the rule gathers them
+// anyway; doing it here, as its own autograd step, makes backward run on
+// the gathered values saved for it (no collective: the gradient goes back
+// to the shards by a local cut) instead of recomputing the statistics from
+// the sharded input (2 all_gathers, 3 all_reduces and 2 reduce_scatters
+// for a layer_norm on a 1-d mesh, where PyTorch, which saves the
+// redistributed input, runs none).
+DTensor gathered_trailing(const DTensor& t, int64_t trailing) {
+  Placements to = t.placements();
+  bool sharded = false;
+  for (Placement& p : to)
+    if (p.is_shard() && p.dim() >= t.dim() - trailing) p = Replicate(), sharded = true;
+  return sharded ? t.redistribute(normalize_shard_orders(to)) : t;
+}
+
+std::optional<DTensor> gathered_param(const std::optional<DTensor>& t) {
+  if (!t) return t;
+  return gathered_trailing(*t, t->dim());
+}
+
+// Whether x's trailing dims are the normalized shape (else the op's own
+// checks report the mismatch, naming x's placements as given).
+bool trails(const DTensor& x, const Shape& normalized_shape) {
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  if (k > x.dim()) return false;
+  for (int64_t i = 0; i < k; ++i)
+    if (x.shape()[static_cast<size_t>(x.dim() - k + i)] != normalized_shape[static_cast<size_t>(i)])
+      return false;
+  return true;
+}
+
+DTensor layer_norm(const DTensor& x_in, const Shape& normalized_shape,
+                   const std::optional<DTensor>& weight_in,
+                   const std::optional<DTensor>& bias_in, double eps) {
+  const bool ok = trails(x_in, normalized_shape);
+  const DTensor x =
+      ok ? gathered_trailing(x_in, static_cast<int64_t>(normalized_shape.size())) : x_in;
+  const std::optional<DTensor> weight = ok ? gathered_param(weight_in) : weight_in;
+  const std::optional<DTensor> bias = ok ? gathered_param(bias_in) : bias_in;
   DTensor out = run_norm(OpId::LayerNorm, kLayerNorm, x, normalized_shape, weight, bias,
                          [&](const Tensor& t, const Tensor& w, const Tensor& b) {
                            return layer_norm(t, normalized_shape, w, b, eps);
@@ -598,8 +636,12 @@ DTensor layer_norm(const DTensor& x, const Shape& normalized_shape,
   return out;
 }
 
-DTensor rms_norm(const DTensor& x, const Shape& normalized_shape,
-                 const std::optional<DTensor>& weight, std::optional<double> eps) {
+DTensor rms_norm(const DTensor& x_in, const Shape& normalized_shape,
+                 const std::optional<DTensor>& weight_in, std::optional<double> eps) {
+  const bool ok = trails(x_in, normalized_shape);
+  const DTensor x =
+      ok ? gathered_trailing(x_in, static_cast<int64_t>(normalized_shape.size())) : x_in;
+  const std::optional<DTensor> weight = ok ? gathered_param(weight_in) : weight_in;
   DTensor out = run_norm(OpId::RmsNorm, kRmsNorm, x, normalized_shape, weight, std::nullopt,
                          [&](const Tensor& t, const Tensor& w, const Tensor&) {
                            return rms_norm(t, normalized_shape, w, eps);

@@ -226,6 +226,56 @@ TEST_F(AutogradNnTest, SequenceShardedNormsKeepTheirLayout) {
   }
 }
 
+// A norm whose normalized dim is sharded (x Shard(2), weight and bias
+// Shard(0)): the forward gathers them (three all_gathers, as the rule
+// would) as autograd steps of their own, so backward computes on the
+// gathered values and needs no collective for the norm itself (before, it
+// recomputed the statistics from the sharded input: on a 1-d mesh of 4, 2
+// all_gathers, 3 all_reduces and 2 reduce_scatters); the gradients go back to the shards by local cuts and
+// equal the replicated computation's. On (2, 2) with the batch on mesh
+// dim 0, the weight's and bias's gradients are sums over the batch shards
+// of a weight Replicate there: one all_reduce each, as data parallelism.
+TEST_F(AutogradNnTest, NormsOverAShardedDimNeedNoBackwardCollective) {
+  for (const Shape& ms : std::vector<Shape>{{4}, {2, 2}}) {
+    if (ms.product() > world.size()) continue;
+    DeviceMesh mesh(world, ms);
+    if (!dtensor::testing::takes_part(mesh)) continue;
+    Placements px(static_cast<size_t>(mesh.ndim()), Shard(2));
+    Placements pw(static_cast<size_t>(mesh.ndim()), Shard(0));
+    if (mesh.ndim() == 2) px[0] = Shard(0), pw[0] = Replicate();
+    const Shape shape = {2, 3, 8};
+    for (bool layer : {true, false}) {
+      const std::string where = std::string(layer ? "layer_norm" : "rms_norm") + " mesh " +
+                                mesh.to_string();
+      DTensor x = leaf_nn(Tensor::randn(shape, 1, 0, DType::Float64), mesh, px, 0);
+      DTensor w = leaf_nn(Tensor::randn({8}, 2, 0, DType::Float64), mesh, pw, 0);
+      DTensor b = leaf_nn(Tensor::randn({8}, 3, 0, DType::Float64), mesh, pw, 0);
+      std::optional<CommDebugMode> forward(std::in_place);
+      const DTensor y = layer ? layer_norm(x, {8}, w, b) : rms_norm(x, {8}, w);
+      EXPECT_EQ(forward->count(CollectiveKind::AllGather), layer ? 3 : 2) << where;
+      EXPECT_EQ(forward->total_count(), layer ? 3 : 2) << where << forward->table();
+      forward.reset();
+      const DTensor g = distribute_tensor(Tensor::randn(shape, 4, 0, DType::Float64), mesh,
+                                          y.placements());
+      {
+        CommDebugMode comm;
+        y.backward(g);
+        const int64_t params = mesh.ndim() == 2 ? (layer ? 2 : 1) : 0;
+        EXPECT_EQ(comm.count(CollectiveKind::AllReduce), params) << where << comm.table();
+        EXPECT_EQ(comm.total_count(), params) << where << comm.table();
+      }
+      EXPECT_EQ(x.grad()->placements(), px) << where;
+      EXPECT_EQ(w.grad()->placements(), pw) << where;
+      const GradFn f = [layer](const std::vector<DTensor>& v) {
+        return layer ? layer_norm(v[0], {8}, v[1], v[2]) : rms_norm(v[0], {8}, v[1]);
+      };
+      std::vector<DTensor> in = {x, w};
+      if (layer) in.push_back(b);
+      EXPECT_EQ(check_matches_replicated(f, in, 9, kTol, kTol), "") << where;
+    }
+  }
+}
+
 namespace {
 
 // (C), (N, C), (N, C, d1) or (N, C, d1, d2) with C >= 1, and its target shape.
