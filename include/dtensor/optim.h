@@ -413,7 +413,9 @@ class Adadelta : public OptimizerOf<AdadeltaOptions> {
   Adadelta(std::vector<std::pair<std::string, DTensor>> named_params,
            const AdadeltaOptions& options);
   Adadelta(const std::vector<ParamGroup>& groups, const AdadeltaOptions& defaults);
-  std::vector<std::string> buffer_names(size_t) const override { return {"square_avg", "acc_delta"}; }
+  std::vector<std::string> buffer_names(size_t) const override {
+    return {"square_avg", "acc_delta"};
+  }
 
  protected:
   void update(const DTensor& param, const DTensor& grad, ParamState& state,

@@ -238,8 +238,8 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
            " param groups, the optimizer ", groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g)
     DT_CHECK(sd.group_params[g] == groups_[g].params, kind(), "::load_state_dict: param group ",
-             g, " holds other parameters in the state than in the optimizer (", sd.group_params[g].size(),
-             " against ", groups_[g].params.size(), ")");
+             g, " holds other parameters in the state than in the optimizer (",
+             sd.group_params[g].size(), " against ", groups_[g].params.size(), ")");
   for (size_t i = 0; i < params_.size(); ++i) {
     const DTensor& p = params_[i];
     DT_CHECK(sd.state[i].step >= 0, kind(), "::load_state_dict: parameter ", i,

@@ -263,7 +263,8 @@ class GatherNode final : public autograd::Node {
     LocalTensor out = backend.reduce_scatter(in, g.dp_mesh, g.dp_dim, ReduceOp::Sum, 0);
     // HSDP: each replica's shards hold its sum; the sum over the replicas
     // is one all_reduce of the flat shard (1/shard-group of the gradient).
-    if (g.replicate_mesh) out = backend.all_reduce(out, *g.replicate_mesh, g.replicate_dim, ReduceOp::Sum);
+    if (g.replicate_mesh)
+      out = backend.all_reduce(out, *g.replicate_mesh, g.replicate_dim, ReduceOp::Sum);
     for (size_t k = 0; k < g.params.size(); ++k) {
       if (!call_->grads[k] || !edges[k].node) continue;
       LocalTensor local;
@@ -478,7 +479,8 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
     for (int d : rep)
       DT_CHECK(std::find(dp_dims.begin(), dp_dims.end(), d) == dp_dims.end(),
                "fully_shard: mesh dim ", d, " is in both mesh_dims (shard) and "
-               "replicate_mesh_dims (replicate); HSDP shards over one and replicates over the other");
+               "replicate_mesh_dims (replicate); HSDP shards over one and replicates over the "
+               "other");
     group->replicate_dims = rep;
     group->replicate_mesh = rep.size() == 1 ? mesh : mesh.flatten(rep);
     group->replicate_dim = rep.size() == 1 ? rep[0] : 0;
