@@ -80,6 +80,10 @@ class DTensor {
   // The shard of the only rank this process holds (MPI); throws in a
   // simulated world holding several ranks (use to_local(rank) there).
   Tensor to_local() const;
+  // Whether `other` has this spec and, on every rank this process holds,
+  // the same storage and start (copies of one DTensor, or a view onto the
+  // same elements); true when this process holds no rank.
+  bool same_shards(const DTensor& other) const;
 
   // The global tensor (all-gathers and reduces as needed), as every rank sees it.
   Tensor full_tensor() const;

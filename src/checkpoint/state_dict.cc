@@ -14,19 +14,6 @@ namespace dtensor::checkpoint {
 
 namespace {
 
-// The same tensor: the same storage and offset on every shard this
-// process holds (copies of a parameter share them; an optimizer holds
-// copies).
-bool same_tensor(const DTensor& a, const DTensor& b) {
-  if (a.spec() != b.spec() || a.local().size() != b.local().size()) return false;
-  bool same = true;
-  a.local().for_each([&](int rank, const Tensor& t) {
-    const Tensor& u = b.to_local(rank);
-    same = same && t.storage() == u.storage() && t.raw_data() == u.raw_data();
-  });
-  return same;
-}
-
 // The model's name for each of the optimizer's parameters: the optimizer's
 // own name when it has one, else the model parameter that is the same tensor.
 std::vector<std::string> param_names(nn::Module& model, const optim::Optimizer& opt) {
@@ -38,7 +25,7 @@ std::vector<std::string> param_names(nn::Module& model, const optim::Optimizer& 
       continue;
     }
     const auto it = std::find_if(named.begin(), named.end(), [&](const auto& np) {
-      return same_tensor(*np.second, opt.params()[i]);
+      return np.second->same_shards(opt.params()[i]);
     });
     DT_CHECK(it != named.end(), "checkpoint::get_state_dict: the optimizer's parameter ", i,
              " (", opt.params()[i].spec(), ") is none of the model's parameters; "
@@ -168,7 +155,7 @@ void set_state_dict(const StateDict& state, nn::Module& model, optim::Optimizer*
         auto it = ps.buffers.find(name);
         if (it == ps.buffers.end())
           ps.buffers.emplace(name, *buffer);
-        else if (!same_tensor(it->second, *buffer))
+        else if (!it->second.same_shards(*buffer))
           it->second.copy_(*buffer);
       }
     }

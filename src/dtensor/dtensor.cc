@@ -83,6 +83,16 @@ Tensor DTensor::to_local() const {
   return local_.shards().front().second;
 }
 
+bool DTensor::same_shards(const DTensor& other) const {
+  if (spec() != other.spec() || local_.size() != other.local_.size()) return false;
+  bool same = true;
+  local_.for_each([&](int rank, const Tensor& t) {
+    const Tensor& u = other.to_local(rank);
+    same = same && t.storage() == u.storage() && t.raw_data() == u.raw_data();
+  });
+  return same;
+}
+
 Tensor DTensor::full_tensor() const {
   DT_CHECK(!local_.empty(), "full_tensor: this process holds no rank of mesh ", mesh());
   Placements all_r(static_cast<size_t>(mesh().ndim()), Replicate());

@@ -19,21 +19,6 @@ const DTensor& ParamState::buffer(const std::string& name) const {
   return it->second;
 }
 
-namespace {
-
-// The same shards: loading an optimizer's own state_dict() copies nothing.
-bool same_storage(const DTensor& a, const DTensor& b) {
-  if (a.spec() != b.spec()) return false;
-  bool same = true;
-  a.local().for_each([&](int rank, const Tensor& t) {
-    const Tensor& u = b.to_local(rank);
-    same = same && t.storage() == u.storage() && t.raw_data() == u.raw_data();
-  });
-  return same;
-}
-
-}  // namespace
-
 namespace detail {
 
 DTensor zeros_like_param(const DTensor& param) { return full_like_param(param, 0.0); }
@@ -285,7 +270,7 @@ void Optimizer::load_state_dict(const OptimizerStateDict& sd) {
           b.placements() == params_[i].placements() ? b : b.redistribute(params_[i].placements());
       auto it = mine.buffers.find(name);
       if (it != mine.buffers.end() && it->second.spec() == params_[i].spec()) {
-        if (!same_storage(it->second, laid)) it->second.copy_(laid);
+        if (!it->second.same_shards(laid)) it->second.copy_(laid);
         buffers.emplace(name, it->second);
       } else {
         buffers.emplace(name, laid.clone());
