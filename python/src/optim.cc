@@ -179,7 +179,7 @@ hyper-parameters are checked as at construction). "params" is read only.
              if (key == "params")
                throw py::type_error("param_groups[...]['params'] is read only in dtensor");
              if (key == "initial_lr") {
-               v.opt->set_initial_lr(v.group, value.cast<double>());
+               v.opt->set_initial_lr(v.group, cast_arg<double>(value, "param_groups[...]['initial_lr']", "a number"));
                return;
              }
              v.opt->set_group_option(v.group, key, option_from_python(value, "param_groups[" +
@@ -202,7 +202,7 @@ hyper-parameters are checked as at construction). "params" is read only.
              if (d.contains(key)) return d[py::str(key)];
              if (key != "initial_lr")
                throw py::key_error("param group has no '" + key + "' to set a default for");
-             v.opt->set_initial_lr(v.group, value.cast<double>());
+             v.opt->set_initial_lr(v.group, cast_arg<double>(value, "param_groups[...]['initial_lr']", "a number"));
              return value;
            })
       .def("__repr__", [](const GroupView& v) { return py::repr(v.to_dict()).cast<std::string>(); });
@@ -267,25 +267,34 @@ and each group's hyper-parameters.
              sd.state.resize(o.size());
              if (!d.contains("state") || !d.contains("param_groups"))
                throw py::key_error("load_state_dict: expected a dict with 'state' and 'param_groups'");
-             for (auto [key, value] : py::reinterpret_borrow<py::dict>(d["state"])) {
+             const char* what = "load_state_dict";
+             const auto state = cast_arg<py::dict>(d["state"], "load_state_dict: 'state'",
+                                                   "a dict {parameter index: {'step': n, ...}}");
+             for (auto [key, value] : state) {
                const size_t i = cast_arg<size_t>(key, "load_state_dict: state", "parameter indices");
                DT_CHECK(i < o.size(), "load_state_dict: state of parameter ", i, " for ", o.size(),
                         " parameters");
-               for (auto [name, v] : py::reinterpret_borrow<py::dict>(value)) {
-                 const std::string n = name.cast<std::string>();
+               const auto entry = cast_arg<py::dict>(value, "load_state_dict: state of a parameter",
+                                                     "a dict {'step': n, buffer name: DTensor}");
+               for (auto [name, v] : entry) {
+                 const auto n = cast_arg<std::string>(name, what, "str keys in a parameter's state");
                  if (n == "step")
                    sd.state[i].step = cast_arg<int64_t>(v, "load_state_dict: 'step'", "an int");
                  else
                    sd.state[i].buffers.emplace(n, cast_arg<DTensor>(v, "load_state_dict: buffer '" + n + "'", "a DTensor"));
                }
              }
-             for (py::handle g : py::reinterpret_borrow<py::list>(d["param_groups"])) {
+             const auto groups = cast_arg<py::list>(d["param_groups"], "load_state_dict: 'param_groups'",
+                                                    "a list of dicts");
+             for (py::handle g : groups) {
                optim::GroupOptions options;
                std::vector<size_t> params;
-               for (auto [name, v] : py::reinterpret_borrow<py::dict>(g)) {
-                 const std::string n = name.cast<std::string>();
+               const auto group = cast_arg<py::dict>(g, "load_state_dict: a param group", "a dict");
+               for (auto [name, v] : group) {
+                 const auto n = cast_arg<std::string>(name, what, "str keys in a param group");
                  if (n == "params")
-                   params = v.cast<std::vector<size_t>>();
+                   params = cast_arg<std::vector<size_t>>(v, "load_state_dict: a param group's 'params'",
+                                                          "a list of parameter indices");
                  else
                    options[n] = option_from_python(v, "load_state_dict: param group '" + n + "'");
                }

@@ -139,3 +139,25 @@ def test_bad_groups_are_errors(rng, mesh):
         SGD([{"params": ours}, {"params": [ours[0]]}])
     with pytest.raises(ValueError, match="empty parameter list"):
         SGD([])
+
+
+def test_bad_state_dicts_are_errors(rng, mesh):
+    ours, _ = make_params(rng, mesh)
+    opt = SGD([{"params": ours[:2]}, {"params": ours[2:]}], lr=0.1, momentum=0.9)
+    good = opt.state_dict()
+    for bad, match in [
+            ({"state": [], "param_groups": good["param_groups"]}, "'state': expected a dict"),
+            ({"state": {0: 5}, "param_groups": good["param_groups"]}, "state of a parameter"),
+            ({"state": {}, "param_groups": {"lr": 1}}, "'param_groups': expected a list"),
+            ({"state": {}, "param_groups": [1, 2]}, "a param group: expected a dict"),
+            ({"state": {}, "param_groups": [{"params": "ab"}, {"params": [2, 3]}]},
+             "'params': expected a list of parameter indices"),
+            ({"state": {}, "param_groups": [{1: 2}, {"params": [2, 3]}]}, "str keys"),
+            ({"state": {}}, "'state' and 'param_groups'")]:
+        with pytest.raises((TypeError, KeyError), match=match):
+            opt.load_state_dict(bad)
+    with pytest.raises(dt.Error, match="2 param groups, the optimizer 1"):
+        SGD(ours, lr=0.1).load_state_dict(good)
+    with pytest.raises(TypeError, match="initial_lr"):
+        opt.param_groups[0]["initial_lr"] = "x"
+    opt.load_state_dict(good)  # still loads after the refusals
