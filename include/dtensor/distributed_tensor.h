@@ -51,8 +51,17 @@ class DTensor {
   DTensor(const DTensorSpec& spec, LocalTensor local);
   DTensor(DTensorSpec&& spec, LocalTensor local);
 
+  // A DTensor on the meta device: the layout of `spec`, each held rank's
+  // shard a meta Tensor (a shape, no memory). What a module built under
+  // nn::MetaDeviceGuard holds until Module::materialize() fills it.
+  static DTensor meta(const DTensorSpec& spec);
+
   // Whether this DTensor holds a tensor (false only when default-constructed).
   bool defined() const { return spec_.has_value(); }
+  // Whether its shards are on the meta device (DTensor::meta): the layout
+  // is known, the values are not. redistribute() moves only the layout (no
+  // communication); ops that read values throw.
+  bool is_meta() const;
   const DTensorSpec& spec() const {
     if (!spec_) [[unlikely]] throw_empty();
     return *spec_;

@@ -23,6 +23,22 @@
 // holding it throws at step() and zero_grad() instead of updating a tensor
 // the model no longer reads.
 //
+// Models larger than a process (deferred initialisation, PyTorch's meta
+// device): under an nn::MetaDeviceGuard a module's parameters are made on
+// the meta device (a layout, no memory), each with the recipe (nn::Init) of
+// its values. parallelize_module and fully_shard lay them out as usual
+// (moving nothing), and materialize() then makes each process's shards
+// alone, with the values the one-process model has:
+//
+//   std::unique_ptr<models::GPT> model;
+//   { nn::MetaDeviceGuard meta; model = std::make_unique<models::GPT>(mesh, config); }
+//   fully_shard(*model, ...);            // layouts only: nothing allocated
+//   model->materialize();                // each rank makes its own shards
+//
+// No process ever holds a whole parameter it does not own (a parameter made
+// from a full Tensor is the exception: that tensor is kept until
+// materialize()). Ops on a parameter not yet materialized throw.
+//
 // Differences from torch.nn.Module: one DTensor in and one out (a model with
 // more inputs keeps them as members, e.g. a mask as a buffer); no
 // train/eval mode; no state_dict() method: a model's state (with its
@@ -41,6 +57,55 @@
 #include "dtensor/distributed_tensor.h"
 
 namespace dtensor::nn {
+
+// How a parameter's values are made, as a recipe that gives any block of
+// the global tensor from global indices alone (the random ones are
+// layout-invariant, ops.h): the whole tensor, or each rank's shard on its
+// own, with the same values bit for bit. A Tensor converts to the recipe
+// "these values".
+class Init {
+ public:
+  // std * Tensor::randn(shape, seed) + mean (the product, then the sum;
+  // either skipped when it is the identity).
+  static Init normal(const Shape& shape, uint64_t seed, double std = 1, double mean = 0);
+  // (high - low) * Tensor::rand(shape, seed) + low: uniform in [low, high).
+  static Init uniform(const Shape& shape, uint64_t seed, double low, double high);
+  static Init constant(const Shape& shape, double value);
+  Init(Tensor values);  // NOLINT(google-explicit-constructor): a Tensor is its own recipe
+  // Whether this is the Tensor form (its values exist already).
+  bool holds_values() const { return kind_ == Kind::Values; }
+
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  // The whole tensor.
+  Tensor full() const;
+  // The tensor laid out on `mesh`, each held rank making only its own
+  // shard (no communication). Placements must be Shard or Replicate.
+  DTensor distribute(const DeviceMesh& mesh, const Placements& placements) const;
+
+ private:
+  enum class Kind { Normal, Uniform, Constant, Values };
+  Init(Kind kind, const Shape& shape, uint64_t seed, double scale, double shift);
+  Kind kind_;
+  Shape shape_;
+  DType dtype_ = DType::Float32;
+  uint64_t seed_ = 0;
+  double scale_ = 1, shift_ = 0;  // scale * draw + shift; shift_ is the constant's value
+  Tensor values_;                  // Kind::Values
+};
+
+// While one is alive (on this thread), modules make their parameters on the
+// meta device (DTensor::meta, Replicate on the module's mesh) and remember
+// each one's Init, as PyTorch's `with torch.device("meta")`; nothing is
+// allocated and no size limit applies until Module::materialize().
+class MetaDeviceGuard {
+ public:
+  MetaDeviceGuard();
+  ~MetaDeviceGuard();
+  MetaDeviceGuard(const MetaDeviceGuard&) = delete;
+  MetaDeviceGuard& operator=(const MetaDeviceGuard&) = delete;
+  static bool active();
+};
 
 class Module {
  public:
@@ -73,6 +138,15 @@ class Module {
   Module& submodule(const std::string& name);
   DTensor& parameter(const std::string& name);
 
+  // Makes every parameter of this module and its descendants that is still
+  // on the meta device: allocates each held shard in place (so every copy
+  // of the parameter, in fully_shard's state or an optimizer, sees it) and
+  // fills it from the parameter's Init, in the layout it has now. All the
+  // shards' bytes are checked (check_allocation) before the first is
+  // allocated. Returns how many parameters it made (0 when none was meta).
+  // PyTorch: to_empty() followed by reset_parameters()/init_weights().
+  int64_t materialize();
+
   // fn(module, input) -> the input forward() gets.
   using ForwardPreHook = std::function<DTensor(Module&, const DTensor&)>;
   // fn(module, input, output) -> the output the caller gets.
@@ -81,16 +155,19 @@ class Module {
   void register_forward_hook(ForwardHook hook);
 
  protected:
-  // A parameter from a full tensor, Replicate on the module's mesh; floating
-  // ones require grad. Returns the slot forward() reads (stable address).
-  DTensor* register_parameter(const std::string& name, const Tensor& full);
+  // A parameter made by `init` (a full Tensor converts to one), Replicate
+  // on the module's mesh; floating ones require grad. Under a
+  // MetaDeviceGuard it is meta and keeps `init` for materialize(). Returns
+  // the slot forward() reads (stable address).
+  DTensor* register_parameter(const std::string& name, const Init& init);
   DTensor* register_parameter(const std::string& name, DTensor value);
   // Throws (check_allocation, naming `op`) unless parameters of these
   // shapes can all be made: each (its `copies` times, e.g. once per block
   // of a model) is counted once per rank of the mesh this process holds
   // (its Replicate copies), plus `extra_copies` (the full tensors a
   // constructor from sizes makes first). Call it before making any
-  // parameter.
+  // parameter. Under a MetaDeviceGuard only the sizes' arithmetic is
+  // checked: nothing is allocated (materialize() checks the shards).
   void check_parameter_sizes(const std::string& op, std::vector<PlannedTensor> params,
                              int64_t extra_copies) const;
   template <class M>
@@ -104,8 +181,13 @@ class Module {
   void add_child(const std::string& name, std::unique_ptr<Module> child);
   void check_new_name(const std::string& name) const;
 
+  struct Param {
+    std::string name;
+    std::unique_ptr<DTensor> slot;
+    std::optional<Init> init;  // kept while the value is meta
+  };
   DeviceMesh mesh_;
-  std::vector<std::pair<std::string, std::unique_ptr<DTensor>>> params_;
+  std::vector<Param> params_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   std::vector<ForwardPreHook> pre_hooks_;
   std::vector<ForwardHook> hooks_;
@@ -127,7 +209,8 @@ std::optional<std::string> superseded_by(const DTensor& param);
 // y = x W^T + b; W (out, in), b (out).
 class Linear : public Module {
  public:
-  Linear(const DeviceMesh& mesh, const Tensor& weight, const std::optional<Tensor>& bias);
+  // Weight and bias from their values or recipes (Tensors convert to Init).
+  Linear(const DeviceMesh& mesh, const Init& weight, const std::optional<Init>& bias);
   // W and b uniform in +-1/sqrt(in) as nn.Linear initialises, from `seed`
   // (W) and seed + 1 (b), or from two draws of the global generator
   // (next_seed) without a seed.
@@ -145,7 +228,7 @@ class Linear : public Module {
 // Rows of a (num, dim) table looked up by int64 ids.
 class Embedding : public Module {
  public:
-  Embedding(const DeviceMesh& mesh, const Tensor& weight);
+  Embedding(const DeviceMesh& mesh, const Init& weight);
   // A standard-normal table (nn.Embedding's) from `seed`, or from the global
   // generator without one.
   Embedding(const DeviceMesh& mesh, int64_t num_embeddings, int64_t embedding_dim,
@@ -160,7 +243,7 @@ class Embedding : public Module {
 // LayerNorm over the last dim with weight and bias (dim).
 class LayerNorm : public Module {
  public:
-  LayerNorm(const DeviceMesh& mesh, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+  LayerNorm(const DeviceMesh& mesh, const Init& weight, const Init& bias, double eps = 1e-5);
   // Weight ones, bias zeros (nn.LayerNorm's).
   LayerNorm(const DeviceMesh& mesh, int64_t normalized_shape, double eps = 1e-5);
   DTensor forward(const DTensor& x) override;

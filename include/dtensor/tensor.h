@@ -209,6 +209,9 @@ class Storage {
   struct InBlock {
     explicit InBlock() = default;
   };
+  struct Meta {
+    explicit Meta() = default;
+  };
 
  public:
   explicit Storage(size_t nbytes);
@@ -228,6 +231,17 @@ class Storage {
   static constexpr size_t kInBlockBytes = 4096;
   // make()'s form (InBlock is private): the data follows the control block.
   Storage(InBlock, size_t nbytes);
+  // A storage on the meta device: nbytes recorded, no memory. Tensors over
+  // it have shapes and views but no data (raw_data() throws saying so)
+  // until materialize() allocates it in place, for every tensor sharing it:
+  // deferred initialisation (nn::MetaDeviceGuard) builds and lays out a
+  // model this way before any process holds a parameter.
+  static std::shared_ptr<Storage> meta(size_t nbytes);
+  Storage(Meta, size_t nbytes) : data_(nullptr), nbytes_(nbytes), meta_(true) {}
+  bool is_meta() const { return meta_; }
+  // Allocates the memory of a meta storage (uninitialised), checked as the
+  // constructor's; no-op for a storage that has memory.
+  void materialize();
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -242,6 +256,8 @@ class Storage {
   void bump_version() { ++version_; }
 
  private:
+  void materialize_bytes();  // allocates nbytes_ into data_, checked
+
   void* data_;
   size_t nbytes_;
   uint64_t version_ = 0;
@@ -250,6 +266,7 @@ class Storage {
   // the 64 bytes before an in-block tensor's data.
   std::unique_ptr<std::shared_ptr<void>> owner_;
   bool in_block_ = false;  // data_ is freed with the control block
+  bool meta_ = false;      // no memory yet (meta()); data_ is null
 };
 
 // Returns every cached block of freed storages to the system; the bytes
@@ -306,6 +323,8 @@ class Tensor {
   // beyond physical memory (see Storage).
   // Uninitialised memory, contiguous.
   static Tensor empty(const Shape& shape, DType dtype = DType::Float32);
+  // A contiguous tensor on the meta device (is_meta()): no memory.
+  static Tensor meta(const Shape& shape, DType dtype = DType::Float32);
   static Tensor zeros(const Shape& shape, DType dtype = DType::Float32);
   static Tensor ones(const Shape& shape, DType dtype = DType::Float32);
   static Tensor full(const Shape& shape, Scalar value, DType dtype = DType::Float32);
@@ -358,8 +377,14 @@ class Tensor {
   }
   void* raw_data() const {
     if (storage_ == nullptr) [[unlikely]] throw_undefined_data();
-    return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(itemsize());
+    char* base = static_cast<char*>(storage_->data());
+    if (base == nullptr && storage_->is_meta()) [[unlikely]] throw_meta_data();
+    return base + offset_ * static_cast<int64_t>(itemsize());
   }
+  // Whether the tensor is on the meta device (Storage::meta): a shape
+  // without data. Views, clone(), contiguous() and to() of one are meta
+  // too; anything that reads or writes elements throws.
+  bool is_meta() const { return storage_ != nullptr && storage_->is_meta(); }
 
   // The elements in row-major order, converted to T.
   template <class T> std::vector<T> to_vector() const;
@@ -421,6 +446,7 @@ class Tensor {
   // checked, so none of the public constructor's checks can fail.
   Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape, int64_t numel);
   [[noreturn]] static void throw_undefined_data();
+  [[noreturn]] void throw_meta_data() const;
 
   std::shared_ptr<Storage> storage_;
   Shape shape_;

@@ -88,7 +88,8 @@ bool DTensor::same_shards(const DTensor& other) const {
   bool same = true;
   local_.for_each([&](int rank, const Tensor& t) {
     const Tensor& u = other.to_local(rank);
-    same = same && t.storage() == u.storage() && t.raw_data() == u.raw_data();
+    same = same && t.storage() == u.storage() && t.storage_offset() == u.storage_offset() &&
+           t.dtype() == u.dtype();
   });
   return same;
 }
@@ -99,6 +100,21 @@ Tensor DTensor::full_tensor() const {
   LocalTensor full =
       redistribute_local(local_, spec(), spec().with_placements(all_r), {}, "full_tensor");
   return full.shards().front().second;
+}
+
+DTensor DTensor::meta(const DTensorSpec& spec) {
+  LocalTensor local;
+  for (int rank : spec.mesh().held_ranks()) {
+    const std::optional<ShardExtent> e = spec.extent_of_rank(rank);
+    local.set(rank, Tensor::meta(e ? e->local_shape : Shape{}, spec.dtype()));
+  }
+  return DTensor(spec, std::move(local));
+}
+
+bool DTensor::is_meta() const {
+  bool meta = false;
+  local_.for_each([&](int, const Tensor& t) { meta = meta || t.is_meta(); });
+  return meta;
 }
 
 DTensor DTensor::redistribute(const Placements& placements,
@@ -121,6 +137,9 @@ DTensor DTensor::redistribute(const Placements& placements,
     check_local_shapes(local_, spec(), "redistribute");
     return *this;
   }
+  // Deferred initialisation: a meta tensor's values are made later from
+  // global indices, so laying it out moves nothing.
+  if (is_meta()) return meta(target);
   LocalTensor out = redistribute_local(local_, spec(), target, options, "redistribute");
   DTensor result(std::move(target), std::move(out));
   if (autograd::recording({this})) {

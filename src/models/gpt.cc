@@ -12,12 +12,14 @@ namespace dtensor::models {
 
 namespace {
 
-Tensor init(const Shape& shape, uint64_t seed, double scale) {
-  return Tensor::randn(shape, seed) * scale;
+// Recipes, not tensors: under nn::MetaDeviceGuard no process makes a
+// whole weight.
+nn::Init init(const Shape& shape, uint64_t seed, double scale) {
+  return nn::Init::normal(shape, seed, scale);
 }
 
 // LayerNorm weights near (1, 0) but not exactly, so a misplaced weight shows.
-Tensor norm_weight(int64_t n, uint64_t seed) { return 1.0 + init({n}, seed, 0.1); }
+nn::Init norm_weight(int64_t n, uint64_t seed) { return nn::Init::normal({n}, seed, 0.1, 1.0); }
 
 // True above the diagonal: position i may not attend to j > i.
 Tensor causal_mask(int64_t seq) {
@@ -62,8 +64,9 @@ std::vector<PlannedTensor> planned_tensors(const GPTConfig& c) {
 
 }  // namespace
 
-Attention::Attention(const DeviceMesh& mesh, const GPTConfig& config, const Tensor& wq,
-                     const Tensor& wk, const Tensor& wv, const Tensor& wo, const Tensor& bo)
+Attention::Attention(const DeviceMesh& mesh, const GPTConfig& config, const nn::Init& wq,
+                     const nn::Init& wk, const nn::Init& wv, const nn::Init& wo,
+                     const nn::Init& bo)
     : nn::Module(mesh),
       heads_(config.heads),
       causal_mask_(distribute_tensor(causal_mask(config.seq), mesh, replicated(mesh))) {
@@ -88,8 +91,8 @@ DTensor Attention::forward(const DTensor& x) {
   return (*wo_)(o);
 }
 
-MLP::MLP(const DeviceMesh& mesh, const Tensor& w1, const Tensor& b1, const Tensor& w2,
-         const Tensor& b2)
+MLP::MLP(const DeviceMesh& mesh, const nn::Init& w1, const nn::Init& b1, const nn::Init& w2,
+         const nn::Init& b2)
     : nn::Module(mesh) {
   w1_ = register_module("w1", std::make_unique<nn::Linear>(mesh, w1, b1));
   w2_ = register_module("w2", std::make_unique<nn::Linear>(mesh, w2, b2));

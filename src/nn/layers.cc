@@ -3,6 +3,7 @@
 // Every constructor checks all its sizes (check_parameter_sizes) before it
 // makes the first parameter: Linear(2^28, 2^28) used to fill a 1 GiB bias
 // (and its copies) before the weight was refused.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -14,11 +15,6 @@ namespace dtensor::nn {
 
 namespace {
 
-// Uniform in [-bound, bound): nn.Linear's default initialisation.
-Tensor uniform(const Shape& shape, double bound, uint64_t seed) {
-  return Tensor::rand(shape, seed) * (2 * bound) - bound;
-}
-
 void check_positive(const char* module, const char* what, int64_t n) {
   DT_CHECK(n > 0, module, ": ", what, " must be positive, got ", n);
 }
@@ -27,21 +23,28 @@ std::string linear_name(int64_t in, int64_t out) {
   return "Linear(in_features=" + std::to_string(in) + ", out_features=" + std::to_string(out) + ")";
 }
 
-// A constructor from sizes holds the full tensors, their arithmetic's
-// temporaries (uniform's product) and the Replicate copies at once.
-constexpr int64_t kFromSizesExtra = 2;
+// Making a parameter from a recipe holds the full tensor, its arithmetic's
+// temporaries (a product, a sum) and the Replicate copies at once; from
+// values, only the copies.
+int64_t extra_copies(const Init& init) { return init.holds_values() ? 0 : 2; }
+
+PlannedTensor planned(const char* name, const Init& init) {
+  return {name, init.shape(), init.dtype()};
+}
 
 }  // namespace
 
-Linear::Linear(const DeviceMesh& mesh, const Tensor& weight, const std::optional<Tensor>& bias)
+Linear::Linear(const DeviceMesh& mesh, const Init& weight, const std::optional<Init>& bias)
     : Module(mesh) {
-  DT_CHECK(weight.dim() == 2, "Linear: weight must be (out, in), got shape ", weight.shape());
+  DT_CHECK(weight.shape().size() == 2, "Linear: weight must be (out, in), got shape ",
+           weight.shape());
   if (bias)
-    DT_CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0), "Linear: bias must be (out) = (",
-             weight.size(0), "), got shape ", bias->shape());
-  std::vector<PlannedTensor> params{{"weight", weight.shape(), weight.dtype()}};
-  if (bias) params.push_back({"bias", bias->shape(), bias->dtype()});
-  check_parameter_sizes(linear_name(weight.size(1), weight.size(0)), params, 0);
+    DT_CHECK(bias->shape().size() == 1 && bias->shape()[0] == weight.shape()[0],
+             "Linear: bias must be (out) = (", weight.shape()[0], "), got shape ", bias->shape());
+  std::vector<PlannedTensor> params{planned("weight", weight)};
+  if (bias) params.push_back(planned("bias", *bias));
+  check_parameter_sizes(linear_name(weight.shape()[1], weight.shape()[0]), params,
+                        extra_copies(weight));
   weight_ = register_parameter("weight", weight);
   if (bias) bias_ = register_parameter("bias", *bias);
 }
@@ -53,23 +56,26 @@ Linear::Linear(const DeviceMesh& mesh, int64_t in_features, int64_t out_features
   check_positive("Linear", "out_features", out_features);
   std::vector<PlannedTensor> params{{"weight", {out_features, in_features}}};
   if (bias) params.push_back({"bias", {out_features}});
-  check_parameter_sizes(linear_name(in_features, out_features), params, kFromSizesExtra);
+  check_parameter_sizes(linear_name(in_features, out_features), params, 2);
   // An explicit seed gives W seed and b seed + 1, as it always has.
   const uint64_t weight_seed = seed ? *seed : next_seed();
+  // Uniform in [-bound, bound): nn.Linear's default initialisation.
   const double bound = 1 / std::sqrt(static_cast<double>(in_features));
-  weight_ = register_parameter("weight", uniform({out_features, in_features}, bound, weight_seed));
+  weight_ = register_parameter("weight",
+                               Init::uniform({out_features, in_features}, weight_seed, -bound, bound));
   if (bias)
-    bias_ = register_parameter("bias",
-                               uniform({out_features}, bound, seed ? *seed + 1 : next_seed()));
+    bias_ = register_parameter(
+        "bias", Init::uniform({out_features}, seed ? *seed + 1 : next_seed(), -bound, bound));
 }
 
 DTensor Linear::forward(const DTensor& x) {
   return bias_ ? linear(x, *weight_, *bias_) : linear(x, *weight_);
 }
 
-Embedding::Embedding(const DeviceMesh& mesh, const Tensor& weight) : Module(mesh) {
-  DT_CHECK(weight.dim() == 2, "Embedding: weight must be (num, dim), got shape ", weight.shape());
-  check_parameter_sizes("Embedding", {{"weight", weight.shape(), weight.dtype()}}, 0);
+Embedding::Embedding(const DeviceMesh& mesh, const Init& weight) : Module(mesh) {
+  DT_CHECK(weight.shape().size() == 2, "Embedding: weight must be (num, dim), got shape ",
+           weight.shape());
+  check_parameter_sizes("Embedding", {planned("weight", weight)}, extra_copies(weight));
   weight_ = register_parameter("weight", weight);
 }
 
@@ -80,20 +86,20 @@ Embedding::Embedding(const DeviceMesh& mesh, int64_t num_embeddings, int64_t emb
   check_positive("Embedding", "embedding_dim", embedding_dim);
   check_parameter_sizes("Embedding(num_embeddings=" + std::to_string(num_embeddings) +
                             ", embedding_dim=" + std::to_string(embedding_dim) + ")",
-                        {{"weight", {num_embeddings, embedding_dim}}}, kFromSizesExtra);
+                        {{"weight", {num_embeddings, embedding_dim}}}, 2);
   weight_ = register_parameter(
-      "weight", Tensor::randn({num_embeddings, embedding_dim}, seed ? *seed : next_seed()));
+      "weight", Init::normal({num_embeddings, embedding_dim}, seed ? *seed : next_seed()));
 }
 
 DTensor Embedding::forward(const DTensor& ids) { return embedding(*weight_, ids); }
 
-LayerNorm::LayerNorm(const DeviceMesh& mesh, const Tensor& weight, const Tensor& bias, double eps)
+LayerNorm::LayerNorm(const DeviceMesh& mesh, const Init& weight, const Init& bias, double eps)
     : Module(mesh), eps_(eps) {
-  DT_CHECK(weight.dim() == 1 && bias.shape() == weight.shape(),
+  DT_CHECK(weight.shape().size() == 1 && bias.shape() == weight.shape(),
            "LayerNorm: weight and bias must be (dim), got shapes ", weight.shape(), " and ",
            bias.shape());
-  check_parameter_sizes("LayerNorm", {{"weight", weight.shape(), weight.dtype()},
-                                      {"bias", bias.shape(), bias.dtype()}}, 0);
+  check_parameter_sizes("LayerNorm", {planned("weight", weight), planned("bias", bias)},
+                        std::max(extra_copies(weight), extra_copies(bias)));
   weight_ = register_parameter("weight", weight);
   bias_ = register_parameter("bias", bias);
 }
@@ -102,10 +108,9 @@ LayerNorm::LayerNorm(const DeviceMesh& mesh, int64_t normalized_shape, double ep
     : Module(mesh), eps_(eps) {
   check_positive("LayerNorm", "normalized_shape", normalized_shape);
   check_parameter_sizes("LayerNorm(" + std::to_string(normalized_shape) + ")",
-                        {{"weight", {normalized_shape}}, {"bias", {normalized_shape}}},
-                        kFromSizesExtra);
-  weight_ = register_parameter("weight", Tensor::ones({normalized_shape}));
-  bias_ = register_parameter("bias", Tensor::zeros({normalized_shape}));
+                        {{"weight", {normalized_shape}}, {"bias", {normalized_shape}}}, 2);
+  weight_ = register_parameter("weight", Init::constant({normalized_shape}, 1));
+  bias_ = register_parameter("bias", Init::constant({normalized_shape}, 0));
 }
 
 DTensor LayerNorm::forward(const DTensor& x) {

@@ -24,11 +24,11 @@ std::vector<std::pair<std::string, DTensor*>> Module::named_parameters(bool remo
   std::vector<std::pair<std::string, DTensor*>> out;
   for (auto& [module_name, module] : named_modules()) {
     const std::string prefix = module_name.empty() ? "" : module_name + ".";
-    for (auto& [name, value] : module->params_) {
+    for (Param& p : module->params_) {
       const bool seen = remove_duplicate && std::any_of(out.begin(), out.end(), [&](const auto& o) {
-                          return same_parameter(*o.second, *value);
+                          return same_parameter(*o.second, *p.slot);
                         });
-      if (!seen) out.emplace_back(prefix + name, value.get());
+      if (!seen) out.emplace_back(prefix + p.name, p.slot.get());
     }
   }
   return out;
@@ -67,12 +67,56 @@ DTensor& Module::parameter(const std::string& name) {
   const size_t dot = name.rfind('.');
   Module& owner = dot == std::string::npos ? *this : submodule(name.substr(0, dot));
   const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
-  for (auto& [param_name, value] : owner.params_)
-    if (param_name == leaf) return *value;
+  for (Param& p : owner.params_)
+    if (p.name == leaf) return *p.slot;
   std::ostringstream names;
   for (size_t i = 0; i < owner.params_.size(); ++i)
-    names << (i ? ", " : "") << owner.params_[i].first;
+    names << (i ? ", " : "") << owner.params_[i].name;
   DT_THROW("no parameter '", name, "'; the module there has [", names.str(), "]");
+}
+
+int64_t Module::materialize() {
+  // Each meta parameter once: tied slots share one parameter's shards.
+  struct Todo {
+    std::string name;
+    DTensor* slot;
+    const Init* init;
+  };
+  std::vector<Todo> todo;
+  std::vector<PlannedTensor> shards;
+  for (auto& [module_name, module] : named_modules()) {
+    for (Param& p : module->params_) {
+      const std::string name = module_name.empty() ? p.name : module_name + "." + p.name;
+      if (!p.slot->defined() || !p.slot->is_meta()) continue;
+      if (std::any_of(todo.begin(), todo.end(),
+                      [&](const Todo& t) { return t.slot->same_shards(*p.slot); }))
+        continue;
+      DT_CHECK(p.init.has_value(), "materialize: parameter '", name, "' is a meta tensor with no ",
+               "recipe for its values (it was assigned, not made under nn::MetaDeviceGuard)");
+      for (size_t d = 0; d < p.slot->placements().size(); ++d)
+        DT_CHECK(!p.slot->placements()[d].is_partial(), "materialize: parameter '", name,
+                 "' is laid out as ", to_string(p.slot->placements()), "; a parameter is made ",
+                 "as Shard or Replicate");
+      p.slot->local().for_each([&](int rank, const Tensor& t) {
+        shards.push_back({"parameter '" + name + "' (rank " + std::to_string(rank) + ")",
+                          t.shape(), t.dtype()});
+      });
+      todo.push_back({name, p.slot.get(), &*p.init});
+    }
+  }
+  check_allocation("materialize", shards);
+  for (const Todo& t : todo) {
+    const DTensor values = t.init->distribute(t.slot->mesh(), t.slot->placements());
+    t.slot->local().for_each([&](int rank, const Tensor& shard) {
+      shard.storage()->materialize();
+      Tensor(shard).copy_(values.to_local(rank));
+    });
+  }
+  // The recipes are done with (one may hold a full tensor of values).
+  for (auto& [module_name, module] : named_modules())
+    for (Param& p : module->params_)
+      if (p.init && !p.slot->is_meta()) p.init.reset();
+  return static_cast<int64_t>(todo.size());
 }
 
 void Module::register_forward_pre_hook(ForwardPreHook hook) {
@@ -88,33 +132,41 @@ void Module::register_forward_hook(ForwardHook hook) {
 void Module::check_new_name(const std::string& name) const {
   DT_CHECK(!name.empty() && name.find('.') == std::string::npos,
            "a parameter or module name must be non-empty without '.', got '", name, "'");
-  const auto taken = [&](const auto& list) {
-    return std::any_of(list.begin(), list.end(), [&](const auto& e) { return e.first == name; });
-  };
-  DT_CHECK(!taken(params_) && !taken(children_), "the name '", name,
+  const bool param = std::any_of(params_.begin(), params_.end(),
+                                 [&](const Param& p) { return p.name == name; });
+  const bool child = std::any_of(children_.begin(), children_.end(),
+                                 [&](const auto& c) { return c.first == name; });
+  DT_CHECK(!param && !child, "the name '", name,
            "' is already a parameter or module of this module");
 }
 
-DTensor* Module::register_parameter(const std::string& name, const Tensor& full) {
-  DTensor value =
-      distribute_tensor(full, mesh_, Placements(static_cast<size_t>(mesh_.ndim()), Replicate()));
-  if (is_floating(full.dtype())) value.requires_grad_();
-  return register_parameter(name, std::move(value));
+DTensor* Module::register_parameter(const std::string& name, const Init& init) {
+  const Placements replicate(static_cast<size_t>(mesh_.ndim()), Replicate());
+  const bool meta = MetaDeviceGuard::active();
+  DTensor value = meta ? DTensor::meta(DTensorSpec(mesh_, replicate, init.shape(), init.dtype()))
+                       : distribute_tensor(init.full(), mesh_, replicate);
+  if (is_floating(init.dtype())) value.requires_grad_();
+  DTensor* slot = register_parameter(name, std::move(value));
+  if (meta) params_.back().init = init;
+  return slot;
 }
 
 DTensor* Module::register_parameter(const std::string& name, DTensor value) {
   check_new_name(name);
   DT_CHECK(value.mesh() == mesh_, "parameter '", name, "' lives on mesh ", value.mesh().to_string(),
            " but the module's is ", mesh_.to_string());
-  params_.emplace_back(name, std::make_unique<DTensor>(std::move(value)));
-  return params_.back().second.get();
+  params_.push_back({name, std::make_unique<DTensor>(std::move(value)), std::nullopt});
+  return params_.back().slot.get();
 }
 
 void Module::check_parameter_sizes(const std::string& op, std::vector<PlannedTensor> params,
                                    int64_t extra_copies) const {
-  const auto held = static_cast<int64_t>(mesh_.held_ranks().size());
+  // Meta parameters take no memory: the sizes' arithmetic is still checked.
+  const auto held = MetaDeviceGuard::active() ? int64_t{0}
+                                              : static_cast<int64_t>(mesh_.held_ranks().size());
   for (PlannedTensor& p : params)
-    p.copies = checked_mul(p.copies, held + extra_copies, "check_parameter_sizes: copies");
+    p.copies = checked_mul(p.copies, held == 0 ? 0 : held + extra_copies,
+                           "check_parameter_sizes: copies");
   check_allocation(op, params);
 }
 

@@ -83,7 +83,20 @@ size_t available_memory_bytes() {
   return available ? std::min(*available, physical) : physical;
 }
 
-Storage::Storage(size_t nbytes) : data_(nullptr), nbytes_(nbytes) {
+Storage::Storage(size_t nbytes) : data_(nullptr), nbytes_(nbytes) { materialize_bytes(); }
+
+std::shared_ptr<Storage> Storage::meta(size_t nbytes) {
+  return std::make_shared<Storage>(Meta{}, nbytes);
+}
+
+void Storage::materialize() {
+  if (!meta_) return;
+  materialize_bytes();
+  meta_ = false;
+}
+
+void Storage::materialize_bytes() {
+  const size_t nbytes = nbytes_;
   // Refused before asking the allocator: Linux overcommits, so a block far
   // beyond the machine would be handed out and the process killed once its
   // pages are touched, with no message at all.

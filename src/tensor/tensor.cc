@@ -133,6 +133,12 @@ bool Tensor::is_contiguous() const {
 
 void Tensor::throw_undefined_data() { DT_THROW("data access on an undefined tensor"); }
 
+void Tensor::throw_meta_data() const {
+  DT_THROW("data access on a meta tensor of shape ", shape_, " (", dtype_name(dtype_),
+           "): it has a shape but no values yet; a module built under nn::MetaDeviceGuard needs "
+           "materialize() before its parameters are used");
+}
+
 Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, const Shape& shape, int64_t numel)
     : storage_(std::move(storage)), shape_(shape), strides_(shape), dtype_(dtype) {
   if (numel == 0) {
@@ -151,6 +157,12 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
   const int64_t n = checked_numel(shape, "empty");
   const int64_t bytes = checked_bytes(n, dtensor::itemsize(dtype), "empty: bytes of the tensor");
   return Tensor(Storage::make(static_cast<size_t>(bytes)), dtype, shape, n);
+}
+
+Tensor Tensor::meta(const Shape& shape, DType dtype) {
+  const int64_t n = checked_numel(shape, "meta");
+  const int64_t bytes = checked_bytes(n, dtensor::itemsize(dtype), "meta: bytes of the tensor");
+  return Tensor(Storage::meta(static_cast<size_t>(bytes)), dtype, shape, n);
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype) {
@@ -264,6 +276,7 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::clone() const {
+  if (is_meta()) return meta(shape_, dtype_);
   Tensor out = empty(shape_, dtype_);
   out.copy_(*this);
   return out;
@@ -271,6 +284,7 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
+  if (is_meta()) return meta(shape_, dtype);
   Tensor out = empty(shape_, dtype);
   out.copy_(*this);
   return out;

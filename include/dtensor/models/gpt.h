@@ -37,8 +37,8 @@ struct GPTConfig {
 // whole heads when `heads` is a multiple of the tp size.
 class Attention : public nn::Module {
  public:
-  Attention(const DeviceMesh& mesh, const GPTConfig& config, const Tensor& wq, const Tensor& wk,
-            const Tensor& wv, const Tensor& wo, const Tensor& bo);
+  Attention(const DeviceMesh& mesh, const GPTConfig& config, const nn::Init& wq,
+            const nn::Init& wk, const nn::Init& wv, const nn::Init& wo, const nn::Init& bo);
   DTensor forward(const DTensor& x) override;
 
  private:
@@ -50,8 +50,8 @@ class Attention : public nn::Module {
 // w2(gelu(w1(x))), w1 (4 hidden, hidden).
 class MLP : public nn::Module {
  public:
-  MLP(const DeviceMesh& mesh, const Tensor& w1, const Tensor& b1, const Tensor& w2,
-      const Tensor& b2);
+  MLP(const DeviceMesh& mesh, const nn::Init& w1, const nn::Init& b1, const nn::Init& w2,
+      const nn::Init& b2);
   DTensor forward(const DTensor& x) override;
 
  private:
@@ -85,7 +85,8 @@ class Blocks : public nn::Module {
 class GPT : public nn::Module {
  public:
   // Weights from `seed`, scaled so activations stay of order one (LayerNorm
-  // weights near 1 but not exactly, so a misplaced one shows).
+  // weights near 1 but not exactly, so a misplaced one shows). Under an
+  // nn::MetaDeviceGuard every parameter is meta until materialize().
   GPT(const DeviceMesh& mesh, const GPTConfig& config, uint64_t seed = 1234);
   // ids (batch, seq) int64 -> logits (batch, seq, vocab).
   DTensor forward(const DTensor& ids) override;
