@@ -252,6 +252,11 @@ int run(int argc, char** argv) {
                     "float32 master weights, optimizer and gradient reductions (FSDP2's\n"
                     "MixedPrecisionPolicy; needs fsdp or ddp in --scheme)")
       ->capture_default_str()->check(one_of({"none", "bf16", "fp16"}));
+  train->add_option("--init", train_args.init,
+                    "meta: build the model on the meta device, lay it out, then make each\n"
+                    "process's shards only (no process holds a whole parameter); eager: build\n"
+                    "it whole first. The values are the same, bit for bit")
+      ->capture_default_str()->check(one_of({"meta", "eager"}));
   train->add_option("--svg", train_args.svg, "write the loss chart to this SVG file")
       ->capture_default_str();
   bool train_no_svg = false;

@@ -37,6 +37,11 @@ struct TrainArgs {
   // none | bf16 | fp16: FSDP2's MixedPrecisionPolicy with that param_dtype
   // and float32 reduce_dtype (docs/mixed_precision.md).
   std::string mixed_precision = "none";
+  // meta | eager: build the distributed model under nn::MetaDeviceGuard
+  // and materialize each process's shards after laying it out (no process
+  // holds a whole parameter it does not own), or build it whole first.
+  // The values are the same either way, bit for bit.
+  std::string init = "meta";
   // Whether --tolerance was given; else a mixed-precision run takes
   // kMixedPrecisionTolerance.
   bool tolerance_given = false;

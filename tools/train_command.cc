@@ -149,9 +149,16 @@ struct Trainer {
   Placements input;  // ids and targets: batch split over dp, Replicate elsewhere
   double clip = 0;
 
+  // `meta`: the model is made on the meta device, laid out, then
+  // materialized (TrainArgs::init).
   Trainer(const models::GPTConfig& config, const DeviceMesh& mesh, const Scheme& scheme,
-          const TrainArgs& args)
-      : model(std::make_unique<models::GPT>(mesh, config, args.seed)), clip(args.clip) {
+          const TrainArgs& args, bool meta)
+      : clip(args.clip) {
+    {
+      std::optional<nn::MetaDeviceGuard> guard;
+      if (meta) guard.emplace();
+      model = std::make_unique<models::GPT>(mesh, config, args.seed);
+    }
     const MixedPrecisionPolicy mp = policy_of(args);
     if (scheme.tp) {
       ParallelizeOptions tp_options;
@@ -175,6 +182,7 @@ struct Trainer {
       options.mp_policy = mp;
       replicate(*model, options);
     }
+    model->materialize();
     std::vector<std::pair<std::string, DTensor>> params;
     for (auto& [name, p] : model->named_parameters()) params.emplace_back(name, *p);
     optim::AdamOptions options;
@@ -499,7 +507,7 @@ int run_train(const TrainArgs& given) {
   config.vocab = data.vocab_size();
   std::optional<ResumePoint> resume;
   if (!args.resume.empty()) resume = check_resume(args, config.vocab);
-  Trainer trainer(config, mesh, scheme, args);
+  Trainer trainer(config, mesh, scheme, args, args.init == "meta");
 
   // The one-process reference: the same model, optimizer and batches on a
   // world of one rank. Under MPI every process trains it (it is cheap next
@@ -514,7 +522,7 @@ int run_train(const TrainArgs& given) {
     // fully_shard on its one rank (which gathers nothing).
     Scheme one;
     if (mixed) one.fsdp = true, one.dp_dim = 0;
-    reference = std::make_unique<Trainer>(config, *one_mesh, one, args);
+    reference = std::make_unique<Trainer>(config, *one_mesh, one, args, false);
   }
 
   // A resumed run continues the distributed training from its checkpoint;

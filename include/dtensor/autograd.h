@@ -137,7 +137,11 @@ class SavedTensorHooks {
 struct GraphMemory {
   int64_t saved_bytes = 0;
   int64_t nodes = 0;
+  // saved_bytes by held rank, in rank order (ranks with nothing saved too).
+  std::vector<std::pair<int, int64_t>> saved_bytes_by_rank;
 };
-GraphMemory graph_memory(const DTensor& output);
+// Storages of `exclude`'s shards (the parameters, say, which a report
+// counts as such) are not counted.
+GraphMemory graph_memory(const DTensor& output, const std::vector<DTensor>& exclude = {});
 
 }  // namespace dtensor

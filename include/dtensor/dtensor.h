@@ -22,6 +22,7 @@
 #include "dtensor/error.h"               // dtensor::Error
 #include "dtensor/fsdp.h"                // fully_shard (FSDP2), replicate (DDP)
 #include "dtensor/local_tensor.h"        // the shards a process holds
+#include "dtensor/memory.h"              // memory per rank by category, peaks
 #include "dtensor/mesh.h"                // DeviceMesh, Topology
 #include "dtensor/nn.h"                  // nn::Module and layers
 #include "dtensor/ops.h"                 // ops on DTensors

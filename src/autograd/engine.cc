@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <any>
 #include <queue>
+#include <map>
 #include <unordered_set>
 
 #include "autograd/graph.h"
@@ -411,12 +412,20 @@ void DTensor::backward(const std::optional<DTensor>& gradient, bool retain_graph
   run_backward(outputs, grads, 1, retain_graph);
 }
 
-GraphMemory graph_memory(const DTensor& output) {
+GraphMemory graph_memory(const DTensor& output, const std::vector<DTensor>& exclude) {
   GraphMemory m;
+  std::map<int, int64_t> by_rank;
+  for (int rank : output.mesh().held_ranks()) by_rank[rank] = 0;
   const auto& meta = autograd::meta_of(output);
-  if (!meta || !meta->grad_fn) return m;
+  if (!meta || !meta->grad_fn) {
+    m.saved_bytes_by_rank.assign(by_rank.begin(), by_rank.end());
+    return m;
+  }
   std::unordered_set<const autograd::Node*> seen{meta->grad_fn.get()};
   std::unordered_set<const Storage*> storages;
+  for (const DTensor& t : exclude)
+    for (const auto& [rank, shard] : t.local().shards())
+      if (shard.storage()) storages.insert(shard.storage().get());
   std::vector<const autograd::Node*> stack{meta->grad_fn.get()};
   while (!stack.empty()) {
     const autograd::Node* n = stack.back();
@@ -424,12 +433,15 @@ GraphMemory graph_memory(const DTensor& output) {
     ++m.nodes;
     n->for_each_saved([&](const DTensor& t) {
       for (const auto& [rank, shard] : t.local().shards())
-        if (shard.storage() && storages.insert(shard.storage().get()).second)
+        if (shard.storage() && storages.insert(shard.storage().get()).second) {
           m.saved_bytes += static_cast<int64_t>(shard.storage()->nbytes());
+          by_rank[rank] += static_cast<int64_t>(shard.storage()->nbytes());
+        }
     });
     for (const auto& e : n->edges)
       if (e.node && seen.insert(e.node.get()).second) stack.push_back(e.node.get());
   }
+  m.saved_bytes_by_rank.assign(by_rank.begin(), by_rank.end());
   return m;
 }
 

@@ -224,12 +224,25 @@ struct Allocator {
   // `held`, whose cache line every allocation and free writes already.
   std::atomic<size_t> allocated{0};
   std::atomic<size_t> peak{0};
+  // The high-water mark of allocated + held (the blocks taken from the
+  // system and not returned: PyTorch's reserved memory). It grows only when
+  // a block comes from the system, so only misses update it.
+  std::atomic<size_t> peak_reserved{0};
 };
 
 void count_allocated(Allocator& a, size_t bytes) {
   const size_t now = a.allocated.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   size_t peak = a.peak.load(std::memory_order_relaxed);
   while (now > peak && !a.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+// After a block came from the system (not the cache).
+void count_reserved(Allocator& a) {
+  const size_t now = a.allocated.load(std::memory_order_relaxed) + a.held.load(std::memory_order_relaxed);
+  size_t peak = a.peak_reserved.load(std::memory_order_relaxed);
+  while (now > peak &&
+         !a.peak_reserved.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
 }
 
@@ -405,7 +418,10 @@ void* allocate(size_t nbytes) {
   Allocator& a = allocator();
   if (!kCacheEnabled) {
     void* p = std::aligned_alloc(kAlign, round_to_align(nbytes));
-    if (p != nullptr) count_allocated(a, round_to_align(nbytes));
+    if (p != nullptr) {
+      count_allocated(a, round_to_align(nbytes));
+      count_reserved(a);
+    }
     return p;
   }
   const int cls = size_class(nbytes);
@@ -432,7 +448,10 @@ void* allocate(size_t nbytes) {
     ++a.misses;
   }
   void* p = system_alloc(bytes);
-  if (p != nullptr) count_allocated(a, bytes);
+  if (p != nullptr) {
+    count_allocated(a, bytes);
+    count_reserved(a);
+  }
   return p;
 }
 
@@ -517,12 +536,16 @@ AllocatorStats allocator_stats() {
   s.limit = a.limit.load(std::memory_order_relaxed);
   s.bytes_allocated = a.allocated.load(std::memory_order_relaxed);
   s.peak_bytes_allocated = a.peak.load(std::memory_order_relaxed);
+  s.peak_bytes_reserved = a.peak_reserved.load(std::memory_order_relaxed);
   return s;
 }
 
 void reset_peak_bytes_allocated() {
   Allocator& a = allocator();
-  a.peak.store(a.allocated.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  const size_t allocated = a.allocated.load(std::memory_order_relaxed);
+  a.peak.store(allocated, std::memory_order_relaxed);
+  a.peak_reserved.store(allocated + a.held.load(std::memory_order_relaxed),
+                        std::memory_order_relaxed);
 }
 
 }  // namespace dtensor::detail

@@ -61,11 +61,14 @@ struct AllocatorStats {
   // so in the simulated world the sum over its ranks.
   size_t bytes_allocated = 0;
   size_t peak_bytes_allocated = 0;
+  // The most of bytes_allocated + bytes_cached (blocks held from the
+  // system): PyTorch's max_memory_reserved(), what the resident set grows by.
+  size_t peak_bytes_reserved = 0;
 };
 // Counts since the process started (threads that exited included).
 AllocatorStats allocator_stats();
-// Starts the high-water mark again from the bytes allocated now (PyTorch's
-// reset_peak_memory_stats()).
+// Starts the high-water marks again from the bytes allocated (and
+// reserved) now (PyTorch's reset_peak_memory_stats()).
 void reset_peak_bytes_allocated();
 
 }  // namespace dtensor::detail

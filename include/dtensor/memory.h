@@ -1,0 +1,99 @@
+// Memory: what each rank holds, by category, and what the process used at
+// its peak (PyTorch's fsdp2_mem_tracker and torch.cuda.memory_stats).
+//
+//   MemoryTracker tracker(model, &optimizer);   // starts the peaks from now
+//   DTensor loss = loss_fn(model(x), y);
+//   tracker.after_forward(loss);                // activations saved for backward
+//   loss.backward();
+//   optimizer.step();
+//   MemoryReport r = tracker.report();          // parameters, gradients, state, peaks
+//   std::cout << r.table();
+//
+// The categories are exact byte counts of each held rank's tensors, each
+// storage once (a view or a tied parameter is not counted twice):
+// parameters (the model's shards), gradients, optimizer state (its buffers),
+// and activations: what the graph behind the loss keeps for backward at the
+// end of forward, less the parameters themselves (FSDP's unsharded
+// parameters are gathered again in backward, so they are not kept).
+// The peaks are measured, by dtensor's allocator, for the whole process
+// (every rank it holds: one under MPI): bytes allocated (live tensors,
+// rounded up to the allocator's size classes) and reserved (those plus the
+// freed blocks it caches for reuse, what the resident set grows by).
+// Unsharded parameters, communication buffers and temporaries are in the
+// peaks but not in a category of their own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtensor/distributed_tensor.h"
+
+namespace dtensor {
+
+namespace nn {
+class Module;
+}
+namespace optim {
+class Optimizer;
+}
+
+// The allocator's figures for this process (PyTorch's memory_allocated(),
+// max_memory_allocated(), memory_reserved(), max_memory_reserved()).
+struct MemoryStats {
+  int64_t allocated = 0;
+  int64_t peak_allocated = 0;
+  int64_t reserved = 0;
+  int64_t peak_reserved = 0;
+};
+MemoryStats memory_stats();
+// Starts the peaks again from now (reset_peak_memory_stats()).
+void reset_peak_memory_stats();
+// The process's resident set now and its high-water mark (Linux's VmRSS
+// and VmHWM); 0 where they cannot be read.
+int64_t resident_bytes();
+int64_t peak_resident_bytes();
+
+struct RankMemory {
+  int rank = 0;
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_state = 0;
+  int64_t activations = 0;
+  int64_t total() const { return parameters + gradients + optimizer_state + activations; }
+};
+
+struct MemoryReport {
+  std::vector<RankMemory> ranks;  // each rank this process holds, in order
+  MemoryStats process;            // peaks since the tracker started
+  // The resident set when the tracker started and its high-water mark now.
+  int64_t resident_at_start = 0;
+  int64_t peak_resident = 0;
+  // The rank with the largest total (ties: the lowest).
+  const RankMemory& largest() const;
+  // One line per category for the largest rank, then the process's peaks.
+  std::string table() const;
+  // {"rank":..,"parameters":..,...,"peak_allocated":..,...}
+  std::string json() const;
+};
+
+class MemoryTracker {
+ public:
+  // Resets the peaks (reset_peak_memory_stats) and reads the resident set.
+  explicit MemoryTracker(nn::Module& model, const optim::Optimizer* optimizer = nullptr);
+  // Counts the activations the graph behind `loss` keeps for backward; call
+  // it after forward, before backward (which frees them).
+  void after_forward(const DTensor& loss);
+  // The categories now (parameters, gradients, optimizer state: call it
+  // after the step, before zero_grad), the activations of the last
+  // after_forward, and the peaks since construction.
+  MemoryReport report() const;
+
+ private:
+  nn::Module& model_;
+  const optim::Optimizer* optimizer_;
+  std::vector<std::pair<int, int64_t>> activations_;
+  int64_t resident_at_start_ = 0;
+};
+
+}  // namespace dtensor

@@ -1,0 +1,161 @@
+// The memory report of dtensor/memory.h: exact per-rank byte counts of the
+// model's tensors by category, and the allocator's measured peaks.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <unordered_set>
+
+#include "dtensor/memory.h"
+#include "dtensor/nn.h"
+#include "dtensor/optim.h"
+#include "tensor/allocator.h"
+
+namespace dtensor {
+
+MemoryStats memory_stats() {
+  const detail::AllocatorStats s = detail::allocator_stats();
+  MemoryStats m;
+  m.allocated = static_cast<int64_t>(s.bytes_allocated);
+  m.peak_allocated = static_cast<int64_t>(s.peak_bytes_allocated);
+  m.reserved = static_cast<int64_t>(s.bytes_allocated + s.bytes_cached);
+  m.peak_reserved = std::max(static_cast<int64_t>(s.peak_bytes_reserved), m.reserved);
+  return m;
+}
+
+void reset_peak_memory_stats() { detail::reset_peak_bytes_allocated(); }
+
+namespace {
+
+// A "VmRSS:   1234 kB" line of /proc/self/status, in bytes.
+int64_t proc_status_bytes(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string prefix = key;
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    long long kb = 0;
+    if (std::sscanf(line.c_str() + prefix.size(), "%lld", &kb) == 1) return kb * 1024;
+  }
+  return 0;
+}
+
+// Bytes per held rank of the storages behind tensors, each storage once.
+class StorageCount {
+ public:
+  void add(const DTensor& t) {
+    if (!t.defined()) return;
+    for (const auto& [rank, shard] : t.local().shards())
+      if (shard.storage() && seen_.insert(shard.storage().get()).second)
+        bytes_[rank] += static_cast<int64_t>(shard.storage()->nbytes());
+  }
+  int64_t of(int rank) const {
+    auto it = bytes_.find(rank);
+    return it == bytes_.end() ? 0 : it->second;
+  }
+
+ private:
+  std::unordered_set<const Storage*> seen_;
+  std::map<int, int64_t> bytes_;
+};
+
+std::vector<DTensor> model_parameters(nn::Module& model) {
+  std::vector<DTensor> out;
+  for (auto& [name, p] : model.named_parameters()) out.push_back(*p);
+  return out;
+}
+
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+int64_t resident_bytes() { return proc_status_bytes("VmRSS:"); }
+int64_t peak_resident_bytes() { return proc_status_bytes("VmHWM:"); }
+
+MemoryTracker::MemoryTracker(nn::Module& model, const optim::Optimizer* optimizer)
+    : model_(model), optimizer_(optimizer) {
+  reset_peak_memory_stats();
+  resident_at_start_ = resident_bytes();
+}
+
+void MemoryTracker::after_forward(const DTensor& loss) {
+  activations_ = graph_memory(loss, model_parameters(model_)).saved_bytes_by_rank;
+}
+
+MemoryReport MemoryTracker::report() const {
+  const std::vector<DTensor> params = model_parameters(model_);
+  StorageCount p, g, s;
+  for (const DTensor& t : params) {
+    p.add(t);
+    if (const std::optional<DTensor> grad = t.grad()) g.add(*grad);
+  }
+  if (optimizer_ != nullptr)
+    for (size_t i = 0; i < optimizer_->params().size(); ++i)
+      for (const auto& [name, buffer] : optimizer_->state(i).buffers) s.add(buffer);
+  MemoryReport r;
+  for (int rank : model_.mesh().held_ranks()) {
+    RankMemory m;
+    m.rank = rank;
+    m.parameters = p.of(rank);
+    m.gradients = g.of(rank);
+    m.optimizer_state = s.of(rank);
+    for (const auto& [r2, bytes] : activations_)
+      if (r2 == rank) m.activations = bytes;
+    r.ranks.push_back(m);
+  }
+  r.process = memory_stats();
+  r.resident_at_start = resident_at_start_;
+  r.peak_resident = peak_resident_bytes();
+  return r;
+}
+
+const RankMemory& MemoryReport::largest() const {
+  DT_CHECK(!ranks.empty(), "MemoryReport: this process holds no rank of the model's mesh");
+  const RankMemory* best = &ranks.front();
+  for (const RankMemory& m : ranks)
+    if (m.total() > best->total()) best = &m;
+  return *best;
+}
+
+std::string MemoryReport::table() const {
+  std::ostringstream os;
+  const RankMemory& m = largest();
+  os << "  memory of rank " << m.rank << " (the largest of the " << ranks.size()
+     << (ranks.size() == 1 ? " rank" : " ranks") << " this process holds)\n"
+     << "    parameters        " << mib(m.parameters) << "\n"
+     << "    gradients         " << mib(m.gradients) << "\n"
+     << "    optimizer state   " << mib(m.optimizer_state) << "\n"
+     << "    activations       " << mib(m.activations) << "   (saved for backward)\n"
+     << "    total             " << mib(m.total()) << "\n"
+     << "  this process's peak: " << mib(process.peak_allocated) << " allocated, "
+     << mib(process.peak_reserved) << " reserved";
+  if (peak_resident > 0)
+    os << "; resident set " << mib(resident_at_start) << " at start, " << mib(peak_resident)
+       << " at most";
+  os << "\n";
+  return os.str();
+}
+
+std::string MemoryReport::json() const {
+  std::ostringstream os;
+  os << "{\"ranks\":[";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const RankMemory& m = ranks[i];
+    os << (i ? "," : "") << "{\"rank\":" << m.rank << ",\"parameters\":" << m.parameters
+       << ",\"gradients\":" << m.gradients << ",\"optimizer_state\":" << m.optimizer_state
+       << ",\"activations\":" << m.activations << "}";
+  }
+  os << "],\"peak_allocated\":" << process.peak_allocated
+     << ",\"peak_reserved\":" << process.peak_reserved
+     << ",\"resident_at_start\":" << resident_at_start << ",\"peak_resident\":" << peak_resident
+     << "}";
+  return os.str();
+}
+
+}  // namespace dtensor
