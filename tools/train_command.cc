@@ -212,8 +212,9 @@ struct Trainer {
   };
   // `phases` (may be null) gets the collectives of forward (with the
   // loss), backward, and the optimizer (clipping and step).
+  // `memory` (may be null) counts the activations forward saved.
   Result step(const TextData::Batch& batch, PhaseCounts* phases = nullptr,
-              PhaseDtypes* dtypes = nullptr) {
+              PhaseDtypes* dtypes = nullptr, MemoryTracker* memory = nullptr) {
     PhaseDtypes unused;
     if (!dtypes) dtypes = &unused;
     const DeviceMesh& mesh = model->mesh();
@@ -226,6 +227,7 @@ struct Trainer {
       CommDebugMode mode;
       loss = models::gpt_loss((*model)(ids), targets);
       if (phases) count_into(mode, (*phases)[kForward], (*dtypes)[kForward]);
+      if (memory) memory->after_forward(*loss);
     }
     {
       CommDebugMode mode;
@@ -293,6 +295,83 @@ void check_train_memory(const TrainArgs& a, int64_t vocab) {
                             ", heads " + std::to_string(a.heads) + ", layers " +
                             std::to_string(a.layers) + ")",
                         "give smaller --batch, --seq, --hidden or --layers");
+}
+
+// One rank's memory report with its process's peaks, as rank 0 prints it.
+struct MemoryRow {
+  RankMemory rank;
+  int64_t peak_allocated = 0, peak_reserved = 0, reserved_at_start = 0;
+  int64_t resident_at_start = 0, peak_resident = 0;
+};
+
+// Every rank's row, on every process (an all_gather over the world: under
+// MPI each process measured its own peaks).
+std::vector<MemoryRow> gather_memory(const MemoryReport& report, const World& world) {
+  constexpr int64_t kFields = 10;
+  auto row_of = [&](int rank) {
+    RankMemory m;
+    for (const RankMemory& r : report.ranks)
+      if (r.rank == rank) m = r;
+    const std::vector<int64_t> v = {rank,
+                                    m.parameters,
+                                    m.gradients,
+                                    m.optimizer_state,
+                                    m.activations,
+                                    report.process.peak_allocated,
+                                    report.process.peak_reserved,
+                                    report.reserved_at_start,
+                                    report.resident_at_start,
+                                    report.peak_resident};
+    return Tensor::from_vector(v, Shape{1, kFields});
+  };
+  const DeviceMesh everyone(world, {world.size()});
+  const Tensor all = from_local(row_of, everyone, {Shard(0)}).full_tensor();
+  const std::vector<int64_t> v = all.to_vector<int64_t>();
+  std::vector<MemoryRow> rows;
+  for (int r = 0; r < world.size(); ++r) {
+    const int64_t* f = v.data() + static_cast<size_t>(r) * kFields;
+    MemoryRow row;
+    row.rank = {static_cast<int>(f[0]), f[1], f[2], f[3], f[4]};
+    row.peak_allocated = f[5], row.peak_reserved = f[6], row.reserved_at_start = f[7];
+    row.resident_at_start = f[8], row.peak_resident = f[9];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::string mib_text(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+// The report's memory section: the rows of every rank, then each
+// process's measured peaks (one process in the simulated world).
+void print_memory(std::ostream& os, const std::vector<MemoryRow>& rows, const World& world,
+                  bool reference) {
+  os << "Memory per rank after the last step (activations: kept for backward at the end of "
+        "its forward)\n"
+     << "  rank   parameters    gradients  optim state  activations\n";
+  for (const MemoryRow& m : rows) {
+    char line[160];
+    std::snprintf(line, sizeof line, "  %4d %12s %12s %12s %12s\n", m.rank.rank,
+                  mib_text(m.rank.parameters).c_str(), mib_text(m.rank.gradients).c_str(),
+                  mib_text(m.rank.optimizer_state).c_str(), mib_text(m.rank.activations).c_str());
+    os << line;
+  }
+  // Measured for the whole process, so the reference counts when it
+  // trains in the same process.
+  const std::string also = reference ? " and the one-process reference" : "";
+  for (const MemoryRow& m : rows) {
+    if (world.is_simulated() && m.rank.rank != 0) break;
+    os << (world.is_simulated()
+               ? "  this process (all " + std::to_string(world.size()) + " ranks" + also + ")"
+               : "  process of rank " + std::to_string(m.rank.rank) +
+                     (also.empty() ? "" : " (with" + also.substr(4) + ")"))
+       << ": peak " << mib_text(m.peak_allocated) << " allocated, " << mib_text(m.peak_reserved)
+       << " reserved; resident set " << mib_text(m.resident_at_start) << " at the first step, "
+       << mib_text(m.peak_resident) << " at most\n";
+  }
 }
 
 // What a checkpoint of `dtensor train` holds besides the model, optimizer
@@ -611,13 +690,15 @@ int run_train(const TrainArgs& given) {
   table.reference = reference != nullptr;
   KindCounts seen{};  // every kind run so far
   ProgressLine progress;
+  // From here: the training's peaks (the reference's too, in this process).
+  MemoryTracker memory(*trainer.model, trainer.optimizer.get());
   for (int step = first_step; step < args.steps; ++step) {
     const TextData::Batch batch = data.batch(args.batch, args.seq, args.seed, step);
     StepRecord r;
     {
       CommDebugMode comm;
       const auto t0 = std::chrono::steady_clock::now();
-      const Trainer::Result got = trainer.step(batch, &r.phases, &r.phase_dtypes);
+      const Trainer::Result got = trainer.step(batch, &r.phases, &r.phase_dtypes, &memory);
       r.loss = got.loss;
       r.grad_norm = got.grad_norm;
       r.ms =
@@ -670,6 +751,8 @@ int run_train(const TrainArgs& given) {
     }
   }
   progress.clear();
+  // Before the fingerprint gathers whole parameters.
+  const std::vector<MemoryRow> memory_rows = gather_memory(memory.report(), world);
 
   // The final parameters against the reference's, by name.
   Fingerprint fingerprint, param_bits;
@@ -743,6 +826,22 @@ int run_train(const TrainArgs& given) {
       js.push_back(s);
     }
     j["steps"] = js;
+    nlohmann::ordered_json jm = nlohmann::ordered_json::array();
+    for (const MemoryRow& m : memory_rows) {
+      nlohmann::ordered_json e;
+      e["rank"] = m.rank.rank;
+      e["parameters"] = m.rank.parameters;
+      e["gradients"] = m.rank.gradients;
+      e["optimizer_state"] = m.rank.optimizer_state;
+      e["activations"] = m.rank.activations;
+      e["process_peak_allocated"] = m.peak_allocated;
+      e["process_peak_reserved"] = m.peak_reserved;
+      e["process_reserved_at_start"] = m.reserved_at_start;
+      e["process_resident_at_start"] = m.resident_at_start;
+      e["process_peak_resident"] = m.peak_resident;
+      jm.push_back(e);
+    }
+    j["memory"] = jm;
     j["max_loss_diff"] = max_loss_diff;
     j["max_grad_norm_rel_diff"] = max_norm_diff;
     j["max_param_diff"] = max_param_diff;
@@ -796,6 +895,8 @@ int run_train(const TrainArgs& given) {
     os << "  checkpoints: " << saved.size() << " saved (" << saved.front()
        << (saved.size() > 1 ? " ... " + saved.back() : "") << "), " << std::setprecision(1)
        << save_ms / static_cast<double>(saved.size()) << " ms each\n";
+  os << "\n";
+  print_memory(os, memory_rows, world, reference != nullptr);
   os << "\n";
 
   // The reference first so that the distributed run's marks show on top

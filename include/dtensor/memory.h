@@ -53,6 +53,9 @@ void reset_peak_memory_stats();
 // and VmHWM); 0 where they cannot be read.
 int64_t resident_bytes();
 int64_t peak_resident_bytes();
+// Starts the high-water mark again from the resident set now (Linux's
+// /proc/self/clear_refs); false where that is not possible.
+bool reset_peak_resident();
 
 struct RankMemory {
   int rank = 0;
@@ -60,18 +63,20 @@ struct RankMemory {
   int64_t gradients = 0;
   int64_t optimizer_state = 0;
   int64_t activations = 0;
-  int64_t total() const { return parameters + gradients + optimizer_state + activations; }
 };
 
 struct MemoryReport {
   std::vector<RankMemory> ranks;  // each rank this process holds, in order
   MemoryStats process;            // peaks since the tracker started
-  // The resident set when the tracker started and its high-water mark now.
+  // What the allocator reserved and the resident set when the tracker
+  // started, and the resident set's high-water mark since (0 when it could
+  // not be reset): the resident set grows by about
+  // process.peak_reserved - reserved_at_start.
+  int64_t reserved_at_start = 0;
   int64_t resident_at_start = 0;
   int64_t peak_resident = 0;
-  // The rank with the largest total (ties: the lowest).
-  const RankMemory& largest() const;
-  // One line per category for the largest rank, then the process's peaks.
+  // One line per held rank (its categories), then the process's
+  // peaks.
   std::string table() const;
   // {"rank":..,"parameters":..,...,"peak_allocated":..,...}
   std::string json() const;
@@ -79,7 +84,8 @@ struct MemoryReport {
 
 class MemoryTracker {
  public:
-  // Resets the peaks (reset_peak_memory_stats) and reads the resident set.
+  // Resets the peaks (reset_peak_memory_stats, reset_peak_resident) and
+  // reads the resident set.
   explicit MemoryTracker(nn::Module& model, const optim::Optimizer* optimizer = nullptr);
   // Counts the activations the graph behind `loss` keeps for backward; call
   // it after forward, before backward (which frees them).
@@ -93,7 +99,9 @@ class MemoryTracker {
   nn::Module& model_;
   const optim::Optimizer* optimizer_;
   std::vector<std::pair<int, int64_t>> activations_;
+  int64_t reserved_at_start_ = 0;
   int64_t resident_at_start_ = 0;
+  bool resident_reset_ = false;
 };
 
 }  // namespace dtensor

@@ -78,9 +78,19 @@ std::string mib(int64_t bytes) {
 int64_t resident_bytes() { return proc_status_bytes("VmRSS:"); }
 int64_t peak_resident_bytes() { return proc_status_bytes("VmHWM:"); }
 
+bool reset_peak_resident() {
+  // Linux (4.0 and later): writing 5 to clear_refs resets VmHWM to VmRSS.
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
 MemoryTracker::MemoryTracker(nn::Module& model, const optim::Optimizer* optimizer)
     : model_(model), optimizer_(optimizer) {
   reset_peak_memory_stats();
+  reserved_at_start_ = memory_stats().reserved;
+  resident_reset_ = reset_peak_resident();
   resident_at_start_ = resident_bytes();
 }
 
@@ -110,33 +120,26 @@ MemoryReport MemoryTracker::report() const {
     r.ranks.push_back(m);
   }
   r.process = memory_stats();
+  r.reserved_at_start = reserved_at_start_;
   r.resident_at_start = resident_at_start_;
-  r.peak_resident = peak_resident_bytes();
+  r.peak_resident = resident_reset_ ? peak_resident_bytes() : 0;
   return r;
-}
-
-const RankMemory& MemoryReport::largest() const {
-  DT_CHECK(!ranks.empty(), "MemoryReport: this process holds no rank of the model's mesh");
-  const RankMemory* best = &ranks.front();
-  for (const RankMemory& m : ranks)
-    if (m.total() > best->total()) best = &m;
-  return *best;
 }
 
 std::string MemoryReport::table() const {
   std::ostringstream os;
-  const RankMemory& m = largest();
-  os << "  memory of rank " << m.rank << " (the largest of the " << ranks.size()
-     << (ranks.size() == 1 ? " rank" : " ranks") << " this process holds)\n"
-     << "    parameters        " << mib(m.parameters) << "\n"
-     << "    gradients         " << mib(m.gradients) << "\n"
-     << "    optimizer state   " << mib(m.optimizer_state) << "\n"
-     << "    activations       " << mib(m.activations) << "   (saved for backward)\n"
-     << "    total             " << mib(m.total()) << "\n"
-     << "  this process's peak: " << mib(process.peak_allocated) << " allocated, "
-     << mib(process.peak_reserved) << " reserved";
+  os << "  rank   parameters    gradients  optim state  activations\n";
+  for (const RankMemory& m : ranks) {
+    char line[160];
+    std::snprintf(line, sizeof line, "  %4d %12s %12s %12s %12s\n", m.rank,
+                  mib(m.parameters).c_str(), mib(m.gradients).c_str(),
+                  mib(m.optimizer_state).c_str(), mib(m.activations).c_str());
+    os << line;
+  }
+  os << "  this process's peak: " << mib(process.peak_allocated) << " allocated, "
+     << mib(process.peak_reserved) << " reserved (" << mib(reserved_at_start) << " at the start)";
   if (peak_resident > 0)
-    os << "; resident set " << mib(resident_at_start) << " at start, " << mib(peak_resident)
+    os << "; resident set " << mib(resident_at_start) << " at the start, " << mib(peak_resident)
        << " at most";
   os << "\n";
   return os.str();
@@ -153,6 +156,7 @@ std::string MemoryReport::json() const {
   }
   os << "],\"peak_allocated\":" << process.peak_allocated
      << ",\"peak_reserved\":" << process.peak_reserved
+     << ",\"reserved_at_start\":" << reserved_at_start
      << ",\"resident_at_start\":" << resident_at_start << ",\"peak_resident\":" << peak_resident
      << "}";
   return os.str();
