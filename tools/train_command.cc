@@ -277,11 +277,15 @@ std::string hex(uint64_t v) {
 
 // Refuses a run that would not fit in memory before building any of it. A
 // rough upper bound: the parameters with their gradients, AdamW's two
-// states and a gathered copy, twice (the distributed model and the
-// one-process reference); the activations kept for backward of every block
-// (x, q, k, v, the MLP's 4 hidden, the attention scores per head) and the
-// logits over the vocabulary, twice.
-void check_train_memory(const TrainArgs& a, int64_t vocab) {
+// states and a gathered copy, for the one-process reference (with --check)
+// and for this process's share of the distributed model (all of it in the
+// simulated world; under MPI a process's rank holds 1/shards of it, its
+// parameters split over the fsdp and tp mesh dims, once built with --init
+// meta); the activations kept for backward of every block (x, q, k, v, the
+// MLP's 4 hidden, the attention scores per head) and the logits over the
+// vocabulary, twice.
+void check_train_memory(const TrainArgs& a, int64_t vocab, const Scheme& scheme,
+                        const DeviceMesh& mesh) {
   const double h = static_cast<double>(a.hidden), v = static_cast<double>(vocab);
   const double layers = static_cast<double>(a.layers), seq = static_cast<double>(a.seq);
   const double tokens = static_cast<double>(a.batch) * seq;
@@ -289,12 +293,18 @@ void check_train_memory(const TrainArgs& a, int64_t vocab) {
   const double activations = tokens * (16 * h * std::max(layers, 1.0) + 4 * v) +
                              static_cast<double>(a.batch) * static_cast<double>(a.heads) * seq *
                                  seq * 3 * layers;
-  check_memory_estimate(4 * (params * 5 * 2 + activations * 2 * 2),
+  double shards = 1;
+  if (scheme.fsdp) shards *= static_cast<double>(mesh.size(scheme.dp_dim));
+  if (scheme.tp) shards *= static_cast<double>(mesh.size(scheme.tp_dim));
+  const bool one_rank = !mesh.world().is_simulated() && a.init == "meta";
+  const double models = (a.check ? 1 : 0) + (one_rank ? 1 / shards : 1);
+  check_memory_estimate(4 * (params * 5 * models + activations * 2 * 2),
                         "training this model (batch " + std::to_string(a.batch) + ", seq " +
                             std::to_string(a.seq) + ", hidden " + std::to_string(a.hidden) +
                             ", heads " + std::to_string(a.heads) + ", layers " +
                             std::to_string(a.layers) + ")",
-                        "give smaller --batch, --seq, --hidden or --layers");
+                        "give smaller --batch, --seq, --hidden or --layers" +
+                            std::string(a.check ? ", or --no-check" : ""));
 }
 
 // One rank's memory report with its process's peaks, as rank 0 prints it.
@@ -576,7 +586,7 @@ int run_train(const TrainArgs& given) {
   const bool rank0 = world.rank() == 0;
 
   const TextData data;
-  check_train_memory(args, data.vocab_size());
+  check_train_memory(args, data.vocab_size(), scheme, mesh);
   models::GPTConfig config;
   config.batch = args.batch;
   config.seq = args.seq;
