@@ -110,14 +110,16 @@ void backward(const std::vector<DTensor>& outputs,
 //   SavedTensorHooks hooks([](const DTensor& t) -> std::any { return t; },
 //                          [](const std::any& a) { return std::any_cast<DTensor>(a); });
 // A packed tensor is not checked for in-place changes (the hooks own what
-// they keep); graph_memory counts what was packed only when it is held as a
-// DTensor. The hooks run on the thread that records (pack) and the one
+// they keep). graph_memory counts what was packed when it is held as a
+// DTensor, or what `inspect` (optional) reports a packed value keeps alive. The hooks run on the thread that records (pack) and the one
 // that runs backward (unpack), with grad mode off when unpacking.
 class SavedTensorHooks {
  public:
   using Pack = std::function<std::any(const DTensor&)>;
   using Unpack = std::function<DTensor(const std::any&)>;
-  SavedTensorHooks(Pack pack, Unpack unpack);
+  using Inspect =
+      std::function<void(const std::any&, const std::function<void(const DTensor&)>&)>;
+  SavedTensorHooks(Pack pack, Unpack unpack, Inspect inspect = nullptr);
   ~SavedTensorHooks();
   SavedTensorHooks(const SavedTensorHooks&) = delete;
   SavedTensorHooks& operator=(const SavedTensorHooks&) = delete;
@@ -125,6 +127,7 @@ class SavedTensorHooks {
   struct Pair {
     Pack pack;
     Unpack unpack;
+    Inspect inspect;
   };
 
  private:

@@ -147,6 +147,11 @@ class Module {
   // PyTorch: to_empty() followed by reset_parameters()/init_weights().
   int64_t materialize();
 
+  // Whether every call of this module (its hooks and forward) runs under
+  // nn::checkpoint (set by checkpoint_wrapper).
+  bool activation_checkpointing() const { return checkpointed_; }
+  void set_activation_checkpointing(bool enabled) { checkpointed_ = enabled; }
+
   // fn(module, input) -> the input forward() gets.
   using ForwardPreHook = std::function<DTensor(Module&, const DTensor&)>;
   // fn(module, input, output) -> the output the caller gets.
@@ -191,7 +196,31 @@ class Module {
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   std::vector<ForwardPreHook> pre_hooks_;
   std::vector<ForwardHook> hooks_;
+  bool checkpointed_ = false;
+
+  DTensor call(const DTensor& x);  // the hooks and forward()
 };
+
+// ---- activation checkpointing (torch.utils.checkpoint, non-reentrant) --------------------
+// fn(x) keeping nothing for backward: each tensor its ops save becomes a
+// handle, and backward, at the first node that needs one, runs fn again
+// from x (with the generator state and autocast of the first run, grad
+// mode on) and takes the tensors it saves, in order. The gradients are the
+// same, bit for bit, as without checkpointing, provided fn runs the same
+// ops on the same values again (it may read no state that changed since);
+// a recomputation that saves a different number of tensors throws. Costs
+// one more forward of fn in backward (its collectives too). Under no_grad
+// it is fn(x). Regions nest.
+DTensor checkpoint(const std::function<DTensor(const DTensor&)>& fn, const DTensor& x);
+// Marks `module` so that each of its calls (hooks and forward, so a
+// fully_shard module gathers its parameters again for the recomputation)
+// runs under checkpoint: PyTorch's checkpoint_wrapper, without the wrapper
+// module (names and checkpoints are unchanged). Returns `module`.
+Module& checkpoint_wrapper(Module& module);
+// Whether a checkpoint region is recording on this thread: fully_shard
+// then leaves its unsharded parameters to the region (which keeps nothing)
+// instead of packing them itself.
+bool in_checkpoint_region();
 
 // Replaces the parameter in `slot` (a pointer from named_parameters()) by
 // `value` and marks the one it held superseded, naming `by` (e.g.

@@ -451,6 +451,16 @@ void manual_seed(uint64_t seed);
 uint64_t initial_seed();
 // Advances the generator: the seed for one draw.
 uint64_t next_seed();
+// The generator's whole state, to replay draws (torch.get_rng_state /
+// set_rng_state): activation checkpointing recomputes a forward with the
+// seeds it drew the first time.
+struct RngState {
+  uint64_t seed = 0;
+  uint64_t draws = 0;
+  bool operator==(const RngState&) const = default;
+};
+RngState get_rng_state();
+void set_rng_state(const RngState& state);
 
 using ShardingPropCacheInfo = CacheInfo;
 // Counters of the sharding-propagation cache.

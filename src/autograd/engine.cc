@@ -87,8 +87,12 @@ class FunctionNode final : public Node {
 
   void for_each_saved(const std::function<void(const DTensor&)>& f) const override {
     for (const DTensor& t : saved_) f(t);
-    for (const std::any& a : packed_)
-      if (const DTensor* t = std::any_cast<DTensor>(&a)) f(*t);
+    for (const std::any& a : packed_) {
+      if (hooks_ && hooks_->inspect)
+        hooks_->inspect(a, f);
+      else if (const DTensor* t = std::any_cast<DTensor>(&a))
+        f(*t);
+    }
   }
 
   void release() override {
@@ -326,10 +330,10 @@ GradModeGuard::~GradModeGuard() { autograd::detail::grad_enabled = previous_; }
 
 // ---- saved-tensor hooks ------------------------------------------------------------------
 
-SavedTensorHooks::SavedTensorHooks(Pack pack, Unpack unpack) {
+SavedTensorHooks::SavedTensorHooks(Pack pack, Unpack unpack, Inspect inspect) {
   DT_CHECK(pack != nullptr && unpack != nullptr,
            "SavedTensorHooks: both a pack and an unpack hook are needed");
-  pair_ = std::make_shared<const Pair>(Pair{std::move(pack), std::move(unpack)});
+  pair_ = std::make_shared<const Pair>(Pair{std::move(pack), std::move(unpack), std::move(inspect)});
   autograd::saved_hooks.push_back(pair_);
 }
 

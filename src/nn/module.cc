@@ -11,6 +11,11 @@ namespace dtensor::nn {
 Module::~Module() = default;
 
 DTensor Module::operator()(const DTensor& x) {
+  if (checkpointed_) return checkpoint([this](const DTensor& in) { return call(in); }, x);
+  return call(x);
+}
+
+DTensor Module::call(const DTensor& x) {
   // The common case (no hooks) passes x straight through without a copy.
   if (pre_hooks_.empty() && hooks_.empty()) return forward(x);
   DTensor in = x;

@@ -144,6 +144,19 @@ void manual_seed(uint64_t seed) {
   g.draws = 0;
 }
 
+RngState get_rng_state() {
+  Generator& g = generator();
+  std::lock_guard lock(g.mutex);
+  return {g.seed, g.draws};
+}
+
+void set_rng_state(const RngState& state) {
+  Generator& g = generator();
+  std::lock_guard lock(g.mutex);
+  g.seed = state.seed;
+  g.draws = state.draws;
+}
+
 uint64_t initial_seed() {
   Generator& g = generator();
   std::lock_guard lock(g.mutex);

@@ -111,6 +111,8 @@ struct Group {
   // group's backward.
   std::vector<DTensor> backward_unsharded;
   std::optional<SavedTensorHooks> hooks;
+  // Between a pre_forward and its post_forward that frees the values.
+  bool resharding = false;
   // Whether no other fully_shard module contains this one (found at the
   // first forward, as FSDP2's lazy init finds the root).
   std::optional<bool> root;
@@ -356,15 +358,20 @@ void pre_forward(const std::shared_ptr<Group>& group) {
   for (size_t k = 0; k < group->params.size(); ++k)
     for (DTensor* slot : group->params[k].slots) *slot = group->unsharded[k];
   // The root keeps its values until after backward (FSDP2): nothing to pack.
-  if (group->reshard_after_forward && !*group->root) {
+  // Inside an activation-checkpointing region the region keeps nothing of
+  // them (backward runs the module again, gathering again), so there is
+  // nothing to pack either.
+  group->resharding = group->reshard_after_forward && !*group->root;
+  if (group->resharding && !nn::in_checkpoint_region()) {
     resharding_groups.push_back(group);
     group->hooks.emplace(pack_param, unpack_param);
   }
 }
 
 void post_forward(const std::shared_ptr<Group>& group) {
-  if (!group->hooks) return;
-  end_packing(group);
+  if (!group->resharding) return;
+  group->resharding = false;
+  if (group->hooks) end_packing(group);
   group->reshard();
 }
 
