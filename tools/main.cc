@@ -257,6 +257,9 @@ int run(int argc, char** argv) {
                     "process's shards only (no process holds a whole parameter); eager: build\n"
                     "it whole first. The values are the same, bit for bit")
       ->capture_default_str()->check(one_of({"meta", "eager"}));
+  add_number(train, "--activation-checkpointing", train_args.checkpoint_every,
+             "recompute every k-th block's activations in backward instead of keeping\n"
+             "them (1: every block; 0: none)", 0, 256);
   train->add_option("--svg", train_args.svg, "write the loss chart to this SVG file")
       ->capture_default_str();
   bool train_no_svg = false;

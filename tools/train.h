@@ -42,6 +42,9 @@ struct TrainArgs {
   // holds a whole parameter it does not own), or build it whole first.
   // The values are the same either way, bit for bit.
   std::string init = "meta";
+  // Activation checkpointing of the blocks (nn::checkpoint_wrapper):
+  // 0 none, 1 every block, k every k-th block (blocks 0, k, 2k, ...).
+  int checkpoint_every = 0;
   // Whether --tolerance was given; else a mixed-precision run takes
   // kMixedPrecisionTolerance.
   bool tolerance_given = false;

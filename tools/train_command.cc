@@ -166,6 +166,13 @@ struct Trainer {
       parallelize_module(*model, scheme.tp_dim,
                          models::gpt_tensor_parallel_plan(args.sequence_parallel), tp_options);
     }
+    // Before fully_shard, as torchtitan applies it: the region covers a
+    // block's hooks, so fully_shard gathers again for the recomputation.
+    if (args.checkpoint_every > 0)
+      for (auto& [name, module] : model->named_modules())
+        if (name.rfind("blocks.", 0) == 0 && name.find('.', 7) == std::string::npos &&
+            std::stoll(name.substr(7)) % args.checkpoint_every == 0)
+          nn::checkpoint_wrapper(*module);
     if (scheme.fsdp) {
       FullyShardOptions options;
       options.mesh_dims = {scheme.dp_dim};
@@ -667,6 +674,13 @@ int run_train(const TrainArgs& given) {
        << (args.clip > 0 ? ", gradient norm clipped to " + std::to_string(args.clip).substr(0, 4)
                          : "")
        << "\n";
+    if (args.checkpoint_every > 0)
+      os << "  activations of "
+         << (args.checkpoint_every == 1
+                 ? std::string("every block")
+                 : "blocks 0, " + std::to_string(args.checkpoint_every) + ", " +
+                       std::to_string(2 * args.checkpoint_every) + ", ...")
+         << " recomputed in backward (activation checkpointing)\n";
     if (mixed)
       os << "  precision " << (args.mixed_precision == "bf16" ? "bfloat16" : "float16")
          << " parameters and activations, float32 master weights, optimizer and gradient\n"

@@ -569,6 +569,10 @@ void run_backward(const DTensor* const* outputs, const std::optional<DTensor>* c
       }
       if (--next->waiting == 0) ready.push(next);
     }
+    // Its saved tensors are done with: freed now, not at the end, so that
+    // backward holds the activations still to be used and no more (and a
+    // checkpointed region's recomputed ones only during its own backward).
+    if (!retain_graph) n->release();
   }
   if (!retain_graph)
     for (Node* n : reached) n->release();
