@@ -270,10 +270,10 @@ int run(int argc, char** argv) {
                   "the simulated world with mpirun)");
   train->add_flag("--json", train_args.json,
                   "print JSON: world, ranks, mesh, names, scheme, parameters, schedules, steps\n"
-                  "(loss, reference_loss, grad_norm, reference_grad_norm, wall_ms, the count of\n"
-                  "every collective kind, bytes_per_rank, and the counts of forward, backward\n"
-                  "and optimizer), max_loss_diff, max_param_diff, tolerance, verified,\n"
-                  "fingerprint");
+                  "(loss, reference_loss, grad_norm, reference_grad_norm, wall_ms,\n"
+                  "collective_ms, the count of every collective kind, bytes_per_rank, and the\n"
+                  "counts of forward, backward and optimizer), memory (per rank), max_loss_diff,\n"
+                  "max_param_diff, tolerance, verified, fingerprint");
 
   DemoArgs demo_args;
   ModelConfig& model = demo_args.model;

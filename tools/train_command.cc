@@ -255,6 +255,7 @@ struct Trainer {
 
 struct StepRecord {
   double loss = 0, reference = NAN, ms = 0;
+  double collective_ms = 0;  // inside the backend's collectives (CommDebugMode)
   double grad_norm = 0, reference_grad_norm = NAN;
   PhaseCounts phases{};
   PhaseDtypes phase_dtypes{};
@@ -549,7 +550,7 @@ struct StepTable {
       if (seen[i] != 0) kinds.push_back(i);
     os << "\n  " << std::left << std::setw(6) << "step" << std::right << std::setw(10) << "loss";
     if (reference) os << std::setw(12) << "one proc." << std::setw(10) << "|diff|";
-    os << std::setw(9) << "ms";
+    os << std::setw(9) << "ms" << std::setw(10) << "comm ms";
     for (size_t k : kinds) os << std::setw(width(k)) << to_string(kind_at(k));
     os << std::setw(13) << "bytes/rank" << "\n";
   }
@@ -559,7 +560,8 @@ struct StepTable {
     if (reference)
       os << std::setw(12) << r.reference << std::scientific << std::setprecision(1) << std::setw(10)
          << std::abs(r.loss - r.reference);
-    os << std::fixed << std::setprecision(1) << std::setw(9) << r.ms;
+    os << std::fixed << std::setprecision(1) << std::setw(9) << r.ms << std::setw(10)
+       << r.collective_ms;
     for (size_t k : kinds) os << std::setw(width(k)) << r.counts[k];
     os << std::setw(13) << r.bytes << "\n";
   }
@@ -727,6 +729,7 @@ int run_train(const TrainArgs& given) {
       r.grad_norm = got.grad_norm;
       r.ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      r.collective_ms = comm.collective_seconds() * 1e3;
       for (size_t i = 0; i < r.counts.size(); ++i) {
         r.counts[i] = comm.count(kind_at(i));
         r.bytes += comm.bytes(kind_at(i));
@@ -839,6 +842,7 @@ int run_train(const TrainArgs& given) {
       s["grad_norm"] = r.grad_norm;
       if (reference) s["reference_grad_norm"] = r.reference_grad_norm;
       s["wall_ms"] = r.ms;
+      s["collective_ms"] = r.collective_ms;
       for (size_t i = 0; i < r.counts.size(); ++i) s[to_string(kind_at(i))] = r.counts[i];
       s["bytes_per_rank"] = r.bytes;
       for (int ph = 0; ph < kNumPhases; ++ph) {
@@ -876,15 +880,23 @@ int run_train(const TrainArgs& given) {
     return verified ? 0 : 1;
   }
 
-  double mean_ms = 0;
-  for (size_t i = 1; i < steps.size(); ++i) mean_ms += steps[i].ms;
-  if (steps.size() > 1) mean_ms /= static_cast<double>(steps.size() - 1);
+  double mean_ms = 0, mean_comm_ms = 0;
+  for (size_t i = 1; i < steps.size(); ++i) {
+    mean_ms += steps[i].ms;
+    mean_comm_ms += steps[i].collective_ms;
+  }
+  if (steps.size() > 1) {
+    mean_ms /= static_cast<double>(steps.size() - 1);
+    mean_comm_ms /= static_cast<double>(steps.size() - 1);
+  }
   bool same = true;
   for (const StepRecord& r : steps) same = same && r.counts == steps.front().counts;
   os << (same ? "  every step runs the same collectives"
               : "  the steps run different collectives")
-     << "; mean step time after the first " << std::setprecision(1) << mean_ms << " ms"
-     << (world.is_simulated() ? " (the simulated world computes every rank in this process)" : "")
+     << "; mean step time after the first " << std::setprecision(1) << mean_ms << " ms, "
+     << mean_comm_ms << " ms of it in collectives"
+     << (world.is_simulated() ? " (the simulated world computes every rank in this process)"
+                              : " (this process, waiting in MPI calls included)")
      << "\n";
   bool half_step = false;
   for (const KindDtypes& phase : steps.back().phase_dtypes)

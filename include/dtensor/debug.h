@@ -66,6 +66,11 @@ class CommDebugMode {
   // (redistribute calls and the redistributions ops make of their inputs).
   double planned_cost_us() const;
   int64_t plans_run() const;
+  // Wall time this thread spent inside the backend's collectives, in
+  // seconds: under MPI the time its process waited in MPI calls (moving
+  // the data, and waiting for slower ranks) with the packing around them;
+  // in the simulated world the time spent computing every rank's part.
+  double collective_seconds() const;
   // A table: one line per kind and dtype that ran (a kind that did not run:
   // one line, dtype "-", count 0) with its count and bytes, then the total:
   //   collective      dtype     count  bytes
@@ -79,12 +84,28 @@ class CommDebugMode {
   friend void record_collective(CollectiveKind kind, int64_t bytes_per_rank, DType dtype,
                                 int mesh_dim);
   friend void record_plan_run(double cost_us);
+  friend class CollectiveTimer;
   std::thread::id owner_;  // the thread whose collectives this mode counts
   std::array<int64_t, kNumCollectiveKinds> counts_{};
   std::array<int64_t, kNumCollectiveKinds> bytes_{};
   std::vector<CollectiveRecord> records_;
   double planned_cost_us_ = 0;
   int64_t plans_run_ = 0;
+  double collective_seconds_ = 0;
+};
+
+// Held by a backend for the whole of each collective call: its wall time
+// goes to the CommDebugModes of the thread (collective_seconds), once for
+// calls inside calls. Costs one atomic load when no mode is alive.
+class CollectiveTimer {
+ public:
+  CollectiveTimer();
+  ~CollectiveTimer();
+  CollectiveTimer(const CollectiveTimer&) = delete;
+  CollectiveTimer& operator=(const CollectiveTimer&) = delete;
+
+ private:
+  int64_t start_ns_ = -1;  // -1: not timing (no mode, or an outer call times)
 };
 
 // Called by backends for each collective they run: the bytes each rank

@@ -144,6 +144,7 @@ MpiBackend::Group MpiBackend::group_of(const DeviceMesh& mesh, int mesh_dim, Kin
 
 LocalTensor MpiBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                    int64_t gather_dim) {
+  const CollectiveTimer timer;  // collective_seconds
   const Group g = group_of(mesh, mesh_dim, Kind::AllGather);
   if (g.size == 0) return {};
   const Tensor& t = own_shard(in, rank_, "all_gather");
@@ -209,6 +210,7 @@ LocalTensor MpiBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
 
 LocalTensor MpiBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                    ReduceOp op) {
+  const CollectiveTimer timer;  // collective_seconds
   const Group g = group_of(mesh, mesh_dim, Kind::AllReduce);
   if (g.size == 0) return {};
   const Tensor& t = own_shard(in, rank_, "all_reduce");
@@ -283,6 +285,7 @@ LocalTensor MpiBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh
 
 LocalTensor MpiBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                        ReduceOp op, int64_t scatter_dim) {
+  const CollectiveTimer timer;  // collective_seconds
   const Group g = group_of(mesh, mesh_dim, Kind::ReduceScatter);
   if (g.size == 0) return {};
   const Tensor& t = own_shard(in, rank_, "reduce_scatter");
@@ -324,6 +327,7 @@ LocalTensor MpiBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& 
 
 LocalTensor MpiBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                    int64_t split_dim, int64_t concat_dim) {
+  const CollectiveTimer timer;  // collective_seconds
   const Group g = group_of(mesh, mesh_dim, Kind::AllToAll);
   if (g.size == 0) return {};
   const Tensor& t = own_shard(in, rank_, "all_to_all");
@@ -440,6 +444,7 @@ void MpiBackend::check_received_header(const Group& g, const H& h, int root,
 
 LocalTensor MpiBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                   int64_t root) {
+  const CollectiveTimer timer;  // collective_seconds
   const Group g = group_of(mesh, mesh_dim, Kind::Broadcast);
   if (g.size == 0) return {};
   DT_CHECK(root >= 0 && root < g.size, "broadcast over mesh dim ", mesh_dim, ": root ", root,
@@ -467,6 +472,7 @@ LocalTensor MpiBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh,
 
 LocalTensor MpiBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                 int64_t root, int64_t scatter_dim) {
+  const CollectiveTimer timer;  // collective_seconds
   const Group g = group_of(mesh, mesh_dim, Kind::Scatter);
   if (g.size == 0) return {};
   DT_CHECK(root >= 0 && root < g.size, "scatter over mesh dim ", mesh_dim, ": root ", root,
@@ -527,6 +533,7 @@ LocalTensor MpiBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, i
 // for silently).
 LocalTensor MpiBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                        const BoxRoutes& routes) {
+  const CollectiveTimer timer;  // collective_seconds
   const Group g = group_of(mesh, mesh_dim, Kind::BoxExchange);
   if (g.size == 0) return {};
   const Tensor& t = own_shard(in, rank_, "box_exchange");

@@ -346,6 +346,7 @@ class RankSlots {
 
 LocalTensor SimBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                    int64_t gather_dim) {
+  const CollectiveTimer timer;  // collective_seconds
   const Prepared p = prepare("all_gather", in, mesh, mesh_dim);
   gather_dim = check_prepared_dim(p, "gather dim", gather_dim);
   check_group_shapes(p, gather_dim, "gather dim");
@@ -407,6 +408,7 @@ LocalTensor SimBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
 
 LocalTensor SimBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                    ReduceOp op) {
+  const CollectiveTimer timer;  // collective_seconds
   const Prepared p = prepare("all_reduce", in, mesh, mesh_dim);
   check_reduce_op(p, op);
   check_group_shapes(p, -1);
@@ -436,6 +438,7 @@ LocalTensor SimBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh
 
 LocalTensor SimBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                        ReduceOp op, int64_t scatter_dim) {
+  const CollectiveTimer timer;  // collective_seconds
   const Prepared p = prepare("reduce_scatter", in, mesh, mesh_dim);
   check_reduce_op(p, op);
   scatter_dim = check_prepared_dim(p, "scatter dim", scatter_dim);
@@ -470,6 +473,7 @@ LocalTensor SimBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& 
 
 LocalTensor SimBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                    int64_t split_dim, int64_t concat_dim) {
+  const CollectiveTimer timer;  // collective_seconds
   const Prepared p = prepare("all_to_all", in, mesh, mesh_dim);
   split_dim = check_prepared_dim(p, "split dim", split_dim);
   concat_dim = check_prepared_dim(p, "concat dim", concat_dim);
@@ -565,6 +569,7 @@ LocalTensor SimBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
 
 LocalTensor SimBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                   int64_t root) {
+  const CollectiveTimer timer;  // collective_seconds
   const Prepared p = prepare("broadcast", in, mesh, mesh_dim, root);
   record_collective(CollectiveKind::Broadcast, p.max_bytes, p.first->dtype(), p.where.mesh_dim);
 
@@ -586,6 +591,7 @@ LocalTensor SimBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh,
 
 LocalTensor SimBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                 int64_t root, int64_t scatter_dim) {
+  const CollectiveTimer timer;  // collective_seconds
   const Prepared p = prepare("scatter", in, mesh, mesh_dim, root);
   scatter_dim = check_prepared_dim(p, "scatter dim", scatter_dim);
   record_collective(CollectiveKind::Scatter, p.max_bytes, p.first->dtype(), p.where.mesh_dim);

@@ -28,6 +28,7 @@ bool inside(const Shape& start, const Shape& size, const Shape& whole) {
 
 LocalTensor SimBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                        const BoxRoutes& routes) {
+  const CollectiveTimer timer;  // collective_seconds
   const int ndim = mesh.ndim();
   DT_CHECK(mesh_dim >= -ndim && mesh_dim < ndim, "box_exchange: mesh dim ", mesh_dim,
            " out of range for ", mesh.to_string(), " (expected ", -ndim, " <= mesh dim < ", ndim,

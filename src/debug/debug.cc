@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <iomanip>
@@ -98,6 +99,38 @@ void record_collective(CollectiveKind kind, int64_t bytes_per_rank, DType dtype,
     mode->bytes_[k] += bytes_per_rank;
     mode->records_.push_back(CollectiveRecord{kind, mesh_dim, bytes_per_rank, dtype});
   }
+}
+
+namespace {
+thread_local int collective_depth = 0;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+CollectiveTimer::CollectiveTimer() {
+  if (collective_depth++ > 0) return;
+  if (registry().num_active.load(std::memory_order_acquire) == 0) return;
+  start_ns_ = now_ns();
+}
+
+CollectiveTimer::~CollectiveTimer() {
+  --collective_depth;
+  if (start_ns_ < 0) return;
+  const double seconds = static_cast<double>(now_ns() - start_ns_) * 1e-9;
+  Registry& r = registry();
+  const std::thread::id self = std::this_thread::get_id();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (CommDebugMode* mode : r.active)
+    if (mode->owner_ == self) mode->collective_seconds_ += seconds;
+}
+
+double CommDebugMode::collective_seconds() const {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return collective_seconds_;
 }
 
 void record_plan_run(double cost_us) {

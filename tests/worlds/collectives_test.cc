@@ -178,3 +178,27 @@ TEST_F(WorldsTest, DistributeFromASourceRank) {
     EXPECT_TRUE(equal(d.full_tensor(), from_rank_3)) << text;
   }
 }
+
+// CommDebugMode times the collectives of its thread: some time for a
+// gather, none for local work, and collectives inside another call (a
+// backend's own, or one a caller times) counted once, by the outermost.
+TEST_F(WorldsTest, CollectiveTimeIsCountedOncePerCall) {
+  DeviceMesh mesh(world, {4});
+  if (!takes_part(mesh)) return;
+  const LocalTensor in = held(mesh, rows_of);
+  {
+    CommDebugMode mode;
+    const Tensor local = Tensor::randn({64, 64}, 1);
+    (void)mm(local, local);
+    EXPECT_EQ(mode.collective_seconds(), 0);
+    for (int i = 0; i < 20; ++i) world.backend().all_gather(in, mesh, 0, 0);
+    EXPECT_GT(mode.collective_seconds(), 0);
+  }
+  CommDebugMode outer;
+  {
+    const CollectiveTimer around;  // an enclosing call times the gathers, once, when it ends
+    for (int i = 0; i < 20; ++i) world.backend().all_gather(in, mesh, 0, 0);
+    EXPECT_EQ(outer.collective_seconds(), 0);
+  }
+  EXPECT_GT(outer.collective_seconds(), 0);
+}
