@@ -201,6 +201,10 @@ std::string module_repr(py::handle self) {
 template <class M>
 using ModuleClass = py::class_<M, nn::Module, ModulePtr<M>>;
 
+struct MetaDevice {
+  std::unique_ptr<nn::MetaDeviceGuard> guard;
+};
+
 }  // namespace
 
 void bind_nn(py::module_& m) {
@@ -213,6 +217,20 @@ seed, the same on every process (they make the same calls in the same order),
 so the MPI world and the simulated world give the same values.
 )doc");
   m.def("initial_seed", &initial_seed, "The seed of the last manual_seed (or the default).");
+  m.def("get_rng_state",
+        [] {
+          const RngState s = get_rng_state();
+          return py::make_tuple(s.seed, s.draws);
+        },
+        "The global generator's state, (seed, draws) (torch.get_rng_state).");
+  m.def("set_rng_state",
+        [](const py::tuple& state) {
+          DT_CHECK(state.size() == 2, "set_rng_state: expected (seed, draws) from get_rng_state(), "
+                   "got a tuple of ", state.size());
+          set_rng_state({cast_arg<uint64_t>(state[0], "set_rng_state's seed", "an int"),
+                         cast_arg<uint64_t>(state[1], "set_rng_state's draws", "an int")});
+        },
+        py::arg("state"), "Restores a state from get_rng_state (torch.set_rng_state).");
 
   py::module_ nm = m.def_submodule("nn", "Modules (torch.nn) for DTensor models.");
 
@@ -281,6 +299,14 @@ attribute makes it a child, assigning dtensor.nn.Parameter(...) a parameter
            },
            "{dotted name: parameter}; the DTensors alias the parameters, so "
            "dtensor.checkpoint.load into it restores them in place.")
+      .def("materialize", &nn::Module::materialize, release_gil(), R"doc(
+Makes every parameter still on the meta device (built under
+dtensor.nn.meta_device()): allocates this process's shards, in the layout
+they have now, and fills them with the values the model made whole would
+have (bit for bit). All the shards' bytes are checked before any is
+allocated. Returns how many parameters it made. (PyTorch: to_empty()
+followed by reset_parameters().)
+)doc")
       .def("zero_grad",
            [](nn::Module& mod) {
              for (auto& [name, p] : mod.named_parameters()) p->zero_grad();
@@ -415,6 +441,28 @@ attribute makes it a child, assigning dtensor.nn.Parameter(...) a parameter
            py::arg("device_mesh"), py::arg("weight"), py::arg("bias"), py::arg("eps") = 1e-5)
       .def_property_readonly("weight", [](nn::LayerNorm& l) { return l.weight(); })
       .def_property_readonly("bias", [](nn::LayerNorm& l) { return l.bias(); });
+
+  // with dtensor.nn.meta_device(): as torch.device("meta") for building.
+  py::class_<MetaDevice>(nm, "_MetaDevice")
+      .def("__enter__", [](MetaDevice& d) { d.guard = std::make_unique<nn::MetaDeviceGuard>(); })
+      .def("__exit__", [](MetaDevice& d, py::args) {
+        d.guard.reset();
+        return false;
+      });
+  nm.def("meta_device", [] { return std::make_unique<MetaDevice>(); }, R"doc(
+with dtensor.nn.meta_device(): modules made inside get their parameters on
+the meta device (a layout, no memory) with the recipe of their values, as
+PyTorch's `with torch.device("meta")`. Lay the model out (parallelize_module,
+fully_shard), then model.materialize() makes each process's shards with the
+values the model made whole would have. Per thread.
+)doc");
+  nm.def("checkpoint_wrapper", &nn::checkpoint_wrapper, py::arg("module"),
+         py::return_value_policy::reference, R"doc(
+Every call of `module` (its hooks and forward) keeps nothing for backward
+and runs again in backward to remake what it needs (PyTorch's
+checkpoint_wrapper, without a wrapper module: names are unchanged). The
+gradients are the same, bit for bit. Returns the module.
+)doc");
 
   // torch.nn.utils.clip_grad_norm_ (the same function as dtensor.optim's).
   py::module_ utils = nm.def_submodule("utils", "torch.nn.utils's gradient clipping.");

@@ -1,0 +1,122 @@
+// dtensor.MemoryTracker, dtensor.memory_stats and
+// dtensor.utils.checkpoint.checkpoint (dtensor/memory.h, nn.h): what each
+// rank holds, and activation checkpointing of a Python function.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "bindings.h"
+#include "casters.h"
+#include "dtensor/memory.h"
+#include "dtensor/nn.h"
+#include "dtensor/optim.h"
+
+namespace dtensor::python {
+
+namespace {
+
+py::dict rank_dict(const RankMemory& m) {
+  py::dict d;
+  d["rank"] = m.rank;
+  d["parameters"] = m.parameters;
+  d["gradients"] = m.gradients;
+  d["optimizer_state"] = m.optimizer_state;
+  d["activations"] = m.activations;
+  return d;
+}
+
+py::dict stats_dict(const MemoryStats& s) {
+  py::dict d;
+  d["allocated"] = s.allocated;
+  d["peak_allocated"] = s.peak_allocated;
+  d["reserved"] = s.reserved;
+  d["peak_reserved"] = s.peak_reserved;
+  return d;
+}
+
+// A Python object held by C++ code that may drop it without the GIL (a
+// graph node freed by backward): its deleter takes the GIL.
+std::shared_ptr<py::object> hold(py::object o) {
+  return std::shared_ptr<py::object>(new py::object(std::move(o)), [](py::object* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+}
+
+}  // namespace
+
+void bind_memory(py::module_& m) {
+  m.def("memory_stats", [] { return stats_dict(memory_stats()); },
+        "This process's allocator figures in bytes: allocated, peak_allocated, reserved, "
+        "peak_reserved (torch.cuda.memory_stats's, for dtensor's allocator).");
+  m.def("reset_peak_memory_stats", [] {
+    reset_peak_memory_stats();
+    reset_peak_resident();
+  }, "Starts the peaks (and the resident set's high-water mark) again from now.");
+
+  py::class_<MemoryTracker>(m, "MemoryTracker", R"doc(
+What each rank holds, by category, and the process's measured peaks
+(PyTorch's fsdp2_mem_tracker):
+
+    tracker = dtensor.MemoryTracker(model, optimizer)
+    loss = loss_fn(model(x), y)
+    tracker.after_forward(loss)      # the activations kept for backward
+    loss.backward(); optimizer.step()
+    report = tracker.report()        # {"ranks": [...], "peak_allocated": ..., ...}
+)doc")
+      .def(py::init([](nn::Module& model, optim::Optimizer* optimizer) {
+             return std::make_unique<MemoryTracker>(model, optimizer);
+           }),
+           py::arg("model"), py::arg("optimizer") = nullptr, py::keep_alive<1, 2>(),
+           py::keep_alive<1, 3>())
+      .def("after_forward", &MemoryTracker::after_forward, py::arg("loss"))
+      .def("report",
+           [](const MemoryTracker& t) {
+             const MemoryReport r = t.report();
+             py::dict d;
+             py::list ranks;
+             for (const RankMemory& m : r.ranks) ranks.append(rank_dict(m));
+             d["ranks"] = ranks;
+             d["peak_allocated"] = r.process.peak_allocated;
+             d["peak_reserved"] = r.process.peak_reserved;
+             d["reserved_at_start"] = r.reserved_at_start;
+             d["resident_at_start"] = r.resident_at_start;
+             d["peak_resident"] = r.peak_resident;
+             d["table"] = r.table();
+             return d;
+           },
+           "Bytes per held rank (parameters, gradients, optimizer_state, activations) and the "
+           "process's peaks since the tracker started; 'table' is the printed form.");
+
+  // torch.utils.checkpoint.checkpoint (non-reentrant).
+  py::module_ utils = m.def_submodule("utils", "torch.utils's activation checkpointing.");
+  py::module_ cp = utils.def_submodule("checkpoint", "torch.utils.checkpoint.");
+  cp.def(
+      "checkpoint",
+      [](py::function fn, const DTensor& x, bool use_reentrant) {
+        DT_CHECK(!use_reentrant, "checkpoint: use_reentrant=True is not supported; dtensor's "
+                 "checkpoint is PyTorch's non-reentrant one (use_reentrant=False)");
+        std::shared_ptr<py::object> f = hold(fn);
+        return nn::checkpoint(
+            [f](const DTensor& in) {
+              py::gil_scoped_acquire gil;
+              return cast_arg<DTensor>((*f)(in), "the checkpointed function's result",
+                                       "a DTensor");
+            },
+            x);
+      },
+      py::arg("function"), py::arg("input"), py::kw_only(), py::arg("use_reentrant") = false,
+      R"doc(
+function(input), keeping nothing for backward: backward runs it again from
+`input` (with the random generator's state and autocast of the first run)
+to remake the tensors its ops saved. The gradients are the same, bit for
+bit, provided the function runs the same ops on the same values.
+)doc");
+  py::object modules = py::module_::import("sys").attr("modules");
+  modules["dtensor.utils"] = utils;
+  modules["dtensor.utils.checkpoint"] = cp;
+}
+
+}  // namespace dtensor::python
