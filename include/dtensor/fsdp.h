@@ -31,6 +31,10 @@
 // the optimizer is made. Thread safety: a model is trained by one thread.
 #pragma once
 
+#include <functional>
+#include <optional>
+#include <string>
+
 #include <optional>
 #include <vector>
 
@@ -77,6 +81,12 @@ struct FullyShardOptions {
   // backward starts right away.
   bool reshard_after_forward = true;
   MixedPrecisionPolicy mp_policy = {};
+  // FSDP2's shard_placement_fn: the tensor dim each parameter is sharded on
+  // over mesh_dims, fn(name, parameter) -> Shard(d), or nullopt for the
+  // default Shard(0) (e.g. Shard(1) for weights whose dim 0 is too small to
+  // split evenly, or experts' weights). Negative dims count from the end.
+  std::function<std::optional<Placement>(const std::string& name, const DTensor& param)>
+      shard_placement_fn = nullptr;
 };
 
 // Shards the parameters of `module` (and its descendants) not already

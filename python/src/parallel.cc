@@ -233,9 +233,20 @@ replaced in place (make the optimizer after); returns the module.
 )doc");
 
   pm.def("fully_shard",
-         [](py::object module, py::object mesh, bool reshard_after_forward) {
+         [](py::object module, py::object mesh, bool reshard_after_forward,
+            py::object shard_placement_fn) {
            auto& mod = cast_arg<nn::Module&>(module, "fully_shard(module)", "a dtensor.nn.Module");
            FullyShardOptions o;
+           if (!shard_placement_fn.is_none()) {
+             // Called during fully_shard only (the GIL released around it).
+             o.shard_placement_fn = [&shard_placement_fn](const std::string&,
+                                                          const DTensor& p) -> std::optional<Placement> {
+               py::gil_scoped_acquire gil;
+               py::object r = shard_placement_fn(p);
+               if (r.is_none()) return std::nullopt;
+               return cast_arg<Placement>(r, "shard_placement_fn's result", "a Shard or None");
+             };
+           }
            if (py::isinstance<DeviceMesh>(mesh) && mesh.cast<const DeviceMesh&>().ndim() == 2) {
              // FSDP2's HSDP: a 2-d mesh is (replicate, shard).
              const auto& sub = mesh.cast<const DeviceMesh&>();
@@ -253,14 +264,17 @@ replaced in place (make the optimizer after); returns the module.
            return module;
          },
          py::arg("module"), py::kw_only(), py::arg("mesh") = py::none(),
-         py::arg("reshard_after_forward") = true, R"doc(
+         py::arg("reshard_after_forward") = true, py::arg("shard_placement_fn") = py::none(),
+         R"doc(
 FSDP2: shards the module's parameters (those no inner fully_shard manages)
 Shard(0) over the data-parallel mesh dims `mesh` (mesh["dp"], a dim index or
 name, or a list of them, flattened; default dim 0), all-gathered as one group
 around its forward and reduce-scattered in backward. A 2-d mesh
 (mesh["replicate", "shard"]) is FSDP2's HSDP: replicated over its first dim,
-sharded over its second, gradients reduce-scattered then all-reduced. Apply bottom-up, after tensor
-parallelism and before making the optimizer. Returns the module.
+sharded over its second, gradients reduce-scattered then all-reduced.
+shard_placement_fn(param) -> Shard(d) or None (Shard(0)) picks another dim
+to shard a parameter on. Apply bottom-up, after tensor parallelism and
+before making the optimizer. Returns the module.
 )doc");
   pm.def("replicate",
          [](py::object module, py::object mesh) {

@@ -282,3 +282,22 @@ def test_parallel_layers_and_loss(mesh, rng):
     soft = np.exp(logits_np - lse[..., None])
     soft[np.arange(4)[:, None], np.arange(6)[None, :], target_np] -= 1
     np.testing.assert_allclose(full(logits.grad), soft / 24, rtol=1e-10, atol=1e-14)
+
+
+def test_fully_shard_shard_placement_fn_shards_another_dim(mesh, rng):
+    w = weights(rng)
+    x_np = rng.standard_normal((4, 8, 16)).astype(np.float32)
+    ref = Block(mesh, *w)
+    sharded = Block(mesh, *w)
+    fully_shard(sharded, mesh=mesh["dp"],
+                shard_placement_fn=lambda p: dt.Shard(1) if p.ndim == 2 else None)
+    assert sharded.up.weight.placements == (dt.Shard(1), dt.Replicate())
+    assert sharded.up.bias.placements == (dt.Shard(0), dt.Replicate())
+    xs = dt.distribute_tensor(x_np, mesh, [dt.Shard(0), dt.Replicate()])
+    for model in (ref, sharded):
+        y = model(xs)
+        dt.mean(y * y).backward()
+    for (n, a), (_, b) in zip(ref.named_parameters(), sharded.named_parameters()):
+        np.testing.assert_allclose(full(a.grad), full(b.grad), rtol=1e-5, atol=1e-6, err_msg=n)
+    with pytest.raises(TypeError, match="shard_placement_fn"):
+        fully_shard(Block(mesh, *w), shard_placement_fn=lambda p: "no")

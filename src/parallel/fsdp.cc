@@ -4,11 +4,12 @@
 //
 // The flat buffer of a rank is, for each parameter in order, its dp shard
 // flattened and padded with zeros to the largest shard of its dp group
-// (FSDP2's dim-0 padding), so every member of the group puts in the same
-// number of elements and member j's piece starts at j * total. The
-// unsharded value of a parameter on a rank is its members' pieces, cut to
-// their true row counts, concatenated in the group's (row-major) order,
-// which is the order in which nested Shard(0)s split dim 0.
+// (FSDP2's padding), so every member of the group puts in the same number
+// of elements and member j's piece starts at j * total. The unsharded value
+// of a parameter on a rank is its members' pieces, cut to their true
+// shapes, concatenated along the dim dp shards (0, or shard_placement_fn's)
+// in the group's (row-major) order, which is the order in which nested
+// Shard(d)s split dim d.
 //
 // Autograd: the gather is one GatherNode (inputs: the sharded leaves)
 // with a one-element token as output, and each unsharded value is the
@@ -45,12 +46,10 @@ namespace {
 
 // Where a rank's parameters sit in the flat buffer.
 struct RankLayout {
-  int64_t total = 0;                       // elements per member's piece
-  int member = 0;                          // this rank's index in its dp group
-  std::vector<int64_t> offset;             // per parameter, within a piece
-  std::vector<std::vector<int64_t>> rows;  // per parameter, per member: true rows
-  std::vector<Shape> trailing;             // per parameter: the local shape after dim 0
-  std::vector<int64_t> row_numel;          // per parameter: elements per row
+  int64_t total = 0;                        // elements per member's piece
+  int member = 0;                           // this rank's index in its dp group
+  std::vector<int64_t> offset;              // per parameter, within a piece
+  std::vector<std::vector<Shape>> shapes;   // per parameter, per member: its shard's shape
 };
 
 struct Param {
@@ -60,6 +59,7 @@ struct Param {
   std::vector<DTensor*> slots;
   DTensor sharded;             // the leaf the optimizer steps
   DTensorSpec unsharded_spec;  // Replicate on the dp dims
+  int64_t dim = 0;             // the tensor dim dp shards (shard_placement_fn)
 };
 
 struct Group;
@@ -179,14 +179,13 @@ std::vector<DTensor> Group::gather() const {
     for (const auto& [rank, l] : layouts) {
       const Tensor& flat = out.shard(rank);
       std::vector<Tensor> pieces;
-      for (size_t j = 0; j < l.rows[k].size(); ++j) {
-        Shape shape = l.trailing[k];
-        shape.insert(0, l.rows[k][j]);
-        pieces.push_back(flat.narrow(0, static_cast<int64_t>(j) * l.total + l.offset[k],
-                                     l.rows[k][j] * l.row_numel[k])
-                             .view(shape));
+      for (size_t j = 0; j < l.shapes[k].size(); ++j) {
+        const Shape& shape = l.shapes[k][j];
+        pieces.push_back(
+            flat.narrow(0, static_cast<int64_t>(j) * l.total + l.offset[k], shape.product())
+                .view(shape));
       }
-      local.set(rank, cat(pieces, 0).contiguous());
+      local.set(rank, cat(pieces, params[k].dim).contiguous());
     }
     const DTensorSpec& u = params[k].unsharded_spec;
     values.emplace_back(DTensorSpec(u.mesh(), u.placements(), u.shape(), param_dtype()),
@@ -235,18 +234,20 @@ class GatherNode final : public autograd::Node {
     Group& g = *group_;
     LocalTensor in;
     for (const auto& [rank, l] : g.layouts) {
-      const int64_t n = static_cast<int64_t>(l.rows.empty() ? 1 : l.rows[0].size());
+      const int64_t n = static_cast<int64_t>(l.shapes.empty() ? 1 : l.shapes[0].size());
       Tensor flat = Tensor::zeros({n * l.total}, g.reduce_dtype());
       for (size_t k = 0; k < g.params.size(); ++k) {
         if (!call_->grads[k]) continue;
         const Tensor local = call_->grads[k]->to_local(rank);
+        const int64_t dim = g.params[k].dim;
         int64_t start = 0;
-        for (size_t j = 0; j < l.rows[k].size(); ++j) {
-          const int64_t rows = l.rows[k][j];
-          if (rows > 0)
-            flat.narrow(0, static_cast<int64_t>(j) * l.total + l.offset[k], rows * l.row_numel[k])
-                .copy_(local.narrow(0, start, rows).reshape({-1}));
-          start += rows;
+        for (size_t j = 0; j < l.shapes[k].size(); ++j) {
+          const Shape& shape = l.shapes[k][j];
+          if (shape.product() > 0)
+            flat.narrow(0, static_cast<int64_t>(j) * l.total + l.offset[k], shape.product())
+                .view(shape)
+                .copy_(local.narrow(dim, start, shape[static_cast<size_t>(dim)]));
+          start += shape[static_cast<size_t>(dim)];
         }
       }
       // Earlier backwards without sync first, then this one (FSDP2 adds
@@ -271,10 +272,8 @@ class GatherNode final : public autograd::Node {
       if (!call_->grads[k] || !edges[k].node) continue;
       LocalTensor local;
       for (const auto& [rank, l] : g.layouts) {
-        Shape shape = l.trailing[k];
-        const int64_t rows = l.rows[k][static_cast<size_t>(l.member)];
-        shape.insert(0, rows);
-        Tensor cut = out.shard(rank).narrow(0, l.offset[k], rows * l.row_numel[k]).view(shape);
+        const Shape& shape = l.shapes[k][static_cast<size_t>(l.member)];
+        Tensor cut = out.shard(rank).narrow(0, l.offset[k], shape.product()).view(shape);
         if (g.divide_factor != 1) cut = cut / g.divide_factor;  // in reduce_dtype
         local.set(rank, cut.dtype() == g.dtype ? cut.clone() : cut.to(g.dtype));
       }
@@ -532,16 +531,28 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
                name, "' is ", placements_text(p),
                "; it must be Replicate on the data-parallel mesh dim ", d);
     }
-    // dp splits dim 0 after the mesh dims that already shard it (tp splits
+    // The tensor dim dp shards: Shard(0), or what shard_placement_fn says.
+    int64_t dim = 0;
+    if (options.shard_placement_fn) {
+      if (const std::optional<Placement> want = options.shard_placement_fn(name, p)) {
+        DT_CHECK(want->is_shard(), "fully_shard: shard_placement_fn gave ", *want,
+                 " for parameter '", name, "'; it must give a Shard(dim) or nothing (Shard(0))");
+        dim = want->dim() < 0 ? want->dim() + p.dim() : want->dim();
+        DT_CHECK(dim >= 0 && dim < p.dim(), "fully_shard: shard_placement_fn gave ", *want,
+                 " for parameter '", name, "' of shape ", p.shape(), ", which has no dim ",
+                 want->dim());
+      }
+    }
+    // dp splits `dim` after the mesh dims that already shard it (tp splits
     // the rows first, dp each tp piece: S(0)[1],S(0)[0] on (dp, tp)), so the
-    // dp group's pieces are consecutive rows of one tp piece and one plain
+    // dp group's pieces are consecutive slices of one tp piece and one plain
     // all_gather over dp restores it.
-    const DimVector before = shard_split_order(sharded, 0);
+    const DimVector before = shard_split_order(sharded, dim);
     for (size_t i = 0; i < before.size(); ++i)
-      sharded[static_cast<size_t>(before[i])] = Shard(0, static_cast<int64_t>(i));
+      sharded[static_cast<size_t>(before[i])] = Shard(dim, static_cast<int64_t>(i));
     for (size_t j = 0; j < group->dp_dims.size(); ++j)
       sharded[static_cast<size_t>(group->dp_dims[j])] =
-          Shard(0, static_cast<int64_t>(before.size() + j));
+          Shard(dim, static_cast<int64_t>(before.size() + j));
     sharded = normalize_shard_orders(sharded);
     // Each shard is a copy, so the replicated storage is freed.
     DTensor leaf = [&] {
@@ -551,7 +562,7 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
                      moved.local().map([](int, const Tensor& t) { return t.clone(); }));
     }();
     if (p.requires_grad()) leaf.requires_grad_();
-    group->params.push_back({name, {slot}, leaf, p.spec()});
+    group->params.push_back({name, {slot}, leaf, p.spec(), dim});
   }
   // Only once every parameter passed the checks.
   for (Param& p : group->params)
@@ -562,21 +573,15 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
     const std::vector<int> members = group->dp_mesh.group(rank, group->dp_dim);
     l.member = static_cast<int>(group->dp_mesh.group_index(rank, group->dp_dim));
     for (const Param& p : group->params) {
-      const Shape mine = p.sharded.spec().extent_of_rank(rank)->local_shape;
-      Shape trailing;
-      for (size_t d = 1; d < mine.size(); ++d) trailing.push_back(mine[d]);
-      std::vector<int64_t> rows;
+      std::vector<Shape> shapes;
       int64_t most = 0;
       for (int m : members) {
-        rows.push_back(p.sharded.spec().extent_of_rank(m)->local_shape[0]);
-        most = std::max(most, rows.back());
+        shapes.push_back(p.sharded.spec().extent_of_rank(m)->local_shape);
+        most = std::max(most, shapes.back().product());
       }
-      const int64_t row_numel = trailing.product();
       l.offset.push_back(l.total);
-      l.total += most * row_numel;
-      l.rows.push_back(std::move(rows));
-      l.trailing.push_back(std::move(trailing));
-      l.row_numel.push_back(row_numel);
+      l.total += most;
+      l.shapes.push_back(std::move(shapes));
     }
     group->layouts.emplace(rank, std::move(l));
   }

@@ -324,6 +324,61 @@ TEST_F(FsdpTest, ShardsDim0AfterTensorParallelWithShardOrder) {
   }
 }
 
+// shard_placement_fn (FSDP2's): weights sharded on dim 1 (uneven: 6, 7
+// and 5 columns over 4 and 8 ranks, some empty), the rest on dim 0; on a
+// 2-d mesh nested after tensor parallelism's Shard(1) (S(1)[1],S(1)[0]) or
+// beside its Shard(0). Trains as one rank does; a placement that is not a
+// Shard, and a dim out of range, are refused by name.
+TEST_F(FsdpTest, ShardPlacementFnShardsAnotherDim) {
+  FullyShardOptions o;
+  o.shard_placement_fn = [](const std::string&, const DTensor& p) -> std::optional<Placement> {
+    if (p.dim() == 2) return Shard(-1);
+    return std::nullopt;
+  };
+  for (const Shape& shape : meshes_1d()) {
+    DeviceMesh mesh(world, shape);
+    if (!dtensor::testing::takes_part(mesh)) continue;
+    Net net(mesh, 2);
+    shard_model(net, o);
+    EXPECT_EQ(net.blocks[0]->fc->weight().placements(), Placements{Shard(1)});
+    EXPECT_EQ(net.blocks[0]->fc->bias()->placements(), Placements{Shard(0)});
+    train_and_compare(net, {0}, 3, "mesh " + mesh.to_string() + " Shard(1)");
+  }
+  for (const Placement tp_dim : {Placement(Shard(1)), Placement(Shard(0))}) {
+    DeviceMesh mesh(world, {2, 2}, {"dp", "tp"});
+    if (!dtensor::testing::takes_part(mesh)) return;
+    const std::string where = "tp " + to_string(Placements{tp_dim});
+    Net net(mesh, 2);
+    for (auto& [name, p] : net.named_parameters()) {
+      if (p->dim() != 2) continue;
+      DTensor tp = [&] {
+        NoGradGuard no_grad;
+        return p->redistribute({Replicate(), tp_dim}).detach();
+      }();
+      *p = tp.requires_grad_();
+    }
+    shard_model(net, o);
+    const Placements want = tp_dim == Shard(1) ? Placements{Shard(1, 1), Shard(1, 0)}
+                                               : Placements{Shard(1), Shard(0)};
+    EXPECT_EQ(net.blocks[0]->fc->weight().placements(), want) << where;
+    train_and_compare(net, {0}, 2, where);
+  }
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  Net bad(mesh, 1);
+  FullyShardOptions r;
+  r.shard_placement_fn = [](const std::string&, const DTensor&) -> std::optional<Placement> {
+    return Replicate();
+  };
+  EXPECT_NE(error_of([&] { fully_shard(bad, r); }).find("must give a Shard(dim)"),
+            std::string::npos);
+  r.shard_placement_fn = [](const std::string&, const DTensor&) -> std::optional<Placement> {
+    return Shard(2);
+  };
+  const std::string e = error_of([&] { fully_shard(bad, r); });
+  EXPECT_NE(e.find("of shape [3], which has no dim 2"), std::string::npos) << e;
+}
+
 // The dp dim need not be the first: on (tp, dp) the leaves are (S(1), S(0)).
 TEST_F(FsdpTest, ShardsADpDimThatIsNotFirst) {
   DeviceMesh mesh(world, {2, 2}, {"tp", "dp"});
