@@ -34,6 +34,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <variant>
 
 #include <optional>
 #include <vector>
@@ -78,8 +79,12 @@ struct FullyShardOptions {
   // Free the unsharded parameters after forward (gather again in backward).
   // The root (a fully_shard module inside no other, found at its first
   // forward) always keeps them until after backward, as FSDP2 does: its
-  // backward starts right away.
-  bool reshard_after_forward = true;
+  // backward starts right away. An int k (FSDP2's int: 1 < k < the dp
+  // group's size, dividing it; one dp mesh dim) keeps them sharded over k
+  // ranks instead: the dp group's consecutive runs of k ranks (a host's, on
+  // a mesh laid out host by host) each hold one copy, 1/k of it per rank,
+  // so backward all-gathers over k ranks rather than all of them.
+  std::variant<bool, int> reshard_after_forward = true;
   MixedPrecisionPolicy mp_policy = {};
   // FSDP2's shard_placement_fn: the tensor dim each parameter is sharded on
   // over mesh_dims, fn(name, parameter) -> Shard(d), or nullopt for the

@@ -233,7 +233,7 @@ replaced in place (make the optimizer after); returns the module.
 )doc");
 
   pm.def("fully_shard",
-         [](py::object module, py::object mesh, bool reshard_after_forward,
+         [](py::object module, py::object mesh, py::object reshard_after_forward,
             py::object shard_placement_fn) {
            auto& mod = cast_arg<nn::Module&>(module, "fully_shard(module)", "a dtensor.nn.Module");
            FullyShardOptions o;
@@ -256,7 +256,13 @@ replaced in place (make the optimizer after); returns the module.
            } else if (!mesh.is_none()) {
              o.mesh_dims = mesh_dims_of(mod.mesh(), mesh, "fully_shard");
            }
-           o.reshard_after_forward = reshard_after_forward;
+           // A bool, or FSDP2's int (the group size to reshard to).
+           if (py::isinstance<py::bool_>(reshard_after_forward))
+             o.reshard_after_forward = reshard_after_forward.cast<bool>();
+           else
+             o.reshard_after_forward = cast_arg<int>(reshard_after_forward,
+                                                     "fully_shard's reshard_after_forward",
+                                                     "a bool or an int");
            {
              py::gil_scoped_release release;
              fully_shard(mod, o);
@@ -273,7 +279,9 @@ around its forward and reduce-scattered in backward. A 2-d mesh
 (mesh["replicate", "shard"]) is FSDP2's HSDP: replicated over its first dim,
 sharded over its second, gradients reduce-scattered then all-reduced.
 shard_placement_fn(param) -> Shard(d) or None (Shard(0)) picks another dim
-to shard a parameter on. Apply bottom-up, after tensor parallelism and
+to shard a parameter on. reshard_after_forward may be an int k: keep the
+parameters sharded over runs of k consecutive ranks after forward, so
+backward gathers over k ranks. Apply bottom-up, after tensor parallelism and
 before making the optimizer. Returns the module.
 )doc");
   pm.def("replicate",

@@ -301,3 +301,24 @@ def test_fully_shard_shard_placement_fn_shards_another_dim(mesh, rng):
         np.testing.assert_allclose(full(a.grad), full(b.grad), rtol=1e-5, atol=1e-6, err_msg=n)
     with pytest.raises(TypeError, match="shard_placement_fn"):
         fully_shard(Block(mesh, *w), shard_placement_fn=lambda p: "no")
+
+
+def test_fully_shard_reshard_after_forward_int_gathers_over_fewer_ranks(mesh, rng):
+    w = weights(rng)
+    x_np = rng.standard_normal((4, 8, 16)).astype(np.float32)
+    grads, gathered = [], []
+    for reshard in (True, 2):
+        model = Block(mesh, *w)
+        fully_shard(model.up, mesh=mesh["tp"], reshard_after_forward=reshard)
+        fully_shard(model, mesh=mesh["tp"])
+        y = model(dt.distribute_tensor(x_np, mesh, [dt.Replicate(), dt.Shard(0)]))
+        loss = dt.mean(y * y)
+        with dt.CommDebugMode() as comm:
+            loss.backward()
+        gathered.append(comm.get_comm_bytes()["all_gather"])
+        grads.append({n: full(p.grad) for n, p in model.named_parameters()})
+    assert gathered[1] == gathered[0] * 2  # each of 2 ranks sends the 2 pieces it kept
+    for name in grads[0]:
+        np.testing.assert_array_equal(grads[1][name], grads[0][name], err_msg=name)
+    with pytest.raises(dt.Error, match="must divide"):
+        fully_shard(Block(mesh, *w), mesh=mesh["tp"], reshard_after_forward=3)

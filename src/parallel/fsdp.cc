@@ -88,6 +88,14 @@ struct Group {
     return in(dp_dims) || in(replicate_dims);
   }
   bool reshard_after_forward = true;
+  // reshard_after_forward as an int k: between forward and backward each
+  // rank keeps the pieces of the members j with j % k == its position in
+  // its run of k consecutive members (`kept`, pieces in ascending j), and
+  // backward all-gathers them over k_mesh's dim k_dim (the runs).
+  int reshard_size = 0;
+  std::optional<DeviceMesh> k_mesh;
+  int k_dim = 0;
+  std::optional<LocalTensor> kept;
   // set_requires_gradient_sync(false): backward keeps the flat gradient
   // here (summed over backwards) instead of reduce-scattering it; the next
   // backward with sync adds it in first.
@@ -118,10 +126,21 @@ struct Group {
   std::optional<bool> root;
 
   std::vector<DTensor> gather() const;
+  // The unsharded values from the gathered flat buffers: member j's piece
+  // starts at piece_start(j) * total.
+  std::vector<DTensor> cut(const LocalTensor& flat,
+                           const std::function<int64_t(int64_t)>& piece_start) const;
+  // reshard_after_forward = k: `kept` from the unsharded values, and the
+  // backward gather from it.
+  void keep_k_pieces();
+  std::vector<DTensor> gather_kept() const;
   void reshard();
   // What an op saved as parameter k, for its backward.
   const DTensor& backward_value(size_t k) {
-    if (backward_unsharded.empty()) backward_unsharded = gather();
+    if (backward_unsharded.empty()) {
+      backward_unsharded = kept ? gather_kept() : gather();
+      kept.reset();
+    }
     return backward_unsharded[k];
   }
 };
@@ -172,6 +191,11 @@ std::vector<DTensor> Group::gather() const {
     in.set(rank, std::move(flat));
   }
   const LocalTensor out = mesh.world().backend().all_gather(in, dp_mesh, dp_dim, 0);
+  return cut(out, [](int64_t j) { return j; });
+}
+
+std::vector<DTensor> Group::cut(const LocalTensor& out,
+                                const std::function<int64_t(int64_t)>& piece_start) const {
   std::vector<DTensor> values;
   values.reserve(params.size());
   for (size_t k = 0; k < params.size(); ++k) {
@@ -182,7 +206,8 @@ std::vector<DTensor> Group::gather() const {
       for (size_t j = 0; j < l.shapes[k].size(); ++j) {
         const Shape& shape = l.shapes[k][j];
         pieces.push_back(
-            flat.narrow(0, static_cast<int64_t>(j) * l.total + l.offset[k], shape.product())
+            flat.narrow(0, piece_start(static_cast<int64_t>(j)) * l.total + l.offset[k],
+                        shape.product())
                 .view(shape));
       }
       local.set(rank, cat(pieces, params[k].dim).contiguous());
@@ -192,6 +217,42 @@ std::vector<DTensor> Group::gather() const {
                         std::move(local));
   }
   return values;
+}
+
+void Group::keep_k_pieces() {
+  const int64_t k = reshard_size;
+  LocalTensor out;
+  for (const auto& [rank, l] : layouts) {
+    const int64_t members = static_cast<int64_t>(l.shapes.empty() ? 1 : l.shapes[0].size());
+    const int64_t mine = l.member % k;
+    Tensor flat = Tensor::zeros({members / k * l.total}, param_dtype());
+    for (size_t p = 0; p < params.size(); ++p) {
+      const Tensor value = unsharded[p].to_local(rank);
+      const int64_t dim = params[p].dim;
+      int64_t start = 0;
+      for (int64_t j = 0; j < members; ++j) {
+        const Shape& shape = l.shapes[p][static_cast<size_t>(j)];
+        if (j % k == mine && shape.product() > 0)
+          flat.narrow(0, j / k * l.total + l.offset[p], shape.product())
+              .view(shape)
+              .copy_(value.narrow(dim, start, shape[static_cast<size_t>(dim)]));
+        start += shape[static_cast<size_t>(dim)];
+      }
+    }
+    out.set(rank, std::move(flat));
+  }
+  kept = std::move(out);
+}
+
+std::vector<DTensor> Group::gather_kept() const {
+  // Position i of a run sent the pieces i, i + k, ...: member j's piece is
+  // the (j / k)-th of position j % k's.
+  const int64_t k = reshard_size;
+  const int64_t members = static_cast<int64_t>(layouts.begin()->second.shapes.empty()
+                                                    ? 1
+                                                    : layouts.begin()->second.shapes[0].size());
+  const LocalTensor out = mesh.world().backend().all_gather(*kept, *k_mesh, k_dim, 0);
+  return cut(out, [k, members](int64_t j) { return j % k * (members / k) + j / k; });
 }
 
 void Group::reshard() {
@@ -288,6 +349,7 @@ class GatherNode final : public autograd::Node {
   void finish_backward() {
     call_->grads.clear();
     group_->backward_unsharded.clear();
+    group_->kept.reset();
     if (!group_->unsharded.empty()) group_->reshard();
   }
 
@@ -370,6 +432,10 @@ void pre_forward(const std::shared_ptr<Group>& group) {
 void post_forward(const std::shared_ptr<Group>& group) {
   if (!group->resharding) return;
   group->resharding = false;
+  // Kept only for a backward that gathers from it: not in a checkpointed
+  // region (its recomputation gathers) nor when nothing was recorded.
+  if (group->hooks && group->reshard_size > 0 && autograd::recording({&group->unsharded[0]}))
+    group->keep_k_pieces();
   if (group->hooks) end_packing(group);
   group->reshard();
 }
@@ -491,7 +557,29 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
     group->replicate_mesh = rep.size() == 1 ? mesh : mesh.flatten(rep);
     group->replicate_dim = rep.size() == 1 ? rep[0] : 0;
   }
-  group->reshard_after_forward = options.reshard_after_forward;
+  if (const int* k = std::get_if<int>(&options.reshard_after_forward)) {
+    const int64_t n = group->dp_mesh.size(group->dp_dim);
+    DT_CHECK(dp_dims.size() == 1, "fully_shard: reshard_after_forward = ", *k,
+             " (an int) needs one data-parallel mesh dim, got mesh_dims of ", dp_dims.size(),
+             " (not implemented for several)");
+    DT_CHECK(*k > 1 && *k < n && n % *k == 0, "fully_shard: reshard_after_forward = ", *k,
+             ": an int must divide the data-parallel group's ", n, " ranks and lie strictly "
+             "between 1 and ", n, " (true reshards to all ", n, ", false to 1)");
+    group->reshard_size = *k;
+    // The dp dim split into (n / k, k): the runs of k consecutive members
+    // along the inner dim, the mesh's ranks in the same row-major order.
+    Shape shape = mesh.shape();
+    const auto d = static_cast<size_t>(group->dp_dim);
+    shape[d] = n / *k;
+    shape.insert(d + 1, *k);
+    std::vector<std::string> names;  // for messages only: this mesh is the group's own
+    for (size_t i = 0; i < shape.size(); ++i)
+      names.push_back("fully_shard_reshard_" + std::to_string(i));
+    group->k_mesh.emplace(mesh.world(), shape, mesh.ranks(), names);
+    group->k_dim = group->dp_dim + 1;
+  } else {
+    group->reshard_after_forward = std::get<bool>(options.reshard_after_forward);
+  }
   check_policy(options.mp_policy, "fully_shard");
   group->mp = options.mp_policy;
 

@@ -223,6 +223,63 @@ TEST_F(FsdpTest, OneAllGatherAndOneReduceScatterPerGroup) {
   }
 }
 
+// reshard_after_forward = k (FSDP2's int): backward gathers each block
+// over runs of k consecutive ranks instead of all N (as many all_gathers,
+// each rank sending the N/k pieces it kept), with the gradients of
+// resharding fully, bit for bit; also for a dp dim inside a 2-d mesh, and
+// training as one rank does. Bad ints are refused by name.
+TEST_F(FsdpTest, ReshardAfterForwardToASmallerGroup) {
+  struct Case {
+    Shape shape;
+    int dp, k;
+  };
+  std::vector<Case> cases = {{{4}, 0, 2}, {{2, 4}, 1, 2}};
+  if (world.size() >= 8) cases.push_back({{8}, 0, 4});
+  for (const Case& c : cases) {
+    DeviceMesh mesh(world, c.shape);
+    if (!dtensor::testing::takes_part(mesh)) continue;
+    const std::string where = "mesh " + mesh.to_string() + " k " + std::to_string(c.k);
+    const int64_t n = mesh.size(c.dp);
+    Net full(mesh, 3), runs(mesh, 3);
+    FullyShardOptions o;
+    o.mesh_dims = {c.dp};
+    shard_model(full, o);
+    o.reshard_after_forward = c.k;
+    shard_model(runs, o);
+    int64_t gathers[2], bytes[2];
+    std::vector<std::vector<float>> grads[2];
+    Net* nets[2] = {&full, &runs};
+    for (int i = 0; i < 2; ++i) {
+      DTensor loss = loss_of(*nets[i], {c.dp});
+      CommDebugMode backward;
+      loss.backward();
+      gathers[i] = backward.count(CollectiveKind::AllGather);
+      bytes[i] = backward.bytes(CollectiveKind::AllGather);
+      for (auto& [name, p] : nets[i]->named_parameters())
+        grads[i].push_back(p->grad()->full_tensor().to_vector<float>());
+    }
+    EXPECT_EQ(gathers[1], gathers[0]) << where;
+    EXPECT_EQ(bytes[1], bytes[0] * n / c.k) << where;
+    EXPECT_EQ(grads[1], grads[0]) << where;
+    for (auto& [name, p] : runs.named_parameters()) p->zero_grad();
+    train_and_compare(runs, {c.dp}, 2, where);
+  }
+  DeviceMesh mesh(world, {2, 4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  Net bad(mesh, 1);
+  FullyShardOptions o;
+  o.mesh_dims = {1};
+  for (int k : {3, 4, 1}) {
+    o.reshard_after_forward = k;
+    const std::string e = error_of([&] { fully_shard(bad, o); });
+    EXPECT_NE(e.find("must divide the data-parallel group's 4 ranks"), std::string::npos) << e;
+  }
+  o.mesh_dims = {0, 1};
+  o.reshard_after_forward = 2;
+  EXPECT_NE(error_of([&] { fully_shard(bad, o); }).find("needs one data-parallel mesh dim"),
+            std::string::npos);
+}
+
 // With reshard_after_forward a block's unsharded parameters are freed when
 // its forward ends (the graph keeps a handle, not the values); without,
 // they stay alive until backward. The root keeps its own either way.
