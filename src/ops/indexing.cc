@@ -61,11 +61,35 @@ void gather_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStra
     if (d != dim && x.shape()[d] == index.shape()[d]) c.push_back({{Shard(d), Shard(d)}, Shard(d)});
   // The index's values are global positions in a whole (replicated) dim.
   c.push_back({{r, Shard(dim)}, Shard(dim)});
+  // x sharded on the gathered dim, the index whole: each rank picks the
+  // positions it holds and leaves zeros elsewhere, a Partial(sum) with no
+  // collective (PyTorch's MaskPartial, as a row-sharded embedding).
+  c.push_back({{Shard(dim), r}, Partial()});
   for (ReduceOp op : kAllOps) c.push_back({{Partial(op), r}, Partial(op)});
   c.push_back({{r, r}, r});
 }
 
 constexpr OpRule kGather{"gather", gather_meta, gather_strategies};
+
+// The gather of a rank holding positions [first, first + n) of dim d (of
+// `size` in all): an index held elsewhere gives 0. Indices are checked
+// against the whole dim, so the error is the plain op's.
+Tensor masked_gather(const Tensor& x, int64_t d, const Tensor& index, int64_t first, int64_t size) {
+  std::vector<int64_t> idx = index.contiguous().to_vector<int64_t>();
+  const int64_t n = x.shape()[static_cast<size_t>(d)];
+  std::vector<bool> others(idx.size());
+  for (size_t k = 0; k < idx.size(); ++k) {
+    const int64_t v = idx[k];
+    DT_CHECK(v >= 0 && v < size, "gather: index ", v, " is out of range for dim ", d,
+             " of size ", size, " (expected 0 <= index < size)");
+    others[k] = v < first || v >= first + n;
+    idx[k] = others[k] ? 0 : v - first;
+  }
+  if (n == 0) return Tensor::zeros(index.shape(), x.dtype());
+  const Tensor out = gather(x, d, Tensor::from_vector(idx, index.shape()));
+  // A fill, not a product: the stand-in position 0 may hold inf or NaN.
+  return masked_fill(out, Tensor::from_vector(others, index.shape()), false);
+}
 
 // ---- scatter, scatter of a value, scatter_add ----------------------------------------
 // Inputs (x, index[, src]); args (dim as given).
@@ -314,9 +338,19 @@ DTensor pad_to(DTensor g, const Shape& shape) {
 
 DTensor gather(const DTensor& x, int64_t dim, const DTensor& index) {
   const OpSchema schema(OpId::Gather, {&x.spec(), &index.spec()}, {dim});
-  DTensor out = run_binary(schema, kGather, x, index, [dim](int, const Tensor& t, const Tensor& i) {
-    return gather(t, dim, i);
-  });
+  const DTensor* inputs[2] = {&x, &index};
+  DTensor out = run(schema, kGather, inputs,
+                    [dim](int rank, const Tensor* const* t, const OutputSharding& s) {
+                      const DTensorSpec& xs = *s.input_targets[0];
+                      if (xs.ndim() == 0) return gather(*t[0], dim, *t[1]);
+                      const int64_t d = wrap_dim(dim, xs.ndim(), "gather");
+                      for (const Placement& p : xs.placements())
+                        if (p.is_shard(d))
+                          return masked_gather(*t[0], d, *t[1],
+                                               xs.extent_of_rank(rank)->global_offset[d],
+                                               xs.shape()[d]);
+                      return gather(*t[0], dim, *t[1]);
+                    });
   if (autograd::recording({&x}))
     autograd::record(out, "gather", {&x}, {x, index}, [dim](const autograd::Context& c) {
       const DTensor& in = c.saved(0);

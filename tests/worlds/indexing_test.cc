@@ -343,12 +343,15 @@ TEST_F(IndexingWorldTest, PromisedLayoutsNeedNoCommunication) {
       expect_local(mesh, "triu", {x}, {Partial(op)}, Partial(op), tu, tu);
     }
     // gather along dim 1: dims 0 and 2 sharded alike; the index sharded on
-    // dim 1 against a replicated x; every Partial with a replicated index.
+    // dim 1 against a replicated x; every Partial with a replicated index;
     const Tensor gi = Tensor::randint(0, 7, {5, 9, 3}, 2);
     auto ga = [](const auto& v) { return gather(v[0], 1, v[1]); };
     for (int64_t d : {0, 2}) expect_local(mesh, "gather", {x, gi}, {Shard(d), Shard(d)}, Shard(d), ga, ga);
     expect_local(mesh, "gather", {x, gi}, {r, Shard(1)}, Shard(1), ga, ga);
     for (ReduceOp op : all) expect_local(mesh, "gather", {x, gi}, {Partial(op), r}, Partial(op), ga, ga);
+    // x sharded on the gathered dim (7 over the mesh: uneven, some empty),
+    // the index whole: a masked Partial(sum), as PyTorch's.
+    expect_local(mesh, "gather", {x, gi}, {Shard(1), r}, Partial(), ga, ga);
     // scatter / scatter_add along dim 1 with index and src of x's sizes on dims 0, 2.
     const Tensor si = Tensor::randint(0, 7, {5, 4, 3}, 3);
     const Tensor src = int_valued({5, 4, 3}, 4);
