@@ -153,7 +153,27 @@ class SequenceParallelLayerNorm {
 // Backward: one node, computed on each rank's slice without a collective;
 // the logits' gradient is laid out like the logits. On a sub-mesh
 // (mesh["tp"]) each view is its own loss: its mean over its own targets.
+// The overload with VocabParallelLossOptions adds F.cross_entropy's class
+// weights, reductions and class dim (below).
 DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& target, int tp,
                                      int64_t ignore_index = -100);
+
+// F.cross_entropy's other arguments under loss_parallel.
+struct VocabParallelLossOptions {
+  int64_t ignore_index = -100;
+  // Mean (over the targets' weights when weighted), Sum, or None: the loss
+  // of each target (0 where ignored), of the target's shape and laid out
+  // as the target's tokens (Replicate on tp).
+  Reduction reduction = Reduction::Mean;
+  // Per-class weights, floating of shape (classes), any layout on the
+  // logits' mesh: each target's loss is multiplied by its class's weight.
+  std::optional<DTensor> weight = std::nullopt;
+  // The class dim: -1 (last, as the model's logits are), or 1 as in
+  // F.cross_entropy's (N, C, d1, ...); the target is the logits' shape
+  // without it. Sharded on tp wherever it is.
+  int64_t class_dim = -1;
+};
+DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& target, int tp,
+                                     const VocabParallelLossOptions& options);
 
 }  // namespace dtensor

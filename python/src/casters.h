@@ -32,6 +32,8 @@ std::optional<DType> dtype_from_python(py::handle h);
 py::object dtype_to_python(DType dtype);
 // gelu's approximate= ("none" or "tanh"); anything else is an error. ops.cc.
 GeluApprox parse_gelu(const std::string& approximate);
+// A loss's reduction by PyTorch's name: "mean", "sum" or "none" (ops.cc).
+Reduction parse_reduction(const std::string& reduction);
 // A Tensor from a Python value: a Tensor itself; a NumPy array (or any
 // object with __dlpack__ / the buffer protocol) wrapped without a copy when
 // its layout allows; anything else (lists, numbers, other layouts) copied

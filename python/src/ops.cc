@@ -21,14 +21,14 @@ GeluApprox parse_gelu(const std::string& a) {
   DT_THROW("gelu: unknown approximate=\"", a, "\" (expected none or tanh)");
 }
 
-namespace {
-
 Reduction parse_reduction(const std::string& r) {
   if (r == "mean") return Reduction::Mean;
   if (r == "sum") return Reduction::Sum;
   if (r == "none") return Reduction::None;
   DT_THROW("reduction: unknown \"", r, "\" (expected mean, sum or none)");
 }
+
+namespace {
 
 // The overloads of one layer T (Tensor or DTensor), for the names both share.
 template <class T>

@@ -389,14 +389,23 @@ before making the optimizer. Returns the module.
   ln.def_property_readonly("bias", &SequenceParallelLayerNorm::bias);
 
   pm.def("vocab_parallel_cross_entropy",
-         [](const DTensor& logits, const DTensor& target, py::object tp, int64_t ignore_index) {
+         [](const DTensor& logits, const DTensor& target, py::object tp, int64_t ignore_index,
+            std::optional<DTensor> weight, const std::string& reduction, int64_t class_dim) {
            const int d = tp_dim_of(logits.mesh(), tp, "vocab_parallel_cross_entropy");
+           VocabParallelLossOptions o;
+           o.ignore_index = ignore_index;
+           o.weight = std::move(weight);
+           o.reduction = parse_reduction(reduction);
+           o.class_dim = class_dim;
            py::gil_scoped_release release;
-           return vocab_parallel_cross_entropy(logits, target, d, ignore_index);
+           return vocab_parallel_cross_entropy(logits, target, d, o);
          },
          py::arg("logits"), py::arg("target"), py::arg("tp"), py::arg("ignore_index") = -100,
-         "Mean cross-entropy of logits sharded on the class dim over tp (loss_parallel), "
-         "without gathering them.");
+         py::kw_only(), py::arg("weight") = py::none(), py::arg("reduction") = "mean",
+         py::arg("class_dim") = -1,
+         "Cross-entropy of logits sharded on the class dim over tp (loss_parallel), without "
+         "gathering them: F.cross_entropy's weight (per class), reduction ('mean', 'sum', "
+         "'none') and ignore_index; class_dim -1 (last) or 1 (F.cross_entropy's (N, C, ...)).");
   pm.def("with_placement",
          [](const DTensor& x, py::object mesh_dim, const Placement& p) {
            const int d = tp_dim_of(x.mesh(), mesh_dim, "with_placement");

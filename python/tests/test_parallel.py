@@ -322,3 +322,28 @@ def test_fully_shard_reshard_after_forward_int_gathers_over_fewer_ranks(mesh, rn
         np.testing.assert_array_equal(grads[1][name], grads[0][name], err_msg=name)
     with pytest.raises(dt.Error, match="must divide"):
         fully_shard(Block(mesh, *w), mesh=mesh["tp"], reshard_after_forward=3)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_vocab_parallel_cross_entropy_matches_torch_with_weights_and_class_dim_1(mesh, reduction):
+    import torch
+    rng = np.random.default_rng(5)
+    logits_np = rng.standard_normal((4, 11, 3))            # (N, C, d1): classes at dim 1
+    target_np = rng.integers(0, 11, (4, 3))
+    target_np[0, 1] = -100
+    weight_np = rng.random(11)
+    up_np = rng.standard_normal((4, 3)) if reduction == "none" else np.array(1.25)
+    t_logits = torch.tensor(logits_np, requires_grad=True)
+    want = torch.nn.functional.cross_entropy(t_logits, torch.tensor(target_np),
+                                             weight=torch.tensor(weight_np), reduction=reduction)
+    want.backward(torch.tensor(up_np))
+    logits = dt.distribute_tensor(logits_np, mesh, [dt.Shard(0), dt.Shard(1)])
+    logits.requires_grad_()
+    target = dt.distribute_tensor(target_np, mesh, [dt.Shard(0), dt.Replicate()])
+    weight = dt.distribute_tensor(weight_np, mesh, [dt.Replicate(), dt.Shard(0)])
+    loss = dt.parallel.vocab_parallel_cross_entropy(logits, target, "tp", weight=weight,
+                                                     reduction=reduction, class_dim=1)
+    up_layout = [dt.Shard(0), dt.Replicate()] if reduction == "none" else [dt.Replicate()] * 2
+    loss.backward(dt.distribute_tensor(up_np, mesh, up_layout))
+    np.testing.assert_allclose(full(loss), want.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(full(logits.grad), t_logits.grad.numpy(), rtol=1e-10, atol=1e-12)

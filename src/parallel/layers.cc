@@ -207,23 +207,27 @@ struct RowStats {
   Tensor max, sum, picked;
 };
 
-// The count of targets a rank's mean divides by (vocab_parallel_cross_entropy).
+// The divisor of a rank's loss (vocab_parallel_cross_entropy): the mean's
+// count of targets (their weights' sum), or 1 for a sum or no reduction.
 double count_of(const std::vector<std::pair<int, double>>& counts, int rank) {
   for (const auto& [r, c] : counts)
     if (r == rank) return c;
   DT_THROW("internal error: ", "vocab_parallel_cross_entropy has no count of rank ", rank);
 }
 
-// The gradient of the loss w.r.t. the logits z, shard by shard:
-// g / count * (softmax(z) - onehot(target)), zero on ignored rows, with
-// the count of the rank's own mesh (a sub-mesh's views count their own
-// targets: one number per process would be one view's in a simulated
-// world, which holds them all, and each process's own under MPI). Brings
-// what it is given to the forward's layouts first (a no-op except under
-// VerifyMode, which hands it replicated copies).
+// The gradient of the loss w.r.t. the logits z, shard by shard: row r's is
+// coef_r * (softmax(z) - onehot(target)) with coef_r = g_r * w_r / count
+// (g_r the incoming gradient: one number, or the row's own for reduction
+// None; w_r the row's weight, 0 when ignored), with the count of the
+// rank's own mesh (a sub-mesh's views count their own targets: one number
+// per process would be one view's in a simulated world, which holds them
+// all, and each process's own under MPI). Brings what it is given to the
+// forward's layouts first (a no-op except under VerifyMode, which hands it
+// replicated copies).
 DTensor vocab_ce_backward(const DTensor& grad, const DTensor& z_saved, const DTensor& tgt_saved,
-                          const DTensor& max_saved, const DTensor& sum_saved, int tp,
-                          int64_t ignore_index, const std::vector<std::pair<int, double>>& counts) {
+                          const DTensor& max_saved, const DTensor& sum_saved,
+                          const DTensor& weight_saved, int tp, int64_t ignore_index,
+                          Reduction reduction, const std::vector<std::pair<int, double>>& counts) {
   const int64_t c = z_saved.dim() - 1;
   const Placements classes = class_layout(z_saved.placements(), tp, c);
   const DTensor z = moved_to(z_saved, classes);
@@ -231,7 +235,10 @@ DTensor vocab_ce_backward(const DTensor& grad, const DTensor& z_saved, const DTe
   const DTensor tgt = moved_to(tgt_saved, tokens);
   const DTensor mx = moved_to(max_saved, tokens);
   const DTensor sm = moved_to(sum_saved, tokens);
-  const DTensor g = moved_to(grad, Placements(static_cast<size_t>(grad.mesh().ndim()), Replicate()));
+  const DTensor wt = moved_to(weight_saved, tokens);
+  const bool per_row = reduction == Reduction::None;
+  const DTensor g = moved_to(
+      grad, per_row ? tokens : Placements(static_cast<size_t>(grad.mesh().ndim()), Replicate()));
   LocalTensor out;
   detail::dispatch_floating(z.dtype(), "vocab_parallel_cross_entropy", [&]<class T>() {
     out = z.local().map([&](int rank, const Tensor& shard) {
@@ -239,12 +246,16 @@ DTensor vocab_ce_backward(const DTensor& grad, const DTensor& z_saved, const DTe
       const Tensor t = tgt.to_local(rank).contiguous();
       const Tensor m = mx.to_local(rank).contiguous();
       const Tensor s = sm.to_local(rank).contiguous();
+      const std::vector<double> w = wt.to_local(rank).contiguous().to_vector<double>();
+      const std::vector<double> gv = g.to_local(rank).to(DType::Float64).contiguous().to_vector<double>();
+      const double count = count_of(counts, rank);
+      std::vector<double> coefs(w.size());
+      for (size_t r = 0; r < w.size(); ++r) coefs[r] = gv[per_row ? r : 0] / count * w[r];
       Tensor gz = Tensor::empty(x.shape(), x.dtype());
       const int64_t n = x.shape()[static_cast<size_t>(c)];
       const int64_t offset = z.spec().extent_of_rank(rank)->global_offset[static_cast<size_t>(c)];
       detail::vocab_ce_grad<T>(x.data_ptr<T>(), t.numel(), n, offset, t.data_ptr<int64_t>(),
-                               ignore_index, m.data_ptr<T>(), s.data_ptr<T>(),
-                               g.to_local(rank).item<double>() / count_of(counts, rank),
+                               ignore_index, m.data_ptr<T>(), s.data_ptr<T>(), coefs.data(),
                                gz.data_ptr<T>());
       return gz;
     });
@@ -256,28 +267,56 @@ DTensor vocab_ce_backward(const DTensor& grad, const DTensor& z_saved, const DTe
 
 DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& target, int tp,
                                      int64_t ignore_index) {
+  return vocab_parallel_cross_entropy(logits, target, tp, {.ignore_index = ignore_index});
+}
+
+DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& target, int tp,
+                                     const VocabParallelLossOptions& o) {
   const char* op = "vocab_parallel_cross_entropy";
   check_tp(logits.mesh(), tp, op);
   DT_CHECK(logits.dim() >= 1 && target.dim() == logits.dim() - 1, op,
-           ": logits (..., classes) and target (...) must differ by the class dim, got logits ",
-           logits.shape(), " and target ", target.shape());
+           ": logits and target must differ by the class dim, got logits ", logits.shape(),
+           " and target ", target.shape());
   DT_CHECK(target.dtype() == DType::Int64, op, ": target must be int64 class indices, got ",
            dtype_short_name(target.dtype()));
   DT_CHECK(is_floating(logits.dtype()), op, ": logits must be of a floating dtype, got ",
            dtype_short_name(logits.dtype()));
   DT_CHECK(target.mesh() == logits.mesh(), op, ": logits and target must be on one mesh, got ",
            logits.mesh().to_string(), " and ", target.mesh().to_string());
+  const int64_t class_dim = wrap_dim(o.class_dim, logits.dim(), op);
+  // Classes elsewhere than last (F.cross_entropy's (N, C, d1, ...)): moved
+  // last by a view, which autograd carries back; the target is the logits'
+  // shape without them either way.
+  if (class_dim != logits.dim() - 1) {
+    DimVector perm;
+    for (int64_t d = 0; d < logits.dim(); ++d)
+      if (d != class_dim) perm.push_back(d);
+    perm.push_back(class_dim);
+    VocabParallelLossOptions last = o;
+    last.class_dim = -1;
+    return vocab_parallel_cross_entropy(permute(logits, perm), target, tp, last);
+  }
   for (int64_t d = 0; d < target.dim(); ++d)
     DT_CHECK(target.shape()[d] == logits.shape()[d], op, ": target ", target.shape(),
              " must be the logits' shape ", logits.shape(), " without the class dim");
   // The 16-bit floats compute in float32 (the widened logits, softmax
   // statistics and gradient) and the loss is rounded once, as cross_entropy.
   if (is_half(logits.dtype()))
-    return vocab_parallel_cross_entropy(logits.to(DType::Float32), target, tp, ignore_index)
+    return vocab_parallel_cross_entropy(logits.to(DType::Float32), target, tp, o)
         .to(logits.dtype());
   const DeviceMesh& mesh = logits.mesh();
   const int64_t c = logits.dim() - 1;
   const int64_t classes = logits.shape()[c];
+  // The class weights, whole on every rank in double (one number per class).
+  std::vector<double> class_weight;
+  if (o.weight) {
+    DT_CHECK(o.weight->dim() == 1 && o.weight->shape()[0] == classes && is_floating(o.weight->dtype()),
+             op, ": weight must be floating of shape [", classes, "] (one per class), got ",
+             dtype_short_name(o.weight->dtype()), " of shape ", o.weight->shape());
+    DT_CHECK(o.weight->mesh() == mesh, op, ": weight must be on the logits' mesh ",
+             mesh.to_string(), ", got ", o.weight->mesh().to_string());
+    class_weight = o.weight->full_tensor().to(DType::Float64).to_vector<double>();
+  }
   // A redistribute that autograd records when the layout has to move: the
   // gradient then goes back to the logits' own layout, as from any op.
   const Placements class_slices = class_layout(logits.placements(), tp, c);
@@ -286,11 +325,19 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
   const DTensor tgt = moved_to(target.detach(), tokens);
   // Every rank of a tp group sees the same targets (Replicate on tp), so a
   // bad one is reported by the whole group, as cross_entropy would report it.
+  const int64_t ignore_index = o.ignore_index;
   tgt.local().for_each([&](int, const Tensor& t) {
     for (int64_t v : t.contiguous().to_vector<int64_t>())
       DT_CHECK(v == ignore_index || (v >= 0 && v < classes), op, ": target ", v,
                " is out of bounds: expected a class index in [0, ", classes,
                ") or ignore_index (", ignore_index, ")");
+  });
+  // Each row's weight: its class's (1 without weights), 0 when ignored.
+  const DTensor row_weight = token_tensor(tgt, tokens, DType::Float64, [&](int rank) {
+    std::vector<double> w;
+    for (int64_t v : tgt.to_local(rank).contiguous().to_vector<int64_t>())
+      w.push_back(v == ignore_index ? 0.0 : o.weight ? class_weight[static_cast<size_t>(v)] : 1.0);
+    return Tensor::from_vector(w, tgt.to_local(rank).shape());
   });
   const DType dtype = logits.dtype();
   DTensor loss, global_max, global_sum;
@@ -321,10 +368,11 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
                        [&](int rank) { return of(rank).max; })
               .redistribute(tokens);
     // S = sum over tp of s_r * exp(m_r - M): an all_reduce sum. Each rank
-    // also adds up M - z[target] over the targets it owns, in double (the
+    // also keeps M - z[target] for the targets it owns, in double (the
     // difference of two nearby large numbers is exact there; a float sum of
-    // logits would lose the loss under them when the logits are large).
-    std::vector<double> owned(stats.size(), 0.0);
+    // logits would lose the loss under them when the logits are large),
+    // weighted by the row's weight.
+    std::vector<std::pair<int, std::vector<double>>> owned;
     global_sum = token_tensor(tgt, with_tp(tokens, tp, Partial()), dtype, [&](int rank) {
               const RowStats& s = of(rank);
               const Tensor m = global_max.to_local(rank).contiguous();
@@ -339,54 +387,84 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
               const int64_t offset =
                   z.spec().extent_of_rank(rank)->global_offset[static_cast<size_t>(c)];
               Tensor out = Tensor::empty(t.shape(), dtype);
-              T* o = out.data_ptr<T>();
-              double own = 0;
+              T* out_v = out.data_ptr<T>();
+              std::vector<double> own(static_cast<size_t>(t.numel()), 0.0);
               for (int64_t r = 0; r < t.numel(); ++r) {
                 // An empty class slice (or rows of -inf) adds nothing, and
                 // exp(-inf - M) must not turn into NaN when M is -inf too.
-                o[r] = sl[r] == 0 ? T(0)
-                                  : static_cast<T>(sl[r] * std::exp(static_cast<double>(ml[r]) -
-                                                                    static_cast<double>(mg[r])));
+                out_v[r] = sl[r] == 0 ? T(0)
+                                      : static_cast<T>(sl[r] * std::exp(static_cast<double>(ml[r]) -
+                                                                        static_cast<double>(mg[r])));
                 if (tv[r] != ignore_index && tv[r] >= offset && tv[r] < offset + n)
-                  own += static_cast<double>(mg[r]) - static_cast<double>(pk[r]);
+                  own[static_cast<size_t>(r)] = static_cast<double>(mg[r]) - static_cast<double>(pk[r]);
               }
-              for (size_t k = 0; k < stats.size(); ++k)
-                if (stats[k].first == rank) owned[k] = own;
+              owned.emplace_back(rank, std::move(own));
               return out;
             }).redistribute(tokens);
-    // The mean: loss per token = log S + M - z[target]. The first rank of
-    // each tp group adds the log S and the count, every rank its owned
-    // M - z[target]; the total and the count then go in one all_reduce
-    // over the tp dim and the dims the tokens are split on.
+    auto owned_of = [&](int rank) -> const std::vector<double>& {
+      for (const auto& [r, v] : owned)
+        if (r == rank) return v;
+      DT_THROW("internal error: ", "vocab_parallel_cross_entropy has no terms of rank ", rank);
+    };
+    if (o.reduction == Reduction::None) {
+      // Per target: w (log S + M - z[target]), the owned terms summed over
+      // tp (one all_reduce of a tensor of the targets' shape).
+      const DTensor terms = token_tensor(tgt, with_tp(tokens, tp, Partial()), DType::Float64,
+                                         [&](int rank) {
+                                           return Tensor::from_vector(owned_of(rank),
+                                                                      tgt.to_local(rank).shape());
+                                         })
+                                .redistribute(tokens);
+      loss = token_tensor(tgt, tokens, dtype, [&](int rank) {
+        const std::vector<double> t = terms.to_local(rank).contiguous().to_vector<double>();
+        const std::vector<double> w = row_weight.to_local(rank).contiguous().to_vector<double>();
+        const Tensor s = global_sum.to_local(rank).contiguous();
+        const T* sv = s.data_ptr<T>();
+        Tensor out = Tensor::empty(tgt.to_local(rank).shape(), dtype);
+        T* ov = out.data_ptr<T>();
+        for (size_t r = 0; r < t.size(); ++r)
+          ov[r] = w[r] == 0 ? T(0)
+                            : static_cast<T>(w[r] * (std::log(static_cast<double>(sv[r])) + t[r]));
+        counts.emplace_back(rank, 1.0);
+        return out;
+      });
+      return;
+    }
+    // The mean or sum: loss per token = w (log S + M - z[target]). The first
+    // rank of each tp group adds the w log S and the weights, every rank its
+    // owned w (M - z[target]); the total and the weights' sum then go in one
+    // all_reduce over the tp dim and the dims the tokens are split on.
     Placements partial_sums = tokens;
     for (size_t i = 0; i < partial_sums.size(); ++i)
       if (static_cast<int>(i) == tp || partial_sums[i].is_shard()) partial_sums[i] = Partial();
     const DTensor totals =
         DTensor(DTensorSpec(mesh, partial_sums, Shape{2}, DType::Float64),
-                tgt.local().map([&](int rank, const Tensor& tshard) {
+                tgt.local().map([&](int rank, const Tensor&) {
+                  const std::vector<double> w =
+                      row_weight.to_local(rank).contiguous().to_vector<double>();
+                  const std::vector<double>& own = owned_of(rank);
                   double total = 0, counted = 0;
-                  for (size_t k = 0; k < stats.size(); ++k)
-                    if (stats[k].first == rank) total = owned[k];
+                  for (size_t r = 0; r < w.size(); ++r) total += w[r] * own[r];
                   if ((*mesh.coordinate(rank))[static_cast<size_t>(tp)] == 0) {
-                    const Tensor t = tshard.contiguous();
                     const Tensor s = global_sum.to_local(rank).contiguous();
-                    const int64_t* tv = t.data_ptr<int64_t>();
                     const T* sv = s.data_ptr<T>();
-                    for (int64_t r = 0; r < t.numel(); ++r) {
-                      if (tv[r] == ignore_index) continue;
-                      total += std::log(static_cast<double>(sv[r]));
-                      counted += 1;
+                    for (size_t r = 0; r < w.size(); ++r) {
+                      if (w[r] == 0) continue;
+                      total += w[r] * std::log(static_cast<double>(sv[r]));
+                      counted += w[r];
                     }
                   }
                   return Tensor::from_vector(std::vector<double>{total, counted});
                 }))
             .redistribute(Placements(static_cast<size_t>(mesh.ndim()), Replicate()));
     // As cross_entropy's mean: ignored targets add nothing and are not
-    // counted (all ignored: 0/0 = NaN, as in PyTorch).
+    // counted (all ignored: 0/0 = NaN, as in PyTorch); a weighted mean
+    // divides by the targets' weights.
+    const bool mean = o.reduction == Reduction::Mean;
     LocalTensor out = totals.local().map([&](int rank, const Tensor& tt) {
       const std::vector<double> v = tt.to_vector<double>();
-      counts.emplace_back(rank, v[1]);
-      return Tensor::scalar(v[0] / v[1], dtype);
+      counts.emplace_back(rank, mean ? v[1] : 1.0);
+      return Tensor::scalar(mean ? v[0] / v[1] : v[0], dtype);
     });
     loss = DTensor(DTensorSpec(mesh, Placements(static_cast<size_t>(mesh.ndim()), Replicate()),
                                Shape{}, dtype),
@@ -394,12 +472,11 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
   });
   // One backward node for the whole loss; the targets get no gradient.
   if (autograd::recording({&z}))
-    autograd::record(loss, op, {&z}, {z, tgt, global_max, global_sum},
-                     [tp, ignore_index, counts](const autograd::Context& ctx) {
-                       return autograd::Grads{vocab_ce_backward(ctx.grad, ctx.saved(0),
-                                                                ctx.saved(1), ctx.saved(2),
-                                                                ctx.saved(3), tp, ignore_index,
-                                                                counts)};
+    autograd::record(loss, op, {&z}, {z, tgt, global_max, global_sum, row_weight},
+                     [tp, ignore_index, reduction = o.reduction, counts](const autograd::Context& ctx) {
+                       return autograd::Grads{vocab_ce_backward(
+                           ctx.grad, ctx.saved(0), ctx.saved(1), ctx.saved(2), ctx.saved(3),
+                           ctx.saved(4), tp, ignore_index, reduction, counts)};
                      });
   return loss;
 }

@@ -102,7 +102,8 @@ void vocab_ce_row_stats(const T* x, int64_t rows, int64_t n, int64_t offset,
 
 template <class T>
 void vocab_ce_grad(const T* x, int64_t rows, int64_t n, int64_t offset, const int64_t* target,
-                   int64_t ignore_index, const T* max, const T* sum, double coef, T* grad) {
+                   int64_t ignore_index, const T* max, const T* sum, const double* coefs,
+                   T* grad) {
   for_rows(rows, n, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       T* g = grad + r * n;
@@ -112,6 +113,7 @@ void vocab_ce_grad(const T* x, int64_t rows, int64_t n, int64_t offset, const in
         continue;
       }
       exp_shifted(x + r * n, g, n, max[r]);
+      const double coef = coefs[r];
       const double s = static_cast<double>(sum[r]);
       const T scale = static_cast<T>(coef / s);
       // The target's entry from its exp before scaling, in double: there
@@ -129,8 +131,9 @@ template void vocab_ce_row_stats<float>(const float*, int64_t, int64_t, int64_t,
 template void vocab_ce_row_stats<double>(const double*, int64_t, int64_t, int64_t,
                                          const int64_t*, int64_t, double*, double*, double*);
 template void vocab_ce_grad<float>(const float*, int64_t, int64_t, int64_t, const int64_t*,
-                                   int64_t, const float*, const float*, double, float*);
+                                   int64_t, const float*, const float*, const double*, float*);
 template void vocab_ce_grad<double>(const double*, int64_t, int64_t, int64_t, const int64_t*,
-                                    int64_t, const double*, const double*, double, double*);
+                                    int64_t, const double*, const double*, const double*,
+                                    double*);
 
 }  // namespace dtensor::detail

@@ -24,11 +24,13 @@ void vocab_ce_row_stats(const T* x, int64_t rows, int64_t n, int64_t offset,
                         const int64_t* target, int64_t ignore_index, T* max, double* sum,
                         T* picked);
 
-// grad[r, j] = coef * (exp(x[r, j] - max[r]) / sum[r] - [offset + j == target[r]]),
+// grad[r, j] = coefs[r] * (exp(x[r, j] - max[r]) / sum[r] - [offset + j == target[r]]),
 // with max and sum the global (over all shards of the row) statistics, and
-// rows whose target is ignore_index zero.
+// rows whose target is ignore_index zero. coefs[r]: the row's share of the
+// loss's gradient (its weight, over the mean's divisor).
 template <class T>
 void vocab_ce_grad(const T* x, int64_t rows, int64_t n, int64_t offset, const int64_t* target,
-                   int64_t ignore_index, const T* max, const T* sum, double coef, T* grad);
+                   int64_t ignore_index, const T* max, const T* sum, const double* coefs,
+                   T* grad);
 
 }  // namespace dtensor::detail

@@ -5,6 +5,7 @@
 // logits and float64; its collectives; the same bits at any thread count.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <random>
 #include <string>
@@ -305,4 +306,114 @@ TEST(VocabParallelCrossEntropyTest, SameBitsAtAnyThreadCount) {
 }
 
 }  // namespace
+}  // namespace dtensor
+
+namespace dtensor {
+namespace {
+
+// F.cross_entropy with class weights and a reduction, from its definition
+// on one rank in float64: per target -w[t] * log_softmax(logits)[t] (0 when
+// ignored), then their sum, or the sum over the targets' weights, or each;
+// the logits' gradient by autograd, for the upstream gradient `up` (of the
+// loss's shape).
+Result weighted_reference(const Problem& p, const Tensor& w, Reduction reduction,
+                          const Tensor& up) {
+  World world = World::simulated(1);
+  DeviceMesh mesh(world, {1});
+  DTensor logits = distribute_tensor(p.logits.to(DType::Float64), mesh, {Replicate()});
+  logits.requires_grad_();
+  const DTensor t = distribute_tensor(p.target, mesh, {Replicate()});
+  const DTensor kept = distribute_tensor(ne(p.target, p.ignore_index), mesh, {Replicate()});
+  const DTensor safe = where(kept, t, 0);  // any class for an ignored one: masked below
+  const DTensor logp = squeeze(gather(log_softmax(logits, -1), -1, unsqueeze(safe, -1)), -1);
+  const DTensor wt = where(
+      kept,
+      gather(distribute_tensor(w.to(DType::Float64), mesh, {Replicate()}), 0,
+             reshape(safe, {-1}))
+          .reshape(p.target.shape()),
+      0.0);
+  const DTensor each = neg(mul(wt, logp));
+  DTensor loss = reduction == Reduction::None ? each
+                 : reduction == Reduction::Sum ? sum(each)
+                                               : div(sum(each), sum(wt));
+  loss.backward(distribute_tensor(up.to(DType::Float64), mesh, {Replicate()}));
+  return {loss.full_tensor(), logits.grad()->full_tensor()};
+}
+
+}  // namespace
+
+// Class weights (zeros among them), every reduction, and the classes at
+// dim 1 (F.cross_entropy's (N, C, d1, ...)) or last, on random shapes and
+// meshes of tp 1-4 with a dp dim, against the definition.
+TEST(VocabParallelCrossEntropyTest, WeightsReductionsAndTheClassDim) {
+  std::mt19937 rng(77);
+  const int cases = testing::property_cases(40);
+  int checked = 0;
+  for (int i = 0; i < cases; ++i) {
+    const int64_t tp = std::uniform_int_distribution<int64_t>(1, 4)(rng);
+    const Shape mesh_shape = i % 2 == 0 ? Shape{tp} : Shape{2, tp};
+    Shape tokens;
+    const int nd = std::uniform_int_distribution<int>(1, 3)(rng);
+    for (int d = 0; d < nd; ++d) tokens.push_back(std::uniform_int_distribution<int64_t>(1, 4)(rng));
+    const int64_t classes = std::uniform_int_distribution<int64_t>(1, 11)(rng);
+    const DType dtype = i % 3 == 0 ? DType::Float64 : DType::Float32;
+    const Reduction reduction = std::array{Reduction::Mean, Reduction::Sum, Reduction::None}[i % 3];
+    const bool weighted = i % 4 != 3;
+    const bool class_first = tokens.size() >= 2 && i % 2 == 1;  // classes at dim 1
+    const Problem p = make_problem(tokens, classes, 500 + i, 2.0, dtype, 0.2);
+    Tensor w = Tensor::rand({classes}, 900 + i) * 2.0;
+    if (classes > 2) w = masked_fill(w, eq(Tensor::arange(classes), 1), 0.0);
+    if (!weighted) w = Tensor::ones({classes});
+    const Tensor up = reduction == Reduction::None ? Tensor::randn(tokens, 40 + i, 0, dtype)
+                                                   : Tensor::scalar(1.5, dtype);
+    const Result want = weighted_reference(p, w, reduction, up);
+    bool nan = false;  // all weights 0 or all ignored: a mean of nothing
+    for (double v : want.loss.to_vector<double>()) nan = nan || std::isnan(v);
+    if (nan) continue;
+    const std::string where = "case " + std::to_string(i) + ": mesh " + to_string(mesh_shape) +
+                              " logits " + to_string(p.logits.shape()) + " " +
+                              dtype_short_name(dtype) + (class_first ? " classes at dim 1" : "");
+    World world = World::simulated(static_cast<int>(mesh_shape.product()));
+    DeviceMesh mesh(world, mesh_shape);
+    const int tpd = mesh.ndim() - 1;
+    Placements lp(static_cast<size_t>(mesh.ndim()), Replicate()), tl = lp;
+    Tensor logits_full = p.logits;
+    int64_t class_dim = -1;
+    if (class_first) {
+      DimVector perm = {0, logits_full.dim() - 1};
+      for (int64_t d = 1; d < logits_full.dim() - 1; ++d) perm.push_back(d);
+      logits_full = logits_full.permute(perm).contiguous();
+      class_dim = 1;
+    }
+    lp[static_cast<size_t>(tpd)] = Shard(class_dim < 0 ? logits_full.dim() - 1 : 1);
+    if (mesh.ndim() == 2) lp[0] = tl[0] = Shard(0);
+    DTensor logits = distribute_tensor(logits_full, mesh, lp);
+    logits.requires_grad_();
+    VocabParallelLossOptions o;
+    o.reduction = reduction;
+    o.class_dim = class_dim;
+    if (weighted) o.weight = distribute_tensor(w, mesh, Placements(lp.size(), Replicate()));
+    DTensor loss = vocab_parallel_cross_entropy(logits, distribute_tensor(p.target, mesh, tl),
+                                                tpd, o);
+    EXPECT_EQ(loss.shape(), reduction == Reduction::None ? tokens : Shape{}) << where;
+    loss.backward(distribute_tensor(
+        up, mesh, reduction == Reduction::None ? tl : Placements(lp.size(), Replicate())));
+    Tensor grad = logits.grad()->full_tensor();
+    if (class_first) {
+      DimVector back = {0};
+      for (int64_t d = 2; d < grad.dim(); ++d) back.push_back(d);
+      back.push_back(1);
+      grad = grad.permute(back).contiguous();
+    }
+    const double tol = dtype == DType::Float64 ? 1e-10 : 2e-5;
+    const double scale = std::max(1.0, max_abs(want.loss));
+    EXPECT_LE(max_abs_diff(loss.full_tensor().to(DType::Float64), want.loss), tol * scale) << where;
+    EXPECT_LE(max_abs_diff(grad.to(DType::Float64), want.grad),
+              tol * std::max(1.0, max_abs(want.grad)))
+        << where;
+    ++checked;
+  }
+  EXPECT_GE(checked, cases * 3 / 4);
+}
+
 }  // namespace dtensor
