@@ -92,6 +92,15 @@ struct FullyShardOptions {
   // split evenly, or experts' weights). Negative dims count from the end.
   std::function<std::optional<Placement>(const std::string& name, const DTensor& param)>
       shard_placement_fn = nullptr;
+  // Prefetch (FSDP2's implicit prefetching): start the all_gather of the
+  // group that gathers next before this one computes: in forward the next
+  // group in the order of the first forward, in backward the previous one.
+  // Under MPI the gather is MPI_Iallgather, so its data moves while this
+  // group computes; in the simulated world it runs at once. The values and
+  // bits are the same either way; the prefetched group's unsharded
+  // parameters are alive one group earlier. A gather outdated by a change
+  // of the shards (an optimizer step) is discarded, never used.
+  bool prefetch = false;
 };
 
 // Shards the parameters of `module` (and its descendants) not already

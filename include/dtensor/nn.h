@@ -221,6 +221,9 @@ Module& checkpoint_wrapper(Module& module);
 // then leaves its unsharded parameters to the region (which keeps nothing)
 // instead of packing them itself.
 bool in_checkpoint_region();
+// Whether a checkpoint region is running again for backward on this thread
+// (fully_shard then prefetches in backward's order).
+bool in_recomputation();
 
 // Replaces the parameter in `slot` (a pointer from named_parameters()) by
 // `value` and marks the one it held superseded, naming `by` (e.g.

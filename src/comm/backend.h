@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -84,6 +85,35 @@ class Backend {
   // rank i gets chunk i. Other members' input shards are ignored (may be undefined).
   virtual LocalTensor scatter(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                               int64_t root, int64_t scatter_dim) = 0;
+
+  // A collective started now whose result wait() gives (once): the same as
+  // the blocking call's, bit for bit. Dropped unwaited, it still completes
+  // (the destructor waits). Started collectives keep the order of calls:
+  // every rank starts and runs its collectives in one order, as for the
+  // blocking ones.
+  class Pending {
+   public:
+    virtual ~Pending() = default;
+    virtual LocalTensor wait() = 0;
+  };
+  // all_gather along dim 0 of 1-d shards of one length on every member
+  // (fully_shard's flat buffers), started: the MPI world issues
+  // MPI_Iallgather and returns at once, so the caller computes while the
+  // data moves; this default (the simulated world) runs it to its end now.
+  virtual std::unique_ptr<Pending> start_all_gather_flat(const LocalTensor& in,
+                                                         const DeviceMesh& mesh, int mesh_dim) {
+    return std::make_unique<Done>(all_gather(in, mesh, mesh_dim, 0));
+  }
+
+ protected:
+  class Done final : public Pending {
+   public:
+    explicit Done(LocalTensor result) : result_(std::move(result)) {}
+    LocalTensor wait() override { return std::move(result_); }
+
+   private:
+    LocalTensor result_;
+  };
 };
 
 }  // namespace dtensor

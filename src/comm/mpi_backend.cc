@@ -208,6 +208,83 @@ LocalTensor MpiBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
   return out;
 }
 
+namespace {
+
+// A started MPI_Iallgather. wait() is watched by the collective monitor as
+// the collective it belongs to (the group and call number of its start),
+// so a peer that never starts it still ends the job at the timeout.
+class MpiPending final : public Backend::Pending {
+ public:
+  MpiPending(CollectiveMonitor* monitor, int mesh_dim, const std::vector<int>* ranks,
+             uint64_t hash, int64_t seq, MPI_Request request, Tensor input, Tensor result,
+             int rank)
+      : monitor_(monitor), mesh_dim_(mesh_dim), ranks_(ranks), hash_(hash), seq_(seq),
+        request_(request), input_(std::move(input)), result_(std::move(result)), rank_(rank) {}
+  ~MpiPending() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (request_ != MPI_REQUEST_NULL && !finalized) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+  LocalTensor wait() override {
+    DT_CHECK(request_ != MPI_REQUEST_NULL, "all_gather: wait() called twice on one start");
+    const CollectiveTimer timer;  // collective_seconds: the time waited
+    monitor_->enter(static_cast<int>(MpiBackend::Kind::AllGather), mesh_dim_, ranks_, hash_, seq_);
+    const int rc = MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    monitor_->leave();
+    check_mpi(rc, "MPI_Wait (MPI_Iallgather)");
+    request_ = MPI_REQUEST_NULL;
+    input_ = Tensor();
+    LocalTensor out;
+    out.set(rank_, std::move(result_));
+    return out;
+  }
+
+ private:
+  CollectiveMonitor* monitor_;
+  int mesh_dim_;
+  const std::vector<int>* ranks_;
+  uint64_t hash_;
+  int64_t seq_;
+  MPI_Request request_;
+  Tensor input_;  // alive until the send is done
+  Tensor result_;
+  int rank_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend::Pending> MpiBackend::start_all_gather_flat(const LocalTensor& in,
+                                                                    const DeviceMesh& mesh,
+                                                                    int mesh_dim) {
+  const CollectiveTimer timer;  // collective_seconds: the start
+  const Group g = group_of(mesh, mesh_dim, Kind::AllGather);
+  if (g.size == 0) return std::make_unique<Done>(LocalTensor{});
+  const Tensor& t = own_shard(in, rank_, "all_gather");
+  DT_CHECK(t.dim() == 1, "all_gather (started): expected a 1-d shard, got shape ", t.shape());
+  if (check_)
+    check_same_call(g, make_call(Kind::AllGather, mesh_dim, g.size, mesh.group(rank_, mesh_dim)[0],
+                                 &t, 0, -1, 0),
+                    mesh, rank_);
+  record_collective(CollectiveKind::AllGather, static_cast<int64_t>(t.nbytes()), t.dtype(),
+                    mesh_dim_index(mesh, mesh_dim));
+  if (g.size == 1) {
+    LocalTensor out;
+    out.set(rank_, t.clone());
+    return std::make_unique<Done>(std::move(out));
+  }
+  Tensor src = t.contiguous();
+  Tensor result = Tensor::empty({g.size * src.numel()}, t.dtype());
+  const int count = count_of(src.numel(), "all_gather");
+  const MPI_Datatype type = mpi_type(t.dtype());
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Iallgather(src.raw_data(), count, type, result.raw_data(), count, type, g.comm,
+                           &request),
+            "MPI_Iallgather");
+  int d = mesh_dim < 0 ? mesh_dim + mesh.ndim() : mesh_dim;
+  return std::make_unique<MpiPending>(monitor_.get(), d, g.ranks, g.hash, g.seq, request,
+                                      std::move(src), std::move(result), rank_);
+}
+
 LocalTensor MpiBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                    ReduceOp op) {
   const CollectiveTimer timer;  // collective_seconds

@@ -86,6 +86,10 @@ class MpiBackend final : public Backend {
                       int64_t scatter_dim) override;
   LocalTensor exchange_boxes(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                              const BoxRoutes& routes) override;
+  // MPI_Iallgather; wait() is MPI_Wait, watched by the collective monitor
+  // as a collective of its own (the call number of its start).
+  std::unique_ptr<Pending> start_all_gather_flat(const LocalTensor& in, const DeviceMesh& mesh,
+                                                 int mesh_dim) override;
 
   void set_desync_check(bool on) { check_ = on; }
   bool desync_check() const { return check_; }

@@ -20,6 +20,7 @@ namespace dtensor::nn {
 namespace {
 
 thread_local int checkpoint_depth = 0;
+thread_local int recompute_depth = 0;
 
 struct RegionScope {
   RegionScope() { ++checkpoint_depth; }
@@ -65,6 +66,10 @@ class Frame {
       std::optional<AutocastGuard> autocast;
       if (autocast_) autocast.emplace(*autocast_);
       RegionScope region;
+      ++recompute_depth;
+      struct Unwind {
+        ~Unwind() { --recompute_depth; }
+      } unwind;
       SavedTensorHooks capture(
           [this](const DTensor& t) -> std::any {
             values_.push_back(t);
@@ -102,6 +107,7 @@ struct Handle {
 }  // namespace
 
 bool in_checkpoint_region() { return checkpoint_depth > 0; }
+bool in_recomputation() { return recompute_depth > 0; }
 
 DTensor checkpoint(const std::function<DTensor(const DTensor&)>& fn, const DTensor& x) {
   DT_CHECK(fn != nullptr, "checkpoint: the function is empty");

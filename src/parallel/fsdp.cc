@@ -125,7 +125,21 @@ struct Group {
   // first forward, as FSDP2's lazy init finds the root).
   std::optional<bool> root;
 
-  std::vector<DTensor> gather() const;
+  // The unsharded values: from the prefetched gather when one was started
+  // (and the shards have not changed since), else gathered now.
+  std::vector<DTensor> gather();
+  std::unique_ptr<Backend::Pending> start_gather() const;
+  // Prefetch: the next group's gather started early (FullyShardOptions::
+  // prefetch), taken by its gather(); the shards' in-place versions then,
+  // so that a gather outdated by a step is never used.
+  void start_prefetch();
+  uint64_t shard_versions() const;
+  std::unique_ptr<Backend::Pending> prefetched;
+  uint64_t prefetched_versions = 0;
+  bool prefetch = false;
+  // The groups before and after this one in the first forward of their root
+  // (forward order; backward runs them the other way).
+  std::weak_ptr<Group> next_forward, prev_forward;
   // The unsharded values from the gathered flat buffers: member j's piece
   // starts at piece_start(j) * total.
   std::vector<DTensor> cut(const LocalTensor& flat,
@@ -140,8 +154,18 @@ struct Group {
     if (backward_unsharded.empty()) {
       backward_unsharded = kept ? gather_kept() : gather();
       kept.reset();
+      prefetch_for_backward();
     }
     return backward_unsharded[k];
+  }
+  // The group whose backward comes next (the one before in forward order),
+  // when it will gather in full.
+  void prefetch_for_backward() {
+    if (!prefetch) return;
+    const std::shared_ptr<Group> p = prev_forward.lock();
+    if (p && p->root && !*p->root && p->unsharded.empty() && p->backward_unsharded.empty() &&
+        !p->kept)
+      p->start_prefetch();
   }
 };
 
@@ -180,7 +204,7 @@ DTensor unpack_param(const std::any& a) {
   return std::any_cast<DTensor>(a);
 }
 
-std::vector<DTensor> Group::gather() const {
+std::unique_ptr<Backend::Pending> Group::start_gather() const {
   LocalTensor in;
   for (const auto& [rank, l] : layouts) {
     Tensor flat = Tensor::zeros({l.total}, param_dtype());
@@ -190,8 +214,31 @@ std::vector<DTensor> Group::gather() const {
     }
     in.set(rank, std::move(flat));
   }
-  const LocalTensor out = mesh.world().backend().all_gather(in, dp_mesh, dp_dim, 0);
-  return cut(out, [](int64_t j) { return j; });
+  return mesh.world().backend().start_all_gather_flat(in, dp_mesh, dp_dim);
+}
+
+uint64_t Group::shard_versions() const {
+  uint64_t v = 0;
+  for (const Param& p : params)
+    for (const auto& [rank, shard] : p.sharded.local().shards())
+      if (shard.storage()) v += shard.storage()->version();
+  return v;
+}
+
+void Group::start_prefetch() {
+  if (prefetched || params.empty()) return;
+  prefetched_versions = shard_versions();
+  prefetched = start_gather();
+}
+
+std::vector<DTensor> Group::gather() {
+  if (prefetched) {
+    std::unique_ptr<Backend::Pending> p = std::move(prefetched);
+    LocalTensor out = p->wait();
+    // Gathered before a step changed the shards (every rank alike): stale.
+    if (shard_versions() == prefetched_versions) return cut(out, [](int64_t j) { return j; });
+  }
+  return cut(start_gather()->wait(), [](int64_t j) { return j; });
 }
 
 std::vector<DTensor> Group::cut(const LocalTensor& out,
@@ -409,11 +456,34 @@ void end_packing(const std::shared_ptr<Group>& group) {
 
 bool is_root(const Group& group);  // below, with the registry
 
+// The group whose pre_forward ran last on this thread in this forward
+// (from its root's on): how each group learns its neighbours.
+thread_local std::weak_ptr<Group> last_pre_forward;
+
 void pre_forward(const std::shared_ptr<Group>& group) {
   if (!group->root) group->root = is_root(*group);
   // A forward that threw left its scope behind: end it now.
   if (group->hooks) end_packing(group);
   std::vector<DTensor> values = group->gather();
+  // Learn the forward order once (the first forward), then prefetch the
+  // neighbour that gathers next: the next group in forward, the previous
+  // one in an activation checkpoint's recomputation (backward's order).
+  if (!*group->root) {
+    const std::shared_ptr<Group> last = last_pre_forward.lock();
+    if (last && last != group && last->next_forward.expired() && group->prev_forward.expired()) {
+      last->next_forward = group;
+      group->prev_forward = last;
+    }
+  }
+  last_pre_forward = group;
+  if (group->prefetch) {
+    if (nn::in_recomputation()) {
+      group->prefetch_for_backward();
+    } else if (const std::shared_ptr<Group> next = group->next_forward.lock();
+               next && next->unsharded.empty()) {
+      next->start_prefetch();
+    }
+  }
   record_gather(group, values);
   group->unsharded = std::move(values);
   for (size_t k = 0; k < group->params.size(); ++k)
@@ -582,6 +652,7 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
   }
   check_policy(options.mp_policy, "fully_shard");
   group->mp = options.mp_policy;
+  group->prefetch = options.prefetch;
 
   bool first = true;
   for (auto& [name, slot] : module.named_parameters(/*remove_duplicate=*/false)) {
