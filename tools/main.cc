@@ -260,6 +260,9 @@ int run(int argc, char** argv) {
   add_number(train, "--activation-checkpointing", train_args.checkpoint_every,
              "recompute every k-th block's activations in backward instead of keeping\n"
              "them (1: every block; 0: none)", 0, 256);
+  train->add_flag("--prefetch", train_args.prefetch,
+                  "start each block's all_gather one block early (fully_shard's prefetch;\n"
+                  "under MPI non-blocking, so it overlaps the computation)");
   train->add_option("--svg", train_args.svg, "write the loss chart to this SVG file")
       ->capture_default_str();
   bool train_no_svg = false;

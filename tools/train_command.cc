@@ -178,6 +178,7 @@ struct Trainer {
       options.mesh_dims = {scheme.dp_dim};
       if (scheme.replicate_dim >= 0) options.replicate_mesh_dims = {scheme.replicate_dim};
       options.mp_policy = mp;
+      options.prefetch = args.prefetch;
       for (auto& [name, module] : model->named_modules())
         if (name.rfind("blocks.", 0) == 0 && name.find('.', 7) == std::string::npos)
           fully_shard(*module, options);
@@ -580,6 +581,8 @@ int run_train(const TrainArgs& given) {
            " needs fsdp or ddp in --scheme (the policy is applied by fully_shard and "
            "replicate), got --scheme ", args.scheme);
   DT_CHECK(args.steps >= 1, "--steps ", args.steps, " must be at least 1");
+  DT_CHECK(!args.prefetch || scheme.fsdp, "--prefetch needs fsdp or hsdp in --scheme (it is "
+           "fully_shard's), got --scheme ", args.scheme);
   // Every path the run writes is checked before any work, so that a long
   // run does not fail at its end on a path it could have refused at once.
   if (!args.svg.empty()) check_output_file(args.svg, "--svg");
@@ -683,6 +686,10 @@ int run_train(const TrainArgs& given) {
                  : "blocks 0, " + std::to_string(args.checkpoint_every) + ", " +
                        std::to_string(2 * args.checkpoint_every) + ", ...")
          << " recomputed in backward (activation checkpointing)\n";
+    if (args.prefetch && scheme.fsdp)
+      os << "  prefetch: each block's all_gather starts one block early"
+         << (world.is_simulated() ? " (the simulated world runs it at once)" : " (MPI_Iallgather)")
+         << "\n";
     if (mixed)
       os << "  precision " << (args.mixed_precision == "bf16" ? "bfloat16" : "float16")
          << " parameters and activations, float32 master weights, optimizer and gradient\n"
