@@ -139,6 +139,12 @@ void set_reshard_after_forward(nn::Module& module, bool reshard_after_forward,
 // per-rank mean; a loss computed per rank and summed would set the dp size
 // here to get FSDP2's gradients.
 void set_gradient_divide_factor(nn::Module& module, double factor);
+// FSDP2's explicit prefetching: once `module` has gathered in forward
+// (backward), it starts the gathers of `modules` (each fully_shard'ed), in
+// place of the neighbour FullyShardOptions::prefetch would pick. An empty
+// list goes back to that. Values and bits are the same either way.
+void set_modules_to_forward_prefetch(nn::Module& module, const std::vector<nn::Module*>& modules);
+void set_modules_to_backward_prefetch(nn::Module& module, const std::vector<nn::Module*>& modules);
 
 // Data parallelism without sharding: every parameter of `module` is
 // Replicate on `mesh_dims` and its gradient is all-reduced over them, so it

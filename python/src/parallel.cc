@@ -234,9 +234,10 @@ replaced in place (make the optimizer after); returns the module.
 
   pm.def("fully_shard",
          [](py::object module, py::object mesh, py::object reshard_after_forward,
-            py::object shard_placement_fn) {
+            py::object shard_placement_fn, bool prefetch) {
            auto& mod = cast_arg<nn::Module&>(module, "fully_shard(module)", "a dtensor.nn.Module");
            FullyShardOptions o;
+           o.prefetch = prefetch;
            if (!shard_placement_fn.is_none()) {
              // Called during fully_shard only (the GIL released around it).
              o.shard_placement_fn = [&shard_placement_fn](const std::string&,
@@ -271,6 +272,7 @@ replaced in place (make the optimizer after); returns the module.
          },
          py::arg("module"), py::kw_only(), py::arg("mesh") = py::none(),
          py::arg("reshard_after_forward") = true, py::arg("shard_placement_fn") = py::none(),
+         py::arg("prefetch") = false,
          R"doc(
 FSDP2: shards the module's parameters (those no inner fully_shard manages)
 Shard(0) over the data-parallel mesh dims `mesh` (mesh["dp"], a dim index or
@@ -281,7 +283,9 @@ sharded over its second, gradients reduce-scattered then all-reduced.
 shard_placement_fn(param) -> Shard(d) or None (Shard(0)) picks another dim
 to shard a parameter on. reshard_after_forward may be an int k: keep the
 parameters sharded over runs of k consecutive ranks after forward, so
-backward gathers over k ranks. Apply bottom-up, after tensor parallelism and
+backward gathers over k ranks. prefetch=True starts the next module's gather
+one module early (FSDP2's implicit prefetching; explicit lists with
+Module.set_modules_to_forward_prefetch / backward). Apply bottom-up, after tensor parallelism and
 before making the optimizer. Returns the module.
 )doc");
   pm.def("replicate",
@@ -329,6 +333,27 @@ before making the optimizer. Returns the module.
                           "FSDP2's: the module's reduced gradients are divided by factor "
                           "(default 1: dtensor's reduce-scatter sums, the loss being the "
                           "global batch's mean)."));
+
+  for (const char* which : {"forward", "backward"}) {
+    const bool forward = std::string(which) == "forward";
+    const std::string name = std::string("set_modules_to_") + which + "_prefetch";
+    method(name.c_str(),
+           py::cpp_function(
+               [forward](nn::Module& m, py::list modules) {
+                 std::vector<nn::Module*> list;
+                 for (py::handle h : modules)
+                   list.push_back(&cast_arg<nn::Module&>(py::reinterpret_borrow<py::object>(h),
+                                                         "the modules to prefetch",
+                                                         "dtensor.nn.Modules"));
+                 if (forward)
+                   set_modules_to_forward_prefetch(m, list);
+                 else
+                   set_modules_to_backward_prefetch(m, list);
+               },
+               py::name(name.c_str()), py::is_method(module_cls), py::arg("modules"),
+               "FSDP2's: after this module gathers, start the gathers of these "
+               "fully_shard'ed modules (explicit prefetching)."));
+  }
 
   // ---- the standalone layers of parallel.h -----------------------------------------
   py::class_<ColumnParallelLinear> col(pm, "ColumnParallelLinear",

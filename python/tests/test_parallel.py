@@ -347,3 +347,25 @@ def test_vocab_parallel_cross_entropy_matches_torch_with_weights_and_class_dim_1
     loss.backward(dt.distribute_tensor(up_np, mesh, up_layout))
     np.testing.assert_allclose(full(loss), want.detach().numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(full(logits.grad), t_logits.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_fully_shard_prefetch_gives_the_same_gradients(mesh, rng):
+    w = weights(rng)
+    x_np = rng.standard_normal((4, 8, 16)).astype(np.float32)
+    grads = []
+    for mode in ("off", "implicit", "explicit"):
+        model = Block(mesh, *w)
+        fully_shard(model.up, mesh=mesh["dp"], prefetch=mode == "implicit")
+        fully_shard(model.down, mesh=mesh["dp"], prefetch=mode == "implicit")
+        fully_shard(model, mesh=mesh["dp"])
+        if mode == "explicit":
+            model.up.set_modules_to_forward_prefetch([model.down])
+            model.down.set_modules_to_backward_prefetch([model.up])
+        xs = dt.distribute_tensor(x_np, mesh, [dt.Shard(0), dt.Replicate()])
+        for _ in range(2):
+            y = model(xs)
+            dt.mean(y * y).backward()
+        grads.append({n: full(p.grad) for n, p in model.named_parameters()})
+    for other in grads[1:]:
+        for name in grads[0]:
+            np.testing.assert_array_equal(other[name], grads[0][name], err_msg=name)

@@ -140,6 +140,8 @@ struct Group {
   // The groups before and after this one in the first forward of their root
   // (forward order; backward runs them the other way).
   std::weak_ptr<Group> next_forward, prev_forward;
+  // set_modules_to_forward_prefetch / backward: explicit lists.
+  std::vector<std::weak_ptr<Group>> forward_prefetch, backward_prefetch;
   // The unsharded values from the gathered flat buffers: member j's piece
   // starts at piece_start(j) * total.
   std::vector<DTensor> cut(const LocalTensor& flat,
@@ -161,11 +163,26 @@ struct Group {
   // The group whose backward comes next (the one before in forward order),
   // when it will gather in full.
   void prefetch_for_backward() {
-    if (!prefetch) return;
-    const std::shared_ptr<Group> p = prev_forward.lock();
-    if (p && p->root && !*p->root && p->unsharded.empty() && p->backward_unsharded.empty() &&
-        !p->kept)
-      p->start_prefetch();
+    auto start = [](const std::shared_ptr<Group>& p) {
+      if (p && p->root && !*p->root && p->unsharded.empty() && p->backward_unsharded.empty() &&
+          !p->kept)
+        p->start_prefetch();
+    };
+    if (!backward_prefetch.empty()) {
+      for (const std::weak_ptr<Group>& w : backward_prefetch) start(w.lock());
+    } else if (prefetch) {
+      start(prev_forward.lock());
+    }
+  }
+  void prefetch_for_forward() {
+    auto start = [](const std::shared_ptr<Group>& n) {
+      if (n && n->unsharded.empty()) n->start_prefetch();
+    };
+    if (!forward_prefetch.empty()) {
+      for (const std::weak_ptr<Group>& w : forward_prefetch) start(w.lock());
+    } else if (prefetch) {
+      start(next_forward.lock());
+    }
   }
 };
 
@@ -476,14 +493,10 @@ void pre_forward(const std::shared_ptr<Group>& group) {
     }
   }
   last_pre_forward = group;
-  if (group->prefetch) {
-    if (nn::in_recomputation()) {
-      group->prefetch_for_backward();
-    } else if (const std::shared_ptr<Group> next = group->next_forward.lock();
-               next && next->unsharded.empty()) {
-      next->start_prefetch();
-    }
-  }
+  if (nn::in_recomputation())
+    group->prefetch_for_backward();
+  else
+    group->prefetch_for_forward();
   record_gather(group, values);
   group->unsharded = std::move(values);
   for (size_t k = 0; k < group->params.size(); ++k)
@@ -811,6 +824,33 @@ void set_gradient_divide_factor(nn::Module& module, double factor) {
            "set_gradient_divide_factor: expected a finite factor > 0, got ", factor);
   for (const auto& g : groups_of(module, false, "set_gradient_divide_factor"))
     if (g->module == &module) g->divide_factor = factor;
+}
+
+namespace {
+
+std::vector<std::weak_ptr<Group>> prefetch_list(const std::vector<nn::Module*>& modules,
+                                                const char* api) {
+  std::vector<std::weak_ptr<Group>> out;
+  for (nn::Module* m : modules) {
+    DT_CHECK(m != nullptr, api, ": a module in the list is null");
+    for (const auto& g : groups_of(*m, false, api))
+      if (g->module == m) out.push_back(g);
+  }
+  return out;
+}
+
+}  // namespace
+
+void set_modules_to_forward_prefetch(nn::Module& module, const std::vector<nn::Module*>& modules) {
+  const auto list = prefetch_list(modules, "set_modules_to_forward_prefetch");
+  for (const auto& g : groups_of(module, false, "set_modules_to_forward_prefetch"))
+    if (g->module == &module) g->forward_prefetch = list;
+}
+
+void set_modules_to_backward_prefetch(nn::Module& module, const std::vector<nn::Module*>& modules) {
+  const auto list = prefetch_list(modules, "set_modules_to_backward_prefetch");
+  for (const auto& g : groups_of(module, false, "set_modules_to_backward_prefetch"))
+    if (g->module == &module) g->backward_prefetch = list;
 }
 
 bool is_fully_sharded(const nn::Module& module) {

@@ -296,15 +296,21 @@ TEST_F(FsdpTest, PrefetchGivesTheSameBitsAndCollectives) {
     for (bool checkpointed : {false, true}) {
       const std::string where =
           "mesh " + mesh.to_string() + (checkpointed ? " checkpointed" : "");
-      std::vector<std::vector<float>> runs[2];
-      int64_t gathers[2] = {0, 0};
-      for (int prefetch = 0; prefetch < 2; ++prefetch) {
+      // None, implicit, and explicit lists (two groups ahead in forward).
+      std::vector<std::vector<float>> runs[3];
+      int64_t gathers[3] = {0, 0, 0};
+      for (int prefetch = 0; prefetch < 3; ++prefetch) {
         Net net(mesh, 3);
         if (checkpointed)
           for (Block* b : net.blocks) nn::checkpoint_wrapper(*b);
         FullyShardOptions o;
         o.prefetch = prefetch == 1;
         shard_model(net, o);
+        if (prefetch == 2) {
+          set_modules_to_forward_prefetch(net, {net.blocks[0], net.blocks[1]});
+          set_modules_to_forward_prefetch(*net.blocks[0], {net.blocks[2]});
+          set_modules_to_backward_prefetch(*net.blocks[2], {net.blocks[1], net.blocks[0]});
+        }
         optim::AdamW opt(net.parameters(), {.lr = 1e-2});
         for (int step = 0; step < 3; ++step) {
           CommDebugMode comm;
@@ -318,10 +324,24 @@ TEST_F(FsdpTest, PrefetchGivesTheSameBitsAndCollectives) {
         for (auto& [name, p] : net.named_parameters())
           runs[prefetch].push_back(p->full_tensor().to_vector<float>());
       }
-      EXPECT_EQ(runs[1], runs[0]) << where;
-      EXPECT_EQ(gathers[1], gathers[0]) << where;
+      for (int k : {1, 2}) {
+        EXPECT_EQ(runs[k], runs[0]) << where << " prefetch mode " << k;
+        EXPECT_EQ(gathers[k], gathers[0]) << where << " prefetch mode " << k;
+      }
     }
   }
+}
+
+// The explicit lists take fully_shard'ed modules only.
+TEST_F(FsdpTest, PrefetchListsNameModulesUnderFullyShard) {
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  Net net(mesh, 2);
+  shard_model(net, {});
+  const std::string e = error_of([&] { set_modules_to_forward_prefetch(net, {net.head}); });
+  EXPECT_NE(e.find("set_modules_to_forward_prefetch: the module is not under fully_shard"),
+            std::string::npos)
+      << e;
 }
 
 // A prefetched gather that a forward leaves unused (the module it was for
