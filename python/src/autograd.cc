@@ -64,15 +64,6 @@ struct Autocast {
   void exit() { guard.reset(); }
 };
 
-// A Python object kept by C++ that may be dropped without the GIL (a graph
-// node freed by backward, which runs with the GIL released): its deleter
-// takes the GIL first.
-std::shared_ptr<py::object> keep(py::object o) {
-  return std::shared_ptr<py::object>(new py::object(std::move(o)), [](py::object* p) {
-    py::gil_scoped_acquire gil;
-    delete p;
-  });
-}
 
 // with dtensor.autograd.graph.saved_tensors_hooks(pack, unpack): the C++
 // SavedTensorHooks made in __enter__, calling the Python functions with the
@@ -97,6 +88,13 @@ struct SavedHooks {
 };
 
 }  // namespace
+
+std::shared_ptr<py::object> keep(py::object o) {
+  return std::shared_ptr<py::object>(new py::object(std::move(o)), [](py::object* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+}
 
 void bind_autograd(py::module_& m) {
   auto cls = py::reinterpret_borrow<py::class_<DTensor>>(m.attr("DTensor"));

@@ -16,6 +16,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <memory>
 #include <string>
 
 #include "dtensor/dtensor.h"
@@ -32,6 +33,10 @@ std::optional<DType> dtype_from_python(py::handle h);
 py::object dtype_to_python(DType dtype);
 // gelu's approximate= ("none" or "tanh"); anything else is an error. ops.cc.
 GeluApprox parse_gelu(const std::string& approximate);
+// A Python object kept by C++ that may be dropped without the GIL (a graph
+// node freed by backward, which runs with the GIL released): its deleter
+// takes the GIL first. autograd.cc.
+std::shared_ptr<py::object> keep(py::object o);
 // A loss's reduction by PyTorch's name: "mean", "sum" or "none" (ops.cc).
 Reduction parse_reduction(const std::string& reduction);
 // A Tensor from a Python value: a Tensor itself; a NumPy array (or any

@@ -36,15 +36,6 @@ py::dict stats_dict(const MemoryStats& s) {
   return d;
 }
 
-// A Python object held by C++ code that may drop it without the GIL (a
-// graph node freed by backward): its deleter takes the GIL.
-std::shared_ptr<py::object> hold(py::object o) {
-  return std::shared_ptr<py::object>(new py::object(std::move(o)), [](py::object* p) {
-    py::gil_scoped_acquire gil;
-    delete p;
-  });
-}
-
 }  // namespace
 
 void bind_memory(py::module_& m) {
@@ -98,7 +89,7 @@ What each rank holds, by category, and the process's measured peaks
       [](py::function fn, const DTensor& x, bool use_reentrant) {
         DT_CHECK(!use_reentrant, "checkpoint: use_reentrant=True is not supported; dtensor's "
                  "checkpoint is PyTorch's non-reentrant one (use_reentrant=False)");
-        std::shared_ptr<py::object> f = hold(fn);
+        std::shared_ptr<py::object> f = keep(fn);
         return nn::checkpoint(
             [f](const DTensor& in) {
               py::gil_scoped_acquire gil;
