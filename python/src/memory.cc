@@ -1,6 +1,8 @@
 // dtensor.MemoryTracker, dtensor.memory_stats and
 // dtensor.utils.checkpoint.checkpoint (dtensor/memory.h, nn.h): what each
 // rank holds, and activation checkpointing of a Python function.
+#include "dtensor/memory.h"
+
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -9,7 +11,6 @@
 
 #include "bindings.h"
 #include "casters.h"
-#include "dtensor/memory.h"
 #include "dtensor/nn.h"
 #include "dtensor/optim.h"
 
@@ -39,13 +40,17 @@ py::dict stats_dict(const MemoryStats& s) {
 }  // namespace
 
 void bind_memory(py::module_& m) {
-  m.def("memory_stats", [] { return stats_dict(memory_stats()); },
-        "This process's allocator figures in bytes: allocated, peak_allocated, reserved, "
-        "peak_reserved (torch.cuda.memory_stats's, for dtensor's allocator).");
-  m.def("reset_peak_memory_stats", [] {
-    reset_peak_memory_stats();
-    reset_peak_resident();
-  }, "Starts the peaks (and the resident set's high-water mark) again from now.");
+  m.def(
+      "memory_stats", [] { return stats_dict(memory_stats()); },
+      "This process's allocator figures in bytes: allocated, peak_allocated, reserved, "
+      "peak_reserved (torch.cuda.memory_stats's, for dtensor's allocator).");
+  m.def(
+      "reset_peak_memory_stats",
+      [] {
+        reset_peak_memory_stats();
+        reset_peak_resident();
+      },
+      "Starts the peaks (and the resident set's high-water mark) again from now.");
 
   py::class_<MemoryTracker>(m, "MemoryTracker", R"doc(
 What each rank holds, by category, and the process's measured peaks
@@ -63,23 +68,24 @@ What each rank holds, by category, and the process's measured peaks
            py::arg("model"), py::arg("optimizer") = nullptr, py::keep_alive<1, 2>(),
            py::keep_alive<1, 3>())
       .def("after_forward", &MemoryTracker::after_forward, py::arg("loss"))
-      .def("report",
-           [](const MemoryTracker& t) {
-             const MemoryReport r = t.report();
-             py::dict d;
-             py::list ranks;
-             for (const RankMemory& m : r.ranks) ranks.append(rank_dict(m));
-             d["ranks"] = ranks;
-             d["peak_allocated"] = r.process.peak_allocated;
-             d["peak_reserved"] = r.process.peak_reserved;
-             d["reserved_at_start"] = r.reserved_at_start;
-             d["resident_at_start"] = r.resident_at_start;
-             d["peak_resident"] = r.peak_resident;
-             d["table"] = r.table();
-             return d;
-           },
-           "Bytes per held rank (parameters, gradients, optimizer_state, activations) and the "
-           "process's peaks since the tracker started; 'table' is the printed form.");
+      .def(
+          "report",
+          [](const MemoryTracker& t) {
+            const MemoryReport r = t.report();
+            py::dict d;
+            py::list ranks;
+            for (const RankMemory& m : r.ranks) ranks.append(rank_dict(m));
+            d["ranks"] = ranks;
+            d["peak_allocated"] = r.process.peak_allocated;
+            d["peak_reserved"] = r.process.peak_reserved;
+            d["reserved_at_start"] = r.reserved_at_start;
+            d["resident_at_start"] = r.resident_at_start;
+            d["peak_resident"] = r.peak_resident;
+            d["table"] = r.table();
+            return d;
+          },
+          "Bytes per held rank (parameters, gradients, optimizer_state, activations) and the "
+          "process's peaks since the tracker started; 'table' is the printed form.");
 
   // torch.utils.checkpoint.checkpoint (non-reentrant).
   py::module_ utils = m.def_submodule("utils", "torch.utils's activation checkpointing.");
@@ -87,14 +93,14 @@ What each rank holds, by category, and the process's measured peaks
   cp.def(
       "checkpoint",
       [](py::function fn, const DTensor& x, bool use_reentrant) {
-        DT_CHECK(!use_reentrant, "checkpoint: use_reentrant=True is not supported; dtensor's "
+        DT_CHECK(!use_reentrant,
+                 "checkpoint: use_reentrant=True is not supported; dtensor's "
                  "checkpoint is PyTorch's non-reentrant one (use_reentrant=False)");
         std::shared_ptr<py::object> f = keep(fn);
         return nn::checkpoint(
             [f](const DTensor& in) {
               py::gil_scoped_acquire gil;
-              return cast_arg<DTensor>((*f)(in), "the checkpointed function's result",
-                                       "a DTensor");
+              return cast_arg<DTensor>((*f)(in), "the checkpointed function's result", "a DTensor");
             },
             x);
       },

@@ -34,8 +34,11 @@ struct RegionScope {
 class Frame {
  public:
   Frame(std::function<DTensor(const DTensor&)> fn, const DTensor& x)
-      : fn_(std::move(fn)), input_(x.detach()), input_requires_grad_(x.requires_grad()),
-        rng_(get_rng_state()), autocast_(autocast_dtype()) {}
+      : fn_(std::move(fn)),
+        input_(x.detach()),
+        input_requires_grad_(x.requires_grad()),
+        rng_(get_rng_state()),
+        autocast_(autocast_dtype()) {}
 
   size_t next_index() { return packed_++; }
 
@@ -52,8 +55,8 @@ class Frame {
 
   const DTensor& saved(size_t index) {
     if (!recomputed_) recompute();
-    DT_CHECK(index < values_.size(), "checkpoint: internal error: saved tensor ", index,
-             " of ", values_.size());
+    DT_CHECK(index < values_.size(), "checkpoint: internal error: saved tensor ", index, " of ",
+             values_.size());
     return values_[index];
   }
 
@@ -115,7 +118,9 @@ DTensor checkpoint(const std::function<DTensor(const DTensor&)>& fn, const DTens
   auto frame = std::make_shared<Frame>(fn, x);
   RegionScope region;
   SavedTensorHooks hooks(
-      [frame](const DTensor&) -> std::any { return Handle{frame, frame->next_index()}; },
+      [frame](const DTensor&) -> std::any {
+        return Handle{frame, frame->next_index()};
+      },
       [](const std::any& a) {
         const Handle& h = std::any_cast<const Handle&>(a);
         return h.frame->saved(h.index);

@@ -77,7 +77,8 @@ Tensor Init::full() const {
 DTensor Init::distribute(const DeviceMesh& mesh, const Placements& placements) const {
   for (size_t d = 0; d < placements.size(); ++d)
     DT_CHECK(!placements[d].is_partial(), "nn::Init: a parameter's values are made as Shard or ",
-             "Replicate, got ", to_string(placements), " (", placements[d], " on mesh dim ", d, ")");
+             "Replicate, got ", to_string(placements), " (", placements[d], " on mesh dim ", d,
+             ")");
   switch (kind_) {
     case Kind::Normal:
       return affine(randn(shape_, mesh, placements, seed_, dtype_), scale_, shift_);
@@ -86,7 +87,9 @@ DTensor Init::distribute(const DeviceMesh& mesh, const Placements& placements) c
     case Kind::Constant: {
       const DTensorSpec spec(mesh, placements, shape_, dtype_);
       return from_local(
-          [&](int rank) { return Tensor::full(spec.extent_of_rank(rank)->local_shape, shift_, dtype_); },
+          [&](int rank) {
+            return Tensor::full(spec.extent_of_rank(rank)->local_shape, shift_, dtype_);
+          },
           mesh, placements, {.shape = shape_});
     }
     case Kind::Values:

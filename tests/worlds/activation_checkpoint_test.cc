@@ -46,7 +46,7 @@ void checkpoint_blocks(models::GPT& model, int every) {
 struct AcRun {
   std::vector<float> loss;
   std::vector<std::vector<float>> grads;
-  int64_t activations = 0;   // bytes the graph keeps, summed over held ranks
+  int64_t activations = 0;  // bytes the graph keeps, summed over held ranks
   int64_t backward_gathers = 0;
 };
 
@@ -136,7 +136,10 @@ TEST(ActivationCheckpointTest, ADivergingRecomputationThrows) {
   x.requires_grad_();
   DTensor y = nn::checkpoint(fn, x);
   const std::string e = error_of([&] { sum(y).backward(); });
-  EXPECT_NE(e.find("running the region again saved 2 tensors for backward where its first run saved 1"), std::string::npos) << e;
+  EXPECT_NE(
+      e.find("running the region again saved 2 tensors for backward where its first run saved 1"),
+      std::string::npos)
+      << e;
 }
 
 // The memory report counts a checkpointed block's input, not what its

@@ -1,6 +1,8 @@
 // The memory report (memory.h) on every world (see world_util.h): its
 // categories are the exact bytes of each rank's shards, on 1- to 4-d
 // meshes under tensor parallelism and fully_shard, and its peaks bound them.
+#include "dtensor/memory.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "dtensor/fsdp.h"
-#include "dtensor/memory.h"
 #include "dtensor/models/gpt.h"
 #include "dtensor/optim.h"
 #include "test_util.h"
@@ -38,8 +39,8 @@ void lay_out_for_memory(models::GPT& model, const DeviceMesh& mesh) {
 // activations are what the graph kept, less the parameters.
 TEST(MemoryReportTest, CategoriesAreEachRanksExactBytes) {
   World world = dtensor::testing::test_world();
-  const models::GPTConfig c{.batch = 2, .seq = 5, .hidden = 12, .heads = 3, .layers = 2,
-                            .vocab = 13};
+  const models::GPTConfig c{
+      .batch = 2, .seq = 5, .hidden = 12, .heads = 3, .layers = 2, .vocab = 13};
   const Tensor ids = Tensor::randint(0, c.vocab, {c.batch, c.seq}, 3);
   for (const Shape& shape : dtensor::testing::test_meshes(world)) {
     DeviceMesh mesh(world, shape);

@@ -98,7 +98,8 @@ TEST_F(MetaInitTest, ShardByShardEqualsTheModelMadeWhole) {
     lay_out(eager, mesh);
     const Placements batch(static_cast<size_t>(mesh.ndim()), Replicate());
     const DTensor x = distribute_tensor(ids, mesh, batch);
-    EXPECT_EQ((*model)(x).full_tensor().to_vector<float>(), eager(x).full_tensor().to_vector<float>())
+    EXPECT_EQ((*model)(x).full_tensor().to_vector<float>(),
+              eager(x).full_tensor().to_vector<float>())
         << where;
   }
 }
@@ -152,8 +153,8 @@ TEST_F(MetaInitTest, RandomLayoutsMaterializeTheSameValues) {
 TEST_F(MetaInitTest, AModelFarLargerThanTheMachineBuildsAndIsRefusedWhole) {
   DeviceMesh mesh(world, {4});
   if (!dtensor::testing::takes_part(mesh)) return;
-  const models::GPTConfig big{.batch = 1, .seq = 8, .hidden = 8192, .heads = 64, .layers = 32,
-                              .vocab = 50304};
+  const models::GPTConfig big{
+      .batch = 1, .seq = 8, .hidden = 8192, .heads = 64, .layers = 32, .vocab = 50304};
   const size_t before = detail::allocator_stats().bytes_allocated;
   detail::reset_peak_bytes_allocated();
   std::unique_ptr<models::GPT> model = meta_gpt(mesh, big);
