@@ -147,6 +147,13 @@ class Optimizer {
   // for `group` (PyTorch's group["initial_lr"]); schedulers compute from it.
   std::optional<double> initial_lr(size_t group = 0) const;
   void set_initial_lr(size_t group, double lr);
+  // PyTorch's tensor learning rate: from now on `group`'s lr is the value
+  // of `lr` (a floating Tensor of one element, >= 0), read at each step
+  // (so writing into it changes the lr), and set_lr (so every scheduler)
+  // writes into it in place (fill_), rounded to its dtype as PyTorch's.
+  void set_lr_tensor(size_t group, Tensor lr);
+  // The group's lr tensor, if it has one.
+  std::optional<Tensor> lr_tensor(size_t group) const;
   // Every hyper-parameter of `group` by PyTorch's name, "lr" the current
   // one (PyTorch's param_groups[group] without "params").
   virtual GroupOptions group_options(size_t group) const;
@@ -197,8 +204,9 @@ class Optimizer {
  private:
   struct Group {
     std::vector<size_t> params;
-    double lr;
+    double lr;  // when lr_tensor is set: the value last set through set_lr
     std::optional<double> initial_lr;
+    std::optional<Tensor> lr_tensor;
   };
   std::vector<DTensor> params_;
   std::vector<std::string> names_;

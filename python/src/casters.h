@@ -46,6 +46,10 @@ Reduction parse_reduction(const std::string& reduction);
 // (interop.cc says how). `where` starts error messages ("from_local").
 // interop.cc.
 Tensor tensor_from_python(py::handle obj, const std::string& where = "as_tensor");
+// The same, sharing the memory of a DLPack producer (a torch tensor) too,
+// where tensor_from_python copies it (a tensor lr must see the user's
+// writes). interop.cc.
+Tensor shared_tensor_from_python(py::handle obj, const std::string& where);
 
 // "int", "MyModule": the name of a Python value's type, for messages.
 inline std::string type_name(py::handle obj) {

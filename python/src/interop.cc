@@ -524,6 +524,13 @@ Tensor tensor_from_python(py::handle obj, const std::string& where) {
   return copy_from_python(obj, std::nullopt, where);
 }
 
+Tensor shared_tensor_from_python(py::handle obj, const std::string& where) {
+  if (!py::isinstance<Tensor>(obj) && !py::isinstance<py::array>(obj) &&
+      py::hasattr(obj, "__dlpack__"))
+    return from_dlpack(py::reinterpret_borrow<py::object>(obj));
+  return tensor_from_python(obj, where);
+}
+
 void bind_interop(py::module_& m) {
   auto tensor = py::reinterpret_borrow<py::class_<Tensor>>(m.attr("Tensor"));
   tensor.def_buffer([](const Tensor& t) {

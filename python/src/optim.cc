@@ -30,6 +30,43 @@
 #include "dtensor/optim.h"
 
 namespace dtensor::python {
+// lr= as PyTorch takes it: a number, or a one-element floating tensor (a
+// tensor lr: read at each step, written in place by the schedulers).
+// Converts to the number, so an options struct takes it as it is.
+struct PyLr {
+  double value = 0;
+  std::optional<Tensor> tensor;
+  operator double() const { return value; }  // NOLINT(google-explicit-constructor)
+};
+}  // namespace dtensor::python
+
+namespace pybind11::detail {
+template <>
+struct type_caster<dtensor::python::PyLr> {
+  PYBIND11_TYPE_CASTER(dtensor::python::PyLr, const_name("float | Tensor"));
+  bool load(handle src, bool) {
+    if (PyBool_Check(src.ptr())) return false;
+    if (PyFloat_Check(src.ptr()) || PyLong_Check(src.ptr())) {
+      value = {src.cast<double>(), std::nullopt};
+      return true;
+    }
+    dtensor::Tensor t;
+    try {
+      t = dtensor::python::shared_tensor_from_python(src, "lr");
+    } catch (const std::exception&) {
+      return false;
+    }
+    if (t.numel() != 1 || !dtensor::is_floating(t.dtype())) return false;
+    value = {t.item<double>(), t};
+    return true;
+  }
+  static handle cast(const dtensor::python::PyLr& lr, return_value_policy, handle) {
+    return PyFloat_FromDouble(lr.value);
+  }
+};
+}  // namespace pybind11::detail
+
+namespace dtensor::python {
 
 namespace {
 
@@ -84,7 +121,8 @@ py::object option_to_python(const optim::OptionValue& v) {
 // The param groups an optimizer was given: an iterable of DTensors or of
 // (name, DTensor) pairs (one group), or of dicts {"params": ..., option:
 // value} (PyTorch's param groups).
-std::vector<optim::ParamGroup> groups_from_python(py::handle params) {
+std::vector<optim::ParamGroup> groups_from_python(py::handle params,
+                                                  std::vector<std::optional<PyLr>>* group_lrs) {
   if (py::isinstance<DTensor>(params))
     DT_THROW("optimizer: params must be an iterable of DTensors or (name, DTensor) pairs, got "
              "one DTensor (wrap it in a list)");
@@ -105,9 +143,16 @@ std::vector<optim::ParamGroup> groups_from_python(py::handle params) {
     auto d = py::reinterpret_borrow<py::dict>(items[g]);
     if (!d.contains("params")) throw py::key_error(what + " has no 'params'");
     optim::GroupOptions options;
+    group_lrs->resize(g + 1);
     for (auto [key, value] : d) {
       const std::string name = cast_arg<std::string>(key, what, "str keys");
-      if (name != "params") options[name] = option_from_python(value, what + "['" + name + "']");
+      if (name == "lr") {
+        const PyLr lr = cast_arg<PyLr>(value, what + "['lr']", "a number or a one-element tensor");
+        options[name] = lr.value;
+        (*group_lrs)[g] = lr;
+      } else if (name != "params") {
+        options[name] = option_from_python(value, what + "['" + name + "']");
+      }
     }
     groups.emplace_back(group_params_from_python(d["params"], what + "'s params"),
                         std::move(options));
@@ -115,9 +160,18 @@ std::vector<optim::ParamGroup> groups_from_python(py::handle params) {
   return groups;
 }
 
+// An optimizer of the groups `params`; a tensor lr (the default's, or a
+// group's own) becomes the group's lr tensor.
 template <class Opt, class Options>
-std::unique_ptr<Opt> make_optimizer(py::handle params, const Options& o) {
-  return std::make_unique<Opt>(groups_from_python(params), o);
+std::unique_ptr<Opt> make_optimizer(py::handle params, const Options& o, const PyLr& lr) {
+  std::vector<std::optional<PyLr>> group_lrs;
+  auto opt = std::make_unique<Opt>(groups_from_python(params, &group_lrs), o);
+  for (size_t g = 0; g < opt->num_groups(); ++g) {
+    const std::optional<PyLr>& own = g < group_lrs.size() ? group_lrs[g] : std::nullopt;
+    const std::optional<Tensor>& t = own ? own->tensor : lr.tensor;
+    if (t) opt->set_lr_tensor(g, *t);
+  }
+  return opt;
 }
 
 // One of optimizer.param_groups: a view that reads and writes the
@@ -133,6 +187,7 @@ struct GroupView {
     for (size_t i : opt->group_params(group)) params.append(opt->params()[i]);
     d["params"] = params;
     for (const auto& [name, v] : opt->group_options(group)) d[py::str(name)] = option_to_python(v);
+    if (auto t = opt->lr_tensor(group)) d["lr"] = *t;  // PyTorch's tensor lr, itself
     if (auto initial = opt->initial_lr(group)) d["initial_lr"] = *initial;
     return d;
   }
@@ -178,6 +233,12 @@ hyper-parameters are checked as at construction). "params" is read only.
            [](GroupView& v, const std::string& key, py::handle value) {
              if (key == "params")
                throw py::type_error("param_groups[...]['params'] is read only in dtensor");
+             if (key == "lr" && !PyFloat_Check(value.ptr()) && !PyLong_Check(value.ptr())) {
+               const PyLr lr = cast_arg<PyLr>(value, "param_groups[...]['lr']",
+                                              "a number or a one-element tensor");
+               v.opt->set_lr_tensor(v.group, *lr.tensor);
+               return;
+             }
              if (key == "initial_lr") {
                v.opt->set_initial_lr(v.group, cast_arg<double>(value, "param_groups[...]['initial_lr']", "a number"));
                return;
@@ -328,7 +389,7 @@ and each group's hyper-parameters.
 Stochastic gradient descent with PyTorch's rule and arguments (momentum,
 dampening, weight_decay, nesterov, maximize).
 )doc")
-      .def(py::init([](py::object params, double lr, double momentum, double dampening,
+      .def(py::init([](py::object params, PyLr lr, double momentum, double dampening,
                        double weight_decay, bool nesterov, bool maximize) {
              optim::SGDOptions o;
              o.lr = lr;
@@ -337,7 +398,7 @@ dampening, weight_decay, nesterov, maximize).
              o.weight_decay = weight_decay;
              o.nesterov = nesterov;
              o.maximize = maximize;
-             return make_optimizer<optim::SGD>(params, o);
+             return make_optimizer<optim::SGD>(params, o, lr);
            }),
            py::arg("params"), py::arg("lr") = 1e-3, py::arg("momentum") = 0.0,
            py::arg("dampening") = 0.0, py::arg("weight_decay") = 0.0, py::kw_only(),
@@ -346,10 +407,10 @@ dampening, weight_decay, nesterov, maximize).
   py::class_<optim::AdamW, optim::Optimizer>(om, "AdamW", R"doc(
 AdamW (decoupled weight decay, default 1e-2) with PyTorch's rule and arguments.
 )doc")
-      .def(py::init([](py::object params, double lr, std::pair<double, double> betas, double eps,
+      .def(py::init([](py::object params, PyLr lr, std::pair<double, double> betas, double eps,
                        double weight_decay, bool amsgrad, bool maximize) {
              return make_optimizer<optim::AdamW>(
-                 params, adam_options(lr, betas, eps, weight_decay, amsgrad, maximize));
+                 params, adam_options(lr, betas, eps, weight_decay, amsgrad, maximize), lr);
            }),
            py::arg("params"), py::arg("lr") = 1e-3,
            py::arg("betas") = std::pair<double, double>(0.9, 0.999), py::arg("eps") = 1e-8,
@@ -360,10 +421,10 @@ AdamW (decoupled weight decay, default 1e-2) with PyTorch's rule and arguments.
   py::class_<optim::Adam, optim::AdamW>(om, "Adam", R"doc(
 Adam (L2 weight decay added to the gradient, default 0) with PyTorch's rule.
 )doc")
-      .def(py::init([](py::object params, double lr, std::pair<double, double> betas, double eps,
+      .def(py::init([](py::object params, PyLr lr, std::pair<double, double> betas, double eps,
                        double weight_decay, bool amsgrad, bool maximize) {
              return make_optimizer<optim::Adam>(
-                 params, adam_options(lr, betas, eps, weight_decay, amsgrad, maximize));
+                 params, adam_options(lr, betas, eps, weight_decay, amsgrad, maximize), lr);
            }),
            py::arg("params"), py::arg("lr") = 1e-3,
            py::arg("betas") = std::pair<double, double>(0.9, 0.999), py::arg("eps") = 1e-8,
@@ -375,7 +436,7 @@ Adagrad with PyTorch's rule and arguments (lr_decay, weight_decay,
 initial_accumulator_value, eps, maximize); its buffer "sum" appears at a
 parameter's first step.
 )doc")
-      .def(py::init([](py::object params, double lr, double lr_decay, double weight_decay,
+      .def(py::init([](py::object params, PyLr lr, double lr_decay, double weight_decay,
                        double initial_accumulator_value, double eps, bool maximize) {
              optim::AdagradOptions o;
              o.lr = lr;
@@ -384,7 +445,7 @@ parameter's first step.
              o.initial_accumulator_value = initial_accumulator_value;
              o.eps = eps;
              o.maximize = maximize;
-             return make_optimizer<optim::Adagrad>(params, o);
+             return make_optimizer<optim::Adagrad>(params, o, lr);
            }),
            py::arg("params"), py::arg("lr") = 1e-2, py::arg("lr_decay") = 0.0,
            py::arg("weight_decay") = 0.0, py::arg("initial_accumulator_value") = 0.0,
@@ -394,7 +455,7 @@ parameter's first step.
 RMSprop with PyTorch's rule and arguments (alpha, eps, weight_decay,
 momentum, centered, maximize).
 )doc")
-      .def(py::init([](py::object params, double lr, double alpha, double eps, double weight_decay,
+      .def(py::init([](py::object params, PyLr lr, double alpha, double eps, double weight_decay,
                        double momentum, bool centered, bool maximize) {
              optim::RMSpropOptions o;
              o.lr = lr;
@@ -404,7 +465,7 @@ momentum, centered, maximize).
              o.momentum = momentum;
              o.centered = centered;
              o.maximize = maximize;
-             return make_optimizer<optim::RMSprop>(params, o);
+             return make_optimizer<optim::RMSprop>(params, o, lr);
            }),
            py::arg("params"), py::arg("lr") = 1e-2, py::arg("alpha") = 0.99,
            py::arg("eps") = 1e-8, py::arg("weight_decay") = 0.0, py::arg("momentum") = 0.0,
@@ -414,14 +475,14 @@ momentum, centered, maximize).
 Adadelta with PyTorch's rule and arguments (lr, rho, eps, weight_decay,
 maximize); buffers "square_avg" and "acc_delta".
 )doc")
-      .def(py::init([](py::object params, double lr, double rho, double eps, double weight_decay,
+      .def(py::init([](py::object params, PyLr lr, double rho, double eps, double weight_decay,
                        bool maximize) {
              return make_optimizer<optim::Adadelta>(
                  params, optim::AdadeltaOptions{.lr = lr,
                                                 .rho = rho,
                                                 .eps = eps,
                                                 .weight_decay = weight_decay,
-                                                .maximize = maximize});
+                                                .maximize = maximize}, lr);
            }),
            py::arg("params"), py::arg("lr") = 1.0, py::arg("rho") = 0.9, py::arg("eps") = 1e-6,
            py::arg("weight_decay") = 0.0, py::kw_only(), py::arg("maximize") = false);
@@ -430,14 +491,14 @@ maximize); buffers "square_avg" and "acc_delta".
 Adamax with PyTorch's rule and arguments (lr, betas, eps, weight_decay,
 maximize); buffers "exp_avg" and "exp_inf".
 )doc")
-      .def(py::init([](py::object params, double lr, std::pair<double, double> betas, double eps,
+      .def(py::init([](py::object params, PyLr lr, std::pair<double, double> betas, double eps,
                        double weight_decay, bool maximize) {
              return make_optimizer<optim::Adamax>(
                  params, optim::AdamaxOptions{.lr = lr,
                                               .betas = betas,
                                               .eps = eps,
                                               .weight_decay = weight_decay,
-                                              .maximize = maximize});
+                                              .maximize = maximize}, lr);
            }),
            py::arg("params"), py::arg("lr") = 2e-3,
            py::arg("betas") = std::pair<double, double>(0.9, 0.999), py::arg("eps") = 1e-8,
@@ -449,7 +510,7 @@ momentum_decay; PyTorch 2's decoupled_weight_decay and maximize). The
 momentum product is PyTorch 2's (1.13's single-tensor path multiplied one
 factor twice); it is recomputed from the step count, so it is not a buffer.
 )doc")
-      .def(py::init([](py::object params, double lr, std::pair<double, double> betas, double eps,
+      .def(py::init([](py::object params, PyLr lr, std::pair<double, double> betas, double eps,
                        double weight_decay, double momentum_decay, bool decoupled_weight_decay,
                        bool maximize) {
              return make_optimizer<optim::NAdam>(
@@ -459,7 +520,7 @@ factor twice); it is recomputed from the step count, so it is not a buffer.
                                              .weight_decay = weight_decay,
                                              .momentum_decay = momentum_decay,
                                              .decoupled_weight_decay = decoupled_weight_decay,
-                                             .maximize = maximize});
+                                             .maximize = maximize}, lr);
            }),
            py::arg("params"), py::arg("lr") = 2e-3,
            py::arg("betas") = std::pair<double, double>(0.9, 0.999), py::arg("eps") = 1e-8,
@@ -473,7 +534,7 @@ RAdam with PyTorch's rule and arguments (lr, betas, eps, weight_decay;
 PyTorch 2's decoupled_weight_decay and maximize); buffers "exp_avg" and
 "exp_avg_sq". With the default betas the rectified update starts at step 6.
 )doc")
-      .def(py::init([](py::object params, double lr, std::pair<double, double> betas, double eps,
+      .def(py::init([](py::object params, PyLr lr, std::pair<double, double> betas, double eps,
                        double weight_decay, bool decoupled_weight_decay, bool maximize) {
              return make_optimizer<optim::RAdam>(
                  params, optim::RAdamOptions{.lr = lr,
@@ -481,7 +542,7 @@ PyTorch 2's decoupled_weight_decay and maximize); buffers "exp_avg" and
                                              .eps = eps,
                                              .weight_decay = weight_decay,
                                              .decoupled_weight_decay = decoupled_weight_decay,
-                                             .maximize = maximize});
+                                             .maximize = maximize}, lr);
            }),
            py::arg("params"), py::arg("lr") = 1e-3,
            py::arg("betas") = std::pair<double, double>(0.9, 0.999), py::arg("eps") = 1e-8,

@@ -161,3 +161,40 @@ def test_bad_state_dicts_are_errors(rng, mesh):
     with pytest.raises(TypeError, match="initial_lr"):
         opt.param_groups[0]["initial_lr"] = "x"
     opt.load_state_dict(good)  # still loads after the refusals
+
+
+def test_a_tensor_lr_is_read_each_step_and_written_by_schedulers():
+    # PyTorch's tensor lr: the same steps as a float lr; a write into the
+    # tensor changes the next step; a scheduler writes into it in place;
+    # param_groups[...]['lr'] is the tensor itself.
+    import torch
+    mesh = dt.DeviceMesh(dt.World.simulated(2), (2,))
+    rng = np.random.default_rng(1)
+    w0 = rng.standard_normal((4, 3))
+    grads = [rng.standard_normal((4, 3)) for _ in range(3)]
+    results = []
+    lr_t = torch.tensor(0.01, dtype=torch.float64)
+    for lr in (lr_t, 0.01):
+        p = dt.distribute_tensor(w0, mesh, [dt.Shard(0)])
+        p.requires_grad_()
+        opt = dt.optim.AdamW([p], lr=lr)
+        for k, g in enumerate(grads):
+            if k == 2:
+                if isinstance(lr, float):
+                    opt.param_groups[0]["lr"] = 0.003
+                else:
+                    lr.fill_(0.003)          # the user's write, seen by the next step
+            p.grad = dt.distribute_tensor(g, mesh, [dt.Shard(0)])
+            opt.step()
+        results.append(np.asarray(p.full_tensor()))
+    np.testing.assert_array_equal(results[0], results[1])
+    p = dt.distribute_tensor(w0, mesh, [dt.Shard(0)])
+    p.requires_grad_()
+    lr_t = torch.tensor(0.02, dtype=torch.float64)
+    opt = dt.optim.SGD([{"params": [p], "lr": lr_t}], lr=0.5)
+    assert opt.param_groups[0]["lr"].item() == 0.02
+    sched = dt.optim.lr_scheduler.LinearLR(opt, start_factor=0.5, total_iters=4)
+    sched.step()
+    assert lr_t.item() == pytest.approx(sched.get_last_lr()[0], rel=1e-15)
+    with pytest.raises(TypeError, match="lr"):
+        dt.optim.SGD([p], lr=torch.tensor([0.1, 0.2]))

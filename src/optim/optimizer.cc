@@ -114,7 +114,7 @@ Optimizer::Optimizer(const std::vector<ParamGroup>& groups, double lr) {
     }
     DT_CHECK(group_lr >= 0, "optimizer: expected lr >= 0, got ", group_lr,
              groups.size() > 1 ? " in param group " + std::to_string(g) : "");
-    groups_.push_back(Group{{}, group_lr, std::nullopt});
+    groups_.push_back(Group{{}, group_lr, std::nullopt, std::nullopt});
     for (const auto& [name, p] : groups[g].params) {
       const size_t i = params_.size();
       const std::string what = "optimizer: parameter " + std::to_string(i) +
@@ -159,29 +159,54 @@ void Optimizer::check_group(size_t group) const {
 
 double Optimizer::lr(size_t group) const {
   check_group(group);
-  return groups_[group].lr;
+  const Group& g = groups_[group];
+  if (!g.lr_tensor) return g.lr;
+  const double lr = g.lr_tensor->item<double>();
+  DT_CHECK(lr >= 0, kind(), ": the lr tensor of param group ", group, " holds ", lr,
+           "; expected lr >= 0");
+  return lr;
 }
 
 void Optimizer::set_lr(size_t group, double lr) {
   check_group(group);
   DT_CHECK(lr >= 0, kind(), ": expected lr >= 0, got ", lr);
   groups_[group].lr = lr;
+  if (groups_[group].lr_tensor) groups_[group].lr_tensor->fill_(lr);
 }
 
 double Optimizer::lr() const {
-  for (const Group& g : groups_)
-    if (g.lr != groups_[0].lr) {
+  const double first = lr(0);
+  for (size_t g = 1; g < groups_.size(); ++g)
+    if (lr(g) != first) {
       std::string lrs;
-      for (const Group& h : groups_) lrs += (lrs.empty() ? "" : ", ") + std::to_string(h.lr);
+      for (size_t h = 0; h < groups_.size(); ++h)
+        lrs += (lrs.empty() ? "" : ", ") + std::to_string(lr(h));
       DT_THROW(kind(), ": the param groups have different learning rates (", lrs,
                "); ask for one group's, lr(group)");
     }
-  return groups_[0].lr;
+  return first;
 }
 
 void Optimizer::set_lr(double lr) {
   DT_CHECK(lr >= 0, kind(), ": expected lr >= 0, got ", lr);
-  for (Group& g : groups_) g.lr = lr;
+  for (size_t g = 0; g < groups_.size(); ++g) set_lr(g, lr);
+}
+
+void Optimizer::set_lr_tensor(size_t group, Tensor lr) {
+  check_group(group);
+  DT_CHECK(lr.defined() && lr.numel() == 1 && is_floating(lr.dtype()), kind(),
+           ": an lr tensor must be floating with one element, got ",
+           lr.defined() ? dtype_short_name(lr.dtype()) : "an undefined tensor", " of shape ",
+           lr.defined() ? lr.shape() : Shape{});
+  const double value = lr.item<double>();
+  DT_CHECK(value >= 0, kind(), ": expected lr >= 0, got an lr tensor holding ", value);
+  groups_[group].lr = value;
+  groups_[group].lr_tensor = std::move(lr);
+}
+
+std::optional<Tensor> Optimizer::lr_tensor(size_t group) const {
+  check_group(group);
+  return groups_[group].lr_tensor;
 }
 
 std::optional<double> Optimizer::initial_lr(size_t group) const {

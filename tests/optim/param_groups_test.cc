@@ -274,3 +274,40 @@ TEST_F(ParamGroupsTest, WeightDecayGroupsSplitByDims) {
   EXPECT_EQ(opt.weight_decay(1), 0.0);
   EXPECT_EQ(weight_decay_groups({ps[1]}).size(), 1u);
 }
+
+// PyTorch's tensor lr: the optimizer reads the tensor at each step (a
+// write into it changes the next step, as set_lr does, bit for bit), a
+// scheduler writes into it in place, a float32 tensor gives the
+// float32-rounded lr (as lr.item() in PyTorch), and bad tensors are refused.
+TEST_F(ParamGroupsTest, ATensorLearningRate) {
+  auto with_tensor = params(), with_double = params();
+  AdamW a(with_tensor, {.lr = 0.5});
+  AdamW b(with_double, {.lr = 1e-2});
+  const Tensor lr = Tensor::full({}, 1e-2, DType::Float64);
+  a.set_lr_tensor(0, lr);
+  EXPECT_EQ(a.lr(0), 1e-2);
+  for (int k = 0; k < 3; ++k) {
+    if (k == 2) {
+      Tensor(lr).fill_(3e-3);  // the user's write
+      b.set_lr(0, 3e-3);
+    }
+    set_grads(values(with_tensor), k);
+    set_grads(values(with_double), k);
+    a.step();
+    b.step();
+  }
+  for (size_t i = 0; i < with_tensor.size(); ++i)
+    EXPECT_EQ(with_tensor[i].second.full_tensor().to_vector<double>(),
+              with_double[i].second.full_tensor().to_vector<double>())
+        << with_tensor[i].first;
+  auto schedule = LinearLR::make(a, 0.5, 1.0, 4);
+  schedule->step();
+  EXPECT_EQ(lr.item<double>(), a.lr(0));
+  EXPECT_EQ(a.lr_tensor(0)->storage(), lr.storage());
+  const Tensor f = Tensor::full({1}, 0.1, DType::Float32);
+  a.set_lr_tensor(0, f);
+  EXPECT_EQ(a.lr(0), static_cast<double>(0.1f));
+  expect_error([&] { a.set_lr_tensor(0, Tensor::ones({2})); }, {"one element"});
+  expect_error([&] { a.set_lr_tensor(0, Tensor::full({}, 1, DType::Int64)); }, {"floating"});
+  expect_error([&] { a.set_lr_tensor(0, Tensor::full({}, -1.0)); }, {"lr >= 0"});
+}
