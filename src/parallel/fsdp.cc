@@ -774,11 +774,20 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
   });
   take(module, marker, group);
   module.register_forward_pre_hook([group, marker](nn::Module&, const DTensor& x) {
-    if (!group->params.empty()) pre_forward(group);
+    if (!group->params.empty()) {
+      pre_forward(group);
+    } else {
+      // A root with nothing to gather still starts its forward's order.
+      if (!group->root) group->root = is_root(*group);
+      if (*group->root) last_pre_forward = group;
+    }
     return group->mp.cast_forward_inputs ? cast_floating(x, group->mp.param_dtype) : x;
   });
   module.register_forward_hook([group](nn::Module&, const DTensor&, const DTensor& y) {
     if (!group->params.empty()) post_forward(group);
+    // The order is learnt within one root's forward: no link reaches
+    // another model, or the next forward.
+    if (group->root && *group->root) last_pre_forward.reset();
     return cast_floating(y, group->mp.output_dtype);
   });
 }

@@ -344,6 +344,39 @@ TEST_F(FsdpTest, PrefetchListsNameModulesUnderFullyShard) {
       << e;
 }
 
+// The order is learnt within one root's forward: a model's last group
+// never prefetches another model's first (roots without parameters of
+// their own included), so each forward runs its own gathers only.
+TEST_F(FsdpTest, PrefetchStaysWithinOneModel) {
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  struct Pair : nn::Module {
+    explicit Pair(const DeviceMesh& m, uint64_t seed) : Module(m) {
+      a = register_module("a", std::make_unique<Block>(m, 6, 6, seed));
+      b = register_module("b", std::make_unique<Block>(m, 6, 6, seed + 1));
+    }
+    DTensor forward(const DTensor& x) override { return (*b)((*a)(x)); }
+    Block *a, *b;
+  };
+  Pair first(mesh, 1), second(mesh, 3);
+  FullyShardOptions o;
+  o.prefetch = true;
+  for (Pair* p : {&first, &second}) {
+    fully_shard(*p->a, o);
+    fully_shard(*p->b, o);
+    fully_shard(*p, o);
+  }
+  const DTensor x = distribute_tensor(input(), mesh, {Shard(0)});
+  for (int step = 0; step < 3; ++step) {
+    for (Pair* p : {&first, &second}) {
+      NoGradGuard no_grad;
+      CommDebugMode comm;
+      (*p)(x);
+      EXPECT_EQ(comm.count(CollectiveKind::AllGather), 2) << "step " << step;
+    }
+  }
+}
+
 // A prefetched gather that a forward leaves unused (the module it was for
 // not called) and a step then outdates is discarded, not used: the outputs
 // equal those without prefetch.
