@@ -272,7 +272,8 @@ int run(int argc, char** argv) {
                   "print only each step's loss as a hex float and the fingerprint (to compare\n"
                   "the simulated world with mpirun)");
   train->add_flag("--json", train_args.json,
-                  "print JSON: world, ranks, mesh, names, scheme, parameters, schedules, steps\n"
+                  "print JSON: world, ranks, mesh, names, scheme, init, activation_checkpointing,\n"
+                  "prefetch, parameters, schedules, steps\n"
                   "(loss, reference_loss, grad_norm, reference_grad_norm, wall_ms,\n"
                   "collective_ms, the count of every collective kind, bytes_per_rank, and the\n"
                   "counts of forward, backward and optimizer), memory (per rank), max_loss_diff,\n"

@@ -835,6 +835,9 @@ int run_train(const TrainArgs& given) {
     j["scheme"] = args.scheme;
     j["mixed_precision"] = args.mixed_precision;
     j["sequence_parallel"] = args.sequence_parallel;
+    j["init"] = args.init;
+    j["activation_checkpointing"] = args.checkpoint_every;
+    j["prefetch"] = args.prefetch;
     j["parameters"] = numel;
     j["first_step"] = first_step;
     if (resume) j["resumed_from"] = args.resume;
