@@ -61,6 +61,9 @@ One logical tensor laid out over a DeviceMesh by one placement per mesh dim
 process holds. Ops propagate the layout and run collectives where needed.
 )doc");
   bind_math_methods<DTensor>(cls);
+  cls.def_property_readonly("is_meta", &DTensor::is_meta,
+                            "On the meta device: a layout without values yet (a parameter "
+                            "made under dtensor.nn.meta_device(), before materialize()).");
   cls.def_property_readonly("placements", &DTensor::placements)
       .def_property_readonly("device_mesh", &DTensor::mesh)
       .def_property_readonly("spec", &DTensor::spec)

@@ -98,8 +98,8 @@ class PyModule : public nn::Module {
   DTensor* add_parameter(const std::string& name, DTensor value) {
     return register_parameter(name, std::move(value));
   }
-  DTensor* add_parameter(const std::string& name, const Tensor& full) {
-    return register_parameter(name, full);
+  DTensor* add_parameter(const std::string& name, const nn::Init& init) {
+    return register_parameter(name, init);
   }
   void add_module(const std::string& name, nn::Module* child) {
     register_module(name, std::unique_ptr<nn::Module>(child));
@@ -148,8 +148,11 @@ void register_parameter(py::object self, const std::string& name, const Paramete
     }
     slot = m.add_parameter(name, std::move(value));
   } else {
-    Tensor full = tensor_from_python(p.data);
-    slot = m.add_parameter(name, full);
+    // A recipe (dtensor.nn.Init) or values; under meta_device() the slot is
+    // meta and keeps either for materialize().
+    const nn::Init init = py::isinstance<nn::Init>(p.data) ? p.data.cast<nn::Init>()
+                                                           : nn::Init(tensor_from_python(p.data));
+    slot = m.add_parameter(name, init);
     if (!p.requires_grad && slot->requires_grad()) slot->requires_grad_(false);
   }
   (void)slot;
@@ -441,6 +444,22 @@ followed by reset_parameters().)
            py::arg("device_mesh"), py::arg("weight"), py::arg("bias"), py::arg("eps") = 1e-5)
       .def_property_readonly("weight", [](nn::LayerNorm& l) { return l.weight(); })
       .def_property_readonly("bias", [](nn::LayerNorm& l) { return l.bias(); });
+
+  py::class_<nn::Init>(nm, "Init", R"doc(
+A parameter's values as a recipe by global index, for
+dtensor.nn.Parameter(Init.normal((4096, 4096), seed=1, std=0.02)): under
+dtensor.nn.meta_device() nothing is made until model.materialize(), and then
+each rank makes only its own shard, with the values of the whole tensor.
+)doc")
+      .def_static("normal", &nn::Init::normal, py::arg("shape"), py::arg("seed"),
+                  py::arg("std") = 1.0, py::arg("mean") = 0.0,
+                  "std * randn(shape, seed) + mean (as dtensor.randn with that seed).")
+      .def_static("uniform", &nn::Init::uniform, py::arg("shape"), py::arg("seed"),
+                  py::arg("low"), py::arg("high"), "(high - low) * rand(shape, seed) + low.")
+      .def_static("constant", &nn::Init::constant, py::arg("shape"), py::arg("value"))
+      .def_property_readonly("shape", &nn::Init::shape)
+      .def_property_readonly("dtype", &nn::Init::dtype)
+      .def("full", &nn::Init::full, "The whole tensor.");
 
   // with dtensor.nn.meta_device(): as torch.device("meta") for building.
   py::class_<MetaDevice>(nm, "_MetaDevice")

@@ -116,3 +116,30 @@ def test_rng_state_round_trips():
     np.testing.assert_array_equal(full(dt.rand((5,), device_mesh=mesh, placements=[dt.Shard(0)])), first)
     with pytest.raises(dt.Error, match="seed, draws"):
         dt.set_rng_state((1, 2, 3))
+
+
+class Recipes(nn.Module):
+    def __init__(self, mesh):
+        super().__init__(mesh)
+        self.w = nn.Parameter(nn.Init.normal((10, 6), seed=4, std=0.02))
+        self.b = nn.Parameter(nn.Init.uniform((6,), seed=5, low=-1.0, high=2.0))
+        self.g = nn.Parameter(nn.Init.constant((6,), 1.5))
+
+    def forward(self, x):
+        return x @ self.w + self.b
+
+
+def test_parameters_from_recipes_are_meta_until_materialize(mesh):
+    with nn.meta_device():
+        meta = Recipes(mesh)
+    assert all(p.is_meta for p in meta.parameters())
+    fully_shard(meta, mesh=mesh["dp"])
+    assert meta.materialize() == 3
+    assert not any(p.is_meta for p in meta.parameters())
+    whole = Recipes(mesh)
+    for (name, a), (_, b) in zip(meta.named_parameters(), whole.named_parameters()):
+        np.testing.assert_array_equal(full(a), full(b), err_msg=name)
+    np.testing.assert_array_equal(full(whole.w), np.asarray(nn.Init.normal((10, 6), 4, 0.02).full()))
+    np.testing.assert_array_equal(
+        full(whole.w), 0.02 * full(dt.randn((10, 6), seed=4, device_mesh=mesh,
+                                            placements=[dt.Replicate(), dt.Shard(1)])))
