@@ -139,7 +139,8 @@ def test_parameters_from_recipes_are_meta_until_materialize(mesh):
     whole = Recipes(mesh)
     for (name, a), (_, b) in zip(meta.named_parameters(), whole.named_parameters()):
         np.testing.assert_array_equal(full(a), full(b), err_msg=name)
-    np.testing.assert_array_equal(full(whole.w), np.asarray(nn.Init.normal((10, 6), 4, 0.02).full()))
+    recipe = nn.Init.normal((10, 6), 4, 0.02)
+    np.testing.assert_array_equal(full(whole.w), np.asarray(recipe.full()))
     np.testing.assert_array_equal(
         full(whole.w), 0.02 * full(dt.randn((10, 6), seed=4, device_mesh=mesh,
                                             placements=[dt.Replicate(), dt.Shard(1)])))
