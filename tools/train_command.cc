@@ -358,26 +358,14 @@ std::vector<MemoryRow> gather_memory(const MemoryReport& report, const World& wo
   return rows;
 }
 
-std::string mib_text(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
-  return buf;
-}
-
 // The report's memory section: the rows of every rank, then each
 // process's measured peaks (one process in the simulated world).
 void print_memory(std::ostream& os, const std::vector<MemoryRow>& rows, const World& world,
                   bool reference) {
   os << "Memory per rank after the last step (activations: kept for backward at the end of "
         "its forward)\n"
-     << "  rank   parameters    gradients  optim state  activations\n";
-  for (const MemoryRow& m : rows) {
-    char line[160];
-    std::snprintf(line, sizeof line, "  %4d %12s %12s %12s %12s\n", m.rank.rank,
-                  mib_text(m.rank.parameters).c_str(), mib_text(m.rank.gradients).c_str(),
-                  mib_text(m.rank.optimizer_state).c_str(), mib_text(m.rank.activations).c_str());
-    os << line;
-  }
+     << RankMemory::header();
+  for (const MemoryRow& m : rows) os << m.rank.row();
   // Measured for the whole process, so the reference counts when it
   // trains in the same process.
   const std::string also = reference ? " and the one-process reference" : "";

@@ -63,7 +63,12 @@ struct RankMemory {
   int64_t gradients = 0;
   int64_t optimizer_state = 0;
   int64_t activations = 0;
+  // The report's line for this rank, under header().
+  std::string row() const;
+  static const char* header();
 };
+// Bytes as the report prints them: "12.34 MiB".
+std::string mib_text(int64_t bytes);
 
 struct MemoryReport {
   std::vector<RankMemory> ranks;  // each rank this process holds, in order

@@ -67,13 +67,25 @@ std::vector<DTensor> model_parameters(nn::Module& model) {
   return out;
 }
 
-std::string mib(int64_t bytes) {
+}  // namespace
+
+std::string mib_text(int64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
   return buf;
 }
 
-}  // namespace
+const char* RankMemory::header() {
+  return "  rank   parameters    gradients  optim state  activations\n";
+}
+
+std::string RankMemory::row() const {
+  char line[160];
+  std::snprintf(line, sizeof line, "  %4d %12s %12s %12s %12s\n", rank,
+                mib_text(parameters).c_str(), mib_text(gradients).c_str(),
+                mib_text(optimizer_state).c_str(), mib_text(activations).c_str());
+  return line;
+}
 
 int64_t resident_bytes() { return proc_status_bytes("VmRSS:"); }
 int64_t peak_resident_bytes() { return proc_status_bytes("VmHWM:"); }
@@ -128,19 +140,14 @@ MemoryReport MemoryTracker::report() const {
 
 std::string MemoryReport::table() const {
   std::ostringstream os;
-  os << "  rank   parameters    gradients  optim state  activations\n";
-  for (const RankMemory& m : ranks) {
-    char line[160];
-    std::snprintf(line, sizeof line, "  %4d %12s %12s %12s %12s\n", m.rank,
-                  mib(m.parameters).c_str(), mib(m.gradients).c_str(),
-                  mib(m.optimizer_state).c_str(), mib(m.activations).c_str());
-    os << line;
-  }
-  os << "  this process's peak: " << mib(process.peak_allocated) << " allocated, "
-     << mib(process.peak_reserved) << " reserved (" << mib(reserved_at_start) << " at the start)";
+  os << RankMemory::header();
+  for (const RankMemory& m : ranks) os << m.row();
+  os << "  this process's peak: " << mib_text(process.peak_allocated) << " allocated, "
+     << mib_text(process.peak_reserved) << " reserved (" << mib_text(reserved_at_start)
+     << " at the start)";
   if (peak_resident > 0)
-    os << "; resident set " << mib(resident_at_start) << " at the start, " << mib(peak_resident)
-       << " at most";
+    os << "; resident set " << mib_text(resident_at_start) << " at the start, "
+       << mib_text(peak_resident) << " at most";
   os << "\n";
   return os.str();
 }
