@@ -183,6 +183,17 @@ inline Placements random_shard_or_replicate(std::mt19937& rng, int mesh_nd, int6
   return with_random_orders(rng, p);
 }
 
+// A planner test's mesh of `nd` dims: sizes 1-4 and at most 64 ranks (one
+// dim: 1-8).
+inline Shape random_planner_mesh(std::mt19937& rng, int nd) {
+  if (nd == 1) return Shape{1 + static_cast<int64_t>(rng() % 8)};
+  for (;;) {
+    Shape s;
+    for (int i = 0; i < nd; ++i) s.push_back(1 + static_cast<int64_t>(rng() % 4));
+    if (s.product() <= 64) return s;
+  }
+}
+
 // The default topology (one host for <= 8 ranks), small hosts so that outer
 // dims cross them, or explicit and uneven per-dim links, so that a planner
 // meets groups whose dims differ in bandwidth and latency.

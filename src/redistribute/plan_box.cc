@@ -1,6 +1,7 @@
 // The box exchange as a candidate beside the search (box_exchange.cc makes
 // and runs the step).
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "redistribute/box_exchange.h"
@@ -14,6 +15,16 @@ namespace dtensor::redistribute_detail {
 // one-mesh-dim steps can avoid (issue 18). It is a candidate beside the
 // search rather than an edge of it: it spans any set of mesh dims and
 // its cost depends on both ends, not on one state.
+//
+// The exchange may start from the source or from a layout one local step
+// away (free_layouts): chunking a replicated mesh dim
+// first leaves each replica one part of what it held, so the pieces a
+// receiver needs come from several replicas and the busiest sender sends
+// less. On a [13, 2, 13] tensor over 2x2x2, R,S(1),S(1) -> S(1),S(0),S(2)
+// costs 8.41 us as one exchange and 7.80 us after R -> S(0) on mesh dim 0
+// (issue 41). With these candidates a plan is never dearer than a local
+// step followed by the search's plan or one exchange (the triangle
+// inequality over them, plan_triangle_test.cc).
 void Planner::prefer_box_exchange(std::vector<RedistributeStep>& steps) const {
   // A plan of local steps only never becomes a collective, even a lighter
   // one: under MPI it would make every rank wait for the others.
@@ -23,21 +34,10 @@ void Planner::prefer_box_exchange(std::vector<RedistributeStep>& steps) const {
   double cost = 0;
   for (const RedistributeStep& s : steps) cost += s.cost_us;
   const double cost_eps = 1e-9 * std::max(1.0, cost);
-  // Working the exchange out visits every (receiver, source box) pair: on
-  // 64 ranks two thirds of a cold plan. Skip it when even its floor loses.
-  if (box_exchange_floor(cost + cost_eps) > cost + cost_eps) return;
-  // Its routes come with it (one pass over the pieces): most candidates
-  // that get this far win (63% of the sweep's), and a second pass for the
-  // winners cost a quarter of their plan.
-  std::optional<RedistributeStep> box = box_exchange_step_with_routes(from_, to_, base_us_);
-  if (!box) return;
-  // Over several mesh dims it runs on their flattened group, which must
-  // exist or be allowed to be made, as for a merged collective.
-  if (box->mesh_dims.size() > 1) {
-    MeshDimMask roots = 0;
-    for (int64_t i : box->mesh_dims) roots |= mesh_.root_dims(static_cast<int>(i));
-    if (!mesh_.find_flattened(roots) && (!auto_flatten_ || !options_.merge)) return;
-  }
+  // Working an exchange out visits every (receiver, source box) pair: on
+  // 64 ranks two thirds of a cold plan. Skip them all when even a floor
+  // that holds for every free layout's exchange loses.
+  if (box_exchange_floor(from_, cost + cost_eps, true) > cost + cost_eps) return;
   double peak = bytes_of(from_.placements());
   for (const RedistributeStep& s : steps) peak = std::max(peak, s.peak_bytes);
   // On a tie in cost, memory decides only against a plan of several
@@ -47,12 +47,71 @@ void Planner::prefer_box_exchange(std::vector<RedistributeStep>& steps) const {
   // backends implement best.
   int collectives = 0;
   for (const RedistributeStep& s : steps) collectives += s.kind != StepKind::Local;
-  const double peak_eps = 1e-9 * std::max(1.0, peak);
-  if (box->cost_us < cost - cost_eps ||
-      (collectives > 1 && box->cost_us <= cost + cost_eps && box->peak_bytes < peak - peak_eps)) {
+  // The best exchange so far: its cost, peak and steps.
+  double best_cost = 0, best_peak = 0;
+  std::optional<std::vector<RedistributeStep>> best;
+  auto beats = [&](double c, double pk, size_t n) {
+    const double c_eps = 1e-9 * std::max(1.0, best ? best_cost : cost);
+    if (!best) {
+      const double peak_eps = 1e-9 * std::max(1.0, peak);
+      return c < cost - c_eps || (collectives > 1 && c <= cost + c_eps && pk < peak - peak_eps);
+    }
+    if (c < best_cost - c_eps) return true;
+    if (c > best_cost + c_eps) return false;
+    const double peak_eps = 1e-9 * std::max(1.0, best_peak);
+    return pk < best_peak - peak_eps || (pk <= best_peak + peak_eps && n < best->size());
+  };
+  for (FreeLayout& f : free_layouts()) {
+    const double enough = (best ? best_cost : cost) + cost_eps;
+    const DTensorSpec from = from_.with_placements(f.placements);
+    if (box_exchange_floor(from, enough) > enough) continue;
+    // Its routes come with it (one pass over the pieces): most candidates
+    // that get this far win (63% of the sweep's), and a second pass for
+    // the winners cost a quarter of their plan.
+    std::optional<RedistributeStep> box = box_exchange_step_with_routes(from, to_, base_us_);
+    if (!box) continue;
+    // Over several mesh dims it runs on their flattened group, which must
+    // exist or be allowed to be made, as for a merged collective.
+    if (box->mesh_dims.size() > 1) {
+      MeshDimMask roots = 0;
+      for (int64_t i : box->mesh_dims) roots |= mesh_.root_dims(static_cast<int>(i));
+      if (!mesh_.find_flattened(roots) && (!auto_flatten_ || !options_.merge)) continue;
+    }
+    double pk = std::max(bytes_of(from_.placements()), box->peak_bytes);
+    for (const RedistributeStep& s : f.steps) pk = std::max(pk, s.peak_bytes);
+    if (!beats(box->cost_us, pk, f.steps.size() + 1)) continue;
+    best_cost = box->cost_us;
+    best_peak = pk;
     // Its pieces go with it: a cached plan then runs it without geometry.
-    steps = {std::move(*box)};
+    f.steps.push_back(std::move(*box));
+    best = std::move(f.steps);
   }
+  if (best) steps = std::move(*best);
+}
+
+// The layouts one local step away: a mesh dim of more than one rank going
+// from R to S(d), as the search takes it (single_edges: between natural
+// ends only where no later mesh dim splits d, so the layouts stay
+// natural). One step, not every layout local steps reach: those number
+// (tensor dims + 1)^(replicated mesh dims), 125 on a 4-d mesh with three
+// replicated dims, and an exchange costs ~10 us to work out there, while
+// the floor rarely rules one out (it sees the receivers, and a free
+// layout's gain is at the senders). Size-1 mesh dims are left alone: they
+// hold no data, so an exchange from a layout that differs only there
+// costs the same.
+std::vector<Planner::FreeLayout> Planner::free_layouts() const {
+  std::vector<FreeLayout> out;
+  const Placements& src = from_.placements();
+  out.push_back({src, {}});
+  std::vector<Move> edges;
+  single_edges(src, edges);
+  for (const Move& e : edges) {
+    const int i = std::countr_zero(e.dims);
+    if (e.kind != StepKind::Local || size_[i] == 1 || !src[i].is_replicate() || !e.q.is_shard())
+      continue;
+    out.push_back({e.next, {single_step(src, i, e.q, e.next)}});
+  }
+  return out;
 }
 
 // A lower bound on the box exchange's cost (box_exchange.cc: one base, the
@@ -73,12 +132,16 @@ void Planner::prefer_box_exchange(std::vector<RedistributeStep>& steps) const {
 //   splitters is crossed: the link is no better than the best of them, and
 //   the step's link (the worst of all it crosses) no better than the worst
 //   of those bests.
-double Planner::box_exchange_floor(double enough) const {
-  const Placements& src = from_.placements();
+// With any_link the bound holds for every layout `from` reaches by local
+// steps as well: chunking a replicated dim only shrinks a receiver's own
+// box (more to receive), splits source pieces (as many peers or more) and
+// adds splitters, whose links the bound then takes the best of all.
+double Planner::box_exchange_floor(const DTensorSpec& from, double enough, bool any_link) const {
+  const Placements& src = from.placements();
   for (const Placements* p : {&src, &to_.placements()})
     for (const Placement& q : *p)
       if (q.is_partial()) return 0;  // no box exchange: not a bound
-  const int64_t td = from_.ndim();
+  const int64_t td = from.ndim();
   // The coordinates that differ only on the mesh dims of `dims` (0 on the
   // others), in row-major order.
   auto coordinates_over = [&](uint32_t dims) {
@@ -105,14 +168,14 @@ double Planner::box_exchange_floor(double enough) const {
   for (int64_t d = 0; d < td; ++d) {
     auto& v = pieces[d];
     for (const DimVector& c : coordinates_over(splitters[d])) {
-      const ShardExtent e = from_.extent(c);
+      const ShardExtent e = from.extent(c);
       if (e.local_shape[d] > 0)
         v.emplace_back(e.global_offset[d], e.global_offset[d] + e.local_shape[d]);
     }
     std::sort(v.begin(), v.end());
     v.erase(std::unique(v.begin(), v.end()), v.end());
   }
-  const double item = static_cast<double>(itemsize(from_.dtype()));
+  const double item = static_cast<double>(itemsize(from.dtype()));
   double best = 0;
   // Receivers: a few of the target's holders (coordinate 0 on the mesh
   // dims it replicates; one per distinct target box), spread over them:
@@ -125,7 +188,7 @@ double Planner::box_exchange_floor(double enough) const {
   constexpr size_t kReceivers = 4;
   const size_t stride = std::max<size_t>(1, holders.size() / kReceivers);
   for (size_t k = 0; k < holders.size() && best <= enough; k += stride) {
-    const ShardExtent own = from_.extent(holders[k]);
+    const ShardExtent own = from.extent(holders[k]);
     const ShardExtent want = to_.extent(holders[k]);
     double boxes = 1, volume = 1, kept = 1;
     double latency = 0, inverse_bandwidth = 0;
@@ -145,7 +208,8 @@ double Planner::box_exchange_floor(double enough) const {
       if (!foreign) continue;
       double lat = 1e300, inv = 1e300;
       for (int i = 0; i < nd_; ++i) {
-        if (!(splitters[d] >> i & 1)) continue;
+        // A free layout's exchange may split d on any live mesh dim.
+        if (!(any_link ? size_[i] > 1 : (splitters[d] >> i & 1) != 0)) continue;
         lat = std::min(lat, link_[i].latency_us);
         inv = std::min(inv, 1 / link_[i].bandwidth_gbps);
       }

@@ -35,6 +35,22 @@ inline bool has_order(const Placements& p) {
   return false;
 }
 
+// 8 bits per mesh dim: the low 4 are 0 = R, 1..8 = S(0..7), 9..12 =
+// P(sum, avg, max, min); the high 4 a shard's order + 1 (0 = natural).
+// States are normalized (placement.h), so one layout has one key.
+inline uint64_t code(Placement p) {
+  if (p.is_shard())
+    return (1 + static_cast<uint64_t>(p.dim())) | static_cast<uint64_t>(p.shard_order() + 1) << 4;
+  if (p.is_partial()) return 9 + static_cast<uint64_t>(p.reduce_op());
+  return 0;
+}
+
+inline uint64_t key_of(const Placements& p) {
+  uint64_t k = 0;
+  for (size_t i = 0; i < p.size(); ++i) k |= code(p[i]) << (8 * i);
+  return k;
+}
+
 inline bool is_sum_or_avg(ReduceOp op) { return op == ReduceOp::Sum || op == ReduceOp::Avg; }
 
 class Planner {
@@ -47,11 +63,22 @@ class Planner {
   // New names of tensor dims, by old name (plan_symmetry.cc).
   using Rename = int8_t[kMaxDims];
 
-  // A lower bound on the cost of the box exchange from the source to the
-  // target (box_exchange_step's cost_us), or 0 when either has a Partial;
-  // it may stop counting once past `enough` (plan_box.cc). Public so that
-  // tests can hold it against the exchange's cost.
-  double box_exchange_floor(double enough) const;
+  // A lower bound on the cost of the box exchange from `from` (the source
+  // when not given) to the target (box_exchange_step's cost_us), or 0 when
+  // either has a Partial; it may stop counting once past `enough`
+  // (plan_box.cc). With any_link, a bound for every layout the source
+  // reaches by local steps too (their exchanges may cross any mesh dim).
+  // Public so that tests can hold it against the exchange's cost.
+  double box_exchange_floor(double enough) const { return box_exchange_floor(from_, enough); }
+  double box_exchange_floor(const DTensorSpec& from, double enough, bool any_link = false) const;
+
+  // The source and the layouts one local step (R -> S on a mesh dim of
+  // more than one rank) away from it, each with its steps (plan_box.cc).
+  struct FreeLayout {
+    Placements placements;
+    std::vector<RedistributeStep> steps;
+  };
+  std::vector<FreeLayout> free_layouts() const;
 
   // The representative of p's class of states under swaps of
   // interchangeable tensor dims (plan_symmetry.cc); to[d] receives the
