@@ -263,6 +263,9 @@ int run(int argc, char** argv) {
   train->add_flag("--prefetch", train_args.prefetch,
                   "start each block's all_gather one block early (fully_shard's prefetch;\n"
                   "under MPI non-blocking, so it overlaps the computation)");
+  train->add_flag("--async-reduce-scatter", train_args.async_reduce_scatter,
+                  "let each block's gradient reduce_scatter run while the next block's backward\n"
+                  "computes (fully_shard's async_reduce_scatter; under MPI non-blocking)");
   train->add_option("--svg", train_args.svg, "write the loss chart to this SVG file")
       ->capture_default_str();
   bool train_no_svg = false;
@@ -273,7 +276,7 @@ int run(int argc, char** argv) {
                   "the simulated world with mpirun)");
   train->add_flag("--json", train_args.json,
                   "print JSON: world, ranks, mesh, names, scheme, init, activation_checkpointing,\n"
-                  "prefetch, parameters, schedules, steps\n"
+                  "prefetch, async_reduce_scatter, parameters, schedules, steps\n"
                   "(loss, reference_loss, grad_norm, reference_grad_norm, wall_ms,\n"
                   "collective_ms, the count of every collective kind, bytes_per_rank, and the\n"
                   "counts of forward, backward and optimizer), memory (per rank), max_loss_diff,\n"

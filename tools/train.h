@@ -48,6 +48,9 @@ struct TrainArgs {
   // FullyShardOptions::prefetch: each block's all_gather started a block
   // early (overlapping under MPI).
   bool prefetch = false;
+  // FullyShardOptions::async_reduce_scatter: each block's gradient
+  // reduce_scatter overlaps the next block's backward (under MPI non-blocking).
+  bool async_reduce_scatter = false;
   // Whether --tolerance was given; else a mixed-precision run takes
   // kMixedPrecisionTolerance.
   bool tolerance_given = false;

@@ -179,6 +179,7 @@ struct Trainer {
       if (scheme.replicate_dim >= 0) options.replicate_mesh_dims = {scheme.replicate_dim};
       options.mp_policy = mp;
       options.prefetch = args.prefetch;
+      options.async_reduce_scatter = args.async_reduce_scatter;
       for (auto& [name, module] : model->named_modules())
         if (name.rfind("blocks.", 0) == 0 && name.find('.', 7) == std::string::npos)
           fully_shard(*module, options);
@@ -571,6 +572,8 @@ int run_train(const TrainArgs& given) {
   DT_CHECK(args.steps >= 1, "--steps ", args.steps, " must be at least 1");
   DT_CHECK(!args.prefetch || scheme.fsdp, "--prefetch needs fsdp or hsdp in --scheme (it is "
            "fully_shard's), got --scheme ", args.scheme);
+  DT_CHECK(!args.async_reduce_scatter || scheme.fsdp, "--async-reduce-scatter needs fsdp or "
+           "hsdp in --scheme (it is fully_shard's), got --scheme ", args.scheme);
   // Every path the run writes is checked before any work, so that a long
   // run does not fail at its end on a path it could have refused at once.
   if (!args.svg.empty()) check_output_file(args.svg, "--svg");
@@ -677,6 +680,10 @@ int run_train(const TrainArgs& given) {
     if (args.prefetch && scheme.fsdp)
       os << "  prefetch: each block's all_gather starts one block early"
          << (world.is_simulated() ? " (the simulated world runs it at once)" : " (MPI_Iallgather)")
+         << "\n";
+    if (args.async_reduce_scatter && scheme.fsdp)
+      os << "  each block's gradient reduce_scatter runs while the next block's backward computes"
+         << (world.is_simulated() ? " (the simulated world runs it at once)" : " (MPI_Ialltoall)")
          << "\n";
     if (mixed)
       os << "  precision " << (args.mixed_precision == "bf16" ? "bfloat16" : "float16")
@@ -826,6 +833,7 @@ int run_train(const TrainArgs& given) {
     j["init"] = args.init;
     j["activation_checkpointing"] = args.checkpoint_every;
     j["prefetch"] = args.prefetch;
+    j["async_reduce_scatter"] = args.async_reduce_scatter;
     j["parameters"] = numel;
     j["first_step"] = first_step;
     if (resume) j["resumed_from"] = args.resume;

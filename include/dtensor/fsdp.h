@@ -101,6 +101,20 @@ struct FullyShardOptions {
   // parameters are alive one group earlier. A gather outdated by a change
   // of the shards (an optimizer step) is discarded, never used.
   bool prefetch = false;
+  // Overlap of the gradients' reduce_scatter with backward (FSDP2's, which
+  // always overlaps on its own CUDA stream): a group's reduce_scatter is
+  // started when its backward is done and waited for when the next
+  // group's starts, or at the end of backward. Under MPI it is an
+  // MPI_Ialltoall folded in member order at the wait (the bits of the
+  // blocking call), advanced (MPI_Test) as the next group's gradients
+  // arrive; one is in flight at a time, and its flat gradient and a
+  // receive buffer of that size live until the wait. In the simulated
+  // world it runs at once. Off by default: it only pays where the MPI
+  // library moves data without the CPU the ranks compute on (a progress
+  // thread on spare cores, a network that offloads it); on a machine whose
+  // cores all compute, with Open MPI's shared memory, the copies just move
+  // into MPI_Test and a step got slower (docs/PERFORMANCE.md).
+  bool async_reduce_scatter = false;
 };
 
 // Shards the parameters of `module` (and its descendants) not already
@@ -145,6 +159,11 @@ void set_gradient_divide_factor(nn::Module& module, double factor);
 // list goes back to that. Values and bits are the same either way.
 void set_modules_to_forward_prefetch(nn::Module& module, const std::vector<nn::Module*>& modules);
 void set_modules_to_backward_prefetch(nn::Module& module, const std::vector<nn::Module*>& modules);
+// How many gradient reduce_scatters of this thread's backward fully_shard
+// has started and not yet waited for (async_reduce_scatter): 1 while the
+// next group's backward computes, 0 once backward has returned. For tests
+// and debugging.
+size_t reduce_scatters_in_flight();
 
 // Data parallelism without sharding: every parameter of `module` is
 // Replicate on `mesh_dims` and its gradient is all-reduced over them, so it

@@ -234,10 +234,11 @@ replaced in place (make the optimizer after); returns the module.
 
   pm.def("fully_shard",
          [](py::object module, py::object mesh, py::object reshard_after_forward,
-            py::object shard_placement_fn, bool prefetch) {
+            py::object shard_placement_fn, bool prefetch, bool async_reduce_scatter) {
            auto& mod = cast_arg<nn::Module&>(module, "fully_shard(module)", "a dtensor.nn.Module");
            FullyShardOptions o;
            o.prefetch = prefetch;
+           o.async_reduce_scatter = async_reduce_scatter;
            if (!shard_placement_fn.is_none()) {
              // Called during fully_shard only (the GIL released around it).
              o.shard_placement_fn = [&shard_placement_fn](const std::string&,
@@ -272,7 +273,7 @@ replaced in place (make the optimizer after); returns the module.
          },
          py::arg("module"), py::kw_only(), py::arg("mesh") = py::none(),
          py::arg("reshard_after_forward") = true, py::arg("shard_placement_fn") = py::none(),
-         py::arg("prefetch") = false,
+         py::arg("prefetch") = false, py::arg("async_reduce_scatter") = false,
          R"doc(
 FSDP2: shards the module's parameters (those no inner fully_shard manages)
 Shard(0) over the data-parallel mesh dims `mesh` (mesh["dp"], a dim index or
@@ -285,8 +286,15 @@ to shard a parameter on. reshard_after_forward may be an int k: keep the
 parameters sharded over runs of k consecutive ranks after forward, so
 backward gathers over k ranks. prefetch=True starts the next module's gather
 one module early (FSDP2's implicit prefetching; explicit lists with
-Module.set_modules_to_forward_prefetch / backward). Apply bottom-up, after tensor parallelism and
-before making the optimizer. Returns the module.
+Module.set_modules_to_forward_prefetch / backward). async_reduce_scatter=True
+lets each module's gradient reduce_scatter run while the next module's
+backward computes (the same bits). Apply bottom-up, after tensor parallelism
+and before making the optimizer. Returns the module.
+)doc");
+  pm.def("reduce_scatters_in_flight", [] { return reduce_scatters_in_flight(); }, R"doc(
+How many gradient reduce_scatters fully_shard(async_reduce_scatter=True) has
+started and not yet waited for: 1 while the next module's backward computes,
+0 once backward has returned. For tests and debugging.
 )doc");
   pm.def("replicate",
          [](py::object module, py::object mesh) {

@@ -369,3 +369,21 @@ def test_fully_shard_prefetch_gives_the_same_gradients(mesh, rng):
     for other in grads[1:]:
         for name in grads[0]:
             np.testing.assert_array_equal(other[name], grads[0][name], err_msg=name)
+
+
+def test_fully_shard_async_reduce_scatter_gives_the_same_gradients(mesh, rng):
+    w = weights(rng)
+    x_np = rng.standard_normal((4, 8, 16)).astype(np.float32)
+    grads = []
+    for async_rs in (False, True):
+        model = Block(mesh, *w)
+        for m in (model.up, model.down, model):
+            fully_shard(m, mesh=mesh["dp"], async_reduce_scatter=async_rs)
+        xs = dt.distribute_tensor(x_np, mesh, [dt.Shard(0), dt.Replicate()])
+        for _ in range(2):
+            y = model(xs)
+            dt.mean(y * y).backward()
+            assert dt.parallel.reduce_scatters_in_flight() == 0
+        grads.append({n: full(p.grad) for n, p in model.named_parameters()})
+    for name in grads[0]:
+        np.testing.assert_array_equal(grads[1][name], grads[0][name], err_msg=name)

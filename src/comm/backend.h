@@ -95,6 +95,9 @@ class Backend {
    public:
     virtual ~Pending() = default;
     virtual LocalTensor wait() = 0;
+    // Lets the transfer advance without waiting for it (MPI_Test: an MPI
+    // library without a progress thread moves data only inside its calls).
+    virtual void progress() {}
   };
   // all_gather along dim 0 of 1-d shards of one length on every member
   // (fully_shard's flat buffers), started: the MPI world issues
@@ -103,6 +106,17 @@ class Backend {
   virtual std::unique_ptr<Pending> start_all_gather_flat(const LocalTensor& in,
                                                          const DeviceMesh& mesh, int mesh_dim) {
     return std::make_unique<Done>(all_gather(in, mesh, mesh_dim, 0));
+  }
+  // reduce_scatter along dim 0 of 1-d shards whose length the group size
+  // divides (fully_shard's flat gradients), started: the MPI world posts
+  // the exchange (MPI_Ialltoall) and folds what arrived in member order at
+  // wait(), the bits of the blocking call, so backward computes while the
+  // gradients move; it holds a receive buffer the size of the input until
+  // then. This default (the simulated world) runs it to its end now.
+  virtual std::unique_ptr<Pending> start_reduce_scatter_flat(const LocalTensor& in,
+                                                             const DeviceMesh& mesh, int mesh_dim,
+                                                             ReduceOp op) {
+    return std::make_unique<Done>(reduce_scatter(in, mesh, mesh_dim, op, 0));
   }
 
  protected:

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -210,44 +211,62 @@ LocalTensor MpiBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
 
 namespace {
 
-// A started MPI_Iallgather. wait() is watched by the collective monitor as
-// the collective it belongs to (the group and call number of its start),
-// so a peer that never starts it still ends the job at the timeout.
+// A started collective: one MPI request, the buffers it reads and writes
+// kept alive until it is done, and what makes the result of the received
+// data (the all_gather's buffer as it is; the reduce_scatter's pieces
+// folded). wait() is watched by the collective monitor as the collective
+// it belongs to (the group and call number of its start), so a peer that
+// never starts it still ends the job at the timeout.
 class MpiPending final : public Backend::Pending {
  public:
-  MpiPending(CollectiveMonitor* monitor, int mesh_dim, const std::vector<int>* ranks,
-             uint64_t hash, int64_t seq, MPI_Request request, Tensor input, Tensor result,
-             int rank)
-      : monitor_(monitor), mesh_dim_(mesh_dim), ranks_(ranks), hash_(hash), seq_(seq),
-        request_(request), input_(std::move(input)), result_(std::move(result)), rank_(rank) {}
+  using Finish = std::function<Tensor()>;
+  MpiPending(CollectiveMonitor* monitor, MpiBackend::Kind kind, int mesh_dim,
+             const MpiBackend::Group& g, MPI_Request request, std::vector<Tensor> buffers,
+             Finish finish, int rank)
+      : monitor_(monitor), kind_(kind), mesh_dim_(mesh_dim), ranks_(g.ranks), hash_(g.hash),
+        seq_(g.seq), request_(request), buffers_(std::move(buffers)), finish_(std::move(finish)),
+        rank_(rank) {}
   ~MpiPending() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (request_ != MPI_REQUEST_NULL && !finalized) MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
+  void progress() override {
+    if (request_ == MPI_REQUEST_NULL || done_) return;
+    const CollectiveTimer timer;  // collective_seconds: data moves here too
+    int flag = 0;
+    check_mpi(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "MPI_Test (started collective)");
+    // A completed request is freed and set to MPI_REQUEST_NULL by MPI_Test.
+    if (flag) done_ = true;
+  }
   LocalTensor wait() override {
-    DT_CHECK(request_ != MPI_REQUEST_NULL, "all_gather: wait() called twice on one start");
+    DT_CHECK(request_ != MPI_REQUEST_NULL || done_,
+             "wait() called twice on one started collective");
     const CollectiveTimer timer;  // collective_seconds: the time waited
-    monitor_->enter(static_cast<int>(MpiBackend::Kind::AllGather), mesh_dim_, ranks_, hash_, seq_);
-    const int rc = MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    monitor_->enter(static_cast<int>(kind_), mesh_dim_, ranks_, hash_, seq_);
+    const int rc = done_ ? MPI_SUCCESS : MPI_Wait(&request_, MPI_STATUS_IGNORE);
     monitor_->leave();
-    check_mpi(rc, "MPI_Wait (MPI_Iallgather)");
+    check_mpi(rc, "MPI_Wait (started collective)");
     request_ = MPI_REQUEST_NULL;
-    input_ = Tensor();
+    done_ = false;
     LocalTensor out;
-    out.set(rank_, std::move(result_));
+    out.set(rank_, finish_());
+    buffers_.clear();
+    finish_ = nullptr;
     return out;
   }
 
  private:
   CollectiveMonitor* monitor_;
+  MpiBackend::Kind kind_;
   int mesh_dim_;
   const std::vector<int>* ranks_;
   uint64_t hash_;
   int64_t seq_;
   MPI_Request request_;
-  Tensor input_;  // alive until the send is done
-  Tensor result_;
+  bool done_ = false;            // progress() saw it complete
+  std::vector<Tensor> buffers_;  // alive until the transfer is done
+  Finish finish_;
   int rank_;
 };
 
@@ -280,9 +299,79 @@ std::unique_ptr<Backend::Pending> MpiBackend::start_all_gather_flat(const LocalT
   check_mpi(MPI_Iallgather(src.raw_data(), count, type, result.raw_data(), count, type, g.comm,
                            &request),
             "MPI_Iallgather");
-  int d = mesh_dim < 0 ? mesh_dim + mesh.ndim() : mesh_dim;
-  return std::make_unique<MpiPending>(monitor_.get(), d, g.ranks, g.hash, g.seq, request,
-                                      std::move(src), std::move(result), rank_);
+  return std::make_unique<MpiPending>(monitor_.get(), Kind::AllGather,
+                                      mesh_dim_index(mesh, mesh_dim), g, request,
+                                      std::vector<Tensor>{src, result},
+                                      [result] { return result; }, rank_);
+}
+
+std::unique_ptr<Backend::Pending> MpiBackend::start_reduce_scatter_flat(const LocalTensor& in,
+                                                                        const DeviceMesh& mesh,
+                                                                        int mesh_dim, ReduceOp op) {
+  const CollectiveTimer timer;  // collective_seconds: the start
+  const Group g = group_of(mesh, mesh_dim, Kind::ReduceScatter);
+  if (g.size == 0) return std::make_unique<Done>(LocalTensor{});
+  const Tensor& t = own_shard(in, rank_, "reduce_scatter");
+  DT_CHECK(t.dim() == 1 && t.numel() % g.size == 0,
+           "reduce_scatter (started): expected a 1-d shard whose length the group size ", g.size,
+           " divides, got shape ", t.shape());
+  DT_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()), "reduce_scatter over mesh dim ",
+           mesh_dim, ": reduce op avg needs a floating dtype, got ", t.dtype());
+  if (check_)
+    check_same_call(g, make_call(Kind::ReduceScatter, mesh_dim, g.size,
+                                 mesh.group(rank_, mesh_dim)[0], &t, 0, -1, -1,
+                                 static_cast<int>(op)),
+                    mesh, rank_);
+  record_collective(CollectiveKind::ReduceScatter, static_cast<int64_t>(t.nbytes()), t.dtype(),
+                    mesh_dim_index(mesh, mesh_dim));
+  const int64_t piece = t.numel() / g.size;
+  if (g.size == 1) {
+    // One member: the fold of one piece (avg divides by 1), as the blocking call.
+    LocalTensor one;
+    one.set(rank_, t);
+    return std::make_unique<Done>(reduce_scatter(one, mesh, mesh_dim, op, 0));
+  }
+  Tensor src = t.contiguous();
+  const int count = count_of(piece, "reduce_scatter");
+  const MPI_Datatype type = mpi_type(t.dtype());
+  const DType dtype = t.dtype();
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (native_reduce() && !is_half(dtype)) {
+    // As the blocking call under DTENSOR_MPI_NATIVE_REDUCE: the library's sum.
+    Tensor result = Tensor::empty({piece}, dtype);
+    check_mpi(MPI_Ireduce_scatter_block(src.raw_data(), result.raw_data(), count, type,
+                                        mpi_op(op, dtype), g.comm, &request),
+              "MPI_Ireduce_scatter_block");
+    const double n = static_cast<double>(g.size);
+    auto finish = [result, op, n]() mutable {
+      if (op == ReduceOp::Avg) result.div_(n);
+      return result;
+    };
+    return std::make_unique<MpiPending>(monitor_.get(), Kind::ReduceScatter,
+                                        mesh_dim_index(mesh, mesh_dim), g, request,
+                                        std::vector<Tensor>{src, result}, finish, rank_);
+  }
+  // Member k's piece j goes to member j, into slot k of its receive
+  // buffer: the exchange of whole pieces that the blocking call makes in
+  // bounded rounds (mpi_fold.h), here at once, so that it runs while
+  // backward computes.
+  Tensor received = Tensor::empty({t.numel()}, dtype);
+  check_mpi(MPI_Ialltoall(src.raw_data(), count, type, received.raw_data(), count, type, g.comm,
+                          &request),
+            "MPI_Ialltoall");
+  const size_t n = static_cast<size_t>(g.size);
+  auto fold_pieces = [received, piece, dtype, op, n] {
+    // In member order with the blocking call's kernel: the same bits.
+    Tensor result = Tensor::empty({piece}, dtype);
+    std::vector<const void*> pieces;
+    const size_t bytes = static_cast<size_t>(piece) * itemsize(dtype);
+    for (size_t k = 0; k < n; ++k) pieces.push_back(bytes_of(received) + k * bytes);
+    reduce_kernel::fold(dtype, op, pieces.data(), n, result.raw_data(), piece);
+    return result;
+  };
+  return std::make_unique<MpiPending>(monitor_.get(), Kind::ReduceScatter,
+                                      mesh_dim_index(mesh, mesh_dim), g, request,
+                                      std::vector<Tensor>{src, received}, fold_pieces, rank_);
 }
 
 LocalTensor MpiBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,

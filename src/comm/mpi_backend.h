@@ -90,6 +90,10 @@ class MpiBackend final : public Backend {
   // as a collective of its own (the call number of its start).
   std::unique_ptr<Pending> start_all_gather_flat(const LocalTensor& in, const DeviceMesh& mesh,
                                                  int mesh_dim) override;
+  // MPI_Ialltoall of the pieces; wait() is MPI_Wait (watched as above)
+  // and the fold in member order (reduce_kernel.h), as reduce_scatter's.
+  std::unique_ptr<Pending> start_reduce_scatter_flat(const LocalTensor& in, const DeviceMesh& mesh,
+                                                     int mesh_dim, ReduceOp op) override;
 
   void set_desync_check(bool on) { check_ = on; }
   bool desync_check() const { return check_; }

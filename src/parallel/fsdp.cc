@@ -11,14 +11,16 @@
 // in the group's (row-major) order, which is the order in which nested
 // Shard(d)s split dim d.
 //
-// Autograd: the gather is one GatherNode (inputs: the sharded leaves)
-// with a one-element token as output, and each unsharded value is the
-// output of an UnshardNode over the token. An UnshardNode keeps the
-// gradient it is given in the call's state and hands the token a zero; the
-// GatherNode runs after every UnshardNode of its call (the engine counts
-// the dependencies) and reduce-scatters the gradients they kept at once.
-// (The engine's nodes have one output; the token is how one node gets the
-// gradients of several tensors.)
+// Autograd: the sharded leaves <- ReduceScatterWait <- wait token <-
+// GatherNode <- token <- one UnshardNode per unsharded value. An
+// UnshardNode keeps the gradient it is given in the call's state and hands
+// the token a zero; the GatherNode runs after every UnshardNode of its
+// call (the engine counts the dependencies) and reduce-scatters the
+// gradients they kept at once, or starts it (async_reduce_scatter);
+// ReduceScatterWait, ordered among the leaves' accumulators (after every
+// op of backward), waits for it if it is still in flight and gives each
+// leaf its cut. (The engine's nodes have one output; the tokens are how
+// one node gets or gives the gradients of several tensors.)
 //
 // Mixed precision (MixedPrecisionPolicy): the flat buffer of the gather is
 // of param_dtype, each shard cast into it, so the unsharded values are of
@@ -64,9 +66,13 @@ struct Param {
 
 struct Group;
 
-// The gradients an UnshardNode of one forward call hands its GatherNode.
+// The gradients an UnshardNode of one forward call hands its GatherNode,
+// and the reduce_scatter the GatherNode started (async_reduce_scatter) or
+// ran, for the ReduceScatterWait node that gives the leaves their cuts.
 struct CallState {
   std::vector<std::optional<DTensor>> grads;
+  std::unique_ptr<Backend::Pending> reducing;
+  std::optional<LocalTensor> reduced;  // the flat shards, summed over dp (and HSDP's replicas)
 };
 
 struct Group {
@@ -103,6 +109,7 @@ struct Group {
   std::optional<LocalTensor> unsynced;
   // set_gradient_divide_factor: the reduced gradient is divided by it.
   double divide_factor = 1;
+  bool async_reduce_scatter = false;
   DType dtype = DType::Float32;  // the sharded parameters' (and their gradients')
   MixedPrecisionPolicy mp;
   // The dtype the gather carries and the module computes in.
@@ -347,15 +354,58 @@ DTensor ready_for_reduce_scatter(const DTensor& g, const Group& group, const Par
   return out.placements() == want ? out : out.redistribute(want, o);
 }
 
+// HSDP: each replica's shards hold its sum; the sum over the replicas is
+// one all_reduce of the flat shard (1/shard-group of the gradient).
+LocalTensor over_replicas(LocalTensor out, const Group& g) {
+  if (!g.replicate_mesh) return out;
+  return g.mesh.world().backend().all_reduce(out, *g.replicate_mesh, g.replicate_dim,
+                                             ReduceOp::Sum);
+}
+
+// Waits for a started reduce_scatter.
+void finish_reduce(CallState& call, const Group& g) {
+  if (!call.reducing) return;
+  const std::unique_ptr<Backend::Pending> p = std::move(call.reducing);
+  call.reduced = over_replicas(p->wait(), g);
+}
+
+// The reduce_scatters started and not yet waited for, in the order
+// started (async_reduce_scatter): at most one, since each GatherNode waits
+// for the ones before it first. Backward runs on one thread.
+struct InFlight {
+  std::weak_ptr<CallState> call;
+  std::weak_ptr<Group> group;
+};
+thread_local std::vector<InFlight> reducing;
+
+void finish_in_flight() {
+  std::vector<InFlight> all;
+  all.swap(reducing);
+  for (const InFlight& f : all) {
+    const std::shared_ptr<CallState> call = f.call.lock();
+    const std::shared_ptr<Group> group = f.group.lock();
+    if (call && group) finish_reduce(*call, *group);
+  }
+}
+
+// Lets the ones in flight advance (Backend::Pending::progress): called as
+// the next group's backward hands over each gradient.
+void progress_in_flight() {
+  for (const InFlight& f : reducing)
+    if (const std::shared_ptr<CallState> call = f.call.lock(); call && call->reducing)
+      call->reducing->progress();
+}
+
 // The backward of the group's gather: one reduce_scatter of the flat
-// gradient, cut into each leaf's gradient.
+// gradient, started (or run) here; its wait node cuts it into each leaf's
+// gradient. Its one input is the wait node's token.
 class GatherNode final : public autograd::Node {
  public:
   GatherNode(std::shared_ptr<Group> group, std::shared_ptr<CallState> call)
       : group_(std::move(group)), call_(std::move(call)) {}
   const char* name() const override { return "FullyShardGather"; }
 
-  autograd::Grads apply(DTensor) override {
+  autograd::Grads apply(DTensor token_grad) override {
     Group& g = *group_;
     LocalTensor in;
     for (const auto& [rank, l] : g.layouts) {
@@ -380,32 +430,24 @@ class GatherNode final : public autograd::Node {
       if (g.unsynced) flat = add(g.unsynced->shard(rank), flat);
       in.set(rank, std::move(flat));
     }
-    autograd::Grads grads(g.params.size());
+    finish_backward();
     if (!g.requires_gradient_sync) {
       g.unsynced = std::move(in);
-      finish_backward();
-      return grads;  // the sharded leaves get no gradient yet
+      return {};  // the sharded leaves get no gradient yet
     }
     g.unsynced.reset();
+    // The one before finishes first: one in flight, and every rank waits
+    // and starts in the same order.
+    finish_in_flight();
     Backend& backend = g.mesh.world().backend();
-    LocalTensor out = backend.reduce_scatter(in, g.dp_mesh, g.dp_dim, ReduceOp::Sum, 0);
-    // HSDP: each replica's shards hold its sum; the sum over the replicas
-    // is one all_reduce of the flat shard (1/shard-group of the gradient).
-    if (g.replicate_mesh)
-      out = backend.all_reduce(out, *g.replicate_mesh, g.replicate_dim, ReduceOp::Sum);
-    for (size_t k = 0; k < g.params.size(); ++k) {
-      if (!call_->grads[k] || !edges[k].node) continue;
-      LocalTensor local;
-      for (const auto& [rank, l] : g.layouts) {
-        const Shape& shape = l.shapes[k][static_cast<size_t>(l.member)];
-        Tensor cut = out.shard(rank).narrow(0, l.offset[k], shape.product()).view(shape);
-        if (g.divide_factor != 1) cut = cut / g.divide_factor;  // in reduce_dtype
-        local.set(rank, cut.dtype() == g.dtype ? cut.clone() : cut.to(g.dtype));
-      }
-      grads[k] = DTensor(g.params[k].sharded.spec(), std::move(local));
+    if (g.async_reduce_scatter) {
+      call_->reducing = backend.start_reduce_scatter_flat(in, g.dp_mesh, g.dp_dim, ReduceOp::Sum);
+      reducing.push_back({call_, group_});
+    } else {
+      call_->reduced =
+          over_replicas(backend.reduce_scatter(in, g.dp_mesh, g.dp_dim, ReduceOp::Sum, 0), g);
     }
-    finish_backward();
-    return grads;
+    return {std::move(token_grad)};
   }
 
   // The group's backward is done: free what backward gathered, and the
@@ -415,6 +457,48 @@ class GatherNode final : public autograd::Node {
     group_->backward_unsharded.clear();
     group_->kept.reset();
     if (!group_->unsharded.empty()) group_->reshard();
+  }
+
+ private:
+  std::shared_ptr<Group> group_;
+  std::shared_ptr<CallState> call_;
+};
+
+// Gives the sharded leaves their gradients: the cuts of the reduced flat
+// shard, waited for first if still in flight. It runs among the leaves'
+// accumulators, after every op of backward (the engine runs ops first), so
+// the last group's reduce_scatter overlaps nothing it must wait for.
+class ReduceScatterWait final : public autograd::Node {
+ public:
+  ReduceScatterWait(std::shared_ptr<Group> group, std::shared_ptr<CallState> call)
+      : group_(std::move(group)), call_(std::move(call)) {
+    accumulator = true;
+  }
+  const char* name() const override { return "FullyShardReduceScatterWait"; }
+
+  autograd::Grads apply(DTensor) override {
+    const Group& g = *group_;
+    if (call_->reducing) {
+      std::erase_if(reducing, [&](const InFlight& f) { return f.call.lock() == call_; });
+      finish_reduce(*call_, g);
+    }
+    DT_CHECK(call_->reduced, "fully_shard: internal error: a group of ", g.params.size(),
+             " parameters has no reduced gradient");
+    const LocalTensor out = std::move(*call_->reduced);
+    call_->reduced.reset();
+    autograd::Grads grads(g.params.size());
+    for (size_t k = 0; k < g.params.size(); ++k) {
+      if (!edges[k].node) continue;
+      LocalTensor local;
+      for (const auto& [rank, l] : g.layouts) {
+        const Shape& shape = l.shapes[k][static_cast<size_t>(l.member)];
+        Tensor cut = out.shard(rank).narrow(0, l.offset[k], shape.product()).view(shape);
+        if (g.divide_factor != 1) cut = cut / g.divide_factor;  // in reduce_dtype
+        local.set(rank, cut.dtype() == g.dtype ? cut.clone() : cut.to(g.dtype));
+      }
+      grads[k] = DTensor(g.params[k].sharded.spec(), std::move(local));
+    }
+    return grads;
   }
 
  private:
@@ -432,6 +516,7 @@ class UnshardNode final : public autograd::Node {
   const char* name() const override { return "FullyShardUnshard"; }
 
   autograd::Grads apply(DTensor grad) override {
+    progress_in_flight();
     const Param& p = group_->params[index_];
     DTensor g = ready_for_reduce_scatter(grad.to(group_->reduce_dtype()), *group_, p);
     std::optional<DTensor>& kept = call_->grads[index_];
@@ -454,8 +539,12 @@ void record_gather(const std::shared_ptr<Group>& group, std::vector<DTensor>& va
   auto call = std::make_shared<CallState>();
   call->grads.resize(group->params.size());
   const Placements replicate(static_cast<size_t>(group->mesh.ndim()), Replicate());
-  DTensor token = distribute_tensor(Tensor::zeros({1}, group->dtype), group->mesh, replicate);
-  autograd::attach(token, std::make_shared<GatherNode>(group, call), leaves);
+  // leaves <- ReduceScatterWait <- wait token <- GatherNode <- token.
+  DTensor wait_token =
+      distribute_tensor(Tensor::zeros({1}, group->dtype), group->mesh, replicate);
+  autograd::attach(wait_token, std::make_shared<ReduceScatterWait>(group, call), leaves);
+  DTensor token = wait_token.detach();
+  autograd::attach(token, std::make_shared<GatherNode>(group, call), {&wait_token});
   const DTensor token_grad = token.detach();
   for (size_t k = 0; k < values.size(); ++k) {
     if (!group->params[k].sharded.requires_grad()) continue;
@@ -666,6 +755,7 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
   check_policy(options.mp_policy, "fully_shard");
   group->mp = options.mp_policy;
   group->prefetch = options.prefetch;
+  group->async_reduce_scatter = options.async_reduce_scatter;
 
   bool first = true;
   for (auto& [name, slot] : module.named_parameters(/*remove_duplicate=*/false)) {
@@ -849,6 +939,15 @@ std::vector<std::weak_ptr<Group>> prefetch_list(const std::vector<nn::Module*>& 
 }
 
 }  // namespace
+
+size_t reduce_scatters_in_flight() {
+  size_t n = 0;
+  for (const InFlight& f : reducing) {
+    const std::shared_ptr<CallState> call = f.call.lock();
+    n += call && call->reducing;
+  }
+  return n;
+}
 
 void set_modules_to_forward_prefetch(nn::Module& module, const std::vector<nn::Module*>& modules) {
   const auto list = prefetch_list(modules, "set_modules_to_forward_prefetch");

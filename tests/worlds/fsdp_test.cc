@@ -8,10 +8,12 @@
 // shards included).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "autograd/graph.h"
 #include "dtensor/fsdp.h"
 #include "dtensor/optim.h"
 #include "test_util.h"
@@ -329,6 +331,95 @@ TEST_F(FsdpTest, PrefetchGivesTheSameBitsAndCollectives) {
         EXPECT_EQ(gathers[k], gathers[0]) << where << " prefetch mode " << k;
       }
     }
+  }
+}
+
+// Net with a probe after each block: the probe's backward, which runs
+// between the backwards of two groups, notes how many gradient
+// reduce_scatters are in flight then.
+class ProbedNet : public Net {
+ public:
+  ProbedNet(const DeviceMesh& mesh, int layers, std::vector<size_t>* seen)
+      : Net(mesh, layers), seen_(seen) {}
+  DTensor forward(const DTensor& x) override {
+    DTensor h = x;
+    for (Block* b : blocks) h = probe((*b)(h));
+    return mul((*head)(h), *scale);
+  }
+
+ private:
+  DTensor probe(const DTensor& x) {
+    DTensor out = x.detach();
+    if (autograd::recording({&x})) {
+      std::vector<size_t>* seen = seen_;
+      autograd::record(out, "probe", {&x}, {}, [seen](const autograd::Context& c) {
+        seen->push_back(reduce_scatters_in_flight());
+        return autograd::Grads{c.grad};
+      });
+    }
+    return out;
+  }
+  std::vector<size_t>* seen_;
+};
+
+// async_reduce_scatter against off (the default): the same losses and
+// parameters bit for bit over steps with gradient accumulation, the same
+// collectives; with it on, a group's reduce_scatter is in flight while the
+// next group's backward computes (one at a time), and none is left once
+// backward returns. FSDP on 1-d meshes and HSDP on 2-d ones.
+TEST_F(FsdpTest, AsyncReduceScatterOverlapsBackwardWithTheSameBits) {
+  struct Case {
+    Shape mesh;
+    FullyShardOptions options;
+    std::vector<int> dp;
+  };
+  std::vector<Case> cases = {{{4}, {}, {0}},
+                             {{2, 2}, {.mesh_dims = {1}, .replicate_mesh_dims = {0}}, {0, 1}}};
+  if (world.size() >= 8) cases.push_back({{8}, {}, {0}});
+  for (const Case& c : cases) {
+    DeviceMesh mesh(world, c.mesh);
+    if (!dtensor::testing::takes_part(mesh)) continue;
+    std::vector<std::vector<float>> runs[2];
+    int64_t counts[2][2] = {};
+    for (int async = 0; async < 2; ++async) {
+      const std::string where = "mesh " + mesh.to_string() + (async ? " async" : " blocking");
+      std::vector<size_t> seen;
+      ProbedNet net(mesh, 3, &seen);
+      FullyShardOptions o = c.options;
+      o.async_reduce_scatter = async == 1;
+      shard_model(net, o);
+      optim::AdamW opt(net.parameters(), {.lr = 1e-2});
+      for (int step = 0; step < 3; ++step) {
+        // Step 1 accumulates a backward without sync first.
+        if (step == 1) {
+          set_requires_gradient_sync(net, false);
+          loss_of(net, c.dp).backward();
+          set_requires_gradient_sync(net, true);
+        }
+        CommDebugMode comm;
+        seen.clear();
+        DTensor loss = loss_of(net, c.dp);
+        loss.backward();
+        EXPECT_EQ(reduce_scatters_in_flight(), 0u) << where;
+        // One probe per block (VerifyMode runs each backward twice).
+        ASSERT_GE(seen.size(), 3u) << where;
+        const size_t most = *std::max_element(seen.begin(), seen.end());
+        EXPECT_EQ(most, async ? 1u : 0u) << where << " step " << step;
+        for (auto& [name, p] : net.named_parameters())
+          ASSERT_TRUE(p->grad().has_value()) << where << " " << name;
+        counts[async][0] += comm.count(CollectiveKind::ReduceScatter);
+        counts[async][1] += comm.count(CollectiveKind::AllReduce);
+        opt.step();
+        opt.zero_grad();
+        runs[async].push_back(loss.full_tensor().to_vector<float>());
+      }
+      for (auto& [name, p] : net.named_parameters())
+        runs[async].push_back(p->full_tensor().to_vector<float>());
+    }
+    EXPECT_EQ(runs[1], runs[0]) << "mesh " << mesh.to_string();
+    EXPECT_EQ(counts[1][0], counts[0][0]) << "mesh " << mesh.to_string();
+    EXPECT_EQ(counts[1][1], counts[0][1]) << "mesh " << mesh.to_string();
+    EXPECT_EQ(counts[0][0], 3 * 4) << "mesh " << mesh.to_string();  // 4 groups, 3 steps
   }
 }
 
