@@ -322,12 +322,13 @@ struct MemoryRow {
   RankMemory rank;
   int64_t peak_allocated = 0, peak_reserved = 0, reserved_at_start = 0;
   int64_t resident_at_start = 0, peak_resident = 0;
+  int64_t peak_unsharded_parameters = 0, peak_communication_buffers = 0;
 };
 
 // Every rank's row, on every process (an all_gather over the world: under
 // MPI each process measured its own peaks).
 std::vector<MemoryRow> gather_memory(const MemoryReport& report, const World& world) {
-  constexpr int64_t kFields = 10;
+  constexpr int64_t kFields = 12;
   auto row_of = [&](int rank) {
     RankMemory m;
     for (const RankMemory& r : report.ranks)
@@ -341,7 +342,9 @@ std::vector<MemoryRow> gather_memory(const MemoryReport& report, const World& wo
                                     report.process.peak_reserved,
                                     report.reserved_at_start,
                                     report.resident_at_start,
-                                    report.peak_resident};
+                                    report.peak_resident,
+                                    report.process.peak_unsharded_parameters,
+                                    report.process.peak_communication_buffers};
     return Tensor::from_vector(v, Shape{1, kFields});
   };
   const DeviceMesh everyone(world, {world.size()});
@@ -354,6 +357,7 @@ std::vector<MemoryRow> gather_memory(const MemoryReport& report, const World& wo
     row.rank = {static_cast<int>(f[0]), f[1], f[2], f[3], f[4]};
     row.peak_allocated = f[5], row.peak_reserved = f[6], row.reserved_at_start = f[7];
     row.resident_at_start = f[8], row.peak_resident = f[9];
+    row.peak_unsharded_parameters = f[10], row.peak_communication_buffers = f[11];
     rows.push_back(row);
   }
   return rows;
@@ -379,6 +383,10 @@ void print_memory(std::ostream& os, const std::vector<MemoryRow>& rows, const Wo
        << ": peak " << mib_text(m.peak_allocated) << " allocated, " << mib_text(m.peak_reserved)
        << " reserved; resident set " << mib_text(m.resident_at_start) << " at the first step, "
        << mib_text(m.peak_resident) << " at most\n";
+    if (m.peak_unsharded_parameters > 0 || m.peak_communication_buffers > 0)
+      os << "    of which at their peaks: fully_shard's unsharded parameters "
+         << mib_text(m.peak_unsharded_parameters) << ", communication buffers "
+         << mib_text(m.peak_communication_buffers) << "\n";
   }
 }
 
@@ -873,6 +881,8 @@ int run_train(const TrainArgs& given) {
       e["process_reserved_at_start"] = m.reserved_at_start;
       e["process_resident_at_start"] = m.resident_at_start;
       e["process_peak_resident"] = m.peak_resident;
+      e["process_peak_unsharded_parameters"] = m.peak_unsharded_parameters;
+      e["process_peak_communication_buffers"] = m.peak_communication_buffers;
       jm.push_back(e);
     }
     j["memory"] = jm;

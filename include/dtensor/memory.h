@@ -18,9 +18,13 @@
 // The peaks are measured, by dtensor's allocator, for the whole process
 // (every rank it holds: one under MPI): bytes allocated (live tensors,
 // rounded up to the allocator's size classes) and reserved (those plus the
-// freed blocks it caches for reuse, what the resident set grows by).
-// Unsharded parameters, communication buffers and temporaries are in the
-// peaks but not in a category of their own.
+// freed blocks it caches for reuse, what the resident set grows by), and
+// the peaks of two categories the code that allocates names (MemoryScope):
+// fully_shard's unsharded parameters (gathered for forward and backward,
+// and reshard_after_forward=k's kept pieces) and its communication buffers
+// (the flat buffers its all_gathers and reduce_scatters run on, received
+// pieces, and gradient accumulation's unsynced flat gradients).
+// Temporaries of ops are in the peaks but in no category.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +49,30 @@ struct MemoryStats {
   int64_t peak_allocated = 0;
   int64_t reserved = 0;
   int64_t peak_reserved = 0;
+  // The bytes of MemoryCategory::UnshardedParameters and
+  // CommunicationBuffers live now, and their peaks (each its own: they
+  // need not peak at one moment).
+  int64_t unsharded_parameters = 0;
+  int64_t peak_unsharded_parameters = 0;
+  int64_t communication_buffers = 0;
+  int64_t peak_communication_buffers = 0;
+};
+
+// What the memory of the tensors made on this thread in a MemoryScope is
+// for, counted apart in MemoryStats until each storage dies (PyTorch's
+// fsdp2_mem_tracker counts FSDP's all_gather and reduce_scatter buffers so).
+enum class MemoryCategory : uint8_t { None = 0, UnshardedParameters = 1, CommunicationBuffers = 2 };
+// Tensors allocated on this thread while it lives count in `category`;
+// scopes nest (the innermost counts).
+class MemoryScope {
+ public:
+  explicit MemoryScope(MemoryCategory category);
+  ~MemoryScope();
+  MemoryScope(const MemoryScope&) = delete;
+  MemoryScope& operator=(const MemoryScope&) = delete;
+
+ private:
+  uint8_t previous_;
 };
 MemoryStats memory_stats();
 // Starts the peaks again from now (reset_peak_memory_stats()).

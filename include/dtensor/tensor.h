@@ -257,6 +257,7 @@ class Storage {
 
  private:
   void materialize_bytes();  // allocates nbytes_ into data_, checked
+  void take_category();      // counts the memory under the thread's MemoryScope
 
   void* data_;
   size_t nbytes_;
@@ -267,6 +268,7 @@ class Storage {
   std::unique_ptr<std::shared_ptr<void>> owner_;
   bool in_block_ = false;  // data_ is freed with the control block
   bool meta_ = false;      // no memory yet (meta()); data_ is null
+  uint8_t category_ = 0;   // MemoryScope's category when allocated (memory.h)
 };
 
 // Returns every cached block of freed storages to the system; the bytes

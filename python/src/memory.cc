@@ -34,6 +34,10 @@ py::dict stats_dict(const MemoryStats& s) {
   d["peak_allocated"] = s.peak_allocated;
   d["reserved"] = s.reserved;
   d["peak_reserved"] = s.peak_reserved;
+  d["unsharded_parameters"] = s.unsharded_parameters;
+  d["peak_unsharded_parameters"] = s.peak_unsharded_parameters;
+  d["communication_buffers"] = s.communication_buffers;
+  d["peak_communication_buffers"] = s.peak_communication_buffers;
   return d;
 }
 
@@ -43,7 +47,8 @@ void bind_memory(py::module_& m) {
   m.def(
       "memory_stats", [] { return stats_dict(memory_stats()); },
       "This process's allocator figures in bytes: allocated, peak_allocated, reserved, "
-      "peak_reserved (torch.cuda.memory_stats's, for dtensor's allocator).");
+      "peak_reserved (torch.cuda.memory_stats's, for dtensor's allocator), and "
+      "fully_shard's unsharded_parameters and communication_buffers with their peaks.");
   m.def(
       "reset_peak_memory_stats",
       [] {
@@ -78,6 +83,8 @@ What each rank holds, by category, and the process's measured peaks
             d["ranks"] = ranks;
             d["peak_allocated"] = r.process.peak_allocated;
             d["peak_reserved"] = r.process.peak_reserved;
+            d["peak_unsharded_parameters"] = r.process.peak_unsharded_parameters;
+            d["peak_communication_buffers"] = r.process.peak_communication_buffers;
             d["reserved_at_start"] = r.reserved_at_start;
             d["resident_at_start"] = r.resident_at_start;
             d["peak_resident"] = r.peak_resident;

@@ -105,6 +105,12 @@ def test_memory_tracker_counts_each_ranks_bytes(mesh):
     assert report["peak_allocated"] >= report["ranks"][0]["parameters"]
     assert "optim state" in report["table"]
     assert dt.memory_stats()["allocated"] > 0
+    # fully_shard's gathered values and flat buffers, counted apart; none
+    # is left after backward.
+    assert report["peak_unsharded_parameters"] > 0
+    assert report["peak_communication_buffers"] > 0
+    assert dt.memory_stats()["unsharded_parameters"] == 0
+    assert dt.memory_stats()["communication_buffers"] == 0
 
 
 def test_rng_state_round_trips():

@@ -22,8 +22,21 @@ MemoryStats memory_stats() {
   m.peak_allocated = static_cast<int64_t>(s.peak_bytes_allocated);
   m.reserved = static_cast<int64_t>(s.bytes_allocated + s.bytes_cached);
   m.peak_reserved = std::max(static_cast<int64_t>(s.peak_bytes_reserved), m.reserved);
+  const auto of = [](MemoryCategory c) { return detail::category_bytes(static_cast<uint8_t>(c)); };
+  const detail::CategoryBytes u = of(MemoryCategory::UnshardedParameters);
+  const detail::CategoryBytes c = of(MemoryCategory::CommunicationBuffers);
+  m.unsharded_parameters = static_cast<int64_t>(u.now);
+  m.peak_unsharded_parameters = static_cast<int64_t>(u.peak);
+  m.communication_buffers = static_cast<int64_t>(c.now);
+  m.peak_communication_buffers = static_cast<int64_t>(c.peak);
   return m;
 }
+
+MemoryScope::MemoryScope(MemoryCategory category) : previous_(detail::memory_category()) {
+  detail::set_memory_category(static_cast<uint8_t>(category));
+}
+
+MemoryScope::~MemoryScope() { detail::set_memory_category(previous_); }
 
 void reset_peak_memory_stats() { detail::reset_peak_bytes_allocated(); }
 
@@ -149,6 +162,10 @@ std::string MemoryReport::table() const {
     os << "; resident set " << mib_text(resident_at_start) << " at the start, "
        << mib_text(peak_resident) << " at most";
   os << "\n";
+  if (process.peak_unsharded_parameters > 0 || process.peak_communication_buffers > 0)
+    os << "  of which at their peaks: unsharded parameters "
+       << mib_text(process.peak_unsharded_parameters) << ", communication buffers "
+       << mib_text(process.peak_communication_buffers) << "\n";
   return os.str();
 }
 
@@ -163,6 +180,8 @@ std::string MemoryReport::json() const {
   }
   os << "],\"peak_allocated\":" << process.peak_allocated
      << ",\"peak_reserved\":" << process.peak_reserved
+     << ",\"peak_unsharded_parameters\":" << process.peak_unsharded_parameters
+     << ",\"peak_communication_buffers\":" << process.peak_communication_buffers
      << ",\"reserved_at_start\":" << reserved_at_start
      << ",\"resident_at_start\":" << resident_at_start << ",\"peak_resident\":" << peak_resident
      << "}";

@@ -41,6 +41,7 @@
 #include "autograd/graph.h"
 #include "comm/backend.h"
 #include "dtensor/error.h"
+#include "dtensor/memory.h"
 
 namespace dtensor {
 
@@ -229,6 +230,8 @@ DTensor unpack_param(const std::any& a) {
 }
 
 std::unique_ptr<Backend::Pending> Group::start_gather() const {
+  // The flat buffers (this rank's and the gathered one) until cut.
+  const MemoryScope scope(MemoryCategory::CommunicationBuffers);
   LocalTensor in;
   for (const auto& [rank, l] : layouts) {
     Tensor flat = Tensor::zeros({l.total}, param_dtype());
@@ -267,6 +270,7 @@ std::vector<DTensor> Group::gather() {
 
 std::vector<DTensor> Group::cut(const LocalTensor& out,
                                 const std::function<int64_t(int64_t)>& piece_start) const {
+  const MemoryScope scope(MemoryCategory::UnshardedParameters);
   std::vector<DTensor> values;
   values.reserve(params.size());
   for (size_t k = 0; k < params.size(); ++k) {
@@ -291,6 +295,7 @@ std::vector<DTensor> Group::cut(const LocalTensor& out,
 }
 
 void Group::keep_k_pieces() {
+  const MemoryScope scope(MemoryCategory::UnshardedParameters);
   const int64_t k = reshard_size;
   LocalTensor out;
   for (const auto& [rank, l] : layouts) {
@@ -322,7 +327,11 @@ std::vector<DTensor> Group::gather_kept() const {
   const int64_t members = static_cast<int64_t>(layouts.begin()->second.shapes.empty()
                                                     ? 1
                                                     : layouts.begin()->second.shapes[0].size());
-  const LocalTensor out = mesh.world().backend().all_gather(*kept, *k_mesh, k_dim, 0);
+  LocalTensor out;
+  {
+    const MemoryScope scope(MemoryCategory::CommunicationBuffers);
+    out = mesh.world().backend().all_gather(*kept, *k_mesh, k_dim, 0);
+  }
   return cut(out, [k, members](int64_t j) { return j % k * (members / k) + j / k; });
 }
 
@@ -407,6 +416,8 @@ class GatherNode final : public autograd::Node {
 
   autograd::Grads apply(DTensor token_grad) override {
     Group& g = *group_;
+    // The flat gradients, the pieces received, the reduced flat shards.
+    const MemoryScope scope(MemoryCategory::CommunicationBuffers);
     LocalTensor in;
     for (const auto& [rank, l] : g.layouts) {
       const int64_t n = static_cast<int64_t>(l.shapes.empty() ? 1 : l.shapes[0].size());
@@ -480,6 +491,7 @@ class ReduceScatterWait final : public autograd::Node {
     const Group& g = *group_;
     if (call_->reducing) {
       std::erase_if(reducing, [&](const InFlight& f) { return f.call.lock() == call_; });
+      const MemoryScope scope(MemoryCategory::CommunicationBuffers);
       finish_reduce(*call_, g);
     }
     DT_CHECK(call_->reduced, "fully_shard: internal error: a group of ", g.params.size(),

@@ -540,12 +540,44 @@ AllocatorStats allocator_stats() {
   return s;
 }
 
+namespace {
+
+constinit thread_local uint8_t thread_category = 0;
+// Bytes by category now and their high-water marks (category 0 unused).
+std::atomic<size_t> category_now[kMemoryCategories];
+std::atomic<size_t> category_peak[kMemoryCategories];
+
+}  // namespace
+
+uint8_t memory_category() { return thread_category; }
+void set_memory_category(uint8_t category) { thread_category = category; }
+
+void count_category(uint8_t c, size_t bytes) {
+  const size_t now = category_now[c].fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  size_t peak = category_peak[c].load(std::memory_order_relaxed);
+  while (now > peak &&
+         !category_peak[c].compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+void uncount_category(uint8_t c, size_t bytes) {
+  category_now[c].fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+CategoryBytes category_bytes(uint8_t c) {
+  return {category_now[c].load(std::memory_order_relaxed),
+          category_peak[c].load(std::memory_order_relaxed)};
+}
+
 void reset_peak_bytes_allocated() {
   Allocator& a = allocator();
   const size_t allocated = a.allocated.load(std::memory_order_relaxed);
   a.peak.store(allocated, std::memory_order_relaxed);
   a.peak_reserved.store(allocated + a.held.load(std::memory_order_relaxed),
                         std::memory_order_relaxed);
+  for (int c = 0; c < kMemoryCategories; ++c)
+    category_peak[c].store(category_now[c].load(std::memory_order_relaxed),
+                           std::memory_order_relaxed);
 }
 
 }  // namespace dtensor::detail

@@ -68,7 +68,23 @@ struct AllocatorStats {
 // Counts since the process started (threads that exited included).
 AllocatorStats allocator_stats();
 // Starts the high-water marks again from the bytes allocated (and
-// reserved) now (PyTorch's reset_peak_memory_stats()).
+// reserved) now (PyTorch's reset_peak_memory_stats()), the categories'
+// too.
 void reset_peak_bytes_allocated();
+
+// What a storage's memory is for, as the code making it says (MemoryScope,
+// memory.h): 0 none, then MemoryCategory's values. A storage takes the
+// calling thread's category when its memory is allocated and counts its
+// block (block_size) there until it dies.
+constexpr int kMemoryCategories = 3;
+uint8_t memory_category();
+void set_memory_category(uint8_t category);
+void count_category(uint8_t category, size_t bytes);
+void uncount_category(uint8_t category, size_t bytes);
+struct CategoryBytes {
+  size_t now = 0;
+  size_t peak = 0;  // since the process started or reset_peak_bytes_allocated()
+};
+CategoryBytes category_bytes(uint8_t category);
 
 }  // namespace dtensor::detail

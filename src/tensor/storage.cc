@@ -109,6 +109,12 @@ void Storage::materialize_bytes() {
     DT_THROW("out of memory: allocating a tensor of ", bytes_text(nbytes), " failed (",
              bytes_text(available_memory_bytes()), " available)");
   }
+  take_category();
+}
+
+void Storage::take_category() {
+  category_ = detail::memory_category();
+  if (category_ != 0) detail::count_category(category_, detail::block_size(nbytes_));
 }
 
 Storage::Storage(void* data, size_t nbytes, std::shared_ptr<void> owner)
@@ -121,6 +127,7 @@ Storage::Storage(void* data, size_t nbytes, std::shared_ptr<void> owner)
 }
 
 Storage::~Storage() {
+  if (category_ != 0) detail::uncount_category(category_, detail::block_size(nbytes_));
   // Adopted memory: owner_'s release frees (or stops pinning) it. In-block
   // data goes with the control block.
   if (owner_ == nullptr && !in_block_) detail::deallocate(data_, nbytes_);
@@ -168,7 +175,9 @@ Storage::Storage(InBlock, size_t nbytes)
     : data_(reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(this) & ~uintptr_t{kHeader - 1}) +
             kHeader),
       nbytes_(nbytes),
-      in_block_(true) {}
+      in_block_(true) {
+  take_category();
+}
 
 std::shared_ptr<Storage> Storage::make(size_t nbytes) {
   if (nbytes > kInBlockBytes) return std::make_shared<Storage>(nbytes);

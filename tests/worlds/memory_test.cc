@@ -12,6 +12,7 @@
 #include "dtensor/fsdp.h"
 #include "dtensor/models/gpt.h"
 #include "dtensor/optim.h"
+#include "tensor/allocator.h"
 #include "test_util.h"
 #include "worlds/world_util.h"
 
@@ -107,4 +108,60 @@ TEST(MemoryReportTest, TiedParametersCountOnce) {
   }
   EXPECT_NE(r.table().find("parameters"), std::string::npos);
   EXPECT_NE(r.json().find("\"parameters\":128"), std::string::npos) << r.json();
+}
+
+// fully_shard's unsharded parameters and communication buffers count
+// apart (MemoryScope): after forward the root's unsharded values are
+// exactly the live bytes of the category (each storage's block); after
+// backward nothing of either is left, with the reduce_scatter blocking or
+// in flight; the peaks hold at least the values and the gathered flat
+// buffer. FSDP on a 1-d mesh and FSDP x TP on a 2-d one.
+TEST(MemoryReportTest, FullyShardsBuffersCountApart) {
+  World world = dtensor::testing::test_world();
+  const models::GPTConfig c{
+      .batch = 2, .seq = 5, .hidden = 12, .heads = 3, .layers = 2, .vocab = 13};
+  const Tensor ids = Tensor::randint(0, c.vocab, {c.batch, c.seq}, 3);
+  for (const Shape& shape : {Shape{4}, Shape{2, 2}}) {
+    for (bool async : {false, true}) {
+      DeviceMesh mesh(world, shape);
+      if (!dtensor::testing::takes_part(mesh)) continue;
+      const std::string where = "mesh " + mesh.to_string() + (async ? " async" : "");
+      models::GPT model(mesh, c, 5);
+      if (mesh.ndim() == 2) parallelize_module(model, 1, models::gpt_tensor_parallel_plan(true, true));
+      FullyShardOptions o;
+      o.async_reduce_scatter = async;
+      fully_shard(model, o);  // one group, the root: unsharded until after backward
+      // Each held rank's unsharded value of every parameter (Replicate on dp).
+      int64_t values = 0, value_blocks = 0;
+      for (const DTensor& p : model.parameters()) {
+        Placements u = p.placements();
+        u[0] = Replicate();
+        const DTensorSpec spec = p.spec().with_placements(u);
+        for (int rank : mesh.held_ranks()) {
+          const int64_t bytes = spec.extent_of_rank(rank)->local_shape.product() *
+                                static_cast<int64_t>(itemsize(p.dtype()));
+          values += bytes;
+          value_blocks += static_cast<int64_t>(detail::block_size(static_cast<size_t>(bytes)));
+        }
+      }
+      MemoryTracker tracker(model);
+      const MemoryStats before = memory_stats();
+      const Placements batch(static_cast<size_t>(mesh.ndim()), Replicate());
+      const DTensor x = distribute_tensor(ids, mesh, batch);
+      DTensor loss = models::gpt_loss(model(x), x);
+      const MemoryStats forward = memory_stats();
+      EXPECT_EQ(forward.unsharded_parameters - before.unsharded_parameters, value_blocks)
+          << where;
+      loss.backward();
+      const MemoryStats backward = memory_stats();
+      EXPECT_EQ(backward.unsharded_parameters, before.unsharded_parameters) << where;
+      EXPECT_EQ(backward.communication_buffers, before.communication_buffers) << where;
+      const MemoryReport r = tracker.report();
+      EXPECT_GE(r.process.peak_unsharded_parameters, value_blocks) << where;
+      // The gathered flat buffer holds every value (and the padding).
+      EXPECT_GE(r.process.peak_communication_buffers, values) << where;
+      EXPECT_NE(r.table().find("unsharded parameters"), std::string::npos) << r.table();
+      EXPECT_NE(r.json().find("\"peak_communication_buffers\":"), std::string::npos);
+    }
+  }
 }
