@@ -260,6 +260,10 @@ int run(int argc, char** argv) {
   add_number(train, "--activation-checkpointing", train_args.checkpoint_every,
              "recompute every k-th block's activations in backward instead of keeping\n"
              "them (1: every block; 0: none)", 0, 256);
+  train->add_option("--activation-checkpointing-save", train_args.checkpoint_save_ops,
+                    "keep the outputs of these ops in the checkpointed blocks instead of\n"
+                    "running them again (selective checkpointing; comma-separated: mm, addmm,\n"
+                    "bmm, baddbmm, matmul, linear, scaled_dot_product_attention)");
   train->add_flag("--prefetch", train_args.prefetch,
                   "start each block's all_gather one block early (fully_shard's prefetch;\n"
                   "under MPI non-blocking, so it overlaps the computation)");
@@ -276,6 +280,7 @@ int run(int argc, char** argv) {
                   "the simulated world with mpirun)");
   train->add_flag("--json", train_args.json,
                   "print JSON: world, ranks, mesh, names, scheme, init, activation_checkpointing,\n"
+                  "activation_checkpointing_save, "
                   "prefetch, async_reduce_scatter, parameters, schedules, steps\n"
                   "(loss, reference_loss, grad_norm, reference_grad_norm, wall_ms,\n"
                   "collective_ms, the count of every collective kind, bytes_per_rank, and the\n"

@@ -45,6 +45,9 @@ struct TrainArgs {
   // Activation checkpointing of the blocks (nn::checkpoint_wrapper):
   // 0 none, 1 every block, k every k-th block (blocks 0, k, 2k, ...).
   int checkpoint_every = 0;
+  // Selective checkpointing of those blocks: the ops whose outputs they
+  // keep (nn::CheckpointPolicy::save_ops), comma-separated.
+  std::string checkpoint_save_ops;
   // FullyShardOptions::prefetch: each block's all_gather started a block
   // early (overlapping under MPI).
   bool prefetch = false;

@@ -130,6 +130,12 @@ std::unique_ptr<optim::SequentialLR> make_schedule(optim::AdamW& optimizer, cons
       std::vector<int64_t>{warmup});
 }
 
+// --activation-checkpointing-save as a policy (none when not given).
+nn::CheckpointPolicy checkpoint_policy_of(const TrainArgs& args) {
+  if (args.checkpoint_save_ops.empty()) return {};
+  return {split_list(args.checkpoint_save_ops)};
+}
+
 // --mixed-precision: the 16-bit param_dtype, float32 reduce_dtype.
 MixedPrecisionPolicy policy_of(const TrainArgs& args) {
   MixedPrecisionPolicy mp;
@@ -172,7 +178,7 @@ struct Trainer {
       for (auto& [name, module] : model->named_modules())
         if (name.rfind("blocks.", 0) == 0 && name.find('.', 7) == std::string::npos &&
             std::stoll(name.substr(7)) % args.checkpoint_every == 0)
-          nn::checkpoint_wrapper(*module);
+          nn::checkpoint_wrapper(*module, checkpoint_policy_of(args));
     if (scheme.fsdp) {
       FullyShardOptions options;
       options.mesh_dims = {scheme.dp_dim};
@@ -578,6 +584,10 @@ int run_train(const TrainArgs& given) {
            " needs fsdp or ddp in --scheme (the policy is applied by fully_shard and "
            "replicate), got --scheme ", args.scheme);
   DT_CHECK(args.steps >= 1, "--steps ", args.steps, " must be at least 1");
+  DT_CHECK(args.checkpoint_save_ops.empty() || args.checkpoint_every > 0,
+           "--activation-checkpointing-save ", args.checkpoint_save_ops,
+           " needs --activation-checkpointing k (the blocks it applies to)");
+  nn::check_checkpoint_policy(checkpoint_policy_of(args));
   DT_CHECK(!args.prefetch || scheme.fsdp, "--prefetch needs fsdp or hsdp in --scheme (it is "
            "fully_shard's), got --scheme ", args.scheme);
   DT_CHECK(!args.async_reduce_scatter || scheme.fsdp, "--async-reduce-scatter needs fsdp or "
@@ -684,7 +694,11 @@ int run_train(const TrainArgs& given) {
                  ? std::string("every block")
                  : "blocks 0, " + std::to_string(args.checkpoint_every) + ", " +
                        std::to_string(2 * args.checkpoint_every) + ", ...")
-         << " recomputed in backward (activation checkpointing)\n";
+         << " recomputed in backward (activation checkpointing"
+         << (args.checkpoint_save_ops.empty()
+                 ? std::string(")")
+                 : "; the outputs of " + args.checkpoint_save_ops + " kept, not run again)")
+         << "\n";
     if (args.prefetch && scheme.fsdp)
       os << "  prefetch: each block's all_gather starts one block early"
          << (world.is_simulated() ? " (the simulated world runs it at once)" : " (MPI_Iallgather)")
@@ -840,6 +854,7 @@ int run_train(const TrainArgs& given) {
     j["sequence_parallel"] = args.sequence_parallel;
     j["init"] = args.init;
     j["activation_checkpointing"] = args.checkpoint_every;
+    j["activation_checkpointing_save"] = checkpoint_policy_of(args).save_ops;
     j["prefetch"] = args.prefetch;
     j["async_reduce_scatter"] = args.async_reduce_scatter;
     j["parameters"] = numel;

@@ -107,6 +107,8 @@ class MetaDeviceGuard {
   static bool active();
 };
 
+struct CheckpointPolicy;  // below, with checkpoint()
+
 class Module {
  public:
   explicit Module(DeviceMesh mesh) : mesh_(std::move(mesh)) {}
@@ -148,9 +150,10 @@ class Module {
   int64_t materialize();
 
   // Whether every call of this module (its hooks and forward) runs under
-  // nn::checkpoint (set by checkpoint_wrapper).
-  bool activation_checkpointing() const { return checkpointed_; }
-  void set_activation_checkpointing(bool enabled) { checkpointed_ = enabled; }
+  // nn::checkpoint, and with what policy (set by checkpoint_wrapper).
+  bool activation_checkpointing() const { return checkpoint_policy_ != nullptr; }
+  void set_activation_checkpointing(bool enabled);
+  void set_activation_checkpointing(const CheckpointPolicy& policy);
 
   // fn(module, input) -> the input forward() gets.
   using ForwardPreHook = std::function<DTensor(Module&, const DTensor&)>;
@@ -196,7 +199,7 @@ class Module {
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   std::vector<ForwardPreHook> pre_hooks_;
   std::vector<ForwardHook> hooks_;
-  bool checkpointed_ = false;
+  std::shared_ptr<const CheckpointPolicy> checkpoint_policy_;  // null: not checkpointed
 
   DTensor call(const DTensor& x);  // the hooks and forward()
 };
@@ -211,12 +214,30 @@ class Module {
 // a recomputation that saves a different number of tensors throws. Costs
 // one more forward of fn in backward (its collectives too). Under no_grad
 // it is fn(x). Regions nest.
-DTensor checkpoint(const std::function<DTensor(const DTensor&)>& fn, const DTensor& x);
+//
+// Selective checkpointing (PyTorch's create_selective_checkpoint_contexts
+// with MUST_SAVE for these ops, torchtitan's op-level policy): the region
+// keeps the outputs of the ops named in policy.save_ops from its first
+// run, and the recomputation takes them instead of running those ops
+// again (their autograd is recorded as usual). So the costly ops are not
+// run twice, for the memory of their outputs. Names: "mm", "addmm",
+// "bmm", "baddbmm", "matmul", "linear", "scaled_dot_product_attention";
+// any other is refused. A kept output changed in place before the
+// recomputation throws. The gradients are the same, bit for bit.
+struct CheckpointPolicy {
+  std::vector<std::string> save_ops;
+};
+DTensor checkpoint(const std::function<DTensor(const DTensor&)>& fn, const DTensor& x,
+                   const CheckpointPolicy& policy = {});
+// Throws dtensor::Error naming an op of policy.save_ops that cannot be
+// kept, and the ones that can.
+void check_checkpoint_policy(const CheckpointPolicy& policy);
 // Marks `module` so that each of its calls (hooks and forward, so a
 // fully_shard module gathers its parameters again for the recomputation)
-// runs under checkpoint: PyTorch's checkpoint_wrapper, without the wrapper
-// module (names and checkpoints are unchanged). Returns `module`.
-Module& checkpoint_wrapper(Module& module);
+// runs under checkpoint with `policy`: PyTorch's checkpoint_wrapper,
+// without the wrapper module (names and checkpoints are unchanged).
+// Returns `module`.
+Module& checkpoint_wrapper(Module& module, const CheckpointPolicy& policy = {});
 // Whether a checkpoint region is recording on this thread: fully_shard
 // then leaves its unsharded parameters to the region (which keeps nothing)
 // instead of packing them itself.

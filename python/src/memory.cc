@@ -97,26 +97,64 @@ What each rank holds, by category, and the process's measured peaks
   // torch.utils.checkpoint.checkpoint (non-reentrant).
   py::module_ utils = m.def_submodule("utils", "torch.utils's activation checkpointing.");
   py::module_ cp = utils.def_submodule("checkpoint", "torch.utils.checkpoint.");
+  // create_selective_checkpoint_contexts's result: the ops to keep.
+  py::class_<nn::CheckpointPolicy>(cp, "SelectiveCheckpointContexts", R"doc(
+What create_selective_checkpoint_contexts returns: the ops whose outputs a
+checkpointed region keeps (save_ops).
+)doc")
+      .def_readonly("save_ops", &nn::CheckpointPolicy::save_ops);
+  cp.def(
+      "create_selective_checkpoint_contexts",
+      [](const py::iterable& ops) {
+        nn::CheckpointPolicy policy;
+        for (const py::handle& op : ops) {
+          // A name, or a dtensor function (its __name__: dtensor.mm -> "mm").
+          if (py::isinstance<py::str>(op)) policy.save_ops.push_back(op.cast<std::string>());
+          else if (py::hasattr(op, "__name__"))
+            policy.save_ops.push_back(op.attr("__name__").cast<std::string>());
+          else
+            DT_THROW("create_selective_checkpoint_contexts: expected op names or dtensor "
+                     "functions, got ", py::str(op).cast<std::string>());
+        }
+        nn::check_checkpoint_policy(policy);
+        return policy;
+      },
+      py::arg("ops_to_save"), R"doc(
+Selective activation checkpointing (torch.utils.checkpoint's, with a list of
+ops, all MUST_SAVE): pass as checkpoint(fn, x, context_fn=lambda:
+create_selective_checkpoint_contexts(["mm", "scaled_dot_product_attention"])).
+The region keeps these ops' outputs and the recomputation does not run them
+again. Ops: names or dtensor functions among mm, addmm, bmm, baddbmm, matmul,
+linear, scaled_dot_product_attention.
+)doc");
   cp.def(
       "checkpoint",
-      [](py::function fn, const DTensor& x, bool use_reentrant) {
+      [](py::function fn, const DTensor& x, bool use_reentrant, py::object context_fn) {
         DT_CHECK(!use_reentrant,
                  "checkpoint: use_reentrant=True is not supported; dtensor's "
                  "checkpoint is PyTorch's non-reentrant one (use_reentrant=False)");
+        nn::CheckpointPolicy policy;
+        if (!context_fn.is_none())
+          policy = cast_arg<nn::CheckpointPolicy>(
+              context_fn(), "checkpoint's context_fn()",
+              "the result of create_selective_checkpoint_contexts(...)");
         std::shared_ptr<py::object> f = keep(fn);
         return nn::checkpoint(
             [f](const DTensor& in) {
               py::gil_scoped_acquire gil;
               return cast_arg<DTensor>((*f)(in), "the checkpointed function's result", "a DTensor");
             },
-            x);
+            x, policy);
       },
       py::arg("function"), py::arg("input"), py::kw_only(), py::arg("use_reentrant") = false,
+      py::arg("context_fn") = py::none(),
       R"doc(
 function(input), keeping nothing for backward: backward runs it again from
 `input` (with the random generator's state and autocast of the first run)
 to remake the tensors its ops saved. The gradients are the same, bit for
 bit, provided the function runs the same ops on the same values.
+context_fn: a function returning create_selective_checkpoint_contexts(ops),
+whose ops' outputs are kept and not run again.
 )doc");
   py::object modules = py::module_::import("sys").attr("modules");
   modules["dtensor.utils"] = utils;

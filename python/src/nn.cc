@@ -475,11 +475,19 @@ PyTorch's `with torch.device("meta")`. Lay the model out (parallelize_module,
 fully_shard), then model.materialize() makes each process's shards with the
 values the model made whole would have. Per thread.
 )doc");
-  nm.def("checkpoint_wrapper", &nn::checkpoint_wrapper, py::arg("module"),
-         py::return_value_policy::reference, R"doc(
+  nm.def(
+      "checkpoint_wrapper",
+      [](nn::Module& module, std::optional<std::vector<std::string>> save_ops) -> nn::Module& {
+        return nn::checkpoint_wrapper(module, {save_ops.value_or(std::vector<std::string>{})});
+      },
+      py::arg("module"), py::kw_only(), py::arg("save_ops") = py::none(),
+      py::return_value_policy::reference, R"doc(
 Every call of `module` (its hooks and forward) keeps nothing for backward
 and runs again in backward to remake what it needs (PyTorch's
-checkpoint_wrapper, without a wrapper module: names are unchanged). The
+checkpoint_wrapper, without a wrapper module: names are unchanged).
+save_ops: names of ops whose outputs are kept instead ("mm", "addmm", "bmm",
+"baddbmm", "matmul", "linear", "scaled_dot_product_attention"), which the
+recomputation then does not run again (selective checkpointing). The
 gradients are the same, bit for bit. Returns the module.
 )doc");
 

@@ -8,7 +8,7 @@ import pytest
 import dtensor as dt
 import dtensor.nn as nn
 from dtensor.parallel import ColwiseParallel, RowwiseParallel, fully_shard, parallelize_module
-from dtensor.utils.checkpoint import checkpoint
+from dtensor.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
 
 @pytest.fixture
@@ -66,6 +66,34 @@ def test_checkpoint_wrapper_and_checkpoint_give_the_same_gradients(mesh, rng):
     for other in grads[1:]:
         for name in grads[0]:
             np.testing.assert_array_equal(other[name], grads[0][name], err_msg=name)
+
+
+def test_selective_checkpointing_keeps_the_listed_outputs(mesh, rng):
+    x_np = rng.standard_normal((8, 12)).astype(np.float32)
+    grads, kept = [], []
+    for mode in ("keep", "wrapper", "function"):
+        model = MLP(mesh, 9)
+        lay_out(model, mesh)
+        if mode == "wrapper":
+            nn.checkpoint_wrapper(model, save_ops=["linear"])
+        x = dt.distribute_tensor(x_np, mesh, [dt.Shard(0), dt.Replicate()])
+        if mode == "function":
+            # As PyTorch: context_fn makes the contexts; dtensor functions or names.
+            y = checkpoint(model, x,
+                           context_fn=lambda: create_selective_checkpoint_contexts([dt.linear]))
+        else:
+            y = model(x)
+        loss = dt.sum(y * y)
+        kept.append(dt.autograd.graph_memory(loss)["saved_bytes"])
+        loss.backward()
+        grads.append({n: full(p.grad) for n, p in model.named_parameters()})
+    for other in grads[1:]:
+        for name in grads[0]:
+            np.testing.assert_array_equal(other[name], grads[0][name], err_msg=name)
+    assert kept[1] == kept[2] and kept[1] < kept[0]
+    assert create_selective_checkpoint_contexts(["mm", dt.matmul]).save_ops == ["mm", "matmul"]
+    with pytest.raises(dt.Error, match='names "relu", whose output a region cannot keep'):
+        create_selective_checkpoint_contexts(["relu"])
 
 
 def test_checkpoint_replays_dropout_and_refuses_reentrant(mesh):

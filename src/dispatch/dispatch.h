@@ -214,6 +214,38 @@ void verify_op(const OpSchema& schema, const OpRule& rule, const DTensor* const*
                const DTensor& got,
                const std::function<DTensor(const OpSchema&, const DTensor* const*)>& rerun);
 
+// Selective activation checkpointing (nn::CheckpointPolicy): while a
+// checkpoint region whose policy keeps some ops' outputs runs on this
+// thread (its first run, or its recomputation in backward), it is here.
+// An op whose rule's name it keeps hands it its output in the first run;
+// in the recomputation it takes that output instead of running again
+// (its autograd is recorded as usual, by the op, after). PyTorch does the
+// same below autograd, in a dispatch mode.
+class KeptOutputs {
+ public:
+  virtual ~KeptOutputs() = default;
+  virtual bool keeps(const char* op) const = 0;
+  // The recomputation: the output the first run kept (nullopt in the first run).
+  virtual std::optional<DTensor> replay(const char* op) = 0;
+  // The first run: the output just computed.
+  virtual void keep(const char* op, const DTensor& out) = 0;
+};
+extern constinit thread_local KeptOutputs* kept_outputs;
+
+// compute(), or, under a region that keeps this op's output, the output
+// kept from its first run (a recomputation) or compute() kept (the first).
+// One thread-local read when no region keeps anything.
+template <class F>
+DTensor kept_or(const OpRule& rule, F&& compute) {
+  KeptOutputs* k = kept_outputs;
+  if (k == nullptr || !k->keeps(rule.name)) [[likely]]
+    return compute();
+  if (std::optional<DTensor> out = k->replay(rule.name)) return std::move(*out);
+  DTensor out = compute();
+  k->keep(rule.name, out);
+  return out;
+}
+
 // run() without the check.
 template <class F>
 DTensor run_unchecked(const OpSchema& schema, const OpRule& rule, const DTensor* const* inputs,
@@ -254,12 +286,14 @@ DTensor run_unchecked(const OpSchema& schema, const OpRule& rule, const DTensor*
 // input i's shard of `rank` (after redistribution).
 template <class F>
 DTensor run(const OpSchema& schema, const OpRule& rule, const DTensor* const* inputs, F&& kernel) {
-  if (!verify_detail::should_verify()) return run_unchecked(schema, rule, inputs, kernel);
-  DTensor got = run_unchecked(schema, rule, inputs, kernel);
-  verify_op(schema, rule, inputs, got, [&](const OpSchema& sc, const DTensor* const* in) {
-    return run_unchecked(sc, rule, in, kernel);
+  return kept_or(rule, [&] {
+    if (!verify_detail::should_verify()) return run_unchecked(schema, rule, inputs, kernel);
+    DTensor got = run_unchecked(schema, rule, inputs, kernel);
+    verify_op(schema, rule, inputs, got, [&](const OpSchema& sc, const DTensor* const* in) {
+      return run_unchecked(sc, rule, in, kernel);
+    });
+    return got;
   });
-  return got;
 }
 
 template <class F>
@@ -274,12 +308,14 @@ DTensor run_unary(const OpSchema& schema, const OpRule& rule, const DTensor& x, 
     if (!s->needs_redistribute) return wrap(*s, apply(in.local()));
     return wrap(*s, apply(prepare_input(in, *s, 0).local()));
   };
-  if (!verify_detail::should_verify()) return compute(schema, x);
-  DTensor got = compute(schema, x);
-  const DTensor* inputs[] = {&x};
-  verify_op(schema, rule, inputs, got,
-            [&](const OpSchema& sc, const DTensor* const* in) { return compute(sc, *in[0]); });
-  return got;
+  return kept_or(rule, [&] {
+    if (!verify_detail::should_verify()) return compute(schema, x);
+    DTensor got = compute(schema, x);
+    const DTensor* inputs[] = {&x};
+    verify_op(schema, rule, inputs, got,
+              [&](const OpSchema& sc, const DTensor* const* in) { return compute(sc, *in[0]); });
+    return got;
+  });
 }
 
 template <class F>
@@ -298,13 +334,15 @@ DTensor run_binary(const OpSchema& schema, const OpRule& rule, const DTensor& a,
     const DTensor rx = prepare_input(x, *s, 0), ry = prepare_input(y, *s, 1);
     return wrap(*s, apply(rx.local(), ry.local()));
   };
-  if (!verify_detail::should_verify()) return compute(schema, a, b);
-  DTensor got = compute(schema, a, b);
-  const DTensor* inputs[] = {&a, &b};
-  verify_op(schema, rule, inputs, got, [&](const OpSchema& sc, const DTensor* const* in) {
-    return compute(sc, *in[0], *in[1]);
+  return kept_or(rule, [&] {
+    if (!verify_detail::should_verify()) return compute(schema, a, b);
+    DTensor got = compute(schema, a, b);
+    const DTensor* inputs[] = {&a, &b};
+    verify_op(schema, rule, inputs, got, [&](const OpSchema& sc, const DTensor* const* in) {
+      return compute(sc, *in[0], *in[1]);
+    });
+    return got;
   });
-  return got;
 }
 
 }  // namespace dtensor::dispatch

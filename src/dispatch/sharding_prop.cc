@@ -31,6 +31,8 @@
 
 namespace dtensor::dispatch {
 
+constinit thread_local KeptOutputs* kept_outputs = nullptr;
+
 void OpSchema::push_arg(int64_t a) {
   DT_CHECK(num_args < kMaxArgs, "OpSchema: too many arguments");
   args[num_args++] = a;

@@ -11,8 +11,19 @@ namespace dtensor::nn {
 Module::~Module() = default;
 
 DTensor Module::operator()(const DTensor& x) {
-  if (checkpointed_) return checkpoint([this](const DTensor& in) { return call(in); }, x);
+  if (checkpoint_policy_)
+    return checkpoint([this](const DTensor& in) { return call(in); }, x, *checkpoint_policy_);
   return call(x);
+}
+
+void Module::set_activation_checkpointing(bool enabled) {
+  if (!enabled) checkpoint_policy_.reset();
+  else if (!checkpoint_policy_) checkpoint_policy_ = std::make_shared<const CheckpointPolicy>();
+}
+
+void Module::set_activation_checkpointing(const CheckpointPolicy& policy) {
+  check_checkpoint_policy(policy);
+  checkpoint_policy_ = std::make_shared<const CheckpointPolicy>(policy);
 }
 
 DTensor Module::call(const DTensor& x) {

@@ -36,11 +36,11 @@ void ac_lay_out(models::GPT& model, const DeviceMesh& mesh) {
 }
 
 // The blocks "blocks.i" with i % every == 0.
-void checkpoint_blocks(models::GPT& model, int every) {
+void checkpoint_blocks(models::GPT& model, int every, const nn::CheckpointPolicy& policy = {}) {
   for (auto& [name, m] : model.named_modules())
     if (name.rfind("blocks.", 0) == 0 && name.find('.', 7) == std::string::npos &&
         std::stoi(name.substr(7)) % every == 0)
-      nn::checkpoint_wrapper(*m);
+      nn::checkpoint_wrapper(*m, policy);
 }
 
 struct AcRun {
@@ -48,13 +48,14 @@ struct AcRun {
   std::vector<std::vector<float>> grads;
   int64_t activations = 0;  // bytes the graph keeps, summed over held ranks
   int64_t backward_gathers = 0;
+  int64_t backward_collectives = 0;
 };
 
-AcRun ac_run(const DeviceMesh& mesh, int every) {
+AcRun ac_run(const DeviceMesh& mesh, int every, const nn::CheckpointPolicy& policy = {}) {
   const models::GPTConfig c = ac_config();
   models::GPT model(mesh, c, 21);
   ac_lay_out(model, mesh);
-  if (every > 0) checkpoint_blocks(model, every);
+  if (every > 0) checkpoint_blocks(model, every, policy);
   const Tensor ids = Tensor::randint(0, c.vocab, {c.batch, c.seq}, 4);
   const Placements batch(static_cast<size_t>(mesh.ndim()), Replicate());
   const DTensor x = distribute_tensor(ids, mesh, batch);
@@ -65,6 +66,7 @@ AcRun ac_run(const DeviceMesh& mesh, int every) {
     CommDebugMode comm;
     loss.backward();
     r.backward_gathers = comm.count(CollectiveKind::AllGather);
+    r.backward_collectives = comm.total_count();
   }
   r.loss = loss.full_tensor().to_vector<float>();
   for (auto& [name, p] : model.named_parameters())
@@ -97,6 +99,75 @@ TEST(ActivationCheckpointTest, RecomputingGivesTheGradientsOfKeeping) {
       EXPECT_EQ(ac_run(mesh, 1).backward_gathers, keep.backward_gathers) << where;
     }
   }
+}
+
+// Selective checkpointing of every block, keeping the outputs of its
+// linears and matmuls: the gradients of keeping, bit for bit; the graph
+// keeps more than plain checkpointing (those outputs); the recomputation
+// runs none of those ops again, so under tensor
+// parallelism no more collectives, and fewer where an op moved its input.
+TEST(ActivationCheckpointTest, SelectiveCheckpointingKeepsTheListedOutputs) {
+  World world = dtensor::testing::test_world();
+  const nn::CheckpointPolicy keep_products{{"linear", "matmul"}};
+  int fewer = 0, tensor_parallel = 0;
+  for (const Shape& shape : dtensor::testing::test_meshes(world)) {
+    DeviceMesh mesh(world, shape);
+    if (!dtensor::testing::takes_part(mesh)) continue;
+    const std::string where = "mesh " + mesh.to_string();
+    const AcRun keep = ac_run(mesh, 0);
+    const AcRun full = ac_run(mesh, 1);
+    const AcRun selective = ac_run(mesh, 1, keep_products);
+    EXPECT_EQ(selective.loss, keep.loss) << where;
+    ASSERT_EQ(selective.grads.size(), keep.grads.size());
+    for (size_t i = 0; i < keep.grads.size(); ++i)
+      EXPECT_EQ(selective.grads[i], keep.grads[i]) << where << " gradient " << i;
+    // The kept outputs on top (not less than keeping everywhere: an output
+    // no op saves is kept too).
+    EXPECT_GT(selective.activations, full.activations) << where;
+    EXPECT_LE(selective.backward_collectives, full.backward_collectives) << where;
+    fewer += selective.backward_collectives < full.backward_collectives;
+    tensor_parallel += mesh.ndim() >= 2;
+  }
+  // Where a kept op moved its input itself (a gather its rule asked for),
+  // the recomputation does not move it again.
+  if (tensor_parallel > 0) {
+    EXPECT_GT(fewer, 0);
+  }
+}
+
+// A kept output changed in place before backward, a recomputation that
+// runs the kept ops differently, and an op that cannot be kept are refused.
+TEST(ActivationCheckpointTest, SelectiveCheckpointingRefusesWhatItCannotReplay) {
+  World world = dtensor::testing::test_world();
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  const DTensor w = distribute_tensor(Tensor::randn({6, 6}, 2), mesh, {Replicate()});
+  DTensor x = distribute_tensor(Tensor::randn({8, 6}, 1), mesh, {Shard(0)});
+  x.requires_grad_();
+  const nn::CheckpointPolicy keep_mm{{"mm"}};
+  DTensor kept;
+  DTensor y = nn::checkpoint(
+      [&](const DTensor& t) {
+        kept = mm(t, w);
+        return tanh(kept);
+      },
+      x, keep_mm);
+  kept.mul_(2.0);
+  std::string e = error_of([&] { sum(y).backward(); });
+  EXPECT_NE(e.find("the output of mm that the region kept"), std::string::npos) << e;
+  int calls = 0;
+  auto diverging = [&](const DTensor& t) {
+    return ++calls == 1 ? tanh(mm(t, w)) : tanh(mm(mm(t, w), w));
+  };
+  DTensor z = nn::checkpoint(diverging, x, keep_mm);
+  e = error_of([&] { sum(z).backward(); });
+  EXPECT_NE(e.find("the recomputation ran mm where the first run ran no more ops it keeps"),
+            std::string::npos)
+      << e;
+  e = error_of([&] { nn::checkpoint([](const DTensor& t) { return t; }, x, {{"relu"}}); });
+  EXPECT_NE(e.find("names \"relu\", whose output a region cannot keep; expected some of: mm"),
+            std::string::npos)
+      << e;
 }
 
 // A region drawing random numbers (dropout without a seed) replays its
