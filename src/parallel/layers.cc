@@ -207,12 +207,13 @@ struct RowStats {
   Tensor max, sum, picked;
 };
 
-// The divisor of a rank's loss (vocab_parallel_cross_entropy): the mean's
-// count of targets (their weights' sum), or 1 for a sum or no reduction.
-double count_of(const std::vector<std::pair<int, double>>& counts, int rank) {
-  for (const auto& [r, c] : counts)
-    if (r == rank) return c;
-  DT_THROW("internal error: ", "vocab_parallel_cross_entropy has no count of rank ", rank);
+// Rank `rank`'s entry of what vocab_parallel_cross_entropy worked out per
+// held rank (`what` names it for the internal error).
+template <class T>
+const T& of_rank(const std::vector<std::pair<int, T>>& per_rank, int rank, const char* what) {
+  for (const auto& [r, v] : per_rank)
+    if (r == rank) return v;
+  DT_THROW("internal error: ", "vocab_parallel_cross_entropy has no ", what, " of rank ", rank);
 }
 
 // The gradient of the loss w.r.t. the logits z, shard by shard: row r's is
@@ -248,7 +249,8 @@ DTensor vocab_ce_backward(const DTensor& grad, const DTensor& z_saved, const DTe
       const Tensor s = sm.to_local(rank).contiguous();
       const std::vector<double> w = wt.to_local(rank).contiguous().to_vector<double>();
       const std::vector<double> gv = g.to_local(rank).to(DType::Float64).contiguous().to_vector<double>();
-      const double count = count_of(counts, rank);
+      // The mean's count of targets (their weights' sum), or 1.
+      const double count = of_rank(counts, rank, "count");
       std::vector<double> coefs(w.size());
       for (size_t r = 0; r < w.size(); ++r) coefs[r] = gv[per_row ? r : 0] / count * w[r];
       Tensor gz = Tensor::empty(x.shape(), x.dtype());
@@ -358,11 +360,7 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
                                     s.picked.data_ptr<T>());
       stats.emplace_back(rank, std::move(s));
     });
-    auto of = [&](int rank) -> const RowStats& {
-      for (const auto& [r, s] : stats)
-        if (r == rank) return s;
-      DT_THROW("internal error: ", "vocab_parallel_cross_entropy has no statistics of rank ", rank);
-    };
+    auto of = [&](int rank) -> const RowStats& { return of_rank(stats, rank, "statistics"); };
     // The global max M: an all_reduce max over tp.
     global_max = token_tensor(tgt, with_tp(tokens, tp, Partial(ReduceOp::Max)), dtype,
                        [&](int rank) { return of(rank).max; })
@@ -402,9 +400,7 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
               return out;
             }).redistribute(tokens);
     auto owned_of = [&](int rank) -> const std::vector<double>& {
-      for (const auto& [r, v] : owned)
-        if (r == rank) return v;
-      DT_THROW("internal error: ", "vocab_parallel_cross_entropy has no terms of rank ", rank);
+      return of_rank(owned, rank, "terms");
     };
     if (o.reduction == Reduction::None) {
       // Per target: w (log S + M - z[target]), the owned terms summed over
