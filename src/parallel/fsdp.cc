@@ -74,6 +74,9 @@ struct CallState {
   std::vector<std::optional<DTensor>> grads;
   std::unique_ptr<Backend::Pending> reducing;
   std::optional<LocalTensor> reduced;  // the flat shards, summed over dp (and HSDP's replicas)
+  // Which parameters backward gave a gradient: only those get their cut
+  // (an unused one keeps no gradient, as in FSDP2).
+  std::vector<bool> had_grad;
 };
 
 struct Group {
@@ -441,6 +444,9 @@ class GatherNode final : public autograd::Node {
       if (g.unsynced) flat = add(g.unsynced->shard(rank), flat);
       in.set(rank, std::move(flat));
     }
+    call_->had_grad.clear();
+    for (const std::optional<DTensor>& grad : call_->grads)
+      call_->had_grad.push_back(grad.has_value());
     finish_backward();
     if (!g.requires_gradient_sync) {
       g.unsynced = std::move(in);
@@ -500,7 +506,7 @@ class ReduceScatterWait final : public autograd::Node {
     call_->reduced.reset();
     autograd::Grads grads(g.params.size());
     for (size_t k = 0; k < g.params.size(); ++k) {
-      if (!edges[k].node) continue;
+      if (!call_->had_grad[k] || !edges[k].node) continue;
       LocalTensor local;
       for (const auto& [rank, l] : g.layouts) {
         const Shape& shape = l.shapes[k][static_cast<size_t>(l.member)];

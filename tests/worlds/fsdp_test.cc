@@ -423,6 +423,29 @@ TEST_F(FsdpTest, AsyncReduceScatterOverlapsBackwardWithTheSameBits) {
   }
 }
 
+// A parameter the forward does not use gets no gradient (FSDP2's), with
+// the reduce_scatter blocking or in flight; the used ones get theirs.
+TEST_F(FsdpTest, AnUnusedParameterGetsNoGradient) {
+  DeviceMesh mesh(world, {4});
+  if (!dtensor::testing::takes_part(mesh)) return;
+  struct TwoHeads : nn::Module {
+    explicit TwoHeads(const DeviceMesh& m) : Module(m) {
+      used = register_module("used", std::make_unique<nn::Linear>(m, 6, 3, true, 1));
+      unused = register_module("unused", std::make_unique<nn::Linear>(m, 6, 3, true, 2));
+    }
+    DTensor forward(const DTensor& x) override { return (*used)(x); }
+    nn::Linear* used;
+    nn::Linear* unused;
+  };
+  for (bool async : {false, true}) {
+    TwoHeads net(mesh);
+    fully_shard(net, {.async_reduce_scatter = async});
+    sum(net(distribute_tensor(input(), mesh, {Shard(0)}))).backward();
+    for (auto& [name, p] : net.named_parameters())
+      EXPECT_EQ(p->grad().has_value(), name.rfind("used.", 0) == 0) << name << " async " << async;
+  }
+}
+
 // The explicit lists take fully_shard'ed modules only.
 TEST_F(FsdpTest, PrefetchListsNameModulesUnderFullyShard) {
   DeviceMesh mesh(world, {4});
