@@ -34,10 +34,6 @@ void Planner::prefer_box_exchange(std::vector<RedistributeStep>& steps) const {
   double cost = 0;
   for (const RedistributeStep& s : steps) cost += s.cost_us;
   const double cost_eps = 1e-9 * std::max(1.0, cost);
-  // Working an exchange out visits every (receiver, source box) pair: on
-  // 64 ranks two thirds of a cold plan. Skip them all when even a floor
-  // that holds for every free layout's exchange loses.
-  if (box_exchange_floor(from_, cost + cost_eps, true) > cost + cost_eps) return;
   double peak = bytes_of(from_.placements());
   for (const RedistributeStep& s : steps) peak = std::max(peak, s.peak_bytes);
   // On a tie in cost, memory decides only against a plan of several
@@ -61,9 +57,16 @@ void Planner::prefer_box_exchange(std::vector<RedistributeStep>& steps) const {
     const double peak_eps = 1e-9 * std::max(1.0, best_peak);
     return pk < best_peak - peak_eps || (pk <= best_peak + peak_eps && n < best->size());
   };
-  for (FreeLayout& f : free_layouts()) {
+  const std::vector<FreeLayout> free = free_layouts();
+  for (size_t k = 0; k < free.size(); ++k) {
+    const FreeLayout& f = free[k];
     const double enough = (best ? best_cost : cost) + cost_eps;
-    const DTensorSpec from = from_.with_placements(f.placements);
+    // Working an exchange out visits every (receiver, source box) pair: on
+    // 64 ranks two thirds of a cold plan. Skip it when even its floor
+    // loses, and skip the layouts one step away all at once when a floor
+    // that holds for all their exchanges does.
+    if (k == 1 && box_exchange_floor(from_, enough, true) > enough) break;
+    const DTensorSpec from = k == 0 ? from_ : from_.with_placements(f.placements);
     if (box_exchange_floor(from, enough) > enough) continue;
     // Its routes come with it (one pass over the pieces): most candidates
     // that get this far win (63% of the sweep's), and a second pass for
@@ -77,14 +80,17 @@ void Planner::prefer_box_exchange(std::vector<RedistributeStep>& steps) const {
       for (int64_t i : box->mesh_dims) roots |= mesh_.root_dims(static_cast<int>(i));
       if (!mesh_.find_flattened(roots) && (!auto_flatten_ || !options_.merge)) continue;
     }
+    std::vector<RedistributeStep> path;
+    if (f.mesh_dim >= 0)
+      path.push_back(single_step(from_.placements(), f.mesh_dim, f.q, f.placements));
     double pk = std::max(bytes_of(from_.placements()), box->peak_bytes);
-    for (const RedistributeStep& s : f.steps) pk = std::max(pk, s.peak_bytes);
-    if (!beats(box->cost_us, pk, f.steps.size() + 1)) continue;
+    for (const RedistributeStep& s : path) pk = std::max(pk, s.peak_bytes);
+    if (!beats(box->cost_us, pk, path.size() + 1)) continue;
     best_cost = box->cost_us;
     best_peak = pk;
     // Its pieces go with it: a cached plan then runs it without geometry.
-    f.steps.push_back(std::move(*box));
-    best = std::move(f.steps);
+    path.push_back(std::move(*box));
+    best = std::move(path);
   }
   if (best) steps = std::move(*best);
 }
@@ -102,14 +108,16 @@ void Planner::prefer_box_exchange(std::vector<RedistributeStep>& steps) const {
 std::vector<Planner::FreeLayout> Planner::free_layouts() const {
   std::vector<FreeLayout> out;
   const Placements& src = from_.placements();
-  out.push_back({src, {}});
-  std::vector<Move> edges;
-  single_edges(src, edges);
-  for (const Move& e : edges) {
-    const int i = std::countr_zero(e.dims);
-    if (e.kind != StepKind::Local || size_[i] == 1 || !src[i].is_replicate() || !e.q.is_shard())
-      continue;
-    out.push_back({e.next, {single_step(src, i, e.q, e.next)}});
+  out.push_back({src, -1, Replicate()});
+  const int64_t ndim = from_.ndim();
+  for (int i = 0; i < nd_; ++i) {
+    if (size_[i] == 1 || !src[i].is_replicate()) continue;
+    for (int64_t e = 0; e < ndim; ++e) {
+      // single_edges' rule: between natural ends a new shard only right of
+      // the live mesh dims splitting its dim.
+      if (!ordered_ && sharded_after(src, i, e)) continue;
+      out.push_back({after(src, i, Shard(e)), i, Shard(e)});
+    }
   }
   return out;
 }

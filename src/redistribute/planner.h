@@ -73,10 +73,12 @@ class Planner {
   double box_exchange_floor(const DTensorSpec& from, double enough, bool any_link = false) const;
 
   // The source and the layouts one local step (R -> S on a mesh dim of
-  // more than one rank) away from it, each with its steps (plan_box.cc).
+  // more than one rank) away from it (plan_box.cc): the step takes
+  // mesh_dim (-1 for the source) to q.
   struct FreeLayout {
     Placements placements;
-    std::vector<RedistributeStep> steps;
+    int mesh_dim = -1;
+    Placement q;
   };
   std::vector<FreeLayout> free_layouts() const;
 
