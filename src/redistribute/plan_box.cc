@@ -1,7 +1,6 @@
 // The box exchange as a candidate beside the search (box_exchange.cc makes
 // and runs the step).
 #include <algorithm>
-#include <bit>
 #include <cmath>
 
 #include "redistribute/box_exchange.h"

@@ -11,6 +11,22 @@ namespace dtensor::redistribute_detail {
 
 namespace {
 
+// 8 bits per mesh dim: the low 4 are 0 = R, 1..8 = S(0..7), 9..12 =
+// P(sum, avg, max, min); the high 4 a shard's order + 1 (0 = natural).
+// States are normalized (placement.h), so one layout has one key.
+uint64_t code(Placement p) {
+  if (p.is_shard())
+    return (1 + static_cast<uint64_t>(p.dim())) | static_cast<uint64_t>(p.shard_order() + 1) << 4;
+  if (p.is_partial()) return 9 + static_cast<uint64_t>(p.reduce_op());
+  return 0;
+}
+
+uint64_t key_of(const Placements& p) {
+  uint64_t k = 0;
+  for (size_t i = 0; i < p.size(); ++i) k |= code(p[i]) << (8 * i);
+  return k;
+}
+
 struct Node {
   uint64_t key = 0;  // the state's key_of
   double cost = 0;
