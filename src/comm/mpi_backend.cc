@@ -326,10 +326,11 @@ std::unique_ptr<Backend::Pending> MpiBackend::start_reduce_scatter_flat(const Lo
                     mesh_dim_index(mesh, mesh_dim));
   const int64_t piece = t.numel() / g.size;
   if (g.size == 1) {
-    // One member: the fold of one piece (avg divides by 1), as the blocking call.
-    LocalTensor one;
-    one.set(rank_, t);
-    return std::make_unique<Done>(reduce_scatter(one, mesh, mesh_dim, op, 0));
+    // One member: the fold of one piece is the piece (avg divides by 1);
+    // recorded once above, not again by a blocking call.
+    LocalTensor out;
+    out.set(rank_, t.clone());
+    return std::make_unique<Done>(std::move(out));
   }
   Tensor src = t.contiguous();
   const int count = count_of(piece, "reduce_scatter");
