@@ -373,8 +373,11 @@ TEST_F(FsdpTest, AsyncReduceScatterOverlapsBackwardWithTheSameBits) {
     FullyShardOptions options;
     std::vector<int> dp;
   };
+  // A one-member dp group too ({1, 4}'s dim 0): its reduce_scatter is
+  // counted once either way.
   std::vector<Case> cases = {{{4}, {}, {0}},
-                             {{2, 2}, {.mesh_dims = {1}, .replicate_mesh_dims = {0}}, {0, 1}}};
+                             {{2, 2}, {.mesh_dims = {1}, .replicate_mesh_dims = {0}}, {0, 1}},
+                             {{1, 4}, {}, {0}}};
   if (world.size() >= 8) cases.push_back({{8}, {}, {0}});
   for (const Case& c : cases) {
     DeviceMesh mesh(world, c.mesh);
