@@ -6,6 +6,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -107,6 +109,54 @@ class CollectiveTimer {
  private:
   int64_t start_ns_ = -1;  // -1: not timing (no mode, or an outer call times)
 };
+
+// One collective as one rank took part in it (CollectiveTrace).
+struct RankCollective {
+  CollectiveKind kind = CollectiveKind::AllGather;
+  DType dtype = DType::Float32;
+  // The bytes of the rank's input shard; for broadcast and scatter, of
+  // what it receives (its output).
+  int64_t bytes = 0;
+  int group = 0;  // CollectiveTrace::group(group): its group's world ranks
+  bool operator==(const RankCollective&) const = default;
+};
+
+// While alive, records for each rank this process holds the collectives
+// it takes part in, in order, as the rank's own process sees them: the
+// same lists in the simulated world, under MPI (each process its rank's)
+// and in a shape-only world. What the tests compare worlds by, and what
+// `dtensor estimate` times. It records what the thread that made it runs
+// (as CommDebugMode); one per thread at a time (a second throws).
+class CollectiveTrace {
+ public:
+  CollectiveTrace();
+  ~CollectiveTrace();
+  CollectiveTrace(const CollectiveTrace&) = delete;
+  CollectiveTrace& operator=(const CollectiveTrace&) = delete;
+  // The collectives of `rank`, in order (empty when it took part in none).
+  const std::vector<RankCollective>& of(int rank) const;
+  // The world ranks of group i, in group order.
+  const std::vector<int>& group(int i) const;
+  int groups() const { return static_cast<int>(groups_.size()); }
+
+  // For backends, through trace_collective.
+  void add(CollectiveKind kind, DType dtype, const std::vector<int>& group, const World& world,
+           const std::function<int64_t(size_t member)>& bytes);
+
+ private:
+  std::vector<std::vector<RankCollective>> by_rank_;
+  std::vector<std::vector<int>> groups_;
+  std::map<std::vector<int>, int> group_ids_;
+};
+
+// The trace of this thread, or null (one thread-local load).
+CollectiveTrace* collective_trace();
+// Called by backends, when collective_trace() is not null, once for each
+// group of a collective they run a part of: the group's world ranks in
+// group order and bytes(i), member i's bytes (RankCollective::bytes); the
+// trace keeps the members this process holds. Not inside VerifyMode's checks.
+void trace_collective(CollectiveKind kind, DType dtype, const std::vector<int>& group,
+                      const World& world, const std::function<int64_t(size_t member)>& bytes);
 
 // Called by backends for each collective they run: the bytes each rank
 // hands in (the largest shard of the call), their dtype, and the mesh dim

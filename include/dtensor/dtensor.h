@@ -20,6 +20,7 @@
 #include "dtensor/debug.h"               // CommDebugMode, VerifyMode
 #include "dtensor/distributed_tensor.h"  // DTensor, distribute_tensor, from_local
 #include "dtensor/error.h"               // dtensor::Error
+#include "dtensor/estimate.h"            // profile a step: exact memory, collectives
 #include "dtensor/fsdp.h"                // fully_shard (FSDP2), replicate (DDP)
 #include "dtensor/local_tensor.h"        // the shards a process holds
 #include "dtensor/memory.h"              // memory per rank by category, peaks

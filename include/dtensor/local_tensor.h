@@ -49,6 +49,7 @@ class LocalTensor {
     out.shards_.reserve(shards_.size());
     for (const auto& [rank, t] : shards_) out.shards_.emplace_back(rank, f(rank, t));
     out.step_ = step_;
+    out.count_ranks();
     return out;
   }
 
@@ -62,6 +63,7 @@ class LocalTensor {
       out.shards_.emplace_back(shards_[i].first, f(shards_[i].first, shards_[i].second,
                                                    other.shards_[i].second));
     out.step_ = step_;
+    out.count_ranks();
     return out;
   }
 
@@ -78,6 +80,9 @@ class LocalTensor {
   // The index of `rank` in shards_, or -1.
   int64_t find(int rank) const;
   void update_step();
+  // While a RankMemoryTracker runs (memory.h), counts each shard's storage
+  // on its rank; one load and a branch otherwise.
+  void count_ranks() const;
 
   std::vector<std::pair<int, Tensor>> shards_;  // sorted by rank
   // shards_[i].first == shards_[0].first + i * step_ for every i when

@@ -115,6 +115,41 @@ struct MemoryReport {
   std::string json() const;
 };
 
+// Memory by rank, as each rank's own process would count it: while a
+// RankMemoryTracker lives, every storage that some LocalTensor holds as
+// rank r's shard (an op's output, a collective's result, fully_shard's
+// flat buffers, optimizer state, a parameter made after it started)
+// counts on r, at its exact bytes, from then until it is freed; a view
+// or a second holder does not count it again. Temporaries that kernels
+// make and free inside one op are not counted; collectives' internal
+// buffers neither. The figures are the same in the simulated world,
+// under MPI and in a shape-only world (World::shape_only), which is how
+// `dtensor estimate` gives a rank's exact peak without its data.
+struct RankPeak {
+  int rank = 0;
+  int64_t now = 0, peak = 0;  // bytes of the rank's tensors, and their high-water mark
+  // The peaks of fully_shard's two categories (MemoryScope), each its own.
+  int64_t peak_unsharded_parameters = 0;
+  int64_t peak_communication_buffers = 0;
+  bool operator==(const RankPeak&) const = default;
+};
+class RankMemoryTracker {
+ public:
+  // Starts counting for the ranks of `world` (one tracker at a time:
+  // throws while another lives). Tensors made before are not counted.
+  explicit RankMemoryTracker(const World& world);
+  ~RankMemoryTracker();
+  RankMemoryTracker(const RankMemoryTracker&) = delete;
+  RankMemoryTracker& operator=(const RankMemoryTracker&) = delete;
+  // Each rank this process holds, ascending.
+  std::vector<RankPeak> ranks() const;
+  // Starts the peaks again from the bytes held now.
+  void reset_peaks();
+
+ private:
+  World world_;
+};
+
 class MemoryTracker {
  public:
   // Resets the peaks (reset_peak_memory_stats, reset_peak_resident) and

@@ -146,6 +146,8 @@ class Module {
   // fills it from the parameter's Init, in the layout it has now. All the
   // shards' bytes are checked (check_allocation) before the first is
   // allocated. Returns how many parameters it made (0 when none was meta).
+  // In a World::shape_only it makes nothing (the parameters stay meta,
+  // which is all that world has) and returns how many it would make.
   // PyTorch: to_empty() followed by reset_parameters()/init_weights().
   int64_t materialize();
 

@@ -679,7 +679,9 @@ class SequentialLR : public LRScheduler {
 // views' norms. Parameters without a gradient are skipped. A gradient
 // whose placements differ from its parameter's is first redistributed to
 // them and written back (as step() would).
-// Throws when error_if_nonfinite and the norm is nan or inf.
+// Throws when error_if_nonfinite and the norm is nan or inf. In a
+// World::shape_only, which has no values, the norm is NaN and the
+// gradients are scaled (made anew, as when the norm exceeds max_norm).
 // REQUIRES: norm_type > 0; every gradient on meshes of one World.
 double clip_grad_norm_(const std::vector<DTensor>& params, double max_norm,
                        double norm_type = 2.0, bool error_if_nonfinite = false);

@@ -254,6 +254,10 @@ class Storage {
   // was saved. Writes through data<T>() are not counted.
   uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
+  // Internal, for LocalTensor (memory.h's RankMemoryTracker): while a
+  // tracker runs, counts this storage's bytes on `rank` until it dies. A
+  // storage counts on the first rank that holds it, once.
+  void count_on_rank(int rank);
 
  private:
   void materialize_bytes();  // allocates nbytes_ into data_, checked
@@ -269,6 +273,8 @@ class Storage {
   bool in_block_ = false;  // data_ is freed with the control block
   bool meta_ = false;      // no memory yet (meta()); data_ is null
   uint8_t category_ = 0;   // MemoryScope's category when allocated (memory.h)
+  uint8_t rank_epoch_ = 0;  // the RankMemoryTracker counting it (0: none)
+  int32_t rank_ = -1;       // the rank it counts on (count_on_rank)
 };
 
 // Returns every cached block of freed storages to the system; the bytes
@@ -330,6 +336,12 @@ class Tensor {
   static Tensor zeros(const Shape& shape, DType dtype = DType::Float32);
   static Tensor ones(const Shape& shape, DType dtype = DType::Float32);
   static Tensor full(const Shape& shape, Scalar value, DType dtype = DType::Float32);
+  // On this tensor's device, as PyTorch's x.new_empty / new_zeros / new_full:
+  // a meta tensor (no memory, nothing written) when this one is meta
+  // (World::shape_only), a tensor with memory otherwise.
+  Tensor new_empty(const Shape& shape, DType dtype) const;
+  Tensor new_zeros(const Shape& shape, DType dtype) const;
+  Tensor new_full(const Shape& shape, Scalar value, DType dtype) const;
   // 0-d tensor holding value, of the scalar's natural dtype unless given.
   static Tensor scalar(Scalar value, std::optional<DType> dtype = std::nullopt);
   // [0, end) and [start, end) by step; int64 unless a dtype is given.

@@ -22,6 +22,16 @@ class World {
  public:
   // All `size` ranks held by this process. REQUIRES: size >= 1.
   static World simulated(int size);
+  // All `size` ranks held by this process, as shapes only: every tensor of
+  // the world is on the meta device (shapes, dtypes, strides and layouts,
+  // no data), ops compute their outputs' shapes without running kernels,
+  // and collectives record themselves (CommDebugMode, CollectiveTrace) and
+  // give each rank the shape it would get. The same program that trains on
+  // World::simulated runs here unchanged, in time and memory that depend
+  // on shapes only: what `dtensor estimate` plans a large run with
+  // (docs/estimate.md). Reading a value (item(), full_tensor()'s data)
+  // throws. REQUIRES: size >= 1.
+  static World shape_only(int size);
   // This process's rank of an MPI job: MPI_COMM_WORLD, initialised here
   // unless the program already did (then it is also the program's to
   // finalise; otherwise dtensor finalises it once, at exit, after every
@@ -55,6 +65,8 @@ class World {
   const std::vector<int>& held_ranks() const;
   bool holds(int rank) const;
   bool is_simulated() const;
+  // Whether it is a World::shape_only (which is also simulated).
+  bool is_shape_only() const;
   // This process's rank (MPI); 0 in a simulated world.
   int rank() const;
   // The collectives of this world.

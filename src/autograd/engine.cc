@@ -135,6 +135,7 @@ class FunctionNode final : public Node {
   // the saved tensors must give the same gradients (as full tensors).
   void verify(const DTensor& grad, const DTensor* saved, const Grads& got) const {
     if (grad.local().empty()) return;  // this process holds no rank of the mesh
+    if (grad.mesh().world().is_shape_only()) return;  // no values to compare
     verify_detail::CheckScope scope;
     auto replicated = [](const DTensor& t) {
       return t.redistribute(Placements(static_cast<size_t>(t.mesh().ndim()), Replicate()));

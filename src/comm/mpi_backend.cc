@@ -143,6 +143,21 @@ MpiBackend::Group MpiBackend::group_of(const DeviceMesh& mesh, int mesh_dim, Kin
   return g;
 }
 
+namespace {
+
+// CollectiveTrace: this rank's part, `bytes` (its input shard; for
+// broadcast and scatter, its output), in its group of mesh_dim.
+void trace_own(CollectiveKind kind, int64_t bytes, DType dtype, const DeviceMesh& mesh,
+               int mesh_dim, int rank) {
+  if (collective_trace() == nullptr) [[likely]]
+    return;
+  if (mesh_dim < 0) mesh_dim += mesh.ndim();
+  trace_collective(kind, dtype, mesh.group(rank, mesh_dim), mesh.world(),
+                   [bytes](size_t) { return bytes; });
+}
+
+}  // namespace
+
 LocalTensor MpiBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
                                    int64_t gather_dim) {
   const CollectiveTimer timer;  // collective_seconds
@@ -156,6 +171,8 @@ LocalTensor MpiBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
                     mesh, rank_);
   record_collective(CollectiveKind::AllGather, static_cast<int64_t>(t.nbytes()), t.dtype(),
                     mesh_dim_index(mesh, mesh_dim));
+  trace_own(CollectiveKind::AllGather, static_cast<int64_t>(t.nbytes()), t.dtype(), mesh, mesh_dim,
+            rank_);
   LocalTensor out;
   if (g.size == 1) {
     out.set(rank_, t.clone());
@@ -286,6 +303,8 @@ std::unique_ptr<Backend::Pending> MpiBackend::start_all_gather_flat(const LocalT
                     mesh, rank_);
   record_collective(CollectiveKind::AllGather, static_cast<int64_t>(t.nbytes()), t.dtype(),
                     mesh_dim_index(mesh, mesh_dim));
+  trace_own(CollectiveKind::AllGather, static_cast<int64_t>(t.nbytes()), t.dtype(), mesh, mesh_dim,
+            rank_);
   if (g.size == 1) {
     LocalTensor out;
     out.set(rank_, t.clone());
@@ -324,6 +343,8 @@ std::unique_ptr<Backend::Pending> MpiBackend::start_reduce_scatter_flat(const Lo
                     mesh, rank_);
   record_collective(CollectiveKind::ReduceScatter, static_cast<int64_t>(t.nbytes()), t.dtype(),
                     mesh_dim_index(mesh, mesh_dim));
+  trace_own(CollectiveKind::ReduceScatter, static_cast<int64_t>(t.nbytes()), t.dtype(), mesh, mesh_dim,
+            rank_);
   const int64_t piece = t.numel() / g.size;
   if (g.size == 1) {
     // One member: the fold of one piece is the piece (avg divides by 1);
@@ -390,6 +411,8 @@ LocalTensor MpiBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh
                     mesh, rank_);
   record_collective(CollectiveKind::AllReduce, static_cast<int64_t>(t.nbytes()), t.dtype(),
                     mesh_dim_index(mesh, mesh_dim));
+  trace_own(CollectiveKind::AllReduce, static_cast<int64_t>(t.nbytes()), t.dtype(), mesh, mesh_dim,
+            rank_);
   const Tensor src = t.contiguous();
   Tensor result = Tensor::empty(t.shape(), t.dtype());
   if (native_reduce() && g.size > 1 && !is_half(t.dtype())) {
@@ -467,6 +490,8 @@ LocalTensor MpiBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& 
                     mesh, rank_);
   record_collective(CollectiveKind::ReduceScatter, static_cast<int64_t>(t.nbytes()), t.dtype(),
                     mesh_dim_index(mesh, mesh_dim));
+  trace_own(CollectiveKind::ReduceScatter, static_cast<int64_t>(t.nbytes()), t.dtype(), mesh, mesh_dim,
+            rank_);
   const Tensor src = t.contiguous();
   Pieces pieces{around(src.shape(), scatter_dim), {}};
   for (int64_t j = 0; j < g.size; ++j) pieces.ranges.push_back(chunk_range(pieces.a.len, g.size, j));
@@ -509,6 +534,8 @@ LocalTensor MpiBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
                     mesh, rank_);
   record_collective(CollectiveKind::AllToAll, static_cast<int64_t>(t.nbytes()), t.dtype(),
                     mesh_dim_index(mesh, mesh_dim));
+  trace_own(CollectiveKind::AllToAll, static_cast<int64_t>(t.nbytes()), t.dtype(), mesh, mesh_dim,
+            rank_);
   LocalTensor out;
   if (g.size == 1) {
     out.set(rank_, t.clone());
@@ -628,6 +655,8 @@ LocalTensor MpiBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh,
   Tensor result = is_root ? mine->contiguous().clone() : Tensor::empty(shape_of(h), dtype);
   record_collective(CollectiveKind::Broadcast, static_cast<int64_t>(result.nbytes()), dtype,
                     mesh_dim_index(mesh, mesh_dim));
+  trace_own(CollectiveKind::Broadcast, static_cast<int64_t>(result.nbytes()), dtype, mesh,
+            mesh_dim, rank_);
   if (g.size > 1)
     check_mpi(MPI_Bcast(result.raw_data(), count_of(result.numel(), "broadcast"), mpi_type(dtype),
                         static_cast<int>(root), g.comm),
@@ -673,6 +702,8 @@ LocalTensor MpiBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, i
   record_collective(CollectiveKind::Scatter,
                     whole.product() * static_cast<int64_t>(itemsize(dtype)), dtype,
                     mesh_dim_index(mesh, mesh_dim));
+  trace_own(CollectiveKind::Scatter, my_shape.product() * static_cast<int64_t>(itemsize(dtype)),
+            dtype, mesh, mesh_dim, rank_);
   Tensor result = Tensor::empty(my_shape, dtype);
   if (g.size == 1) {
     result.copy_(*mine);
@@ -712,6 +743,8 @@ LocalTensor MpiBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
     check_same_call(g, c, mesh, rank_);
   }
   record_collective(CollectiveKind::BoxExchange, static_cast<int64_t>(t.nbytes()), t.dtype(), -1);
+  trace_own(CollectiveKind::BoxExchange, static_cast<int64_t>(t.nbytes()), t.dtype(), mesh,
+            mesh_dim, rank_);
   const Shape* out_shape = nullptr;
   for (const auto& [rank, shape] : routes.outputs)
     if (rank == rank_) out_shape = &shape;

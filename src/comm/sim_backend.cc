@@ -342,6 +342,51 @@ class RankSlots {
   std::vector<Tensor> slots_;
 };
 
+// ---- the per-rank trace -------------------------------------------------------
+
+// CollectiveTrace: member i of group g handed in bytes(g, i).
+template <class F>
+void trace(const Prepared& p, CollectiveKind kind, const DeviceMesh& mesh, F&& bytes) {
+  if (collective_trace() == nullptr) [[likely]]
+    return;
+  for (size_t g = 0; g < p.groups.size(); ++g)
+    trace_collective(kind, p.first->dtype(), p.groups[g], mesh.world(),
+                     [&](size_t i) { return static_cast<int64_t>(bytes(g, i)); });
+}
+
+// Each member's own input shard.
+auto own_bytes(const Prepared& p) {
+  return [&p](size_t g, size_t i) { return p.shards[g][i]->nbytes(); };
+}
+
+// ---- the shape-only world -----------------------------------------------------
+
+// World::shape_only's shards are meta: a collective checks and records
+// itself as for data, then each member gets a meta tensor of the shape it
+// would get, shape_of(g, i) for member i of group g; nothing moves.
+template <class F>
+LocalTensor meta_results(const Prepared& p, F&& shape_of) {
+  RankSlots out(p);
+  for (size_t g = 0; g < p.groups.size(); ++g)
+    for (size_t i = 0; i < p.groups[g].size(); ++i)
+      out[p.groups[g][i]] = Tensor::meta(shape_of(g, i), p.first->dtype());
+  return out.take();
+}
+
+// The group's shape with `dim` the sum of its members' (gathered, joined).
+Shape joined_shape(const Prepared& p, size_t g, int64_t dim) {
+  Shape shape = p.shards[g][0]->shape();
+  shape[dim] = 0;
+  for (const Tensor* t : p.shards[g]) shape[dim] += t->size(dim);
+  return shape;
+}
+
+// `shape` with `dim` cut to member i's chunk of n (Tensor::chunk's rule).
+Shape chunk_shape(Shape shape, int64_t dim, size_t n, size_t i) {
+  shape[dim] = chunk_range(shape[dim], static_cast<int64_t>(n), static_cast<int64_t>(i)).size;
+  return shape;
+}
+
 }  // namespace
 
 LocalTensor SimBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,
@@ -351,6 +396,9 @@ LocalTensor SimBackend::all_gather(const LocalTensor& in, const DeviceMesh& mesh
   gather_dim = check_prepared_dim(p, "gather dim", gather_dim);
   check_group_shapes(p, gather_dim, "gather dim");
   record_collective(CollectiveKind::AllGather, p.max_bytes, p.first->dtype(), p.where.mesh_dim);
+  trace(p, CollectiveKind::AllGather, mesh, own_bytes(p));
+  if (p.first->is_meta())
+    return meta_results(p, [&](size_t g, size_t) { return joined_shape(p, g, gather_dim); });
 
   const Sources src = contiguous_sources(p);
   const Joined join = joined(p, gather_dim);
@@ -413,6 +461,9 @@ LocalTensor SimBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh
   check_reduce_op(p, op);
   check_group_shapes(p, -1);
   record_collective(CollectiveKind::AllReduce, p.max_bytes, p.first->dtype(), p.where.mesh_dim);
+  trace(p, CollectiveKind::AllReduce, mesh, own_bytes(p));
+  if (p.first->is_meta())
+    return meta_results(p, [&](size_t g, size_t) { return p.shards[g][0]->shape(); });
 
   RankSlots out(p);
   const int64_t groups = static_cast<int64_t>(p.groups.size());
@@ -444,6 +495,12 @@ LocalTensor SimBackend::reduce_scatter(const LocalTensor& in, const DeviceMesh& 
   scatter_dim = check_prepared_dim(p, "scatter dim", scatter_dim);
   check_group_shapes(p, -1);
   record_collective(CollectiveKind::ReduceScatter, p.max_bytes, p.first->dtype(), p.where.mesh_dim);
+  trace(p, CollectiveKind::ReduceScatter, mesh, own_bytes(p));
+  if (p.first->is_meta()) {
+    return meta_results(p, [&](size_t g, size_t i) {
+      return chunk_shape(p.shards[g][0]->shape(), scatter_dim, p.groups[g].size(), i);
+    });
+  }
 
   RankSlots out(p);
   const int64_t groups = static_cast<int64_t>(p.groups.size());
@@ -481,6 +538,12 @@ LocalTensor SimBackend::all_to_all(const LocalTensor& in, const DeviceMesh& mesh
            split_dim, " (shards of shape ", p.first->shape(), ")");
   check_group_shapes(p, concat_dim, "concat dim");
   record_collective(CollectiveKind::AllToAll, p.max_bytes, p.first->dtype(), p.where.mesh_dim);
+  trace(p, CollectiveKind::AllToAll, mesh, own_bytes(p));
+  if (p.first->is_meta()) {
+    return meta_results(p, [&](size_t g, size_t i) {
+      return chunk_shape(joined_shape(p, g, concat_dim), split_dim, p.groups[g].size(), i);
+    });
+  }
 
   const Sources src = contiguous_sources(p);
   const Joined join = joined(p, concat_dim);
@@ -572,6 +635,10 @@ LocalTensor SimBackend::broadcast(const LocalTensor& in, const DeviceMesh& mesh,
   const CollectiveTimer timer;  // collective_seconds
   const Prepared p = prepare("broadcast", in, mesh, mesh_dim, root);
   record_collective(CollectiveKind::Broadcast, p.max_bytes, p.first->dtype(), p.where.mesh_dim);
+  trace(p, CollectiveKind::Broadcast, mesh,
+        [&](size_t g, size_t) { return p.shards[g][root]->nbytes(); });
+  if (p.first->is_meta())
+    return meta_results(p, [&](size_t g, size_t) { return p.shards[g][root]->shape(); });
 
   const Sources src = contiguous_sources(p);
   const int64_t groups = static_cast<int64_t>(p.groups.size());
@@ -595,6 +662,16 @@ LocalTensor SimBackend::scatter(const LocalTensor& in, const DeviceMesh& mesh, i
   const Prepared p = prepare("scatter", in, mesh, mesh_dim, root);
   scatter_dim = check_prepared_dim(p, "scatter dim", scatter_dim);
   record_collective(CollectiveKind::Scatter, p.max_bytes, p.first->dtype(), p.where.mesh_dim);
+  trace(p, CollectiveKind::Scatter, mesh, [&](size_t g, size_t i) {
+    const Tensor& from = *p.shards[g][root];
+    return chunk_shape(from.shape(), scatter_dim, p.groups[g].size(), i).product() *
+           static_cast<int64_t>(itemsize(from.dtype()));
+  });
+  if (p.first->is_meta()) {
+    return meta_results(p, [&](size_t g, size_t i) {
+      return chunk_shape(p.shards[g][root]->shape(), scatter_dim, p.groups[g].size(), i);
+    });
+  }
 
   const Sources src = contiguous_sources(p);
   const int64_t groups = static_cast<int64_t>(p.groups.size());

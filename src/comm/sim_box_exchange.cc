@@ -70,8 +70,18 @@ LocalTensor SimBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
     }
   DT_CHECK(first != nullptr, "box_exchange over ", mesh.to_string(), ": no rank holds a shard");
   record_collective(CollectiveKind::BoxExchange, max_bytes, first->dtype(), -1);
+  if (collective_trace() != nullptr) {
+    for (const std::vector<int>& group : mesh.groups(mesh_dim < 0 ? mesh_dim + ndim : mesh_dim))
+      trace_collective(CollectiveKind::BoxExchange, first->dtype(), group, mesh.world(),
+                       [&](size_t i) {
+                         return in.holds(group[i]) && in.shard(group[i]).defined()
+                                    ? static_cast<int64_t>(in.shard(group[i]).nbytes())
+                                    : int64_t{0};
+                       });
+  }
 
   const DType dtype = first->dtype();
+  const bool meta = first->is_meta();  // World::shape_only: shapes, no data
   const int64_t isz = static_cast<int64_t>(itemsize(dtype));
   std::vector<int64_t> slot(world, -1);  // world rank -> index in routes.outputs
   std::vector<Tensor> outs;
@@ -81,7 +91,7 @@ LocalTensor SimBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
     DT_CHECK(slot[r] < 0, "box_exchange over ", mesh.to_string(), ": output of rank ", rank,
              " listed twice");
     slot[r] = static_cast<int64_t>(outs.size());
-    outs.push_back(Tensor::empty(shape, dtype));
+    outs.push_back(meta ? Tensor::meta(shape, dtype) : Tensor::empty(shape, dtype));
   }
   // The moves by receiver (a counting sort, in route order within each),
   // each checked to lie inside both of its tensors.
@@ -107,7 +117,7 @@ LocalTensor SimBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
     to[fill[k]++] = &m;
     bytes += m.size.product() * isz;
   }
-  detail::parallel_copies(static_cast<int64_t>(outs.size()), bytes, [&](int64_t begin, int64_t end) {
+  auto copy_boxes = [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       Tensor& out = outs[static_cast<size_t>(k)];
       auto* dst = static_cast<std::byte*>(out.raw_data());
@@ -119,7 +129,8 @@ LocalTensor SimBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
                               m->from_start, m->size, isz);
       }
     }
-  });
+  };
+  if (!meta) detail::parallel_copies(static_cast<int64_t>(outs.size()), bytes, copy_boxes);
   std::vector<std::pair<int, Tensor>> shards;
   shards.reserve(outs.size());
   for (size_t k = 0; k < outs.size(); ++k) shards.emplace_back(routes.outputs[k].first, std::move(outs[k]));

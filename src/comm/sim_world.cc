@@ -21,6 +21,16 @@ World World::simulated(int size) {
                                       /*simulated=*/true));
 }
 
+// The same backend: each collective, given meta shards, validates and
+// records itself as for data and returns the shapes (sim_backend.cc).
+World World::shape_only(int size) {
+  DT_CHECK(size >= 1, "World::shape_only: size must be >= 1, got ", size);
+  std::vector<int> held(static_cast<size_t>(size));
+  std::iota(held.begin(), held.end(), 0);
+  return World(std::make_shared<Impl>(size, std::move(held), std::make_unique<SimBackend>(),
+                                      /*simulated=*/true, /*shape_only=*/true));
+}
+
 #ifndef DTENSOR_HAVE_MPI
 bool World::mpi_available() { return false; }
 

@@ -136,6 +136,11 @@ struct OpRule {
   // so the rank loop never wakes the thread pool (whatever the bytes), and
   // the kernel runs the shards in rank order on the calling thread.
   bool views = false;
+  // The kernel is a Tensor method that keeps meta shards meta (a copy, or
+  // the input itself when it is already so): a shape-only world runs it,
+  // so that contiguous() of a contiguous shard, which returns its input,
+  // counts no new memory there either. (Views' kernels always run.)
+  bool meta_kernel = false;
   // Optional: whether the op, called with these arguments, keeps any layout
   // of its input as it is: the output takes the input's placements (shard
   // orders, uneven shards and Partials included) and the kernel, run on
@@ -164,6 +169,10 @@ struct OutputSharding {
   // dim divides evenly), so that kernels asking per rank (views) skip the
   // extent arithmetic; empty otherwise. Set by propagate().
   std::optional<Shape> uniform_local_shape = std::nullopt;
+  // The output's mesh is of a World::shape_only: kernels do not run (but
+  // views', which make views of meta shards as of any); each rank's output
+  // is a meta tensor of its local shape (meta_outputs). Set by propagate().
+  bool shape_only = false;
 };
 
 // The cached propagation of `schema` under `rule`. Throws dtensor::Error
@@ -205,6 +214,14 @@ DTensor wrap(const OutputSharding& s, LocalTensor local);
 
 // The shape of `rank`'s shard of the output.
 Shape output_local_shape(const OutputSharding& s, int rank);
+
+// World::shape_only: the output, a meta tensor of its local shape for each
+// rank `like` holds, in place of running the kernel.
+LocalTensor meta_outputs(const OutputSharding& s, const LocalTensor& like);
+// Whether the op runs shapes only (OutputSharding::shape_only) rather than its kernel.
+inline bool skips_kernel(const OutputSharding& s, const OpRule& rule) {
+  return s.shape_only && !rule.views && !rule.meta_kernel;
+}
 
 // VerifyMode: `got` (the op's result) against `rerun` of the same op on the
 // inputs redistributed to Replicate, compared as full tensors. Throws naming
@@ -274,6 +291,7 @@ DTensor run_unchecked(const OpSchema& schema, const OpRule& rule, const DTensor*
     }
     return total;
   };
+  if (skips_kernel(*s, rule)) return wrap(*s, meta_outputs(*s, *locals[0]));
   LocalTensor out = detail::map_shards(*locals[0], bytes, [&](int64_t k) {
     const Tensor* ts[kMaxInputs];
     for (int i = 0; i < schema.num_inputs; ++i) ts[i] = &locals[i]->shards()[k].second;
@@ -305,8 +323,13 @@ DTensor run_unary(const OpSchema& schema, const OpRule& rule, const DTensor& x, 
   };
   auto compute = [&](const OpSchema& sc, const DTensor& in) {
     auto s = propagate(sc, rule);
-    if (!s->needs_redistribute) return wrap(*s, apply(in.local()));
-    return wrap(*s, apply(prepare_input(in, *s, 0).local()));
+    if (!s->needs_redistribute) [[likely]] {
+      if (skips_kernel(*s, rule)) return wrap(*s, meta_outputs(*s, in.local()));
+      return wrap(*s, apply(in.local()));
+    }
+    const DTensor moved = prepare_input(in, *s, 0);
+    if (skips_kernel(*s, rule)) return wrap(*s, meta_outputs(*s, moved.local()));
+    return wrap(*s, apply(moved.local()));
   };
   return kept_or(rule, [&] {
     if (!verify_detail::should_verify()) return compute(schema, x);
@@ -330,8 +353,12 @@ DTensor run_binary(const OpSchema& schema, const OpRule& rule, const DTensor& a,
   };
   auto compute = [&](const OpSchema& sc, const DTensor& x, const DTensor& y) {
     auto s = propagate(sc, rule);
-    if (!s->needs_redistribute) return wrap(*s, apply(x.local(), y.local()));
+    if (!s->needs_redistribute) [[likely]] {
+      if (skips_kernel(*s, rule)) return wrap(*s, meta_outputs(*s, x.local()));
+      return wrap(*s, apply(x.local(), y.local()));
+    }
     const DTensor rx = prepare_input(x, *s, 0), ry = prepare_input(y, *s, 1);
+    if (skips_kernel(*s, rule)) return wrap(*s, meta_outputs(*s, rx.local()));
     return wrap(*s, apply(rx.local(), ry.local()));
   };
   return kept_or(rule, [&] {

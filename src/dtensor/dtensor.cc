@@ -138,8 +138,9 @@ DTensor DTensor::redistribute(const Placements& placements,
     return *this;
   }
   // Deferred initialisation: a meta tensor's values are made later from
-  // global indices, so laying it out moves nothing.
-  if (is_meta()) return meta(target);
+  // global indices, so laying it out moves nothing. (A shape-only world
+  // runs the plan: its collectives are what it records.)
+  if (is_meta() && !mesh().world().is_shape_only()) return meta(target);
   LocalTensor out = redistribute_local(local_, spec(), target, options, "redistribute");
   DTensor result(std::move(target), std::move(out));
   if (autograd::recording({this})) {
@@ -161,7 +162,7 @@ DTensor DTensor::redistribute(const Placements& placements,
                        return autograd::Grads{g.redistribute(to, o)};
                      });
   }
-  if (verify_detail::should_verify() && !local_.empty()) {
+  if (verify_detail::should_verify() && !local_.empty() && !mesh().world().is_shape_only()) {
     // VerifyMode: moving data must keep the tensor's value.
     verify_detail::CheckScope scope;
     verify_detail::expect_match(result.full_tensor(), full_tensor(),

@@ -150,6 +150,7 @@ namespace {
 DTensor factory(const char* op, const Shape& shape, const DeviceMesh& mesh,
                 const Placements& placements, DType dtype, std::optional<Scalar> value) {
   DTensorSpec spec(mesh, placements, shape, dtype);  // validates
+  if (mesh.world().is_shape_only()) return DTensor::meta(spec);  // shapes, no values
   // All the held shards together, before the first is made.
   std::vector<PlannedTensor> shards;
   for (int r : mesh.held_ranks())

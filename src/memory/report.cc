@@ -40,6 +40,25 @@ MemoryScope::~MemoryScope() { detail::set_memory_category(previous_); }
 
 void reset_peak_memory_stats() { detail::reset_peak_bytes_allocated(); }
 
+RankMemoryTracker::RankMemoryTracker(const World& world) : world_(world) {
+  detail::start_rank_counting(world.size());
+}
+
+RankMemoryTracker::~RankMemoryTracker() { detail::stop_rank_counting(); }
+
+std::vector<RankPeak> RankMemoryTracker::ranks() const {
+  std::vector<RankPeak> out;
+  for (int rank : world_.held_ranks()) {
+    const detail::RankBytes b = detail::rank_bytes(rank);
+    out.push_back({rank, b.now[0], b.peak[0],
+                   b.peak[static_cast<int>(MemoryCategory::UnshardedParameters)],
+                   b.peak[static_cast<int>(MemoryCategory::CommunicationBuffers)]});
+  }
+  return out;
+}
+
+void RankMemoryTracker::reset_peaks() { detail::reset_rank_peaks(); }
+
 namespace {
 
 // A "VmRSS:   1234 kB" line of /proc/self/status, in bytes.

@@ -86,6 +86,7 @@ DTensor Init::distribute(const DeviceMesh& mesh, const Placements& placements) c
       return affine(rand(shape_, mesh, placements, seed_, dtype_), scale_, shift_);
     case Kind::Constant: {
       const DTensorSpec spec(mesh, placements, shape_, dtype_);
+      if (mesh.world().is_shape_only()) return DTensor::meta(spec);
       return from_local(
           [&](int rank) {
             return Tensor::full(spec.extent_of_rank(rank)->local_shape, shift_, dtype_);

@@ -75,6 +75,10 @@ DTensor random_dtensor(Distribution dist, const char* op, const Shape& shape,
              to_string(placements), " (", placements[i], " on mesh dim ", i, ")");
   for (int64_t n : shape) DT_CHECK(n >= 0, op, ": invalid size ", n, " in shape ", shape);
   DTensorSpec spec(mesh, placements, shape, dtype);  // validates the placements
+  if (mesh.world().is_shape_only()) {  // shapes, no values (drawing its seed all the same)
+    if (!seed) next_seed();
+    return DTensor::meta(spec);
+  }
   std::vector<PlannedTensor> blocks;
   for (int rank : mesh.world().held_ranks())
     if (auto e = spec.extent_of_rank(rank))

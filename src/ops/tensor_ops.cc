@@ -181,8 +181,10 @@ void index_select_backward_strategies(const OpSchema& s, const TensorMeta&,
 
 constexpr OpRule kCat{"cat", cat_meta, cat_strategies};
 constexpr OpRule kStack{"stack", stack_meta, stack_strategies};
-constexpr OpRule kClone{"clone", contiguous_like, copy_strategies};
-constexpr OpRule kContiguous{"contiguous", contiguous_like, copy_strategies};
+constexpr OpRule kClone{.name = "clone", .output_meta = contiguous_like,
+                        .strategies = copy_strategies, .meta_kernel = true};
+constexpr OpRule kContiguous{.name = "contiguous", .output_meta = contiguous_like,
+                             .strategies = copy_strategies, .meta_kernel = true};
 constexpr OpRule kZerosLike{"zeros_like", contiguous_like, copy_strategies};
 constexpr OpRule kOnesLike{"ones_like", contiguous_like, copy_strategies};
 constexpr OpRule kFullLike{"full_like", contiguous_like, copy_strategies};

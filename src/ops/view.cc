@@ -347,7 +347,7 @@ bool identity_permutation(const OpSchema& s, const TensorMeta&) {
 
 constexpr OpRule permute_rule(const char* name) {
   return {.name = name, .output_meta = permute_meta, .strategies = permute_strategies,
-          .keeps_layout = identity_permutation};
+          .meta_kernel = true, .keeps_layout = identity_permutation};
 }
 constexpr OpRule kPermute = permute_rule("permute");
 constexpr OpRule kTranspose = permute_rule("transpose");
@@ -374,7 +374,8 @@ void expand_strategies(const OpSchema& s, const TensorMeta& out, std::vector<Dim
 }
 
 constexpr OpRule kExpand{.name = "expand", .output_meta = expand_meta,
-                         .strategies = expand_strategies, .keeps_layout = keeps_shape};
+                         .strategies = expand_strategies, .meta_kernel = true,
+                         .keeps_layout = keeps_shape};
 
 // ---- narrow, slice, select (OpId::Narrow, Slice, Select) ---------------------------------
 
@@ -414,7 +415,7 @@ bool cut_keeps_layout(const OpSchema& s, const TensorMeta& out) {
 
 constexpr OpRule cut_rule(const char* name) {
   return {.name = name, .output_meta = cut_meta, .strategies = cut_strategies,
-          .keeps_layout = cut_keeps_layout};
+          .meta_kernel = true, .keeps_layout = cut_keeps_layout};
 }
 constexpr OpRule kNarrow = cut_rule("narrow");
 constexpr OpRule kSlice = cut_rule("slice");

@@ -101,7 +101,7 @@ template <class T>
 double local_accumulate(const Tensor& shard, double norm_type, double acc) {
   const Tensor c = shard.contiguous();
   const int64_t n = c.numel();
-  if (n == 0) return acc;
+  if (n == 0 || c.is_meta()) return acc;  // a shape-only world has no values
   const T* x = c.data_ptr<T>();
   if (std::isinf(norm_type)) {
     for (int64_t i = 0; i < n; ++i) {
@@ -220,6 +220,7 @@ double grad_norm(const std::vector<DTensor>& params, double norm_type, bool writ
   }
   if (groups.empty()) return 0;
   const std::vector<double> values = group_values(groups, inf, op);
+  if (groups.front().mesh.world().is_shape_only()) return NAN;  // no values, no norm
   double total = 0;
   for (double value : values) {
     if (inf)
@@ -236,7 +237,8 @@ double grad_norm(const std::vector<DTensor>& params, double norm_type, bool writ
 template <class T>
 Tensor scaled(const Tensor& shard, double coef) {
   const Tensor c = shard.contiguous();
-  Tensor out = Tensor::empty(c.shape(), c.dtype());
+  Tensor out = c.new_empty(c.shape(), c.dtype());
+  if (c.is_meta()) return out;
   const int64_t n = c.numel();
   if (n == 0) return out;
   const T k = static_cast<T>(coef);
@@ -256,13 +258,16 @@ double clip_grad_norm_(const std::vector<DTensor>& params, double max_norm, doub
                        bool error_if_nonfinite) {
   std::vector<std::pair<size_t, DTensor>> grads;
   const double total = grad_norm(params, norm_type, true, &grads, "clip_grad_norm_");
-  DT_CHECK(!error_if_nonfinite || std::isfinite(total), "clip_grad_norm_: the total norm of order ",
+  // A shape-only world knows no norm (NaN): it takes the gradients as
+  // scaled, their new memory counted, the larger of the two cases.
+  const bool shapes = !grads.empty() && grads.front().second.mesh().world().is_shape_only();
+  DT_CHECK(!error_if_nonfinite || shapes || std::isfinite(total), "clip_grad_norm_: the total norm of order ",
            norm_type, " of the gradients of ", grads.size(),
            " parameters is non-finite (", total,
            "), so it cannot be clipped; pass error_if_nonfinite = false to clip anyway");
   const double coef = max_norm / (total + 1e-6);
   // PyTorch clamps the coefficient to 1; a nan norm scales by nan as it does.
-  if (coef >= 1) return total;
+  if (coef >= 1 && !shapes) return total;
   for (auto& [i, g] : grads) {
     LocalTensor local = g.local().map([&](int, const Tensor& t) {
       return g.dtype() == DType::Float64 ? scaled<double>(t, coef) : scaled<float>(t, coef);

@@ -69,6 +69,7 @@ void for_each_shard(const DTensor& param, const DTensor& grad,
     std::vector<Tensor> targets, work;
     for (int64_t i = begin; i < end; ++i) {
       const auto& [rank, p] = shards[i];
+      if (p.is_meta()) continue;  // World::shape_only: no values to update
       targets.clear();
       work.clear();
       targets.push_back(p);

@@ -25,7 +25,7 @@ DTensor zeros_like_param(const DTensor& param) { return full_like_param(param, 0
 
 DTensor full_like_param(const DTensor& param, double value) {
   LocalTensor local = param.local().map(
-      [value](int, const Tensor& t) { return Tensor::full(t.shape(), value, t.dtype()); });
+      [value](int, const Tensor& t) { return t.new_full(t.shape(), value, t.dtype()); });
   return DTensor(param.spec(), std::move(local));
 }
 

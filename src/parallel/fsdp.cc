@@ -48,11 +48,19 @@ namespace dtensor {
 namespace {
 
 // Where a rank's parameters sit in the flat buffer.
-struct RankLayout {
+// How the members of one dp group lay their shards out in the flat
+// buffers. One per group, shared by its members: per rank it would be
+// ranks x members shapes per parameter (3.6 GB for a 32-layer model on
+// 1,024 ranks of a shape-only world).
+struct PieceLayout {
   int64_t total = 0;                        // elements per member's piece
-  int member = 0;                           // this rank's index in its dp group
   std::vector<int64_t> offset;              // per parameter, within a piece
   std::vector<std::vector<Shape>> shapes;   // per parameter, per member: its shard's shape
+};
+
+struct RankLayout {
+  int member = 0;  // this rank's index in its dp group
+  std::shared_ptr<const PieceLayout> pieces;
 };
 
 struct Param {
@@ -91,6 +99,11 @@ struct Group {
   std::vector<int> replicate_dims;
   std::optional<DeviceMesh> replicate_mesh;
   int replicate_dim = 0;
+  // A flat buffer of n zeros; meta in a World::shape_only (no memory, and
+  // the copies into it move nothing).
+  Tensor flat_zeros(int64_t n, DType dtype) const {
+    return mesh.world().is_shape_only() ? Tensor::meta({n}, dtype) : Tensor::zeros({n}, dtype);
+  }
   bool data_parallel(size_t d) const {
     const auto in = [d](const std::vector<int>& v) {
       return std::find(v.begin(), v.end(), static_cast<int>(d)) != v.end();
@@ -237,10 +250,10 @@ std::unique_ptr<Backend::Pending> Group::start_gather() const {
   const MemoryScope scope(MemoryCategory::CommunicationBuffers);
   LocalTensor in;
   for (const auto& [rank, l] : layouts) {
-    Tensor flat = Tensor::zeros({l.total}, param_dtype());
-    for (size_t k = 0; k < params.size(); ++k) {
+    Tensor flat = flat_zeros(l.pieces->total, param_dtype());
+    for (size_t k = 0; k < params.size() && !flat.is_meta(); ++k) {
       const Tensor s = params[k].sharded.to_local(rank);
-      if (s.numel() > 0) flat.narrow(0, l.offset[k], s.numel()).copy_(s.reshape({-1}));
+      if (s.numel() > 0) flat.narrow(0, l.pieces->offset[k], s.numel()).copy_(s.reshape({-1}));
     }
     in.set(rank, std::move(flat));
   }
@@ -278,19 +291,23 @@ std::vector<DTensor> Group::cut(const LocalTensor& out,
   values.reserve(params.size());
   for (size_t k = 0; k < params.size(); ++k) {
     LocalTensor local;
+    const DTensorSpec& u = params[k].unsharded_spec;
     for (const auto& [rank, l] : layouts) {
       const Tensor& flat = out.shard(rank);
+      if (flat.is_meta()) {  // a shape-only world: the joined shape, nothing cut
+        local.set(rank, Tensor::meta(u.extent_of_rank(rank)->local_shape, param_dtype()));
+        continue;
+      }
       std::vector<Tensor> pieces;
-      for (size_t j = 0; j < l.shapes[k].size(); ++j) {
-        const Shape& shape = l.shapes[k][j];
+      for (size_t j = 0; j < l.pieces->shapes[k].size(); ++j) {
+        const Shape& shape = l.pieces->shapes[k][j];
         pieces.push_back(
-            flat.narrow(0, piece_start(static_cast<int64_t>(j)) * l.total + l.offset[k],
+            flat.narrow(0, piece_start(static_cast<int64_t>(j)) * l.pieces->total + l.pieces->offset[k],
                         shape.product())
                 .view(shape));
       }
       local.set(rank, cat(pieces, params[k].dim).contiguous());
     }
-    const DTensorSpec& u = params[k].unsharded_spec;
     values.emplace_back(DTensorSpec(u.mesh(), u.placements(), u.shape(), param_dtype()),
                         std::move(local));
   }
@@ -302,17 +319,17 @@ void Group::keep_k_pieces() {
   const int64_t k = reshard_size;
   LocalTensor out;
   for (const auto& [rank, l] : layouts) {
-    const int64_t members = static_cast<int64_t>(l.shapes.empty() ? 1 : l.shapes[0].size());
+    const int64_t members = static_cast<int64_t>(l.pieces->shapes.empty() ? 1 : l.pieces->shapes[0].size());
     const int64_t mine = l.member % k;
-    Tensor flat = Tensor::zeros({members / k * l.total}, param_dtype());
-    for (size_t p = 0; p < params.size(); ++p) {
+    Tensor flat = flat_zeros(members / k * l.pieces->total, param_dtype());
+    for (size_t p = 0; p < params.size() && !flat.is_meta(); ++p) {
       const Tensor value = unsharded[p].to_local(rank);
       const int64_t dim = params[p].dim;
       int64_t start = 0;
       for (int64_t j = 0; j < members; ++j) {
-        const Shape& shape = l.shapes[p][static_cast<size_t>(j)];
+        const Shape& shape = l.pieces->shapes[p][static_cast<size_t>(j)];
         if (j % k == mine && shape.product() > 0)
-          flat.narrow(0, j / k * l.total + l.offset[p], shape.product())
+          flat.narrow(0, j / k * l.pieces->total + l.pieces->offset[p], shape.product())
               .view(shape)
               .copy_(value.narrow(dim, start, shape[static_cast<size_t>(dim)]));
         start += shape[static_cast<size_t>(dim)];
@@ -327,9 +344,9 @@ std::vector<DTensor> Group::gather_kept() const {
   // Position i of a run sent the pieces i, i + k, ...: member j's piece is
   // the (j / k)-th of position j % k's.
   const int64_t k = reshard_size;
-  const int64_t members = static_cast<int64_t>(layouts.begin()->second.shapes.empty()
+  const int64_t members = static_cast<int64_t>(layouts.begin()->second.pieces->shapes.empty()
                                                     ? 1
-                                                    : layouts.begin()->second.shapes[0].size());
+                                                    : layouts.begin()->second.pieces->shapes[0].size());
   LocalTensor out;
   {
     const MemoryScope scope(MemoryCategory::CommunicationBuffers);
@@ -423,17 +440,17 @@ class GatherNode final : public autograd::Node {
     const MemoryScope scope(MemoryCategory::CommunicationBuffers);
     LocalTensor in;
     for (const auto& [rank, l] : g.layouts) {
-      const int64_t n = static_cast<int64_t>(l.shapes.empty() ? 1 : l.shapes[0].size());
-      Tensor flat = Tensor::zeros({n * l.total}, g.reduce_dtype());
-      for (size_t k = 0; k < g.params.size(); ++k) {
+      const int64_t n = static_cast<int64_t>(l.pieces->shapes.empty() ? 1 : l.pieces->shapes[0].size());
+      Tensor flat = g.flat_zeros(n * l.pieces->total, g.reduce_dtype());
+      for (size_t k = 0; k < g.params.size() && !flat.is_meta(); ++k) {
         if (!call_->grads[k]) continue;
         const Tensor local = call_->grads[k]->to_local(rank);
         const int64_t dim = g.params[k].dim;
         int64_t start = 0;
-        for (size_t j = 0; j < l.shapes[k].size(); ++j) {
-          const Shape& shape = l.shapes[k][j];
+        for (size_t j = 0; j < l.pieces->shapes[k].size(); ++j) {
+          const Shape& shape = l.pieces->shapes[k][j];
           if (shape.product() > 0)
-            flat.narrow(0, static_cast<int64_t>(j) * l.total + l.offset[k], shape.product())
+            flat.narrow(0, static_cast<int64_t>(j) * l.pieces->total + l.pieces->offset[k], shape.product())
                 .view(shape)
                 .copy_(local.narrow(dim, start, shape[static_cast<size_t>(dim)]));
           start += shape[static_cast<size_t>(dim)];
@@ -441,7 +458,9 @@ class GatherNode final : public autograd::Node {
       }
       // Earlier backwards without sync first, then this one (FSDP2 adds
       // each backward's unsharded gradient into the accumulated one).
-      if (g.unsynced) flat = add(g.unsynced->shard(rank), flat);
+      if (g.unsynced)
+        flat = flat.is_meta() ? flat.new_empty(flat.shape(), flat.dtype())  // shapes only
+                              : add(g.unsynced->shard(rank), flat);
       in.set(rank, std::move(flat));
     }
     call_->had_grad.clear();
@@ -509,9 +528,10 @@ class ReduceScatterWait final : public autograd::Node {
       if (!call_->had_grad[k] || !edges[k].node) continue;
       LocalTensor local;
       for (const auto& [rank, l] : g.layouts) {
-        const Shape& shape = l.shapes[k][static_cast<size_t>(l.member)];
-        Tensor cut = out.shard(rank).narrow(0, l.offset[k], shape.product()).view(shape);
-        if (g.divide_factor != 1) cut = cut / g.divide_factor;  // in reduce_dtype
+        const Shape& shape = l.pieces->shapes[k][static_cast<size_t>(l.member)];
+        Tensor cut = out.shard(rank).narrow(0, l.pieces->offset[k], shape.product()).view(shape);
+        if (g.divide_factor != 1)  // in reduce_dtype (a shape-only world: the shape)
+          cut = cut.is_meta() ? cut.new_empty(shape, cut.dtype()) : cut / g.divide_factor;
         local.set(rank, cut.dtype() == g.dtype ? cut.clone() : cut.to(g.dtype));
       }
       grads[k] = DTensor(g.params[k].sharded.spec(), std::move(local));
@@ -559,7 +579,7 @@ void record_gather(const std::shared_ptr<Group>& group, std::vector<DTensor>& va
   const Placements replicate(static_cast<size_t>(group->mesh.ndim()), Replicate());
   // leaves <- ReduceScatterWait <- wait token <- GatherNode <- token.
   DTensor wait_token =
-      distribute_tensor(Tensor::zeros({1}, group->dtype), group->mesh, replicate);
+      distribute_tensor(group->flat_zeros(1, group->dtype), group->mesh, replicate);
   autograd::attach(wait_token, std::make_shared<ReduceScatterWait>(group, call), leaves);
   DTensor token = wait_token.detach();
   autograd::attach(token, std::make_shared<GatherNode>(group, call), {&wait_token});
@@ -848,22 +868,27 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
   for (Param& p : group->params)
     for (DTensor* slot : p.slots) nn::replace_parameter(*slot, p.sharded, "fully_shard");
 
+  std::map<int, std::shared_ptr<const PieceLayout>> by_first_member;
   for (int rank : mesh.held_ranks()) {
-    RankLayout l;
     const std::vector<int> members = group->dp_mesh.group(rank, group->dp_dim);
-    l.member = static_cast<int>(group->dp_mesh.group_index(rank, group->dp_dim));
-    for (const Param& p : group->params) {
-      std::vector<Shape> shapes;
-      int64_t most = 0;
-      for (int m : members) {
-        shapes.push_back(p.sharded.spec().extent_of_rank(m)->local_shape);
-        most = std::max(most, shapes.back().product());
+    std::shared_ptr<const PieceLayout>& pieces = by_first_member[members.front()];
+    if (!pieces) {
+      auto made = std::make_shared<PieceLayout>();
+      for (const Param& p : group->params) {
+        std::vector<Shape> shapes;
+        int64_t most = 0;
+        for (int m : members) {
+          shapes.push_back(p.sharded.spec().extent_of_rank(m)->local_shape);
+          most = std::max(most, shapes.back().product());
+        }
+        made->offset.push_back(made->total);
+        made->total += most;
+        made->shapes.push_back(std::move(shapes));
       }
-      l.offset.push_back(l.total);
-      l.total += most;
-      l.shapes.push_back(std::move(shapes));
+      pieces = std::move(made);
     }
-    group->layouts.emplace(rank, std::move(l));
+    const int member = static_cast<int>(group->dp_mesh.group_index(rank, group->dp_dim));
+    group->layouts.emplace(rank, RankLayout{member, pieces});
   }
 
   // The hooks own the group and the module's marker. A module with

@@ -192,12 +192,20 @@ DTensor moved_to(const DTensor& x, const Placements& p) {
   return same ? x : x.redistribute(p);
 }
 
+// Whether x is of a World::shape_only, where the kernels below do not run:
+// the same DTensors and collectives are made of meta shards.
+bool shapes_only(const DTensor& x) { return x.mesh().world().is_shape_only(); }
+
 // A DTensor of the targets' shape (dtype `dtype`) with `placements`, whose
-// shard on each held rank is make(rank).
+// shard on each held rank is make(rank) (a meta tensor of its shape in a
+// shape-only world, where make is not called).
 template <class F>
 DTensor token_tensor(const DTensor& like, const Placements& placements, DType dtype, F&& make) {
+  const bool meta = shapes_only(like);
   return DTensor(DTensorSpec(like.mesh(), placements, like.shape(), dtype),
-                 like.local().map([&](int rank, const Tensor&) { return make(rank); }));
+                 like.local().map([&](int rank, const Tensor& t) {
+                   return meta ? Tensor::meta(t.shape(), dtype) : make(rank);
+                 }));
 }
 
 // One rank's local pass (vocab_ce_row_stats), each of its targets' local
@@ -240,6 +248,10 @@ DTensor vocab_ce_backward(const DTensor& grad, const DTensor& z_saved, const DTe
   const bool per_row = reduction == Reduction::None;
   const DTensor g = moved_to(
       grad, per_row ? tokens : Placements(static_cast<size_t>(grad.mesh().ndim()), Replicate()));
+  if (shapes_only(z))
+    return DTensor(z.spec(), z.local().map([](int, const Tensor& shard) {
+      return Tensor::meta(shard.shape(), shard.dtype());
+    }));
   LocalTensor out;
   detail::dispatch_floating(z.dtype(), "vocab_parallel_cross_entropy", [&]<class T>() {
     out = z.local().map([&](int rank, const Tensor& shard) {
@@ -328,7 +340,8 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
   // Every rank of a tp group sees the same targets (Replicate on tp), so a
   // bad one is reported by the whole group, as cross_entropy would report it.
   const int64_t ignore_index = o.ignore_index;
-  tgt.local().for_each([&](int, const Tensor& t) {
+  const bool meta = shapes_only(logits);
+  if (!meta) tgt.local().for_each([&](int, const Tensor& t) {
     for (int64_t v : t.contiguous().to_vector<int64_t>())
       DT_CHECK(v == ignore_index || (v >= 0 && v < classes), op, ": target ", v,
                " is out of bounds: expected a class index in [0, ", classes,
@@ -348,7 +361,7 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
     // The local pass: per rank, the row max, sum of exps (double, kept on
     // this process) and the picked logit, each of the targets' local shape.
     std::vector<std::pair<int, RowStats>> stats;
-    z.local().for_each([&](int rank, const Tensor& shard) {
+    if (!meta) z.local().for_each([&](int rank, const Tensor& shard) {
       const Tensor x = shard.contiguous();
       const Tensor t = tgt.to_local(rank).contiguous();
       const int64_t n = x.shape()[static_cast<size_t>(c)];
@@ -436,6 +449,7 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
     const DTensor totals =
         DTensor(DTensorSpec(mesh, partial_sums, Shape{2}, DType::Float64),
                 tgt.local().map([&](int rank, const Tensor&) {
+                  if (meta) return Tensor::meta({2}, DType::Float64);
                   const std::vector<double> w =
                       row_weight.to_local(rank).contiguous().to_vector<double>();
                   const std::vector<double>& own = owned_of(rank);
@@ -458,6 +472,7 @@ DTensor vocab_parallel_cross_entropy(const DTensor& logits, const DTensor& targe
     // divides by the targets' weights.
     const bool mean = o.reduction == Reduction::Mean;
     LocalTensor out = totals.local().map([&](int rank, const Tensor& tt) {
+      if (meta) return Tensor::meta({}, dtype);
       const std::vector<double> v = tt.to_vector<double>();
       counts.emplace_back(rank, mean ? v[1] : 1.0);
       return Tensor::scalar(mean ? v[0] / v[1] : v[0], dtype);

@@ -87,4 +87,26 @@ struct CategoryBytes {
 };
 CategoryBytes category_bytes(uint8_t category);
 
+// Bytes by rank (memory.h's RankMemoryTracker): while a tracker runs, a
+// storage some LocalTensor holds as rank r's shard counts on r, by its
+// category, until it dies. The counts are exact bytes (no size classes):
+// what a rank's tensors hold, the same in every world. count_rank returns
+// the tracker's epoch (0 when none runs), which the storage hands back to
+// uncount_rank, so a storage outliving its tracker is not taken from the
+// next one.
+uint8_t count_rank(int rank, uint8_t category, size_t bytes);
+void uncount_rank(uint8_t epoch, int rank, uint8_t category, size_t bytes);
+// Per rank: bytes now and peak, in all (index 0) and by category (1, 2).
+struct RankBytes {
+  int64_t now[kMemoryCategories] = {};
+  int64_t peak[kMemoryCategories] = {};
+};
+// Starts a tracker over ranks [0, ranks) (the previous one must have
+// stopped); stop_rank_counting ends it.
+void start_rank_counting(int ranks);
+void stop_rank_counting();
+bool rank_counting();
+RankBytes rank_bytes(int rank);
+void reset_rank_peaks();
+
 }  // namespace dtensor::detail

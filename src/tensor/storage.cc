@@ -86,13 +86,23 @@ size_t available_memory_bytes() {
 Storage::Storage(size_t nbytes) : data_(nullptr), nbytes_(nbytes) { materialize_bytes(); }
 
 std::shared_ptr<Storage> Storage::meta(size_t nbytes) {
-  return std::make_shared<Storage>(Meta{}, nbytes);
+  auto s = std::make_shared<Storage>(Meta{}, nbytes);
+  // What it is for, as for memory (a shape-only world counts it by rank);
+  // not in the allocator's figures, which count memory.
+  s->category_ = detail::memory_category();
+  return s;
+}
+
+void Storage::count_on_rank(int rank) {
+  if (rank_epoch_ != 0) return;
+  rank_epoch_ = detail::count_rank(rank, category_, nbytes_);
+  if (rank_epoch_ != 0) rank_ = rank;
 }
 
 void Storage::materialize() {
   if (!meta_) return;
-  materialize_bytes();
   meta_ = false;
+  materialize_bytes();
 }
 
 void Storage::materialize_bytes() {
@@ -127,7 +137,8 @@ Storage::Storage(void* data, size_t nbytes, std::shared_ptr<void> owner)
 }
 
 Storage::~Storage() {
-  if (category_ != 0) detail::uncount_category(category_, detail::block_size(nbytes_));
+  if (rank_epoch_ != 0) detail::uncount_rank(rank_epoch_, rank_, category_, nbytes_);
+  if (category_ != 0 && !meta_) detail::uncount_category(category_, detail::block_size(nbytes_));
   // Adopted memory: owner_'s release frees (or stops pinning) it. In-block
   // data goes with the control block.
   if (owner_ == nullptr && !in_block_) detail::deallocate(data_, nbytes_);

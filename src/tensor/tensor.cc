@@ -165,6 +165,18 @@ Tensor Tensor::meta(const Shape& shape, DType dtype) {
   return Tensor(Storage::meta(static_cast<size_t>(bytes)), dtype, shape, n);
 }
 
+Tensor Tensor::new_empty(const Shape& shape, DType dtype) const {
+  return is_meta() ? meta(shape, dtype) : empty(shape, dtype);
+}
+
+Tensor Tensor::new_zeros(const Shape& shape, DType dtype) const {
+  return is_meta() ? meta(shape, dtype) : zeros(shape, dtype);
+}
+
+Tensor Tensor::new_full(const Shape& shape, Scalar value, DType dtype) const {
+  return is_meta() ? meta(shape, dtype) : full(shape, value, dtype);
+}
+
 Tensor Tensor::zeros(const Shape& shape, DType dtype) {
   checked_bytes(checked_numel(shape, "zeros"), dtensor::itemsize(dtype), "zeros: bytes of the tensor");
   Tensor t = empty(shape, dtype);
@@ -292,6 +304,7 @@ Tensor Tensor::to(DType dtype) const {
 
 Tensor& Tensor::fill_(Scalar value) {
   if (storage_) storage_->bump_version();
+  if (is_meta()) return *this;  // as in PyTorch: a meta tensor has no values to set
   detail::dispatch_storage(dtype_, "fill_", [&]<class T>() {
     const T v = value.to<T>();
     detail::StridedOperands<1> ops;
@@ -349,6 +362,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
            shape_);
   if (numel() == 0) return *this;
   storage_->bump_version();
+  // Between meta tensors (World::shape_only), as in PyTorch: checked, nothing moves.
+  if (is_meta() && src.is_meta()) return *this;
   if (dtype_ == src.dtype_ && shape_ == src.shape_ && is_contiguous() && src.is_contiguous()) {
     std::memmove(raw_data(), src.raw_data(), nbytes());
     return *this;

@@ -330,7 +330,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     total = checked_add(total, t.shape()[dim], "cat: size of the joined dim");
   }
   out_shape[dim] = total;
-  Tensor out = Tensor::empty(out_shape, dtype);
+  Tensor out = ref->new_empty(out_shape, dtype);  // meta when the inputs are
   int64_t at = 0;
   for (const Tensor& t : tensors) {
     if (t.dim() == 1 && t.numel() == 0) continue;

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "tensor/allocator.h"
+
 namespace dtensor {
 
 namespace {
@@ -29,6 +31,14 @@ LocalTensor::LocalTensor(std::vector<std::pair<int, Tensor>> sorted_shards)
              "ascending, got rank ", shards_[i].first, " after rank ", shards_[i - 1].first);
   }
   update_step();
+  count_ranks();
+}
+
+void LocalTensor::count_ranks() const {
+  if (!detail::rank_counting()) [[likely]]
+    return;
+  for (const auto& [rank, t] : shards_)
+    if (t.storage() != nullptr) t.storage()->count_on_rank(rank);
 }
 
 // Recomputes step_ after an insertion in the middle (the rare case).
@@ -54,6 +64,8 @@ int64_t LocalTensor::find(int rank) const {
 }
 
 void LocalTensor::set(int rank, Tensor shard) {
+  if (detail::rank_counting() && shard.storage() != nullptr) [[unlikely]]
+    shard.storage()->count_on_rank(rank);
   if (const int64_t i = find(rank); i >= 0) {
     shards_[static_cast<size_t>(i)].second = std::move(shard);
     return;

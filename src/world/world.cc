@@ -35,6 +35,8 @@ bool World::holds(int rank) const {
 
 bool World::is_simulated() const { return impl_->simulated; }
 
+bool World::is_shape_only() const { return impl_->shape_only; }
+
 Backend& World::backend() const { return *impl_->backend; }
 
 int World::rank() const { return impl_->simulated ? 0 : impl_->held.front(); }

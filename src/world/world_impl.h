@@ -16,13 +16,19 @@
 namespace dtensor {
 
 struct World::Impl {
-  Impl(int size, std::vector<int> held, std::shared_ptr<Backend> backend, bool simulated)
-      : size(size), held(std::move(held)), backend(std::move(backend)), simulated(simulated) {}
+  Impl(int size, std::vector<int> held, std::shared_ptr<Backend> backend, bool simulated,
+       bool shape_only = false)
+      : size(size),
+        held(std::move(held)),
+        backend(std::move(backend)),
+        simulated(simulated),
+        shape_only(shape_only) {}
 
   int size;
   std::vector<int> held;  // ascending
   std::shared_ptr<Backend> backend;
   bool simulated;
+  bool shape_only;  // World::shape_only: tensors are meta, kernels do not run
 };
 
 }  // namespace dtensor

@@ -27,6 +27,7 @@
 
 #include "comm/backend.h"
 #include "dtensor/dtensor.h"
+#include "test_util.h"
 #include "worlds/world_util.h"
 
 using namespace dtensor;
