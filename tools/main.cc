@@ -32,10 +32,11 @@ using dtensor::cli::quote;
 constexpr size_t kMaxArgBytes = 4096;
 
 // The commands, as messages list them.
-constexpr const char* kCommands = "train, demo, visualize, plan, checkpoint or rules";
+constexpr const char* kCommands = "train, estimate, demo, visualize, plan, checkpoint or rules";
 
 bool is_command(const std::string& word) {
-  return word == "train" || word == "demo" || word == "visualize" || word == "plan" ||
+  return word == "train" || word == "estimate" || word == "demo" || word == "visualize" ||
+         word == "plan" ||
          word == "checkpoint" || word == "rules";
 }
 
@@ -286,6 +287,72 @@ int run(int argc, char** argv) {
                   "collective_ms, the count of every collective kind, bytes_per_rank, and the\n"
                   "counts of forward, backward and optimizer), memory (per rank), max_loss_diff,\n"
                   "max_param_diff, tolerance, verified, fingerprint");
+
+  EstimateArgs est;
+  TrainArgs& et = est.train;
+  et.batch = 8;
+  et.seq = 2048;
+  et.hidden = 4096;
+  et.heads = 32;
+  et.layers = 32;
+  et.mixed_precision = "bf16";
+  bool est_no_sp = false;
+  auto* estimate = app.add_subcommand(
+      "estimate", "Per-rank memory and communication of a training step, exactly, and its time");
+  estimate->footer(
+      "Runs the step of 'dtensor train' (the same model, layout and optimizer, two steps)\n"
+      "on a shape-only world of the mesh's ranks: tensors with shapes but no values, so\n"
+      "a 1,024-rank mesh fits on a laptop. Prints, for each role (ranks whose figures\n"
+      "agree), the memory of its tensors by category and at its peak, and the collectives\n"
+      "of each phase with their bytes, all exact: the same program under mpirun holds and\n"
+      "sends exactly these (tests/worlds/estimate_test.cc). The step's time is estimated\n"
+      "on --cluster: each op by its FLOPs and bytes (a roofline), each collective by\n"
+      "NCCL's algorithms over the links it spans (alpha-beta), on a compute and a\n"
+      "communication stream, so fully_shard's prefetch and async reduce_scatter overlap.\n"
+      "\n"
+      "Examples:\n"
+      "  dtensor estimate --mesh 8x8 --scheme fsdp+tp\n"
+      "  dtensor estimate --mesh 128x8 --layers 32 --hidden 4096 --seq 4096 --batch 512\n"
+      "  dtensor estimate --mesh 4 --scheme fsdp --cluster cpu --hidden 256 --seq 128 --json\n"
+      "\n"
+      "Exit status: 0, or 2 on a bad argument (one line on stderr says which).");
+  estimate->add_option("--mesh", et.mesh, "mesh shape: DPxTP (e.g. 128x8) or one dim")
+      ->capture_default_str();
+  estimate->add_option("--names", et.names, "mesh dim names, comma-separated (default dp,tp)");
+  estimate->add_option("--scheme", et.scheme, "fsdp+tp, ddp+tp, fsdp, ddp, tp or hsdp")
+      ->capture_default_str();
+  estimate->add_flag("--no-sequence-parallel", est_no_sp,
+                     "tensor parallel without sequence parallelism");
+  add_number<int64_t>(estimate, "--batch", et.batch, "global batch: sequences per step", 1,
+                      int64_t{1} << 24);
+  add_number<int64_t>(estimate, "--seq", et.seq, "tokens per sequence", 1, int64_t{1} << 24);
+  add_number<int64_t>(estimate, "--hidden", et.hidden, "model width (a multiple of --heads)", 1,
+                      int64_t{1} << 20);
+  add_number<int64_t>(estimate, "--heads", et.heads, "attention heads", 1, int64_t{1} << 16);
+  add_number<int64_t>(estimate, "--layers", et.layers, "transformer blocks", 0, 4096);
+  add_number<int64_t>(estimate, "--vocab", est.vocab, "vocabulary size", 1, int64_t{1} << 24);
+  estimate->add_option("--mixed-precision", et.mixed_precision, "none, bf16 or fp16")
+      ->capture_default_str()->check(one_of({"none", "bf16", "fp16"}));
+  add_number(estimate, "--activation-checkpointing", et.checkpoint_every,
+             "recompute every k-th block's activations (1: every block; 0: none)", 0, 4096);
+  estimate->add_option("--activation-checkpointing-save", et.checkpoint_save_ops,
+                       "ops whose outputs the checkpointed blocks keep (comma-separated)");
+  estimate->add_flag("--prefetch", et.prefetch, "fully_shard's prefetch of the next all_gather");
+  estimate->add_flag("--async-reduce-scatter", et.async_reduce_scatter,
+                     "fully_shard's reduce_scatter overlapping the next block's backward");
+  add_number(estimate, "--clip", et.clip, "gradient-norm clipping (0 = none)", 0, false);
+  estimate->add_option("--cluster", est.cluster, "the devices and network: h100, a100 or cpu")
+      ->capture_default_str()->check(one_of({"h100", "a100", "cpu"}));
+  add_number(estimate, "--ranks-per-node", est.ranks_per_node,
+             "devices per node (0: the cluster's, 8 for h100 and a100)", 0, 1 << 20);
+  estimate->add_option("--chrome-trace", est.chrome_trace,
+                       "write the estimated step's timeline as a Chrome trace (JSON) that\n"
+                       "Perfetto and chrome://tracing open");
+  estimate->add_flag("--json", est.json,
+                     "print JSON: ranks, mesh, scheme, parameters, cluster, ranks_per_node,\n"
+                     "exact, estimated, roles (ranks, memory, communication by phase),\n"
+                     "time (step_s, compute_s, communication_s, exposed_communication_s,\n"
+                     "phases_s, tokens_per_s, mfu), profiled_s");
 
   DemoArgs demo_args;
   ModelConfig& model = demo_args.model;
@@ -573,6 +640,7 @@ int run(int argc, char** argv) {
       std::cerr << "dtensor: " << message << " (see dtensor --help)\n";
     } else if (CLI::App* cmd = visualize->parsed() ? visualize
                         : train->parsed()   ? train
+                        : estimate->parsed() ? estimate
                         : plan->parsed()    ? plan
                         : demo->parsed()    ? demo
                         : rules->parsed()   ? rules
@@ -596,10 +664,14 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
-  for (CLI::App* cmd : {train, demo, visualize, plan, rules}) {
+  for (CLI::App* cmd : {train, estimate, demo, visualize, plan, rules}) {
     if (!cmd->parsed()) continue;
     try {
       if (cmd == rules) return run_rules(ru);
+      if (cmd == estimate) {
+        et.sequence_parallel = !est_no_sp;
+        return run_estimate(est);
+      }
       if (cmd == train) {
         train_args.sequence_parallel = !train_no_sp;
         train_args.check = !train_no_check;

@@ -63,4 +63,16 @@ struct TrainArgs {
 inline constexpr double kMixedPrecisionTolerance = 0.05;
 int run_train(const TrainArgs& args);
 
+// `dtensor estimate`: the step of `dtensor train` with these arguments
+// (batch: the global batch), profiled on a shape-only world.
+struct EstimateArgs {
+  TrainArgs train;
+  int64_t vocab = 32000;
+  std::string cluster = "h100";  // estimate::cluster_preset
+  int ranks_per_node = 0;        // 0: the preset's
+  bool json = false;
+  std::string chrome_trace;      // a file for Perfetto / chrome://tracing ("" none)
+};
+int run_estimate(const EstimateArgs& args);
+
 }  // namespace dtensor::cli

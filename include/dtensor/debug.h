@@ -121,6 +121,27 @@ struct RankCollective {
   bool operator==(const RankCollective&) const = default;
 };
 
+// The step as one stream, in the order the thread ran it, for estimates of
+// its time (estimate.h): each collective call once (as CommDebugMode
+// counts it: the largest input shard's bytes, and the group of its first
+// member), and, in a shape-only world, each op whose kernel it skipped,
+// with the most FLOPs and bytes (inputs read plus output written) of any
+// rank's shard. A collective fully_shard started early (prefetch, async
+// reduce_scatter) is `started`, and the point where it was waited for is
+// a Wait event naming it.
+struct StepEvent {
+  enum class Type : uint8_t { Op, Collective, Wait };
+  Type type = Type::Op;
+  const char* op = nullptr;  // Op: the op's name
+  CollectiveKind kind = CollectiveKind::AllGather;
+  DType dtype = DType::Float32;  // Op: its output's
+  bool started = false;  // Collective: started early, waited for by a later Wait
+  int group = -1;        // Collective: CollectiveTrace::group
+  int64_t bytes = 0;
+  double flops = 0;     // Op
+  int64_t waits = -1;   // Wait: the index of the collective it waits for
+};
+
 // While alive, records for each rank this process holds the collectives
 // it takes part in, in order, as the rank's own process sees them: the
 // same lists in the simulated world, under MPI (each process its rank's)
@@ -138,12 +159,16 @@ class CollectiveTrace {
   // The world ranks of group i, in group order.
   const std::vector<int>& group(int i) const;
   int groups() const { return static_cast<int>(groups_.size()); }
+  // The step as one stream (StepEvent).
+  const std::vector<StepEvent>& events() const { return events_; }
 
-  // For backends, through trace_collective.
-  void add(CollectiveKind kind, DType dtype, const std::vector<int>& group, const World& world,
-           const std::function<int64_t(size_t member)>& bytes);
+  // For backends, through trace_collective; returns the group's index.
+  int add(CollectiveKind kind, DType dtype, const std::vector<int>& group, const World& world,
+          const std::function<int64_t(size_t member)>& bytes);
+  void add_event(const StepEvent& e) { events_.push_back(e); }
 
  private:
+  std::vector<StepEvent> events_;
   std::vector<std::vector<RankCollective>> by_rank_;
   std::vector<std::vector<int>> groups_;
   std::map<std::vector<int>, int> group_ids_;
@@ -157,6 +182,24 @@ CollectiveTrace* collective_trace();
 // trace keeps the members this process holds. Not inside VerifyMode's checks.
 void trace_collective(CollectiveKind kind, DType dtype, const std::vector<int>& group,
                       const World& world, const std::function<int64_t(size_t member)>& bytes);
+// Called by backends once per collective call (after its groups'
+// trace_collective): the StepEvent, with the first group's members.
+// Returns the event's index (-1 when no trace runs).
+int64_t trace_call(CollectiveKind kind, DType dtype, int64_t bytes, const std::vector<int>& group,
+                   const World& world);
+// While alive on a thread, the collectives its backend calls are traced as
+// started early (Backend::start_*'s defaults run the blocking call inside one).
+class TraceStarted {
+ public:
+  TraceStarted();
+  ~TraceStarted();
+  TraceStarted(const TraceStarted&) = delete;
+  TraceStarted& operator=(const TraceStarted&) = delete;
+};
+// A started collective (event index `event`) is waited for now.
+void trace_wait(int64_t event);
+// A shape-only world's op whose kernel did not run.
+void trace_op(const char* name, double flops, int64_t bytes, DType dtype);
 
 // Called by backends for each collective they run: the bytes each rank
 // hands in (the largest shard of the call), their dtype, and the mesh dim

@@ -37,6 +37,10 @@ struct Profile {
   std::vector<RankProfile> ranks;        // each rank the world holds, ascending
   std::vector<std::vector<int>> groups;  // RankCollective::group's world ranks
   std::vector<std::string> phases;       // the names phase() was given, in order
+  // The step as one stream (StepEvent: ops with their FLOPs and bytes in a
+  // shape-only world, collectives, waits), and where each phase starts in it.
+  std::vector<StepEvent> events;
+  std::vector<size_t> phase_events;
 };
 
 // Runs step() with a RankMemoryTracker and a CollectiveTrace on `world`:
@@ -47,5 +51,79 @@ Profile profile(const World& world, const std::function<void()>& step);
 // Inside profile()'s step: the collectives from here on belong to phase
 // `name` (until the next). Does nothing outside a profile.
 void phase(const std::string& name);
+
+// ---- time, estimated ------------------------------------------------------
+
+// A device as the roofline sees it: an op takes the longer of its FLOPs at
+// the dtype's peak and its bytes at the memory's bandwidth, each derated
+// by an efficiency, plus a fixed cost per op (a kernel launch).
+struct Device {
+  std::string name;
+  double memory = 0;                   // bytes per device
+  double peak_flops[kNumDTypes] = {};  // dense matrix products, FLOP/s
+  double vector_flops = 0;             // other ops, FLOP/s
+  double memory_bandwidth = 0;         // bytes/s
+  double matmul_efficiency = 0.7;
+  double memory_efficiency = 0.8;
+  double op_overhead = 5e-6;  // seconds
+};
+
+// One level of the network: a message's latency and each rank's bandwidth
+// (bytes/s, one direction).
+struct Link {
+  double latency = 0;
+  double bandwidth = 0;
+};
+
+// Ranks fill nodes in order: rank r is on node r / ranks_per_node.
+struct Cluster {
+  Device device;
+  int ranks_per_node = 8;
+  Link within_node, across_nodes;
+};
+
+// The built-in devices: "h100" (SXM, NVLink 4 within a node, 400 Gb/s
+// InfiniBand per GPU across), "a100" (SXM 80 GB, NVLink 3, 200 Gb/s), and
+// "cpu", figures of a 2-core x86 machine like the one the tests run on
+// (`dtensor calibrate` measures one). Throws naming them for another name.
+Cluster cluster_preset(const std::string& name);
+std::vector<std::string> cluster_presets();
+
+// The seconds one collective takes on `group` (world ranks) with `bytes`
+// the largest input shard: NCCL's algorithms, ring (all_gather,
+// reduce_scatter, all_to_all), ring or tree whichever is faster
+// (all_reduce), a binomial tree (broadcast, scatter), over the slowest
+// link the group spans. 0 for a group of one.
+double collective_seconds(const Cluster& c, CollectiveKind kind, int64_t bytes,
+                          const std::vector<int>& group);
+// The seconds one op takes (StepEvent::Type::Op).
+double op_seconds(const Device& d, const StepEvent& op);
+
+// A span of the estimated step on one lane (0: compute, 1: communication).
+struct Span {
+  int lane = 0;
+  double start = 0, end = 0;
+  std::string name;
+};
+
+// The step's time, estimated from a profile's events: ops run one after
+// another on a compute stream, collectives on a communication stream,
+// each starting once the ops before it are done and the stream is free;
+// a blocking collective holds the compute stream until it ends, one
+// started early (fully_shard's prefetch and async reduce_scatter) only
+// at the point that waits for it.
+struct TimeEstimate {
+  double step = 0;                   // seconds
+  double compute = 0;                // the compute stream's busy time
+  double communication = 0;          // the communication stream's busy time
+  double exposed_communication = 0;  // step - compute: what overlap did not hide
+  double flops = 0;                  // the step's FLOPs (the busiest rank's shards)
+  std::vector<double> phase_starts;  // per profile phase, seconds into the step
+  std::vector<Span> timeline;
+};
+// From phase `first_phase` of the profile on (a profile of two steps
+// times the second from its first phase); phase_starts has an entry for
+// every phase, 0 for those before.
+TimeEstimate estimate_time(const Profile& profile, const Cluster& cluster, size_t first_phase = 0);
 
 }  // namespace dtensor::estimate

@@ -76,13 +76,16 @@ class LocalTensor {
   // calls it, so no two ranks of a DTensor ever share a Storage.
   int unshare(const Storage* also = nullptr);
 
+  // While a RankMemoryTracker runs (memory.h), counts each shard's storage
+  // on its rank (once: one counted already keeps its rank); one load and a
+  // branch otherwise. Every way of putting a shard in calls it; a caller
+  // that built shards under a detail::RankCountingPause calls it after.
+  void count_ranks() const;
+
  private:
   // The index of `rank` in shards_, or -1.
   int64_t find(int rank) const;
   void update_step();
-  // While a RankMemoryTracker runs (memory.h), counts each shard's storage
-  // on its rank; one load and a branch otherwise.
-  void count_ranks() const;
 
   std::vector<std::pair<int, Tensor>> shards_;  // sorted by rank
   // shards_[i].first == shards_[0].first + i * step_ for every i when

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "dtensor/debug.h"
 #include "dtensor/local_tensor.h"
 #include "dtensor/mesh.h"
 #include "dtensor/placement.h"
@@ -105,7 +106,8 @@ class Backend {
   // data moves; this default (the simulated world) runs it to its end now.
   virtual std::unique_ptr<Pending> start_all_gather_flat(const LocalTensor& in,
                                                          const DeviceMesh& mesh, int mesh_dim) {
-    return std::make_unique<Done>(all_gather(in, mesh, mesh_dim, 0));
+    const TraceStarted started;
+    return std::make_unique<Done>(all_gather(in, mesh, mesh_dim, 0), last_traced());
   }
   // reduce_scatter along dim 0 of 1-d shards whose length the group size
   // divides (fully_shard's flat gradients), started: the MPI world posts
@@ -116,17 +118,27 @@ class Backend {
   virtual std::unique_ptr<Pending> start_reduce_scatter_flat(const LocalTensor& in,
                                                              const DeviceMesh& mesh, int mesh_dim,
                                                              ReduceOp op) {
-    return std::make_unique<Done>(reduce_scatter(in, mesh, mesh_dim, op, 0));
+    const TraceStarted started;
+    return std::make_unique<Done>(reduce_scatter(in, mesh, mesh_dim, op, 0), last_traced());
   }
 
  protected:
+  // The event a started collective was traced as (StepEvent), or -1.
+  static int64_t last_traced() {
+    const CollectiveTrace* t = collective_trace();
+    return t == nullptr ? -1 : static_cast<int64_t>(t->events().size()) - 1;
+  }
   class Done final : public Pending {
    public:
-    explicit Done(LocalTensor result) : result_(std::move(result)) {}
-    LocalTensor wait() override { return std::move(result_); }
+    Done(LocalTensor result, int64_t event) : result_(std::move(result)), event_(event) {}
+    LocalTensor wait() override {
+      trace_wait(event_);
+      return std::move(result_);
+    }
 
    private:
     LocalTensor result_;
+    int64_t event_;
   };
 };
 

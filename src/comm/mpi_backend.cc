@@ -152,8 +152,9 @@ void trace_own(CollectiveKind kind, int64_t bytes, DType dtype, const DeviceMesh
   if (collective_trace() == nullptr) [[likely]]
     return;
   if (mesh_dim < 0) mesh_dim += mesh.ndim();
-  trace_collective(kind, dtype, mesh.group(rank, mesh_dim), mesh.world(),
-                   [bytes](size_t) { return bytes; });
+  const std::vector<int> group = mesh.group(rank, mesh_dim);
+  trace_collective(kind, dtype, group, mesh.world(), [bytes](size_t) { return bytes; });
+  trace_call(kind, dtype, bytes, group, mesh.world());
 }
 
 }  // namespace
@@ -294,7 +295,7 @@ std::unique_ptr<Backend::Pending> MpiBackend::start_all_gather_flat(const LocalT
                                                                     int mesh_dim) {
   const CollectiveTimer timer;  // collective_seconds: the start
   const Group g = group_of(mesh, mesh_dim, Kind::AllGather);
-  if (g.size == 0) return std::make_unique<Done>(LocalTensor{});
+  if (g.size == 0) return std::make_unique<Done>(LocalTensor{}, -1);
   const Tensor& t = own_shard(in, rank_, "all_gather");
   DT_CHECK(t.dim() == 1, "all_gather (started): expected a 1-d shard, got shape ", t.shape());
   if (check_)
@@ -308,7 +309,7 @@ std::unique_ptr<Backend::Pending> MpiBackend::start_all_gather_flat(const LocalT
   if (g.size == 1) {
     LocalTensor out;
     out.set(rank_, t.clone());
-    return std::make_unique<Done>(std::move(out));
+    return std::make_unique<Done>(std::move(out), last_traced());
   }
   Tensor src = t.contiguous();
   Tensor result = Tensor::empty({g.size * src.numel()}, t.dtype());
@@ -329,7 +330,7 @@ std::unique_ptr<Backend::Pending> MpiBackend::start_reduce_scatter_flat(const Lo
                                                                         int mesh_dim, ReduceOp op) {
   const CollectiveTimer timer;  // collective_seconds: the start
   const Group g = group_of(mesh, mesh_dim, Kind::ReduceScatter);
-  if (g.size == 0) return std::make_unique<Done>(LocalTensor{});
+  if (g.size == 0) return std::make_unique<Done>(LocalTensor{}, -1);
   const Tensor& t = own_shard(in, rank_, "reduce_scatter");
   DT_CHECK(t.dim() == 1 && t.numel() % g.size == 0,
            "reduce_scatter (started): expected a 1-d shard whose length the group size ", g.size,
@@ -351,7 +352,7 @@ std::unique_ptr<Backend::Pending> MpiBackend::start_reduce_scatter_flat(const Lo
     // recorded once above, not again by a blocking call.
     LocalTensor out;
     out.set(rank_, t.clone());
-    return std::make_unique<Done>(std::move(out));
+    return std::make_unique<Done>(std::move(out), last_traced());
   }
   Tensor src = t.contiguous();
   const int count = count_of(piece, "reduce_scatter");

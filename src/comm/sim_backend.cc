@@ -352,6 +352,7 @@ void trace(const Prepared& p, CollectiveKind kind, const DeviceMesh& mesh, F&& b
   for (size_t g = 0; g < p.groups.size(); ++g)
     trace_collective(kind, p.first->dtype(), p.groups[g], mesh.world(),
                      [&](size_t i) { return static_cast<int64_t>(bytes(g, i)); });
+  trace_call(kind, p.first->dtype(), p.max_bytes, p.groups[0], mesh.world());
 }
 
 // Each member's own input shard.

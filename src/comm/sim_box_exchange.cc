@@ -71,13 +71,15 @@ LocalTensor SimBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
   DT_CHECK(first != nullptr, "box_exchange over ", mesh.to_string(), ": no rank holds a shard");
   record_collective(CollectiveKind::BoxExchange, max_bytes, first->dtype(), -1);
   if (collective_trace() != nullptr) {
-    for (const std::vector<int>& group : mesh.groups(mesh_dim < 0 ? mesh_dim + ndim : mesh_dim))
+    const std::vector<std::vector<int>> groups = mesh.groups(mesh_dim < 0 ? mesh_dim + ndim : mesh_dim);
+    for (const std::vector<int>& group : groups)
       trace_collective(CollectiveKind::BoxExchange, first->dtype(), group, mesh.world(),
                        [&](size_t i) {
                          return in.holds(group[i]) && in.shard(group[i]).defined()
                                     ? static_cast<int64_t>(in.shard(group[i]).nbytes())
                                     : int64_t{0};
                        });
+    trace_call(CollectiveKind::BoxExchange, first->dtype(), max_bytes, groups[0], mesh.world());
   }
 
   const DType dtype = first->dtype();

@@ -12,6 +12,7 @@ namespace dtensor {
 
 namespace {
 constinit thread_local CollectiveTrace* thread_trace = nullptr;
+constinit thread_local int started_depth = 0;
 const std::vector<RankCollective> kNone;
 }  // namespace
 
@@ -34,17 +35,18 @@ const std::vector<int>& CollectiveTrace::group(int i) const {
   return groups_[static_cast<size_t>(i)];
 }
 
-void CollectiveTrace::add(CollectiveKind kind, DType dtype, const std::vector<int>& group,
-                          const World& world, const std::function<int64_t(size_t)>& bytes) {
+int CollectiveTrace::add(CollectiveKind kind, DType dtype, const std::vector<int>& group,
+                         const World& world, const std::function<int64_t(size_t)>& bytes) {
   auto [it, added] = group_ids_.try_emplace(group, static_cast<int>(groups_.size()));
   if (added) groups_.push_back(group);
-  for (size_t i = 0; i < group.size(); ++i) {
+  for (size_t i = 0; bytes && i < group.size(); ++i) {
     const int rank = group[i];
     if (!world.holds(rank)) continue;
     if (static_cast<size_t>(rank) >= by_rank_.size())
       by_rank_.resize(static_cast<size_t>(rank) + 1);
     by_rank_[static_cast<size_t>(rank)].push_back({kind, dtype, bytes(i), it->second});
   }
+  return it->second;
 }
 
 CollectiveTrace* collective_trace() { return thread_trace; }
@@ -53,6 +55,43 @@ void trace_collective(CollectiveKind kind, DType dtype, const std::vector<int>& 
                       const World& world, const std::function<int64_t(size_t)>& bytes) {
   if (thread_trace == nullptr || verify_detail::inside_check()) return;
   thread_trace->add(kind, dtype, group, world, bytes);
+}
+
+int64_t trace_call(CollectiveKind kind, DType dtype, int64_t bytes, const std::vector<int>& group,
+                   const World& world) {
+  if (thread_trace == nullptr || verify_detail::inside_check()) return -1;
+  StepEvent e;
+  e.type = StepEvent::Type::Collective;
+  e.kind = kind;
+  e.dtype = dtype;
+  e.bytes = bytes;
+  e.started = started_depth > 0;
+  // Interned without adding records: the members' records came with trace_collective.
+  e.group = thread_trace->add(kind, dtype, group, world, nullptr);
+  thread_trace->add_event(e);
+  return static_cast<int64_t>(thread_trace->events().size()) - 1;
+}
+
+TraceStarted::TraceStarted() { ++started_depth; }
+TraceStarted::~TraceStarted() { --started_depth; }
+
+void trace_wait(int64_t event) {
+  if (thread_trace == nullptr || event < 0) return;
+  StepEvent e;
+  e.type = StepEvent::Type::Wait;
+  e.waits = event;
+  thread_trace->add_event(e);
+}
+
+void trace_op(const char* name, double flops, int64_t bytes, DType dtype) {
+  if (thread_trace == nullptr) return;
+  StepEvent e;
+  e.type = StepEvent::Type::Op;
+  e.op = name;
+  e.dtype = dtype;
+  e.flops = flops;
+  e.bytes = bytes;
+  thread_trace->add_event(e);
 }
 
 }  // namespace dtensor

@@ -216,8 +216,11 @@ DTensor wrap(const OutputSharding& s, LocalTensor local);
 Shape output_local_shape(const OutputSharding& s, int rank);
 
 // World::shape_only: the output, a meta tensor of its local shape for each
-// rank `like` holds, in place of running the kernel.
-LocalTensor meta_outputs(const OutputSharding& s, const LocalTensor& like);
+// rank inputs[0] holds, in place of running the kernel; traced (trace_op)
+// with the most FLOPs and bytes of any rank's shard. inputs: the op's
+// schema.num_inputs inputs as the kernel would get them.
+LocalTensor meta_outputs(const OpSchema& schema, const OpRule& rule, const OutputSharding& s,
+                         const LocalTensor* const* inputs);
 // Whether the op runs shapes only (OutputSharding::shape_only) rather than its kernel.
 inline bool skips_kernel(const OutputSharding& s, const OpRule& rule) {
   return s.shape_only && !rule.views && !rule.meta_kernel;
@@ -291,7 +294,7 @@ DTensor run_unchecked(const OpSchema& schema, const OpRule& rule, const DTensor*
     }
     return total;
   };
-  if (skips_kernel(*s, rule)) return wrap(*s, meta_outputs(*s, *locals[0]));
+  if (skips_kernel(*s, rule)) return wrap(*s, meta_outputs(schema, rule, *s, locals));
   LocalTensor out = detail::map_shards(*locals[0], bytes, [&](int64_t k) {
     const Tensor* ts[kMaxInputs];
     for (int i = 0; i < schema.num_inputs; ++i) ts[i] = &locals[i]->shards()[k].second;
@@ -324,11 +327,17 @@ DTensor run_unary(const OpSchema& schema, const OpRule& rule, const DTensor& x, 
   auto compute = [&](const OpSchema& sc, const DTensor& in) {
     auto s = propagate(sc, rule);
     if (!s->needs_redistribute) [[likely]] {
-      if (skips_kernel(*s, rule)) return wrap(*s, meta_outputs(*s, in.local()));
+      if (skips_kernel(*s, rule)) {
+        const LocalTensor* locals[] = {&in.local()};
+        return wrap(*s, meta_outputs(sc, rule, *s, locals));
+      }
       return wrap(*s, apply(in.local()));
     }
     const DTensor moved = prepare_input(in, *s, 0);
-    if (skips_kernel(*s, rule)) return wrap(*s, meta_outputs(*s, moved.local()));
+    if (skips_kernel(*s, rule)) {
+      const LocalTensor* locals[] = {&moved.local()};
+      return wrap(*s, meta_outputs(sc, rule, *s, locals));
+    }
     return wrap(*s, apply(moved.local()));
   };
   return kept_or(rule, [&] {
@@ -354,11 +363,17 @@ DTensor run_binary(const OpSchema& schema, const OpRule& rule, const DTensor& a,
   auto compute = [&](const OpSchema& sc, const DTensor& x, const DTensor& y) {
     auto s = propagate(sc, rule);
     if (!s->needs_redistribute) [[likely]] {
-      if (skips_kernel(*s, rule)) return wrap(*s, meta_outputs(*s, x.local()));
+      if (skips_kernel(*s, rule)) {
+        const LocalTensor* locals[] = {&x.local(), &y.local()};
+        return wrap(*s, meta_outputs(sc, rule, *s, locals));
+      }
       return wrap(*s, apply(x.local(), y.local()));
     }
     const DTensor rx = prepare_input(x, *s, 0), ry = prepare_input(y, *s, 1);
-    if (skips_kernel(*s, rule)) return wrap(*s, meta_outputs(*s, rx.local()));
+    if (skips_kernel(*s, rule)) {
+      const LocalTensor* locals[] = {&rx.local(), &ry.local()};
+      return wrap(*s, meta_outputs(sc, rule, *s, locals));
+    }
     return wrap(*s, apply(rx.local(), ry.local()));
   };
   return kept_or(rule, [&] {

@@ -446,10 +446,54 @@ Shape output_local_shape(const OutputSharding& s, int rank) {
   return s.output.extent_of_rank(rank)->local_shape;
 }
 
-LocalTensor meta_outputs(const OutputSharding& s, const LocalTensor& like) {
-  return like.map([&](int rank, const Tensor&) {
+namespace {
+
+// The FLOPs of one rank's shard of an op, for estimates of its time: a
+// product's 2 M N K (and its bias's adds), attention's two products, one
+// per output element for every other op (all of them memory-bound, whose
+// time the bytes decide).
+double op_flops(OpId op, const Tensor* const* in, const Tensor& out) {
+  const auto inner = [](const Tensor& t) { return t.dim() == 0 ? 1.0 : double(t.size(-1)); };
+  const double n = static_cast<double>(out.numel());
+  switch (op) {
+    case OpId::Mm:
+    case OpId::Bmm:
+    case OpId::Matmul:
+    case OpId::Linear:
+      return 2 * n * inner(*in[0]);
+    case OpId::Addmm:
+    case OpId::Baddbmm:
+      return 2 * n * inner(*in[1]) + n;
+    case OpId::ScaledDotProductAttention:  // q (.., s_q, d), k (.., s_k, d)
+      return 4 * static_cast<double>(in[0]->numel()) *
+             static_cast<double>(in[1]->dim() >= 2 ? in[1]->size(-2) : 1);
+    default:
+      return n;
+  }
+}
+
+}  // namespace
+
+LocalTensor meta_outputs(const OpSchema& schema, const OpRule& rule, const OutputSharding& s,
+                         const LocalTensor* const* inputs) {
+  LocalTensor out = inputs[0]->map([&](int rank, const Tensor&) {
     return Tensor::meta(output_local_shape(s, rank), s.output.dtype());
   });
+  if (collective_trace() == nullptr) return out;
+  double flops = 0;
+  int64_t bytes = 0;
+  for (size_t k = 0; k < out.size(); ++k) {
+    const Tensor* in[kMaxInputs];
+    int64_t b = static_cast<int64_t>(out.shards()[k].second.nbytes());
+    for (int i = 0; i < schema.num_inputs; ++i) {
+      in[i] = &inputs[i]->shards()[k].second;
+      b += static_cast<int64_t>(in[i]->nbytes());
+    }
+    bytes = std::max(bytes, b);
+    flops = std::max(flops, op_flops(schema.op, in, out.shards()[k].second));
+  }
+  trace_op(rule.name, flops, bytes, s.output.dtype());
+  return out;
 }
 
 DTensor prepare_input(const DTensor& x, const OutputSharding& s, int i) {

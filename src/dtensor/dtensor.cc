@@ -9,6 +9,7 @@
 #include "comm/backend.h"
 #include "debug/verify.h"
 #include "redistribute/plan_internal.h"
+#include "tensor/allocator.h"
 
 namespace dtensor {
 
@@ -181,10 +182,19 @@ DTensor DTensor::redistribute(const DeviceMesh& mesh, const Placements& placemen
   return redistribute(placements, options);
 }
 
-DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Placements& placements,
+DTensor distribute_tensor(const Tensor& given, const DeviceMesh& mesh, const Placements& placements,
                           std::optional<int> src_rank) {
-  DT_CHECK(full.defined(), "distribute_tensor: the tensor is undefined");
+  DT_CHECK(given.defined(), "distribute_tensor: the tensor is undefined");
+  // A shape-only world keeps shapes only: the same steps, on a meta tensor.
+  const Tensor full = mesh.world().is_shape_only() && !given.is_meta()
+                          ? Tensor::meta(given.shape(), given.dtype())
+                          : given;
   DTensorSpec spec(mesh, placements, full.shape(), full.dtype());  // validates
+  DT_CHECK(!src_rank || mesh.contains(*src_rank), "distribute_tensor: src_rank ", *src_rank,
+           " is not in mesh ", mesh);
+  // `full` is the caller's, no rank's: a rank's memory (RankMemoryTracker)
+  // counts only the copy it ends with.
+  std::optional<detail::RankCountingPause> pause(std::in_place);
   Placements all_r(static_cast<size_t>(mesh.ndim()), Replicate());
   DTensorSpec replicated = spec.with_placements(all_r);
   LocalTensor local;
@@ -226,6 +236,8 @@ DTensor distribute_tensor(const Tensor& full, const DeviceMesh& mesh, const Plac
   // in both worlds: a shard still sharing full's storage (a Replicate, or
   // a Partial(max) kept as is) becomes a copy.
   out.unshare(full.storage().get());
+  pause.reset();
+  out.count_ranks();
   return DTensor(std::move(spec), std::move(out));
 }
 

@@ -22,6 +22,7 @@ void phase(const std::string& name) {
   Running* r = running;
   if (r == nullptr) return;
   r->out->phases.push_back(name);
+  r->out->phase_events.push_back(r->trace->events().size());
   for (RankProfile& rank : r->out->ranks)
     rank.phase_starts.push_back(r->trace->of(rank.rank).size());
 }
@@ -47,6 +48,7 @@ Profile profile(const World& world, const std::function<void()>& step) {
     out.ranks[i].collectives = trace.of(out.ranks[i].rank);
   }
   for (int g = 0; g < trace.groups(); ++g) out.groups.push_back(trace.group(g));
+  out.events = trace.events();
   return out;
 }
 

@@ -2,11 +2,13 @@
 // shards that hands a kernel contiguous memory and accounts for the writes.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 #include <variant>
 #include <vector>
 
+#include "dtensor/debug.h"
 #include "dtensor/optim.h"
 #include "world/shard_map.h"
 
@@ -65,11 +67,21 @@ void for_each_shard(const DTensor& param, const DTensor& grad,
                     const std::vector<const DTensor*>& buffers, F&& f) {
   const auto& shards = param.local().shards();
   const int64_t n = static_cast<int64_t>(shards.size());
+  if (n > 0 && shards[0].second.is_meta()) {
+    // A shape-only world updates nothing; its estimate of the step's time
+    // takes the update as memory-bound: the parameter and buffers read and
+    // written, the gradient read, a few FLOPs per element.
+    int64_t most = 0;
+    for (const auto& [rank, p] : shards) most = std::max<int64_t>(most, p.numel());
+    const int64_t isz = static_cast<int64_t>(itemsize(param.dtype()));
+    trace_op("optimizer step", 10.0 * static_cast<double>(most),
+             most * isz * (2 * static_cast<int64_t>(buffers.size() + 1) + 1), param.dtype());
+    return;
+  }
   auto update = [&](int64_t begin, int64_t end) {
     std::vector<Tensor> targets, work;
     for (int64_t i = begin; i < end; ++i) {
       const auto& [rank, p] = shards[i];
-      if (p.is_meta()) continue;  // World::shape_only: no values to update
       targets.clear();
       work.clear();
       targets.push_back(p);

@@ -106,6 +106,16 @@ struct RankBytes {
 void start_rank_counting(int ranks);
 void stop_rank_counting();
 bool rank_counting();
+// While alive on this thread, nothing counts on a rank: distribute_tensor
+// lays out the caller's tensor, which is no rank's, then counts the
+// shards it made (LocalTensor::count_ranks).
+class RankCountingPause {
+ public:
+  RankCountingPause();
+  ~RankCountingPause();
+  RankCountingPause(const RankCountingPause&) = delete;
+  RankCountingPause& operator=(const RankCountingPause&) = delete;
+};
 RankBytes rank_bytes(int rank);
 void reset_rank_peaks();
 

@@ -27,6 +27,7 @@ struct RankTable {
 
 std::atomic<RankTable*> table{nullptr};
 uint8_t last_epoch = 0;
+constinit thread_local int paused = 0;
 
 void raise(std::atomic<int64_t>& peak, int64_t now) {
   int64_t p = peak.load(std::memory_order_relaxed);
@@ -43,7 +44,7 @@ void add(RankCounter& c, int index, int64_t bytes) {
 
 uint8_t count_rank(int rank, uint8_t category, size_t bytes) {
   RankTable* t = table.load(std::memory_order_acquire);
-  if (t == nullptr || rank < 0 || rank >= t->size) return 0;
+  if (t == nullptr || paused > 0 || rank < 0 || rank >= t->size) return 0;
   RankCounter& c = t->ranks[static_cast<size_t>(rank)];
   add(c, 0, static_cast<int64_t>(bytes));
   if (category != 0) add(c, category, static_cast<int64_t>(bytes));
@@ -69,6 +70,9 @@ void start_rank_counting(int ranks) {
 }
 
 void stop_rank_counting() { delete table.exchange(nullptr, std::memory_order_acq_rel); }
+
+RankCountingPause::RankCountingPause() { ++paused; }
+RankCountingPause::~RankCountingPause() { --paused; }
 
 bool rank_counting() { return table.load(std::memory_order_relaxed) != nullptr; }
 

@@ -157,7 +157,11 @@ int LocalTensor::unshare(const Storage* also) {
   // rest is out of line (its frame cost every op's result ~20 instructions).
   for (size_t i = 0; i < n; ++i) {
     const std::shared_ptr<Storage>& st = shards_[i].second.storage();
-    if (st != nullptr && st.use_count() != 1) return unshare_shared(shards_, also);
+    if (st != nullptr && st.use_count() != 1) {
+      const int cloned = unshare_shared(shards_, also);
+      if (cloned > 0) count_ranks();  // the copies are the ranks' own
+      return cloned;
+    }
   }
   return 0;
 }

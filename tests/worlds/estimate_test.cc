@@ -111,7 +111,11 @@ void train_gpt(const DeviceMesh& mesh, const Case& c) {
     estimate::phase("forward");
     const Shape shape{config.batch, config.seq};
     const DTensor ids = batch_tensor(mesh, input, shape, config.vocab, 2 * step);
-    const DTensor targets = batch_tensor(mesh, input, shape, config.vocab, 2 * step + 1);
+    // The targets as `dtensor train` makes its batches: distribute_tensor
+    // of a whole tensor, which is no rank's (a shape-only world makes it
+    // meta; each rank counts only its part).
+    const DTensor targets =
+        distribute_tensor(Tensor::randint(0, config.vocab, shape, 2 * step + 1), mesh, input);
     DTensor loss = models::gpt_loss((*model)(ids), targets);
     estimate::phase("backward");
     loss.backward();
