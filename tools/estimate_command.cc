@@ -109,11 +109,10 @@ int run_estimate(const EstimateArgs& a) {
   // Two steps: the second, with the optimizer's state made, is the one
   // measured; the peaks cover both (and the model's construction).
   std::optional<MemoryReport> report;
-  double params = 0;
+  int64_t params = 0;
   const estimate::Profile profile = estimate::profile(world, [&] {
     Trainer trainer(config, mesh, scheme, t, /*meta=*/true);
-    for (auto& [name, p] : trainer.model->named_parameters())
-      params += static_cast<double>(p->shape().product());
+    for (auto& [name, p] : trainer.model->named_parameters()) params += p->shape().product();
     const DTensorSpec batch(mesh, trainer.input, Shape{t.batch, t.seq}, DType::Int64);
     trainer.step(DTensor::meta(batch), DTensor::meta(batch));
     MemoryTracker memory(*trainer.model, trainer.optimizer.get());
@@ -156,7 +155,7 @@ int run_estimate(const EstimateArgs& a) {
       cluster.device.peak_flops[static_cast<int>(t.mixed_precision == "none"   ? DType::Float32
                                                  : t.mixed_precision == "bf16" ? DType::BFloat16
                                                                                : DType::Float16)];
-  const double mfu = model_flops_per_token(params, config) * tokens /
+  const double mfu = model_flops_per_token(static_cast<double>(params), config) * tokens /
                      (time.step * peak_flops * static_cast<double>(ranks));
 
   if (!a.chrome_trace.empty()) {
@@ -239,8 +238,10 @@ int run_estimate(const EstimateArgs& a) {
   std::ostream& os = std::cout;
   os << "dtensor estimate: GPT of " << t.layers << " layers, hidden " << t.hidden << ", " << t.heads
      << " heads, vocab " << a.vocab << ", " << std::fixed << std::setprecision(2)
-     << (params >= 1e9 ? params / 1e9 : params / 1e6) << (params >= 1e9 ? "B" : "M")
-     << " parameters;\n  " << t.batch << " sequences of " << t.seq << " tokens per step\n"
+     << (params >= 1000000000 ? static_cast<double>(params) / 1e9
+                              : static_cast<double>(params) / 1e6)
+     << (params >= 1000000000 ? "B" : "M") << " parameters;\n  " << t.batch << " sequences of "
+     << t.seq << " tokens per step\n"
      << std::defaultfloat;
   os << "layout: " << scheme.describe(mesh, t.sequence_parallel) << " on " << ranks << " ranks ("
      << mesh.to_string() << ")";

@@ -62,6 +62,10 @@ class DTensor {
   // is known, the values are not. redistribute() moves only the layout (no
   // communication); ops that read values throw.
   bool is_meta() const;
+  // Whether its shards are meta tensors that hold no memory yet
+  // (Storage::is_deferred): a parameter made under nn::MetaDeviceGuard
+  // until materialize(), any meta tensor of a world with data.
+  bool is_deferred() const;
   const DTensorSpec& spec() const {
     if (!spec_) [[unlikely]] throw_empty();
     return *spec_;

@@ -237,8 +237,17 @@ class Storage {
   // deferred initialisation (nn::MetaDeviceGuard) builds and lays out a
   // model this way before any process holds a parameter.
   static std::shared_ptr<Storage> meta(size_t nbytes);
-  Storage(Meta, size_t nbytes) : data_(nullptr), nbytes_(nbytes), meta_(true) {}
-  bool is_meta() const { return meta_; }
+  Storage(Meta, size_t nbytes) : data_(nullptr), nbytes_(nbytes), flags_(kMeta) {}
+  bool is_meta() const { return (flags_ & kMeta) != 0; }
+  // A meta storage that stands for no memory yet: a parameter made under
+  // nn::MetaDeviceGuard (and what is laid out or copied from it) until
+  // materialize(), and every meta storage of a world with data. A
+  // RankMemoryTracker does not count it. In a World::shape_only the other
+  // meta storages stand for the memory a run with data holds.
+  bool is_deferred() const { return (flags_ & kDeferred) != 0; }
+  void set_deferred(bool deferred) {
+    flags_ = static_cast<uint8_t>(deferred ? flags_ | kDeferred : flags_ & ~kDeferred);
+  }
   // Allocates the memory of a meta storage (uninitialised), checked as the
   // constructor's; no-op for a storage that has memory.
   void materialize();
@@ -270,8 +279,10 @@ class Storage {
   // bytes: make()'s control block (counts, allocator, Storage) must fit in
   // the 64 bytes before an in-block tensor's data.
   std::unique_ptr<std::shared_ptr<void>> owner_;
-  bool in_block_ = false;  // data_ is freed with the control block
-  bool meta_ = false;      // no memory yet (meta()); data_ is null
+  static constexpr uint8_t kInBlock = 1;   // data_ is freed with the control block
+  static constexpr uint8_t kMeta = 2;      // no memory yet (meta()); data_ is null
+  static constexpr uint8_t kDeferred = 4;  // is_deferred()
+  uint8_t flags_ = 0;
   uint8_t category_ = 0;   // MemoryScope's category when allocated (memory.h)
   uint8_t rank_epoch_ = 0;  // the RankMemoryTracker counting it (0: none)
   int32_t rank_ = -1;       // the rank it counts on (count_on_rank)
@@ -342,6 +353,9 @@ class Tensor {
   Tensor new_empty(const Shape& shape, DType dtype) const;
   Tensor new_zeros(const Shape& shape, DType dtype) const;
   Tensor new_full(const Shape& shape, Scalar value, DType dtype) const;
+  // A meta tensor that is deferred (Storage::is_deferred) when this one is.
+  // REQUIRES: is_meta().
+  Tensor meta_like(const Shape& shape, DType dtype) const;
   // 0-d tensor holding value, of the scalar's natural dtype unless given.
   static Tensor scalar(Scalar value, std::optional<DType> dtype = std::nullopt);
   // [0, end) and [start, end) by step; int64 unless a dtype is given.

@@ -103,13 +103,34 @@ Tensor DTensor::full_tensor() const {
   return full.shards().front().second;
 }
 
-DTensor DTensor::meta(const DTensorSpec& spec) {
+namespace {
+
+// DTensor::meta's shards, deferred (no memory: Storage::is_deferred) or not.
+DTensor meta_dtensor(const DTensorSpec& spec, bool deferred) {
   LocalTensor local;
   for (int rank : spec.mesh().held_ranks()) {
     const std::optional<ShardExtent> e = spec.extent_of_rank(rank);
-    local.set(rank, Tensor::meta(e ? e->local_shape : Shape{}, spec.dtype()));
+    Tensor t = Tensor::meta(e ? e->local_shape : Shape{}, spec.dtype());
+    t.storage()->set_deferred(deferred);
+    local.set(rank, std::move(t));
   }
   return DTensor(spec, std::move(local));
+}
+
+}  // namespace
+
+// In a world with data a meta tensor holds no memory yet; in a shape-only
+// world it stands for the memory the tensor would hold.
+DTensor DTensor::meta(const DTensorSpec& spec) {
+  return meta_dtensor(spec, !spec.mesh().world().is_shape_only());
+}
+
+bool DTensor::is_deferred() const {
+  bool deferred = false;
+  local_.for_each([&](int, const Tensor& t) {
+    deferred = deferred || (t.storage() != nullptr && t.storage()->is_deferred());
+  });
+  return deferred;
 }
 
 bool DTensor::is_meta() const {
@@ -139,9 +160,10 @@ DTensor DTensor::redistribute(const Placements& placements,
     return *this;
   }
   // Deferred initialisation: a meta tensor's values are made later from
-  // global indices, so laying it out moves nothing. (A shape-only world
-  // runs the plan: its collectives are what it records.)
-  if (is_meta() && !mesh().world().is_shape_only()) return meta(target);
+  // global indices, so laying it out moves nothing, in a shape-only world
+  // too. (Its other tensors run the plan: its collectives are what it records.)
+  if (is_meta() && (!mesh().world().is_shape_only() || is_deferred()))
+    return meta_dtensor(target, true);
   LocalTensor out = redistribute_local(local_, spec(), target, options, "redistribute");
   DTensor result(std::move(target), std::move(out));
   if (autograd::recording({this})) {

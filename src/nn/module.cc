@@ -1,10 +1,12 @@
 // Module: named parameters, children and forward hooks (nn.h).
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include "autograd/graph.h"
 #include "dtensor/error.h"
 #include "dtensor/nn.h"
+#include "tensor/allocator.h"
 
 namespace dtensor::nn {
 
@@ -103,7 +105,7 @@ int64_t Module::materialize() {
   for (auto& [module_name, module] : named_modules()) {
     for (Param& p : module->params_) {
       const std::string name = module_name.empty() ? p.name : module_name + "." + p.name;
-      if (!p.slot->defined() || !p.slot->is_meta()) continue;
+      if (!p.slot->defined() || !p.slot->is_deferred()) continue;
       if (std::any_of(todo.begin(), todo.end(),
                       [&](const Todo& t) { return t.slot->same_shards(*p.slot); }))
         continue;
@@ -127,6 +129,9 @@ int64_t Module::materialize() {
   if (!shapes) check_allocation("materialize", shards);
   for (const Todo& t : todo) {
     const DTensor values = t.init->distribute(t.slot->mesh(), t.slot->placements());
+    // Its memory counts from now on, on each rank (RankMemoryTracker).
+    t.slot->local().for_each([](int, const Tensor& s) { s.storage()->set_deferred(false); });
+    t.slot->local().count_ranks();
     if (shapes) continue;
     t.slot->local().for_each([&](int rank, const Tensor& shard) {
       shard.storage()->materialize();
@@ -136,7 +141,7 @@ int64_t Module::materialize() {
   // The recipes are done with (one may hold a full tensor of values).
   for (auto& [module_name, module] : named_modules())
     for (Param& p : module->params_)
-      if (p.init && !p.slot->is_meta()) p.init.reset();
+      if (p.init && !p.slot->is_deferred()) p.init.reset();
   return static_cast<int64_t>(todo.size());
 }
 
@@ -164,8 +169,20 @@ void Module::check_new_name(const std::string& name) const {
 DTensor* Module::register_parameter(const std::string& name, const Init& init) {
   const Placements replicate(static_cast<size_t>(mesh_.ndim()), Replicate());
   const bool meta = MetaDeviceGuard::active();
-  DTensor value = meta ? DTensor::meta(DTensorSpec(mesh_, replicate, init.shape(), init.dtype()))
-                       : distribute_tensor(init.full(), mesh_, replicate);
+  // Made uncounted (RankMemoryTracker): a meta parameter holds no memory
+  // until materialize(), in a shape-only world too (Storage::is_deferred);
+  // the others count as the copy each rank ends with, as distribute_tensor
+  // counts them (not the whole tensor, nor a shape-only world's steps).
+  std::optional<detail::RankCountingPause> pause(std::in_place);
+  DTensor value =
+      meta ? DTensor::meta(DTensorSpec(mesh_, replicate, init.shape(), init.dtype()))
+      // A shape-only world makes no values (init.full() would, whole).
+      : mesh_.world().is_shape_only() ? init.distribute(mesh_, replicate)
+                                      : distribute_tensor(init.full(), mesh_, replicate);
+  if (meta)
+    value.local().for_each([](int, const Tensor& t) { t.storage()->set_deferred(true); });
+  pause.reset();
+  value.local().count_ranks();
   if (is_floating(init.dtype())) value.requires_grad_();
   DTensor* slot = register_parameter(name, std::move(value));
   if (meta) params_.back().init = init;

@@ -94,14 +94,14 @@ std::shared_ptr<Storage> Storage::meta(size_t nbytes) {
 }
 
 void Storage::count_on_rank(int rank) {
-  if (rank_epoch_ != 0) return;
+  if (rank_epoch_ != 0 || is_deferred()) return;
   rank_epoch_ = detail::count_rank(rank, category_, nbytes_);
   if (rank_epoch_ != 0) rank_ = rank;
 }
 
 void Storage::materialize() {
-  if (!meta_) return;
-  meta_ = false;
+  if (!is_meta()) return;
+  flags_ = static_cast<uint8_t>(flags_ & ~(kMeta | kDeferred));
   materialize_bytes();
 }
 
@@ -138,10 +138,10 @@ Storage::Storage(void* data, size_t nbytes, std::shared_ptr<void> owner)
 
 Storage::~Storage() {
   if (rank_epoch_ != 0) detail::uncount_rank(rank_epoch_, rank_, category_, nbytes_);
-  if (category_ != 0 && !meta_) detail::uncount_category(category_, detail::block_size(nbytes_));
+  if (category_ != 0 && !is_meta()) detail::uncount_category(category_, detail::block_size(nbytes_));
   // Adopted memory: owner_'s release frees (or stops pinning) it. In-block
   // data goes with the control block.
-  if (owner_ == nullptr && !in_block_) detail::deallocate(data_, nbytes_);
+  if (owner_ == nullptr && (flags_ & kInBlock) == 0) detail::deallocate(data_, nbytes_);
 }
 
 namespace {
@@ -186,7 +186,7 @@ Storage::Storage(InBlock, size_t nbytes)
     : data_(reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(this) & ~uintptr_t{kHeader - 1}) +
             kHeader),
       nbytes_(nbytes),
-      in_block_(true) {
+      flags_(kInBlock) {
   take_category();
 }
 

@@ -166,15 +166,21 @@ Tensor Tensor::meta(const Shape& shape, DType dtype) {
 }
 
 Tensor Tensor::new_empty(const Shape& shape, DType dtype) const {
-  return is_meta() ? meta(shape, dtype) : empty(shape, dtype);
+  return is_meta() ? meta_like(shape, dtype) : empty(shape, dtype);
 }
 
 Tensor Tensor::new_zeros(const Shape& shape, DType dtype) const {
-  return is_meta() ? meta(shape, dtype) : zeros(shape, dtype);
+  return is_meta() ? meta_like(shape, dtype) : zeros(shape, dtype);
 }
 
 Tensor Tensor::new_full(const Shape& shape, Scalar value, DType dtype) const {
-  return is_meta() ? meta(shape, dtype) : full(shape, value, dtype);
+  return is_meta() ? meta_like(shape, dtype) : full(shape, value, dtype);
+}
+
+Tensor Tensor::meta_like(const Shape& shape, DType dtype) const {
+  Tensor t = meta(shape, dtype);
+  t.storage_->set_deferred(storage_->is_deferred());
+  return t;
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype) {
@@ -288,7 +294,7 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::clone() const {
-  if (is_meta()) return meta(shape_, dtype_);
+  if (is_meta()) return meta_like(shape_, dtype_);
   Tensor out = empty(shape_, dtype_);
   out.copy_(*this);
   return out;
@@ -296,7 +302,7 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return *this;
-  if (is_meta()) return meta(shape_, dtype);
+  if (is_meta()) return meta_like(shape_, dtype);
   Tensor out = empty(shape_, dtype);
   out.copy_(*this);
   return out;

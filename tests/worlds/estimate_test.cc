@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -38,6 +39,7 @@ struct Case {
   bool bf16 = false;    // MixedPrecisionPolicy(param bf16, reduce float32)
   int64_t hidden = 32;
   int64_t batch = 8;  // 10 over 4 dp ranks: 3, 3, 3, 1
+  bool eager = false;  // built whole, not on the meta device
 };
 
 // This rank's part of a batch of token ids, made on the rank (as a data
@@ -68,7 +70,8 @@ void train_gpt(const DeviceMesh& mesh, const Case& c) {
   config.vocab = 62;  // uneven over 4 (16, 16, 16, 14) and 8 tp ranks
   std::unique_ptr<models::GPT> model;
   {
-    nn::MetaDeviceGuard meta;
+    std::optional<nn::MetaDeviceGuard> meta;
+    if (!c.eager) meta.emplace();
     model = std::make_unique<models::GPT>(mesh, config, 11);
   }
   const int tp = mesh.ndim() - 1;
@@ -168,6 +171,7 @@ std::vector<Case> cases() {
       {"fsdp_bf16", {2, 2}, true, true, false, false, 0, true},
       {"hsdp_tp", {2, 2, 2}, true, true, true},
       {"fsdp_tp_8", {4, 2}, true, true, false, false, 1, false, 40, 12},
+      {"fsdp_tp_eager", {2, 2}, true, true, false, false, 0, false, 32, 8, true},
   };
 }
 
@@ -198,4 +202,25 @@ TEST(EstimateTest, ShapeOnlyWorldProfilesEveryRankExactly) {
     ++ran;
   }
   EXPECT_GT(ran, 0);
+}
+
+// A parameter made under nn::MetaDeviceGuard holds no memory until
+// materialize() (in a shape-only world too, where every tensor is meta);
+// then each rank counts its shard, here a replicated 6x8 weight and bias.
+TEST(EstimateTest, MetaParametersCountOnceMaterialized) {
+  const World real = dtensor::testing::test_world();
+  for (const World& world : {real, World::shape_only(real.size())}) {
+    SCOPED_TRACE(world.is_shape_only() ? "shape-only" : "real");
+    const DeviceMesh mesh(world, Shape{std::min(4, world.size())});
+    RankMemoryTracker tracker(world);
+    std::unique_ptr<nn::Linear> layer;
+    {
+      nn::MetaDeviceGuard meta;
+      layer = std::make_unique<nn::Linear>(mesh, 8, 6, true, 3);
+    }
+    for (const RankPeak& r : tracker.ranks()) EXPECT_EQ(r.now, 0) << "rank " << r.rank;
+    layer->materialize();
+    for (const RankPeak& r : tracker.ranks())
+      EXPECT_EQ(r.now, mesh.contains(r.rank) ? (6 * 8 + 6) * 4 : 0) << "rank " << r.rank;
+  }
 }
