@@ -90,6 +90,13 @@ int run_estimate(const EstimateArgs& a) {
   const int64_t ranks = mesh_rank_count(mesh_shape, t.mesh);
   const Scheme scheme = parse_scheme(t.scheme, static_cast<int>(mesh_shape.size()), t.mesh);
   estimate::Cluster cluster = estimate::cluster_preset(a.cluster);
+  if (!a.calibration.empty()) {
+    std::ifstream in(a.calibration);
+    DT_CHECK(in, "--calibration: cannot read ", quote(a.calibration));
+    std::stringstream text;
+    text << in.rdbuf();
+    cluster = estimate::cluster_from_json(text.str());
+  }
   if (a.ranks_per_node > 0) cluster.ranks_per_node = a.ranks_per_node;
   const World world = World::shape_only(static_cast<int>(ranks));
   const DeviceMesh mesh = make_mesh(
@@ -217,7 +224,7 @@ int run_estimate(const EstimateArgs& a) {
                              {"mesh", t.mesh},
                              {"scheme", t.scheme},
                              {"parameters", params},
-                             {"cluster", a.cluster},
+                             {"cluster", cluster.device.name},
                              {"ranks_per_node", cluster.ranks_per_node},
                              {"exact", {"memory", "communication"}},
                              {"estimated", {"time"}},

@@ -32,10 +32,12 @@ using dtensor::cli::quote;
 constexpr size_t kMaxArgBytes = 4096;
 
 // The commands, as messages list them.
-constexpr const char* kCommands = "train, estimate, demo, visualize, plan, checkpoint or rules";
+constexpr const char* kCommands =
+    "train, estimate, calibrate, demo, visualize, plan, checkpoint or rules";
 
 bool is_command(const std::string& word) {
-  return word == "train" || word == "estimate" || word == "demo" || word == "visualize" ||
+  return word == "train" || word == "estimate" || word == "calibrate" || word == "demo" ||
+         word == "visualize" ||
          word == "plan" ||
          word == "checkpoint" || word == "rules";
 }
@@ -348,11 +350,43 @@ int run(int argc, char** argv) {
   estimate->add_option("--chrome-trace", est.chrome_trace,
                        "write the estimated step's timeline as a Chrome trace (JSON) that\n"
                        "Perfetto and chrome://tracing open");
+  estimate->add_option("--calibration", est.calibration,
+                       "a file written by 'dtensor calibrate' (this machine's measured rates\n"
+                       "and collectives), in place of --cluster");
   estimate->add_flag("--json", est.json,
                      "print JSON: ranks, mesh, scheme, parameters, cluster, ranks_per_node,\n"
                      "exact, estimated, roles (ranks, memory, communication by phase),\n"
                      "time (step_s, compute_s, communication_s, exposed_communication_s,\n"
                      "phases_s, tokens_per_s, mfu), profiled_s");
+
+  CalibrateArgs cal;
+  auto* calibrate = app.add_subcommand(
+      "calibrate", "Measure this machine's rates and collectives for 'dtensor estimate'");
+  calibrate->footer(
+      "Run under mpirun with the process count of the runs to estimate: every rank\n"
+      "computes at once, as in training (ranks sharing cores share them here too).\n"
+      "Measures a square matmul in float32 and bfloat16 (the products' rate), an add far\n"
+      "larger than the caches (memory bandwidth), an add of 8 elements (the cost of one\n"
+      "op through the dispatcher), and all_gather, all_reduce and reduce_scatter over all\n"
+      "ranks at sizes from 1 KiB to --max-bytes; fits a link latency and bandwidth to the\n"
+      "all_gathers. Writes the cluster JSON that 'dtensor estimate --calibration' reads\n"
+      "(docs/estimate.md).\n"
+      "\n"
+      "Examples:\n"
+      "  mpirun -np 4 dtensor calibrate --out calibration.json\n"
+      "  dtensor estimate --mesh 2x2 --calibration calibration.json\n"
+      "\n"
+      "Exit status: 0, or 2 on a bad argument (one line on stderr says which).");
+  calibrate->add_option("--out", cal.out, "the file to write ('' prints the JSON)")
+      ->capture_default_str();
+  add_number<int64_t>(calibrate, "--matmul-size", cal.matmul_size, "n of the n x n matmul", 16,
+                      8192);
+  add_number<int64_t>(calibrate, "--stream-elements", cal.stream_elements,
+                      "elements of the bandwidth add", 1024, int64_t{1} << 30);
+  add_number<int64_t>(calibrate, "--max-bytes", cal.max_bytes,
+                      "the largest collective measured, bytes per rank", 1024, int64_t{1} << 30);
+  add_number(calibrate, "--reps", cal.reps, "runs of each measurement (the fastest counts)", 1,
+             1000);
 
   DemoArgs demo_args;
   ModelConfig& model = demo_args.model;
@@ -641,6 +675,7 @@ int run(int argc, char** argv) {
     } else if (CLI::App* cmd = visualize->parsed() ? visualize
                         : train->parsed()   ? train
                         : estimate->parsed() ? estimate
+                        : calibrate->parsed() ? calibrate
                         : plan->parsed()    ? plan
                         : demo->parsed()    ? demo
                         : rules->parsed()   ? rules
@@ -664,10 +699,11 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
-  for (CLI::App* cmd : {train, estimate, demo, visualize, plan, rules}) {
+  for (CLI::App* cmd : {train, estimate, calibrate, demo, visualize, plan, rules}) {
     if (!cmd->parsed()) continue;
     try {
       if (cmd == rules) return run_rules(ru);
+      if (cmd == calibrate) return run_calibrate(cal);
       if (cmd == estimate) {
         et.sequence_parallel = !est_no_sp;
         return run_estimate(est);

@@ -72,7 +72,18 @@ struct EstimateArgs {
   int ranks_per_node = 0;        // 0: the preset's
   bool json = false;
   std::string chrome_trace;      // a file for Perfetto / chrome://tracing ("" none)
+  std::string calibration;       // a `dtensor calibrate` file, in place of --cluster
 };
 int run_estimate(const EstimateArgs& args);
+
+// `dtensor calibrate`: this machine's rates and links, under mpirun.
+struct CalibrateArgs {
+  std::string out = "calibration.json";  // "" prints the JSON
+  int64_t matmul_size = 512;
+  int64_t stream_elements = int64_t{1} << 23;
+  int64_t max_bytes = int64_t{1} << 24;  // the largest collective measured, per rank
+  int reps = 5;
+};
+int run_calibrate(const CalibrateArgs& args);
 
 }  // namespace dtensor::cli

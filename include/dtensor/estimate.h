@@ -66,6 +66,10 @@ struct Device {
   double matmul_efficiency = 0.7;
   double memory_efficiency = 0.8;
   double op_overhead = 5e-6;  // seconds
+  // The part of the device one rank has: 1 for a GPU per rank; on a CPU
+  // with more ranks than cores, cores / ranks (they take turns), which
+  // divides every op's rate.
+  double share = 1;
 };
 
 // One level of the network: a message's latency and each rank's bandwidth
@@ -75,12 +79,37 @@ struct Link {
   double bandwidth = 0;
 };
 
+// A collective's measured time: `dtensor calibrate` measures them on this
+// machine under mpirun.
+struct MeasuredCollective {
+  CollectiveKind kind = CollectiveKind::AllReduce;
+  int ranks = 0;      // the group's size
+  int64_t bytes = 0;  // the largest input shard, as StepEvent::bytes
+  double seconds = 0;
+};
+
 // Ranks fill nodes in order: rank r is on node r / ranks_per_node.
 struct Cluster {
   Device device;
   int ranks_per_node = 8;
   Link within_node, across_nodes;
+  // Measured times, by kind and group size: a collective of a kind and
+  // size measured within a node takes the time interpolated between the
+  // two nearest sizes measured (linearly in bytes; the alpha-beta model
+  // beyond the largest and below the smallest).
+  std::vector<MeasuredCollective> measured;
 };
+
+// A cluster as JSON (what `dtensor calibrate` writes and `dtensor
+// estimate --calibration` reads): {"device": {"name", "memory",
+// "peak_flops": {"float32", "bfloat16", ...}, "vector_flops",
+// "memory_bandwidth", "matmul_efficiency", "memory_efficiency",
+// "op_overhead", "share"}, "ranks_per_node", "within_node": {"latency",
+// "bandwidth"}, "across_nodes": {...}, "measured": [{"kind", "ranks",
+// "bytes", "seconds"}, ...]}, seconds, bytes and bytes/s. Reading throws
+// naming the field that is missing or wrong.
+std::string cluster_json(const Cluster& c);
+Cluster cluster_from_json(const std::string& text);
 
 // The built-in devices: "h100" (SXM, NVLink 4 within a node, 400 Gb/s
 // InfiniBand per GPU across), "a100" (SXM 80 GB, NVLink 3, 200 Gb/s), and

@@ -80,6 +80,21 @@ double collective_seconds(const Cluster& c, CollectiveKind kind, int64_t bytes,
   if (n <= 1) return 0;
   bool across = false;
   for (int r : group) across = across || r / c.ranks_per_node != group[0] / c.ranks_per_node;
+  if (!across) {
+    // Measured times of this kind and group size, nearest sizes either side.
+    const MeasuredCollective *below = nullptr, *above = nullptr;
+    for (const MeasuredCollective& m : c.measured) {
+      if (m.kind != kind || m.ranks != n) continue;
+      if (m.bytes <= bytes && (below == nullptr || m.bytes > below->bytes)) below = &m;
+      if (m.bytes >= bytes && (above == nullptr || m.bytes < above->bytes)) above = &m;
+    }
+    if (below != nullptr && above != nullptr) {
+      if (above->bytes == below->bytes) return below->seconds;
+      const double f = static_cast<double>(bytes - below->bytes) /
+                       static_cast<double>(above->bytes - below->bytes);
+      return below->seconds + f * (above->seconds - below->seconds);
+    }
+  }
   const Link& l = across ? c.across_nodes : c.within_node;
   const double a = l.latency, b = static_cast<double>(bytes) / l.bandwidth;
   const double m = static_cast<double>(n - 1), frac = m / static_cast<double>(n);
@@ -108,7 +123,7 @@ double op_seconds(const Device& d, const StepEvent& op) {
       product ? d.peak_flops[static_cast<int>(op.dtype)] * d.matmul_efficiency : d.vector_flops;
   const double compute = peak > 0 ? op.flops / peak : 0;
   const double memory = static_cast<double>(op.bytes) / (d.memory_bandwidth * d.memory_efficiency);
-  return std::max(compute, memory) + d.op_overhead;
+  return (std::max(compute, memory) + d.op_overhead) / d.share;
 }
 
 TimeEstimate estimate_time(const Profile& profile, const Cluster& cluster, size_t first_phase) {

@@ -4,6 +4,8 @@
 // what waits). The figures are the model's own, computed here by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "dtensor/estimate.h"
@@ -146,4 +148,48 @@ TEST(EstimateTimeTest, PresetsAreNamedAndOthersRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("h100, a100, cpu"), std::string::npos) << e.what();
   }
+}
+
+TEST(EstimateTimeTest, MeasuredCollectivesAreInterpolatedWithinTheirSizes) {
+  Cluster c = toy();
+  c.measured = {{CollectiveKind::AllReduce, 4, 100, 1.0},
+                {CollectiveKind::AllReduce, 4, 300, 2.0},
+                {CollectiveKind::AllReduce, 2, 100, 7.0}};
+  const std::vector<int> four{0, 1, 2, 3}, two{0, 1}, across{0, 4, 8, 12};
+  EXPECT_DOUBLE_EQ(collective_seconds(c, CollectiveKind::AllReduce, 100, four), 1.0);
+  EXPECT_DOUBLE_EQ(collective_seconds(c, CollectiveKind::AllReduce, 200, four), 1.5);
+  EXPECT_DOUBLE_EQ(collective_seconds(c, CollectiveKind::AllReduce, 100, two), 7.0);
+  // Beyond the sizes measured, another kind, or across nodes: the model.
+  EXPECT_DOUBLE_EQ(collective_seconds(c, CollectiveKind::AllReduce, 400, four),
+                   std::min(2 * 3 * 1 + 2 * 0.75 * 400, 2 * 2 * 1 + 2 * 400.0));
+  EXPECT_DOUBLE_EQ(collective_seconds(c, CollectiveKind::AllGather, 100, four), 3 + 300);
+  EXPECT_NE(collective_seconds(c, CollectiveKind::AllReduce, 200, across), 1.5);
+}
+
+TEST(EstimateTimeTest, ClusterJsonRoundTripsAndNamesWhatIsWrong) {
+  Cluster c = toy();
+  c.device.share = 0.5;
+  c.measured = {{CollectiveKind::ReduceScatter, 4, 4096, 3e-5}};
+  const Cluster back = cluster_from_json(cluster_json(c));
+  EXPECT_EQ(back.device.name, "toy");
+  EXPECT_EQ(back.device.peak_flops[static_cast<int>(DType::Float32)], 100);
+  EXPECT_EQ(back.device.share, 0.5);
+  EXPECT_EQ(back.ranks_per_node, 4);
+  EXPECT_EQ(back.across_nodes.bandwidth, 0.5);
+  ASSERT_EQ(back.measured.size(), 1u);
+  EXPECT_EQ(back.measured[0].kind, CollectiveKind::ReduceScatter);
+  EXPECT_EQ(back.measured[0].bytes, 4096);
+  const auto error_of = [](const std::string& text) {
+    try {
+      cluster_from_json(text);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("{").find("not JSON"), std::string::npos);
+  EXPECT_NE(error_of("{}").find("no \"device\""), std::string::npos);
+  std::string text = cluster_json(c);
+  text.replace(text.find("\"memory_bandwidth\""), 18, "\"memory_bandwidt\"");
+  EXPECT_NE(error_of(text).find("device.memory_bandwidth"), std::string::npos) << error_of(text);
 }
