@@ -37,4 +37,5 @@ PYBIND11_MODULE(_dtensor, m) {
   dp::bind_checkpoint(m);
   dp::bind_memory(m);
   dp::bind_custom_op(m);
+  dp::bind_estimate(m);
 }

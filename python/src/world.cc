@@ -19,6 +19,10 @@ A cheap handle: copies refer to the same world.
 )doc")
       .def_static("simulated", &World::simulated, py::arg("size"),
                   "All `size` ranks held by this process (collectives computed in memory).")
+      .def_static("shape_only", &World::shape_only, py::arg("size"),
+                  "All `size` ranks held by this process as shapes only: tensors have shapes "
+                  "but no values, ops run no kernels, collectives record themselves "
+                  "(dtensor.estimate; docs/estimate.md).")
       .def_static("mpi", []() { return World::mpi(); }, py::call_guard<py::gil_scoped_release>(),
                   "This process's rank of the MPI job (MPI_COMM_WORLD), initialising MPI on "
                   "the first call; the same world on later calls. MPI is finalised at exit. "
@@ -35,9 +39,11 @@ A cheap handle: copies refer to the same world.
                              "The ranks this process holds (all of them when simulated).")
       .def("holds", &World::holds, py::arg("rank"))
       .def_property_readonly("is_simulated", &World::is_simulated)
+      .def_property_readonly("is_shape_only", &World::is_shape_only)
       .def("__eq__", [](const World& a, const World& b) { return a == b; })
       .def("__hash__", [](const World& w) { return reinterpret_cast<uintptr_t>(&w.backend()); })
       .def("__repr__", [](const World& w) {
+        if (w.is_shape_only()) return "World.shape_only(" + std::to_string(w.size()) + ")";
         return w.is_simulated() ? "World.simulated(" + std::to_string(w.size()) + ")"
                                 : "World.mpi(size=" + std::to_string(w.size()) +
                                       ", rank=" + std::to_string(w.rank()) + ")";
