@@ -107,7 +107,8 @@ class Backend {
   virtual std::unique_ptr<Pending> start_all_gather_flat(const LocalTensor& in,
                                                          const DeviceMesh& mesh, int mesh_dim) {
     const TraceStarted started;
-    return std::make_unique<Done>(all_gather(in, mesh, mesh_dim, 0), last_traced());
+    return std::make_unique<Done>(all_gather(in, mesh, mesh_dim, 0), last_traced(),
+                                  sent(in, mesh, mesh_dim));
   }
   // reduce_scatter along dim 0 of 1-d shards whose length the group size
   // divides (fully_shard's flat gradients), started: the MPI world posts
@@ -119,7 +120,8 @@ class Backend {
                                                              const DeviceMesh& mesh, int mesh_dim,
                                                              ReduceOp op) {
     const TraceStarted started;
-    return std::make_unique<Done>(reduce_scatter(in, mesh, mesh_dim, op, 0), last_traced());
+    return std::make_unique<Done>(reduce_scatter(in, mesh, mesh_dim, op, 0), last_traced(),
+                                  sent(in, mesh, mesh_dim));
   }
 
  protected:
@@ -128,16 +130,26 @@ class Backend {
     const CollectiveTrace* t = collective_trace();
     return t == nullptr ? -1 : static_cast<int64_t>(t->events().size()) - 1;
   }
+  // What a started collective's sender keeps until it is waited for: its
+  // input, as a transfer in flight reads it (MPI's send buffer; none for
+  // a group of one, which copies at once). Kept by a Done, so that a
+  // rank's memory (RankMemoryTracker) is the same as under MPI.
+  static LocalTensor sent(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim) {
+    return mesh.size(mesh_dim) > 1 ? in : LocalTensor{};
+  }
   class Done final : public Pending {
    public:
-    Done(LocalTensor result, int64_t event) : result_(std::move(result)), event_(event) {}
+    Done(LocalTensor result, int64_t event, LocalTensor sent = {})
+        : result_(std::move(result)), sent_(std::move(sent)), event_(event) {}
     LocalTensor wait() override {
       trace_wait(event_);
+      sent_ = LocalTensor{};
       return std::move(result_);
     }
 
    private:
     LocalTensor result_;
+    LocalTensor sent_;
     int64_t event_;
   };
 };

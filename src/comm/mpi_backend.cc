@@ -240,10 +240,10 @@ class MpiPending final : public Backend::Pending {
   using Finish = std::function<Tensor()>;
   MpiPending(CollectiveMonitor* monitor, MpiBackend::Kind kind, int mesh_dim,
              const MpiBackend::Group& g, MPI_Request request, std::vector<Tensor> buffers,
-             Finish finish, int rank)
+             Finish finish, int rank, int64_t event)
       : monitor_(monitor), kind_(kind), mesh_dim_(mesh_dim), ranks_(g.ranks), hash_(g.hash),
         seq_(g.seq), request_(request), buffers_(std::move(buffers)), finish_(std::move(finish)),
-        rank_(rank) {}
+        rank_(rank), event_(event) {}
   ~MpiPending() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -267,6 +267,7 @@ class MpiPending final : public Backend::Pending {
     check_mpi(rc, "MPI_Wait (started collective)");
     request_ = MPI_REQUEST_NULL;
     done_ = false;
+    trace_wait(event_);
     LocalTensor out;
     out.set(rank_, finish_());
     buffers_.clear();
@@ -286,6 +287,7 @@ class MpiPending final : public Backend::Pending {
   std::vector<Tensor> buffers_;  // alive until the transfer is done
   Finish finish_;
   int rank_;
+  int64_t event_;  // the start's StepEvent (CollectiveTrace), or -1
 };
 
 }  // namespace
@@ -304,8 +306,11 @@ std::unique_ptr<Backend::Pending> MpiBackend::start_all_gather_flat(const LocalT
                     mesh, rank_);
   record_collective(CollectiveKind::AllGather, static_cast<int64_t>(t.nbytes()), t.dtype(),
                     mesh_dim_index(mesh, mesh_dim));
-  trace_own(CollectiveKind::AllGather, static_cast<int64_t>(t.nbytes()), t.dtype(), mesh, mesh_dim,
-            rank_);
+  {
+    const TraceStarted started;
+    trace_own(CollectiveKind::AllGather, static_cast<int64_t>(t.nbytes()), t.dtype(), mesh,
+              mesh_dim, rank_);
+  }
   if (g.size == 1) {
     LocalTensor out;
     out.set(rank_, t.clone());
@@ -313,6 +318,9 @@ std::unique_ptr<Backend::Pending> MpiBackend::start_all_gather_flat(const LocalT
   }
   Tensor src = t.contiguous();
   Tensor result = Tensor::empty({g.size * src.numel()}, t.dtype());
+  // The rank holds its result from the start (RankMemoryTracker), as the
+  // simulated world's, which is made at once.
+  result.storage()->count_on_rank(rank_);
   const int count = count_of(src.numel(), "all_gather");
   const MPI_Datatype type = mpi_type(t.dtype());
   MPI_Request request = MPI_REQUEST_NULL;
@@ -322,7 +330,7 @@ std::unique_ptr<Backend::Pending> MpiBackend::start_all_gather_flat(const LocalT
   return std::make_unique<MpiPending>(monitor_.get(), Kind::AllGather,
                                       mesh_dim_index(mesh, mesh_dim), g, request,
                                       std::vector<Tensor>{src, result},
-                                      [result] { return result; }, rank_);
+                                      [result] { return result; }, rank_, last_traced());
 }
 
 std::unique_ptr<Backend::Pending> MpiBackend::start_reduce_scatter_flat(const LocalTensor& in,
@@ -344,8 +352,11 @@ std::unique_ptr<Backend::Pending> MpiBackend::start_reduce_scatter_flat(const Lo
                     mesh, rank_);
   record_collective(CollectiveKind::ReduceScatter, static_cast<int64_t>(t.nbytes()), t.dtype(),
                     mesh_dim_index(mesh, mesh_dim));
-  trace_own(CollectiveKind::ReduceScatter, static_cast<int64_t>(t.nbytes()), t.dtype(), mesh, mesh_dim,
-            rank_);
+  {
+    const TraceStarted started;
+    trace_own(CollectiveKind::ReduceScatter, static_cast<int64_t>(t.nbytes()), t.dtype(), mesh,
+              mesh_dim, rank_);
+  }
   const int64_t piece = t.numel() / g.size;
   if (g.size == 1) {
     // One member: the fold of one piece is the piece (avg divides by 1);
@@ -362,6 +373,7 @@ std::unique_ptr<Backend::Pending> MpiBackend::start_reduce_scatter_flat(const Lo
   if (native_reduce() && !is_half(dtype)) {
     // As the blocking call under DTENSOR_MPI_NATIVE_REDUCE: the library's sum.
     Tensor result = Tensor::empty({piece}, dtype);
+    result.storage()->count_on_rank(rank_);  // held from the start, as simulated
     check_mpi(MPI_Ireduce_scatter_block(src.raw_data(), result.raw_data(), count, type,
                                         mpi_op(op, dtype), g.comm, &request),
               "MPI_Ireduce_scatter_block");
@@ -372,20 +384,24 @@ std::unique_ptr<Backend::Pending> MpiBackend::start_reduce_scatter_flat(const Lo
     };
     return std::make_unique<MpiPending>(monitor_.get(), Kind::ReduceScatter,
                                         mesh_dim_index(mesh, mesh_dim), g, request,
-                                        std::vector<Tensor>{src, result}, finish, rank_);
+                                        std::vector<Tensor>{src, result}, finish, rank_,
+                                        last_traced());
   }
   // Member k's piece j goes to member j, into slot k of its receive
   // buffer: the exchange of whole pieces that the blocking call makes in
   // bounded rounds (mpi_fold.h), here at once, so that it runs while
   // backward computes.
   Tensor received = Tensor::empty({t.numel()}, dtype);
+  // The result, held from the start (RankMemoryTracker) as the simulated
+  // world's is; the receive buffer is the backend's own, uncounted.
+  Tensor result = Tensor::empty({piece}, dtype);
+  result.storage()->count_on_rank(rank_);
   check_mpi(MPI_Ialltoall(src.raw_data(), count, type, received.raw_data(), count, type, g.comm,
                           &request),
             "MPI_Ialltoall");
   const size_t n = static_cast<size_t>(g.size);
-  auto fold_pieces = [received, piece, dtype, op, n] {
+  auto fold_pieces = [received, result, piece, dtype, op, n] {
     // In member order with the blocking call's kernel: the same bits.
-    Tensor result = Tensor::empty({piece}, dtype);
     std::vector<const void*> pieces;
     const size_t bytes = static_cast<size_t>(piece) * itemsize(dtype);
     for (size_t k = 0; k < n; ++k) pieces.push_back(bytes_of(received) + k * bytes);
@@ -394,7 +410,8 @@ std::unique_ptr<Backend::Pending> MpiBackend::start_reduce_scatter_flat(const Lo
   };
   return std::make_unique<MpiPending>(monitor_.get(), Kind::ReduceScatter,
                                       mesh_dim_index(mesh, mesh_dim), g, request,
-                                      std::vector<Tensor>{src, received}, fold_pieces, rank_);
+                                      std::vector<Tensor>{src, received}, fold_pieces, rank_,
+                                      last_traced());
 }
 
 LocalTensor MpiBackend::all_reduce(const LocalTensor& in, const DeviceMesh& mesh, int mesh_dim,

@@ -6,8 +6,11 @@
 // the same memory (bytes held at the end, peak, and the peaks of
 // fully_shard's unsharded parameters and communication buffers), for
 // FSDP, HSDP, DDP, tensor and sequence parallelism and their combinations,
-// activation checkpointing (whole and selective), bf16 mixed precision and
-// uneven shards. The shape-only world runs no kernel and moves no byte.
+// activation checkpointing (whole and selective), bf16 mixed precision,
+// uneven shards, eager and deferred initialisation, and fully_shard's
+// prefetch and async reduce_scatter (whose started collectives keep their
+// input until waited for in both worlds, as MPI's send buffers are). The
+// shape-only world runs no kernel and moves no byte.
 #include "dtensor/estimate.h"
 
 #include <gtest/gtest.h>
@@ -34,12 +37,13 @@ struct Case {
   bool tp = false;    // tensor + sequence parallel over the last mesh dim
   bool fsdp = false;  // fully_shard over mesh dim 0 (HSDP: dim 1, replicated over 0)
   bool hsdp = false;
-  bool ddp = false;     // replicate over mesh dim 0
-  int checkpoint = 0;   // 1: whole blocks; 2: keeping the matmuls' outputs
-  bool bf16 = false;    // MixedPrecisionPolicy(param bf16, reduce float32)
+  bool ddp = false;    // replicate over mesh dim 0
+  int checkpoint = 0;  // 1: whole blocks; 2: keeping the matmuls' outputs
+  bool bf16 = false;   // MixedPrecisionPolicy(param bf16, reduce float32)
   int64_t hidden = 32;
-  int64_t batch = 8;  // 10 over 4 dp ranks: 3, 3, 3, 1
-  bool eager = false;  // built whole, not on the meta device
+  int64_t batch = 8;     // 10 over 4 dp ranks: 3, 3, 3, 1
+  bool eager = false;    // built whole, not on the meta device
+  bool overlap = false;  // fully_shard's prefetch and async_reduce_scatter
 };
 
 // This rank's part of a batch of token ids, made on the rank (as a data
@@ -94,6 +98,8 @@ void train_gpt(const DeviceMesh& mesh, const Case& c) {
     o.mesh_dims = {c.hsdp ? 1 : 0};
     if (c.hsdp) o.replicate_mesh_dims = {0};
     o.mp_policy = mp;
+    o.prefetch = c.overlap;
+    o.async_reduce_scatter = c.overlap;
     for (nn::Module* b : blocks) fully_shard(*b, o);
     fully_shard(*model, o);
   }
@@ -172,6 +178,7 @@ std::vector<Case> cases() {
       {"hsdp_tp", {2, 2, 2}, true, true, true},
       {"fsdp_tp_8", {4, 2}, true, true, false, false, 1, false, 40, 12},
       {"fsdp_tp_eager", {2, 2}, true, true, false, false, 0, false, 32, 8, true},
+      {"fsdp_overlap", {4}, false, true, false, false, 0, false, 32, 8, false, true},
   };
 }
 
