@@ -81,9 +81,27 @@ double model_flops_per_token(double params, const models::GPTConfig& c) {
   return 6 * params + 12.0 * static_cast<double>(c.layers * c.hidden * c.seq);
 }
 
-}  // namespace
+// Everything an estimate reports, for one layout.
+struct Figures {
+  int64_t ranks = 0;
+  Scheme scheme;
+  std::optional<DeviceMesh> mesh;
+  estimate::Cluster cluster;
+  estimate::Profile profile;
+  estimate::TimeEstimate time;
+  std::map<std::string, Role> by_key;
+  std::vector<std::string> order;  // the roles' keys, by first rank
+  size_t phases = 3, first = 0;    // the measured step's phases in the profile
+  int64_t params = 0;
+  double tokens_per_s = 0, mfu = 0, profiled_s = 0;
+  int64_t peak() const {  // the largest of every rank's peak
+    int64_t most = 0;
+    for (const auto& [key, role] : by_key) most = std::max(most, role.figures.peak.peak);
+    return most;
+  }
+};
 
-int run_estimate(const EstimateArgs& a) {
+Figures evaluate(const EstimateArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   const TrainArgs& t = a.train;
   const Shape mesh_shape = parse_mesh_arg(t.mesh);
@@ -164,6 +182,126 @@ int run_estimate(const EstimateArgs& a) {
                                                                                : DType::Float16)];
   const double mfu = model_flops_per_token(static_cast<double>(params), config) * tokens /
                      (time.step * peak_flops * static_cast<double>(ranks));
+
+  Figures out;
+  out.ranks = ranks;
+  out.scheme = scheme;
+  out.mesh = mesh;
+  out.cluster = cluster;
+  out.profile = profile;
+  out.time = time;
+  out.by_key = std::move(by_key);
+  out.order = std::move(order);
+  out.phases = phases;
+  out.first = first;
+  out.params = params;
+  out.tokens_per_s = tokens_per_s;
+  out.mfu = mfu;
+  out.profiled_s = profiled_s;
+  return out;
+}
+
+// --search: every layout of the mesh's ranks dtensor train can run (1-d:
+// fsdp, ddp, tp; 2-d dp x tp: fsdp+tp, ddp+tp, hsdp), each with and
+// without activation checkpointing of every block, fully_shard's with and
+// without prefetch, profiled and timed; those whose every rank's peak fits
+// the budget, fastest first, and the winner as a command line.
+int run_search(const EstimateArgs& a) {
+  const Shape given = parse_mesh_arg(a.train.mesh);
+  const int64_t n = mesh_rank_count(given, a.train.mesh);
+  std::vector<std::pair<std::string, std::string>> layouts;  // (mesh, scheme)
+  for (const char* s : {"fsdp", "ddp", "tp"}) layouts.emplace_back(std::to_string(n), s);
+  for (int64_t tp = 2; tp < n; ++tp) {
+    if (n % tp != 0) continue;
+    const std::string m = std::to_string(n / tp) + "x" + std::to_string(tp);
+    for (const char* s : {"fsdp+tp", "ddp+tp", "hsdp"}) layouts.emplace_back(m, s);
+  }
+  struct Row {
+    std::string mesh, scheme;
+    int checkpoint = 0;
+    bool prefetch = false;
+    int64_t peak = 0;
+    double step = 0, tokens_per_s = 0, mfu = 0;
+  };
+  std::vector<Row> fit, over;
+  std::vector<std::string> refused;
+  double budget = a.memory_budget > 0 ? a.memory_budget : 0;
+  for (const auto& [m, scheme] : layouts) {
+    for (int ac : {0, 1}) {
+      for (bool prefetch : {false, true}) {
+        if (prefetch && scheme.find("fsdp") == std::string::npos && scheme != "hsdp") continue;
+        EstimateArgs c = a;
+        c.search = false;
+        c.json = true;
+        c.chrome_trace.clear();
+        c.train.mesh = m;
+        c.train.names.clear();
+        c.train.scheme = scheme;
+        c.train.checkpoint_every = ac;
+        c.train.prefetch = prefetch;
+        try {
+          const Figures f = evaluate(c);
+          if (budget == 0) budget = f.cluster.device.memory;
+          Row r{m, scheme, ac, prefetch, f.peak(), f.time.step, f.tokens_per_s, f.mfu};
+          (r.peak <= budget ? fit : over).push_back(r);
+        } catch (const Error& e) {
+          refused.push_back(m + " " + scheme + (ac ? " checkpointed" : "") +
+                            (prefetch ? " prefetched" : "") + ": " + one_line(e.what()));
+        }
+      }
+    }
+  }
+  std::sort(fit.begin(), fit.end(), [](const Row& x, const Row& y) { return x.step < y.step; });
+  std::ostream& os = std::cout;
+  os << "dtensor estimate --search: " << fit.size() + over.size() << " layouts of " << n
+     << " ranks profiled; " << fit.size() << " fit " << mib_text(static_cast<int64_t>(budget))
+     << " per rank (exact peaks), fastest first (estimated):\n";
+  os << "  " << std::left << std::setw(8) << "mesh" << std::setw(9) << "scheme" << std::setw(11)
+     << "checkpoint" << std::setw(10) << "prefetch" << std::right << std::setw(14) << "peak"
+     << std::setw(12) << "step" << std::setw(14) << "tokens/s" << std::setw(8) << "MFU"
+     << "\n";
+  for (const Row& r : fit)
+    os << "  " << std::left << std::setw(8) << r.mesh << std::setw(9) << r.scheme << std::setw(11)
+       << (r.checkpoint ? "every" : "no") << std::setw(10) << (r.prefetch ? "yes" : "no")
+       << std::right << std::setw(14) << mib_text(r.peak) << std::setw(12) << seconds_text(r.step)
+       << std::setw(14) << std::fixed << std::setprecision(0) << r.tokens_per_s << std::setw(7)
+       << std::setprecision(1) << 100 * r.mfu << "%\n"
+       << std::defaultfloat;
+  if (!over.empty()) os << "  (" << over.size() << " more over the budget)\n";
+  for (const std::string& why : refused) os << "  not possible: " << why << "\n";
+  if (fit.empty()) {
+    os << "No layout fits; more ranks, activation checkpointing or a smaller batch may.\n";
+    return 1;
+  }
+  const Row& w = fit.front();
+  const TrainArgs& t = a.train;
+  os << "\nFastest: dtensor train --mesh " << w.mesh << " --scheme " << w.scheme << " --batch "
+     << t.batch << " --seq " << t.seq << " --hidden " << t.hidden << " --heads " << t.heads
+     << " --layers " << t.layers;
+  if (t.mixed_precision != "none") os << " --mixed-precision " << t.mixed_precision;
+  if (w.checkpoint) os << " --activation-checkpointing 1";
+  if (w.prefetch) os << " --prefetch";
+  os << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int run_estimate(const EstimateArgs& a) {
+  if (a.search) return run_search(a);
+  const TrainArgs& t = a.train;
+  const Figures F = evaluate(a);
+  const int64_t ranks = F.ranks;
+  const Scheme& scheme = F.scheme;
+  const DeviceMesh& mesh = *F.mesh;
+  const estimate::Cluster& cluster = F.cluster;
+  const estimate::Profile& profile = F.profile;
+  const estimate::TimeEstimate& time = F.time;
+  const std::map<std::string, Role>& by_key = F.by_key;
+  const std::vector<std::string>& order = F.order;
+  const size_t phases = F.phases, first = F.first;
+  const int64_t params = F.params;
+  const double tokens_per_s = F.tokens_per_s, mfu = F.mfu, profiled_s = F.profiled_s;
 
   if (!a.chrome_trace.empty()) {
     nlohmann::ordered_json events = nlohmann::ordered_json::array();

@@ -353,6 +353,14 @@ int run(int argc, char** argv) {
   estimate->add_option("--calibration", est.calibration,
                        "a file written by 'dtensor calibrate' (this machine's measured rates\n"
                        "and collectives), in place of --cluster");
+  estimate->add_flag("--search", est.search,
+                     "profile every layout of the mesh's ranks (fsdp, ddp, tp; and for each\n"
+                     "factoring dp x tp: fsdp+tp, ddp+tp, hsdp), with and without activation\n"
+                     "checkpointing and prefetch; print those whose peak fits\n"
+                     "--memory-budget, fastest first, and the fastest as a command line");
+  double budget_gib = 0;
+  add_number(estimate, "--memory-budget", budget_gib,
+             "--search: GiB per rank (default: the device's memory)", 0, true);
   estimate->add_flag("--json", est.json,
                      "print JSON: ranks, mesh, scheme, parameters, cluster, ranks_per_node,\n"
                      "exact, estimated, roles (ranks, memory, communication by phase),\n"
@@ -706,6 +714,7 @@ int run(int argc, char** argv) {
       if (cmd == calibrate) return run_calibrate(cal);
       if (cmd == estimate) {
         et.sequence_parallel = !est_no_sp;
+        est.memory_budget = budget_gib * 1073741824.0;
         return run_estimate(est);
       }
       if (cmd == train) {

@@ -73,6 +73,8 @@ struct EstimateArgs {
   bool json = false;
   std::string chrome_trace;      // a file for Perfetto / chrome://tracing ("" none)
   std::string calibration;       // a `dtensor calibrate` file, in place of --cluster
+  bool search = false;           // every layout of the mesh's ranks, fastest first
+  double memory_budget = 0;      // --search: bytes per rank (0: the device's memory)
 };
 int run_estimate(const EstimateArgs& args);
 
