@@ -59,8 +59,11 @@ int default_threads() {
   return local > 1 ? std::max(1, cores / local) : cores;
 }
 
+constinit thread_local uint8_t memory_category = 0;
+
 struct Job {
   int64_t n = 0, grain = 1, chunks = 0;
+  uint8_t memory_category = 0;  // the caller's, which its workers take
   const detail::ChunkFn* body = nullptr;
   std::atomic<int64_t> next{0};
   int joined = 0, finished = 0;  // workers; under Pool::mu_
@@ -130,7 +133,10 @@ class Pool {
       Job* job = job_;
       ++job->joined;
       lock.unlock();
+      const uint8_t own = memory_category;
+      memory_category = job->memory_category;
       job->run_chunks();
+      memory_category = own;
       lock.lock();
       ++job->finished;
       if (job->finished == job->joined) done_.notify_all();
@@ -194,6 +200,8 @@ void init_blas_threads() {
   (void)done;
 }
 
+uint8_t& thread_memory_category() { return memory_category; }
+
 void parallel_for(int64_t n, int64_t grain, ChunkFn body) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
@@ -209,6 +217,7 @@ void parallel_for(int64_t n, int64_t grain, ChunkFn body) {
   job.grain = grain;
   job.chunks = chunks;
   job.body = &body;
+  job.memory_category = memory_category;
   init_blas_threads();
   std::shared_ptr<Pool> p = pool();
   in_region = true;

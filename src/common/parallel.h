@@ -44,6 +44,11 @@ void parallel_for(int64_t n, int64_t grain, ChunkFn body);
 // Whether this thread is running inside a parallel region.
 bool in_parallel_region();
 
+// The memory category (memory.h's MemoryScope) this thread's allocations
+// take; kept here, below the allocator, so that a parallel_for's workers
+// run its chunks with their caller's (tensor/allocator.h reads it).
+uint8_t& thread_memory_category();
+
 // The threads a parallel_for started here would use: 1 inside a region,
 // num_threads() outside.
 int threads_available();

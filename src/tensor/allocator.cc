@@ -37,6 +37,7 @@
 #include <malloc.h>
 #endif
 
+#include "common/parallel.h"
 #include "common/spin_lock.h"
 #include "dtensor/error.h"
 #include "dtensor/tensor.h"
@@ -542,15 +543,16 @@ AllocatorStats allocator_stats() {
 
 namespace {
 
-constinit thread_local uint8_t thread_category = 0;
 // Bytes by category now and their high-water marks (category 0 unused).
 std::atomic<size_t> category_now[kMemoryCategories];
 std::atomic<size_t> category_peak[kMemoryCategories];
 
 }  // namespace
 
-uint8_t memory_category() { return thread_category; }
-void set_memory_category(uint8_t category) { thread_category = category; }
+// The thread's category lives with the thread pool, which hands it to the
+// workers of a parallel region (common/parallel.h).
+uint8_t memory_category() { return thread_memory_category(); }
+void set_memory_category(uint8_t category) { thread_memory_category() = category; }
 
 void count_category(uint8_t c, size_t bytes) {
   const size_t now = category_now[c].fetch_add(bytes, std::memory_order_relaxed) + bytes;
