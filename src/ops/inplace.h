@@ -58,23 +58,34 @@ inline void touch(Tensor& s) {
 }
 
 // f(self's shard, other's shard) for every held rank; other holds the
-// same ranks (same mesh).
+// same ranks (same mesh). In a World::shape_only the shards have no values:
+// the op only counts as a change (touch), as in PyTorch on meta tensors.
 template <class F>
 void each_shard(const DTensor& self, const DTensor& other, F&& f) {
   const auto& mine = self.local().shards();
   const auto& theirs = other.local().shards();
   DT_CHECK(mine.size() == theirs.size(), "internal error: in-place operand holds ",
            theirs.size(), " shards, self ", mine.size());
+  const bool shapes = self.mesh().world().is_shape_only();
   for (size_t i = 0; i < mine.size(); ++i) {
     Tensor t = mine[i].second;  // shares the shard's storage
+    if (shapes) {
+      touch(t);
+      continue;
+    }
     f(t, theirs[i].second);
   }
 }
 
 template <class F>
 void each_shard(const DTensor& self, F&& f) {
+  const bool shapes = self.mesh().world().is_shape_only();
   for (const auto& [rank, shard] : self.local().shards()) {
     Tensor t = shard;
+    if (shapes) {
+      touch(t);
+      continue;
+    }
     f(t);
   }
 }

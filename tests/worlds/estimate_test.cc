@@ -231,3 +231,30 @@ TEST(EstimateTest, MetaParametersCountOnceMaterialized) {
       EXPECT_EQ(r.now, mesh.contains(r.rank) ? (6 * 8 + 6) * 4 : 0) << "rank " << r.rank;
   }
 }
+
+// In-place ops in a shape-only world only count as a change (there are no
+// values); the real world runs them. Both move the operand alike.
+TEST(EstimateTest, InPlaceOpsRunShapeOnly) {
+  const World real = dtensor::testing::test_world();
+  std::vector<CollectiveRecord> seen[2];
+  int k = 0;
+  for (const World& world : {real, World::shape_only(real.size())}) {
+    SCOPED_TRACE(world.is_shape_only() ? "shape-only" : "real");
+    const DeviceMesh mesh(world, Shape{2, 2});
+    DTensor a = randn({8, 6}, mesh, {Shard(0), Replicate()}, 1);
+    const DTensor b = randn({8, 6}, mesh, {Replicate(), Shard(1)}, 2);
+    CommDebugMode comm;
+    a.add_(b).mul_(2.0);
+    EXPECT_EQ(a.placements(), (Placements{Shard(0), Replicate()}));
+    if (dtensor::testing::takes_part(mesh)) {
+      EXPECT_EQ(a.is_meta(), world.is_shape_only());
+    }
+    seen[k++] = comm.collectives();
+  }
+  EXPECT_FALSE(seen[1].empty());  // b's columns gathered over mesh dim 1
+  // Under MPI a process records its own shard's bytes, the simulated
+  // world the largest of the call's: compared where both are the latter.
+  if (real.is_simulated()) {
+    EXPECT_EQ(seen[0], seen[1]);
+  }
+}
