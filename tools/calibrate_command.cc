@@ -123,9 +123,7 @@ int run_calibrate(const CalibrateArgs& a) {
     t.scheme = "fsdp";
     t.batch = 2, t.seq = seq, t.hidden = hidden, t.heads = 2, t.layers = 2;
     t.mixed_precision = "none";
-    models::GPTConfig config;
-    config.batch = t.batch, config.seq = t.seq, config.hidden = t.hidden;
-    config.heads = t.heads, config.layers = t.layers, config.vocab = 64;
+    const models::GPTConfig config = gpt_config(t, 64);
     const Scheme scheme = parse_scheme(t.scheme, 1, t.mesh);
     double step_s = 0;
     if (world.rank() == 0) {

@@ -121,13 +121,7 @@ Figures evaluate(const EstimateArgs& a) {
       t.mesh,
       t.names.empty() ? (mesh_shape.size() == 1 ? (scheme.tp ? "tp" : "dp") : "dp,tp") : t.names,
       &world);
-  models::GPTConfig config;
-  config.batch = t.batch;
-  config.seq = t.seq;
-  config.hidden = t.hidden;
-  config.heads = t.heads;
-  config.layers = t.layers;
-  config.vocab = a.vocab;
+  const models::GPTConfig config = gpt_config(t, a.vocab);
   DT_CHECK(t.hidden % t.heads == 0, "--hidden ", t.hidden, " is not a multiple of --heads ",
            t.heads);
 
@@ -135,7 +129,7 @@ Figures evaluate(const EstimateArgs& a) {
   // measured; the peaks cover both (and the model's construction).
   std::optional<MemoryReport> report;
   int64_t params = 0;
-  const estimate::Profile profile = estimate::profile(world, [&] {
+  estimate::Profile profile = estimate::profile(world, [&] {
     Trainer trainer(config, mesh, scheme, t, /*meta=*/true);
     for (auto& [name, p] : trainer.model->named_parameters()) params += p->shape().product();
     const DTensorSpec batch(mesh, trainer.input, Shape{t.batch, t.seq}, DType::Int64);
@@ -173,7 +167,7 @@ Figures evaluate(const EstimateArgs& a) {
     if (added) order.push_back(key);
     it->second.ranks.push_back(r.rank);
   }
-  const estimate::TimeEstimate time = estimate::estimate_time(profile, cluster, first);
+  estimate::TimeEstimate time = estimate::estimate_time(profile, cluster, first);
   const double tokens = static_cast<double>(t.batch * t.seq);
   const double tokens_per_s = tokens / time.step;
   const double peak_flops =
@@ -188,8 +182,8 @@ Figures evaluate(const EstimateArgs& a) {
   out.scheme = scheme;
   out.mesh = mesh;
   out.cluster = cluster;
-  out.profile = profile;
-  out.time = time;
+  out.profile = std::move(profile);  // each rank's collectives: large on many ranks
+  out.time = std::move(time);
   out.by_key = std::move(by_key);
   out.order = std::move(order);
   out.phases = phases;

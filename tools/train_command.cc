@@ -396,13 +396,7 @@ int run_train(const TrainArgs& given) {
 
   const TextData data;
   check_train_memory(args, data.vocab_size(), scheme, mesh);
-  models::GPTConfig config;
-  config.batch = args.batch;
-  config.seq = args.seq;
-  config.hidden = args.hidden;
-  config.heads = args.heads;
-  config.layers = args.layers;
-  config.vocab = data.vocab_size();
+  const models::GPTConfig config = gpt_config(args, data.vocab_size());
   std::optional<ResumePoint> resume;
   if (!args.resume.empty()) resume = check_resume(args, config.vocab);
   Trainer trainer(config, mesh, scheme, args, args.init == "meta");

@@ -64,6 +64,17 @@ void count_into(const CommDebugMode& mode, KindCounts& out, KindDtypes& dtypes);
 // then cosine decay to 10% of the peak at step `total`.
 std::unique_ptr<optim::SequentialLR> make_schedule(optim::AdamW& optimizer, const TrainArgs& args,
                                                    int64_t total);
+// The model of a run's arguments, with a vocabulary of `vocab`.
+inline models::GPTConfig gpt_config(const TrainArgs& args, int64_t vocab) {
+  models::GPTConfig c;
+  c.batch = args.batch;
+  c.seq = args.seq;
+  c.hidden = args.hidden;
+  c.heads = args.heads;
+  c.layers = args.layers;
+  c.vocab = vocab;
+  return c;
+}
 // --activation-checkpointing-save as a policy (none when not given).
 nn::CheckpointPolicy checkpoint_policy_of(const TrainArgs& args);
 // --mixed-precision: the 16-bit param_dtype, float32 reduce_dtype.
