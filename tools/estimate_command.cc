@@ -165,8 +165,10 @@ Figures evaluate(const EstimateArgs& a) {
     const std::string key = f.key();
     auto [it, added] = by_key.try_emplace(key, Role{f, {}});
     if (added) order.push_back(key);
-    it->second.ranks.push_back(r.rank);
+    // By roles (estimate::ProfileOptions), r stands in for these ranks.
+    for (int rank : profile.ranks_of(i)) it->second.ranks.push_back(rank);
   }
+  for (auto& [key, role] : by_key) std::sort(role.ranks.begin(), role.ranks.end());
   estimate::TimeEstimate time = estimate::estimate_time(profile, cluster, first);
   const double tokens = static_cast<double>(t.batch * t.seq);
   const double tokens_per_s = tokens / time.step;
@@ -369,7 +371,9 @@ int run_estimate(const EstimateArgs& a) {
                                {"phases_s", phase_times},
                                {"tokens_per_s", tokens_per_s},
                                {"mfu", mfu}}},
-                             {"profiled_s", profiled_s}};
+                             {"profiled_s", profiled_s},
+                             {"computed_ranks", profile.ranks.size()},
+                             {"runs", profile.runs}};
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -436,7 +440,13 @@ int run_estimate(const EstimateArgs& a) {
   os << "\n  " << std::fixed << std::setprecision(0) << tokens_per_s << " tokens/s, MFU "
      << std::setprecision(1) << 100 * mfu << "%\n";
   os << "\nProfiled in " << std::setprecision(2) << profiled_s << " s on a shape-only world of "
-     << ranks << " ranks (" << order.size() << (order.size() == 1 ? " role" : " roles") << ").\n";
+     << ranks << " ranks (" << order.size() << (order.size() == 1 ? " role" : " roles") << "; "
+     << profile.ranks.size() << (profile.ranks.size() == 1 ? " rank" : " ranks")
+     << " computed, the step run "
+     << (profile.runs == 1   ? "once"
+         : profile.runs == 2 ? "twice"
+                             : std::to_string(profile.runs) + " times")
+     << ").\n";
   return 0;
 }
 

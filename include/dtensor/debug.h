@@ -148,6 +148,13 @@ struct StepEvent {
 // and in a shape-only world. What the tests compare worlds by, and what
 // `dtensor estimate` times. It records what the thread that made it runs
 // (as CommDebugMode); one per thread at a time (a second throws).
+// The groups of one mesh dim: a collective's group, for every world rank
+// (estimate::Profile::group_of finds a rank's group by it).
+struct GroupPartition {
+  std::vector<std::vector<int>> groups;  // mesh.groups(dim)
+  std::vector<int> of_rank;              // world rank -> index in groups, -1: in none
+};
+
 class CollectiveTrace {
  public:
   CollectiveTrace();
@@ -159,34 +166,46 @@ class CollectiveTrace {
   // The world ranks of group i, in group order.
   const std::vector<int>& group(int i) const;
   int groups() const { return static_cast<int>(groups_.size()); }
+  // The mesh dim's groups group i is one of (an index into partitions()).
+  int partition_of(int i) const { return group_partition_[static_cast<size_t>(i)]; }
+  const std::vector<GroupPartition>& partitions() const { return partitions_; }
   // The step as one stream (StepEvent).
   const std::vector<StepEvent>& events() const { return events_; }
 
   // For backends, through trace_collective; returns the group's index.
-  int add(CollectiveKind kind, DType dtype, const std::vector<int>& group, const World& world,
-          const std::function<int64_t(size_t member)>& bytes);
+  int add(CollectiveKind kind, DType dtype, const std::vector<int>& group, const DeviceMesh& mesh,
+          int mesh_dim, const std::function<int64_t(size_t member)>& bytes);
   void add_event(const StepEvent& e) { events_.push_back(e); }
 
  private:
+  int partition(const DeviceMesh& mesh, int mesh_dim);
+
   std::vector<StepEvent> events_;
   std::vector<std::vector<RankCollective>> by_rank_;
   std::vector<std::vector<int>> groups_;
-  std::map<std::vector<int>, int> group_ids_;
+  std::vector<int> group_partition_;
+  // A group is interned with its partition: the same ranks may be a group
+  // of two mesh dims whose other groups differ.
+  std::map<std::pair<int, std::vector<int>>, int> group_ids_;
+  std::vector<GroupPartition> partitions_;
+  std::vector<std::pair<DeviceMesh, int>> partition_keys_;  // a few: searched in turn
 };
 
 // The trace of this thread, or null (one thread-local load).
 CollectiveTrace* collective_trace();
 // Called by backends, when collective_trace() is not null, once for each
-// group of a collective they run a part of: the group's world ranks in
-// group order and bytes(i), member i's bytes (RankCollective::bytes); the
-// trace keeps the members this process holds. Not inside VerifyMode's checks.
+// group of a collective over `mesh_dim` of `mesh` they run a part of: the
+// group's world ranks in group order and bytes(i), member i's bytes
+// (RankCollective::bytes); the trace keeps the members this process
+// holds. Not inside VerifyMode's checks.
 void trace_collective(CollectiveKind kind, DType dtype, const std::vector<int>& group,
-                      const World& world, const std::function<int64_t(size_t member)>& bytes);
+                      const DeviceMesh& mesh, int mesh_dim,
+                      const std::function<int64_t(size_t member)>& bytes);
 // Called by backends once per collective call (after its groups'
 // trace_collective): the StepEvent, with the first group's members.
 // Returns the event's index (-1 when no trace runs).
 int64_t trace_call(CollectiveKind kind, DType dtype, int64_t bytes, const std::vector<int>& group,
-                   const World& world);
+                   const DeviceMesh& mesh, int mesh_dim);
 // While alive on a thread, the collectives its backend calls are traced as
 // started early (Backend::start_*'s defaults run the blocking call inside one).
 class TraceStarted {

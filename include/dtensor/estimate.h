@@ -34,19 +34,55 @@ struct RankProfile {
 };
 
 struct Profile {
-  std::vector<RankProfile> ranks;        // each rank the world holds, ascending
+  // Each rank the world holds, ascending; in a shape-only world computing
+  // by roles, one rank of each role (ProfileOptions::roles).
+  std::vector<RankProfile> ranks;
   std::vector<std::vector<int>> groups;  // RankCollective::group's world ranks
   std::vector<std::string> phases;       // the names phase() was given, in order
   // The step as one stream (StepEvent: ops with their FLOPs and bytes in a
   // shape-only world, collectives, waits), and where each phase starts in it.
   std::vector<StepEvent> events;
   std::vector<size_t> phase_events;
+  // By roles: each world rank's stand-in, the rank of `ranks` whose
+  // figures it has (its memory and its collectives, in its own groups);
+  // empty when every rank was computed. How many times the step ran (a
+  // layout that split the roles runs it again).
+  std::vector<int> stand_in;
+  int runs = 1;
+  // The mesh dim's groups each of `groups` is one of (CollectiveTrace),
+  // by which group_of finds a rank's own.
+  std::vector<int> group_partition;
+  std::vector<GroupPartition> partitions;
+
+  // The index in `ranks` of the entry with `rank`'s figures. Throws for a
+  // rank the profile has none of.
+  size_t index_of(int rank) const;
+  // The world ranks whose figures ranks[i] are (itself and the ranks it
+  // stands in for), ascending.
+  std::vector<int> ranks_of(size_t i) const;
+  // The world ranks of the group of `rank`'s k-th collective, in group
+  // order: the group of `rank` among the groups of its stand-in's.
+  std::vector<int> group_of(int rank, size_t k) const;
+  // Every rank's figures, as if each were computed (the groups of the
+  // ranks stood in for added to `groups`): large on many ranks.
+  Profile expanded() const;
+};
+
+struct ProfileOptions {
+  // In a shape-only world, compute each role once (ranks alike in their
+  // local shapes and collectives: src/world/roles.h), so that the cost
+  // grows with the roles, not the ranks; false computes every rank.
+  bool roles = true;
 };
 
 // Runs step() with a RankMemoryTracker and a CollectiveTrace on `world`:
 // everything step() makes counts, the model's parameters included when it
-// builds them. Throws what step() throws.
-Profile profile(const World& world, const std::function<void()>& step);
+// builds them. Throws what step() throws. By roles, step() may run more
+// than once, each run from the start: it must make the tensors it uses
+// (meshes may be made before), and none it makes outlives the profile,
+// after which the world holds every rank again.
+Profile profile(const World& world, const std::function<void()>& step,
+                const ProfileOptions& options = {});
 
 // Inside profile()'s step: the collectives from here on belong to phase
 // `name` (until the next). Does nothing outside a profile.

@@ -16,7 +16,8 @@
 
 namespace dtensor {
 
-class Backend;  // src/comm/backend.h: the collectives
+class Backend;     // src/comm/backend.h: the collectives
+struct WorldRoles;  // src/world/roles.h: a shape-only world's roles (estimate::profile)
 
 class World {
  public:
@@ -79,6 +80,7 @@ class World {
   explicit World(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
  private:
+  friend struct WorldRoles;
   std::shared_ptr<Impl> impl_;
 };
 

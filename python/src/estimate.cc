@@ -36,10 +36,13 @@ void bind_estimate(py::module_& m) {
   m.def(
       "estimate",
       [](const std::function<void()>& step, const World& world, const std::string& cluster,
-         size_t from_phase) {
-        const estimate::Profile p = estimate::profile(world, step);
+         size_t from_phase, bool roles) {
+        estimate::ProfileOptions options;
+        options.roles = roles;
+        const estimate::Profile p = estimate::profile(world, step, options);
         py::list ranks;
-        for (const estimate::RankProfile& r : p.ranks) {
+        for (size_t i = 0; i < p.ranks.size(); ++i) {
+          const estimate::RankProfile& r = p.ranks[i];
           py::list collectives;
           for (const RankCollective& c : r.collectives) {
             py::dict e;
@@ -56,6 +59,7 @@ void bind_estimate(py::module_& m) {
           memory["peak_communication_buffers"] = r.memory.peak_communication_buffers;
           py::dict rank;
           rank["rank"] = r.rank;
+          rank["stands_for"] = p.ranks_of(i);
           rank["memory"] = memory;
           rank["collectives"] = collectives;
           rank["phase_starts"] = r.phase_starts;
@@ -64,6 +68,7 @@ void bind_estimate(py::module_& m) {
         py::dict out;
         out["ranks"] = ranks;
         out["phases"] = p.phases;
+        out["runs"] = p.runs;
         out["exact"] = std::vector<std::string>{"memory", "collectives"};
         out["estimated"] = std::vector<std::string>{"time"};
         out["time"] =
@@ -72,6 +77,7 @@ void bind_estimate(py::module_& m) {
         return out;
       },
       py::arg("step"), py::arg("world"), py::arg("cluster") = "h100", py::arg("from_phase") = 0,
+      py::arg("roles") = true,
       R"doc(
 Runs step() on `world` (World.shape_only(n) to plan a large run without its
 data; a simulated or MPI world gives the same figures) and returns, per rank
@@ -80,6 +86,12 @@ the world holds, its exact memory (bytes its tensors hold: "now" at the end,
 (kind, dtype, bytes, group), the phases step() marked with
 dtensor.estimate_phase, and the step's time estimated on `cluster` ("h100",
 "a100" or "cpu") from phase `from_phase` on (docs/estimate.md).
+
+In a shape-only world with roles=True, ranks alike in their local shapes and
+collectives are computed once: "ranks" has one entry per role, whose
+"stands_for" lists the world ranks with its figures (each in its own groups),
+and step() may run more than once ("runs"), so it must make the tensors it
+uses. roles=False computes every rank.
 )doc");
   m.def("estimate_phase", &estimate::phase, py::arg("name"),
         "Inside dtensor.estimate's step: the collectives from here on belong to phase `name`.");

@@ -45,8 +45,9 @@ def test_a_shape_only_world_profiles_every_rank_as_the_simulated_one():
     real = dt.estimate(step_on(dt.World.simulated(8)), dt.World.simulated(8))
     world = dt.World.shape_only(8)
     assert world.is_shape_only and repr(world) == "World.shape_only(8)"
-    shapes = dt.estimate(step_on(world), world, cluster="a100", from_phase=3)
+    shapes = dt.estimate(step_on(world), world, cluster="a100", from_phase=3, roles=False)
     assert real["phases"] == shapes["phases"] == ["forward", "backward", "optimizer"] * 2
+    assert len(shapes["ranks"]) == 8
     for r, s in zip(real["ranks"], shapes["ranks"]):
         assert r["rank"] == s["rank"]
         assert r["memory"] == s["memory"]
@@ -57,6 +58,23 @@ def test_a_shape_only_world_profiles_every_rank_as_the_simulated_one():
     t = shapes["time"]
     assert t["step_s"] > 0 and t["compute_s"] > 0 and t["flops"] > 0
     assert [name for name, _ in t["phases_s"]] == ["forward", "backward", "optimizer"]
+
+
+def test_by_roles_each_rank_has_the_figures_of_its_stand_in():
+    real = dt.estimate(step_on(dt.World.simulated(8)), dt.World.simulated(8))
+    world = dt.World.shape_only(8)
+    roles = dt.estimate(step_on(world), world)
+    # The 2x4 mesh's ranks by first-or-not on each dim: 0, 1-3, 4, 5-7.
+    assert [r["stands_for"] for r in roles["ranks"]] == [[0], [1, 2, 3], [4], [5, 6, 7]]
+    assert roles["runs"] == 2  # the step makes the mesh: then it runs again by roles
+    for s in roles["ranks"]:
+        for rank in s["stands_for"]:
+            r = real["ranks"][rank]
+            assert r["memory"] == s["memory"]
+            assert [(c["kind"], c["dtype"], c["bytes"]) for c in r["collectives"]] == [
+                (c["kind"], c["dtype"], c["bytes"]) for c in s["collectives"]]
+            assert all(rank in c["group"] for c in r["collectives"])
+    assert roles["time"]["step_s"] == dt.estimate(step_on(world), world, roles=False)["time"]["step_s"]
 
 
 def test_reading_a_value_in_a_shape_only_world_raises():

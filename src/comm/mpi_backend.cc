@@ -153,8 +153,8 @@ void trace_own(CollectiveKind kind, int64_t bytes, DType dtype, const DeviceMesh
     return;
   if (mesh_dim < 0) mesh_dim += mesh.ndim();
   const std::vector<int> group = mesh.group(rank, mesh_dim);
-  trace_collective(kind, dtype, group, mesh.world(), [bytes](size_t) { return bytes; });
-  trace_call(kind, dtype, bytes, group, mesh.world());
+  trace_collective(kind, dtype, group, mesh, mesh_dim, [bytes](size_t) { return bytes; });
+  trace_call(kind, dtype, bytes, group, mesh, mesh_dim);
 }
 
 }  // namespace

@@ -49,6 +49,7 @@
 #include "dtensor/error.h"
 #include "dtensor/spec.h"
 #include "tensor/copy_bytes.h"
+#include "world/roles.h"
 #include "world/shard_map.h"
 
 namespace dtensor {
@@ -84,6 +85,10 @@ struct Prepared {
   const Tensor* first = nullptr;  // the reference shard for dtype and ndim
   int first_rank = -1;
   int64_t max_bytes = 0;
+  bool roles = false;             // by roles: groups holds those with a held member
+  const World* world = nullptr;   // when by roles
+  // Whether member `rank` gets an output here (by roles, the held ones).
+  bool outputs_to(int rank) const { return !roles || world->holds(rank); }
 };
 
 // Without a root every member's shard is read; with one, only the shard of
@@ -98,6 +103,16 @@ Prepared prepare(const char* coll, const LocalTensor& in, const DeviceMesh& mesh
   Prepared p{Where{coll, mesh_dim}, mesh.groups(mesh_dim), {}, nullptr, -1, 0};
   const World& world = mesh.world();
   const int64_t n = mesh.size(mesh_dim);
+  // A shape-only world computing by roles (world/roles.h) runs the groups
+  // with a member it holds; the others' shards are their stand-ins'.
+  p.roles = WorldRoles::active(world);
+  if (p.roles) {
+    std::erase_if(p.groups, [&](const std::vector<int>& group) {
+      return std::none_of(group.begin(), group.end(),
+                          [&](int r) { return WorldRoles::stand_in(world, r) == r; });
+    });
+    p.world = &world;
+  }
   if (root) {
     DT_CHECK(*root >= 0 && *root < n, p.where, ": root ", *root, " out of range for a group of ",
              n, " ranks (expected 0 <= root < ", n, ")");
@@ -107,7 +122,7 @@ Prepared prepare(const char* coll, const LocalTensor& in, const DeviceMesh& mesh
     const std::vector<int>& group = p.groups[g];
     p.shards[g].assign(group.size(), nullptr);
     for (size_t i = 0; i < group.size(); ++i) {
-      const int rank = group[i];
+      const int rank = p.roles ? WorldRoles::stand_in(world, group[i]) : group[i];
       DT_CHECK(world.holds(rank), p.where, ": rank ", rank, " of ", mesh.to_string(),
                " is not held by this process; the simulated backend needs every rank of the mesh");
       if (root && static_cast<int64_t>(i) != *root) continue;
@@ -129,6 +144,9 @@ Prepared prepare(const char* coll, const LocalTensor& in, const DeviceMesh& mesh
       p.shards[g][i] = &t;
     }
   }
+  DT_CHECK(!p.roles || p.first == nullptr || p.first->is_meta(), p.where,
+           ": a shape-only world computing by roles has a shard with data (rank ", p.first_rank,
+           ")");
   return p;
 }
 
@@ -350,9 +368,9 @@ void trace(const Prepared& p, CollectiveKind kind, const DeviceMesh& mesh, F&& b
   if (collective_trace() == nullptr) [[likely]]
     return;
   for (size_t g = 0; g < p.groups.size(); ++g)
-    trace_collective(kind, p.first->dtype(), p.groups[g], mesh.world(),
+    trace_collective(kind, p.first->dtype(), p.groups[g], mesh, p.where.mesh_dim,
                      [&](size_t i) { return static_cast<int64_t>(bytes(g, i)); });
-  trace_call(kind, p.first->dtype(), p.max_bytes, p.groups[0], mesh.world());
+  trace_call(kind, p.first->dtype(), p.max_bytes, p.groups[0], mesh, p.where.mesh_dim);
 }
 
 // Each member's own input shard.
@@ -370,7 +388,8 @@ LocalTensor meta_results(const Prepared& p, F&& shape_of) {
   RankSlots out(p);
   for (size_t g = 0; g < p.groups.size(); ++g)
     for (size_t i = 0; i < p.groups[g].size(); ++i)
-      out[p.groups[g][i]] = Tensor::meta(shape_of(g, i), p.first->dtype());
+      if (p.outputs_to(p.groups[g][i]))
+        out[p.groups[g][i]] = Tensor::meta(shape_of(g, i), p.first->dtype());
   return out.take();
 }
 

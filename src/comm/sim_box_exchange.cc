@@ -11,6 +11,7 @@
 #include "comm/sim_backend.h"
 #include "dtensor/debug.h"
 #include "dtensor/error.h"
+#include "world/roles.h"
 #include "world/shard_map.h"
 
 namespace dtensor {
@@ -48,12 +49,17 @@ LocalTensor SimBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
   const Tensor* first = nullptr;
   int first_rank = -1;
   int64_t max_bytes = 0;
+  // A shape-only world computing by roles (world/roles.h) makes the
+  // outputs it holds, each from the stand-ins of its senders.
+  const bool roles = WorldRoles::active(mesh.world());
+  auto received = [&](int rank) { return !roles || mesh.world().holds(rank); };
+  auto sender = [&](int rank) { return roles ? WorldRoles::stand_in(mesh.world(), rank) : rank; };
   for (const BoxMove& m : routes.moves) {
     const size_t from = checked_rank(m.from, "sending");
-    if (sources[from].defined()) continue;
-    DT_CHECK(in.holds(m.from) && in.shard(m.from).defined(), "box_exchange over ",
+    if (sources[from].defined() || !received(m.to)) continue;
+    DT_CHECK(in.holds(sender(m.from)) && in.shard(sender(m.from)).defined(), "box_exchange over ",
              mesh.to_string(), ": rank ", m.from, " sends a box but holds no shard");
-    const Tensor& t = in.shard(m.from);
+    const Tensor& t = in.shard(sender(m.from));
     if (first == nullptr) {
       first = &t;
       first_rank = m.from;
@@ -71,15 +77,17 @@ LocalTensor SimBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
   DT_CHECK(first != nullptr, "box_exchange over ", mesh.to_string(), ": no rank holds a shard");
   record_collective(CollectiveKind::BoxExchange, max_bytes, first->dtype(), -1);
   if (collective_trace() != nullptr) {
-    const std::vector<std::vector<int>> groups = mesh.groups(mesh_dim < 0 ? mesh_dim + ndim : mesh_dim);
+    const int dim = mesh_dim < 0 ? mesh_dim + ndim : mesh_dim;
+    const std::vector<std::vector<int>> groups = mesh.groups(dim);
     for (const std::vector<int>& group : groups)
-      trace_collective(CollectiveKind::BoxExchange, first->dtype(), group, mesh.world(),
-                       [&](size_t i) {
-                         return in.holds(group[i]) && in.shard(group[i]).defined()
-                                    ? static_cast<int64_t>(in.shard(group[i]).nbytes())
-                                    : int64_t{0};
-                       });
-    trace_call(CollectiveKind::BoxExchange, first->dtype(), max_bytes, groups[0], mesh.world());
+      if (!roles || std::any_of(group.begin(), group.end(), received))
+        trace_collective(CollectiveKind::BoxExchange, first->dtype(), group, mesh, dim,
+                         [&](size_t i) {
+                           return in.holds(group[i]) && in.shard(group[i]).defined()
+                                      ? static_cast<int64_t>(in.shard(group[i]).nbytes())
+                                      : int64_t{0};
+                         });
+    trace_call(CollectiveKind::BoxExchange, first->dtype(), max_bytes, groups[0], mesh, dim);
   }
 
   const DType dtype = first->dtype();
@@ -87,18 +95,22 @@ LocalTensor SimBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
   const int64_t isz = static_cast<int64_t>(itemsize(dtype));
   std::vector<int64_t> slot(world, -1);  // world rank -> index in routes.outputs
   std::vector<Tensor> outs;
+  std::vector<int> out_rank;
   outs.reserve(routes.outputs.size());
   for (const auto& [rank, shape] : routes.outputs) {
     const size_t r = checked_rank(rank, "receiving");
+    if (!received(rank)) continue;
     DT_CHECK(slot[r] < 0, "box_exchange over ", mesh.to_string(), ": output of rank ", rank,
              " listed twice");
     slot[r] = static_cast<int64_t>(outs.size());
+    out_rank.push_back(rank);
     outs.push_back(meta ? Tensor::meta(shape, dtype) : Tensor::empty(shape, dtype));
   }
   // The moves by receiver (a counting sort, in route order within each),
   // each checked to lie inside both of its tensors.
   std::vector<size_t> begin_of(outs.size() + 1, 0);
   for (const BoxMove& m : routes.moves) {
+    if (!received(m.to)) continue;
     const int64_t k = slot[checked_rank(m.to, "receiving")];
     DT_CHECK(k >= 0, "box_exchange over ", mesh.to_string(), ": rank ", m.to,
              " receives a box but has no output shape");
@@ -109,6 +121,7 @@ LocalTensor SimBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
   std::vector<size_t> fill(begin_of.begin(), begin_of.end() - 1);
   int64_t bytes = 0;
   for (const BoxMove& m : routes.moves) {
+    if (!received(m.to)) continue;
     const size_t k = static_cast<size_t>(slot[static_cast<size_t>(m.to)]);
     const Shape& src = sources[static_cast<size_t>(m.from)].shape();
     const Shape& dst = outs[k].shape();
@@ -135,7 +148,7 @@ LocalTensor SimBackend::exchange_boxes(const LocalTensor& in, const DeviceMesh& 
   if (!meta) detail::parallel_copies(static_cast<int64_t>(outs.size()), bytes, copy_boxes);
   std::vector<std::pair<int, Tensor>> shards;
   shards.reserve(outs.size());
-  for (size_t k = 0; k < outs.size(); ++k) shards.emplace_back(routes.outputs[k].first, std::move(outs[k]));
+  for (size_t k = 0; k < outs.size(); ++k) shards.emplace_back(out_rank[k], std::move(outs[k]));
   std::sort(shards.begin(), shards.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   return LocalTensor(std::move(shards));

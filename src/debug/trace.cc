@@ -35,10 +35,32 @@ const std::vector<int>& CollectiveTrace::group(int i) const {
   return groups_[static_cast<size_t>(i)];
 }
 
+int CollectiveTrace::partition(const DeviceMesh& mesh, int mesh_dim) {
+  for (size_t i = 0; i < partition_keys_.size(); ++i)
+    if (partition_keys_[i].second == mesh_dim && partition_keys_[i].first == mesh)
+      return static_cast<int>(i);
+  {
+    GroupPartition p;
+    p.groups = mesh.groups(mesh_dim);
+    p.of_rank.assign(static_cast<size_t>(mesh.world().size()), -1);
+    for (size_t g = 0; g < p.groups.size(); ++g)
+      for (int r : p.groups[g]) p.of_rank[static_cast<size_t>(r)] = static_cast<int>(g);
+    partitions_.push_back(std::move(p));
+    partition_keys_.emplace_back(mesh, mesh_dim);
+  }
+  return static_cast<int>(partitions_.size()) - 1;
+}
+
 int CollectiveTrace::add(CollectiveKind kind, DType dtype, const std::vector<int>& group,
-                         const World& world, const std::function<int64_t(size_t)>& bytes) {
-  auto [it, added] = group_ids_.try_emplace(group, static_cast<int>(groups_.size()));
-  if (added) groups_.push_back(group);
+                         const DeviceMesh& mesh, int mesh_dim,
+                         const std::function<int64_t(size_t)>& bytes) {
+  const int part = partition(mesh, mesh_dim);
+  auto [it, added] = group_ids_.try_emplace({part, group}, static_cast<int>(groups_.size()));
+  if (added) {
+    groups_.push_back(group);
+    group_partition_.push_back(part);
+  }
+  const World& world = mesh.world();
   for (size_t i = 0; bytes && i < group.size(); ++i) {
     const int rank = group[i];
     if (!world.holds(rank)) continue;
@@ -52,13 +74,14 @@ int CollectiveTrace::add(CollectiveKind kind, DType dtype, const std::vector<int
 CollectiveTrace* collective_trace() { return thread_trace; }
 
 void trace_collective(CollectiveKind kind, DType dtype, const std::vector<int>& group,
-                      const World& world, const std::function<int64_t(size_t)>& bytes) {
+                      const DeviceMesh& mesh, int mesh_dim,
+                      const std::function<int64_t(size_t)>& bytes) {
   if (thread_trace == nullptr || verify_detail::inside_check()) return;
-  thread_trace->add(kind, dtype, group, world, bytes);
+  thread_trace->add(kind, dtype, group, mesh, mesh_dim, bytes);
 }
 
 int64_t trace_call(CollectiveKind kind, DType dtype, int64_t bytes, const std::vector<int>& group,
-                   const World& world) {
+                   const DeviceMesh& mesh, int mesh_dim) {
   if (thread_trace == nullptr || verify_detail::inside_check()) return -1;
   StepEvent e;
   e.type = StepEvent::Type::Collective;
@@ -67,7 +90,7 @@ int64_t trace_call(CollectiveKind kind, DType dtype, int64_t bytes, const std::v
   e.bytes = bytes;
   e.started = started_depth > 0;
   // Interned without adding records: the members' records came with trace_collective.
-  e.group = thread_trace->add(kind, dtype, group, world, nullptr);
+  e.group = thread_trace->add(kind, dtype, group, mesh, mesh_dim, nullptr);
   thread_trace->add_event(e);
   return static_cast<int64_t>(thread_trace->events().size()) - 1;
 }

@@ -8,8 +8,10 @@
 #include "autograd/graph.h"
 #include "comm/backend.h"
 #include "debug/verify.h"
+#include "layout/roles_check.h"
 #include "redistribute/plan_internal.h"
 #include "tensor/allocator.h"
+#include "world/roles.h"
 
 namespace dtensor {
 
@@ -64,13 +66,19 @@ void check_placement_count(const DTensorSpec& spec, const Placements& placements
 // Two overloads rather than one by value: an op's result copies its spec
 // from the propagation cache straight into place (a by-value parameter
 // would add a move and a destruction of a spec, mesh included, per op).
+// A shape-only world computing by roles checks each new layout against its
+// stand-ins (world/roles.h) here, where every DTensor is made.
 DTensor::DTensor(const DTensorSpec& spec, LocalTensor local) : spec_(spec), local_(std::move(local)) {
   local_.unshare();
+  if (WorldRoles::active(spec_->mesh().world())) [[unlikely]]
+    detail::check_roles(*spec_);
 }
 
 DTensor::DTensor(DTensorSpec&& spec, LocalTensor local)
     : spec_(std::move(spec)), local_(std::move(local)) {
   local_.unshare();
+  if (WorldRoles::active(spec_->mesh().world())) [[unlikely]]
+    detail::check_roles(*spec_);
 }
 
 void DTensor::throw_empty() {

@@ -16,6 +16,7 @@
 #include "dtensor/mesh.h"
 #include "mesh/mesh_cache.h"
 #include "mesh/mesh_root.h"
+#include "world/roles.h"
 
 namespace dtensor {
 
@@ -78,6 +79,7 @@ std::shared_ptr<DeviceMesh::Root> make_root(World world, const Shape& shape,
   }
   root->ranks = std::move(ranks);
   root->derive_links();
+  WorldRoles::note_grid(root->world, root->shape, root->ranks);
   return root;
 }
 

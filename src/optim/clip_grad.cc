@@ -150,16 +150,18 @@ std::vector<double> group_values(const std::vector<NormGroup>& groups, bool inf,
       for (const auto& [r, v] : gr.local)
         if (r == rank) mine[first_slot[k] + static_cast<size_t>(view)] = v;
     }
-    in.set(rank, Tensor::from_vector(mine));
+    // A shape-only world's values are no values (a NaN norm): the shards
+    // are meta, the all_reduce recorded as in a run with data.
+    in.set(rank, world.is_shape_only() ? Tensor::meta(Shape{static_cast<int64_t>(slots)},
+                                                      DType::Float64)
+                                       : Tensor::from_vector(mine));
   }
   NoGradGuard no_grad;
   const DeviceMesh everyone(world, Shape{world.size()});
-  const std::vector<double> all =
-      world.backend()
-          .all_reduce(in, everyone, 0, inf ? ReduceOp::Max : ReduceOp::Sum)
-          .shards()
-          .front()
-          .second.to_vector<double>();
+  const LocalTensor reduced =
+      world.backend().all_reduce(in, everyone, 0, inf ? ReduceOp::Max : ReduceOp::Sum);
+  if (world.is_shape_only()) return std::vector<double>(groups.size(), NAN);
+  const std::vector<double> all = reduced.shards().front().second.to_vector<double>();
   for (size_t k = 0; k < groups.size(); ++k) {
     const double v = all[first_slot[k]];
     const size_t views = static_cast<size_t>(view_count(groups[k].mesh));

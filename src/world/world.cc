@@ -29,7 +29,9 @@ int World::size() const { return impl_->size; }
 const std::vector<int>& World::held_ranks() const { return impl_->held; }
 
 bool World::holds(int rank) const {
-  if (impl_->simulated) return rank >= 0 && rank < impl_->size;
+  // A simulated world holds every rank, but a shape-only one computing by
+  // roles only the stand-ins (world/roles.h).
+  if (impl_->simulated && !impl_->roles_active) return rank >= 0 && rank < impl_->size;
   return std::binary_search(impl_->held.begin(), impl_->held.end(), rank);
 }
 

@@ -7,10 +7,12 @@
 // beside a whole Backend. The world is its only owner.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "dtensor/tensor.h"
 #include "dtensor/world.h"
 
 namespace dtensor {
@@ -29,6 +31,14 @@ struct World::Impl {
   std::shared_ptr<Backend> backend;
   bool simulated;
   bool shape_only;  // World::shape_only: tensors are meta, kernels do not run
+  // World::shape_only's roles (world/roles.h): the grid, and while
+  // roles_active, each rank's role and stand-in; `held` is the stand-ins.
+  Shape grid_shape;
+  std::vector<int> grid_ranks;
+  bool roles_active = false;
+  bool roles_pending = false;  // asked for before the grid was made
+  std::vector<int> role, stand_in;
+  uint64_t roles_epoch = 0;
 };
 
 }  // namespace dtensor

@@ -197,7 +197,7 @@ TEST(EstimateTest, ShapeOnlyWorldProfilesEveryRankExactly) {
     const World shape_only = World::shape_only(world.size());
     const DeviceMesh shapes_mesh(shape_only, c.mesh);
     const estimate::Profile shapes =
-        estimate::profile(shape_only, [&] { train_gpt(shapes_mesh, c); });
+        estimate::profile(shape_only, [&] { train_gpt(shapes_mesh, c); }).expanded();
     ASSERT_EQ(static_cast<int>(shapes.ranks.size()), world.size());
     expect_same_profile(real, shapes);
     // Something was measured: the mesh's ranks held tensors and ran collectives.
@@ -257,4 +257,53 @@ TEST(EstimateTest, InPlaceOpsRunShapeOnly) {
   if (real.is_simulated()) {
     EXPECT_EQ(seen[0], seen[1]);
   }
+}
+
+// A shape-only world computes each role once (world/roles.h): the profile
+// by roles, each rank given its stand-in's figures in its own groups
+// (Profile::expanded), equals the profile of every rank computed, on
+// meshes larger than a real run here would take, with uneven and empty
+// shards (a batch of 8 and a vocabulary of 62 over 16 ranks) that split
+// the roles and run the step again.
+TEST(EstimateTest, RolesGiveEveryRankItsFiguresExactly) {
+  const std::vector<Case> by_roles = {
+      {"fsdp_16", {16}, false, true, false, false, 0, false, 36, 8},
+      {"fsdp_tp_bf16_8x4", {8, 4}, true, true, false, false, 0, true, 32, 12},
+      {"fsdp_tp_selective_4x4", {4, 4}, true, true, false, false, 2},
+      {"hsdp_tp_2x4x2", {2, 4, 2}, true, true, true},
+      {"ddp_tp_checkpoint_8x2", {8, 2}, true, false, false, true, 1},
+      {"fsdp_overlap_eager_8x2", {8, 2}, true, true, false, false, 0, false, 32, 16, true, true},
+      // One rank: its first role's mask (first on the one dim) exceeds
+      // the rank count.
+      {"fsdp_1", {1}, false, true},
+  };
+  int split = 0;
+  for (const Case& c : by_roles) {
+    SCOPED_TRACE(c.name);
+    const int n = static_cast<int>(c.mesh.product());
+    const World all_world = World::shape_only(n), roles_world = World::shape_only(n);
+    const DeviceMesh all_mesh(all_world, c.mesh), roles_mesh(roles_world, c.mesh);
+    estimate::ProfileOptions every;
+    every.roles = false;
+    const estimate::Profile all =
+        estimate::profile(all_world, [&] { train_gpt(all_mesh, c); }, every);
+    const estimate::Profile roles = estimate::profile(roles_world, [&] { train_gpt(roles_mesh, c); });
+    ASSERT_EQ(static_cast<int>(all.ranks.size()), n);
+    if (n >= 16) {
+      EXPECT_LT(roles.ranks.size(), all.ranks.size()) << "no two ranks shared a role";
+    }
+    ASSERT_EQ(static_cast<int>(roles.stand_in.size()), n);
+    // After the profile the world holds every rank again.
+    EXPECT_EQ(static_cast<int>(roles_world.held_ranks().size()), n);
+    split += roles.runs > 1;
+    const estimate::Profile expanded = roles.expanded();
+    ASSERT_EQ(static_cast<int>(expanded.ranks.size()), n);
+    expect_same_profile(all, expanded);
+    EXPECT_EQ(all.events.size(), roles.events.size());
+    for (size_t i = 0; i < all.events.size() && i < roles.events.size(); ++i) {
+      EXPECT_EQ(all.events[i].bytes, roles.events[i].bytes) << "event " << i;
+      EXPECT_EQ(all.events[i].flops, roles.events[i].flops) << "event " << i;
+    }
+  }
+  EXPECT_GT(split, 0) << "no layout split the roles: the rerun went untested";
 }
