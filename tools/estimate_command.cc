@@ -81,6 +81,14 @@ double model_flops_per_token(double params, const models::GPTConfig& c) {
   return 6 * params + 12.0 * static_cast<double>(c.layers * c.hidden * c.seq);
 }
 
+// The slot (Phase) of a phase the trainer marked by name.
+size_t slot_of(const std::string& name) {
+  for (size_t ph = 0; ph < kNumPhases; ++ph)
+    if (name == kPhaseNames[ph]) return ph;
+  DT_THROW("dtensor estimate: the step marked a phase ", quote(name),
+           " that is not forward, backward or optimizer");
+}
+
 // Everything an estimate reports, for one layout.
 struct Figures {
   int64_t ranks = 0;
@@ -91,7 +99,11 @@ struct Figures {
   estimate::TimeEstimate time;
   std::map<std::string, Role> by_key;
   std::vector<std::string> order;  // the roles' keys, by first rank
-  size_t phases = 3, first = 0;    // the measured step's phases in the profile
+  // The measured step's phases in the profile (forward and backward once
+  // per micro-batch, then the optimizer), each summed into its kind's slot
+  // (kForward, kBackward, kOptimizer) with its time.
+  size_t phases = 3, first = 0;
+  std::array<double, kNumPhases> phase_seconds{};
   int64_t params = 0;
   double tokens_per_s = 0, mfu = 0, profiled_s = 0;
   int64_t peak() const {  // the largest of every rank's peak
@@ -140,7 +152,8 @@ Figures evaluate(const EstimateArgs& a) {
   });
   const double profiled_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const size_t phases = 3, first = profile.phases.size() - phases;
+  const size_t phases = 2 * static_cast<size_t>(t.micro_batches) + 1,
+               first = profile.phases.size() - phases;
 
   // Each rank's figures, then the roles.
   std::map<std::string, Role> by_key;
@@ -151,13 +164,14 @@ Figures evaluate(const EstimateArgs& a) {
     f.peak = r.memory;
     f.categories = report->ranks[i];
     f.categories.rank = 0;
-    f.phases.resize(phases);
+    f.phases.resize(kNumPhases);
     for (size_t ph = 0; ph < phases; ++ph) {
       const size_t begin = r.phase_starts[first + ph];
       const size_t end = first + ph + 1 < r.phase_starts.size() ? r.phase_starts[first + ph + 1]
                                                                 : r.collectives.size();
       for (size_t k = begin; k < end; ++k) {
-        auto& [count, bytes] = f.phases[ph][static_cast<size_t>(r.collectives[k].kind)];
+        auto& [count, bytes] = f.phases[slot_of(profile.phases[first + ph])]
+                                       [static_cast<size_t>(r.collectives[k].kind)];
         ++count;
         bytes += r.collectives[k].bytes;
       }
@@ -190,6 +204,10 @@ Figures evaluate(const EstimateArgs& a) {
   out.order = std::move(order);
   out.phases = phases;
   out.first = first;
+  for (size_t ph = 0; ph < phases; ++ph)
+    out.phase_seconds[slot_of(out.profile.phases[first + ph])] +=
+        (ph + 1 < phases ? out.time.phase_starts[first + ph + 1] : out.time.step) -
+        out.time.phase_starts[first + ph];
   out.params = params;
   out.tokens_per_s = tokens_per_s;
   out.mfu = mfu;
@@ -295,7 +313,6 @@ int run_estimate(const EstimateArgs& a) {
   const estimate::TimeEstimate& time = F.time;
   const std::map<std::string, Role>& by_key = F.by_key;
   const std::vector<std::string>& order = F.order;
-  const size_t phases = F.phases, first = F.first;
   const int64_t params = F.params;
   const double tokens_per_s = F.tokens_per_s, mfu = F.mfu, profiled_s = F.profiled_s;
 
@@ -329,14 +346,14 @@ int run_estimate(const EstimateArgs& a) {
       const Role& role = by_key.at(key);
       const RankFigures& f = role.figures;
       nlohmann::ordered_json comm = nlohmann::ordered_json::object();
-      for (size_t ph = 0; ph < phases; ++ph) {
+      for (size_t ph = 0; ph < kNumPhases; ++ph) {
         nlohmann::ordered_json kinds = nlohmann::ordered_json::object();
         for (int k = 0; k < kNumCollectiveKinds; ++k) {
           const auto& [count, bytes] = f.phases[ph][static_cast<size_t>(k)];
           if (count > 0)
             kinds[to_string(static_cast<CollectiveKind>(k))] = {{"count", count}, {"bytes", bytes}};
         }
-        comm[profile.phases[first + ph]] = kinds;
+        comm[kPhaseNames[ph]] = kinds;
       }
       roles.push_back({{"ranks", role.ranks},
                        {"memory",
@@ -350,10 +367,7 @@ int run_estimate(const EstimateArgs& a) {
                        {"communication", comm}});
     }
     nlohmann::ordered_json phase_times = nlohmann::ordered_json::object();
-    for (size_t ph = 0; ph < phases; ++ph)
-      phase_times[profile.phases[first + ph]] =
-          (ph + 1 < phases ? time.phase_starts[first + ph + 1] : time.step) -
-          time.phase_starts[first + ph];
+    for (size_t ph = 0; ph < kNumPhases; ++ph) phase_times[kPhaseNames[ph]] = F.phase_seconds[ph];
     nlohmann::ordered_json j{{"ranks", ranks},
                              {"mesh", t.mesh},
                              {"scheme", t.scheme},
@@ -392,6 +406,10 @@ int run_estimate(const EstimateArgs& a) {
   if (t.checkpoint_every > 0)
     os << ", activation checkpointing of every " << t.checkpoint_every
        << (t.checkpoint_every == 1 ? "" : "th") << " block";
+  if (!t.checkpoint_save_ops.empty()) os << " (keeping " << t.checkpoint_save_ops << ")";
+  if (!t.reshard_after_forward) os << ", no resharding after forward";
+  if (t.prefetch) os << ", prefetch";
+  if (t.micro_batches > 1) os << ", " << t.micro_batches << " micro-batches";
   os << "\n\n";
 
   os << "Memory per rank, exact (the bytes of the rank's tensors), by role:\n";
@@ -417,11 +435,11 @@ int run_estimate(const EstimateArgs& a) {
   const Role& first_role = by_key.at(order.front());
   os << "Communication per step, exact (ranks " << ranks_text(first_role.ranks)
      << "; bytes each rank hands in):\n";
-  for (size_t ph = 0; ph < phases; ++ph) {
+  for (size_t ph = 0; ph < kNumPhases; ++ph) {
     for (int k = 0; k < kNumCollectiveKinds; ++k) {
       const auto& [count, bytes] = first_role.figures.phases[ph][static_cast<size_t>(k)];
       if (count == 0) continue;
-      os << "  " << std::left << std::setw(10) << profile.phases[first + ph] << std::setw(16)
+      os << "  " << std::left << std::setw(10) << kPhaseNames[ph] << std::setw(16)
          << to_string(static_cast<CollectiveKind>(k)) << std::right << std::setw(6) << count
          << std::setw(14) << mib_text(bytes) << "\n";
     }
@@ -433,10 +451,8 @@ int run_estimate(const EstimateArgs& a) {
      << ", communication " << seconds_text(time.communication) << ", of it exposed "
      << seconds_text(time.exposed_communication) << ")\n";
   os << "  ";
-  for (size_t ph = 0; ph < phases; ++ph)
-    os << (ph ? ", " : "") << profile.phases[first + ph] << " "
-       << seconds_text((ph + 1 < phases ? time.phase_starts[first + ph + 1] : time.step) -
-                       time.phase_starts[first + ph]);
+  for (size_t ph = 0; ph < kNumPhases; ++ph)
+    os << (ph ? ", " : "") << kPhaseNames[ph] << " " << seconds_text(F.phase_seconds[ph]);
   os << "\n  " << std::fixed << std::setprecision(0) << tokens_per_s << " tokens/s, MFU "
      << std::setprecision(1) << 100 * mfu << "%\n";
   os << "\nProfiled in " << std::setprecision(2) << profiled_s << " s on a shape-only world of "

@@ -273,6 +273,16 @@ int run(int argc, char** argv) {
   train->add_flag("--async-reduce-scatter", train_args.async_reduce_scatter,
                   "let each block's gradient reduce_scatter run while the next block's backward\n"
                   "computes (fully_shard's async_reduce_scatter; under MPI non-blocking)");
+  bool train_no_reshard = false;
+  train->add_flag("--no-reshard-after-forward", train_no_reshard,
+                  "keep each block's gathered parameters from forward to backward\n"
+                  "(fully_shard's reshard_after_forward=False: one all_gather less per block,\n"
+                  "the unsharded parameters held through the step)");
+  add_number(train, "--micro-batches", train_args.micro_batches,
+             "gradient accumulation: forward and backward each step's batch in this many\n"
+             "micro-batches (each dp rank's part of --batch a multiple of it), then one\n"
+             "optimizer step",
+             1, 1 << 16);
   train->add_option("--svg", train_args.svg, "write the loss chart to this SVG file")
       ->capture_default_str();
   bool train_no_svg = false;
@@ -342,6 +352,11 @@ int run(int argc, char** argv) {
   estimate->add_flag("--prefetch", et.prefetch, "fully_shard's prefetch of the next all_gather");
   estimate->add_flag("--async-reduce-scatter", et.async_reduce_scatter,
                      "fully_shard's reduce_scatter overlapping the next block's backward");
+  bool est_no_reshard = false;
+  estimate->add_flag("--no-reshard-after-forward", est_no_reshard,
+                     "fully_shard keeps each block's gathered parameters from forward to backward");
+  add_number(estimate, "--micro-batches", et.micro_batches,
+             "forward and backward each step's batch in this many micro-batches", 1, 1 << 16);
   add_number(estimate, "--clip", et.clip, "gradient-norm clipping (0 = none)", 0, false);
   estimate->add_option("--cluster", est.cluster, "the devices and network: h100, a100 or cpu")
       ->capture_default_str()->check(one_of({"h100", "a100", "cpu"}));
@@ -714,12 +729,14 @@ int run(int argc, char** argv) {
       if (cmd == calibrate) return run_calibrate(cal);
       if (cmd == estimate) {
         et.sequence_parallel = !est_no_sp;
+        et.reshard_after_forward = !est_no_reshard;
         est.memory_budget = budget_gib * 1073741824.0;
         return run_estimate(est);
       }
       if (cmd == train) {
         train_args.sequence_parallel = !train_no_sp;
         train_args.check = !train_no_check;
+        train_args.reshard_after_forward = !train_no_reshard;
         train_args.tolerance_given = train->get_option("--tolerance")->count() > 0;
         if (train_no_svg) train_args.svg.clear();
         return run_train(train_args);

@@ -54,6 +54,13 @@ struct TrainArgs {
   // FullyShardOptions::async_reduce_scatter: each block's gradient
   // reduce_scatter overlaps the next block's backward (under MPI non-blocking).
   bool async_reduce_scatter = false;
+  // FullyShardOptions::reshard_after_forward: false keeps each block's
+  // gathered parameters from forward to backward.
+  bool reshard_after_forward = true;
+  // Gradient accumulation: each step's batch in this many micro-batches,
+  // forward and backward in turn (each dp rank's part of the batch split
+  // evenly), the gradients summed, then one optimizer step.
+  int micro_batches = 1;
   // Whether --tolerance was given; else a mixed-precision run takes
   // kMixedPrecisionTolerance.
   bool tolerance_given = false;

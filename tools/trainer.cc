@@ -77,7 +77,8 @@ MixedPrecisionPolicy policy_of(const TrainArgs& args) {
 
 Trainer::Trainer(const models::GPTConfig& config, const DeviceMesh& mesh, const Scheme& scheme,
                  const TrainArgs& args, bool meta)
-    : clip(args.clip) {
+    : clip(args.clip), micro_batches(args.micro_batches) {
+  DT_CHECK(micro_batches >= 1, "--micro-batches must be at least 1, got ", micro_batches);
   {
     std::optional<nn::MetaDeviceGuard> guard;
     if (meta) guard.emplace();
@@ -104,6 +105,7 @@ Trainer::Trainer(const models::GPTConfig& config, const DeviceMesh& mesh, const 
     options.mp_policy = mp;
     options.prefetch = args.prefetch;
     options.async_reduce_scatter = args.async_reduce_scatter;
+    options.reshard_after_forward = args.reshard_after_forward;
     for (auto& [name, module] : model->named_modules())
       if (name.rfind("blocks.", 0) == 0 && name.find('.', 7) == std::string::npos)
         fully_shard(*module, options);
@@ -134,25 +136,71 @@ void Trainer::reschedule(const TrainArgs& args, int64_t total, int64_t step) {
   schedule->set_last_epoch(step);
 }
 
+namespace {
+
+// Micro-batch i of k of a batch laid out as the trainer's input: on each
+// rank, the i-th k-th of its own rows (as each data-parallel rank draws
+// its micro-batches from its part of the batch), no data moved.
+DTensor micro_batch(const DTensor& batch, int i, int k) {
+  const DTensorSpec& spec = batch.spec();
+  int64_t ways = 1;  // how many parts the batch dim is split into
+  for (size_t d = 0; d < spec.placements().size(); ++d)
+    if (spec.placements()[d].is_shard(0)) ways *= spec.mesh().size(static_cast<int>(d));
+  const int64_t rows = spec.shape()[0];
+  DT_CHECK(rows % (ways * k) == 0, "--micro-batches ", k, ": the batch of ", rows,
+           " sequences over ", ways, " data-parallel ranks does not split into ", k,
+           " equal micro-batches (--batch must be a multiple of ", ways * k, ")");
+  Shape shape = spec.shape();
+  shape[0] = rows / k;
+  const int64_t local = rows / ways / k;
+  return DTensor(
+      DTensorSpec(spec.mesh(), spec.placements(), shape, spec.dtype()),
+      batch.local().map([&](int, const Tensor& t) { return t.narrow(0, i * local, local); }));
+}
+
+void add_counts(const CommDebugMode& mode, KindCounts& out, KindDtypes& dtypes) {
+  KindCounts counts;
+  KindDtypes by_dtype;
+  count_into(mode, counts, by_dtype);
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] += counts[i];
+    for (size_t d = 0; d < dtypes[i].size(); ++d) dtypes[i][d] += by_dtype[i][d];
+  }
+}
+
+}  // namespace
+
 Trainer::Result Trainer::step(const DTensor& ids, const DTensor& targets, PhaseCounts* phases,
                               PhaseDtypes* dtypes, MemoryTracker* memory) {
   PhaseDtypes unused;
   if (!dtypes) dtypes = &unused;
+  if (phases) *phases = {};
+  *dtypes = {};
   optimizer->zero_grad();
-  std::optional<DTensor> loss;
+  double loss_sum = 0;
   double grad_norm = 0;
-  {
-    estimate::phase("forward");
-    CommDebugMode mode;
-    loss = models::gpt_loss((*model)(ids), targets);
-    if (phases) count_into(mode, (*phases)[kForward], (*dtypes)[kForward]);
-    if (memory) memory->after_forward(*loss);
-  }
-  {
-    estimate::phase("backward");
-    CommDebugMode mode;
-    loss->backward();
-    if (phases) count_into(mode, (*phases)[kBackward], (*dtypes)[kBackward]);
+  // Each micro-batch's loss is its mean over 1/k of the batch: divided by
+  // k, the gradients summed over the k backwards are the batch mean's.
+  for (int i = 0; i < micro_batches; ++i) {
+    const bool whole = micro_batches == 1;
+    std::optional<DTensor> loss;
+    {
+      estimate::phase("forward");
+      CommDebugMode mode;
+      loss = models::gpt_loss((*model)(whole ? ids : micro_batch(ids, i, micro_batches)),
+                              whole ? targets : micro_batch(targets, i, micro_batches));
+      if (!whole) loss = *loss / static_cast<double>(micro_batches);
+      if (phases) add_counts(mode, (*phases)[kForward], (*dtypes)[kForward]);
+      if (memory && i == 0) memory->after_forward(*loss);
+    }
+    {
+      estimate::phase("backward");
+      CommDebugMode mode;
+      loss->backward();
+      if (phases) add_counts(mode, (*phases)[kBackward], (*dtypes)[kBackward]);
+    }
+    const Tensor value = loss->full_tensor();
+    loss_sum += value.is_meta() ? NAN : value.item();
   }
   {
     estimate::phase("optimizer");
@@ -160,11 +208,10 @@ Trainer::Result Trainer::step(const DTensor& ids, const DTensor& targets, PhaseC
     grad_norm = clip > 0 ? optim::clip_grad_norm_(optimizer->params(), clip)
                          : optim::total_grad_norm(optimizer->params());
     optimizer->step();
-    if (phases) count_into(mode, (*phases)[kOptimizer], (*dtypes)[kOptimizer]);
+    if (phases) add_counts(mode, (*phases)[kOptimizer], (*dtypes)[kOptimizer]);
   }
   schedule->step();
-  const Tensor value = loss->full_tensor();
-  return {value.is_meta() ? NAN : value.item(), grad_norm};
+  return {loss_sum, grad_norm};
 }
 
 }  // namespace dtensor::cli

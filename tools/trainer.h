@@ -87,6 +87,7 @@ struct Trainer {
   std::unique_ptr<optim::SequentialLR> schedule;
   Placements input;  // ids and targets: batch split over dp, Replicate elsewhere
   double clip = 0;
+  int micro_batches = 1;  // TrainArgs::micro_batches
 
   // `meta`: the model is made on the meta device, laid out, then
   // materialized (TrainArgs::init).
