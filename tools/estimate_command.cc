@@ -404,8 +404,8 @@ int run_estimate(const EstimateArgs& a) {
      << mesh.to_string() << ")";
   if (t.mixed_precision != "none") os << ", " << t.mixed_precision << " parameters";
   if (t.checkpoint_every > 0)
-    os << ", activation checkpointing of every " << t.checkpoint_every
-       << (t.checkpoint_every == 1 ? "" : "th") << " block";
+    os << ", activation checkpointing of every "
+       << (t.checkpoint_every == 1 ? "" : std::to_string(t.checkpoint_every) + "th ") << "block";
   if (!t.checkpoint_save_ops.empty()) os << " (keeping " << t.checkpoint_save_ops << ")";
   if (!t.reshard_after_forward) os << ", no resharding after forward";
   if (t.prefetch) os << ", prefetch";
