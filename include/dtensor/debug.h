@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dtensor/spec.h"
@@ -17,7 +18,13 @@
 namespace dtensor {
 
 enum class CollectiveKind : uint8_t {
-  AllGather, AllReduce, ReduceScatter, AllToAll, Broadcast, Scatter, BoxExchange
+  AllGather,
+  AllReduce,
+  ReduceScatter,
+  AllToAll,
+  Broadcast,
+  Scatter,
+  BoxExchange
 };
 inline constexpr int kNumCollectiveKinds = 7;
 // "all_gather", "all_reduce", "reduce_scatter", "all_to_all", "broadcast", "scatter",
@@ -135,11 +142,11 @@ struct StepEvent {
   const char* op = nullptr;  // Op: the op's name
   CollectiveKind kind = CollectiveKind::AllGather;
   DType dtype = DType::Float32;  // Op: its output's
-  bool started = false;  // Collective: started early, waited for by a later Wait
-  int group = -1;        // Collective: CollectiveTrace::group
+  bool started = false;          // Collective: started early, waited for by a later Wait
+  int group = -1;                // Collective: CollectiveTrace::group
   int64_t bytes = 0;
-  double flops = 0;     // Op
-  int64_t waits = -1;   // Wait: the index of the collective it waits for
+  double flops = 0;    // Op
+  int64_t waits = -1;  // Wait: the index of the collective it waits for
 };
 
 // While alive, records for each rank this process holds the collectives
@@ -165,10 +172,19 @@ class CollectiveTrace {
   // For backends, through trace_collective; returns the group's index.
   int add(CollectiveKind kind, DType dtype, const std::vector<int>& group, const World& world,
           const std::function<int64_t(size_t member)>& bytes);
-  void add_event(const StepEvent& e) { events_.push_back(e); }
+  void add_event(const StepEvent& e) {
+    events_.push_back(e);
+    if (after_event_) after_event_();
+  }
+  // Called after each event is added (estimate::profile samples each
+  // rank's memory there when asked for a memory timeline). A hook rather
+  // than the samples themselves: the trace knows nothing of memory, and a
+  // trace without a hook pays one test per event.
+  void set_after_event(std::function<void()> hook) { after_event_ = std::move(hook); }
 
  private:
   std::vector<StepEvent> events_;
+  std::function<void()> after_event_;
   std::vector<std::vector<RankCollective>> by_rank_;
   std::vector<std::vector<int>> groups_;
   std::map<std::vector<int>, int> group_ids_;

@@ -29,14 +29,6 @@ Device device(const char* name, double memory, double half, double tf32, double 
   return d;
 }
 
-// The products that run on matrix units (tensor cores, AMX).
-bool is_product(const char* op) {
-  for (const char* p :
-       {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "scaled_dot_product_attention"})
-    if (std::strcmp(op, p) == 0) return true;
-  return false;
-}
-
 int ceil_log2(int64_t n) {
   int k = 0;
   while ((int64_t{1} << k) < n) ++k;
@@ -74,17 +66,32 @@ Cluster cluster_preset(const std::string& name) {
 
 std::vector<std::string> cluster_presets() { return {"h100", "a100", "cpu"}; }
 
+// The products that run on matrix units (tensor cores, AMX).
+bool is_matrix_product(const char* op) {
+  if (op == nullptr) return false;
+  for (const char* p :
+       {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "scaled_dot_product_attention"})
+    if (std::strcmp(op, p) == 0) return true;
+  return false;
+}
+
 double collective_seconds(const Cluster& c, CollectiveKind kind, int64_t bytes,
                           const std::vector<int>& group) {
   const int64_t n = static_cast<int64_t>(group.size());
   if (n <= 1) return 0;
   bool across = false;
   for (int r : group) across = across || r / c.ranks_per_node != group[0] / c.ranks_per_node;
-  if (!across) {
-    // Measured times of this kind and group size, nearest sizes either side.
+  if (!c.measured.empty()) {
+    // Measured times of this kind, group size and span, nearest sizes
+    // either side. The span counts: 16 ranks on two nodes of 8 meet the
+    // network once, 16 ranks one per node at every step.
+    std::vector<int> nodes;
+    for (int r : group) nodes.push_back(r / c.ranks_per_node);
+    std::sort(nodes.begin(), nodes.end());
+    const int spanned = static_cast<int>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
     const MeasuredCollective *below = nullptr, *above = nullptr;
     for (const MeasuredCollective& m : c.measured) {
-      if (m.kind != kind || m.ranks != n) continue;
+      if (m.kind != kind || m.ranks != n || m.nodes != spanned) continue;
       if (m.bytes <= bytes && (below == nullptr || m.bytes > below->bytes)) below = &m;
       if (m.bytes >= bytes && (above == nullptr || m.bytes < above->bytes)) above = &m;
     }
@@ -118,7 +125,7 @@ double collective_seconds(const Cluster& c, CollectiveKind kind, int64_t bytes,
 }
 
 double op_seconds(const Device& d, const StepEvent& op) {
-  const bool product = op.op != nullptr && is_product(op.op);
+  const bool product = is_matrix_product(op.op);
   const double peak =
       product ? d.peak_flops[static_cast<int>(op.dtype)] * d.matmul_efficiency : d.vector_flops;
   const double compute = peak > 0 ? op.flops / peak : 0;
@@ -133,6 +140,7 @@ TimeEstimate estimate_time(const Profile& profile, const Cluster& cluster, size_
   size_t phase = std::min(first_phase, profile.phase_events.size());
   t.phase_starts.assign(phase, 0.0);
   const size_t begin = phase < profile.phase_events.size() ? profile.phase_events[phase] : 0;
+  t.event_times.assign(profile.events.size(), 0.0);
   for (size_t i = begin; i < profile.events.size(); ++i) {
     while (phase < profile.phase_events.size() && profile.phase_events[phase] == i) {
       t.phase_starts.push_back(compute_free);
@@ -167,6 +175,7 @@ TimeEstimate estimate_time(const Profile& profile, const Cluster& cluster, size_
         break;
       }
     }
+    t.event_times[i] = compute_free;
   }
   while (phase++ < profile.phase_events.size()) t.phase_starts.push_back(compute_free);
   t.step = std::max(compute_free, comm_free);
