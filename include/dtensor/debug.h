@@ -18,13 +18,7 @@
 namespace dtensor {
 
 enum class CollectiveKind : uint8_t {
-  AllGather,
-  AllReduce,
-  ReduceScatter,
-  AllToAll,
-  Broadcast,
-  Scatter,
-  BoxExchange
+  AllGather, AllReduce, ReduceScatter, AllToAll, Broadcast, Scatter, BoxExchange
 };
 inline constexpr int kNumCollectiveKinds = 7;
 // "all_gather", "all_reduce", "reduce_scatter", "all_to_all", "broadcast", "scatter",
@@ -142,11 +136,11 @@ struct StepEvent {
   const char* op = nullptr;  // Op: the op's name
   CollectiveKind kind = CollectiveKind::AllGather;
   DType dtype = DType::Float32;  // Op: its output's
-  bool started = false;          // Collective: started early, waited for by a later Wait
-  int group = -1;                // Collective: CollectiveTrace::group
+  bool started = false;  // Collective: started early, waited for by a later Wait
+  int group = -1;        // Collective: CollectiveTrace::group
   int64_t bytes = 0;
-  double flops = 0;    // Op
-  int64_t waits = -1;  // Wait: the index of the collective it waits for
+  double flops = 0;     // Op
+  int64_t waits = -1;   // Wait: the index of the collective it waits for
 };
 
 // While alive, records for each rank this process holds the collectives

@@ -128,8 +128,8 @@ struct Cluster {
 // "memory_bandwidth", "matmul_efficiency", "memory_efficiency",
 // "op_overhead", "share"}, "ranks_per_node", "within_node": {"latency",
 // "bandwidth"}, "across_nodes": {...}, "measured": [{"kind", "ranks",
-// "nodes" (optional, 1), "bytes", "seconds"}, ...]}, seconds, bytes and bytes/s. Reading throws
-// naming the field that is missing or wrong.
+// "nodes" (optional, 1), "bytes", "seconds"}, ...]}, seconds, bytes and
+// bytes/s. Reading throws naming the field that is missing or wrong.
 std::string cluster_json(const Cluster& c);
 Cluster cluster_from_json(const std::string& text);
 
