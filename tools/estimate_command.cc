@@ -2,6 +2,7 @@
 // shape-only world of the mesh's ranks (World::shape_only): each rank's
 // memory and collectives, exactly, and the step's time, estimated on a
 // described cluster (estimate.h). Ranks whose figures agree are one role.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,10 +12,13 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "cli.h"
 #include "dtensor/error.h"
 #include "dtensor/estimate.h"
+#include "estimate_svg.h"
+#include "output.h"
 #include "train.h"
 #include "trainer.h"
 
@@ -101,6 +105,31 @@ struct Figures {
   }
 };
 
+// --nccl-tests: each file's measured times join the cluster's, in place of
+// what it had (a calibration's) for the same collective, group size and
+// span; two files measuring one of them are refused.
+void add_nccl_tests(estimate::Cluster& cluster, const std::vector<std::string>& files) {
+  std::map<std::tuple<int, int, int>, std::string> from;  // (kind, ranks, nodes) -> file
+  std::vector<estimate::MeasuredCollective> added;
+  for (const std::string& file : files) {
+    std::ifstream in(file);
+    DT_CHECK(in, "--nccl-tests: cannot read ", quote(file));
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::vector<estimate::MeasuredCollective> m = estimate::parse_nccl_tests(text.str(), file);
+    const auto key = std::make_tuple(static_cast<int>(m[0].kind), m[0].ranks, m[0].nodes);
+    const auto [it, fresh] = from.emplace(key, file);
+    DT_CHECK(fresh, "--nccl-tests: ", quote(it->second), " and ", quote(file), " both measure ",
+             to_string(m[0].kind), " over ", m[0].ranks, " ranks on ", m[0].nodes,
+             m[0].nodes == 1 ? " node" : " nodes", "; expected one file each");
+    added.insert(added.end(), m.begin(), m.end());
+  }
+  std::erase_if(cluster.measured, [&](const estimate::MeasuredCollective& m) {
+    return from.count(std::make_tuple(static_cast<int>(m.kind), m.ranks, m.nodes)) > 0;
+  });
+  cluster.measured.insert(cluster.measured.end(), added.begin(), added.end());
+}
+
 Figures evaluate(const EstimateArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   const TrainArgs& t = a.train;
@@ -116,6 +145,7 @@ Figures evaluate(const EstimateArgs& a) {
     cluster = estimate::cluster_from_json(text.str());
   }
   if (a.ranks_per_node > 0) cluster.ranks_per_node = a.ranks_per_node;
+  add_nccl_tests(cluster, a.nccl_tests);
   const World world = World::shape_only(static_cast<int>(ranks));
   const DeviceMesh mesh = make_mesh(
       t.mesh,
@@ -129,7 +159,9 @@ Figures evaluate(const EstimateArgs& a) {
   // measured; the peaks cover both (and the model's construction).
   std::optional<MemoryReport> report;
   int64_t params = 0;
-  estimate::Profile profile = estimate::profile(world, [&] {
+  estimate::Profile profile = estimate::profile(
+      world,
+      [&] {
     Trainer trainer(config, mesh, scheme, t, /*meta=*/true);
     for (auto& [name, p] : trainer.model->named_parameters()) params += p->shape().product();
     const DTensorSpec batch(mesh, trainer.input, Shape{t.batch, t.seq}, DType::Int64);
@@ -137,7 +169,8 @@ Figures evaluate(const EstimateArgs& a) {
     MemoryTracker memory(*trainer.model, trainer.optimizer.get());
     trainer.step(DTensor::meta(batch), DTensor::meta(batch), nullptr, nullptr, &memory);
     report = memory.report();
-  });
+      },
+      /*memory_timeline=*/!a.svg.empty());
   const double profiled_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const size_t phases = 3, first = profile.phases.size() - phases;
@@ -228,6 +261,7 @@ int run_search(const EstimateArgs& a) {
         c.search = false;
         c.json = true;
         c.chrome_trace.clear();
+        c.svg.clear();
         c.train.mesh = m;
         c.train.names.clear();
         c.train.scheme = scheme;
@@ -282,6 +316,9 @@ int run_search(const EstimateArgs& a) {
 }  // namespace
 
 int run_estimate(const EstimateArgs& a) {
+  DT_CHECK(!a.search || a.svg.empty(),
+           "--svg draws the step of one layout; it does not go with --search");
+  if (!a.svg.empty()) check_output_file(a.svg, "--svg");
   if (a.search) return run_search(a);
   const TrainArgs& t = a.train;
   const Figures F = evaluate(a);
@@ -319,6 +356,23 @@ int run_estimate(const EstimateArgs& a) {
     std::ofstream out(a.chrome_trace);
     DT_CHECK(out, "--chrome-trace: cannot write ", quote(a.chrome_trace));
     out << nlohmann::ordered_json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+  }
+
+  if (!a.svg.empty()) {
+    std::vector<SvgRole> roles;
+    for (const std::string& key : order) {
+      const Role& role = by_key.at(key);
+      const auto first_rank = std::find_if(
+          profile.ranks.begin(), profile.ranks.end(),
+          [&](const estimate::RankProfile& r) { return r.rank == role.ranks.front(); });
+      roles.push_back({ranks_text(role.ranks), role.figures.peak.peak,
+                       &profile.memory_histories[static_cast<size_t>(first_rank->memory_history)]});
+    }
+    std::ostringstream title;
+    title << "dtensor estimate: " << t.scheme << " on " << ranks << " ranks (" << t.mesh
+          << "), GPT of " << t.layers << " layers, hidden " << t.hidden << "; one step on "
+          << cluster.device.name << ", " << seconds_text(time.step);
+    write_file(a.svg, estimate_svg(title.str(), profile, time, first, roles), "--svg");
   }
 
   if (a.json) {
@@ -428,6 +482,22 @@ int run_estimate(const EstimateArgs& a) {
   os << "  step " << seconds_text(time.step) << " (compute " << seconds_text(time.compute)
      << ", communication " << seconds_text(time.communication) << ", of it exposed "
      << seconds_text(time.exposed_communication) << ")\n";
+  if (!cluster.measured.empty()) {
+    // Which collectives the measurements timed, so that a table that
+    // covers none of the step's (other group sizes, sizes beyond it) shows.
+    int64_t measured = 0, all = 0;
+    for (size_t i = profile.phase_events[first]; i < profile.events.size(); ++i) {
+      const StepEvent& e = profile.events[i];
+      if (e.type != StepEvent::Type::Collective) continue;
+      const std::vector<int>& group = profile.groups[static_cast<size_t>(e.group)];
+      if (group.size() < 2) continue;
+      ++all;
+      measured += estimate::measured_seconds(cluster, e.kind, e.bytes, group).has_value();
+    }
+    os << "  " << measured << " of the step's " << all
+       << " collectives timed by measurements (--calibration, --nccl-tests), the rest by the "
+          "model\n";
+  }
   os << "  ";
   for (size_t ph = 0; ph < phases; ++ph)
     os << (ph ? ", " : "") << profile.phases[first + ph] << " "

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,11 @@ std::vector<std::string> cluster_presets();
 // link the group spans. 0 for a group of one.
 double collective_seconds(const Cluster& c, CollectiveKind kind, int64_t bytes,
                           const std::vector<int>& group);
+// The measured part of collective_seconds: the time Cluster::measured
+// gives a collective (of its kind, group size and span, its bytes within
+// the sizes measured), or nothing when the model gives it.
+std::optional<double> measured_seconds(const Cluster& c, CollectiveKind kind, int64_t bytes,
+                                       const std::vector<int>& group);
 // The seconds one op takes (StepEvent::Type::Op).
 double op_seconds(const Device& d, const StepEvent& op);
 // Whether op_seconds times an op (StepEvent::op) at the matrix peak: the

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 
 #include "dtensor/error.h"
@@ -75,33 +76,37 @@ bool is_matrix_product(const char* op) {
   return false;
 }
 
+std::optional<double> measured_seconds(const Cluster& c, CollectiveKind kind, int64_t bytes,
+                                       const std::vector<int>& group) {
+  if (c.measured.empty()) return std::nullopt;
+  // Measured times of this kind, group size and span, nearest sizes
+  // either side. The span counts: 16 ranks on two nodes of 8 meet the
+  // network once, 16 ranks one per node at every step.
+  std::vector<int> nodes;
+  for (int r : group) nodes.push_back(r / c.ranks_per_node);
+  std::sort(nodes.begin(), nodes.end());
+  const int spanned = static_cast<int>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+  const int n = static_cast<int>(group.size());
+  const MeasuredCollective *below = nullptr, *above = nullptr;
+  for (const MeasuredCollective& m : c.measured) {
+    if (m.kind != kind || m.ranks != n || m.nodes != spanned) continue;
+    if (m.bytes <= bytes && (below == nullptr || m.bytes > below->bytes)) below = &m;
+    if (m.bytes >= bytes && (above == nullptr || m.bytes < above->bytes)) above = &m;
+  }
+  if (below == nullptr || above == nullptr) return std::nullopt;
+  if (above->bytes == below->bytes) return below->seconds;
+  const double f = static_cast<double>(bytes - below->bytes) /
+                   static_cast<double>(above->bytes - below->bytes);
+  return below->seconds + f * (above->seconds - below->seconds);
+}
+
 double collective_seconds(const Cluster& c, CollectiveKind kind, int64_t bytes,
                           const std::vector<int>& group) {
   const int64_t n = static_cast<int64_t>(group.size());
   if (n <= 1) return 0;
+  if (const std::optional<double> s = measured_seconds(c, kind, bytes, group)) return *s;
   bool across = false;
   for (int r : group) across = across || r / c.ranks_per_node != group[0] / c.ranks_per_node;
-  if (!c.measured.empty()) {
-    // Measured times of this kind, group size and span, nearest sizes
-    // either side. The span counts: 16 ranks on two nodes of 8 meet the
-    // network once, 16 ranks one per node at every step.
-    std::vector<int> nodes;
-    for (int r : group) nodes.push_back(r / c.ranks_per_node);
-    std::sort(nodes.begin(), nodes.end());
-    const int spanned = static_cast<int>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
-    const MeasuredCollective *below = nullptr, *above = nullptr;
-    for (const MeasuredCollective& m : c.measured) {
-      if (m.kind != kind || m.ranks != n || m.nodes != spanned) continue;
-      if (m.bytes <= bytes && (below == nullptr || m.bytes > below->bytes)) below = &m;
-      if (m.bytes >= bytes && (above == nullptr || m.bytes < above->bytes)) above = &m;
-    }
-    if (below != nullptr && above != nullptr) {
-      if (above->bytes == below->bytes) return below->seconds;
-      const double f = static_cast<double>(bytes - below->bytes) /
-                       static_cast<double>(above->bytes - below->bytes);
-      return below->seconds + f * (above->seconds - below->seconds);
-    }
-  }
   const Link& l = across ? c.across_nodes : c.within_node;
   const double a = l.latency, b = static_cast<double>(bytes) / l.bandwidth;
   const double m = static_cast<double>(n - 1), frac = m / static_cast<double>(n);
