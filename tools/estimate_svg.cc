@@ -102,11 +102,11 @@ void draw_lane(std::ostream& os, const std::vector<estimate::Span>& spans, int l
   for (const Box& b : boxes) {
     // At least half a pixel wide, so that a short collective still shows.
     const double w = std::max(b.x1 - b.x0, 0.5);
-    os << "<rect x=\"" << px(b.x0) << "\" y=\"" << px(y) << "\" width=\"" << px(w)
-       << "\" height=\"" << kLaneHeight << "\" fill=\"" << b.color << "\"><title>"
-       << svg_escape(b.count == 1 ? b.name : std::to_string(b.count) + " " +
-                                                 (lane == 0 ? "ops" : "collectives") + " from " +
-                                                 b.name)
+    os << "<rect x=\"" << px(b.x0) << "\" y=\"" << px(y) << "\" width=\"" << px(w) << "\" height=\""
+       << kLaneHeight << "\" fill=\"" << b.color << "\"><title>"
+       << svg_escape(b.count == 1 ? b.name
+                                  : std::to_string(b.count) + " " +
+                                        (lane == 0 ? "ops" : "collectives") + " from " + b.name)
        << ", " << fixed_text(b.t0 * 1e3, 3) << " to " << fixed_text(b.t1 * 1e3, 3)
        << " ms</title></rect>\n";
   }
@@ -233,8 +233,8 @@ std::string estimate_svg(const std::string& title, const estimate::Profile& prof
       os << "<g class=\"lane\" data-lane=\"" << (lane == 0 ? "compute" : "communication")
          << "\">\n<text x=\"" << px(kSvgLeft - 8) << "\" y=\"" << px(y + 13)
          << "\" text-anchor=\"end\">" << (lane == 0 ? "compute" : "communication")
-         << "</text>\n<rect x=\"" << px(kSvgLeft) << "\" y=\"" << px(y) << "\" width=\""
-         << px(pw) << "\" height=\"" << kLaneHeight << "\" fill=\"#f4f4f4\"/>\n";
+         << "</text>\n<rect x=\"" << px(kSvgLeft) << "\" y=\"" << px(y) << "\" width=\"" << px(pw)
+         << "\" height=\"" << kLaneHeight << "\" fill=\"#f4f4f4\"/>\n";
       draw_lane(os, time.timeline, lane, y, x_of);
       os << "</g>\n";
     }
@@ -252,8 +252,8 @@ std::string estimate_svg(const std::string& title, const estimate::Profile& prof
        << "<line x1=\"" << px(kSvgLeft) << "\" y1=\"" << px(m_bottom) << "\" x2=\""
        << px(kSvgLeft + pw) << "\" y2=\"" << px(m_bottom) << "\" stroke=\"#999\"/>\n"
        << "<polyline class=\"memory\" data-max-bytes=\"" << most << "\" data-top-bytes=\""
-       << fixed_text(top_bytes, 1) << "\" data-y-bottom=\"" << px(m_bottom)
-       << "\" data-y-top=\"" << px(m_top) << "\" fill=\"none\" stroke=\"#333\" "
+       << fixed_text(top_bytes, 1) << "\" data-y-bottom=\"" << px(m_bottom) << "\" data-y-top=\""
+       << px(m_top) << "\" fill=\"none\" stroke=\"#333\" "
        << "stroke-width=\"1.2\" points=\"" << memory_points(points, y_of) << "\"/>\n";
     const bool right_half = most_x > kSvgLeft + pw / 2;
     os << "<circle cx=\"" << px(most_x) << "\" cy=\"" << px(y_of(most))

@@ -77,7 +77,7 @@ struct EstimateArgs {
   // nccl-tests outputs: their measured times in place of the model for their
   // collective, group size and span (estimate::parse_nccl_tests).
   std::vector<std::string> nccl_tests;
-  std::string svg;  // a picture of the estimated step, per role ("" none)
+  std::string svg;               // a picture of the estimated step, per role ("" none)
   bool search = false;           // every layout of the mesh's ranks, fastest first
   double memory_budget = 0;      // --search: bytes per rank (0: the device's memory)
 };

@@ -146,9 +146,11 @@ std::vector<MeasuredCollective> parse_nccl_tests(const std::string& text, const 
     if (line.find("NCCL INFO") != std::string::npos || line.find("NCCL WARN") != std::string::npos)
       continue;  // NCCL's own log (NCCL_DEBUG), which may interleave the table
     if (columns.empty()) {
-      DT_CHECK(!integer_of(t[0]), where(n),
+      // Before the header anything goes (a launcher's noise); after it, a
+      // row needs the column names first.
+      DT_CHECK(!header || !integer_of(t[0]), where(n),
                ": a table row before the table's column names ('#  size  count  type ...')");
-      continue;  // a launcher's noise before the test
+      continue;
     }
     const std::optional<int64_t> size = integer_of(t[0]);
     DT_CHECK(size.has_value(), where(n), ": expected a row starting with its size in bytes, got '",

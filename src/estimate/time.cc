@@ -95,8 +95,8 @@ std::optional<double> measured_seconds(const Cluster& c, CollectiveKind kind, in
   }
   if (below == nullptr || above == nullptr) return std::nullopt;
   if (above->bytes == below->bytes) return below->seconds;
-  const double f = static_cast<double>(bytes - below->bytes) /
-                   static_cast<double>(above->bytes - below->bytes);
+  const double f =
+      static_cast<double>(bytes - below->bytes) / static_cast<double>(above->bytes - below->bytes);
   return below->seconds + f * (above->seconds - below->seconds);
 }
 
