@@ -477,28 +477,27 @@ int run_estimate(const EstimateArgs& a) {
          << std::setw(14) << mib_text(bytes) << "\n";
     }
   }
+  // Which collectives measurements timed, so that tables that cover none of
+  // the step's (other group sizes, sizes beyond theirs) show.
+  int64_t measured = 0, collectives = 0;
+  for (size_t i = profile.phase_events[first]; i < profile.events.size(); ++i) {
+    const StepEvent& e = profile.events[i];
+    if (e.type != StepEvent::Type::Collective) continue;
+    const std::vector<int>& group = profile.groups[static_cast<size_t>(e.group)];
+    if (group.size() < 2) continue;
+    ++collectives;
+    measured += estimate::measured_seconds(cluster, e.kind, e.bytes, group).has_value();
+  }
   os << "\nTime per step, estimated on " << ranks << " x " << cluster.device.name << " ("
-     << cluster.ranks_per_node << " per node; a roofline for ops, alpha-beta for collectives;\n"
-     << "not yet checked against a measurement of this cluster):\n";
+     << cluster.ranks_per_node << " per node; a roofline for ops, ";
+  if (cluster.measured.empty())
+    os << "alpha-beta for collectives;\nnot yet checked against a measurement of this cluster):\n";
+  else
+    os << "for collectives measured\ntimes (" << measured << " of the step's " << collectives
+       << ") and alpha-beta for the rest; not checked against a measured step):\n";
   os << "  step " << seconds_text(time.step) << " (compute " << seconds_text(time.compute)
      << ", communication " << seconds_text(time.communication) << ", of it exposed "
      << seconds_text(time.exposed_communication) << ")\n";
-  if (!cluster.measured.empty()) {
-    // Which collectives the measurements timed, so that a table that
-    // covers none of the step's (other group sizes, sizes beyond it) shows.
-    int64_t measured = 0, all = 0;
-    for (size_t i = profile.phase_events[first]; i < profile.events.size(); ++i) {
-      const StepEvent& e = profile.events[i];
-      if (e.type != StepEvent::Type::Collective) continue;
-      const std::vector<int>& group = profile.groups[static_cast<size_t>(e.group)];
-      if (group.size() < 2) continue;
-      ++all;
-      measured += estimate::measured_seconds(cluster, e.kind, e.bytes, group).has_value();
-    }
-    os << "  " << measured << " of the step's " << all
-       << " collectives timed by measurements (--calibration, --nccl-tests), the rest by the "
-          "model\n";
-  }
   os << "  ";
   for (size_t ph = 0; ph < phases; ++ph)
     os << (ph ? ", " : "") << profile.phases[first + ph] << " "
