@@ -3,9 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <functional>
 #include <sstream>
 
+#include "dtensor/error.h"
 #include "dtensor/memory.h"
 #include "plot.h"
 
