@@ -2,6 +2,7 @@
 // shape-only world of the mesh's ranks (World::shape_only): each rank's
 // memory and collectives, exactly, and the step's time, estimated on a
 // described cluster (estimate.h). Ranks whose figures agree are one role.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,10 +12,13 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "cli.h"
 #include "dtensor/error.h"
 #include "dtensor/estimate.h"
+#include "estimate_svg.h"
+#include "output.h"
 #include "train.h"
 #include "trainer.h"
 
@@ -113,6 +117,32 @@ struct Figures {
   }
 };
 
+// --nccl-tests: each file's measured times join the cluster's, in place of
+// what it had (a calibration's) for the same collective, group size and
+// span; two files measuring one of them are refused.
+void add_nccl_tests(estimate::Cluster& cluster, const std::vector<std::string>& files) {
+  std::map<std::tuple<int, int, int>, std::string> from;  // (kind, ranks, nodes) -> file
+  std::vector<estimate::MeasuredCollective> added;
+  for (const std::string& file : files) {
+    std::ifstream in(file);
+    DT_CHECK(in, "--nccl-tests: cannot read ", quote(file));
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::vector<estimate::MeasuredCollective> m =
+        estimate::parse_nccl_tests(text.str(), file);
+    const auto key = std::make_tuple(static_cast<int>(m[0].kind), m[0].ranks, m[0].nodes);
+    const auto [it, fresh] = from.emplace(key, file);
+    DT_CHECK(fresh, "--nccl-tests: ", quote(it->second), " and ", quote(file), " both measure ",
+             to_string(m[0].kind), " over ", m[0].ranks, " ranks on ", m[0].nodes,
+             m[0].nodes == 1 ? " node" : " nodes", "; expected one file each");
+    added.insert(added.end(), m.begin(), m.end());
+  }
+  std::erase_if(cluster.measured, [&](const estimate::MeasuredCollective& m) {
+    return from.count(std::make_tuple(static_cast<int>(m.kind), m.ranks, m.nodes)) > 0;
+  });
+  cluster.measured.insert(cluster.measured.end(), added.begin(), added.end());
+}
+
 Figures evaluate(const EstimateArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   const TrainArgs& t = a.train;
@@ -128,6 +158,7 @@ Figures evaluate(const EstimateArgs& a) {
     cluster = estimate::cluster_from_json(text.str());
   }
   if (a.ranks_per_node > 0) cluster.ranks_per_node = a.ranks_per_node;
+  add_nccl_tests(cluster, a.nccl_tests);
   const World world = World::shape_only(static_cast<int>(ranks));
   const DeviceMesh mesh = make_mesh(
       t.mesh,
@@ -141,7 +172,7 @@ Figures evaluate(const EstimateArgs& a) {
   // measured; the peaks cover both (and the model's construction).
   std::optional<MemoryReport> report;
   int64_t params = 0;
-  estimate::Profile profile = estimate::profile(world, [&] {
+  const auto step = [&] {
     Trainer trainer(config, mesh, scheme, t, /*meta=*/true);
     for (auto& [name, p] : trainer.model->named_parameters()) params += p->shape().product();
     const DTensorSpec batch(mesh, trainer.input, Shape{t.batch, t.seq}, DType::Int64);
@@ -149,7 +180,12 @@ Figures evaluate(const EstimateArgs& a) {
     MemoryTracker memory(*trainer.model, trainer.optimizer.get());
     trainer.step(DTensor::meta(batch), DTensor::meta(batch), nullptr, nullptr, &memory);
     report = memory.report();
-  });
+  };
+  // The memory timeline only for the picture: it reads every rank's bytes
+  // at every event.
+  estimate::ProfileOptions options;
+  options.memory_timeline = !a.svg.empty();
+  estimate::Profile profile = estimate::profile(world, step, options);
   const double profiled_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const size_t phases = 2 * static_cast<size_t>(t.micro_batches) + 1,
@@ -248,6 +284,7 @@ int run_search(const EstimateArgs& a) {
         c.search = false;
         c.json = true;
         c.chrome_trace.clear();
+        c.svg.clear();
         c.train.mesh = m;
         c.train.names.clear();
         c.train.scheme = scheme;
@@ -302,6 +339,9 @@ int run_search(const EstimateArgs& a) {
 }  // namespace
 
 int run_estimate(const EstimateArgs& a) {
+  DT_CHECK(!a.search || a.svg.empty(),
+           "--svg draws the step of one layout; it does not go with --search");
+  if (!a.svg.empty()) check_output_file(a.svg, "--svg");
   if (a.search) return run_search(a);
   const TrainArgs& t = a.train;
   const Figures F = evaluate(a);
@@ -315,6 +355,7 @@ int run_estimate(const EstimateArgs& a) {
   const std::vector<std::string>& order = F.order;
   const int64_t params = F.params;
   const double tokens_per_s = F.tokens_per_s, mfu = F.mfu, profiled_s = F.profiled_s;
+  const size_t first = F.first;  // the measured step's first phase in the profile
 
   if (!a.chrome_trace.empty()) {
     nlohmann::ordered_json events = nlohmann::ordered_json::array();
@@ -338,6 +379,21 @@ int run_estimate(const EstimateArgs& a) {
     std::ofstream out(a.chrome_trace);
     DT_CHECK(out, "--chrome-trace: cannot write ", quote(a.chrome_trace));
     out << nlohmann::ordered_json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+  }
+
+  if (!a.svg.empty()) {
+    std::vector<SvgRole> roles;
+    for (const std::string& key : order) {
+      const Role& role = by_key.at(key);
+      const estimate::RankProfile& first = profile.ranks[profile.index_of(role.ranks.front())];
+      roles.push_back({ranks_text(role.ranks), role.figures.peak.peak,
+                       &profile.memory_histories[static_cast<size_t>(first.memory_history)]});
+    }
+    std::ostringstream title;
+    title << "dtensor estimate: " << t.scheme << " on " << ranks << " ranks (" << t.mesh
+          << "), GPT of " << t.layers << " layers, hidden " << t.hidden << "; one step on "
+          << cluster.device.name << ", " << seconds_text(time.step);
+    write_file(a.svg, estimate_svg(title.str(), profile, time, first, roles), "--svg");
   }
 
   if (a.json) {
@@ -444,9 +500,24 @@ int run_estimate(const EstimateArgs& a) {
          << std::setw(14) << mib_text(bytes) << "\n";
     }
   }
+  // Which collectives measurements timed, so that tables that cover none of
+  // the step's (other group sizes, sizes beyond theirs) show.
+  int64_t measured = 0, collectives = 0;
+  for (size_t i = profile.phase_events[first]; i < profile.events.size(); ++i) {
+    const StepEvent& e = profile.events[i];
+    if (e.type != StepEvent::Type::Collective) continue;
+    const std::vector<int>& group = profile.groups[static_cast<size_t>(e.group)];
+    if (group.size() < 2) continue;
+    ++collectives;
+    measured += estimate::measured_seconds(cluster, e.kind, e.bytes, group).has_value();
+  }
   os << "\nTime per step, estimated on " << ranks << " x " << cluster.device.name << " ("
-     << cluster.ranks_per_node << " per node; a roofline for ops, alpha-beta for collectives;\n"
-     << "not yet checked against a measurement of this cluster):\n";
+     << cluster.ranks_per_node << " per node; a roofline for ops, ";
+  if (cluster.measured.empty())
+    os << "alpha-beta for collectives;\nnot yet checked against a measurement of this cluster):\n";
+  else
+    os << "for collectives measured\ntimes (" << measured << " of the step's " << collectives
+       << ") and alpha-beta for the rest; not checked against a measured step):\n";
   os << "  step " << seconds_text(time.step) << " (compute " << seconds_text(time.compute)
      << ", communication " << seconds_text(time.communication) << ", of it exposed "
      << seconds_text(time.exposed_communication) << ")\n";

@@ -326,6 +326,7 @@ int run(int argc, char** argv) {
       "  dtensor estimate --mesh 8x8 --scheme fsdp+tp\n"
       "  dtensor estimate --mesh 128x8 --layers 32 --hidden 4096 --seq 4096 --batch 512\n"
       "  dtensor estimate --mesh 4 --scheme fsdp --cluster cpu --hidden 256 --seq 128 --json\n"
+      "  dtensor estimate --mesh 16x8 --nccl-tests all_gather.txt,reduce_scatter.txt --svg step.svg\n"
       "\n"
       "Exit status: 0, or 2 on a bad argument (one line on stderr says which).");
   estimate->add_option("--mesh", et.mesh, "mesh shape: DPxTP (e.g. 128x8) or one dim")
@@ -368,6 +369,16 @@ int run(int argc, char** argv) {
   estimate->add_option("--calibration", est.calibration,
                        "a file written by 'dtensor calibrate' (this machine's measured rates\n"
                        "and collectives), in place of --cluster");
+  estimate
+      ->add_option("--nccl-tests", est.nccl_tests,
+                   "outputs of nccl-tests (all_reduce_perf, all_gather_perf,\n"
+                   "reduce_scatter_perf, alltoall_perf, broadcast_perf), comma-separated:\n"
+                   "their measured times in place of the alpha-beta model for their\n"
+                   "collective, group size and nodes")
+      ->delimiter(',');
+  estimate->add_option("--svg", est.svg,
+                       "write a picture of the estimated step (SVG): for each role, its compute\n"
+                       "and communication lanes and its memory over the step, peak marked");
   estimate->add_flag("--search", est.search,
                      "profile every layout of the mesh's ranks (fsdp, ddp, tp; and for each\n"
                      "factoring dp x tp: fsdp+tp, ddp+tp, hsdp), with and without activation\n"

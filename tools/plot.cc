@@ -27,8 +27,9 @@ Range range_of(const std::vector<Series>& series) {
   return r;
 }
 
-// Text for SVG: the XML specials escaped.
-std::string xml(const std::string& text) {
+}  // namespace
+
+std::string svg_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
@@ -51,13 +52,11 @@ std::string xml(const std::string& text) {
   return out;
 }
 
-std::string fixed(double v, int digits) {
+std::string fixed_text(double v, int digits) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
 }
-
-}  // namespace
 
 std::string terminal_chart(const std::vector<Series>& series, int width, int height,
                            int64_t first) {
@@ -80,8 +79,8 @@ std::string terminal_chart(const std::vector<Series>& series, int width, int hei
   for (int row = 0; row < height; ++row) {
     const double y = r.hi - (r.hi - r.lo) * row / (height - 1);
     const bool label = row == 0 || row == height - 1 || row == height / 2;
-    os << (label ? fixed(y, 3) : std::string());
-    os << std::string(label ? 8 - std::min<size_t>(8, fixed(y, 3).size()) : 8, ' ') << "|"
+    os << (label ? fixed_text(y, 3) : std::string());
+    os << std::string(label ? 8 - std::min<size_t>(8, fixed_text(y, 3).size()) : 8, ' ') << "|"
        << grid[static_cast<size_t>(row)] << "\n";
   }
   os << std::string(8, ' ') << "+" << std::string(static_cast<size_t>(width), '-') << "\n";
@@ -112,7 +111,7 @@ std::string svg_chart(const std::vector<Series>& series, const std::string& titl
      << "\" viewBox=\"0 0 " << w << " " << h << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
      << "<text x=\"" << w / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">"
-     << xml(title) << "</text>\n";
+     << svg_escape(title) << "</text>\n";
   // Axes, horizontal grid lines with y ticks, x ticks at five steps.
   os << "<g stroke=\"#999\" stroke-width=\"1\">\n<line x1=\"" << left << "\" y1=\"" << top
      << "\" x2=\"" << left << "\" y2=\"" << top + ph << "\"/>\n<line x1=\"" << left << "\" y1=\""
@@ -121,7 +120,7 @@ std::string svg_chart(const std::vector<Series>& series, const std::string& titl
     const double v = r.lo + (r.hi - r.lo) * t / 4, y = y_of(v);
     os << "<line x1=\"" << left << "\" y1=\"" << y << "\" x2=\"" << left + pw << "\" y2=\"" << y
        << "\" stroke=\"#eee\"/>\n<text x=\"" << left - 6 << "\" y=\"" << y + 4
-       << "\" text-anchor=\"end\">" << fixed(v, 2) << "</text>\n";
+       << "\" text-anchor=\"end\">" << fixed_text(v, 2) << "</text>\n";
   }
   for (int t = 0; t <= 4 && r.steps > 0; ++t) {
     const size_t i = (r.steps - 1) * static_cast<size_t>(t) / 4;
@@ -129,9 +128,9 @@ std::string svg_chart(const std::vector<Series>& series, const std::string& titl
        << first + static_cast<int64_t>(i) << "</text>\n";
   }
   os << "<text x=\"" << left + pw / 2 << "\" y=\"" << h - 18 << "\" text-anchor=\"middle\">"
-     << xml(x_label) << "</text>\n<text x=\"18\" y=\"" << top + ph / 2
+     << svg_escape(x_label) << "</text>\n<text x=\"18\" y=\"" << top + ph / 2
      << "\" text-anchor=\"middle\" transform=\"rotate(-90 18 " << top + ph / 2 << ")\">"
-     << xml(y_label) << "</text>\n";
+     << svg_escape(y_label) << "</text>\n";
   for (size_t s = 0; s < series.size(); ++s) {
     const Series& se = series[s];
     os << "<polyline fill=\"none\" stroke=\"" << se.color << "\" stroke-width=\"2\""
@@ -143,7 +142,7 @@ std::string svg_chart(const std::vector<Series>& series, const std::string& titl
     os << "<line x1=\"" << left + pw - 200 << "\" y1=\"" << ly << "\" x2=\"" << left + pw - 170
        << "\" y2=\"" << ly << "\" stroke=\"" << se.color << "\" stroke-width=\"2\""
        << (se.dashed ? " stroke-dasharray=\"6 4\"" : "") << "/>\n<text x=\"" << left + pw - 164
-       << "\" y=\"" << ly + 4 << "\">" << xml(se.label) << "</text>\n";
+       << "\" y=\"" << ly + 4 << "\">" << svg_escape(se.label) << "</text>\n";
   }
   os << "</svg>\n";
   return os.str();

@@ -23,6 +23,12 @@ struct Series {
 std::string terminal_chart(const std::vector<Series>& series, int width = 60, int height = 12,
                            int64_t first = 1);
 
+// Text for SVG (an element's text or an attribute's value): XML's
+// specials escaped.
+std::string svg_escape(const std::string& text);
+// `v` with `digits` digits after the point ("%.*f").
+std::string fixed_text(double v, int digits);
+
 // A standalone SVG document (title, axes with ticks, one polyline per series
 // and a legend).
 std::string svg_chart(const std::vector<Series>& series, const std::string& title,

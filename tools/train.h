@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace dtensor::cli {
 
@@ -80,6 +81,10 @@ struct EstimateArgs {
   bool json = false;
   std::string chrome_trace;      // a file for Perfetto / chrome://tracing ("" none)
   std::string calibration;       // a `dtensor calibrate` file, in place of --cluster
+  // nccl-tests outputs: their measured times in place of the model for their
+  // collective, group size and span (estimate::parse_nccl_tests).
+  std::vector<std::string> nccl_tests;
+  std::string svg;               // a picture of the estimated step, per role ("" none)
   bool search = false;           // every layout of the mesh's ranks, fastest first
   double memory_budget = 0;      // --search: bytes per rank (0: the device's memory)
 };

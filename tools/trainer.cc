@@ -177,7 +177,7 @@ Trainer::Result Trainer::step(const DTensor& ids, const DTensor& targets, PhaseC
   if (phases) *phases = {};
   *dtypes = {};
   optimizer->zero_grad();
-  double loss_sum = 0;
+  std::vector<DTensor> losses;  // read after the step, as a training loop logs them
   double grad_norm = 0;
   // Each micro-batch's loss is its mean over 1/k of the batch: divided by
   // k, the gradients summed over the k backwards are the batch mean's.
@@ -199,8 +199,7 @@ Trainer::Result Trainer::step(const DTensor& ids, const DTensor& targets, PhaseC
       loss->backward();
       if (phases) add_counts(mode, (*phases)[kBackward], (*dtypes)[kBackward]);
     }
-    const Tensor value = loss->full_tensor();
-    loss_sum += value.is_meta() ? NAN : value.item();
+    losses.push_back(*loss);
   }
   {
     estimate::phase("optimizer");
@@ -211,6 +210,11 @@ Trainer::Result Trainer::step(const DTensor& ids, const DTensor& targets, PhaseC
     if (phases) add_counts(mode, (*phases)[kOptimizer], (*dtypes)[kOptimizer]);
   }
   schedule->step();
+  double loss_sum = 0;
+  for (const DTensor& loss : losses) {
+    const Tensor value = loss.full_tensor();
+    loss_sum += value.is_meta() ? NAN : value.item();
+  }
   return {loss_sum, grad_norm};
 }
 

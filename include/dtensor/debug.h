@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dtensor/spec.h"
@@ -175,12 +176,21 @@ class CollectiveTrace {
   // For backends, through trace_collective; returns the group's index.
   int add(CollectiveKind kind, DType dtype, const std::vector<int>& group, const DeviceMesh& mesh,
           int mesh_dim, const std::function<int64_t(size_t member)>& bytes);
-  void add_event(const StepEvent& e) { events_.push_back(e); }
+  void add_event(const StepEvent& e) {
+    events_.push_back(e);
+    if (after_event_) after_event_();
+  }
+  // Called after each event is added (estimate::profile samples each
+  // rank's memory there when asked for a memory timeline). A hook rather
+  // than the samples themselves: the trace knows nothing of memory, and a
+  // trace without a hook pays one test per event.
+  void set_after_event(std::function<void()> hook) { after_event_ = std::move(hook); }
 
  private:
   int partition(const DeviceMesh& mesh, int mesh_dim);
 
   std::vector<StepEvent> events_;
+  std::function<void()> after_event_;
   std::vector<std::vector<RankCollective>> by_rank_;
   std::vector<std::vector<int>> groups_;
   std::vector<int> group_partition_;

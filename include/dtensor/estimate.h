@@ -16,6 +16,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,13 @@
 
 namespace dtensor::estimate {
 
+// A rank's memory just after one event of the step (Profile::memory_histories).
+struct MemorySample {
+  int64_t now = 0;   // bytes of the rank's tensors (RankMemoryTracker)
+  int64_t peak = 0;  // their high-water mark from the profile's start on
+  bool operator==(const MemorySample&) const = default;
+};
+
 // One rank's part of a profiled step.
 struct RankProfile {
   int rank = 0;
@@ -31,6 +39,9 @@ struct RankProfile {
   std::vector<RankCollective> collectives;  // in the order the rank ran them
   // Where each phase (Profile::phases) starts in `collectives`.
   std::vector<size_t> phase_starts;
+  // The rank's memory over the step: Profile::memory_histories[memory_history]
+  // (-1 when the profile was not asked for it).
+  int memory_history = -1;
 };
 
 struct Profile {
@@ -53,6 +64,12 @@ struct Profile {
   // by which group_of finds a rank's own.
   std::vector<int> group_partition;
   std::vector<GroupPartition> partitions;
+  // With profile(..., memory_timeline): the memory of the ranks after each
+  // event, one sample per event (memory_histories[h][i]: after events[i]).
+  // Ranks whose samples all agree share one history, so that its size
+  // follows the distinct ranks (the roles), not the ranks: 1,024 ranks of
+  // one role over 20,000 events keep 20,000 samples, not 20 million.
+  std::vector<std::vector<MemorySample>> memory_histories;
 
   // The index in `ranks` of the entry with `rank`'s figures. Throws for a
   // rank the profile has none of.
@@ -73,6 +90,10 @@ struct ProfileOptions {
   // local shapes and collectives: src/world/roles.h), so that the cost
   // grows with the roles, not the ranks; false computes every rank.
   bool roles = true;
+  // Also each rank's bytes after each event (Profile::memory_histories;
+  // reading every rank's counters at every event, which a profile without
+  // it does not pay).
+  bool memory_timeline = false;
 };
 
 // Runs step() with a RankMemoryTracker and a CollectiveTrace on `world`:
@@ -116,12 +137,14 @@ struct Link {
 };
 
 // A collective's measured time: `dtensor calibrate` measures them on this
-// machine under mpirun.
+// machine under mpirun; nccl-tests measure them on a GPU cluster
+// (parse_nccl_tests).
 struct MeasuredCollective {
   CollectiveKind kind = CollectiveKind::AllReduce;
   int ranks = 0;      // the group's size
   int64_t bytes = 0;  // the largest input shard, as StepEvent::bytes
   double seconds = 0;
+  int nodes = 1;  // the nodes the group spanned: 1 within a node
 };
 
 // Ranks fill nodes in order: rank r is on node r / ranks_per_node.
@@ -129,10 +152,11 @@ struct Cluster {
   Device device;
   int ranks_per_node = 8;
   Link within_node, across_nodes;
-  // Measured times, by kind and group size: a collective of a kind and
-  // size measured within a node takes the time interpolated between the
-  // two nearest sizes measured (linearly in bytes; the alpha-beta model
-  // beyond the largest and below the smallest).
+  // Measured times, by kind, group size and the nodes the group spans: a
+  // collective of a kind and size measured on a group of its size over as
+  // many nodes takes the time interpolated between the two nearest sizes
+  // measured (linearly in bytes; the alpha-beta model beyond the largest
+  // and below the smallest, and for groups measured on no such span).
   std::vector<MeasuredCollective> measured;
 };
 
@@ -142,10 +166,26 @@ struct Cluster {
 // "memory_bandwidth", "matmul_efficiency", "memory_efficiency",
 // "op_overhead", "share"}, "ranks_per_node", "within_node": {"latency",
 // "bandwidth"}, "across_nodes": {...}, "measured": [{"kind", "ranks",
-// "bytes", "seconds"}, ...]}, seconds, bytes and bytes/s. Reading throws
-// naming the field that is missing or wrong.
+// "nodes" (optional, 1), "bytes", "seconds"}, ...]}, seconds, bytes and
+// bytes/s. Reading throws naming the field that is missing or wrong.
 std::string cluster_json(const Cluster& c);
 Cluster cluster_from_json(const std::string& text);
+
+// The measured times in the output of one nccl-tests program
+// (github.com/NVIDIA/nccl-tests: all_reduce_perf, all_gather_perf,
+// reduce_scatter_perf, alltoall_perf, broadcast_perf), one per row of its
+// table: the out-of-place time (dtensor's collectives write a new
+// tensor), over a group of the ranks its "#  Rank" lines list (their
+// number, and the hosts they ran on as nodes), at StepEvent::bytes: the
+// row's size is the larger of a rank's send and receive buffers, so an
+// all_gather's is n times the input shard, the others' their input. The
+// program is named by its "# Collective test starting:" line or, for
+// versions that do not print it, by `file`'s name (all_gather_perf.txt).
+// Throws dtensor::Error naming `file`, the line and what was expected
+// (not nccl-tests output, a table without its columns, a size or time
+// that does not parse, a row with wrong results, a size measured twice,
+// a program dtensor has no collective for).
+std::vector<MeasuredCollective> parse_nccl_tests(const std::string& text, const std::string& file);
 
 // The built-in devices: "h100" (SXM, NVLink 4 within a node, 400 Gb/s
 // InfiniBand per GPU across), "a100" (SXM 80 GB, NVLink 3, 200 Gb/s), and
@@ -161,8 +201,16 @@ std::vector<std::string> cluster_presets();
 // link the group spans. 0 for a group of one.
 double collective_seconds(const Cluster& c, CollectiveKind kind, int64_t bytes,
                           const std::vector<int>& group);
+// The measured part of collective_seconds: the time Cluster::measured
+// gives a collective (of its kind, group size and span, its bytes within
+// the sizes measured), or nothing when the model gives it.
+std::optional<double> measured_seconds(const Cluster& c, CollectiveKind kind, int64_t bytes,
+                                       const std::vector<int>& group);
 // The seconds one op takes (StepEvent::Type::Op).
 double op_seconds(const Device& d, const StepEvent& op);
+// Whether op_seconds times an op (StepEvent::op) at the matrix peak: the
+// products (mm, addmm, bmm, baddbmm, matmul, linear, attention).
+bool is_matrix_product(const char* op);
 
 // A span of the estimated step on one lane (0: compute, 1: communication).
 struct Span {
@@ -185,6 +233,11 @@ struct TimeEstimate {
   double flops = 0;                  // the step's FLOPs (the busiest rank's shards)
   std::vector<double> phase_starts;  // per profile phase, seconds into the step
   std::vector<Span> timeline;
+  // Per profile event, where the compute stream is once the program has
+  // issued it (an op or blocking collective done, a started collective
+  // queued, a wait over): the time of Profile::memory_histories' samples.
+  // 0 for the events before `first_phase`.
+  std::vector<double> event_times;
 };
 // From phase `first_phase` of the profile on (a profile of two steps
 // times the second from its first phase); phase_starts has an entry for

@@ -40,6 +40,7 @@ std::string cluster_json(const Cluster& c) {
   for (const MeasuredCollective& m : c.measured)
     measured.push_back({{"kind", to_string(m.kind)},
                         {"ranks", m.ranks},
+                        {"nodes", m.nodes},
                         {"bytes", m.bytes},
                         {"seconds", m.seconds}});
   const auto link = [](const Link& l) {
@@ -102,10 +103,13 @@ Cluster cluster_from_json(const std::string& text) {
     for (const ordered_json& m : j["measured"]) {
       DT_CHECK(m.contains("kind") && m["kind"].is_string(),
                "cluster JSON: a measured entry has no kind");
+      // "nodes" is optional: files written before it measured within a node.
+      const int nodes = m.contains("nodes") ? static_cast<int>(number(m, "measured", "nodes")) : 1;
+      DT_CHECK(nodes >= 1, "cluster JSON: a measured entry's nodes must be >= 1, got ", nodes);
       c.measured.push_back({kind_named(m["kind"].get<std::string>()),
                             static_cast<int>(number(m, "measured", "ranks")),
                             static_cast<int64_t>(number(m, "measured", "bytes")),
-                            number(m, "measured", "seconds")});
+                            number(m, "measured", "seconds"), nodes});
     }
   }
   return c;

@@ -21,17 +21,85 @@ struct Running {
   CollectiveTrace* trace;
   Profile* out;
   // Per world rank, where each phase starts in its collectives: for the
-  // ranks held when phase() was called (by roles, the held ranks only
-  // shrink within a run, when a step makes its mesh).
+  // ranks held when phase() was called (by roles, phase() may be called
+  // before the step makes the grid and the world holds only stand-ins).
   std::vector<std::vector<size_t>> phase_starts;
 };
 constinit thread_local Running* running = nullptr;
 
+// The memory timeline (ProfileOptions::memory_timeline): after each event,
+// every held rank's bytes, kept once per distinct history. Each rank starts
+// in history 0; at an event, the first rank of a history to be read gives
+// it its sample, and a rank that reads otherwise moves to a history split
+// off for that sample (a copy of the samples before), which the others
+// like it join. Histories only split, so there are as many as ranks that
+// differ somewhere in the step. The held ranks do not change within a run
+// (when the roles do, the run ends: world/roles.h).
+class MemorySampler {
+ public:
+  MemorySampler(const RankMemoryTracker& memory, Profile& out) : memory_(memory), out_(out) {
+    out_.memory_histories.assign(1, {});
+    sampled_at_.assign(1, kNone);
+  }
+
+  void sample(size_t event) {
+    const std::vector<RankPeak> ranks = memory_.ranks();
+    if (history_of_.empty()) {
+      history_of_.assign(ranks.size(), 0);
+      for (const RankPeak& r : ranks) rank_.push_back(r.rank);
+    }
+    std::vector<std::pair<std::pair<int, MemorySample>, int>> splits;  // (from, sample) -> to
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const MemorySample m{ranks[i].now, ranks[i].peak};
+      int& h = history_of_[i];
+      auto& histories = out_.memory_histories;
+      if (sampled_at_[static_cast<size_t>(h)] != event) {
+        histories[static_cast<size_t>(h)].push_back(m);
+        sampled_at_[static_cast<size_t>(h)] = event;
+        continue;
+      }
+      if (histories[static_cast<size_t>(h)].back() == m) continue;
+      int to = -1;
+      for (const auto& [from, dest] : splits)
+        if (from.first == h && from.second == m) to = dest;
+      if (to < 0) {
+        to = static_cast<int>(histories.size());
+        std::vector<MemorySample> copy(histories[static_cast<size_t>(h)].begin(),
+                                       histories[static_cast<size_t>(h)].end() - 1);
+        copy.push_back(m);
+        histories.push_back(std::move(copy));
+        sampled_at_.push_back(event);
+        splits.push_back({{h, m}, to});
+      }
+      h = to;
+    }
+  }
+
+  // Each rank of out_.ranks its history.
+  void finish() {
+    for (RankProfile& p : out_.ranks)
+      for (size_t i = 0; i < rank_.size(); ++i)
+        if (rank_[i] == p.rank) p.memory_history = history_of_[i];
+  }
+
+ private:
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+  const RankMemoryTracker& memory_;
+  Profile& out_;
+  std::vector<int> history_of_, rank_;  // per held rank (memory_.ranks()'s order)
+  std::vector<size_t> sampled_at_;      // per history: the event its last sample is of
+};
+
 // One run of the step.
-Profile run_once(const World& world, const std::function<void()>& step) {
+Profile run_once(const World& world, const std::function<void()>& step, bool memory_timeline) {
   Profile out;
   RankMemoryTracker memory(world);
   CollectiveTrace trace;
+  std::optional<MemorySampler> sampler;
+  if (memory_timeline) {
+    sampler.emplace(memory, out);
+    trace.set_after_event([&] { sampler->sample(trace.events().size() - 1); });
+  }
   Running r{&world, &trace, &out,
             std::vector<std::vector<size_t>>(static_cast<size_t>(world.size()))};
   running = &r;
@@ -61,6 +129,7 @@ Profile run_once(const World& world, const std::function<void()>& step) {
   }
   out.partitions = trace.partitions();
   out.events = trace.events();
+  if (sampler) sampler->finish();
   return out;
 }
 
@@ -95,7 +164,7 @@ Profile profile(const World& world, const std::function<void()>& step,
     const uint64_t epoch = WorldRoles::epoch(world);
     std::optional<Profile> out;
     try {
-      out = run_once(world, step);
+      out = run_once(world, step, options.memory_timeline);
     } catch (...) {
       // The roles changed (RolesChanged, world/roles.h: the step made the
       // grid or a layout split them; or that exception turned into another

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 
 #include "dtensor/error.h"
@@ -27,14 +28,6 @@ Device device(const char* name, double memory, double half, double tf32, double 
   d.memory_bandwidth = bandwidth;
   d.op_overhead = overhead;
   return d;
-}
-
-// The products that run on matrix units (tensor cores, AMX).
-bool is_product(const char* op) {
-  for (const char* p :
-       {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "scaled_dot_product_attention"})
-    if (std::strcmp(op, p) == 0) return true;
-  return false;
 }
 
 int ceil_log2(int64_t n) {
@@ -74,27 +67,46 @@ Cluster cluster_preset(const std::string& name) {
 
 std::vector<std::string> cluster_presets() { return {"h100", "a100", "cpu"}; }
 
+// The products that run on matrix units (tensor cores, AMX).
+bool is_matrix_product(const char* op) {
+  if (op == nullptr) return false;
+  for (const char* p :
+       {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "scaled_dot_product_attention"})
+    if (std::strcmp(op, p) == 0) return true;
+  return false;
+}
+
+std::optional<double> measured_seconds(const Cluster& c, CollectiveKind kind, int64_t bytes,
+                                       const std::vector<int>& group) {
+  if (c.measured.empty()) return std::nullopt;
+  // Measured times of this kind, group size and span, nearest sizes
+  // either side. The span counts: 16 ranks on two nodes of 8 meet the
+  // network once, 16 ranks one per node at every step.
+  std::vector<int> nodes;
+  for (int r : group) nodes.push_back(r / c.ranks_per_node);
+  std::sort(nodes.begin(), nodes.end());
+  const int spanned = static_cast<int>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+  const int n = static_cast<int>(group.size());
+  const MeasuredCollective *below = nullptr, *above = nullptr;
+  for (const MeasuredCollective& m : c.measured) {
+    if (m.kind != kind || m.ranks != n || m.nodes != spanned) continue;
+    if (m.bytes <= bytes && (below == nullptr || m.bytes > below->bytes)) below = &m;
+    if (m.bytes >= bytes && (above == nullptr || m.bytes < above->bytes)) above = &m;
+  }
+  if (below == nullptr || above == nullptr) return std::nullopt;
+  if (above->bytes == below->bytes) return below->seconds;
+  const double f =
+      static_cast<double>(bytes - below->bytes) / static_cast<double>(above->bytes - below->bytes);
+  return below->seconds + f * (above->seconds - below->seconds);
+}
+
 double collective_seconds(const Cluster& c, CollectiveKind kind, int64_t bytes,
                           const std::vector<int>& group) {
   const int64_t n = static_cast<int64_t>(group.size());
   if (n <= 1) return 0;
+  if (const std::optional<double> s = measured_seconds(c, kind, bytes, group)) return *s;
   bool across = false;
   for (int r : group) across = across || r / c.ranks_per_node != group[0] / c.ranks_per_node;
-  if (!across) {
-    // Measured times of this kind and group size, nearest sizes either side.
-    const MeasuredCollective *below = nullptr, *above = nullptr;
-    for (const MeasuredCollective& m : c.measured) {
-      if (m.kind != kind || m.ranks != n) continue;
-      if (m.bytes <= bytes && (below == nullptr || m.bytes > below->bytes)) below = &m;
-      if (m.bytes >= bytes && (above == nullptr || m.bytes < above->bytes)) above = &m;
-    }
-    if (below != nullptr && above != nullptr) {
-      if (above->bytes == below->bytes) return below->seconds;
-      const double f = static_cast<double>(bytes - below->bytes) /
-                       static_cast<double>(above->bytes - below->bytes);
-      return below->seconds + f * (above->seconds - below->seconds);
-    }
-  }
   const Link& l = across ? c.across_nodes : c.within_node;
   const double a = l.latency, b = static_cast<double>(bytes) / l.bandwidth;
   const double m = static_cast<double>(n - 1), frac = m / static_cast<double>(n);
@@ -118,7 +130,7 @@ double collective_seconds(const Cluster& c, CollectiveKind kind, int64_t bytes,
 }
 
 double op_seconds(const Device& d, const StepEvent& op) {
-  const bool product = op.op != nullptr && is_product(op.op);
+  const bool product = is_matrix_product(op.op);
   const double peak =
       product ? d.peak_flops[static_cast<int>(op.dtype)] * d.matmul_efficiency : d.vector_flops;
   const double compute = peak > 0 ? op.flops / peak : 0;
@@ -133,6 +145,7 @@ TimeEstimate estimate_time(const Profile& profile, const Cluster& cluster, size_
   size_t phase = std::min(first_phase, profile.phase_events.size());
   t.phase_starts.assign(phase, 0.0);
   const size_t begin = phase < profile.phase_events.size() ? profile.phase_events[phase] : 0;
+  t.event_times.assign(profile.events.size(), 0.0);
   for (size_t i = begin; i < profile.events.size(); ++i) {
     while (phase < profile.phase_events.size() && profile.phase_events[phase] == i) {
       t.phase_starts.push_back(compute_free);
@@ -167,6 +180,7 @@ TimeEstimate estimate_time(const Profile& profile, const Cluster& cluster, size_
         break;
       }
     }
+    t.event_times[i] = compute_free;
   }
   while (phase++ < profile.phase_events.size()) t.phase_starts.push_back(compute_free);
   t.step = std::max(compute_free, comm_free);
