@@ -76,6 +76,8 @@ void add_pointwise_cases(std::vector<OpCase>& c) {
                     InputKind::Values, kFloat));
   c.push_back(unary("erf", OpId::Erf, [](const auto& x) { return erf(x); }, InputKind::Values,
                     kFloat));
+  c.push_back(unary("silu", OpId::Silu, [](const auto& x) { return silu(x); }, InputKind::Values,
+                    kFloat));
   c.push_back(unary("gelu", OpId::Gelu, [](const auto& x) { return gelu(x); }, InputKind::Values,
                     kFloat));
   c.push_back({"where", OpId::Where, {{kB, InputKind::Mask}, {kX}, {kB}},
