@@ -81,6 +81,17 @@ double model_flops_per_token(double params, const models::GPTConfig& c) {
   return 6 * params + 12.0 * static_cast<double>(c.layers * c.hidden * c.seq);
 }
 
+// "GPT of 32 layers, hidden 4096, 32 heads", and what differs from GPT-2's
+// defaults: "Llama of 32 layers, hidden 4096, 32 heads (8 kv), ffn 14336".
+std::string model_text(const models::GPTConfig& c) {
+  std::ostringstream os;
+  os << (c.style == models::ModelStyle::Llama ? "Llama" : "GPT") << " of " << c.layers
+     << " layers, hidden " << c.hidden << ", " << c.heads << " heads";
+  if (c.num_kv_heads() != c.heads) os << " (" << c.num_kv_heads() << " kv)";
+  if (c.ffn != 0) os << ", ffn " << c.ffn;
+  return os.str();
+}
+
 // Everything an estimate reports, for one layout.
 struct Figures {
   int64_t ranks = 0;
@@ -272,6 +283,9 @@ int run_search(const EstimateArgs& a) {
   os << "\nFastest: dtensor train --mesh " << w.mesh << " --scheme " << w.scheme << " --batch "
      << t.batch << " --seq " << t.seq << " --hidden " << t.hidden << " --heads " << t.heads
      << " --layers " << t.layers;
+  if (t.model != "gpt") os << " --model " << t.model;
+  if (t.kv_heads != 0) os << " --kv-heads " << t.kv_heads;
+  if (t.ffn != 0) os << " --ffn " << t.ffn;
   if (t.mixed_precision != "none") os << " --mixed-precision " << t.mixed_precision;
   if (w.checkpoint) os << " --activation-checkpointing 1";
   if (w.prefetch) os << " --prefetch";
@@ -280,6 +294,31 @@ int run_search(const EstimateArgs& a) {
 }
 
 }  // namespace
+
+void apply_preset(EstimateArgs& a, const std::function<bool(const std::string&)>& given) {
+  struct Preset {
+    const char* name;
+    int64_t layers, hidden, heads, kv_heads, ffn, vocab;
+  };
+  // Meta's published configurations (the models' params.json), as
+  // torchtitan's llama3 model registry has them.
+  static constexpr Preset kPresets[] = {
+      {"llama3-8b", 32, 4096, 32, 8, 14336, 128256},
+      {"llama3-70b", 80, 8192, 64, 8, 28672, 128256},
+  };
+  const Preset* p = nullptr;
+  for (const Preset& candidate : kPresets)
+    if (a.preset == candidate.name) p = &candidate;
+  DT_CHECK(p != nullptr, "--preset ", quote(a.preset), " is not one of llama3-8b, llama3-70b");
+  TrainArgs& t = a.train;
+  if (!given("--model")) t.model = "llama";
+  if (!given("--layers")) t.layers = p->layers;
+  if (!given("--hidden")) t.hidden = p->hidden;
+  if (!given("--heads")) t.heads = p->heads;
+  if (!given("--kv-heads")) t.kv_heads = p->kv_heads;
+  if (!given("--ffn")) t.ffn = p->ffn;
+  if (!given("--vocab")) a.vocab = p->vocab;
+}
 
 int run_estimate(const EstimateArgs& a) {
   if (a.search) return run_search(a);
@@ -375,8 +414,8 @@ int run_estimate(const EstimateArgs& a) {
   }
 
   std::ostream& os = std::cout;
-  os << "dtensor estimate: GPT of " << t.layers << " layers, hidden " << t.hidden << ", " << t.heads
-     << " heads, vocab " << a.vocab << ", " << std::fixed << std::setprecision(2)
+  os << "dtensor estimate: " << model_text(gpt_config(t, a.vocab)) << ", vocab " << a.vocab << ", "
+     << std::fixed << std::setprecision(2)
      << (params >= 1000000000 ? static_cast<double>(params) / 1e9
                               : static_cast<double>(params) / 1e6)
      << (params >= 1000000000 ? "B" : "M") << " parameters;\n  " << t.batch << " sequences of "

@@ -460,9 +460,14 @@ int run_train(const TrainArgs& given) {
        << "  world   " << world_text << "\n"
        << "  mesh    " << args.mesh << " (" << names
        << "): " << scheme.describe(mesh, args.sequence_parallel) << "\n"
-       << "  model   " << config.layers << " blocks, hidden " << config.hidden << ", "
-       << config.heads << " heads, vocabulary " << config.vocab << " characters: " << numel
-       << " parameters\n"
+       << "  model   "
+       << (config.style == models::ModelStyle::Llama ? "Llama-style (RMSNorm, SwiGLU, RoPE), " : "")
+       << config.layers << " blocks, hidden " << config.hidden << ", " << config.heads << " heads"
+       << (config.num_kv_heads() != config.heads
+               ? " (" + std::to_string(config.num_kv_heads()) + " kv)"
+               : "")
+       << (config.ffn != 0 ? ", ffn " + std::to_string(config.ffn) : "") << ", vocabulary "
+       << config.vocab << " characters: " << numel << " parameters\n"
        << "  data    the shipped text (" << data.length() << " characters), batch " << args.batch
        << " x " << args.seq << " characters, next-character prediction\n"
        << "  optim   AdamW lr " << args.lr << " (linear warm-up " << args.warmup
