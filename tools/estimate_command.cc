@@ -442,8 +442,9 @@ int run_estimate(const EstimateArgs& a) {
     for (int64_t v : {f.categories.parameters, f.categories.gradients, f.categories.optimizer_state,
                       f.categories.activations, f.peak.peak_unsharded_parameters,
                       f.peak.peak_communication_buffers})
-      os << std::setw(12) << mib_text(v);
-    os << std::setw(14) << mib_text(f.peak.peak);
+      // At least one space between columns: a 5-digit MiB figure is wider than 11.
+      os << ' ' << std::setw(11) << mib_text(v);
+    os << ' ' << std::setw(13) << mib_text(f.peak.peak);
     os << (f.peak.peak > cluster.device.memory ? "  over the device's memory" : "") << "\n";
   }
   os << "  (unsharded and comm bufs: fully_shard's gathered parameters and flat buffers at\n"
@@ -458,7 +459,7 @@ int run_estimate(const EstimateArgs& a) {
       if (count == 0) continue;
       os << "  " << std::left << std::setw(10) << profile.phases[first + ph] << std::setw(16)
          << to_string(static_cast<CollectiveKind>(k)) << std::right << std::setw(6) << count
-         << std::setw(14) << mib_text(bytes) << "\n";
+         << ' ' << std::setw(13) << mib_text(bytes) << "\n";
     }
   }
   os << "\nTime per step, estimated on " << ranks << " x " << cluster.device.name << " ("
