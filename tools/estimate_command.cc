@@ -93,6 +93,17 @@ size_t slot_of(const std::string& name) {
            " that is not forward, backward or optimizer");
 }
 
+// "GPT of 32 layers, hidden 4096, 32 heads", and what differs from GPT-2's
+// defaults: "Llama of 32 layers, hidden 4096, 32 heads (8 kv), ffn 14336".
+std::string model_text(const models::GPTConfig& c) {
+  std::ostringstream os;
+  os << (c.style == models::ModelStyle::Llama ? "Llama" : "GPT") << " of " << c.layers
+     << " layers, hidden " << c.hidden << ", " << c.heads << " heads";
+  if (c.num_kv_heads() != c.heads) os << " (" << c.num_kv_heads() << " kv)";
+  if (c.ffn != 0) os << ", ffn " << c.ffn;
+  return os.str();
+}
+
 // Everything an estimate reports, for one layout.
 struct Figures {
   int64_t ranks = 0;
@@ -329,6 +340,9 @@ int run_search(const EstimateArgs& a) {
   os << "\nFastest: dtensor train --mesh " << w.mesh << " --scheme " << w.scheme << " --batch "
      << t.batch << " --seq " << t.seq << " --hidden " << t.hidden << " --heads " << t.heads
      << " --layers " << t.layers;
+  if (t.model != "gpt") os << " --model " << t.model;
+  if (t.kv_heads != 0) os << " --kv-heads " << t.kv_heads;
+  if (t.ffn != 0) os << " --ffn " << t.ffn;
   if (t.mixed_precision != "none") os << " --mixed-precision " << t.mixed_precision;
   if (w.checkpoint) os << " --activation-checkpointing 1";
   if (w.prefetch) os << " --prefetch";
@@ -337,6 +351,31 @@ int run_search(const EstimateArgs& a) {
 }
 
 }  // namespace
+
+void apply_preset(EstimateArgs& a, const std::function<bool(const std::string&)>& given) {
+  struct Preset {
+    const char* name;
+    int64_t layers, hidden, heads, kv_heads, ffn, vocab;
+  };
+  // Meta's published configurations (the models' params.json), as
+  // torchtitan's llama3 model registry has them.
+  static constexpr Preset kPresets[] = {
+      {"llama3-8b", 32, 4096, 32, 8, 14336, 128256},
+      {"llama3-70b", 80, 8192, 64, 8, 28672, 128256},
+  };
+  const Preset* p = nullptr;
+  for (const Preset& candidate : kPresets)
+    if (a.preset == candidate.name) p = &candidate;
+  DT_CHECK(p != nullptr, "--preset ", quote(a.preset), " is not one of llama3-8b, llama3-70b");
+  TrainArgs& t = a.train;
+  if (!given("--model")) t.model = "llama";
+  if (!given("--layers")) t.layers = p->layers;
+  if (!given("--hidden")) t.hidden = p->hidden;
+  if (!given("--heads")) t.heads = p->heads;
+  if (!given("--kv-heads")) t.kv_heads = p->kv_heads;
+  if (!given("--ffn")) t.ffn = p->ffn;
+  if (!given("--vocab")) a.vocab = p->vocab;
+}
 
 int run_estimate(const EstimateArgs& a) {
   DT_CHECK(!a.search || a.svg.empty(),
@@ -449,8 +488,8 @@ int run_estimate(const EstimateArgs& a) {
   }
 
   std::ostream& os = std::cout;
-  os << "dtensor estimate: GPT of " << t.layers << " layers, hidden " << t.hidden << ", " << t.heads
-     << " heads, vocab " << a.vocab << ", " << std::fixed << std::setprecision(2)
+  os << "dtensor estimate: " << model_text(gpt_config(t, a.vocab)) << ", vocab " << a.vocab << ", "
+     << std::fixed << std::setprecision(2)
      << (params >= 1000000000 ? static_cast<double>(params) / 1e9
                               : static_cast<double>(params) / 1e6)
      << (params >= 1000000000 ? "B" : "M") << " parameters;\n  " << t.batch << " sequences of "
@@ -481,8 +520,9 @@ int run_estimate(const EstimateArgs& a) {
     for (int64_t v : {f.categories.parameters, f.categories.gradients, f.categories.optimizer_state,
                       f.categories.activations, f.peak.peak_unsharded_parameters,
                       f.peak.peak_communication_buffers})
-      os << std::setw(12) << mib_text(v);
-    os << std::setw(14) << mib_text(f.peak.peak);
+      // At least one space between columns: a 5-digit MiB figure is wider than 11.
+      os << ' ' << std::setw(11) << mib_text(v);
+    os << ' ' << std::setw(13) << mib_text(f.peak.peak);
     os << (f.peak.peak > cluster.device.memory ? "  over the device's memory" : "") << "\n";
   }
   os << "  (unsharded and comm bufs: fully_shard's gathered parameters and flat buffers at\n"
@@ -497,7 +537,7 @@ int run_estimate(const EstimateArgs& a) {
       if (count == 0) continue;
       os << "  " << std::left << std::setw(10) << kPhaseNames[ph] << std::setw(16)
          << to_string(static_cast<CollectiveKind>(k)) << std::right << std::setw(6) << count
-         << std::setw(14) << mib_text(bytes) << "\n";
+         << ' ' << std::setw(13) << mib_text(bytes) << "\n";
     }
   }
   // Which collectives measurements timed, so that tables that cover none of

@@ -230,6 +230,15 @@ int run(int argc, char** argv) {
   add_number<int64_t>(train, "--heads", train_args.heads,
                       "attention heads (a multiple of the tp size)", 1, int64_t{1} << 16);
   add_number<int64_t>(train, "--layers", train_args.layers, "transformer blocks", 0, 256);
+  train->add_option("--model", train_args.model,
+                    "gpt (LayerNorm, GELU MLP, learnt positions, biases) or llama (RMSNorm,\n"
+                    "SwiGLU MLP, rotary positions, no biases)")
+      ->capture_default_str()->check(one_of({"gpt", "llama"}));
+  add_number<int64_t>(train, "--kv-heads", train_args.kv_heads,
+                      "key/value heads (grouped-query attention; --heads a multiple of it, it a\n"
+                      "multiple of the tp size; 0: --heads)", 0, int64_t{1} << 16);
+  add_number<int64_t>(train, "--ffn", train_args.ffn, "the MLP's width (0: 4 x --hidden)", 0,
+                      int64_t{1} << 20);
   add_number(train, "--lr", train_args.lr, "peak learning rate", 0, true);
   add_number<int64_t>(train, "--warmup", train_args.warmup, "steps of linear warm-up", 0, 100000);
   add_number(train, "--clip", train_args.clip, "gradient-norm clipping (0 = none)", 0, false);
@@ -325,6 +334,7 @@ int run(int argc, char** argv) {
       "Examples:\n"
       "  dtensor estimate --mesh 8x8 --scheme fsdp+tp\n"
       "  dtensor estimate --mesh 128x8 --layers 32 --hidden 4096 --seq 4096 --batch 512\n"
+      "  dtensor estimate --preset llama3-8b --mesh 64 --scheme fsdp --seq 8192 --batch 64\n"
       "  dtensor estimate --mesh 4 --scheme fsdp --cluster cpu --hidden 256 --seq 128 --json\n"
       "  dtensor estimate --mesh 16x8 --nccl-tests all_gather.txt,reduce_scatter.txt --svg step.svg\n"
       "\n"
@@ -344,6 +354,18 @@ int run(int argc, char** argv) {
   add_number<int64_t>(estimate, "--heads", et.heads, "attention heads", 1, int64_t{1} << 16);
   add_number<int64_t>(estimate, "--layers", et.layers, "transformer blocks", 0, 4096);
   add_number<int64_t>(estimate, "--vocab", est.vocab, "vocabulary size", 1, int64_t{1} << 24);
+  estimate->add_option("--model", et.model, "gpt or llama (RMSNorm, SwiGLU, RoPE, no biases)")
+      ->capture_default_str()->check(one_of({"gpt", "llama"}));
+  add_number<int64_t>(estimate, "--kv-heads", et.kv_heads,
+                      "key/value heads (grouped-query attention; 0: --heads)", 0, int64_t{1} << 16);
+  add_number<int64_t>(estimate, "--ffn", et.ffn, "the MLP's width (0: 4 x --hidden)", 0,
+                      int64_t{1} << 24);
+  estimate->add_option("--preset", est.preset,
+                       "a published model: llama3-8b (32 layers, hidden 4096, 32 heads, 8 kv\n"
+                       "heads, ffn 14336, vocab 128256) or llama3-70b (80 layers, hidden 8192,\n"
+                       "64 heads, 8 kv heads, ffn 28672, vocab 128256), --model llama; the\n"
+                       "options given override it")
+      ->check(one_of({"llama3-8b", "llama3-70b"}));
   estimate->add_option("--mixed-precision", et.mixed_precision, "none, bf16 or fp16")
       ->capture_default_str()->check(one_of({"none", "bf16", "fp16"}));
   add_number(estimate, "--activation-checkpointing", et.checkpoint_every,
@@ -742,6 +764,10 @@ int run(int argc, char** argv) {
         et.sequence_parallel = !est_no_sp;
         et.reshard_after_forward = !est_no_reshard;
         est.memory_budget = budget_gib * 1073741824.0;
+        if (!est.preset.empty())
+          apply_preset(est, [&](const std::string& name) {
+            return estimate->get_option(name)->count() > 0;
+          });
         return run_estimate(est);
       }
       if (cmd == train) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,12 @@ struct TrainArgs {
   std::string scheme = "fsdp+tp";  // fsdp+tp | ddp+tp | fsdp | ddp | tp | hsdp
   bool sequence_parallel = true;
   int64_t batch = 8, seq = 32, hidden = 64, heads = 4, layers = 2;
+  // The architecture (models::GPTConfig): gpt (GPT-2: LayerNorm, GELU,
+  // learnt positions, biases) or llama (RMSNorm, SwiGLU, RoPE, no biases);
+  // key/value heads of grouped-query attention (0: heads) and the MLP's
+  // width (0: 4 x hidden).
+  std::string model = "gpt";
+  int64_t kv_heads = 0, ffn = 0;
   int steps = 150;
   double lr = 3e-3;
   int64_t warmup = 10;
@@ -87,8 +94,14 @@ struct EstimateArgs {
   std::string svg;               // a picture of the estimated step, per role ("" none)
   bool search = false;           // every layout of the mesh's ranks, fastest first
   double memory_budget = 0;      // --search: bytes per rank (0: the device's memory)
+  std::string preset;            // llama3-8b | llama3-70b ("" none)
 };
 int run_estimate(const EstimateArgs& args);
+// --preset: the model of a published configuration (--model, --layers,
+// --hidden, --heads, --kv-heads, --ffn, --vocab), each option but those
+// `given` on the command line (an explicit option overrides the preset).
+// Throws dtensor::Error naming an unknown preset and the known ones.
+void apply_preset(EstimateArgs& args, const std::function<bool(const std::string&)>& given);
 
 // `dtensor calibrate`: this machine's rates and links, under mpirun.
 struct CalibrateArgs {

@@ -86,17 +86,22 @@ std::string hex(uint64_t v) {
 // simulated world; under MPI a process's rank holds 1/shards of it, its
 // parameters split over the fsdp and tp mesh dims, once built with --init
 // meta); the activations kept for backward of every block (x, q, k, v, the
-// MLP's 4 hidden, the attention scores per head) and the logits over the
-// vocabulary, twice.
+// MLP's three of --ffn features, the attention scores per head) and the
+// logits over the vocabulary, twice.
 void check_train_memory(const TrainArgs& a, int64_t vocab, const Scheme& scheme,
                         const DeviceMesh& mesh) {
   const double h = static_cast<double>(a.hidden), v = static_cast<double>(vocab);
   const double layers = static_cast<double>(a.layers), seq = static_cast<double>(a.seq);
   const double tokens = static_cast<double>(a.batch) * seq;
-  const double params = 2 * v * h + seq * h + layers * (12 * h * h + 13 * h);
-  const double activations = tokens * (16 * h * std::max(layers, 1.0) + 4 * v) +
-                             static_cast<double>(a.batch) * static_cast<double>(a.heads) * seq *
-                                 seq * 3 * layers;
+  // The MLP's width and matrices: GPT's two of 4 x hidden by default,
+  // SwiGLU's three.
+  const double ffn = a.ffn > 0 ? static_cast<double>(a.ffn) : 4 * h;
+  const double mlp_matrices = a.model == "llama" ? 3 : 2;
+  const double params =
+      2 * v * h + seq * h + layers * (4 * h * h + mlp_matrices * ffn * h + 13 * h);
+  const double activations =
+      tokens * ((4 * h + 3 * ffn) * std::max(layers, 1.0) + 4 * v) +
+      static_cast<double>(a.batch) * static_cast<double>(a.heads) * seq * seq * 3 * layers;
   double shards = 1;
   if (scheme.fsdp) shards *= static_cast<double>(mesh.size(scheme.dp_dim));
   if (scheme.tp) shards *= static_cast<double>(mesh.size(scheme.tp_dim));
@@ -460,9 +465,14 @@ int run_train(const TrainArgs& given) {
        << "  world   " << world_text << "\n"
        << "  mesh    " << args.mesh << " (" << names
        << "): " << scheme.describe(mesh, args.sequence_parallel) << "\n"
-       << "  model   " << config.layers << " blocks, hidden " << config.hidden << ", "
-       << config.heads << " heads, vocabulary " << config.vocab << " characters: " << numel
-       << " parameters\n"
+       << "  model   "
+       << (config.style == models::ModelStyle::Llama ? "Llama-style (RMSNorm, SwiGLU, RoPE), " : "")
+       << config.layers << " blocks, hidden " << config.hidden << ", " << config.heads << " heads"
+       << (config.num_kv_heads() != config.heads
+               ? " (" + std::to_string(config.num_kv_heads()) + " kv)"
+               : "")
+       << (config.ffn != 0 ? ", ffn " + std::to_string(config.ffn) : "") << ", vocabulary "
+       << config.vocab << " characters: " << numel << " parameters\n"
        << "  data    the shipped text (" << data.length() << " characters), batch " << args.batch
        << " x " << args.seq << " characters, next-character prediction\n"
        << "  optim   AdamW lr " << args.lr << " (linear warm-up " << args.warmup

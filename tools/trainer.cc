@@ -64,6 +64,12 @@ nn::CheckpointPolicy checkpoint_policy_of(const TrainArgs& args) {
   return {split_list(args.checkpoint_save_ops)};
 }
 
+models::ModelStyle model_style(const std::string& model) {
+  if (model == "gpt") return models::ModelStyle::GPT;
+  DT_CHECK(model == "llama", "--model ", quote(model), " is not one of gpt, llama");
+  return models::ModelStyle::Llama;
+}
+
 // --mixed-precision: the 16-bit param_dtype, float32 reduce_dtype.
 MixedPrecisionPolicy policy_of(const TrainArgs& args) {
   MixedPrecisionPolicy mp;
@@ -79,6 +85,13 @@ Trainer::Trainer(const models::GPTConfig& config, const DeviceMesh& mesh, const 
                  const TrainArgs& args, bool meta)
     : clip(args.clip), micro_batches(args.micro_batches) {
   DT_CHECK(micro_batches >= 1, "--micro-batches must be at least 1, got ", micro_batches);
+  // Whole key/value heads per tp rank (the model checks it too, but only
+  // at the first forward, after the model is built and laid out).
+  if (scheme.tp && config.num_kv_heads() != config.heads) {
+    const int64_t tp = mesh.size(scheme.tp_dim);
+    DT_CHECK(config.num_kv_heads() % tp == 0, "--kv-heads ", config.num_kv_heads(),
+             " must be a multiple of the tensor-parallel size ", tp);
+  }
   {
     std::optional<nn::MetaDeviceGuard> guard;
     if (meta) guard.emplace();
@@ -89,7 +102,8 @@ Trainer::Trainer(const models::GPTConfig& config, const DeviceMesh& mesh, const 
     ParallelizeOptions tp_options;
     tp_options.reduce_dtype = mp.reduce_dtype;
     parallelize_module(*model, scheme.tp_dim,
-                       models::gpt_tensor_parallel_plan(args.sequence_parallel), tp_options);
+                       models::gpt_tensor_parallel_plan(config, args.sequence_parallel),
+                       tp_options);
   }
   // Before fully_shard, as torchtitan applies it: the region covers a
   // block's hooks, so fully_shard gathers again for the recomputation.

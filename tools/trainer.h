@@ -64,6 +64,8 @@ void count_into(const CommDebugMode& mode, KindCounts& out, KindDtypes& dtypes);
 // then cosine decay to 10% of the peak at step `total`.
 std::unique_ptr<optim::SequentialLR> make_schedule(optim::AdamW& optimizer, const TrainArgs& args,
                                                    int64_t total);
+// --model: gpt or llama; throws naming any other.
+models::ModelStyle model_style(const std::string& model);
 // The model of a run's arguments, with a vocabulary of `vocab`.
 inline models::GPTConfig gpt_config(const TrainArgs& args, int64_t vocab) {
   models::GPTConfig c;
@@ -73,6 +75,9 @@ inline models::GPTConfig gpt_config(const TrainArgs& args, int64_t vocab) {
   c.heads = args.heads;
   c.layers = args.layers;
   c.vocab = vocab;
+  c.kv_heads = args.kv_heads;
+  c.ffn = args.ffn;
+  c.style = model_style(args.model);
   return c;
 }
 // --activation-checkpointing-save as a policy (none when not given).

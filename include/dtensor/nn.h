@@ -311,4 +311,21 @@ class LayerNorm : public Module {
   double eps_;
 };
 
+// RMSNorm over the last dim with a weight (dim) and no bias, as
+// torch.nn.RMSNorm: x / sqrt(mean(x^2) + eps) * weight. Without eps, the
+// machine epsilon of the dtype x computes in (PyTorch's default).
+class RMSNorm : public Module {
+ public:
+  RMSNorm(const DeviceMesh& mesh, const Init& weight, std::optional<double> eps = std::nullopt);
+  // Weight ones (nn.RMSNorm's).
+  RMSNorm(const DeviceMesh& mesh, int64_t normalized_shape,
+          std::optional<double> eps = std::nullopt);
+  DTensor forward(const DTensor& x) override;
+  DTensor& weight() { return *weight_; }
+
+ private:
+  DTensor* weight_;
+  std::optional<double> eps_;
+};
+
 }  // namespace dtensor::nn

@@ -132,6 +132,8 @@ DTensor sigmoid(const DTensor& x);
 DTensor erf(const DTensor& x);
 DTensor relu(const DTensor& x);
 DTensor gelu(const DTensor& x, GeluApprox approximate = GeluApprox::None);
+// x * sigmoid(x), the SwiGLU MLP's gate.
+DTensor silu(const DTensor& x);
 // gelu's gradient, grad * gelu'(x), in one pass (PyTorch's gelu_backward):
 // what gelu's autograd runs. Linear in grad: a Partial(sum|avg) grad with a
 // replicated x stays Partial.

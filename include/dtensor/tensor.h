@@ -529,6 +529,9 @@ Tensor gelu(const Tensor& x, GeluApprox approximate = GeluApprox::None);
 // broadcast; the 16-bit floats compute in float32 and round once.
 Tensor gelu_backward(const Tensor& grad, const Tensor& x,
                      GeluApprox approximate = GeluApprox::None);
+// x * sigmoid(x) (PyTorch's silu, the SwiGLU MLP's gate), as
+// x / (1 + exp(-x)).
+Tensor silu(const Tensor& x);
 
 // Comparisons give bool tensors.
 Tensor eq(const Tensor& a, const Tensor& b);

@@ -58,7 +58,7 @@ struct RowwiseParallel {
   Placement output_layouts = Replicate();
 };
 
-// Sequence-parallel nn::LayerNorm: weight and bias Replicate on tp, input
+// Sequence-parallel nn::LayerNorm or nn::RMSNorm: weight (and bias) Replicate on tp, input
 // made Shard(sequence_dim) (free from Replicate; nothing after a
 // reduce-scattering row-parallel module), each rank normalising its slice
 // of the sequence; the output stays Shard(sequence_dim). Its parameters get

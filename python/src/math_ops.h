@@ -21,7 +21,7 @@ using release_gil = py::call_guard<py::gil_scoped_release>;
 
 // The unary ops of both layers, named as in PyTorch.
 #define DTENSOR_PY_UNARY_OPS(X) \
-  X(neg) X(abs) X(exp) X(log) X(sqrt) X(rsqrt) X(tanh) X(sigmoid) X(erf) X(relu)
+  X(neg) X(abs) X(exp) X(log) X(sqrt) X(rsqrt) X(tanh) X(sigmoid) X(erf) X(relu) X(silu)
 // Binary ops taking (T, T) and (T, Scalar).
 #define DTENSOR_PY_BINARY_OPS(X) \
   X(add) X(sub) X(mul) X(div) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)

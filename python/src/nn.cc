@@ -445,6 +445,18 @@ followed by reset_parameters().)
       .def_property_readonly("weight", [](nn::LayerNorm& l) { return l.weight(); })
       .def_property_readonly("bias", [](nn::LayerNorm& l) { return l.bias(); });
 
+  ModuleClass<nn::RMSNorm>(nm, "RMSNorm", "RMSNorm over the last dim, with a weight and no bias.")
+      .def(py::init([](const DeviceMesh& mesh, int64_t dim, std::optional<double> eps) {
+             return ModulePtr<nn::RMSNorm>(new nn::RMSNorm(mesh, dim, eps));
+           }),
+           py::arg("device_mesh"), py::arg("normalized_shape"), py::arg("eps") = py::none(),
+           "Weight ones (nn.RMSNorm's); eps None: the machine epsilon of the input's dtype.")
+      .def(py::init([](const DeviceMesh& mesh, py::object weight, std::optional<double> eps) {
+             return ModulePtr<nn::RMSNorm>(new nn::RMSNorm(mesh, tensor_from_python(weight), eps));
+           }),
+           py::arg("device_mesh"), py::arg("weight"), py::arg("eps") = py::none())
+      .def_property_readonly("weight", [](nn::RMSNorm& l) { return l.weight(); });
+
   py::class_<nn::Init>(nm, "Init", R"doc(
 A parameter's values as a recipe by global index, for
 dtensor.nn.Parameter(Init.normal((4096, 4096), seed=1, std=0.02)): under

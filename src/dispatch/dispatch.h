@@ -35,7 +35,7 @@ enum class OpId : uint16_t {
   Add, Sub, Mul, Div, AddScalar, SubScalar, MulScalar, DivScalar, RSubScalar, RDivScalar, Neg,
   Relu, Exp, Log, Abs, Sqrt, Rsqrt, Tanh, Sigmoid, Gelu, Pow, Maximum, Minimum, Eq, Ne, Lt, Le,
   Gt, Ge, EqScalar, NeScalar, LtScalar, LeScalar, GtScalar, GeScalar, Where, WhereScalar,
-  MaskedFill, Erf, GeluBackward,
+  MaskedFill, Erf, GeluBackward, Silu,
   // matmul family
   Mm, Addmm, Bmm, Baddbmm, Matmul, Linear,
   // reductions

@@ -1,4 +1,4 @@
-// The basic modules of nn.h: Linear, Embedding, LayerNorm.
+// The basic modules of nn.h: Linear, Embedding, LayerNorm, RMSNorm.
 //
 // Every constructor checks all its sizes (check_parameter_sizes) before it
 // makes the first parameter: Linear(2^28, 2^28) used to fill a 1 GiB bias
@@ -115,6 +115,25 @@ LayerNorm::LayerNorm(const DeviceMesh& mesh, int64_t normalized_shape, double ep
 
 DTensor LayerNorm::forward(const DTensor& x) {
   return layer_norm(x, {weight_->shape()[0]}, *weight_, *bias_, eps_);
+}
+
+RMSNorm::RMSNorm(const DeviceMesh& mesh, const Init& weight, std::optional<double> eps)
+    : Module(mesh), eps_(eps) {
+  DT_CHECK(weight.shape().size() == 1, "RMSNorm: weight must be (dim), got shape ", weight.shape());
+  check_parameter_sizes("RMSNorm", {planned("weight", weight)}, extra_copies(weight));
+  weight_ = register_parameter("weight", weight);
+}
+
+RMSNorm::RMSNorm(const DeviceMesh& mesh, int64_t normalized_shape, std::optional<double> eps)
+    : Module(mesh), eps_(eps) {
+  check_positive("RMSNorm", "normalized_shape", normalized_shape);
+  check_parameter_sizes("RMSNorm(" + std::to_string(normalized_shape) + ")",
+                        {{"weight", {normalized_shape}}}, 2);
+  weight_ = register_parameter("weight", Init::constant({normalized_shape}, 1));
+}
+
+DTensor RMSNorm::forward(const DTensor& x) {
+  return rms_norm(x, {weight_->shape()[0]}, *weight_, eps_);
 }
 
 }  // namespace dtensor::nn

@@ -12,7 +12,8 @@
 //  - max/min: monotone ops. max(a_r + b) = max(a_r) + b, so adding a
 //    replicated value or a scalar keeps P(max); negating turns it into
 //    P(min); relu, exp, tanh, sigmoid and erf are increasing and defined
-//    everywhere (log and sqrt are not: a negative piece would give NaN);
+//    everywhere (log and sqrt are not: a negative piece would give NaN;
+//    silu is not monotone: it dips below zero near x = -1.28);
 //    maximum/minimum and where()/masked_fill selecting per element commute;
 //    so does max against a replicated value with P(min) (max distributes
 //    over min), and min with P(max). A scalar filled in by where/masked_fill
@@ -98,6 +99,7 @@ Tensor apply(OpId op, const Tensor* const* in, Scalar s, int64_t extra) {
     case OpId::Tanh: return tanh(x);
     case OpId::Sigmoid: return sigmoid(x);
     case OpId::Erf: return erf(x);
+    case OpId::Silu: return silu(x);
     case OpId::Relu: return relu(x);
     case OpId::Gelu: return gelu(x, static_cast<GeluApprox>(extra));
     case OpId::GeluBackward: return gelu_backward(x, *in[1], static_cast<GeluApprox>(extra));
@@ -248,6 +250,7 @@ DTENSOR_POINTWISE_RULE(kSigmoid, "sigmoid");
 DTENSOR_POINTWISE_RULE(kErf, "erf");
 DTENSOR_POINTWISE_RULE(kRelu, "relu");
 DTENSOR_POINTWISE_RULE(kGelu, "gelu");
+DTENSOR_POINTWISE_RULE(kSilu, "silu");
 DTENSOR_POINTWISE_RULE(kGeluBackward, "gelu_backward");
 #undef DTENSOR_POINTWISE_RULE
 
@@ -408,6 +411,13 @@ void record_unary(OpId id, const char* name, DTensor& out, const DTensor& x, int
         const DTensor& v = c.saved(0);
         return Grads{mul(c.grad, mul(exp(neg(mul(v, v))), k))};
       });
+    case OpId::Silu:
+      // PyTorch's silu_backward: g * s * (1 + x (1 - s)), s = sigmoid(x).
+      return of_input([](const Context& c) {
+        const DTensor& v = c.saved(0);
+        const DTensor s = sigmoid(v);
+        return Grads{mul(c.grad, mul(s, add(mul(v, sub(1, s)), 1)))};
+      });
     case OpId::Gelu: {
       const auto approximate = static_cast<GeluApprox>(extra);
       autograd::record(out, name, {&x}, {x}, [approximate](const Context& c) {
@@ -537,6 +547,7 @@ DTensor tanh(const DTensor& x) { return unary(OpId::Tanh, kTanh, x); }
 DTensor sigmoid(const DTensor& x) { return unary(OpId::Sigmoid, kSigmoid, x); }
 DTensor erf(const DTensor& x) { return unary(OpId::Erf, kErf, x); }
 DTensor relu(const DTensor& x) { return unary(OpId::Relu, kRelu, x); }
+DTensor silu(const DTensor& x) { return unary(OpId::Silu, kSilu, x); }
 DTensor gelu(const DTensor& x, GeluApprox approximate) {
   return unary(OpId::Gelu, kGelu, x, static_cast<int64_t>(approximate));
 }

@@ -123,10 +123,14 @@ void apply(nn::Module& m, const std::string& name, const Tp& tp, const RowwisePa
 }
 
 void apply(nn::Module& m, const std::string& name, const Tp& tp, const SequenceParallel& s) {
-  auto* norm = dynamic_cast<nn::LayerNorm*>(&m);
-  if (!norm) unsupported("SequenceParallel", name, "nn::LayerNorm");
-  relayout(norm->weight(), tp.dim, Replicate());
-  relayout(norm->bias(), tp.dim, Replicate());
+  if (auto* norm = dynamic_cast<nn::LayerNorm*>(&m)) {
+    relayout(norm->weight(), tp.dim, Replicate());
+    relayout(norm->bias(), tp.dim, Replicate());
+  } else if (auto* rms = dynamic_cast<nn::RMSNorm*>(&m)) {
+    relayout(rms->weight(), tp.dim, Replicate());
+  } else {
+    unsupported("SequenceParallel", name, "nn::LayerNorm and nn::RMSNorm");
+  }
   const int64_t seq = s.sequence_dim;
   m.register_forward_pre_hook([tp, seq, name](nn::Module&, const DTensor& x) {
     DT_CHECK(x.dim() >= 2 && seq >= -x.dim() && seq < x.dim() - 1 && seq != -1,
@@ -160,8 +164,10 @@ void check_supported(const ParallelStyle& style, nn::Module& m, const std::strin
     unsupported("ColwiseParallel", name, "nn::Linear and nn::Embedding");
   if (std::holds_alternative<RowwiseParallel>(style) && !linear_or_embedding)
     unsupported("RowwiseParallel", name, "nn::Linear and nn::Embedding");
-  if (std::holds_alternative<SequenceParallel>(style) && dynamic_cast<nn::LayerNorm*>(&m) == nullptr)
-    unsupported("SequenceParallel", name, "nn::LayerNorm");
+  const bool norm =
+      dynamic_cast<nn::LayerNorm*>(&m) != nullptr || dynamic_cast<nn::RMSNorm*>(&m) != nullptr;
+  if (std::holds_alternative<SequenceParallel>(style) && !norm)
+    unsupported("SequenceParallel", name, "nn::LayerNorm and nn::RMSNorm");
   if (const auto* c = std::get_if<ColwiseParallel>(&style)) check_style_output(c->output_layouts, "ColwiseParallel", name);
   if (const auto* r = std::get_if<RowwiseParallel>(&style)) check_style_output(r->output_layouts, "RowwiseParallel", name);
 }

@@ -100,4 +100,10 @@ void add_pointwise_backward_cases(std::vector<OpCase>& c) {
                      InputKind::Values, kFloat));
 }
 
+// After every other case: cases are seeded by their index in the table.
+void add_late_pointwise_cases(std::vector<OpCase>& c) {
+  c.push_back(unary("silu", OpId::Silu, [](const auto& x) { return silu(x); }, InputKind::Values,
+                    kFloat));
+}
+
 }  // namespace dtensor::rules

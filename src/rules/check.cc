@@ -348,6 +348,7 @@ const std::vector<OpCase>& all_cases() {
     // go last, so that the data of the others stays as it was.
     add_degenerate_view_cases(c);
     add_pointwise_backward_cases(c);
+    add_late_pointwise_cases(c);
     return c;
   }();
   return cases;

@@ -184,6 +184,16 @@ struct SigmoidOp {
     return T(1) / (T(1) + ExpOp{}(-x));
   }
 };
+// x / (1 + exp(-x)), PyTorch's silu kernel: one rounding fewer than
+// x * sigmoid(x).
+struct SiluOp {
+  template <class T>
+  static constexpr bool kWide = ExpOp::kWide<T>;
+  template <class T>
+  T operator()(T x) const {
+    return x / (T(1) + ExpOp{}(-x));
+  }
+};
 struct ErfOp {
   template <class T>
   static constexpr bool kWide = std::is_same_v<T, float>;

@@ -1,5 +1,5 @@
 // Elementwise unary functions: neg, abs, relu (and relu_), exp, log, sqrt,
-// rsqrt, tanh, sigmoid, erf and gelu (and gelu's gradient). The
+// rsqrt, tanh, sigmoid, erf, silu and gelu (and gelu's gradient). The
 // transcendental ones compute (and return) float32 for integral inputs.
 //
 // Trapping math off: float32 exp and sigmoid clamp their argument next to a
@@ -40,6 +40,7 @@ Tensor rsqrt(const Tensor& x) { return floating_unary("rsqrt", x, RsqrtOp{}); }
 Tensor tanh(const Tensor& x) { return floating_unary("tanh", x, TanhOp{}); }
 Tensor sigmoid(const Tensor& x) { return floating_unary("sigmoid", x, SigmoidOp{}); }
 Tensor erf(const Tensor& x) { return floating_unary("erf", x, ErfOp{}); }
+Tensor silu(const Tensor& x) { return floating_unary("silu", x, SiluOp{}); }
 Tensor gelu(const Tensor& x, GeluApprox approximate) {
   if (approximate == GeluApprox::Tanh) return floating_unary("gelu", x, GeluTanhOp{});
   return floating_unary("gelu", x, GeluErfOp{});

@@ -63,6 +63,10 @@ TEST_F(SizesTest, EmbeddingAndLayerNormFromSizesCheckFirst) {
   nn::LayerNorm ln(mesh, 6);
   EXPECT_TRUE(equal(ln.weight().full_tensor(), Tensor::ones({6})));
   EXPECT_TRUE(equal(ln.bias().full_tensor(), Tensor::zeros({6})));
+  expect_refused_without_allocating([&] { nn::RMSNorm(mesh, int64_t{1} << 61); },
+                                    {"RMSNorm(2305843009213693952)", "weight"});
+  nn::RMSNorm rms(mesh, 6);
+  EXPECT_TRUE(equal(rms.weight().full_tensor(), Tensor::ones({6})));
 }
 
 TEST_F(SizesTest, GPTChecksEveryParameterBeforeTheFirst) {

@@ -394,6 +394,11 @@ TEST(Elementwise, UnaryHandValues) {
   EXPECT_TRUE(matches(gelu(f64({1, 0, -1}), GeluApprox::Tanh), {3}, DType::Float64,
                       {0.8411919906082768, 0, -0.15880800939172324}, 1e-15));
   EXPECT_TRUE(matches(gelu(f32({1})), {1}, DType::Float32, {0.8413447460685429}, 1e-6));
+  // PyTorch: silu(tensor([1., 0., -1., -1000.], dtype=float64)).
+  EXPECT_TRUE(matches(silu(f64({1, 0, -1, -1000})), {4}, DType::Float64,
+                      {0.7310585786300049, 0, -0.2689414213699951, -0.0}, 1e-15));
+  EXPECT_TRUE(matches(silu(f32({1})), {1}, DType::Float32, {0.7310585786300049}, 1e-6));
+  EXPECT_EQ(silu(i64({1})).dtype(), DType::Float32);
 }
 
 using dtensor::testing::same_bits;
@@ -774,6 +779,8 @@ TEST(Elementwise, UnaryOpsMatchReference) {
        [](double x) { return 1 / (1 + std::exp(-x)); }, true, true},
       {"erf", [](const Tensor& x) { return erf(x); }, [](double x) { return std::erf(x); }, true,
        true},
+      {"silu", [](const Tensor& x) { return silu(x); },
+       [](double x) { return x / (1 + std::exp(-x)); }, true, true},
       {"gelu", [](const Tensor& x) { return gelu(x); },
        [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, true, true},
       {"gelu_tanh", [](const Tensor& x) { return gelu(x, GeluApprox::Tanh); },

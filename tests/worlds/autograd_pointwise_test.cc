@@ -147,6 +147,7 @@ std::vector<OpCase> differentiable_ops() {
       unary("relu", D::NonZero, [](const DTensor& x) { return relu(x); }),
       unary("erf", D::Any, [](const DTensor& x) { return erf(x); }),
       unary("gelu", D::Any, [](const DTensor& x) { return gelu(x); }),
+      unary("silu", D::Any, [](const DTensor& x) { return silu(x); }),
       unary("gelu_tanh", D::Any, [](const DTensor& x) { return gelu(x, GeluApprox::Tanh); }),
       // pow with a scalar exponent
       unary("pow_0", D::Any, [](const DTensor& x) { return pow(x, 0); }),

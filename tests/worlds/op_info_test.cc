@@ -107,6 +107,7 @@ std::vector<OpInfoCase> pointwise_cases() {
       unary_case("sigmoid", [](const auto& x) { return sigmoid(x / 10.0); }, 1e-5),
       unary_case("erf", [](const auto& x) { return erf(x / 10.0); }, 1e-5),
       unary_case("gelu", [](const auto& x) { return gelu(x / 10.0); }, 1e-5),
+      unary_case("silu", [](const auto& x) { return silu(x / 10.0); }, 1e-5),
       unary_case("gelu_tanh", [](const auto& x) { return gelu(x / 10.0, GeluApprox::Tanh); }, 1e-5),
       unary_case("pow", [](const auto& x) { return pow(x, 2); }),
       unary_case("ne_scalar", [](const auto& x) { return ne(x, 3); }),

@@ -139,6 +139,9 @@ TEST_F(TensorParallelTest, EachStyleMatchesTheUnparallelizedModule) {
   const MakeModule norm_module = [g, gb](const DeviceMesh& mesh) {
     return std::make_unique<nn::LayerNorm>(mesh, g, gb);
   };
+  const MakeModule rms_module = [g](const DeviceMesh& mesh) {
+    return std::make_unique<nn::RMSNorm>(mesh, g, 1e-5);
+  };
   const std::vector<StyleCase> cases = {
       {"colwise linear", linear_of(w1, b1), ColwiseParallel{}, x, Replicate(), Shard(-1), 0},
       {"colwise linear, replicated output", linear_of(w1, b1),
@@ -158,6 +161,7 @@ TEST_F(TensorParallelTest, EachStyleMatchesTheUnparallelizedModule) {
       {"sequence-parallel layer norm", norm_module, SequenceParallel{}, x, Shard(1), Shard(1), 0},
       {"sequence-parallel layer norm, replicated input", norm_module, SequenceParallel{}, x,
        Replicate(), Shard(1), 0},
+      {"sequence-parallel RMS norm", rms_module, SequenceParallel{}, x, Shard(1), Shard(1), 0},
       {"prepare input", linear_of(w1, b1), PrepareModuleInput{.desired_input_layouts = Shard(1)},
        x, Replicate(), Shard(1), 0},
       {"prepare output", linear_of(w1, b1),
@@ -337,7 +341,7 @@ TEST_F(TensorParallelTest, BadPlansNameTheEntryAndChangeNothing) {
       [&] {
         parallelize_module(model, 1, {{"tok", RowwiseParallel{}}, {"blocks.*.mlp.w1", SequenceParallel{}}});
       },
-      {"SequenceParallel applies to nn::LayerNorm, but module 'blocks.0.mlp.w1' is none of them"});
+      {"SequenceParallel applies to nn::LayerNorm and nn::RMSNorm, but module 'blocks.0.mlp.w1' is none of them"});
   dtensor::testing::expect_error(
       [&] { parallelize_module(model, 0, {{"blocks.0.ln1", ColwiseParallel{}}}); },
       {"ColwiseParallel applies to nn::Linear and nn::Embedding, but module 'blocks.0.ln1'"});
