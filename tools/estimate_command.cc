@@ -262,11 +262,109 @@ Figures evaluate(const EstimateArgs& a) {
   return out;
 }
 
+// Activation checkpointing as --search tries it: none, selective (every
+// block, keeping the products' and attention's outputs, so backward
+// recomputes the cheap ops only) or every block whole.
+enum class Checkpointing { kNone, kSelective, kEvery };
+constexpr const char* kSelectiveOps = "linear,matmul,scaled_dot_product_attention";
+
+const char* checkpointing_name(Checkpointing c) {
+  return c == Checkpointing::kNone ? "no" : c == Checkpointing::kSelective ? "selective" : "every";
+}
+
+// One layout --search tries, and what the estimate gave it.
+struct SearchRow {
+  std::string mesh, scheme;
+  Checkpointing checkpoint = Checkpointing::kNone;
+  bool prefetch = false, reshard = true;
+  int64_t peak = 0;
+  double step = 0, tokens_per_s = 0, mfu = 0;
+};
+
+// The winner's plan as code: the calls dtensor train makes for it
+// (tools/trainer.cc), in C++ on models::GPT and in Python on a model of
+// the same module names.
+void print_snippets(std::ostream& os, const SearchRow& w, const TrainArgs& t) {
+  const Scheme s = parse_scheme(w.scheme, w.mesh.find('x') == std::string::npos ? 1 : 2, w.mesh);
+  const bool two_d = w.mesh.find('x') != std::string::npos;
+  const std::string shape = two_d ? "{" + w.mesh.substr(0, w.mesh.find('x')) + ", " +
+                                        w.mesh.substr(w.mesh.find('x') + 1) + "}"
+                                  : "{" + w.mesh + "}";
+  const std::string names = !two_d                 ? (s.tp ? "{\"tp\"}" : "{\"dp\"}")
+                            : s.replicate_dim >= 0 ? "{\"replicate\", \"shard\"}"
+                                                   : "{\"dp\", \"tp\"}";
+  const bool fsdp = s.fsdp;
+  const bool bf16 = t.mixed_precision != "none";
+  os << "\nIn C++ (the calls dtensor train makes; tools/trainer.cc):\n";
+  os << "  DeviceMesh mesh(world, " << shape << ", " << names << ");\n";
+  os << "  // model: models::GPT(mesh, config) under nn::MetaDeviceGuard\n";
+  if (s.tp)
+    os << "  parallelize_module(model, " << s.tp_dim
+       << ", models::gpt_tensor_parallel_plan(config, " << (t.sequence_parallel ? "true" : "false")
+       << "));\n";
+  if (fsdp) {
+    os << "  FullyShardOptions fsdp;\n  fsdp.mesh_dims = {" << s.dp_dim << "};\n";
+    if (s.replicate_dim >= 0) os << "  fsdp.replicate_mesh_dims = {" << s.replicate_dim << "};\n";
+    if (!w.reshard) os << "  fsdp.reshard_after_forward = false;\n";
+    if (w.prefetch) os << "  fsdp.prefetch = true;\n";
+    if (bf16)
+      os << "  fsdp.mp_policy.param_dtype = DType::"
+         << (t.mixed_precision == "bf16" ? "BFloat16" : "Float16")
+         << ";\n  fsdp.mp_policy.reduce_dtype = DType::Float32;\n";
+  }
+  if (fsdp || w.checkpoint != Checkpointing::kNone) {
+    os << "  for (nn::Module* block : blocks) {  // blocks.0, blocks.1, ...\n";
+    if (w.checkpoint == Checkpointing::kSelective)
+      os << "    nn::checkpoint_wrapper(*block, nn::CheckpointPolicy{{\"linear\", \"matmul\", "
+            "\"scaled_dot_product_attention\"}});\n";
+    if (w.checkpoint == Checkpointing::kEvery) os << "    nn::checkpoint_wrapper(*block);\n";
+    if (fsdp) os << "    fully_shard(*block, fsdp);\n";
+    os << "  }\n";
+  }
+  if (fsdp) os << "  fully_shard(model, fsdp);\n";
+  if (s.ddp)
+    os << "  ReplicateOptions ddp;\n  ddp.mesh_dims = {" << s.dp_dim
+       << "};\n  replicate(model, ddp);\n";
+  os << "  model.materialize();\n";
+
+  os << "\nIn Python (dtensor.parallel, on a model with the same module names):\n";
+  const std::string py_shape = two_d ? "(" + w.mesh.substr(0, w.mesh.find('x')) + ", " +
+                                           w.mesh.substr(w.mesh.find('x') + 1) + ")"
+                                     : "(" + w.mesh + ",)";
+  const std::string py_names = !two_d                 ? (s.tp ? "[\"tp\"]" : "[\"dp\"]")
+                               : s.replicate_dim >= 0 ? "[\"replicate\", \"shard\"]"
+                                                      : "[\"dp\", \"tp\"]";
+  os << "  mesh = dt.DeviceMesh(world, " << py_shape << ", " << py_names << ")\n";
+  if (s.tp)
+    os << "  parallelize_module(model, mesh[\"tp\"], plan)  # column-parallel wq, wk, wv, w1"
+       << (t.model == "llama" ? ", w3" : "") << "; row-parallel wo, w2\n";
+  if (fsdp || w.checkpoint != Checkpointing::kNone) {
+    os << "  for block in blocks:\n";
+    if (w.checkpoint == Checkpointing::kSelective)
+      os << "      nn.checkpoint_wrapper(block, save_ops=[\"linear\", \"matmul\", "
+            "\"scaled_dot_product_attention\"])\n";
+    if (w.checkpoint == Checkpointing::kEvery) os << "      nn.checkpoint_wrapper(block)\n";
+    const std::string mesh_arg = s.replicate_dim >= 0 ? "mesh" : two_d ? "mesh[\"dp\"]" : "mesh";
+    std::string kw = "mesh=" + mesh_arg;
+    if (!w.reshard) kw += ", reshard_after_forward=False";
+    if (w.prefetch) kw += ", prefetch=True";
+    if (fsdp) os << "      fully_shard(block, " << kw << ")\n";
+    if (fsdp) os << "  fully_shard(model, " << kw << ")\n";
+  }
+  if (s.ddp) os << "  replicate(model, mesh=" << (two_d ? "mesh[\"dp\"]" : "mesh") << ")\n";
+  if (bf16 && fsdp)
+    os << "  # (" << t.mixed_precision
+       << " parameters: FullyShardOptions::mp_policy, which the Python fully_shard does not take "
+          "yet)\n";
+  os << "  model.materialize()\n";
+}
+
 // --search: every layout of the mesh's ranks dtensor train can run (1-d:
-// fsdp, ddp, tp; 2-d dp x tp: fsdp+tp, ddp+tp, hsdp), each with and
-// without activation checkpointing of every block, fully_shard's with and
-// without prefetch, profiled and timed; those whose every rank's peak fits
-// the budget, fastest first, and the winner as a command line.
+// fsdp, ddp, tp; 2-d dp x tp: fsdp+tp, ddp+tp, hsdp), each with no,
+// selective and whole activation checkpointing of every block, and
+// fully_shard's with and without prefetch and resharding after forward,
+// profiled and timed; those whose every rank's peak fits the budget,
+// fastest first, and the winner as a command line and as code.
 int run_search(const EstimateArgs& a) {
   const Shape given = parse_mesh_arg(a.train.mesh);
   const int64_t n = mesh_rank_count(given, a.train.mesh);
@@ -277,76 +375,112 @@ int run_search(const EstimateArgs& a) {
     const std::string m = std::to_string(n / tp) + "x" + std::to_string(tp);
     for (const char* s : {"fsdp+tp", "ddp+tp", "hsdp"}) layouts.emplace_back(m, s);
   }
-  struct Row {
-    std::string mesh, scheme;
-    int checkpoint = 0;
-    bool prefetch = false;
-    int64_t peak = 0;
-    double step = 0, tokens_per_s = 0, mfu = 0;
-  };
-  std::vector<Row> fit, over;
+  std::vector<SearchRow> fit, over;
   std::vector<std::string> refused;
   double budget = a.memory_budget > 0 ? a.memory_budget : 0;
   for (const auto& [m, scheme] : layouts) {
-    for (int ac : {0, 1}) {
+    const bool fsdp = scheme.find("fsdp") != std::string::npos || scheme == "hsdp";
+    for (Checkpointing ac :
+         {Checkpointing::kNone, Checkpointing::kSelective, Checkpointing::kEvery}) {
       for (bool prefetch : {false, true}) {
-        if (prefetch && scheme.find("fsdp") == std::string::npos && scheme != "hsdp") continue;
-        EstimateArgs c = a;
-        c.search = false;
-        c.json = true;
-        c.chrome_trace.clear();
-        c.svg.clear();
-        c.train.mesh = m;
-        c.train.names.clear();
-        c.train.scheme = scheme;
-        c.train.checkpoint_every = ac;
-        c.train.prefetch = prefetch;
-        try {
-          const Figures f = evaluate(c);
-          if (budget == 0) budget = f.cluster.device.memory;
-          Row r{m, scheme, ac, prefetch, f.peak(), f.time.step, f.tokens_per_s, f.mfu};
-          (r.peak <= budget ? fit : over).push_back(r);
-        } catch (const Error& e) {
-          refused.push_back(m + " " + scheme + (ac ? " checkpointed" : "") +
-                            (prefetch ? " prefetched" : "") + ": " + one_line(e.what()));
+        for (bool reshard : {true, false}) {
+          if ((prefetch || !reshard) && !fsdp) continue;
+          EstimateArgs c = a;
+          c.search = false;
+          c.json = true;
+          c.chrome_trace.clear();
+          c.svg.clear();
+          c.train.mesh = m;
+          c.train.names.clear();
+          c.train.scheme = scheme;
+          c.train.checkpoint_every = ac == Checkpointing::kNone ? 0 : 1;
+          c.train.checkpoint_save_ops = ac == Checkpointing::kSelective ? kSelectiveOps : "";
+          c.train.prefetch = prefetch;
+          c.train.reshard_after_forward = reshard;
+          try {
+            const Figures f = evaluate(c);
+            if (budget == 0) budget = f.cluster.device.memory;
+            SearchRow r{m,           scheme,         ac,   prefetch, reshard, f.peak(),
+                        f.time.step, f.tokens_per_s, f.mfu};
+            (r.peak <= budget ? fit : over).push_back(r);
+          } catch (const Error& e) {
+            refused.push_back(m + " " + scheme + " " + checkpointing_name(ac) + " checkpointing" +
+                              (prefetch ? ", prefetched" : "") +
+                              (reshard ? "" : ", not resharded") + ": " + one_line(e.what()));
+          }
         }
       }
     }
   }
-  std::sort(fit.begin(), fit.end(), [](const Row& x, const Row& y) { return x.step < y.step; });
+  std::stable_sort(fit.begin(), fit.end(),
+                   [](const SearchRow& x, const SearchRow& y) { return x.step < y.step; });
+  if (a.json) {
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const SearchRow& r : fit)
+      rows.push_back({{"mesh", r.mesh},
+                      {"scheme", r.scheme},
+                      {"activation_checkpointing", checkpointing_name(r.checkpoint)},
+                      {"prefetch", r.prefetch},
+                      {"reshard_after_forward", r.reshard},
+                      {"peak", r.peak},
+                      {"step_s", r.step},
+                      {"tokens_per_s", r.tokens_per_s},
+                      {"mfu", r.mfu}});
+    std::cout << nlohmann::ordered_json{{"budget", budget},
+                                        {"profiled", fit.size() + over.size()},
+                                        {"over_budget", over.size()},
+                                        {"refused", refused},
+                                        {"fit", rows}}
+                     .dump(2)
+              << "\n";
+    return fit.empty() ? 1 : 0;
+  }
   std::ostream& os = std::cout;
   os << "dtensor estimate --search: " << fit.size() + over.size() << " layouts of " << n
      << " ranks profiled; " << fit.size() << " fit " << mib_text(static_cast<int64_t>(budget))
      << " per rank (exact peaks), fastest first (estimated):\n";
   os << "  " << std::left << std::setw(8) << "mesh" << std::setw(9) << "scheme" << std::setw(11)
-     << "checkpoint" << std::setw(10) << "prefetch" << std::right << std::setw(14) << "peak"
-     << std::setw(12) << "step" << std::setw(14) << "tokens/s" << std::setw(8) << "MFU"
+     << "checkpoint" << std::setw(10) << "prefetch" << std::setw(9) << "reshard" << std::right
+     << std::setw(14) << "peak" << std::setw(12) << "step" << std::setw(14) << "tokens/s"
+     << std::setw(8) << "MFU"
      << "\n";
-  for (const Row& r : fit)
+  const auto fsdp_text = [](const SearchRow& r, bool v) {
+    return r.scheme.find("fsdp") == std::string::npos && r.scheme != "hsdp" ? "-"
+           : v                                                              ? "yes"
+                                                                            : "no";
+  };
+  for (const SearchRow& r : fit)
     os << "  " << std::left << std::setw(8) << r.mesh << std::setw(9) << r.scheme << std::setw(11)
-       << (r.checkpoint ? "every" : "no") << std::setw(10) << (r.prefetch ? "yes" : "no")
-       << std::right << std::setw(14) << mib_text(r.peak) << std::setw(12) << seconds_text(r.step)
-       << std::setw(14) << std::fixed << std::setprecision(0) << r.tokens_per_s << std::setw(7)
-       << std::setprecision(1) << 100 * r.mfu << "%\n"
+       << checkpointing_name(r.checkpoint) << std::setw(10) << fsdp_text(r, r.prefetch)
+       << std::setw(9) << fsdp_text(r, r.reshard) << std::right << std::setw(14) << mib_text(r.peak)
+       << std::setw(12) << seconds_text(r.step) << std::setw(14) << std::fixed
+       << std::setprecision(0) << r.tokens_per_s << std::setw(7) << std::setprecision(1)
+       << 100 * r.mfu << "%\n"
        << std::defaultfloat;
   if (!over.empty()) os << "  (" << over.size() << " more over the budget)\n";
   for (const std::string& why : refused) os << "  not possible: " << why << "\n";
   if (fit.empty()) {
-    os << "No layout fits; more ranks, activation checkpointing or a smaller batch may.\n";
+    os << "No layout fits; more ranks, activation checkpointing, --micro-batches or a smaller "
+          "batch may.\n";
     return 1;
   }
-  const Row& w = fit.front();
+  const SearchRow& w = fit.front();
   const TrainArgs& t = a.train;
   os << "\nFastest: dtensor train --mesh " << w.mesh << " --scheme " << w.scheme << " --batch "
      << t.batch << " --seq " << t.seq << " --hidden " << t.hidden << " --heads " << t.heads
      << " --layers " << t.layers;
   if (t.model != "gpt") os << " --model " << t.model;
-  if (t.kv_heads != 0) os << " --kv-heads " << t.kv_heads;
-  if (t.ffn != 0) os << " --ffn " << t.ffn;
+  if (t.kv_heads > 0) os << " --kv-heads " << t.kv_heads;
+  if (t.ffn > 0) os << " --ffn " << t.ffn;
   if (t.mixed_precision != "none") os << " --mixed-precision " << t.mixed_precision;
-  if (w.checkpoint) os << " --activation-checkpointing 1";
+  if (t.micro_batches > 1) os << " --micro-batches " << t.micro_batches;
+  if (w.checkpoint != Checkpointing::kNone) os << " --activation-checkpointing 1";
+  if (w.checkpoint == Checkpointing::kSelective)
+    os << " --activation-checkpointing-save " << kSelectiveOps;
   if (w.prefetch) os << " --prefetch";
+  if (!w.reshard) os << " --no-reshard-after-forward";
   os << "\n";
+  print_snippets(os, w, t);
   return 0;
 }
 
@@ -536,8 +670,8 @@ int run_estimate(const EstimateArgs& a) {
       const auto& [count, bytes] = first_role.figures.phases[ph][static_cast<size_t>(k)];
       if (count == 0) continue;
       os << "  " << std::left << std::setw(10) << kPhaseNames[ph] << std::setw(16)
-         << to_string(static_cast<CollectiveKind>(k)) << std::right << std::setw(6) << count
-         << ' ' << std::setw(13) << mib_text(bytes) << "\n";
+         << to_string(static_cast<CollectiveKind>(k)) << std::right << std::setw(6) << count << ' '
+         << std::setw(13) << mib_text(bytes) << "\n";
     }
   }
   // Which collectives measurements timed, so that tables that cover none of

@@ -403,9 +403,10 @@ int run(int argc, char** argv) {
                        "and communication lanes and its memory over the step, peak marked");
   estimate->add_flag("--search", est.search,
                      "profile every layout of the mesh's ranks (fsdp, ddp, tp; and for each\n"
-                     "factoring dp x tp: fsdp+tp, ddp+tp, hsdp), with and without activation\n"
-                     "checkpointing and prefetch; print those whose peak fits\n"
-                     "--memory-budget, fastest first, and the fastest as a command line");
+                     "factoring dp x tp: fsdp+tp, ddp+tp, hsdp), with no, selective and whole\n"
+                     "activation checkpointing, and fully_shard's with and without prefetch and\n"
+                     "resharding after forward; print those whose peak fits --memory-budget,\n"
+                     "fastest first, and the fastest as a command line and as C++ and Python");
   double budget_gib = 0;
   add_number(estimate, "--memory-budget", budget_gib,
              "--search: GiB per rank (default: the device's memory)", 0, true);
@@ -413,7 +414,9 @@ int run(int argc, char** argv) {
                      "print JSON: ranks, mesh, scheme, parameters, cluster, ranks_per_node,\n"
                      "exact, estimated, roles (ranks, memory, communication by phase),\n"
                      "time (step_s, compute_s, communication_s, exposed_communication_s,\n"
-                     "phases_s, tokens_per_s, mfu), profiled_s");
+                     "phases_s, tokens_per_s, mfu), profiled_s, computed_ranks, runs;\n"
+                     "with --search: budget, profiled, over_budget, refused, fit (the ranked\n"
+                     "layouts)");
 
   CalibrateArgs cal;
   auto* calibrate = app.add_subcommand(
