@@ -3,7 +3,7 @@
 
   bench/estimate_search_check.py BUILD [--np 4] [--steps 10] [--repeat 3]
                                        [--calibration FILE] [--memory-budget GIB]
-                                       [-- MODEL ARGS...]
+                                       [--model "--hidden 512 --seq 256 ..."]
 
 Calibrates (mpirun -np N dtensor calibrate) unless given a file, runs
 `dtensor estimate --search --json --calibration` for the model, then
@@ -55,9 +55,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--calibration")
     ap.add_argument("--memory-budget", type=float)
-    ap.add_argument("model", nargs="*")
+    ap.add_argument("--model", help="the model's train/estimate arguments, one string")
     a = ap.parse_args()
-    model = a.model or MODEL
+    model = a.model.split() if a.model else MODEL
     dt = os.path.join(a.build, "bin", "dtensor")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_btl_vader_single_copy_mechanism="none")
