@@ -169,6 +169,10 @@ Figures evaluate(const EstimateArgs& a) {
     cluster = estimate::cluster_from_json(text.str());
   }
   if (a.ranks_per_node > 0) cluster.ranks_per_node = a.ranks_per_node;
+  if (a.intra_node_gbps > 0) cluster.within_node.bandwidth = a.intra_node_gbps * 1e9;
+  if (a.inter_node_gbps > 0) cluster.across_nodes.bandwidth = a.inter_node_gbps * 1e9;
+  if (a.intra_node_latency_us > 0) cluster.within_node.latency = a.intra_node_latency_us * 1e-6;
+  if (a.inter_node_latency_us > 0) cluster.across_nodes.latency = a.inter_node_latency_us * 1e-6;
   add_nccl_tests(cluster, a.nccl_tests);
   const World world = World::shape_only(static_cast<int>(ranks));
   const DeviceMesh mesh = make_mesh(

@@ -385,6 +385,16 @@ int run(int argc, char** argv) {
       ->capture_default_str()->check(one_of({"h100", "a100", "cpu"}));
   add_number(estimate, "--ranks-per-node", est.ranks_per_node,
              "devices per node (0: the cluster's, 8 for h100 and a100)", 0, 1 << 20);
+  add_number(estimate, "--intra-node-bandwidth", est.intra_node_gbps,
+             "each rank's link bandwidth within a node, GB/s one way (default: the cluster's)",
+             0, true);
+  add_number(estimate, "--inter-node-bandwidth", est.inter_node_gbps,
+             "each rank's link bandwidth across nodes, GB/s one way (default: the cluster's)", 0,
+             true);
+  add_number(estimate, "--intra-node-latency", est.intra_node_latency_us,
+             "a message's latency within a node, microseconds (default: the cluster's)", 0, true);
+  add_number(estimate, "--inter-node-latency", est.inter_node_latency_us,
+             "a message's latency across nodes, microseconds (default: the cluster's)", 0, true);
   estimate->add_option("--chrome-trace", est.chrome_trace,
                        "write the estimated step's timeline as a Chrome trace (JSON) that\n"
                        "Perfetto and chrome://tracing open");

@@ -85,6 +85,11 @@ struct EstimateArgs {
   int64_t vocab = 32000;
   std::string cluster = "h100";  // estimate::cluster_preset
   int ranks_per_node = 0;        // 0: the preset's
+  // The links, in place of the cluster's (0: its own): each rank's
+  // bandwidth in GB/s (1e9 bytes/s, one direction) and a message's
+  // latency in microseconds, within a node and across nodes.
+  double intra_node_gbps = 0, inter_node_gbps = 0;
+  double intra_node_latency_us = 0, inter_node_latency_us = 0;
   bool json = false;
   std::string chrome_trace;      // a file for Perfetto / chrome://tracing ("" none)
   std::string calibration;       // a `dtensor calibrate` file, in place of --cluster
