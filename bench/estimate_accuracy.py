@@ -31,6 +31,29 @@ LAYOUTS = [
 COMMON = ["--heads", "8", "--seq", "128", "--batch", "8", "--mixed-precision", "none"]
 
 
+class MpiRuns:
+    """`dtensor` under `mpirun -np N` on this machine, calibrated: what
+    estimate_accuracy.py and estimate_search_check.py share."""
+
+    def __init__(self, build, np, calibration=None):
+        self.dt = os.path.join(build, "bin", "dtensor")
+        self.env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                        OMPI_MCA_btl_vader_single_copy_mechanism="none")
+        self.mpirun = ["mpirun", "--oversubscribe", "-np", str(np)]
+        self.calibration = calibration
+        if not self.calibration:
+            self.calibration = "calibration.json"
+            subprocess.run(self.mpirun + [self.dt, "calibrate", "--out", self.calibration],
+                           env=self.env, check=True, stdout=subprocess.DEVNULL)
+
+    def step_seconds(self, steps, args):
+        """The median step time of steps 3..steps of `dtensor train args`."""
+        out = subprocess.run(self.mpirun + [self.dt, "train", "--no-check", "--no-svg", "--json",
+                                            "--steps", str(steps)] + args,
+                             env=self.env, check=True, capture_output=True, text=True).stdout
+        return statistics.median(s["wall_ms"] for s in json.loads(out)["steps"][2:]) / 1e3
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
@@ -38,24 +61,12 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--calibration")
     a = ap.parse_args()
-    dt = os.path.join(a.build, "bin", "dtensor")
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_btl_vader_single_copy_mechanism="none")
-    mpirun = ["mpirun", "--oversubscribe", "-np", str(a.np)]
-    cal = a.calibration
-    if not cal:
-        cal = "calibration.json"
-        subprocess.run(mpirun + [dt, "calibrate", "--out", cal], env=env, check=True,
-                       stdout=subprocess.DEVNULL)
+    runs = MpiRuns(a.build, a.np, a.calibration)
     rows = []
     for name, args in LAYOUTS:
-        out = subprocess.run(mpirun + [dt, "train", "--no-check", "--no-svg", "--json", "--steps",
-                                       str(a.steps)] + args + COMMON,
-                             env=env, check=True, capture_output=True, text=True).stdout
-        steps = json.loads(out)["steps"]
-        measured = statistics.median(s["wall_ms"] for s in steps[2:]) / 1e3
-        est = json.loads(subprocess.run([dt, "estimate", "--json", "--vocab", "35",
-                                         "--calibration", cal] + args + COMMON,
+        measured = runs.step_seconds(a.steps, args + COMMON)
+        est = json.loads(subprocess.run([runs.dt, "estimate", "--json", "--vocab", "35",
+                                         "--calibration", runs.calibration] + args + COMMON,
                                         check=True, capture_output=True, text=True).stdout)
         rows.append((name, measured, est["time"]["step_s"]))
     print(f"{'layout':22} {'measured':>10} {'estimated':>10} {'est/meas':>9}")

@@ -17,10 +17,11 @@ be within 10% of it (docs/estimate.md, "Searching the layouts").
 """
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
+
+from estimate_accuracy import MpiRuns
 
 MODEL = ["--hidden", "256", "--heads", "8", "--layers", "4", "--seq", "128", "--batch", "8",
          "--mixed-precision", "none"]
@@ -58,17 +59,9 @@ def main():
     ap.add_argument("--model", help="the model's train/estimate arguments, one string")
     a = ap.parse_args()
     model = a.model.split() if a.model else MODEL
-    dt = os.path.join(a.build, "bin", "dtensor")
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_btl_vader_single_copy_mechanism="none")
-    mpirun = ["mpirun", "--oversubscribe", "-np", str(a.np)]
-    cal = a.calibration
-    if not cal:
-        cal = "calibration.json"
-        subprocess.run(mpirun + [dt, "calibrate", "--out", cal], env=env, check=True,
-                       stdout=subprocess.DEVNULL)
-    search = [dt, "estimate", "--search", "--json", "--vocab", "35", "--calibration", cal,
-              "--mesh", str(a.np)] + model
+    runs = MpiRuns(a.build, a.np, a.calibration)
+    search = [runs.dt, "estimate", "--search", "--json", "--vocab", "35", "--calibration",
+              runs.calibration, "--mesh", str(a.np)] + model
     if a.memory_budget:
         search += ["--memory-budget", str(a.memory_budget)]
     ranked = json.loads(subprocess.run(search, check=True, capture_output=True,
@@ -76,11 +69,7 @@ def main():
     times = [[] for _ in ranked]
     for round_ in range(a.repeat):
         for i, row in enumerate(ranked):
-            out = subprocess.run(mpirun + [dt, "train", "--no-check", "--no-svg", "--json",
-                                           "--steps", str(a.steps)] + layout_args(row) + model,
-                                 env=env, check=True, capture_output=True, text=True).stdout
-            steps = json.loads(out)["steps"]
-            times[i].append(statistics.median(s["wall_ms"] for s in steps[2:]) / 1e3)
+            times[i].append(runs.step_seconds(a.steps, layout_args(row) + model))
             print(f"  round {round_ + 1}: {name_of(row)}: {times[i][-1] * 1e3:.1f} ms",
                   file=sys.stderr)
     rows = [(name_of(row), i + 1, row["step_s"], statistics.median(times[i]))
