@@ -285,22 +285,37 @@ struct SearchRow {
   double step = 0, tokens_per_s = 0, mfu = 0;
 };
 
+// items as a C++ braced list or a Python list or tuple: open, the items
+// (quoted when `quote`) separated by ", ", close; a Python 1-tuple "(4,)".
+std::string code_list(const std::vector<std::string>& items, const char* open, const char* close,
+                      bool quote) {
+  std::string out = open;
+  for (size_t i = 0; i < items.size(); ++i)
+    out += (i ? ", " : "") + (quote ? "\"" + items[i] + "\"" : items[i]);
+  if (items.size() == 1 && std::string(open) == "(") out += ",";
+  return out + close;
+}
+
 // The winner's plan as code: the calls dtensor train makes for it
 // (tools/trainer.cc), in C++ on models::GPT and in Python on a model of
 // the same module names.
 void print_snippets(std::ostream& os, const SearchRow& w, const TrainArgs& t) {
-  const Scheme s = parse_scheme(w.scheme, w.mesh.find('x') == std::string::npos ? 1 : 2, w.mesh);
-  const bool two_d = w.mesh.find('x') != std::string::npos;
-  const std::string shape = two_d ? "{" + w.mesh.substr(0, w.mesh.find('x')) + ", " +
-                                        w.mesh.substr(w.mesh.find('x') + 1) + "}"
-                                  : "{" + w.mesh + "}";
-  const std::string names = !two_d                 ? (s.tp ? "{\"tp\"}" : "{\"dp\"}")
-                            : s.replicate_dim >= 0 ? "{\"replicate\", \"shard\"}"
-                                                   : "{\"dp\", \"tp\"}";
+  const size_t x = w.mesh.find('x');
+  const bool two_d = x != std::string::npos;
+  const Scheme s = parse_scheme(w.scheme, two_d ? 2 : 1, w.mesh);
+  const std::vector<std::string> dims =
+      two_d ? std::vector<std::string>{w.mesh.substr(0, x), w.mesh.substr(x + 1)}
+            : std::vector<std::string>{w.mesh};
+  const std::vector<std::string> names = !two_d ? std::vector<std::string>{s.tp ? "tp" : "dp"}
+                                         : s.replicate_dim >= 0
+                                             ? std::vector<std::string>{"replicate", "shard"}
+                                             : std::vector<std::string>{"dp", "tp"};
+  const std::vector<std::string> save_ops = split_list(kSelectiveOps);
   const bool fsdp = s.fsdp;
   const bool bf16 = t.mixed_precision != "none";
   os << "\nIn C++ (the calls dtensor train makes; tools/trainer.cc):\n";
-  os << "  DeviceMesh mesh(world, " << shape << ", " << names << ");\n";
+  os << "  DeviceMesh mesh(world, " << code_list(dims, "{", "}", false) << ", "
+     << code_list(names, "{", "}", true) << ");\n";
   os << "  // model: models::GPT(mesh, config) under nn::MetaDeviceGuard\n";
   if (s.tp)
     os << "  parallelize_module(model, " << s.tp_dim
@@ -319,8 +334,8 @@ void print_snippets(std::ostream& os, const SearchRow& w, const TrainArgs& t) {
   if (fsdp || w.checkpoint != Checkpointing::kNone) {
     os << "  for (nn::Module* block : blocks) {  // blocks.0, blocks.1, ...\n";
     if (w.checkpoint == Checkpointing::kSelective)
-      os << "    nn::checkpoint_wrapper(*block, nn::CheckpointPolicy{{\"linear\", \"matmul\", "
-            "\"scaled_dot_product_attention\"}});\n";
+      os << "    nn::checkpoint_wrapper(*block, nn::CheckpointPolicy{"
+         << code_list(save_ops, "{", "}", true) << "});\n";
     if (w.checkpoint == Checkpointing::kEvery) os << "    nn::checkpoint_wrapper(*block);\n";
     if (fsdp) os << "    fully_shard(*block, fsdp);\n";
     os << "  }\n";
@@ -332,30 +347,26 @@ void print_snippets(std::ostream& os, const SearchRow& w, const TrainArgs& t) {
   os << "  model.materialize();\n";
 
   os << "\nIn Python (dtensor.parallel, on a model with the same module names):\n";
-  const std::string py_shape = two_d ? "(" + w.mesh.substr(0, w.mesh.find('x')) + ", " +
-                                           w.mesh.substr(w.mesh.find('x') + 1) + ")"
-                                     : "(" + w.mesh + ",)";
-  const std::string py_names = !two_d                 ? (s.tp ? "[\"tp\"]" : "[\"dp\"]")
-                               : s.replicate_dim >= 0 ? "[\"replicate\", \"shard\"]"
-                                                      : "[\"dp\", \"tp\"]";
-  os << "  mesh = dt.DeviceMesh(world, " << py_shape << ", " << py_names << ")\n";
+  os << "  mesh = dt.DeviceMesh(world, " << code_list(dims, "(", ")", false) << ", "
+     << code_list(names, "[", "]", true) << ")\n";
   if (s.tp)
     os << "  parallelize_module(model, mesh[\"tp\"], plan)  # column-parallel wq, wk, wv, w1"
        << (t.model == "llama" ? ", w3" : "") << "; row-parallel wo, w2\n";
+  // fully_shard's and replicate's data-parallel mesh: HSDP's whole 2-d mesh.
+  const std::string dp_mesh = two_d && s.replicate_dim < 0 ? "mesh[\"dp\"]" : "mesh";
   if (fsdp || w.checkpoint != Checkpointing::kNone) {
     os << "  for block in blocks:\n";
     if (w.checkpoint == Checkpointing::kSelective)
-      os << "      nn.checkpoint_wrapper(block, save_ops=[\"linear\", \"matmul\", "
-            "\"scaled_dot_product_attention\"])\n";
+      os << "      nn.checkpoint_wrapper(block, save_ops=" << code_list(save_ops, "[", "]", true)
+         << ")\n";
     if (w.checkpoint == Checkpointing::kEvery) os << "      nn.checkpoint_wrapper(block)\n";
-    const std::string mesh_arg = s.replicate_dim >= 0 ? "mesh" : two_d ? "mesh[\"dp\"]" : "mesh";
-    std::string kw = "mesh=" + mesh_arg;
+    std::string kw = "mesh=" + dp_mesh;
     if (!w.reshard) kw += ", reshard_after_forward=False";
     if (w.prefetch) kw += ", prefetch=True";
     if (fsdp) os << "      fully_shard(block, " << kw << ")\n";
     if (fsdp) os << "  fully_shard(model, " << kw << ")\n";
   }
-  if (s.ddp) os << "  replicate(model, mesh=" << (two_d ? "mesh[\"dp\"]" : "mesh") << ")\n";
+  if (s.ddp) os << "  replicate(model, mesh=" << dp_mesh << ")\n";
   if (bf16 && fsdp)
     os << "  # (" << t.mixed_precision
        << " parameters: FullyShardOptions::mp_policy, which the Python fully_shard does not take "
