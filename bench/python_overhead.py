@@ -7,6 +7,8 @@ Times, in one process:
   - `a + b` on plain 8x8 dtensor Tensors from Python;
   - NumPy's own `a + b` on 8x8 float32 arrays (what any Python array
     library pays per call);
+  - PyTorch's `a + b` on plain 8x8 float32 CPU tensors, when torch imports
+    (Debian's python3-torch, 1.13: the peer issue 43 measures against);
 and, when given the dispatch_bench binary, runs its BM_Add (the same DTensor
 add called from C++) and reports the difference: what the Python binding
 adds per op (argument conversion, the result object, releasing and taking
@@ -27,6 +29,11 @@ import timeit
 import numpy as np
 
 import dtensor as dt
+
+try:
+    import torch
+except ImportError:  # the torch figure is left out
+    torch = None
 
 
 def per_call_ns(stmt, number, repeat):
@@ -68,6 +75,14 @@ def main():
         "numpy_add_ns": per_call_ns(lambda: na + nb, args.number, args.repeat),
         "python_noop_lambda_ns": per_call_ns(lambda: None, args.number, args.repeat),
     }
+    if torch is not None:
+        torch.set_num_threads(1)
+        xa, xb = torch.from_numpy(na.copy()), torch.from_numpy(nb.copy())
+        figures["torch_tensor_add_ns"] = per_call_ns(lambda: xa + xb, args.number, args.repeat)
+        # The DTensor figure again, after torch's: a drift of the machine's
+        # load between the two shows as a difference between the two runs.
+        figures["python_dtensor_add_again_ns"] = per_call_ns(lambda: a + b, args.number,
+                                                             args.repeat)
     if args.dispatch_bench:
         cpp, cpp_overhead = cpp_add_ns(args.dispatch_bench, args.min_time)
         figures["cpp_dtensor_add_ns"] = cpp
@@ -85,6 +100,8 @@ def main():
         ("  C++ dispatch overhead over 4 local adds", "cpp_dispatch_overhead_ns"),
         ("plain 8x8 Tensor add, from Python", "python_tensor_add_ns"),
         ("NumPy 8x8 float32 add", "numpy_add_ns"),
+        ("PyTorch 8x8 float32 CPU tensor add, 1 thread", "torch_tensor_add_ns"),
+        ("DTensor add from Python, timed again after torch", "python_dtensor_add_again_ns"),
         ("an empty Python lambda call (timing floor)", "python_noop_lambda_ns"),
     ]
     for label, key in rows:

@@ -40,7 +40,10 @@ void bind_nn(py::module_& m);          // nn.cc: dtensor.nn (Module, Linear, ...
 void bind_parallel(py::module_& m);    // parallel.cc: parallelize_module, styles, fully_shard
 void bind_checkpoint(py::module_& m);  // checkpoint.cc: dtensor.checkpoint (save, load)
 void bind_memory(py::module_& m);      // memory.cc: MemoryTracker, utils.checkpoint
-void bind_custom_op(py::module_& m);
-void bind_estimate(py::module_& m);    // estimate.cc: dtensor.estimate, estimate_phase   // custom_op.cc: register_sharding, check_rules
+void bind_custom_op(py::module_& m);   // custom_op.cc: register_sharding, check_rules
+void bind_estimate(py::module_& m);    // estimate.cc: dtensor.estimate, estimate_phase
+// fast_ops.cc: C slots for + - * / of two DTensors or two Tensors; called
+// last, once every class has its operators.
+void install_fast_ops(py::module_& m);
 
 }  // namespace dtensor::python

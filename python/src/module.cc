@@ -38,4 +38,5 @@ PYBIND11_MODULE(_dtensor, m) {
   dp::bind_memory(m);
   dp::bind_custom_op(m);
   dp::bind_estimate(m);
+  dp::install_fast_ops(m);
 }
