@@ -21,6 +21,7 @@
 #include <Python.h>
 #include <pybind11/pybind11.h>
 
+#include <memory>
 #include <utility>
 
 #include "bindings.h"
@@ -85,14 +86,23 @@ const T& value_of(PyObject* o, const FastType& ft) {
   return *static_cast<const T*>(inst->get_value_and_holder(ft.info, false).value_ptr());
 }
 
+// A new Python object owning value: what pybind11's cast of a returned T
+// does (class_<T>::init_instance: the instance registered, a unique_ptr
+// holder made), with the type record given rather than looked up by
+// std::type_index, a third of the cast's instructions. install() checks
+// that T's class has the default holder this assumes.
 template <class T>
 PyObject* wrap(T&& value, const FastType& ft) {
-  return py::detail::type_caster_generic::cast(
-             &value, py::return_value_policy::move, py::handle(), ft.info, nullptr,
-             [](const void* p) -> void* {
-               return new T(std::move(*const_cast<T*>(static_cast<const T*>(p))));
-             })
-      .ptr();
+  PyObject* obj = py::detail::make_new_instance(ft.type);
+  auto* inst = reinterpret_cast<py::detail::instance*>(obj);
+  py::detail::value_and_holder v_h = inst->get_value_and_holder(ft.info, false);
+  v_h.value_ptr() = new T(std::move(value));
+  inst->owned = true;
+  py::detail::register_instance(inst, v_h.value_ptr(), ft.info);
+  v_h.set_instance_registered();
+  new (std::addressof(v_h.holder<std::unique_ptr<T>>())) std::unique_ptr<T>(v_h.value_ptr<T>());
+  v_h.set_holder_constructed();
+  return obj;
 }
 
 // Runs op with the GIL released. A C++ exception becomes the Python one
@@ -145,9 +155,10 @@ void install(py::module_& m, const char* name, FastType& ft) {
   ft.type = reinterpret_cast<PyTypeObject*>(cls.ptr());
   ft.info = py::detail::get_type_info(ft.type);
   PyNumberMethods* nb = ft.type->tp_as_number;
-  DT_CHECK(ft.info != nullptr && nb != nullptr && nb->nb_add && nb->nb_subtract &&
-               nb->nb_multiply && nb->nb_true_divide,
-           "dtensor._dtensor: ", name, " has no arithmetic slots to speed up");
+  DT_CHECK(ft.info != nullptr && ft.info->simple_type && ft.info->default_holder && nb != nullptr &&
+               nb->nb_add && nb->nb_subtract && nb->nb_multiply && nb->nb_true_divide,
+           "dtensor._dtensor: ", name,
+           " is not the plain pybind11 class with arithmetic slots that the fast path assumes");
   nb->nb_add = fast_add;
   nb->nb_subtract = fast_sub;
   nb->nb_multiply = fast_mul;
