@@ -86,17 +86,17 @@ const T& value_of(PyObject* o, const FastType& ft) {
   return *static_cast<const T*>(inst->get_value_and_holder(ft.info, false).value_ptr());
 }
 
-// A new Python object owning value: what pybind11's cast of a returned T
+// A new Python object owning *value: what pybind11's cast of a returned T
 // does (class_<T>::init_instance: the instance registered, a unique_ptr
 // holder made), with the type record given rather than looked up by
 // std::type_index, a third of the cast's instructions. install() checks
 // that T's class has the default holder this assumes.
 template <class T>
-PyObject* wrap(T&& value, const FastType& ft) {
+PyObject* wrap(std::unique_ptr<T> value, const FastType& ft) {
   PyObject* obj = py::detail::make_new_instance(ft.type);
   auto* inst = reinterpret_cast<py::detail::instance*>(obj);
   py::detail::value_and_holder v_h = inst->get_value_and_holder(ft.info, false);
-  v_h.value_ptr() = new T(std::move(value));
+  v_h.value_ptr() = value.release();
   inst->owned = true;
   py::detail::register_instance(inst, v_h.value_ptr(), ft.info);
   v_h.set_instance_registered();
@@ -112,10 +112,10 @@ template <class T, class Op>
 PyObject* run(PyObject* a, PyObject* b, const FastType& ft, Op op) {
   const T& x = value_of<T>(a, ft);
   const T& y = value_of<T>(b, ft);
-  T out;
+  std::unique_ptr<T> out;  // made in place on the heap: no ~300-byte DTensor move
   PyThreadState* saved = PyEval_SaveThread();
   try {
-    out = op(x, y);
+    out.reset(new T(op(x, y)));
   } catch (...) {
     PyEval_RestoreThread(saved);
     if (!py::detail::apply_exception_translators(
