@@ -17,7 +17,8 @@ back the GIL).
     PYTHONPATH=build/python python3 bench/python_overhead.py \\
         --dispatch-bench build/bin/dispatch_bench
 
-Each figure is the median over --repeat runs of --number calls (timeit).
+Each figure is the median over --repeat interleaved rounds of --number
+calls each (timeit); the C++ figure is Google Benchmark's median of 5.
 """
 import argparse
 import json
@@ -69,26 +70,34 @@ def main():
     na, nb = np.asarray(ta).copy(), np.asarray(tb).copy()
     a + b  # warm the propagation cache
 
-    figures = {
-        "python_dtensor_add_ns": per_call_ns(lambda: a + b, args.number, args.repeat),
-        "python_tensor_add_ns": per_call_ns(lambda: ta + tb, args.number, args.repeat),
-        "numpy_add_ns": per_call_ns(lambda: na + nb, args.number, args.repeat),
-        "python_noop_lambda_ns": per_call_ns(lambda: None, args.number, args.repeat),
+    cases = {
+        "python_dtensor_add_ns": lambda: a + b,
+        "python_tensor_add_ns": lambda: ta + tb,
+        "numpy_add_ns": lambda: na + nb,
+        "python_noop_lambda_ns": lambda: None,
     }
     if torch is not None:
         torch.set_num_threads(1)
         xa, xb = torch.from_numpy(na.copy()), torch.from_numpy(nb.copy())
-        figures["torch_tensor_add_ns"] = per_call_ns(lambda: xa + xb, args.number, args.repeat)
-        # The DTensor figure again, after torch's: a drift of the machine's
-        # load between the two shows as a difference between the two runs.
-        figures["python_dtensor_add_again_ns"] = per_call_ns(lambda: a + b, args.number,
-                                                             args.repeat)
+        cases["torch_tensor_add_ns"] = lambda: xa + xb
+    # Interleaved: each of --repeat rounds times every case once (number
+    # calls each), so a change of the machine's load reaches all of them
+    # alike; a figure is the median of its rounds.
+    times = {k: [] for k in cases}
+    for _ in range(args.repeat):
+        for key, fn in cases.items():
+            times[key].append(per_call_ns(fn, args.number, 1))
+    figures = {k: statistics.median(v) for k, v in times.items()}
     if args.dispatch_bench:
         cpp, cpp_overhead = cpp_add_ns(args.dispatch_bench, args.min_time)
         figures["cpp_dtensor_add_ns"] = cpp
         if cpp_overhead is not None:
             figures["cpp_dispatch_overhead_ns"] = cpp_overhead
         figures["python_binding_overhead_ns"] = figures["python_dtensor_add_ns"] - cpp
+        figures["python_over_cpp"] = figures["python_dtensor_add_ns"] / cpp
+    if "torch_tensor_add_ns" in figures:
+        figures["python_dtensor_over_torch"] = (figures["python_dtensor_add_ns"] /
+                                                figures["torch_tensor_add_ns"])
 
     if args.json:
         print(json.dumps(figures, indent=1))
@@ -101,12 +110,15 @@ def main():
         ("plain 8x8 Tensor add, from Python", "python_tensor_add_ns"),
         ("NumPy 8x8 float32 add", "numpy_add_ns"),
         ("PyTorch 8x8 float32 CPU tensor add, 1 thread", "torch_tensor_add_ns"),
-        ("DTensor add from Python, timed again after torch", "python_dtensor_add_again_ns"),
         ("an empty Python lambda call (timing floor)", "python_noop_lambda_ns"),
     ]
     for label, key in rows:
         if key in figures:
             print(f"{label:<52} {figures[key]:8.0f} ns")
+    for label, key in (("DTensor add from Python / from C++", "python_over_cpp"),
+                       ("DTensor add from Python / torch's plain add", "python_dtensor_over_torch")):
+        if key in figures:
+            print(f"{label:<52} {figures[key]:8.2f}")
     return 0
 
 
