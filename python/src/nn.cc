@@ -16,6 +16,13 @@
 // Module.__call__ releases the GIL (forward hooks, collectives); forward
 // written in Python takes it back.
 //
+// A module made without a mesh (Module(), Linear(16, 64)) is on
+// nn::local_mesh() until parallelize_module or fully_shard adopts it (nn.h);
+// its calls take dtensor.Tensors as whole inputs. __call__ takes any
+// arguments: one DTensor is the fast path (nn::Module's call, GIL
+// released); others go to the Python forward, inside the hooks when there
+// are any (module_call).
+//
 // Ownership. C++ owns children (nn::Module keeps unique_ptrs), Python owns
 // what it made. A module made in Python is owned by its Python object until
 // it is assigned as a child; from then on the parent (C++) owns it and the
@@ -170,8 +177,96 @@ void register_child(py::object self, const std::string& name, py::object child_o
   cpp_owned().insert(&child);
   m.add_module(name, &child);
   // Keep the parent alive while Python reaches the child (its C++ object
-  // lives inside the parent now).
+  // lives inside the parent now), and the child's Python object alive while
+  // the parent lives: a Python subclass's forward needs it (add_module does
+  // not go through __setattr__).
   PyObject_GenericSetAttr(child_obj.ptr(), py::str("_parent").ptr(), self.ptr());
+  if (PyObject_GenericSetAttr(self.ptr(), py::str(name).ptr(), child_obj.ptr()) != 0)
+    throw py::error_already_set();
+}
+
+// Holds a call's extra arguments for the forward that nn::Module runs
+// inside its hooks, possibly later (checkpointing's recomputation in
+// backward) and on a thread without the GIL: the GIL is taken to touch or
+// drop them.
+struct ForwardArgs {
+  py::object forward;
+  py::tuple rest;
+  py::dict kwargs;
+  ~ForwardArgs() {
+    py::gil_scoped_acquire gil;
+    forward = py::object();
+    rest = py::tuple();
+    kwargs = py::dict();
+  }
+};
+
+// Module.__call__(*args, **kwargs). One DTensor (the common case) goes
+// straight to nn::Module's call (hooks, forward) with the GIL released. A
+// module on the local mesh takes dtensor.Tensor arguments as whole values
+// (made DTensors on that mesh, as a one-process model's inputs). Other
+// calls: without hooks, the Python forward with the arguments as given
+// (PyTorch's); with hooks (parallelize_module, fully_shard,
+// checkpoint_wrapper, register_forward_*hook), the hooks see the first
+// argument, which must be a DTensor, and the result, which must be one.
+py::object module_call(py::object self, py::args args, py::kwargs kwargs) {
+  auto& mod = self.cast<nn::Module&>();
+  if (args.size() == 1 && kwargs.empty() && py::isinstance<DTensor>(args[0])) {
+    DTensor x = args[0].cast<DTensor>();
+    DTensor y;
+    {
+      py::gil_scoped_release release;
+      y = mod(x);
+    }
+    return py::cast(std::move(y));
+  }
+  py::list pos(args);
+  if (mod.is_local()) {
+    const Placements replicate{Replicate()};
+    auto local = [&](py::handle v) -> py::object {
+      if (!py::isinstance<Tensor>(v)) return py::reinterpret_borrow<py::object>(v);
+      return py::cast(distribute_tensor(v.cast<Tensor>(), nn::local_mesh(), replicate));
+    };
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = local(pos[i]);
+    for (auto [k, v] : kwargs) kwargs[k] = local(v);
+  }
+  py::object forward = self.attr("forward");
+  if (!mod.has_hooks()) return forward(*pos, **kwargs);
+  DT_CHECK(!pos.empty() && py::isinstance<DTensor>(pos[0]), type_name(self),
+           ": a module with forward hooks (parallelize_module, fully_shard, checkpoint_wrapper, "
+           "register_forward_hook) takes a DTensor as its first argument, got ",
+           pos.empty() ? std::string("none") : type_name(pos[0]));
+  auto extra = std::make_shared<ForwardArgs>();
+  extra->forward = forward;
+  extra->rest = py::tuple(pos[py::slice(1, static_cast<py::ssize_t>(pos.size()), 1)]);
+  extra->kwargs = kwargs;
+  const std::string what = type_name(self) + ".forward's result";
+  std::function<DTensor(const DTensor&)> fn = [extra, what](const DTensor& in) {
+    py::gil_scoped_acquire gil;
+    py::object r = extra->forward(py::cast(in, py::return_value_policy::copy), *extra->rest,
+                                  **extra->kwargs);
+    return cast_arg<DTensor>(r, what, "a DTensor (forward hooks see one output)");
+  };
+  DTensor x = pos[0].cast<DTensor>();
+  DTensor y;
+  {
+    py::gil_scoped_release release;
+    y = mod(x, fn);
+  }
+  return py::cast(std::move(y));
+}
+
+// The mesh of a module made without one.
+DeviceMesh no_mesh() { return nn::local_mesh(); }
+
+// PyTorch's normalized_shape: an int or a sequence of one int (the last dim).
+int64_t last_dim(py::handle shape, const char* module) {
+  if (PyLong_Check(shape.ptr())) return shape.cast<int64_t>();
+  auto dims = cast_arg<std::vector<int64_t>>(shape, std::string(module) + "'s normalized_shape",
+                                             "an int or a sequence of ints");
+  DT_CHECK(dims.size() == 1, module, ": normalized_shape over ", dims.size(),
+           " dims is not implemented (the last dim only)");
+  return dims[0];
 }
 
 py::list named_modules(py::object self) {
@@ -256,10 +351,37 @@ attribute makes it a child, assigning dtensor.nn.Parameter(...) a parameter
 (read back through the attribute, with its current layout).
 )doc")
       .def(py::init<DeviceMesh>(), py::arg("device_mesh"))
+      .def(py::init<>(), "On the process's local mesh (the whole parameters on every process) "
+           "until parallelize_module or fully_shard lays it out.")
       .def("forward", &nn::Module::forward, py::arg("input"))
-      .def("__call__", &nn::Module::operator(), py::arg("input"), release_gil(),
-           "Pre-hooks, forward, hooks; returns the output.")
+      .def("__call__", &module_call,
+           "Pre-hooks, forward(*args, **kwargs), hooks; returns the output.")
       .def_property_readonly("device_mesh", &nn::Module::mesh)
+      .def_property("training", &nn::Module::training,
+                    [](nn::Module& mod, bool mode) {
+                      // This module only, as assigning torch's attribute.
+                      if (mode == mod.training()) return;
+                      std::vector<std::pair<nn::Module*, bool>> kids;
+                      for (auto& [n, c] : mod.named_modules())
+                        if (c != &mod) kids.emplace_back(c, c->training());
+                      mod.train(mode);
+                      for (auto& [c, t] : kids) c->train(t);
+                    })
+      .def("train",
+           [](py::object self, bool mode) {
+             self.cast<nn::Module&>().train(mode);
+             return self;
+           },
+           py::arg("mode") = true, "Sets training on this module and every descendant; returns it.")
+      .def("eval",
+           [](py::object self) {
+             self.cast<nn::Module&>().train(false);
+             return self;
+           },
+           "train(False).")
+      .def_property_readonly("_is_local", &nn::Module::is_local)
+      .def("_adopt", &nn::Module::adopt, py::arg("device_mesh"), py::arg("by"), release_gil(),
+           "Moves the modules still on the local mesh onto device_mesh (nn::Module::adopt).")
       .def("named_parameters",
            [](nn::Module& mod) {
              std::vector<std::pair<std::string, DTensor>> out;
@@ -408,6 +530,14 @@ followed by reset_parameters().)
            }),
            py::arg("device_mesh"), py::arg("weight"), py::arg("bias") = py::none(),
            "From full weights (every process passes the same), Replicate on the mesh.")
+      .def(py::init([](int64_t in, int64_t out, bool bias, std::optional<uint64_t> seed) {
+             return ModulePtr<nn::Linear>(new nn::Linear(no_mesh(), in, out, bias, seed));
+           }),
+           py::arg("in_features"), py::arg("out_features"), py::arg("bias") = true, py::kw_only(),
+           py::arg("seed") = py::none(),
+           "torch.nn.Linear(in_features, out_features, bias=True): on the local mesh, every "
+           "process holding the whole weights (the same draws) until parallelize_module or "
+           "fully_shard lays them out.")
       .def_property_readonly("weight", [](nn::Linear& l) { return l.weight(); })
       .def_property_readonly("bias", [](nn::Linear& l) -> std::optional<DTensor> {
         if (l.bias() == nullptr) return std::nullopt;
@@ -429,7 +559,15 @@ followed by reset_parameters().)
              return ModulePtr<nn::Embedding>(new nn::Embedding(mesh, tensor_from_python(weight)));
            }),
            py::arg("device_mesh"), py::arg("weight"))
-      .def_property_readonly("weight", [](nn::Embedding& e) { return e.weight(); });
+      .def(py::init([](int64_t num, int64_t dim, std::optional<uint64_t> seed) {
+             return ModulePtr<nn::Embedding>(new nn::Embedding(no_mesh(), num, dim, seed));
+           }),
+           py::arg("num_embeddings"), py::arg("embedding_dim"), py::kw_only(),
+           py::arg("seed") = py::none(), "torch.nn.Embedding(num_embeddings, embedding_dim) on the "
+           "local mesh (padding_idx: see dtensor/_nn_modules.py).")
+      .def_property_readonly("weight", [](nn::Embedding& e) { return e.weight(); })
+      .def_property_readonly("num_embeddings", [](nn::Embedding& e) { return e.weight().shape()[0]; })
+      .def_property_readonly("embedding_dim", [](nn::Embedding& e) { return e.weight().shape()[1]; });
 
   ModuleClass<nn::LayerNorm>(nm, "LayerNorm", "LayerNorm over the last dim, with weight and bias.")
       .def(py::init([](const DeviceMesh& mesh, int64_t dim, double eps) {
@@ -442,6 +580,14 @@ followed by reset_parameters().)
                  mesh, tensor_from_python(weight), tensor_from_python(bias), eps));
            }),
            py::arg("device_mesh"), py::arg("weight"), py::arg("bias"), py::arg("eps") = 1e-5)
+      .def(py::init([](py::object shape, double eps, bool elementwise_affine) {
+             DT_CHECK(elementwise_affine, "LayerNorm(elementwise_affine=False) is not implemented "
+                      "(use dtensor.nn.functional.layer_norm without weight and bias)");
+             const int64_t dim = last_dim(shape, "LayerNorm");
+             return ModulePtr<nn::LayerNorm>(new nn::LayerNorm(no_mesh(), dim, eps));
+           }),
+           py::arg("normalized_shape"), py::arg("eps") = 1e-5, py::arg("elementwise_affine") = true,
+           "torch.nn.LayerNorm(normalized_shape, eps=1e-5) on the local mesh.")
       .def_property_readonly("weight", [](nn::LayerNorm& l) { return l.weight(); })
       .def_property_readonly("bias", [](nn::LayerNorm& l) { return l.bias(); });
 
@@ -455,6 +601,15 @@ followed by reset_parameters().)
              return ModulePtr<nn::RMSNorm>(new nn::RMSNorm(mesh, tensor_from_python(weight), eps));
            }),
            py::arg("device_mesh"), py::arg("weight"), py::arg("eps") = py::none())
+      .def(py::init([](py::object shape, std::optional<double> eps, bool elementwise_affine) {
+             DT_CHECK(elementwise_affine, "RMSNorm(elementwise_affine=False) is not implemented "
+                      "(use dtensor.nn.functional.rms_norm without a weight)");
+             const int64_t dim = last_dim(shape, "RMSNorm");
+             return ModulePtr<nn::RMSNorm>(new nn::RMSNorm(no_mesh(), dim, eps));
+           }),
+           py::arg("normalized_shape"), py::arg("eps") = py::none(),
+           py::arg("elementwise_affine") = true,
+           "torch.nn.RMSNorm(normalized_shape, eps=None) on the local mesh.")
       .def_property_readonly("weight", [](nn::RMSNorm& l) { return l.weight(); });
 
   py::class_<nn::Init>(nm, "Init", R"doc(
