@@ -73,10 +73,11 @@ def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0):
     if land < 1e-6:
         raise _dt.Error(f"init.trunc_normal_: [a, b] = [{a}, {b}] holds too little of "
                         f"Normal({mean}, {std}) ({land:.3g})")
+    center, half = (lo + hi) / 2, (hi - lo) / 2
     z = _like(tensor, _dt.randn)
     for _ in range(int(60 / land) + 10):
-        outside = (z < lo) | (z > hi)
-        if not outside.any().item():
+        outside = _dt.abs(z - center) > half
+        if not bool(outside.any().full_tensor().item()):
             return _fill(tensor, z * std + mean)
         z = _dt.where(outside, _like(tensor, _dt.randn), z)
     raise _dt.Error("init.trunc_normal_: rejection did not converge")

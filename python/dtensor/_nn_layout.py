@@ -29,8 +29,7 @@ def _adopt(module, mesh, by):
         for name in m.__dict__.get("_buffer_names", {}):
             value = m.__dict__.get(name)
             if isinstance(value, _dt.DTensor) and value.device_mesh != root:
-                object.__setattr__(m, name,
-                                   _dt.distribute_tensor(value.full_tensor(), root, replicate))
+                m.__dict__[name] = _dt.distribute_tensor(value.full_tensor(), root, replicate)
 
 
 def parallelize_module(module, device_mesh=None, parallelize_plan=None, **kwargs):

@@ -46,8 +46,8 @@ def register_buffer(self, name, tensor, persistent=True):
                                                     f"register_buffer('{name}')")
     names = dict(_buffer_names(self))
     names[name] = bool(persistent)
-    object.__setattr__(self, "_buffer_names", names)
-    object.__setattr__(self, name, value)
+    self.__dict__["_buffer_names"] = names
+    self.__dict__[name] = value
 
 
 def named_buffers(self, prefix="", recurse=True):

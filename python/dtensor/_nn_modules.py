@@ -254,14 +254,14 @@ class Embedding(_CEmbedding):
     def __init__(self, *args, padding_idx=None, **kwargs):
         _CEmbedding.__init__(self, *args, **kwargs)
         if padding_idx is None:
-            object.__setattr__(self, "padding_idx", None)
+            self.__dict__["padding_idx"] = None
             return
         num = self.weight.shape[0]
         if not -num <= padding_idx < num:
             raise _dt.Error(f"Embedding: padding_idx must be within num_embeddings ({num}), "
                             f"got {padding_idx}")
         padding_idx %= num
-        object.__setattr__(self, "padding_idx", padding_idx)
+        self.__dict__["padding_idx"] = padding_idx
         w = self.weight
         if w.is_meta:
             raise _dt.Error("Embedding(padding_idx=) under meta_device() is not implemented")

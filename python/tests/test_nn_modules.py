@@ -278,14 +278,14 @@ def param(mesh, shape, layout):
      and abs(a.mean() - 0.5) < 0.02 and abs(a.var() - 4 / 12) < 0.02),
     ("normal_", (1.0, 0.5), lambda a: abs(a.mean() - 1) < 0.01 and abs(a.std() - 0.5) < 0.01),
     ("trunc_normal_", (0.0, 1.0, -1.0, 2.0), lambda a: a.min() >= -1 and a.max() <= 2
-     and abs(a.mean() - 0.2288) < 0.02 and abs(a.std() - 0.7008) < 0.02),
+     and abs(a.mean() - 0.2296) < 0.02 and abs(a.std() - 0.7210) < 0.01),
     ("constant_", (0.25,), lambda a: np.all(a == 0.25)),
     ("zeros_", (), lambda a: np.all(a == 0)),
     ("ones_", (), lambda a: np.all(a == 1)),
     ("xavier_uniform_", (), lambda a: abs(a.std() - np.sqrt(2 / (64 + 128))) < 0.003
      and np.abs(a).max() <= np.sqrt(6 / (64 + 128))),
     ("xavier_normal_", (2.0,), lambda a: abs(a.std() - 2 * np.sqrt(2 / (64 + 128))) < 0.005),
-    ("kaiming_uniform_", (), lambda a: abs(a.std() - np.sqrt(2 / 1.0001) / 8) < 0.004),
+    ("kaiming_uniform_", (), lambda a: abs(a.std() - np.sqrt(2) / 8) < 0.004),
     ("kaiming_normal_", (0, "fan_out", "relu"),
      lambda a: abs(a.std() - np.sqrt(2) / np.sqrt(128)) < 0.004),
 ])
@@ -365,7 +365,7 @@ def test_module_api_as_torch():
     # apply: children first, then the module
     seen = []
     ours.apply(lambda m: seen.append(type(m).__name__))
-    assert seen == [type(m).__name__ for m in _torch_apply_order(theirs)]
+    assert seen == [type(m).__name__.replace("Torch", "") for m in _torch_apply_order(theirs)]
     # requires_grad_ and zero_grad
     ours.requires_grad_(False)
     assert not any(p.requires_grad for p in ours.parameters())
@@ -592,7 +592,7 @@ def test_llama_meshless_then_parallelized_as_torch(mesh):
     dt.fully_shard(model, mesh=mesh["dp"])
     assert not model._is_local and model.device_mesh == mesh
     wq = model.layers[0].attention.wq.weight
-    assert wq.device_mesh == mesh and wq.placements == (dt.Shard(0), dt.Shard(0))
+    assert wq.device_mesh == mesh and [p.dim for p in wq.placements] == [0, 0]  # dp inside tp
     for k, v in model.state_dict().items():
         np.testing.assert_array_equal(full(v), whole[k], err_msg=k)  # the values moved as they were
     tmodel.zero_grad()
