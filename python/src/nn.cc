@@ -201,10 +201,11 @@ struct ForwardArgs {
   py::tuple rest;
   py::dict kwargs;
   ~ForwardArgs() {
+    // Dropped here, with the GIL; the members' own destructors then see null handles.
     py::gil_scoped_acquire gil;
-    forward = py::object();
-    rest = py::tuple();
-    kwargs = py::dict();
+    forward.release().dec_ref();
+    rest.release().dec_ref();
+    kwargs.release().dec_ref();
   }
 };
 

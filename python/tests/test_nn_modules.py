@@ -422,6 +422,35 @@ def test_forward_with_several_arguments_and_hooks():
         b(None, x)
 
 
+class Gate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4, bias=False)
+
+    def forward(self, x, mask, *, scale=1.0):
+        return self.fc(x) * mask * scale
+
+
+def test_extra_arguments_reach_forward_under_fully_shard_and_checkpointing(mesh):
+    dt.manual_seed(2)
+    ref, gate = Gate(), Gate()
+    gate.load_state_dict(ref.state_dict())
+    x = np.random.default_rng(10).standard_normal((4, 4)).astype(np.float32)
+    m = np.random.default_rng(11).standard_normal((4, 4)).astype(np.float32)
+    # the reference: unsharded, no hooks (the Python forward called as is)
+    rx = dt.distribute_tensor(dt.tensor(x), ref.device_mesh, [dt.Replicate()])
+    ref(rx, dt.tensor(m), scale=0.5).sum().backward()
+    dt.fully_shard(gate, mesh=mesh["dp"])
+    nn.checkpoint_wrapper(gate)
+    layout = [dt.Shard(0), dt.Replicate()]
+    dx = dt.distribute_tensor(dt.tensor(x), mesh, layout)
+    dm = dt.distribute_tensor(dt.tensor(m), mesh, layout)
+    y = gate(dx, dm, scale=0.5)
+    np.testing.assert_allclose(full(y), full(ref(rx, dt.tensor(m), scale=0.5)), rtol=1e-6)
+    y.sum().backward()  # the recomputation gets mask and scale again
+    np.testing.assert_allclose(full(gate.fc.weight.grad), full(ref.fc.weight.grad), rtol=1e-5)
+
+
 # ---- modules made without a mesh, laid out afterwards -----------------------------------
 
 
