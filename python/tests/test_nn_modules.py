@@ -185,6 +185,30 @@ def test_rms_norm_formula(mesh):
     check_module(norm, TorchRMSNorm(), x)
 
 
+UNEVEN = [[dt.Shard(0), dt.Replicate()], [dt.Replicate(), dt.Shard(1)],
+          [dt.Shard(0), dt.Shard(1)], [dt.Replicate(), dt.Replicate()]]
+
+
+def test_modules_laid_out_on_a_mesh_as_torch(mesh):
+    # (5, 6): uneven shards over 2 ranks on either dim
+    x = np.random.default_rng(12).standard_normal((5, 6)).astype(np.float32)
+    for ours, theirs in [(nn.GELU(approximate="tanh"), tnn.GELU(approximate="tanh")),
+                         (nn.SiLU(), tnn.SiLU()), (nn.ReLU(), tnn.ReLU()),
+                         (nn.Dropout(0.3).eval(), tnn.Dropout(0.3).eval())]:
+        check_module(ours, theirs, x, mesh, UNEVEN)
+    dt.manual_seed(3)
+    col, row = nn.Linear(6, 4), nn.Linear(6, 4)
+    dt.parallelize_module(col, mesh["tp"], dt.ColwiseParallel())
+    dt.parallelize_module(row, mesh["tp"], dt.RowwiseParallel())
+    check_module(col, tnn.Linear(6, 4), x, mesh, UNEVEN)
+    check_module(row, tnn.Linear(6, 4), x, mesh, UNEVEN)
+    ln = dt.fully_shard(nn.LayerNorm(6), mesh=mesh["dp"])
+    check_module(ln, tnn.LayerNorm(6), x, mesh, UNEVEN)
+    ids = np.array([[1, 0, 3], [3, 2, 0], [4, 4, 1]], dtype=np.int64)
+    emb = dt.parallelize_module(nn.Embedding(5, 3), mesh["tp"], dt.ColwiseParallel())
+    check_module(emb, tnn.Embedding(5, 3), ids, mesh, UNEVEN, int_input=True)
+
+
 def test_dropout_train_eval_and_statistics(mesh):
     drop = nn.Dropout(0.25)
     x = dt.distribute_tensor(dt.ones((64, 64)), mesh, [dt.Shard(0), dt.Shard(1)])
