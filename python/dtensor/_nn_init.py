@@ -31,8 +31,16 @@ def _like(tensor, draw):
 
 
 def _fill(tensor, values):
+    # An op on a layout with ordered shards (fully_shard inside tp's Shard)
+    # may answer in another layout of the same values; the copy is in place.
+    if values.placements != tensor.placements:
+        values = values.redistribute(tensor.placements)
+    # Shard by shard (the same layout: no communication). DTensor.copy_ has
+    # no rule for ordered shards (S(0)[1],S(0)[0]) even between equal specs.
+    mine = values.local_shards()
     with _dt.no_grad():
-        tensor.copy_(values)
+        for rank, shard in tensor.local_shards().items():
+            shard.copy_(mine[rank])
     return tensor
 
 
@@ -48,7 +56,8 @@ def normal_(tensor, mean=0.0, std=1.0):
 
 def constant_(tensor, val):
     _check(tensor, "constant_")
-    return _fill(tensor, _dt.zeros_like(tensor) + val)
+    return _fill(tensor, _dt.full(tuple(tensor.shape), val, dtype=tensor.dtype,
+                                  device_mesh=tensor.device_mesh, placements=tensor.placements))
 
 
 def zeros_(tensor):

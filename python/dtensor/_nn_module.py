@@ -190,7 +190,20 @@ def load_state_dict(self, state_dict, strict=True):
     return _IncompatibleKeys(missing, unexpected)
 
 
-for _name, _fn in [("register_buffer", register_buffer), ("named_buffers", named_buffers),
+def to_empty(self, *, device=None, recurse=True):
+    """torch's (after building under meta_device() and laying the model out):
+    allocates each process's shards. torch leaves the values unset; here
+    they are the recipes' (materialize()), which an init_weights() with
+    dtensor.nn.init then overwrites in place. Returns the module."""
+    if device not in (None, "cpu"):
+        raise _dt.Error(f'to_empty: device "{device}": dtensor runs on the CPU only')
+    if not recurse:
+        raise _dt.Error("to_empty(recurse=False) is not implemented")
+    self.materialize()
+    return self
+
+
+for _name, _fn in [("register_buffer", register_buffer), ("to_empty", to_empty), ("named_buffers", named_buffers),
                    ("buffers", buffers), ("named_parameters", named_parameters),
                    ("parameters", parameters), ("children", children), ("apply", apply),
                    ("requires_grad_", requires_grad_), ("zero_grad", zero_grad),

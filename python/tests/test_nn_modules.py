@@ -696,3 +696,30 @@ def test_meshless_model_under_meta_device(mesh):
     for (n, a), (_, b) in zip(plain.named_parameters(), meta.named_parameters()):
         assert a.placements == b.placements, n
         np.testing.assert_array_equal(full(a), full(b), err_msg=n)
+
+
+def test_to_empty_then_init_weights_as_torchtitan(mesh):
+    # torchtitan: build on meta, lay out, to_empty, init_weights with nn.init
+    def build(meta):
+        if meta:
+            with nn.meta_device():
+                m = Llama()
+        else:
+            m = Llama()
+        dt.parallelize_module(m.layers[0], mesh["tp"], {"feed_forward.w1": dt.ColwiseParallel()})
+        dt.fully_shard(m, mesh=mesh["dp"])
+        if meta:
+            assert m.to_empty(device="cpu") is m
+        dt.manual_seed(8)
+        for name, p in m.named_parameters():
+            if name.endswith("norm.weight"):
+                init.ones_(p)
+            else:
+                init.trunc_normal_(p, mean=0.0, std=0.02, a=-0.04, b=0.04)
+        return m
+
+    a, b = build(True), build(False)
+    for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+        np.testing.assert_array_equal(full(p), full(q), err_msg=n)
+    w = full(a.layers[0].feed_forward.w1.weight)
+    assert np.abs(w).max() <= 0.04 and 0.01 < w.std() < 0.02
