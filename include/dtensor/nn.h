@@ -39,12 +39,28 @@
 // from a full Tensor is the exception: that tensor is kept until
 // materialize()). Ops on a parameter not yet materialized throw.
 //
-// Differences from torch.nn.Module: one DTensor in and one out (a model with
-// more inputs keeps them as members, e.g. a mask as a buffer); no
-// train/eval mode; no state_dict() method: a model's state (with its
-// optimizer's) is checkpoint::get_state_dict / set_state_dict
-// (dtensor/checkpoint.h), as torch.distributed.checkpoint.state_dict; no
-// buffers beyond what a module keeps as members.
+// Modules made without a mesh (PyTorch's way: build the model, then lay it
+// out). Module() and the Python constructors without a mesh put a module on
+// local_mesh(), one rank of a World::simulated(1) that every process has
+// for itself: each process holds the whole parameters (made from the global
+// generator or seeds, so every process makes the same values) and the
+// model runs as is, as one process. parallelize_module and fully_shard (the
+// Python ones) first call adopt(target.root()): every module of the subtree
+// still on local_mesh() moves to the target's root mesh, each parameter
+// distributed Replicate from its whole values (a meta one stays meta with
+// its Init), then the style lays it out as for a module made on that mesh.
+// Why a 1-rank mesh and not "no mesh": forward, autograd and the
+// optimizers only know DTensors, so an unsharded model is an ordinary
+// DTensor model on a mesh of one; and adopting the root mesh (not the
+// 1-d sub-mesh a call names) lets the tp and dp layouts of later calls
+// compose on the one mesh, as for modules built on it.
+//
+// Differences from torch.nn.Module: the C++ forward takes one DTensor and
+// returns one (the Python Module takes any arguments, see python/src/nn.cc);
+// train()/eval() set a flag that modules (Dropout) read; no state_dict()
+// method in C++: a model's state (with its optimizer's) is
+// checkpoint::get_state_dict / set_state_dict (dtensor/checkpoint.h), as
+// torch.distributed.checkpoint.state_dict; buffers are the Python Module's.
 #pragma once
 
 #include <functional>
@@ -109,9 +125,15 @@ class MetaDeviceGuard {
 
 struct CheckpointPolicy;  // below, with checkpoint()
 
+// The mesh of modules made without one: rank 0 of this process's own
+// World::simulated(1) (see above). The same mesh for every call.
+const DeviceMesh& local_mesh();
+
 class Module {
  public:
   explicit Module(DeviceMesh mesh) : mesh_(std::move(mesh)) {}
+  // On local_mesh(), until adopt().
+  Module() : Module(local_mesh()) {}
   virtual ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
@@ -119,9 +141,32 @@ class Module {
   // Runs the pre-hooks (each may replace the input), forward(), then the
   // hooks (each may replace the output), in registration order.
   DTensor operator()(const DTensor& x);
+  // The same hooks (and checkpointing) around `forward` in place of
+  // forward(): the call of a module whose forward takes more than x (the
+  // Python Module's extra arguments, captured by `forward`). Under
+  // checkpointing `forward` is kept for the recomputation in backward.
+  DTensor operator()(const DTensor& x, const std::function<DTensor(const DTensor&)>& forward);
   virtual DTensor forward(const DTensor& x) = 0;
+  // Whether a call does more than forward(): hooks or checkpointing.
+  bool has_hooks() const {
+    return !pre_hooks_.empty() || !hooks_.empty() || checkpoint_policy_ != nullptr;
+  }
 
   const DeviceMesh& mesh() const { return mesh_; }
+  // Whether the module is on local_mesh() (made without a mesh, not yet adopted).
+  bool is_local() const;
+  // Moves this module and every descendant still on local_mesh() onto
+  // `mesh`: each parameter distributed Replicate from its whole values (a
+  // meta one becomes meta on `mesh`, keeping its Init), tied slots kept
+  // tied, the old parameters marked superseded by `by` (replace_parameter);
+  // gradients are not carried over. Modules on another mesh are left as
+  // they are. Returns how many parameters moved.
+  int64_t adopt(const DeviceMesh& mesh, const std::string& by);
+
+  // PyTorch's training flag: true until train(false) (eval()), which sets
+  // it on this module and every descendant. Modules such as Dropout read it.
+  bool training() const { return training_; }
+  void train(bool mode = true);
 
   // Parameters by dotted name: this module's own in registration order,
   // then each child's ("blocks.0.attention.wq.weight"). The pointers stay
@@ -202,8 +247,10 @@ class Module {
   std::vector<ForwardPreHook> pre_hooks_;
   std::vector<ForwardHook> hooks_;
   std::shared_ptr<const CheckpointPolicy> checkpoint_policy_;  // null: not checkpointed
+  bool training_ = true;
 
-  DTensor call(const DTensor& x);  // the hooks and forward()
+  // The hooks and forward(), or *fn in its place when given.
+  DTensor call(const DTensor& x, const std::function<DTensor(const DTensor&)>* fn = nullptr);
 };
 
 // ---- activation checkpointing (torch.utils.checkpoint, non-reentrant) --------------------

@@ -69,3 +69,8 @@ def init_device_mesh(*args, mesh_shape=None, mesh_dim_names=None, world=None, de
         raise Error(f"init_device_mesh: mesh shape {tuple(mesh_shape)} needs {size} ranks but "
                     f"the world has {world.size}")
     return DeviceMesh(world, tuple(mesh_shape), list(mesh_dim_names) if mesh_dim_names else None)
+
+# torch.nn's Python side (after the extension's dtensor.nn): the Module API,
+# containers and small modules, functional, init, and the layout calls that
+# adopt modules made without a mesh.
+from . import _nn_module, _nn_modules, _nn_functional, _nn_init, _nn_layout  # noqa: E402,F401

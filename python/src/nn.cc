@@ -16,6 +16,13 @@
 // Module.__call__ releases the GIL (forward hooks, collectives); forward
 // written in Python takes it back.
 //
+// A module made without a mesh (Module(), Linear(16, 64)) is on
+// nn::local_mesh() until parallelize_module or fully_shard adopts it (nn.h);
+// its calls take dtensor.Tensors as whole inputs. __call__ takes any
+// arguments: one DTensor is the fast path (nn::Module's call, GIL
+// released); others go to the Python forward, inside the hooks when there
+// are any (module_call).
+//
 // Ownership. C++ owns children (nn::Module keeps unique_ptrs), Python owns
 // what it made. A module made in Python is owned by its Python object until
 // it is assigned as a child; from then on the parent (C++) owns it and the
@@ -26,6 +33,8 @@
 // Python can reach it; the pair is an ordinary reference cycle for the
 // garbage collector. Children cannot be removed or replaced (nn::Module has
 // no way to), and a module has one parent.
+#include "dtensor/nn.h"
+
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -39,7 +48,6 @@
 
 #include "bindings.h"
 #include "casters.h"
-#include "dtensor/nn.h"
 #include "dtensor/ops.h"
 #include "dtensor/optim.h"
 
@@ -88,12 +96,13 @@ class PyModule : public nn::Module {
   DTensor forward(const DTensor& x) override {
     py::gil_scoped_acquire gil;
     py::function f = py::get_override(static_cast<const nn::Module*>(this), "forward");
-    DT_CHECK(static_cast<bool>(f), "dtensor.nn.Module subclass ",
-             py::str(py::type::handle_of(py::cast(static_cast<nn::Module*>(this)))).cast<std::string>(),
-             " does not define forward(self, x)");
-    return cast_arg<DTensor>(f(py::cast(x, py::return_value_policy::copy)),
-                             type_name(py::cast(static_cast<nn::Module*>(this))) + ".forward's result",
-                             "a DTensor");
+    DT_CHECK(
+        static_cast<bool>(f), "dtensor.nn.Module subclass ",
+        py::str(py::type::handle_of(py::cast(static_cast<nn::Module*>(this)))).cast<std::string>(),
+        " does not define forward(self, x)");
+    return cast_arg<DTensor>(
+        f(py::cast(x, py::return_value_policy::copy)),
+        type_name(py::cast(static_cast<nn::Module*>(this))) + ".forward's result", "a DTensor");
   }
   DTensor* add_parameter(const std::string& name, DTensor value) {
     return register_parameter(name, std::move(value));
@@ -116,7 +125,8 @@ struct Parameter {
 
 PyModule& python_module(nn::Module& m, const char* what) {
   auto* p = dynamic_cast<PyModule*>(&m);
-  DT_CHECK(p != nullptr, what, ": only a module written in Python (a subclass of "
+  DT_CHECK(p != nullptr, what,
+           ": only a module written in Python (a subclass of "
            "dtensor.nn.Module) takes new parameters and children");
   return *p;
 }
@@ -130,9 +140,11 @@ bool has_own_parameter(nn::Module& m, const std::string& name) {
 void check_name(nn::Module& m, const std::string& name) {
   DT_CHECK(!name.empty() && name.find('.') == std::string::npos,
            "a parameter or module name must be non-empty without '.', got '", name, "'");
-  DT_CHECK(!has_own_parameter(m, name), "the name '", name, "' is already a parameter of this module");
+  DT_CHECK(!has_own_parameter(m, name), "the name '", name,
+           "' is already a parameter of this module");
   for (auto& [n, c] : m.named_modules())
-    DT_CHECK(n != name, "the name '", name, "' is already a module of this module (dtensor "
+    DT_CHECK(n != name, "the name '", name,
+             "' is already a module of this module (dtensor "
              "modules cannot be replaced)");
 }
 
@@ -160,24 +172,116 @@ void register_parameter(py::object self, const std::string& name, const Paramete
 
 void register_child(py::object self, const std::string& name, py::object child_obj) {
   auto& m = python_module(self.cast<nn::Module&>(), "register_module");
-  auto& child = cast_arg<nn::Module&>(child_obj, "register_module('" + name + "')", "a dtensor.nn.Module");
+  auto& child =
+      cast_arg<nn::Module&>(child_obj, "register_module('" + name + "')", "a dtensor.nn.Module");
   check_name(m, name);
   DT_CHECK(cpp_owned().count(&child) == 0, "register_module('", name,
            "'): this module is already a child of another module (a module has one parent)");
   for (auto& [n, c] : child.named_modules())
-    DT_CHECK(c != &m, "register_module('", name, "'): the module is this module or one of its "
+    DT_CHECK(c != &m, "register_module('", name,
+             "'): the module is this module or one of its "
              "parents (the tree would be a cycle)");
   cpp_owned().insert(&child);
   m.add_module(name, &child);
   // Keep the parent alive while Python reaches the child (its C++ object
-  // lives inside the parent now).
+  // lives inside the parent now), and the child's Python object alive while
+  // the parent lives: a Python subclass's forward needs it (add_module does
+  // not go through __setattr__).
   PyObject_GenericSetAttr(child_obj.ptr(), py::str("_parent").ptr(), self.ptr());
+  if (PyObject_GenericSetAttr(self.ptr(), py::str(name).ptr(), child_obj.ptr()) != 0)
+    throw py::error_already_set();
+}
+
+// Holds a call's extra arguments for the forward that nn::Module runs
+// inside its hooks, possibly later (checkpointing's recomputation in
+// backward) and on a thread without the GIL: the GIL is taken to touch or
+// drop them.
+struct ForwardArgs {
+  py::object forward;
+  py::tuple rest;
+  py::dict kwargs;
+  ~ForwardArgs() {
+    // Dropped here, with the GIL; the members' own destructors then see null handles.
+    py::gil_scoped_acquire gil;
+    forward.release().dec_ref();
+    rest.release().dec_ref();
+    kwargs.release().dec_ref();
+  }
+};
+
+// Module.__call__(*args, **kwargs). One DTensor (the common case) goes
+// straight to nn::Module's call (hooks, forward) with the GIL released. A
+// module on the local mesh takes dtensor.Tensor arguments as whole values
+// (made DTensors on that mesh, as a one-process model's inputs). Other
+// calls: without hooks, the Python forward with the arguments as given
+// (PyTorch's); with hooks (parallelize_module, fully_shard,
+// checkpoint_wrapper, register_forward_*hook), the hooks see the first
+// argument, which must be a DTensor, and the result, which must be one.
+py::object module_call(py::object self, py::args args, py::kwargs kwargs) {
+  auto& mod = self.cast<nn::Module&>();
+  if (args.size() == 1 && kwargs.empty() && py::isinstance<DTensor>(args[0])) {
+    DTensor x = args[0].cast<DTensor>();
+    DTensor y;
+    {
+      py::gil_scoped_release release;
+      y = mod(x);
+    }
+    return py::cast(std::move(y));
+  }
+  py::list pos(args);
+  if (mod.is_local()) {
+    const Placements replicate{Replicate()};
+    auto local = [&](py::handle v) -> py::object {
+      if (!py::isinstance<Tensor>(v)) return py::reinterpret_borrow<py::object>(v);
+      return py::cast(distribute_tensor(v.cast<Tensor>(), nn::local_mesh(), replicate));
+    };
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = local(pos[i]);
+    for (auto [k, v] : kwargs) kwargs[k] = local(v);
+  }
+  py::object forward = self.attr("forward");
+  if (!mod.has_hooks()) return forward(*pos, **kwargs);
+  DT_CHECK(!pos.empty() && py::isinstance<DTensor>(pos[0]), type_name(self),
+           ": a module with forward hooks (parallelize_module, fully_shard, checkpoint_wrapper, "
+           "register_forward_hook) takes a DTensor as its first argument, got ",
+           pos.empty() ? std::string("none") : type_name(pos[0]));
+  auto extra = std::make_shared<ForwardArgs>();
+  extra->forward = forward;
+  extra->rest = py::tuple(pos[py::slice(1, static_cast<py::ssize_t>(pos.size()), 1)]);
+  extra->kwargs = kwargs;
+  const std::string what = type_name(self) + ".forward's result";
+  std::function<DTensor(const DTensor&)> fn = [extra, what](const DTensor& in) {
+    py::gil_scoped_acquire gil;
+    py::object r =
+        extra->forward(py::cast(in, py::return_value_policy::copy), *extra->rest, **extra->kwargs);
+    return cast_arg<DTensor>(r, what, "a DTensor (forward hooks see one output)");
+  };
+  DTensor x = pos[0].cast<DTensor>();
+  DTensor y;
+  {
+    py::gil_scoped_release release;
+    y = mod(x, fn);
+  }
+  return py::cast(std::move(y));
+}
+
+// The mesh of a module made without one.
+DeviceMesh no_mesh() { return nn::local_mesh(); }
+
+// PyTorch's normalized_shape: an int or a sequence of one int (the last dim).
+int64_t last_dim(py::handle shape, const char* module) {
+  if (PyLong_Check(shape.ptr())) return shape.cast<int64_t>();
+  auto dims = cast_arg<std::vector<int64_t>>(shape, std::string(module) + "'s normalized_shape",
+                                             "an int or a sequence of ints");
+  DT_CHECK(dims.size() == 1, module, ": normalized_shape over ", dims.size(),
+           " dims is not implemented (the last dim only)");
+  return dims[0];
 }
 
 py::list named_modules(py::object self) {
   py::list out;
   for (auto& [name, mod] : self.cast<nn::Module&>().named_modules())
-    out.append(py::make_tuple(name, py::cast(mod, py::return_value_policy::reference_internal, self)));
+    out.append(
+        py::make_tuple(name, py::cast(mod, py::return_value_policy::reference_internal, self)));
   return out;
 }
 
@@ -220,20 +324,24 @@ seed, the same on every process (they make the same calls in the same order),
 so the MPI world and the simulated world give the same values.
 )doc");
   m.def("initial_seed", &initial_seed, "The seed of the last manual_seed (or the default).");
-  m.def("get_rng_state",
-        [] {
-          const RngState s = get_rng_state();
-          return py::make_tuple(s.seed, s.draws);
-        },
-        "The global generator's state, (seed, draws) (torch.get_rng_state).");
-  m.def("set_rng_state",
-        [](const py::tuple& state) {
-          DT_CHECK(state.size() == 2, "set_rng_state: expected (seed, draws) from get_rng_state(), "
-                   "got a tuple of ", state.size());
-          set_rng_state({cast_arg<uint64_t>(state[0], "set_rng_state's seed", "an int"),
-                         cast_arg<uint64_t>(state[1], "set_rng_state's draws", "an int")});
-        },
-        py::arg("state"), "Restores a state from get_rng_state (torch.set_rng_state).");
+  m.def(
+      "get_rng_state",
+      [] {
+        const RngState s = get_rng_state();
+        return py::make_tuple(s.seed, s.draws);
+      },
+      "The global generator's state, (seed, draws) (torch.get_rng_state).");
+  m.def(
+      "set_rng_state",
+      [](const py::tuple& state) {
+        DT_CHECK(state.size() == 2,
+                 "set_rng_state: expected (seed, draws) from get_rng_state(), "
+                 "got a tuple of ",
+                 state.size());
+        set_rng_state({cast_arg<uint64_t>(state[0], "set_rng_state's seed", "an int"),
+                       cast_arg<uint64_t>(state[1], "set_rng_state's draws", "an int")});
+      },
+      py::arg("state"), "Restores a state from get_rng_state (torch.set_rng_state).");
 
   py::module_ nm = m.def_submodule("nn", "Modules (torch.nn) for DTensor models.");
 
@@ -243,31 +351,66 @@ a full tensor or array becomes Replicate on the module's mesh (every process
 passes the same values); a DTensor keeps its layout. Floating parameters
 require grad unless requires_grad=False.
 )doc")
-      .def(py::init([](py::object data, bool requires_grad) { return Parameter{std::move(data), requires_grad}; }),
+      .def(py::init([](py::object data, bool requires_grad) {
+             return Parameter{std::move(data), requires_grad};
+           }),
            py::arg("data"), py::arg("requires_grad") = true)
       .def_readonly("data", &Parameter::data)
       .def_readonly("requires_grad", &Parameter::requires_grad);
 
   py::class_<nn::Module, PyModule, ModulePtr<nn::Module>>(nm, "Module", py::dynamic_attr(), R"doc(
-A module (torch.nn.Module) on a DeviceMesh: named parameters (DTensors that are
-autograd leaves), named children, forward hooks. Subclass it and write
-forward(x) in Python: one DTensor in, one out. Assigning a Module to an
-attribute makes it a child, assigning dtensor.nn.Parameter(...) a parameter
-(read back through the attribute, with its current layout).
+A module (torch.nn.Module): named parameters (DTensors that are autograd
+leaves), named children, forward hooks. Subclass it and write
+forward(self, ...) in Python. super().__init__() puts it on the process's
+local mesh (whole parameters) until parallelize_module or fully_shard lays
+it out; super().__init__(mesh) on a mesh. Assigning a Module to an attribute
+makes it a child, assigning dtensor.nn.Parameter(...) a parameter (read back
+through the attribute, with its current layout).
 )doc")
       .def(py::init<DeviceMesh>(), py::arg("device_mesh"))
+      .def(py::init<>(),
+           "On the process's local mesh (the whole parameters on every process) "
+           "until parallelize_module or fully_shard lays it out.")
       .def("forward", &nn::Module::forward, py::arg("input"))
-      .def("__call__", &nn::Module::operator(), py::arg("input"), release_gil(),
-           "Pre-hooks, forward, hooks; returns the output.")
+      .def("__call__", &module_call,
+           "Pre-hooks, forward(*args, **kwargs), hooks; returns the output.")
       .def_property_readonly("device_mesh", &nn::Module::mesh)
-      .def("named_parameters",
-           [](nn::Module& mod) {
-             std::vector<std::pair<std::string, DTensor>> out;
-             for (auto& [name, p] : mod.named_parameters()) out.emplace_back(name, *p);
-             return out;
-           },
-           "[(dotted name, parameter)]: own parameters first, then each child's. The DTensors "
-           "share the parameters' storage and gradient.")
+      .def_property("training", &nn::Module::training,
+                    [](nn::Module& mod, bool mode) {
+                      // This module only, as assigning torch's attribute.
+                      if (mode == mod.training()) return;
+                      std::vector<std::pair<nn::Module*, bool>> kids;
+                      for (auto& [n, c] : mod.named_modules())
+                        if (c != &mod) kids.emplace_back(c, c->training());
+                      mod.train(mode);
+                      for (auto& [c, t] : kids) c->train(t);
+                    })
+      .def(
+          "train",
+          [](py::object self, bool mode) {
+            self.cast<nn::Module&>().train(mode);
+            return self;
+          },
+          py::arg("mode") = true, "Sets training on this module and every descendant; returns it.")
+      .def(
+          "eval",
+          [](py::object self) {
+            self.cast<nn::Module&>().train(false);
+            return self;
+          },
+          "train(False).")
+      .def_property_readonly("_is_local", &nn::Module::is_local)
+      .def("_adopt", &nn::Module::adopt, py::arg("device_mesh"), py::arg("by"), release_gil(),
+           "Moves the modules still on the local mesh onto device_mesh (nn::Module::adopt).")
+      .def(
+          "named_parameters",
+          [](nn::Module& mod) {
+            std::vector<std::pair<std::string, DTensor>> out;
+            for (auto& [name, p] : mod.named_parameters()) out.emplace_back(name, *p);
+            return out;
+          },
+          "[(dotted name, parameter)]: own parameters first, then each child's. The DTensors "
+          "share the parameters' storage and gradient.")
       .def("parameters", &nn::Module::parameters)
       .def("named_modules", &named_modules, "[(dotted name, module)], this module first (\"\").")
       .def("modules",
@@ -285,23 +428,26 @@ attribute makes it a child, assigning dtensor.nn.Parameter(...) a parameter
              }
              return out;
            })
-      .def("get_submodule",
-           [](py::object self, const std::string& name) {
-             return py::cast(&self.cast<nn::Module&>().submodule(name),
-                             py::return_value_policy::reference_internal, self);
-           },
-           py::arg("target"))
-      .def("get_parameter",
-           [](nn::Module& mod, const std::string& name) { return mod.parameter(name); },
-           py::arg("target"))
-      .def("state_dict",
-           [](nn::Module& mod) {
-             py::dict out;
-             for (auto& [name, p] : mod.named_parameters()) out[py::str(name)] = *p;
-             return out;
-           },
-           "{dotted name: parameter}; the DTensors alias the parameters, so "
-           "dtensor.checkpoint.load into it restores them in place.")
+      .def(
+          "get_submodule",
+          [](py::object self, const std::string& name) {
+            return py::cast(&self.cast<nn::Module&>().submodule(name),
+                            py::return_value_policy::reference_internal, self);
+          },
+          py::arg("target"))
+      .def(
+          "get_parameter",
+          [](nn::Module& mod, const std::string& name) { return mod.parameter(name); },
+          py::arg("target"))
+      .def(
+          "state_dict",
+          [](nn::Module& mod) {
+            py::dict out;
+            for (auto& [name, p] : mod.named_parameters()) out[py::str(name)] = *p;
+            return out;
+          },
+          "{dotted name: parameter}; the DTensors alias the parameters, so "
+          "dtensor.checkpoint.load into it restores them in place.")
       .def("materialize", &nn::Module::materialize, release_gil(), R"doc(
 Makes every parameter still on the meta device (built under
 dtensor.nn.meta_device()): allocates this process's shards, in the layout
@@ -310,75 +456,84 @@ have (bit for bit). All the shards' bytes are checked before any is
 allocated. Returns how many parameters it made. (PyTorch: to_empty()
 followed by reset_parameters().)
 )doc")
-      .def("zero_grad",
-           [](nn::Module& mod) {
-             for (auto& [name, p] : mod.named_parameters()) p->zero_grad();
-           },
-           "Sets every parameter's .grad to None.")
-      .def("register_forward_pre_hook",
-           [](nn::Module& mod, py::function hook) {
-             mod.register_forward_pre_hook([hook](nn::Module& self, const DTensor& x) {
-               py::gil_scoped_acquire gil;
-               py::object r = hook(py::cast(&self, py::return_value_policy::reference),
-                                 py::cast(x, py::return_value_policy::copy));
-               return r.is_none() ? x : cast_arg<DTensor>(r, "forward pre-hook's result", "a DTensor or None");
-             });
-           },
-           py::arg("hook"),
-           "hook(module, input) -> a new input or None, before forward(). (No handle: hooks "
-           "cannot be removed.)")
-      .def("register_forward_hook",
-           [](nn::Module& mod, py::function hook) {
-             mod.register_forward_hook([hook](nn::Module& self, const DTensor& x, const DTensor& y) {
-               py::gil_scoped_acquire gil;
-               py::object r = hook(py::cast(&self, py::return_value_policy::reference),
-                                 py::cast(x, py::return_value_policy::copy),
-                                 py::cast(y, py::return_value_policy::copy));
-               return r.is_none() ? y : cast_arg<DTensor>(r, "forward hook's result", "a DTensor or None");
-             });
-           },
-           py::arg("hook"), "hook(module, input, output) -> a new output or None, after forward().")
-      .def("register_parameter",
-           [](py::object self, const std::string& name, py::object value) {
-             Parameter p = py::isinstance<Parameter>(value) ? value.cast<Parameter>()
-                                                             : Parameter{value, true};
-             register_parameter(self, name, p);
-           },
-           py::arg("name"), py::arg("param"))
+      .def(
+          "zero_grad",
+          [](nn::Module& mod) {
+            for (auto& [name, p] : mod.named_parameters()) p->zero_grad();
+          },
+          "Sets every parameter's .grad to None.")
+      .def(
+          "register_forward_pre_hook",
+          [](nn::Module& mod, py::function hook) {
+            mod.register_forward_pre_hook([hook](nn::Module& self, const DTensor& x) {
+              py::gil_scoped_acquire gil;
+              py::object r = hook(py::cast(&self, py::return_value_policy::reference),
+                                  py::cast(x, py::return_value_policy::copy));
+              return r.is_none()
+                         ? x
+                         : cast_arg<DTensor>(r, "forward pre-hook's result", "a DTensor or None");
+            });
+          },
+          py::arg("hook"),
+          "hook(module, input) -> a new input or None, before forward(). (No handle: hooks "
+          "cannot be removed.)")
+      .def(
+          "register_forward_hook",
+          [](nn::Module& mod, py::function hook) {
+            mod.register_forward_hook([hook](nn::Module& self, const DTensor& x, const DTensor& y) {
+              py::gil_scoped_acquire gil;
+              py::object r = hook(py::cast(&self, py::return_value_policy::reference),
+                                  py::cast(x, py::return_value_policy::copy),
+                                  py::cast(y, py::return_value_policy::copy));
+              return r.is_none()
+                         ? y
+                         : cast_arg<DTensor>(r, "forward hook's result", "a DTensor or None");
+            });
+          },
+          py::arg("hook"), "hook(module, input, output) -> a new output or None, after forward().")
+      .def(
+          "register_parameter",
+          [](py::object self, const std::string& name, py::object value) {
+            Parameter p =
+                py::isinstance<Parameter>(value) ? value.cast<Parameter>() : Parameter{value, true};
+            register_parameter(self, name, p);
+          },
+          py::arg("name"), py::arg("param"))
       .def("register_module", &register_child, py::arg("name"), py::arg("module"))
       .def("add_module", &register_child, py::arg("name"), py::arg("module"))
-      .def("__setattr__",
-           [](py::object self, py::str name, py::object value) {
-             const std::string n = name;
-             if (!constructed(self)) {
-               // Before super().__init__(mesh): plain attributes only, as in PyTorch.
-               if (py::isinstance<Parameter>(value))
-                 throw py::attribute_error("cannot assign parameters before Module.__init__() call");
-               if (py::isinstance<nn::Module>(value))
-                 throw py::attribute_error("cannot assign module before Module.__init__() call");
-               if (PyObject_GenericSetAttr(self.ptr(), name.ptr(), value.ptr()) != 0)
-                 throw py::error_already_set();
-               return;
-             }
-             auto& mod = self.cast<nn::Module&>();
-             if (py::isinstance<Parameter>(value)) {
-               register_parameter(self, n, value.cast<Parameter>());
-               return;
-             }
-             if (py::isinstance<nn::Module>(value)) register_child(self, n, value);
-             else if (n.rfind('_', 0) != 0 && has_own_parameter(mod, n)) {
-               // Assigning a DTensor to a parameter's name replaces the parameter.
-               DT_CHECK(py::isinstance<DTensor>(value), "cannot assign a ",
-                        type_name(value),
-                        " to parameter '", n, "' (a DTensor or dtensor.nn.Parameter expected)");
-               // The old one is marked so that an optimizer holding it refuses to step.
-               nn::replace_parameter(mod.parameter(n), value.cast<DTensor>(),
-                                     "an assignment to the module's attribute '" + n + "'");
-               return;
-             }
-             if (PyObject_GenericSetAttr(self.ptr(), name.ptr(), value.ptr()) != 0)
-               throw py::error_already_set();
-           })
+      .def(
+          "__setattr__",
+          [](py::object self, py::str name, py::object value) {
+            const std::string n = name;
+            if (!constructed(self)) {
+              // Before super().__init__(mesh): plain attributes only, as in PyTorch.
+              if (py::isinstance<Parameter>(value))
+                throw py::attribute_error("cannot assign parameters before Module.__init__() call");
+              if (py::isinstance<nn::Module>(value))
+                throw py::attribute_error("cannot assign module before Module.__init__() call");
+              if (PyObject_GenericSetAttr(self.ptr(), name.ptr(), value.ptr()) != 0)
+                throw py::error_already_set();
+              return;
+            }
+            auto& mod = self.cast<nn::Module&>();
+            if (py::isinstance<Parameter>(value)) {
+              register_parameter(self, n, value.cast<Parameter>());
+              return;
+            }
+            if (py::isinstance<nn::Module>(value))
+              register_child(self, n, value);
+            else if (n.rfind('_', 0) != 0 && has_own_parameter(mod, n)) {
+              // Assigning a DTensor to a parameter's name replaces the parameter.
+              DT_CHECK(py::isinstance<DTensor>(value), "cannot assign a ", type_name(value),
+                       " to parameter '", n, "' (a DTensor or dtensor.nn.Parameter expected)");
+              // The old one is marked so that an optimizer holding it refuses to step.
+              nn::replace_parameter(mod.parameter(n), value.cast<DTensor>(),
+                                    "an assignment to the module's attribute '" + n + "'");
+              return;
+            }
+            if (PyObject_GenericSetAttr(self.ptr(), name.ptr(), value.ptr()) != 0)
+              throw py::error_already_set();
+          })
       .def("__getattr__",
            [](py::object self, const std::string& name) -> DTensor {
              // Only reached when normal lookup fails: parameters live in C++.
@@ -391,7 +546,8 @@ followed by reset_parameters().)
            })
       .def("__repr__", [](py::handle self) { return module_repr(self); });
 
-  ModuleClass<nn::Linear>(nm, "Linear", "y = x W^T + b with W (out, in), b (out) (torch.nn.Linear).")
+  ModuleClass<nn::Linear>(nm, "Linear",
+                          "y = x W^T + b with W (out, in), b (out) (torch.nn.Linear).")
       .def(py::init([](const DeviceMesh& mesh, int64_t in, int64_t out, bool bias,
                        std::optional<uint64_t> seed) {
              return ModulePtr<nn::Linear>(new nn::Linear(mesh, in, out, bias, seed));
@@ -408,19 +564,28 @@ followed by reset_parameters().)
            }),
            py::arg("device_mesh"), py::arg("weight"), py::arg("bias") = py::none(),
            "From full weights (every process passes the same), Replicate on the mesh.")
+      .def(py::init([](int64_t in, int64_t out, bool bias, std::optional<uint64_t> seed) {
+             return ModulePtr<nn::Linear>(new nn::Linear(no_mesh(), in, out, bias, seed));
+           }),
+           py::arg("in_features"), py::arg("out_features"), py::arg("bias") = true, py::kw_only(),
+           py::arg("seed") = py::none(),
+           "torch.nn.Linear(in_features, out_features, bias=True): on the local mesh, every "
+           "process holding the whole weights (the same draws) until parallelize_module or "
+           "fully_shard lays them out.")
       .def_property_readonly("weight", [](nn::Linear& l) { return l.weight(); })
-      .def_property_readonly("bias", [](nn::Linear& l) -> std::optional<DTensor> {
-        if (l.bias() == nullptr) return std::nullopt;
-        return *l.bias();
-      })
+      .def_property_readonly("bias",
+                             [](nn::Linear& l) -> std::optional<DTensor> {
+                               if (l.bias() == nullptr) return std::nullopt;
+                               return *l.bias();
+                             })
       .def_property_readonly("in_features", [](nn::Linear& l) { return l.weight().shape()[1]; })
       .def_property_readonly("out_features", [](nn::Linear& l) { return l.weight().shape()[0]; });
 
   ModuleClass<nn::Embedding>(nm, "Embedding", "Rows of a (num, dim) table looked up by int64 ids.")
-      .def(py::init([](const DeviceMesh& mesh, int64_t num, int64_t dim,
-                       std::optional<uint64_t> seed) {
-             return ModulePtr<nn::Embedding>(new nn::Embedding(mesh, num, dim, seed));
-           }),
+      .def(py::init(
+               [](const DeviceMesh& mesh, int64_t num, int64_t dim, std::optional<uint64_t> seed) {
+                 return ModulePtr<nn::Embedding>(new nn::Embedding(mesh, num, dim, seed));
+               }),
            py::arg("device_mesh"), py::arg("num_embeddings"), py::arg("embedding_dim"),
            py::kw_only(), py::arg("seed") = py::none(),
            "A standard-normal table (nn.Embedding's) from `seed`, or from the global generator "
@@ -429,7 +594,18 @@ followed by reset_parameters().)
              return ModulePtr<nn::Embedding>(new nn::Embedding(mesh, tensor_from_python(weight)));
            }),
            py::arg("device_mesh"), py::arg("weight"))
-      .def_property_readonly("weight", [](nn::Embedding& e) { return e.weight(); });
+      .def(py::init([](int64_t num, int64_t dim, std::optional<uint64_t> seed) {
+             return ModulePtr<nn::Embedding>(new nn::Embedding(no_mesh(), num, dim, seed));
+           }),
+           py::arg("num_embeddings"), py::arg("embedding_dim"), py::kw_only(),
+           py::arg("seed") = py::none(),
+           "torch.nn.Embedding(num_embeddings, embedding_dim) on the "
+           "local mesh (padding_idx: see dtensor/_nn_modules.py).")
+      .def_property_readonly("weight", [](nn::Embedding& e) { return e.weight(); })
+      .def_property_readonly("num_embeddings",
+                             [](nn::Embedding& e) { return e.weight().shape()[0]; })
+      .def_property_readonly("embedding_dim",
+                             [](nn::Embedding& e) { return e.weight().shape()[1]; });
 
   ModuleClass<nn::LayerNorm>(nm, "LayerNorm", "LayerNorm over the last dim, with weight and bias.")
       .def(py::init([](const DeviceMesh& mesh, int64_t dim, double eps) {
@@ -438,10 +614,19 @@ followed by reset_parameters().)
            py::arg("device_mesh"), py::arg("normalized_shape"), py::arg("eps") = 1e-5,
            "Weight ones, bias zeros (nn.LayerNorm's).")
       .def(py::init([](const DeviceMesh& mesh, py::object weight, py::object bias, double eps) {
-             return ModulePtr<nn::LayerNorm>(new nn::LayerNorm(
-                 mesh, tensor_from_python(weight), tensor_from_python(bias), eps));
+             return ModulePtr<nn::LayerNorm>(new nn::LayerNorm(mesh, tensor_from_python(weight),
+                                                               tensor_from_python(bias), eps));
            }),
            py::arg("device_mesh"), py::arg("weight"), py::arg("bias"), py::arg("eps") = 1e-5)
+      .def(py::init([](py::object shape, double eps, bool elementwise_affine) {
+             DT_CHECK(elementwise_affine,
+                      "LayerNorm(elementwise_affine=False) is not implemented "
+                      "(use dtensor.nn.functional.layer_norm without weight and bias)");
+             const int64_t dim = last_dim(shape, "LayerNorm");
+             return ModulePtr<nn::LayerNorm>(new nn::LayerNorm(no_mesh(), dim, eps));
+           }),
+           py::arg("normalized_shape"), py::arg("eps") = 1e-5, py::arg("elementwise_affine") = true,
+           "torch.nn.LayerNorm(normalized_shape, eps=1e-5) on the local mesh.")
       .def_property_readonly("weight", [](nn::LayerNorm& l) { return l.weight(); })
       .def_property_readonly("bias", [](nn::LayerNorm& l) { return l.bias(); });
 
@@ -455,6 +640,16 @@ followed by reset_parameters().)
              return ModulePtr<nn::RMSNorm>(new nn::RMSNorm(mesh, tensor_from_python(weight), eps));
            }),
            py::arg("device_mesh"), py::arg("weight"), py::arg("eps") = py::none())
+      .def(py::init([](py::object shape, std::optional<double> eps, bool elementwise_affine) {
+             DT_CHECK(elementwise_affine,
+                      "RMSNorm(elementwise_affine=False) is not implemented "
+                      "(use dtensor.nn.functional.rms_norm without a weight)");
+             const int64_t dim = last_dim(shape, "RMSNorm");
+             return ModulePtr<nn::RMSNorm>(new nn::RMSNorm(no_mesh(), dim, eps));
+           }),
+           py::arg("normalized_shape"), py::arg("eps") = py::none(),
+           py::arg("elementwise_affine") = true,
+           "torch.nn.RMSNorm(normalized_shape, eps=None) on the local mesh.")
       .def_property_readonly("weight", [](nn::RMSNorm& l) { return l.weight(); });
 
   py::class_<nn::Init>(nm, "Init", R"doc(
@@ -466,8 +661,8 @@ each rank makes only its own shard, with the values of the whole tensor.
       .def_static("normal", &nn::Init::normal, py::arg("shape"), py::arg("seed"),
                   py::arg("std") = 1.0, py::arg("mean") = 0.0,
                   "std * randn(shape, seed) + mean (as dtensor.randn with that seed).")
-      .def_static("uniform", &nn::Init::uniform, py::arg("shape"), py::arg("seed"),
-                  py::arg("low"), py::arg("high"), "(high - low) * rand(shape, seed) + low.")
+      .def_static("uniform", &nn::Init::uniform, py::arg("shape"), py::arg("seed"), py::arg("low"),
+                  py::arg("high"), "(high - low) * rand(shape, seed) + low.")
       .def_static("constant", &nn::Init::constant, py::arg("shape"), py::arg("value"))
       .def_property_readonly("shape", &nn::Init::shape)
       .def_property_readonly("dtype", &nn::Init::dtype)
@@ -480,7 +675,8 @@ each rank makes only its own shard, with the values of the whole tensor.
         d.guard.reset();
         return false;
       });
-  nm.def("meta_device", [] { return std::make_unique<MetaDevice>(); }, R"doc(
+  nm.def(
+      "meta_device", [] { return std::make_unique<MetaDevice>(); }, R"doc(
 with dtensor.nn.meta_device(): modules made inside get their parameters on
 the meta device (a layout, no memory) with the recipe of their values, as
 PyTorch's `with torch.device("meta")`. Lay the model out (parallelize_module,

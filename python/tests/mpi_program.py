@@ -44,6 +44,30 @@ def main():
     lin = dt.nn.Linear(mesh, 5, 3)
     noise = dt.rand((6, 4), device_mesh=mesh, placements=[dt.Shard(0), dt.Shard(1)])
     lines.append(f"unseeded {digest(lin.weight.full_tensor())} {digest(noise.full_tensor())}")
+    # a model made without a mesh (each process holds it whole, the same
+    # draws), then laid out on the mesh: tp, then fully_shard over dp
+    def mlp():
+        dt.manual_seed(11)
+        return dt.nn.Sequential(dt.nn.Linear(5, 8, bias=False), dt.nn.SiLU(),
+                                dt.nn.Linear(8, 5, bias=False))
+
+    whole = mlp()  # unsharded: each process runs it alone
+    want = whole(dt.tensor(a))
+    want.sum().backward()
+    model = mlp()
+    dt.parallelize_module(model, mesh["tp"], {"0": dt.ColwiseParallel(), "2": dt.RowwiseParallel()})
+    dt.fully_shard(model, mesh=mesh["dp"])
+    x = dt.distribute_tensor(a, mesh, [dt.Shard(0), dt.Replicate()])
+    out = model(x)
+    out.sum().backward()
+    grads = " ".join(digest(p.grad.full_tensor()) for p in model.parameters())
+    lines.append(f"meshless model {digest(out.full_tensor())} {grads}")
+    same = np.allclose(np.asarray(out.full_tensor()), np.asarray(want.full_tensor()), atol=1e-5)
+    for p, q in zip(model.parameters(), whole.parameters()):
+        same = same and np.allclose(np.asarray(p.grad.full_tensor()),
+                                    np.asarray(q.grad.full_tensor()), atol=1e-5)
+    assert same, "the meshless model laid out differs from it unsharded"
+    lines.append(f"meshless model matches unsharded {same}")
     if world.rank == 0:
         print("\n".join(lines), flush=True)
 

@@ -1,5 +1,7 @@
 // Module: named parameters, children and forward hooks (nn.h).
 #include <algorithm>
+#include <functional>
+#include <iterator>
 #include <optional>
 #include <sstream>
 
@@ -10,6 +12,12 @@
 
 namespace dtensor::nn {
 
+const DeviceMesh& local_mesh() {
+  // Never destroyed: modules made without a mesh may outlive any static.
+  static const auto* mesh = new DeviceMesh(World::simulated(1), {1}, {"local"});
+  return *mesh;
+}
+
 Module::~Module() = default;
 
 DTensor Module::operator()(const DTensor& x) {
@@ -18,9 +26,71 @@ DTensor Module::operator()(const DTensor& x) {
   return call(x);
 }
 
+DTensor Module::operator()(const DTensor& x, const std::function<DTensor(const DTensor&)>& fn) {
+  DT_CHECK(fn != nullptr, "Module: the forward function is empty");
+  // The region keeps its own copy of fn: backward's recomputation runs it again.
+  if (checkpoint_policy_)
+    return checkpoint([this, fn](const DTensor& in) { return call(in, &fn); }, x,
+                      *checkpoint_policy_);
+  return call(x, &fn);
+}
+
+bool Module::is_local() const { return mesh_ == local_mesh(); }
+
+void Module::train(bool mode) {
+  for (auto& [name, module] : named_modules()) module->training_ = mode;
+}
+
+namespace {
+
+// `old` (whole on the local mesh) as a Replicate parameter on `mesh`.
+DTensor replicate_onto(const DTensor& old, const DeviceMesh& mesh) {
+  const Placements replicate(static_cast<size_t>(mesh.ndim()), Replicate());
+  // Counted as register_parameter counts a new parameter: the copy each rank ends with.
+  std::optional<detail::RankCountingPause> pause(std::in_place);
+  DTensor value;
+  if (old.is_deferred()) {
+    value = DTensor::meta(DTensorSpec(mesh, replicate, old.shape(), old.dtype()));
+    value.local().for_each([](int, const Tensor& t) { t.storage()->set_deferred(true); });
+  } else {
+    value = Init(old.to_local(0)).distribute(mesh, replicate);
+  }
+  pause.reset();
+  value.local().count_ranks();
+  if (old.requires_grad()) value.requires_grad_();
+  return value;
+}
+
+}  // namespace
+
+int64_t Module::adopt(const DeviceMesh& mesh, const std::string& by) {
+  DT_CHECK(!(mesh == local_mesh()), by, ": cannot lay a module out on the local mesh itself");
+  // A tied parameter (one DTensor in several slots) moves once and stays tied.
+  std::vector<std::pair<DTensor, DTensor>> moved;
+  for (auto& [module_name, module] : named_modules()) {
+    if (!module->is_local()) continue;
+    for (Param& p : module->params_) {
+      auto it = std::find_if(moved.begin(), moved.end(),
+                             [&](const auto& m) { return same_parameter(m.first, *p.slot); });
+      if (it == moved.end()) {
+        DT_CHECK(!p.slot->is_deferred() || p.init.has_value(), by, ": parameter '",
+                 module_name.empty() ? p.name : module_name + "." + p.name,
+                 "' is a meta tensor with no recipe for its values");
+        moved.emplace_back(*p.slot, replicate_onto(*p.slot, mesh));
+        it = std::prev(moved.end());
+      }
+      replace_parameter(*p.slot, it->second, by);
+    }
+    module->mesh_ = mesh;
+  }
+  return static_cast<int64_t>(moved.size());
+}
+
 void Module::set_activation_checkpointing(bool enabled) {
-  if (!enabled) checkpoint_policy_.reset();
-  else if (!checkpoint_policy_) checkpoint_policy_ = std::make_shared<const CheckpointPolicy>();
+  if (!enabled)
+    checkpoint_policy_.reset();
+  else if (!checkpoint_policy_)
+    checkpoint_policy_ = std::make_shared<const CheckpointPolicy>();
 }
 
 void Module::set_activation_checkpointing(const CheckpointPolicy& policy) {
@@ -28,12 +98,12 @@ void Module::set_activation_checkpointing(const CheckpointPolicy& policy) {
   checkpoint_policy_ = std::make_shared<const CheckpointPolicy>(policy);
 }
 
-DTensor Module::call(const DTensor& x) {
+DTensor Module::call(const DTensor& x, const std::function<DTensor(const DTensor&)>* fn) {
   // The common case (no hooks) passes x straight through without a copy.
-  if (pre_hooks_.empty() && hooks_.empty()) return forward(x);
+  if (pre_hooks_.empty() && hooks_.empty()) return fn ? (*fn)(x) : forward(x);
   DTensor in = x;
   for (const ForwardPreHook& hook : pre_hooks_) in = hook(*this, in);
-  DTensor out = forward(in);
+  DTensor out = fn ? (*fn)(in) : forward(in);
   for (const ForwardHook& hook : hooks_) out = hook(*this, in, out);
   return out;
 }
@@ -116,8 +186,8 @@ int64_t Module::materialize() {
                  "' is laid out as ", to_string(p.slot->placements()), "; a parameter is made ",
                  "as Shard or Replicate");
       p.slot->local().for_each([&](int rank, const Tensor& t) {
-        shards.push_back({"parameter '" + name + "' (rank " + std::to_string(rank) + ")",
-                          t.shape(), t.dtype()});
+        shards.push_back(
+            {"parameter '" + name + "' (rank " + std::to_string(rank) + ")", t.shape(), t.dtype()});
       });
       todo.push_back({name, p.slot.get(), &*p.init});
     }
@@ -158,8 +228,8 @@ void Module::register_forward_hook(ForwardHook hook) {
 void Module::check_new_name(const std::string& name) const {
   DT_CHECK(!name.empty() && name.find('.') == std::string::npos,
            "a parameter or module name must be non-empty without '.', got '", name, "'");
-  const bool param = std::any_of(params_.begin(), params_.end(),
-                                 [&](const Param& p) { return p.name == name; });
+  const bool param =
+      std::any_of(params_.begin(), params_.end(), [&](const Param& p) { return p.name == name; });
   const bool child = std::any_of(children_.begin(), children_.end(),
                                  [&](const auto& c) { return c.first == name; });
   DT_CHECK(!param && !child, "the name '", name,
@@ -174,13 +244,12 @@ DTensor* Module::register_parameter(const std::string& name, const Init& init) {
   // the others count as the copy each rank ends with, as distribute_tensor
   // counts them (not the whole tensor, nor a shape-only world's steps).
   std::optional<detail::RankCountingPause> pause(std::in_place);
-  DTensor value =
-      meta ? DTensor::meta(DTensorSpec(mesh_, replicate, init.shape(), init.dtype()))
-      // A shape-only world makes no values (init.full() would, whole).
-      : mesh_.world().is_shape_only() ? init.distribute(mesh_, replicate)
-                                      : distribute_tensor(init.full(), mesh_, replicate);
-  if (meta)
-    value.local().for_each([](int, const Tensor& t) { t.storage()->set_deferred(true); });
+  DTensor value = meta ? DTensor::meta(DTensorSpec(mesh_, replicate, init.shape(), init.dtype()))
+                  // A shape-only world makes no values (init.full() would, whole).
+                  : mesh_.world().is_shape_only()
+                      ? init.distribute(mesh_, replicate)
+                      : distribute_tensor(init.full(), mesh_, replicate);
+  if (meta) value.local().for_each([](int, const Tensor& t) { t.storage()->set_deferred(true); });
   pause.reset();
   value.local().count_ranks();
   if (is_floating(init.dtype())) value.requires_grad_();
@@ -200,11 +269,11 @@ DTensor* Module::register_parameter(const std::string& name, DTensor value) {
 void Module::check_parameter_sizes(const std::string& op, std::vector<PlannedTensor> params,
                                    int64_t extra_copies) const {
   // Meta parameters take no memory: the sizes' arithmetic is still checked.
-  const auto held = MetaDeviceGuard::active() ? int64_t{0}
-                                              : static_cast<int64_t>(mesh_.held_ranks().size());
+  const auto held =
+      MetaDeviceGuard::active() ? int64_t{0} : static_cast<int64_t>(mesh_.held_ranks().size());
   for (PlannedTensor& p : params)
-    p.copies = checked_mul(p.copies, held == 0 ? 0 : held + extra_copies,
-                           "check_parameter_sizes: copies");
+    p.copies =
+        checked_mul(p.copies, held == 0 ? 0 : held + extra_copies, "check_parameter_sizes: copies");
   check_allocation(op, params);
 }
 
