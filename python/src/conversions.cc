@@ -4,6 +4,8 @@
 // element is an error, as in torch; bool(x) says why (torch's "ambiguous").
 #include <pybind11/pybind11.h>
 
+#include <string>
+
 #include "bindings.h"
 #include "casters.h"
 
@@ -33,7 +35,13 @@ bool bool_of(const Tensor& t) {
   return t.item<bool>();
 }
 
-Tensor full_value(const DTensor& d) {
+// Checked before the collective, so that a wrong call moves no data.
+Tensor full_value(const DTensor& d, const char* op) {
+  if (std::string(op) == "bool()")
+    DT_CHECK(d.numel() == 1, "bool(): the truth value of a tensor of ", d.numel(),
+             " elements (shape ", d.shape(), ") is ambiguous; use any() or all()");
+  DT_CHECK(d.numel() == 1, op, ": only a tensor with one element converts to a Python number, "
+           "got ", d.numel(), " elements (shape ", d.shape(), ")");
   py::gil_scoped_release nogil;
   return d.full_tensor();
 }
@@ -48,13 +56,13 @@ void bind_conversions(py::module_& m) {
       .def("__int__", [](const Tensor& t) { return one_element(t, "int()").item<int64_t>(); });
   auto dtensor = py::reinterpret_borrow<py::class_<DTensor>>(m.attr("DTensor"));
   dtensor
-      .def("item", [](const DTensor& d) { return item_of(full_value(d)); },
+      .def("item", [](const DTensor& d) { return item_of(full_value(d, "item()")); },
            "The single element of a one-element DTensor (its full value), as a Python number.")
-      .def("__bool__", [](const DTensor& d) { return bool_of(full_value(d)); })
+      .def("__bool__", [](const DTensor& d) { return bool_of(full_value(d, "bool()")); })
       .def("__float__",
-           [](const DTensor& d) { return one_element(full_value(d), "float()").item<double>(); })
+           [](const DTensor& d) { return full_value(d, "float()").item<double>(); })
       .def("__int__",
-           [](const DTensor& d) { return one_element(full_value(d), "int()").item<int64_t>(); });
+           [](const DTensor& d) { return full_value(d, "int()").item<int64_t>(); });
 }
 
 }  // namespace dtensor::python
