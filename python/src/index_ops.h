@@ -90,7 +90,8 @@ T take_advanced(const T& out, const std::vector<int64_t>& dims, std::vector<Tens
     rows *= n;
   }
   const Shape bshape = flat.shape();
-  DimVector perm(dims.begin(), dims.end());
+  DimVector perm;
+  for (int64_t d : dims) perm.push_back(d);
   Shape rest_shape{rows};
   for (int64_t d = 0; d < out.dim(); ++d)
     if (std::find(dims.begin(), dims.end(), d) == dims.end()) {
@@ -100,7 +101,7 @@ T take_advanced(const T& out, const std::vector<int64_t>& dims, std::vector<Tens
   T z = index_select(out.permute(perm).reshape(rest_shape), 0,
                      index_for(out, flat.reshape(Shape{-1}).contiguous()));
   Shape zs = bshape;
-  zs.insert(zs.end(), rest_shape.begin() + 1, rest_shape.end());
+  for (size_t i = 1; i < rest_shape.size(); ++i) zs.push_back(rest_shape[i]);
   z = z.reshape(zs);
   // Adjacent advanced dims leave the result's dims where they were (the
   // ones before them first); scattered ones put them first (NumPy's rule).
