@@ -65,10 +65,10 @@ def test_reductions_and_softmax_cast_to_dtype_first(mesh):
                 want = getattr(torch, name)(ta, 1, dtype=torch.float64)
                 got = getattr(dt, name)(x, 1, dtype=dt.float64)
                 assert got.dtype == dt.float64
-                np.testing.assert_allclose(np_of(got), want.numpy(), rtol=1e-12)
+                np.testing.assert_allclose(np_of(got), want.numpy(), rtol=1e-12, atol=1e-12)
                 got = getattr(x, name)(dtype=dt.float64)
                 np.testing.assert_allclose(np_of(got), getattr(torch, name)(ta, dtype=torch.float64).numpy(),
-                                           rtol=1e-12)
+                                           rtol=1e-12, atol=1e-12)
             got = dt.cumsum(x, 0, dtype=dt.float64)
             assert got.dtype == dt.float64
             np.testing.assert_allclose(np_of(got), torch.cumsum(ta, 0, dtype=torch.float64).numpy())
@@ -77,9 +77,9 @@ def test_reductions_and_softmax_cast_to_dtype_first(mesh):
                     want = getattr(torch, name)(ta, 1, dtype=torch.float64)
                     got = getattr(dt, name)(x, 1, dtype=dt.float64)
                     assert got.dtype == dt.float64
-                    np.testing.assert_allclose(np_of(got), want.numpy(), rtol=1e-12)
+                    np.testing.assert_allclose(np_of(got), want.numpy(), rtol=1e-12, atol=1e-12)
                     np.testing.assert_allclose(np_of(getattr(x, name)(1, dtype=dt.float64)),
-                                               want.numpy(), rtol=1e-12)
+                                               want.numpy(), rtol=1e-12, atol=1e-12)
     with pytest.raises(TypeError):
         dt.amax(dt.tensor(floats), dtype=dt.float64)  # torch's amax has no dtype=
 
@@ -132,7 +132,7 @@ def test_cross_entropy_and_nll_loss_arguments_match_torch(mesh):
             want = F.nll_loss(lp, torch.tensor(target), **torch_kwargs(kw))
             got = dt.nll_loss(dt.log_softmax(dt.tensor(logits), 1), dt.tensor(target), **{**kw, **(
                 {"weight": dt.tensor(kw["weight"])} if "weight" in kw else {})})
-            np.testing.assert_allclose(np_of(got), want.numpy(), rtol=1e-12)
+            np.testing.assert_allclose(np_of(got), want.numpy(), rtol=1e-12, atol=1e-12)
 
 
 def test_cross_entropy_argument_errors():

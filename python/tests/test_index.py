@@ -95,7 +95,7 @@ def keys():
         ((slice(1, 5, 3), slice(None), slice(0, 4, 2)), (slice(1, 5, 3), slice(None), slice(0, 4, 2))),
         (([0, 2],), ([0, 2],)), ((slice(None), [2, 0, 2]), (slice(None), [2, 0, 2])),
         ((dt.tensor(I),), (torch.tensor(I),)),
-        ((0, slice(None), dt.tensor(I[:2])), (0, slice(None), torch.tensor(I[:2]))),
+        ((0, slice(None), dt.tensor(I[1:3])), (0, slice(None), torch.tensor(I[1:3]))),
         ((dt.tensor(I[:2]), slice(None), dt.tensor(I[2:])), (torch.tensor(I[:2]), slice(None), torch.tensor(I[2:]))),
         ((slice(None), [[0], [2]], [1, 3]), (slice(None), [[0], [2]], [1, 3])),
         ((dt.tensor(M),), (torch.tensor(M),)),
