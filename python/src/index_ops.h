@@ -210,20 +210,23 @@ T index_of(const T& x, py::handle key) {
 
 // The value of x[key] = value in x's dtype: a number (0-d), a Tensor, or
 // a list or array; a DTensor's is replicated on x's mesh unless a DTensor.
-inline Tensor value_tensor(DType dtype, py::handle value) {
+inline Tensor value_tensor(DType dtype, py::handle value, const char* what) {
   pybind11::detail::make_caster<Scalar> s;
   if (s.load(value, true))
     return Tensor::full({}, pybind11::detail::cast_op<Scalar>(std::move(s)), dtype);
+  // A Python number the Scalar refused (an int beyond int64): named as such.
+  if (PyLong_Check(value.ptr()) || PyFloat_Check(value.ptr()))
+    cast_arg<Scalar>(value, what, "a number that fits int64 or float64");
   if (py::isinstance<DTensor>(value))
     throw py::type_error("index assignment: a DTensor value into a Tensor; use full_tensor()");
   return tensor_from_python(value, "index assignment").to(dtype);
 }
 inline Tensor value_like(const Tensor& x, py::handle value) {
-  return value_tensor(x.dtype(), value);
+  return value_tensor(x.dtype(), value, "Tensor[key] = value");
 }
 inline DTensor value_like(const DTensor& x, py::handle value) {
   if (py::isinstance<DTensor>(value)) return value.cast<DTensor>().to(x.dtype());
-  return index_for(x, value_tensor(x.dtype(), value));
+  return index_for(x, value_tensor(x.dtype(), value, "DTensor[key] = value"));
 }
 
 // Whether a key has advanced items (anything but ints, slices, None, ...).

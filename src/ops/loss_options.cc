@@ -3,7 +3,7 @@
 // template serves Tensor and DTensor).
 #include "dtensor/loss_options.h"
 
-#include "dtensor/dtensor.h"
+#include "dtensor/distributed_tensor.h"
 
 namespace dtensor {
 
