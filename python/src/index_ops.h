@@ -61,6 +61,10 @@ inline DTensor index_for(const DTensor& x, const Tensor& index) {
 // The whole value of an index given as a Tensor, DTensor, list or array.
 inline Tensor index_tensor(py::handle item) {
   if (py::isinstance<DTensor>(item)) return item.cast<const DTensor&>().full_tensor();
+  if (!py::isinstance<Tensor>(item) && !PyList_Check(item.ptr()) && !PyTuple_Check(item.ptr()) &&
+      !py::hasattr(item, "__array__") && !py::hasattr(item, "__dlpack__"))
+    throw py::type_error("dtensor indexing takes ints, slices, None, Ellipsis, lists and int64 "
+                         "or bool tensors (got " + describe(item) + ")");
   Tensor t = tensor_from_python(item, "index");
   // An empty list is float32 for torch.tensor, but an index for x[[]].
   if (t.numel() == 0 && t.dtype() != DType::Bool) t = t.to(DType::Int64);
