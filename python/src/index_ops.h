@@ -63,8 +63,10 @@ inline Tensor index_tensor(py::handle item) {
   if (py::isinstance<DTensor>(item)) return item.cast<const DTensor&>().full_tensor();
   if (!py::isinstance<Tensor>(item) && !PyList_Check(item.ptr()) && !PyTuple_Check(item.ptr()) &&
       !py::hasattr(item, "__array__") && !py::hasattr(item, "__dlpack__"))
-    throw py::type_error("dtensor indexing takes ints, slices, None, Ellipsis, lists and int64 "
-                         "or bool tensors (got " + describe(item) + ")");
+    throw py::type_error(
+        "dtensor indexing takes ints, slices, None, Ellipsis, lists and int64 "
+        "or bool tensors (got " +
+        describe(item) + ")");
   Tensor t = tensor_from_python(item, "index");
   // An empty list is float32 for torch.tensor, but an index for x[[]].
   if (t.numel() == 0 && t.dtype() != DType::Bool) t = t.to(DType::Int64);
@@ -141,8 +143,8 @@ inline bool is_int_index(py::handle item) {
 // x[key] as torch reads it (see the top of this file).
 template <class T>
 T index_of(const T& x, py::handle key) {
-  py::tuple items = PyTuple_Check(key.ptr()) ? py::reinterpret_borrow<py::tuple>(key)
-                                             : py::make_tuple(key);
+  py::tuple items =
+      PyTuple_Check(key.ptr()) ? py::reinterpret_borrow<py::tuple>(key) : py::make_tuple(key);
   // Advanced items as tensors, and the dims all items take (for Ellipsis).
   std::vector<std::optional<Tensor>> tensors;
   int64_t taken = 0, ellipses = 0;
@@ -235,8 +237,8 @@ inline DTensor value_like(const DTensor& x, py::handle value) {
 
 // Whether a key has advanced items (anything but ints, slices, None, ...).
 inline bool has_advanced(py::handle key) {
-  py::tuple items = PyTuple_Check(key.ptr()) ? py::reinterpret_borrow<py::tuple>(key)
-                                             : py::make_tuple(key);
+  py::tuple items =
+      PyTuple_Check(key.ptr()) ? py::reinterpret_borrow<py::tuple>(key) : py::make_tuple(key);
   for (py::handle item : items)
     if (!item.is_none() && !item.is(py::ellipsis()) && !PySlice_Check(item.ptr()) &&
         !is_int_index(item))

@@ -31,8 +31,9 @@ inline int64_t var_correction(std::optional<bool> unbiased, std::optional<int64_
 inline double norm_order(py::handle p, const std::optional<DimVector>& dim) {
   if (!py::isinstance<py::str>(p)) return cast_arg<double>(p, "norm(p=)", "a number, or \"fro\"");
   const std::string s = p.cast<std::string>();
-  DT_CHECK(s != "nuc", "norm: p=\"nuc\" (the nuclear norm) is not implemented: it needs "
-                       "singular values, which dtensor does not compute");
+  DT_CHECK(s != "nuc",
+           "norm: p=\"nuc\" (the nuclear norm) is not implemented: it needs "
+           "singular values, which dtensor does not compute");
   DT_CHECK(s == "fro", "norm: unknown p=\"", s, "\" (expected a number, \"fro\" or \"nuc\")");
   DT_CHECK(!dim || dim->size() <= 2, "norm: p=\"fro\" takes at most 2 dims, got ", *dim);
   return 2.0;
@@ -82,8 +83,8 @@ inline py::tuple where_positions(const Tensor& cond) {
   return out;
 }
 inline py::tuple where_positions(const DTensor& cond) {
-  const std::vector<Tensor> pos = mask_positions(
-      cond.dtype() == DType::Bool ? cond.full_tensor() : ne(cond.full_tensor(), 0));
+  const std::vector<Tensor> pos =
+      mask_positions(cond.dtype() == DType::Bool ? cond.full_tensor() : ne(cond.full_tensor(), 0));
   py::tuple out(pos.size());
   for (size_t i = 0; i < pos.size(); ++i) out[i] = py::cast(index_for(cond, pos[i]));
   return out;

@@ -64,7 +64,8 @@ T cross_entropy_with_options(const T& logits, const T& target, const LossOptions
              "the input's shape ", logits.shape(), ", got ", target.shape());
     DT_CHECK(o.ignore_index < 0,
              "cross_entropy: ignore_index is not supported for a probability (floating) target, "
-             "got ignore_index=", o.ignore_index);
+             "got ignore_index=",
+             o.ignore_index);
     const int64_t c = logits.size(cd);
     const T lp = log_softmax(logits, cd);
     T p = target.to(lp.dtype());
@@ -72,8 +73,10 @@ T cross_entropy_with_options(const T& logits, const T& target, const LossOptions
     T prod = mul(lp, p);
     if (o.weight) prod = mul(prod, loss_class_weight(*o.weight, logits, "cross_entropy"));
     switch (o.reduction) {
-      case Reduction::None: return neg(sum(prod, DimVector{cd}));
-      case Reduction::Sum: return neg(sum(prod));
+      case Reduction::None:
+        return neg(sum(prod, DimVector{cd}));
+      case Reduction::Sum:
+        return neg(sum(prod));
       case Reduction::Mean:
         return div(neg(sum(prod)), static_cast<double>(logits.numel() / std::max<int64_t>(c, 1)));
     }
@@ -96,8 +99,7 @@ T cross_entropy_with_options(const T& logits, const T& target, const LossOptions
 // padding_idx as an index into the table's rows.
 int64_t embedding_padding_row(int64_t padding_idx, int64_t rows) {
   DT_CHECK(padding_idx >= -rows && padding_idx < rows,
-           "embedding: padding_idx must be within the table's ", rows, " rows, got ",
-           padding_idx);
+           "embedding: padding_idx must be within the table's ", rows, " rows, got ", padding_idx);
   return padding_idx < 0 ? padding_idx + rows : padding_idx;
 }
 
@@ -114,8 +116,7 @@ DTensor nll_loss(const DTensor& log_probs, const DTensor& target, const LossOpti
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const LossOptions<Tensor>& o) {
   return cross_entropy_with_options(logits, target, o);
 }
-DTensor cross_entropy(const DTensor& logits, const DTensor& target,
-                      const LossOptions<DTensor>& o) {
+DTensor cross_entropy(const DTensor& logits, const DTensor& target, const LossOptions<DTensor>& o) {
   return cross_entropy_with_options(logits, target, o);
 }
 
