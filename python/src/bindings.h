@@ -32,6 +32,7 @@ void bind_mesh(py::module_& m);       // mesh.cc: DeviceMesh
 void bind_placement(py::module_& m);  // placement.cc: Shard, Replicate, Partial, DTensorSpec
 void bind_dtensor(py::module_& m);    // dtensor.cc: DTensor, distribute_tensor, from_local
 void bind_ops(py::module_& m);        // ops.cc: the ops of ops.h and tensor.h as functions
+void bind_conversions(py::module_& m);  // conversions.cc: item(), float(x), int(x), bool(x)
 void bind_plan(py::module_& m);       // plan.cc: plan_redistribute, RedistributePlan
 void bind_debug(py::module_& m);      // debug.cc: CommDebugMode, VerifyMode, visualize_sharding
 void bind_autograd(py::module_& m);    // autograd.cc: requires_grad, backward, no_grad

@@ -590,17 +590,6 @@ void bind_interop(py::module_& m) {
            py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
            "A DLPack capsule sharing this tensor's memory: \"dltensor\" by default (what NumPy "
            "1.24 reads), \"dltensor_versioned\" (DLPack 1.0) when max_version >= (1, 0).")
-      .def("__setitem__",
-           [](const Tensor& t, py::handle key, py::handle value) {
-             Tensor view = index_of(t, key);  // a view: writing it writes t
-             if (py::isinstance<py::float_>(value) || py::isinstance<py::int_>(value) ||
-                 py::isinstance<py::bool_>(value)) {
-               view.fill_(cast_arg<Scalar>(value, "Tensor[key] = value", "a number that fits int64 or float64"));
-             } else {
-               view.copy_(tensor_from_python(value));
-             }
-           },
-           "t[key] = value: a number, Tensor or array (broadcast) written into the view.")
       .def("__dlpack_device__", [](const Tensor&) { return py::make_tuple(kDLCPU, 0); });
 
   m.def("from_numpy", &from_numpy, py::arg("array"), R"doc(

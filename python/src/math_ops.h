@@ -12,7 +12,9 @@
 #include <optional>
 
 #include "casters.h"
+#include "index_ops.h"
 #include "scan_ops.h"
+#include "torch_args.h"
 #include "dtensor/dtensor.h"
 
 namespace dtensor::python {
@@ -27,49 +29,10 @@ using release_gil = py::call_guard<py::gil_scoped_release>;
   X(add) X(sub) X(mul) X(div) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
 // Binary ops taking (T, T) only.
 #define DTENSOR_PY_TENSOR_BINARY_OPS(X) X(maximum) X(minimum) X(mm) X(bmm) X(matmul)
-// Reductions (x, dim=None, keepdim=False).
-#define DTENSOR_PY_REDUCTIONS(X) X(sum) X(mean) X(prod) X(amax) X(amin)
-
-inline Tensor slice_of(const Tensor& x, int64_t d, int64_t s, int64_t e, int64_t st) {
-  return x.slice(d, s, e, st);
-}
-inline DTensor slice_of(const DTensor& x, int64_t d, int64_t s, int64_t e, int64_t st) {
-  return slice(x, d, s, e, st);
-}
-
-// x[key] for ints, slices (positive steps), None and tuples of them, as
-// basic NumPy indexing: a Tensor's result is a view; a DTensor's follows
-// the ops' rules (a sharded dim indexed is gathered first).
-template <class T>
-T index_of(const T& x, py::handle key) {
-  py::tuple items = PyTuple_Check(key.ptr()) ? py::reinterpret_borrow<py::tuple>(key)
-                                             : py::make_tuple(key);
-  T out = x;
-  int64_t dim = 0;
-  for (py::handle item : items) {
-    if (item.is_none()) {
-      out = out.unsqueeze(dim++);
-    } else if (PySlice_Check(item.ptr())) {
-      DT_CHECK(dim < out.dim(), "index: too many indices for a ", x.dim(), "-d tensor");
-      Py_ssize_t start = 0, stop = 0, step = 0;
-      if (PySlice_Unpack(item.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
-      DT_CHECK(step > 0, "index: slice step must be positive, got ", step);
-      PySlice_AdjustIndices(static_cast<Py_ssize_t>(out.size(dim)), &start, &stop, step);
-      out = slice_of(out, dim, start, std::max(start, stop), step);
-      ++dim;
-    } else if (PyIndex_Check(item.ptr()) && !PyBool_Check(item.ptr())) {
-      DT_CHECK(dim < out.dim(), "index: too many indices for a ", x.dim(), "-d tensor");
-      const int64_t i = cast_arg<int64_t>(item, "index", "an int that fits int64");
-      const int64_t n = out.size(dim);
-      DT_CHECK(i >= -n && i < n, "index: ", i, " is out of range for dim ", dim, " of size ", n);
-      out = out.select(dim, i < 0 ? i + n : i);
-    } else {
-      throw py::type_error("dtensor indexing takes ints, slices and None (got " +
-                           std::string(Py_TYPE(item.ptr())->tp_name) + ")");
-    }
-  }
-  return out;
-}
+// Reductions (x, dim=None, keepdim=False, *, dtype=None: x cast first, as torch).
+#define DTENSOR_PY_REDUCTIONS(X) X(sum) X(mean) X(prod)
+// Reductions (x, dim=None, keepdim=False), without dtype= (as torch).
+#define DTENSOR_PY_EXTREMA(X) X(amax) X(amin)
 
 // Operators and method forms for class T. Python's binary-operator protocol
 // does the rest: Tensor + DTensor falls back to DTensor.__radd__.
@@ -134,34 +97,47 @@ void bind_math_methods(Class& c) {
 #undef X
 #define X(op)                                                                               \
   c.def(#op,                                                                                \
+        [](const T& x, std::optional<DimVector> dim, bool keepdim, std::optional<DType> d) { \
+          return op(d ? x.to(*d) : x, dim.value_or(DimVector{}), keepdim);                 \
+        },                                                                                  \
+        py::arg("dim") = py::none(), py::arg("keepdim") = false, py::kw_only(),            \
+        py::arg("dtype") = py::none(), release_gil());
+  DTENSOR_PY_REDUCTIONS(X)
+#undef X
+#define X(op)                                                                               \
+  c.def(#op,                                                                                \
         [](const T& x, std::optional<DimVector> dim, bool keepdim) {                       \
           return op(x, dim.value_or(DimVector{}), keepdim);                                 \
         },                                                                                  \
         py::arg("dim") = py::none(), py::arg("keepdim") = false, release_gil());
-  DTENSOR_PY_REDUCTIONS(X)
+  DTENSOR_PY_EXTREMA(X)
 #undef X
   c.def("var",
-        [](const T& x, std::optional<DimVector> dim, int64_t correction, bool keepdim) {
-          return var(x, dim.value_or(DimVector{}), correction, keepdim);
+        [](const T& x, std::optional<DimVector> dim, std::optional<bool> unbiased, bool keepdim,
+           std::optional<int64_t> correction) {
+          return var(x, dim.value_or(DimVector{}), var_correction(unbiased, correction), keepdim);
         },
-        py::arg("dim") = py::none(), py::arg("correction") = 1, py::arg("keepdim") = false,
-        release_gil())
+        py::arg("dim") = py::none(), py::arg("unbiased") = py::none(), py::arg("keepdim") = false,
+        py::kw_only(), py::arg("correction") = py::none(), release_gil())
       .def("argmax", [](const T& x, std::optional<int64_t> dim, bool keepdim) { return argmax(x, dim, keepdim); },
            py::arg("dim") = py::none(), py::arg("keepdim") = false, release_gil())
       .def("argmin", [](const T& x, std::optional<int64_t> dim, bool keepdim) { return argmin(x, dim, keepdim); },
            py::arg("dim") = py::none(), py::arg("keepdim") = false, release_gil())
       .def("pow", [](const T& x, S e) { return pow(x, e); }, py::arg("exponent"), release_gil())
-      .def("norm", [](const T& x, double p, std::optional<DimVector> dim, bool keepdim) {
-             return norm(x, p, dim.value_or(DimVector{}), keepdim);
-           }, py::arg("p") = 2.0, py::arg("dim") = py::none(), py::arg("keepdim") = false,
-           release_gil())
+      .def("norm", [](const T& x, py::object p, std::optional<DimVector> dim, bool keepdim) {
+             const double ord = norm_order(p, dim);
+             py::gil_scoped_release nogil;
+             return norm(x, ord, dim.value_or(DimVector{}), keepdim);
+           }, py::arg("p") = 2.0, py::arg("dim") = py::none(), py::arg("keepdim") = false)
       .def("gelu", [](const T& x, const std::string& approximate) {
              return gelu(x, parse_gelu(approximate));
            }, py::arg("approximate") = "none", release_gil())
-      .def("softmax", [](const T& x, int64_t dim) { return softmax(x, dim); }, py::arg("dim"),
-           release_gil())
-      .def("log_softmax", [](const T& x, int64_t dim) { return log_softmax(x, dim); },
-           py::arg("dim"), release_gil())
+      .def("softmax", [](const T& x, int64_t dim, std::optional<DType> d) {
+             return softmax(d ? x.to(*d) : x, dim);
+           }, py::arg("dim"), py::arg("dtype") = py::none(), release_gil())
+      .def("log_softmax", [](const T& x, int64_t dim, std::optional<DType> d) {
+             return log_softmax(d ? x.to(*d) : x, dim);
+           }, py::arg("dim"), py::arg("dtype") = py::none(), release_gil())
       // Views (never copy a Tensor; a DTensor's shards are views when their strides allow).
       .def("view", [](const T& x, const Shape& s) { return x.view(s); }, py::arg("shape"))
       .def("view", [](const T& x, py::args s) {
@@ -176,6 +152,8 @@ void bind_math_methods(Class& c) {
            py::arg("start_dim") = 0, py::arg("end_dim") = -1)
       .def("squeeze", [](const T& x, std::optional<int64_t> d) { return d ? x.squeeze(*d) : x.squeeze(); },
            py::arg("dim") = py::none())
+      .def("squeeze", [](const T& x, const DimVector& d) { return squeeze_dims(x, d); },
+           py::arg("dim"))
       .def("unsqueeze", [](const T& x, int64_t d) { return x.unsqueeze(d); }, py::arg("dim"))
       .def("permute", [](const T& x, const DimVector& d) { return x.permute(d); }, py::arg("dims"))
       .def("permute", [](const T& x, py::args d) {
@@ -218,12 +196,21 @@ void bind_math_methods(Class& c) {
       .def("new_zeros", [](const T& x, const Shape& s, std::optional<DType> d) {
              return new_zeros(x, s, d);
            }, py::arg("size"), py::kw_only(), py::arg("dtype") = py::none(), release_gil())
+      .def("new_zeros", [](const T& x, py::args s, std::optional<DType> d) {
+             return new_zeros(x, cast_arg<Shape>(s, "new_zeros(*size)", "ints"), d);
+           }, py::kw_only(), py::arg("dtype") = py::none())
       .def("new_ones", [](const T& x, const Shape& s, std::optional<DType> d) {
              return new_ones(x, s, d);
            }, py::arg("size"), py::kw_only(), py::arg("dtype") = py::none(), release_gil())
+      .def("new_ones", [](const T& x, py::args s, std::optional<DType> d) {
+             return new_ones(x, cast_arg<Shape>(s, "new_ones(*size)", "ints"), d);
+           }, py::kw_only(), py::arg("dtype") = py::none())
       .def("new_empty", [](const T& x, const Shape& s, std::optional<DType> d) {
              return new_empty(x, s, d);
            }, py::arg("size"), py::kw_only(), py::arg("dtype") = py::none(), release_gil())
+      .def("new_empty", [](const T& x, py::args s, std::optional<DType> d) {
+             return new_empty(x, cast_arg<Shape>(s, "new_empty(*size)", "ints"), d);
+           }, py::kw_only(), py::arg("dtype") = py::none())
       .def("new_full", [](const T& x, const Shape& s, S v, std::optional<DType> d) {
              return new_full(x, s, v, d);
            }, py::arg("size"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(),
@@ -252,6 +239,9 @@ void bind_math_methods(Class& c) {
       // Clamping, triangles, gather/scatter, indexed updates (as new tensors).
       .def("clamp", [](const T& x, std::optional<S> lo, std::optional<S> hi) { return clamp(x, lo, hi); },
            py::arg("min") = py::none(), py::arg("max") = py::none(), release_gil())
+      .def("clamp", [](const T& x, std::optional<T> lo, std::optional<T> hi) {
+             return clamp_tensors(x, lo, hi);
+           }, py::arg("min") = py::none(), py::arg("max") = py::none(), release_gil())
       .def("clamp_min", [](const T& x, S lo) { return clamp_min(x, lo); }, py::arg("min"), release_gil())
       .def("clamp_max", [](const T& x, S hi) { return clamp_max(x, hi); }, py::arg("max"), release_gil())
       .def("tril", [](const T& x, int64_t d) { return tril(x, d); }, py::arg("diagonal") = 0, release_gil())
@@ -272,6 +262,7 @@ void bind_math_methods(Class& c) {
              return index_put(x, i, v, acc);
            }, py::arg("indices"), py::arg("values"), py::arg("accumulate") = false, release_gil())
       .def("__getitem__", [](const T& x, py::handle key) { return index_of(x, key); })
+      .def("__setitem__", [](T& x, py::handle key, py::handle v) { assign_index(x, key, v); })
       .def_property_readonly("shape", [](const T& x) { return x.shape(); })
       .def("size", [](const T& x, std::optional<int64_t> d) -> py::object {
              if (d) return py::int_(x.size(*d));

@@ -28,6 +28,7 @@ PYBIND11_MODULE(_dtensor, m) {
   dp::bind_placement(m);
   dp::bind_dtensor(m);
   dp::bind_ops(m);
+  dp::bind_conversions(m);
   dp::bind_plan(m);
   dp::bind_debug(m);
   dp::bind_autograd(m);

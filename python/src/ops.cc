@@ -12,6 +12,8 @@
 #include "casters.h"
 #include "math_ops.h"
 #include "scan_ops.h"
+#include "torch_args.h"
+#include "dtensor/loss_options.h"
 
 namespace dtensor::python {
 
@@ -27,6 +29,18 @@ Reduction parse_reduction(const std::string& r) {
   if (r == "none") return Reduction::None;
   DT_THROW("reduction: unknown \"", r, "\" (expected mean, sum or none)");
 }
+
+namespace {
+
+// reduction=, refusing torch's deprecated size_average and reduce.
+Reduction loss_reduction(py::handle size_average, py::handle reduce, const std::string& r) {
+  DT_CHECK(size_average.is_none() && reduce.is_none(),
+           "size_average and reduce are deprecated (also in torch) and not supported: use "
+           "reduction=\"mean\", \"sum\" or \"none\"");
+  return parse_reduction(r);
+}
+
+}  // namespace
 
 namespace {
 
@@ -50,20 +64,31 @@ void bind_ops_of(py::module_& m) {
 #undef X
 #define X(op)                                                                                    \
   m.def(#op,                                                                                     \
+        [](const T& x, std::optional<DimVector> dim, bool keepdim, std::optional<DType> d) {      \
+          return op(d ? x.to(*d) : x, dim.value_or(DimVector{}), keepdim);                       \
+        },                                                                                       \
+        py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false,               \
+        py::kw_only(), py::arg("dtype") = py::none(), release_gil());
+  DTENSOR_PY_REDUCTIONS(X)
+#undef X
+#define X(op)                                                                                    \
+  m.def(#op,                                                                                     \
         [](const T& x, std::optional<DimVector> dim, bool keepdim) {                            \
           return op(x, dim.value_or(DimVector{}), keepdim);                                      \
         },                                                                                       \
         py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false, release_gil());
-  DTENSOR_PY_REDUCTIONS(X)
+  DTENSOR_PY_EXTREMA(X)
 #undef X
   m.def("sub", [](S a, const T& b) { return sub(a, b); }, py::arg("input"), py::arg("other"), release_gil());
   m.def("div", [](S a, const T& b) { return div(a, b); }, py::arg("input"), py::arg("other"), release_gil());
   m.def("var",
-        [](const T& x, std::optional<DimVector> dim, int64_t correction, bool keepdim) {
-          return var(x, dim.value_or(DimVector{}), correction, keepdim);
+        [](const T& x, std::optional<DimVector> dim, std::optional<bool> unbiased, bool keepdim,
+           std::optional<int64_t> correction) {
+          return var(x, dim.value_or(DimVector{}), var_correction(unbiased, correction), keepdim);
         },
-        py::arg("input"), py::arg("dim") = py::none(), py::arg("correction") = 1,
-        py::arg("keepdim") = false, release_gil());
+        py::arg("input"), py::arg("dim") = py::none(), py::arg("unbiased") = py::none(),
+        py::arg("keepdim") = false, py::kw_only(), py::arg("correction") = py::none(),
+        release_gil());
   m.def("argmax", [](const T& x, std::optional<int64_t> d, bool k) { return argmax(x, d, k); },
         py::arg("input"), py::arg("dim") = py::none(), py::arg("keepdim") = false, release_gil());
   m.def("argmin", [](const T& x, std::optional<int64_t> d, bool k) { return argmin(x, d, k); },
@@ -73,11 +98,13 @@ void bind_ops_of(py::module_& m) {
   // Norms: torch.norm (a numeric p) and torch.linalg.vector_norm, also as
   // dtensor.linalg.vector_norm.
   m.def("norm",
-        [](const T& x, double p, std::optional<DimVector> dim, bool keepdim) {
-          return norm(x, p, dim.value_or(DimVector{}), keepdim);
+        [](const T& x, py::object p, std::optional<DimVector> dim, bool keepdim) {
+          const double ord = norm_order(p, dim);
+          py::gil_scoped_release nogil;
+          return norm(x, ord, dim.value_or(DimVector{}), keepdim);
         },
-        py::arg("input"), py::arg("p") = 2.0, py::arg("dim") = py::none(),
-        py::arg("keepdim") = false, release_gil());
+        py::arg("input"), py::arg("p") = "fro", py::arg("dim") = py::none(),
+        py::arg("keepdim") = false);
   auto vector_norm_of = [](const T& x, double ord, std::optional<DimVector> dim, bool keepdim) {
     return vector_norm(x, ord, dim.value_or(DimVector{}), keepdim);
   };
@@ -96,10 +123,15 @@ void bind_ops_of(py::module_& m) {
         },
         py::arg("grad_output"), py::arg("self"), py::kw_only(), py::arg("approximate") = "none",
         release_gil());
-  m.def("softmax", [](const T& x, int64_t d) { return softmax(x, d); }, py::arg("input"),
-        py::arg("dim"), release_gil());
-  m.def("log_softmax", [](const T& x, int64_t d) { return log_softmax(x, d); }, py::arg("input"),
-        py::arg("dim"), release_gil());
+  // dtype=: the input is cast first, as torch does.
+  m.def("softmax", [](const T& x, int64_t d, std::optional<DType> dt) {
+          return softmax(dt ? x.to(*dt) : x, d);
+        }, py::arg("input"), py::arg("dim"), py::kw_only(), py::arg("dtype") = py::none(),
+        release_gil());
+  m.def("log_softmax", [](const T& x, int64_t d, std::optional<DType> dt) {
+          return log_softmax(dt ? x.to(*dt) : x, d);
+        }, py::arg("input"), py::arg("dim"), py::kw_only(), py::arg("dtype") = py::none(),
+        release_gil());
   m.def("addmm", [](const T& bias, const T& a, const T& b, S beta, S alpha) {
           return addmm(bias, a, b, beta, alpha);
         }, py::arg("input"), py::arg("mat1"), py::arg("mat2"), py::kw_only(), py::arg("beta") = 1,
@@ -112,6 +144,8 @@ void bind_ops_of(py::module_& m) {
         py::arg("condition"), py::arg("input"), py::arg("other"), release_gil());
   m.def("where", [](const T& c, const T& a, S b) { return where(c, a, b); },
         py::arg("condition"), py::arg("input"), py::arg("other"), release_gil());
+  m.def("where", [](const T& c) { return where_positions(c); }, py::arg("condition"),
+        "where(condition): nonzero(condition, as_tuple=True).");
   m.def("masked_fill", [](const T& x, const T& mask, S v) { return masked_fill(x, mask, v); },
         py::arg("input"), py::arg("mask"), py::arg("value"), release_gil());
   m.def("cat", [](const std::vector<T>& ts, int64_t d) { return cat(ts, d); }, py::arg("tensors"),
@@ -120,11 +154,20 @@ void bind_ops_of(py::module_& m) {
         py::arg("tensors"), py::arg("dim") = 0, release_gil());
   m.def("index_select", [](const T& x, int64_t d, const T& i) { return index_select(x, d, i); },
         py::arg("input"), py::arg("dim"), py::arg("index"), release_gil());
-  m.def("embedding", [](const T& w, const T& i) { return embedding(w, i); }, py::arg("weight"),
-        py::arg("input"), release_gil());
+  // F.embedding(input, weight, padding_idx) and torch.embedding(weight,
+  // input): told apart by dtype (the indices are int64, the table floating).
+  m.def("embedding", [](const T& a, const T& b, std::optional<int64_t> padding_idx) {
+          const bool indices_first = a.dtype() == DType::Int64 && b.dtype() != DType::Int64;
+          return embedding(indices_first ? b : a, indices_first ? a : b, padding_idx);
+        }, py::arg("input"), py::arg("weight"), py::arg("padding_idx") = py::none(),
+        release_gil());
   // Clamping, triangles, gather/scatter, indexed updates (PyTorch's names and keywords).
   m.def("clamp", [](const T& x, std::optional<S> lo, std::optional<S> hi) { return clamp(x, lo, hi); },
         py::arg("input"), py::arg("min") = py::none(), py::arg("max") = py::none(), release_gil());
+  m.def("clamp", [](const T& x, std::optional<T> lo, std::optional<T> hi) {
+          return clamp_tensors(x, lo, hi);
+        }, py::arg("input"), py::arg("min") = py::none(), py::arg("max") = py::none(),
+        release_gil());
   m.def("clamp_min", [](const T& x, S lo) { return clamp_min(x, lo); }, py::arg("input"),
         py::arg("min"), release_gil());
   m.def("clamp_max", [](const T& x, S hi) { return clamp_max(x, hi); }, py::arg("input"),
@@ -150,14 +193,25 @@ void bind_ops_of(py::module_& m) {
           return index_put(x, i, v, acc);
         }, py::arg("input"), py::arg("indices"), py::arg("values"), py::arg("accumulate") = false,
         release_gil());
-  m.def("nll_loss", [](const T& lp, const T& t, const std::string& r, int64_t ii) {
-          return nll_loss(lp, t, parse_reduction(r), ii);
-        }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean",
-        py::arg("ignore_index") = -100, release_gil());
-  m.def("cross_entropy", [](const T& lp, const T& t, const std::string& r, int64_t ii) {
-          return cross_entropy(lp, t, parse_reduction(r), ii);
-        }, py::arg("input"), py::arg("target"), py::arg("reduction") = "mean",
-        py::arg("ignore_index") = -100, release_gil());
+  // F.nll_loss and F.cross_entropy's signatures; size_average and reduce
+  // (deprecated in torch) hold their positions but must stay None.
+  m.def("nll_loss", [](const T& lp, const T& t, std::optional<T> w, py::object size_average,
+                       int64_t ii, py::object reduce, const std::string& r) {
+          const LossOptions<T> o{loss_reduction(size_average, reduce, r), ii, w, 0.0};
+          py::gil_scoped_release nogil;
+          return nll_loss(lp, t, o);
+        }, py::arg("input"), py::arg("target"), py::arg("weight") = py::none(),
+        py::arg("size_average") = py::none(), py::arg("ignore_index") = -100,
+        py::arg("reduce") = py::none(), py::arg("reduction") = "mean");
+  m.def("cross_entropy", [](const T& x, const T& t, std::optional<T> w, py::object size_average,
+                            int64_t ii, py::object reduce, const std::string& r, double ls) {
+          const LossOptions<T> o{loss_reduction(size_average, reduce, r), ii, w, ls};
+          py::gil_scoped_release nogil;
+          return cross_entropy(x, t, o);
+        }, py::arg("input"), py::arg("target"), py::arg("weight") = py::none(),
+        py::arg("size_average") = py::none(), py::arg("ignore_index") = -100,
+        py::arg("reduce") = py::none(), py::arg("reduction") = "mean",
+        py::arg("label_smoothing") = 0.0);
   m.def("zeros_like", [](const T& x) { return zeros_like(x); }, py::arg("input"), release_gil());
   m.def("ones_like", [](const T& x) { return ones_like(x); }, py::arg("input"), release_gil());
   m.def("full_like", [](const T& x, S v) { return full_like(x, v); }, py::arg("input"),
@@ -176,6 +230,8 @@ void bind_ops_of(py::module_& m) {
   m.def("t", [](const T& x) { return x.t(); }, py::arg("input"), release_gil());
   m.def("squeeze", [](const T& x, std::optional<int64_t> d) { return d ? x.squeeze(*d) : x.squeeze(); },
         py::arg("input"), py::arg("dim") = py::none(), release_gil());
+  m.def("squeeze", [](const T& x, const DimVector& d) { return squeeze_dims(x, d); },
+        py::arg("input"), py::arg("dim"), release_gil());
   m.def("unsqueeze", [](const T& x, int64_t d) { return x.unsqueeze(d); }, py::arg("input"),
         py::arg("dim"), release_gil());
   m.def("narrow", [](const T& x, int64_t d, int64_t s, int64_t l) { return x.narrow(d, s, l); },
@@ -231,6 +287,15 @@ py::object einsum_of(const std::string& equation, py::args args) {
   return py::cast(std::move(out));
 }
 
+// A Tensor's dropout: the mask Tensor::rand(shape, seed) >= p, the one a
+// DTensor of that shape gets (dropout's definition in ops.h).
+Tensor tensor_dropout(const Tensor& x, double p, std::optional<uint64_t> seed) {
+  DT_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got ", p);
+  const uint64_t s = seed ? *seed : next_seed();
+  if (p == 0) return x.clone();
+  return div(mul(x, ge(Tensor::rand(x.shape(), s), p)), 1 - p);
+}
+
 // Tensor ops whose DTensor form takes optional DTensors (weight, bias) or
 // differs in shape: bound one by one.
 void bind_layer_ops(py::module_& m) {
@@ -265,10 +330,36 @@ void bind_layer_ops(py::module_& m) {
           return x.slice(d, s, e, st);
         }, py::arg("input"), py::arg("dim"), py::arg("start"), py::arg("end"), py::arg("step") = 1,
         release_gil());
+  // F.dropout(input, p=0.5, training=True, inplace=False), plus seed=:
+  // without one, the mask's seed comes from the global generator
+  // (manual_seed). Not training: the input itself, as torch.
   m.def("dropout",
-        [](const DTensor& x, double p, std::optional<uint64_t> seed) { return dropout(x, p, seed); },
-        py::arg("input"), py::arg("p"), py::arg("seed") = py::none(), release_gil(),
-        "Without a seed, the mask's seed comes from the global generator (manual_seed).");
+        [](py::object input, double p, bool training, bool inplace,
+           std::optional<uint64_t> seed) -> py::object {
+          if (!training) return input;
+          if (py::isinstance<DTensor>(input)) {
+            DTensor& x = input.cast<DTensor&>();
+            DTensor out;
+            {
+              py::gil_scoped_release nogil;
+              out = dropout(x, p, seed);
+              if (inplace) x.copy_(out);
+            }
+            return inplace ? input : py::cast(std::move(out));
+          }
+          if (!py::isinstance<Tensor>(input))
+            throw py::type_error("dropout: expected a Tensor or DTensor, got " + describe(input));
+          Tensor& x = input.cast<Tensor&>();
+          Tensor out;
+          {
+            py::gil_scoped_release nogil;
+            out = tensor_dropout(x, p, seed);
+            if (inplace) x.copy_(out);
+          }
+          return inplace ? input : py::cast(std::move(out));
+        },
+        py::arg("input"), py::arg("p") = 0.5, py::arg("training") = true,
+        py::arg("inplace") = false, py::kw_only(), py::arg("seed") = py::none());
   // torch.nn.functional.scaled_dot_product_attention's signature (no enable_gqa).
   m.def("scaled_dot_product_attention",
         [](const DTensor& q, const DTensor& k, const DTensor& v, std::optional<DTensor> mask,
@@ -300,8 +391,9 @@ template <class MakeTensor, class MakeDTensor>
 void bind_factory(py::module_& m, const char* name, MakeTensor make_tensor,
                   MakeDTensor make_dtensor, const char* doc) {
   m.def(name,
-        [=](const Shape& shape, DType dtype, std::optional<DeviceMesh> mesh,
+        [=](py::args args, std::optional<Shape> size, DType dtype, std::optional<DeviceMesh> mesh,
             std::optional<Placements> placements) -> py::object {
+          const Shape shape = shape_of(args, size, name);
           DT_CHECK(mesh.has_value() == placements.has_value(), name,
                    ": give both device_mesh and placements (a DTensor) or neither (a Tensor)");
           if (mesh) {
@@ -319,7 +411,7 @@ void bind_factory(py::module_& m, const char* name, MakeTensor make_tensor,
           }
           return py::cast(std::move(t));
         },
-        py::arg("size"), py::kw_only(), py::arg("dtype") = DType::Float32,
+        py::kw_only(), py::arg("size") = py::none(), py::arg("dtype") = DType::Float32,
         py::arg("device_mesh") = py::none(), py::arg("placements") = py::none(), doc);
 }
 
@@ -369,21 +461,25 @@ void bind_ops(py::module_& m) {
   // same whatever the layout (each rank makes only its own shard). Without
   // a seed, one from the global generator (manual_seed).
   m.def("rand",
-        [](const Shape& shape, std::optional<uint64_t> seed, DType dtype,
+        [](py::args args, std::optional<Shape> size, std::optional<uint64_t> seed, DType dtype,
            std::optional<DeviceMesh> mesh, std::optional<Placements> placements) -> py::object {
+          const Shape shape = shape_of(args, size, "rand");
           if (mesh) return py::cast(rand(shape, *mesh, placements.value_or(Placements()), seed, dtype));
           return py::cast(Tensor::rand(shape, seed ? *seed : next_seed(), 0, dtype));
         },
-        py::arg("size"), py::kw_only(), py::arg("seed") = py::none(), py::arg("dtype") = DType::Float32,
+        py::kw_only(), py::arg("size") = py::none(), py::arg("seed") = py::none(),
+        py::arg("dtype") = DType::Float32,
         py::arg("device_mesh") = py::none(), py::arg("placements") = py::none(),
         "Uniform in [0, 1), the same global values whatever the layout.");
   m.def("randn",
-        [](const Shape& shape, std::optional<uint64_t> seed, DType dtype,
+        [](py::args args, std::optional<Shape> size, std::optional<uint64_t> seed, DType dtype,
            std::optional<DeviceMesh> mesh, std::optional<Placements> placements) -> py::object {
+          const Shape shape = shape_of(args, size, "randn");
           if (mesh) return py::cast(randn(shape, *mesh, placements.value_or(Placements()), seed, dtype));
           return py::cast(Tensor::randn(shape, seed ? *seed : next_seed(), 0, dtype));
         },
-        py::arg("size"), py::kw_only(), py::arg("seed") = py::none(), py::arg("dtype") = DType::Float32,
+        py::kw_only(), py::arg("size") = py::none(), py::arg("seed") = py::none(),
+        py::arg("dtype") = DType::Float32,
         py::arg("device_mesh") = py::none(), py::arg("placements") = py::none(),
         "Standard normal, the same global values whatever the layout.");
   m.def("arange",

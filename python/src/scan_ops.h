@@ -48,10 +48,11 @@ void bind_scan_ops(Target& target) {
     if constexpr (std::is_same_v<Target, py::module_>) target.def(name, f, py::arg("input"), args...);
     else target.def(name, f, args...);
   };
-  def("cumsum", [](const T& x, int64_t dim) {
+  // dtype=: the input is cast first, as torch does.
+  def("cumsum", [](const T& x, int64_t dim, std::optional<DType> dtype) {
         py::gil_scoped_release nogil;
-        return cumsum(x, dim);
-      }, py::arg("dim"));
+        return cumsum(dtype ? x.to(*dtype) : x, dim);
+      }, py::arg("dim"), py::kw_only(), py::arg("dtype") = py::none());
   def("sort", [](const T& x, int64_t dim, bool descending, bool stable) {
         return values_indices(sort_nogil(x, dim, descending, stable));
       }, py::arg("dim") = -1, py::arg("descending") = false, py::kw_only(),

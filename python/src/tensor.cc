@@ -98,16 +98,6 @@ NumPy lacks, through DLPack only).
       .def_property_readonly("itemsize", &Tensor::itemsize)
       .def("data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw_data()); },
            "The address of the first element.")
-      .def("item", [](const Tensor& t) -> py::object {
-             switch (t.dtype()) {
-               case DType::Bool: return py::bool_(t.item<bool>());
-               case DType::Int64: return py::int_(t.item<int64_t>());
-               default: return py::float_(t.item<double>());
-             }
-           }, "The single element of a one-element tensor, as a Python number.")
-      .def("__bool__", [](const Tensor& t) { return t.item<bool>(); })
-      .def("__float__", [](const Tensor& t) { return t.item<double>(); })
-      .def("__int__", [](const Tensor& t) { return t.item<int64_t>(); })
       .def("relu_", &Tensor::relu_, release_gil())
       .def("__repr__", [](const Tensor& t) { return to_string(t); });
 }

@@ -62,7 +62,7 @@ def test_indexing_is_a_view_and_setitem_writes():
     t[0] = -1.0
     t[1:3, 0] = np.array([7.0, 8.0])
     assert t[0].tolist() == [-1.0] * 6 and t[:, 0].tolist() == [-1.0, 7.0, 8.0, 18.0]
-    with pytest.raises(dt.Error, match="out of range"):
+    with pytest.raises(dt.Error, match="out of bounds"):  # torch's words
         t[4]
     with pytest.raises(TypeError):
         t["x"]
