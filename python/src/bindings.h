@@ -28,6 +28,7 @@ void bind_errors(py::module_& m);     // module.cc: dtensor.Error
 void bind_tensor(py::module_& m);     // tensor.cc: dtype, Tensor and its ops
 void bind_interop(py::module_& m);    // interop.cc: buffer protocol, NumPy, DLPack
 void bind_world(py::module_& m);      // world.cc: World
+void bind_current_rank(py::module_& m);  // current_rank.cc: current_rank, get_current_rank
 void bind_mesh(py::module_& m);       // mesh.cc: DeviceMesh
 void bind_placement(py::module_& m);  // placement.cc: Shard, Replicate, Partial, DTensorSpec
 void bind_dtensor(py::module_& m);    // dtensor.cc: DTensor, distribute_tensor, from_local

@@ -24,6 +24,7 @@ PYBIND11_MODULE(_dtensor, m) {
   dp::bind_tensor(m);
   dp::bind_interop(m);
   dp::bind_world(m);
+  dp::bind_current_rank(m);
   dp::bind_mesh(m);
   dp::bind_placement(m);
   dp::bind_dtensor(m);
