@@ -39,6 +39,7 @@ void bind_autograd(py::module_& m);    // autograd.cc: requires_grad, backward, 
 void bind_optim(py::module_& m);       // optim.cc: dtensor.optim (SGD, AdamW, schedules)
 void bind_nn(py::module_& m);          // nn.cc: dtensor.nn (Module, Linear, ...); after optim
 void bind_parallel(py::module_& m);    // parallel.cc: parallelize_module, styles, fully_shard
+void bind_loss_parallel(py::module_& m);  // loss_parallel.cc: dtensor.parallel.loss_parallel
 void bind_checkpoint(py::module_& m);  // checkpoint.cc: dtensor.checkpoint (save, load)
 void bind_memory(py::module_& m);      // memory.cc: MemoryTracker, utils.checkpoint
 void bind_custom_op(py::module_& m);

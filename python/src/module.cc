@@ -35,6 +35,7 @@ PYBIND11_MODULE(_dtensor, m) {
   dp::bind_optim(m);
   dp::bind_nn(m);
   dp::bind_parallel(m);
+  dp::bind_loss_parallel(m);
   dp::bind_checkpoint(m);
   dp::bind_memory(m);
   dp::bind_custom_op(m);
