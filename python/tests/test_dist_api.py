@@ -225,7 +225,7 @@ def test_loss_parallel_equals_replicated_and_torch(rng, shape, placements, kw):
         with dt.CommDebugMode() as comm:
             loss = dt.cross_entropy(x, y, **kw)
         (loss.sum() if kw.get("reduction") == "none" else loss).backward()
-    assert comm.get_comm_counts().get("all_gather", 0) == 0  # the logits stay sharded
+    assert set(comm.get_comm_counts()) == {"all_reduce"}  # the logits stay sharded (no all_to_all or all_gather of them)
     np.testing.assert_allclose(np.asarray(loss.full_tensor()), ref_loss, rtol=1e-12, atol=1e-12)
     assert x.grad.placements == x.placements
     np.testing.assert_allclose(np.asarray(x.grad.full_tensor()), ref_grad, rtol=1e-12, atol=1e-12)
