@@ -44,6 +44,17 @@ def main():
     lin = dt.nn.Linear(mesh, 5, 3)
     noise = dt.rand((6, 4), device_mesh=mesh, placements=[dt.Shard(0), dt.Shard(1)])
     lines.append(f"unseeded {digest(lin.weight.full_tensor())} {digest(noise.full_tensor())}")
+    # rank 0's view through the current rank (under MPI each process's own)
+    with dt.current_rank(world.held_ranks[0]):
+        lines.append(f"current rank {mesh.get_rank()} coordinate {mesh.get_coordinate()} "
+                     f"tp {mesh.get_local_rank('tp')} shard {digest(r.to_local())}")
+    logits = dt.distribute_tensor(np.asarray(dt.randn((6, 10), seed=4)), mesh,
+                                  [dt.Shard(0), dt.Shard(1)]).requires_grad_()
+    labels = dt.distribute_tensor(np.arange(6) % 10, mesh, [dt.Shard(0), dt.Replicate()])
+    with dt.parallel.loss_parallel():
+        loss = dt.cross_entropy(logits, labels)
+        loss.backward()
+    lines.append(f"loss_parallel {digest(loss.full_tensor())} {digest(logits.grad.full_tensor())}")
     if world.rank == 0:
         print("\n".join(lines), flush=True)
 
