@@ -34,23 +34,28 @@ VocabParallelLossOptions vocab_loss_options(const DeviceMesh& mesh, const py::kw
     const std::string k = key.cast<std::string>();
     if (k == "input" || k == "target") continue;
     if (k == "ignore_index") {
-      o.ignore_index = cast_arg<int64_t>(value, "loss_parallel cross_entropy(ignore_index)", "an int");
+      o.ignore_index =
+          cast_arg<int64_t>(value, "loss_parallel cross_entropy(ignore_index)", "an int");
     } else if (k == "reduction") {
-      o.reduction = parse_reduction(cast_arg<std::string>(value, "loss_parallel cross_entropy(reduction)", "a str"));
+      o.reduction = parse_reduction(
+          cast_arg<std::string>(value, "loss_parallel cross_entropy(reduction)", "a str"));
     } else if (k == "weight") {
       if (value.is_none()) continue;
       if (py::isinstance<DTensor>(value)) {
         o.weight = value.cast<DTensor>();
       } else {
         const Tensor w = tensor_from_python(value, "loss_parallel cross_entropy(weight)");
-        o.weight = distribute_tensor(w, mesh, Placements(static_cast<size_t>(mesh.ndim()), Replicate()));
+        o.weight =
+            distribute_tensor(w, mesh, Placements(static_cast<size_t>(mesh.ndim()), Replicate()));
       }
     } else if (k == "label_smoothing") {
-      const double ls = cast_arg<double>(value, "loss_parallel cross_entropy(label_smoothing)", "a number");
+      const double ls =
+          cast_arg<double>(value, "loss_parallel cross_entropy(label_smoothing)", "a number");
       DT_CHECK(ls == 0.0, "cross_entropy under loss_parallel: label_smoothing=", ls,
                " is not implemented by the vocab-parallel loss (leave loss_parallel for it)");
     } else {
-      DT_THROW("cross_entropy under loss_parallel: argument '", k, "' is not supported (input, "
+      DT_THROW("cross_entropy under loss_parallel: argument '", k,
+               "' is not supported (input, "
                "target, weight, ignore_index, reduction, label_smoothing=0)");
     }
   }
@@ -60,23 +65,31 @@ VocabParallelLossOptions vocab_loss_options(const DeviceMesh& mesh, const py::kw
 // The vocab-parallel loss when `input` is a DTensor sharded on its class
 // dim; nullopt for anything the ordinary op should run.
 std::optional<DTensor> try_vocab_parallel(const py::args& args, const py::kwargs& kw) {
-  py::object input = args.size() > 0 ? py::object(args[0]) : kw.contains("input") ? py::object(kw["input"]) : py::none();
+  py::object input = args.size() > 0        ? py::object(args[0])
+                     : kw.contains("input") ? py::object(kw["input"])
+                                            : py::none();
   if (!py::isinstance<DTensor>(input)) return std::nullopt;
   const DTensor logits = input.cast<DTensor>();
   if (logits.dim() < 2) return std::nullopt;  // one unbatched row: nothing to shard over
-  const int64_t class_dim = 1;                  // F.cross_entropy's (N, C, d1, ...)
+  const int64_t class_dim = 1;                // F.cross_entropy's (N, C, d1, ...)
   int tp = -1;
   for (int d = 0; d < logits.mesh().ndim(); ++d) {
     const Placement& p = logits.placements()[static_cast<size_t>(d)];
     if (!p.is_shard() || (p.dim() + logits.dim()) % logits.dim() != class_dim) continue;
-    DT_CHECK(tp < 0, "cross_entropy under loss_parallel: the class dim is sharded over mesh "
-             "dims ", tp, " and ", d, "; one is supported");
+    DT_CHECK(tp < 0,
+             "cross_entropy under loss_parallel: the class dim is sharded over mesh "
+             "dims ",
+             tp, " and ", d, "; one is supported");
     tp = d;
   }
   if (tp < 0) return std::nullopt;
-  DT_CHECK(args.size() <= 2, "cross_entropy under loss_parallel: pass the arguments after input "
-           "and target by keyword, got ", args.size(), " positional");
-  py::object target = args.size() > 1 ? py::object(args[1]) : kw.contains("target") ? py::object(kw["target"]) : py::none();
+  DT_CHECK(args.size() <= 2,
+           "cross_entropy under loss_parallel: pass the arguments after input "
+           "and target by keyword, got ",
+           args.size(), " positional");
+  py::object target = args.size() > 1         ? py::object(args[1])
+                      : kw.contains("target") ? py::object(kw["target"])
+                                              : py::none();
   DT_CHECK(!target.is_none(), "cross_entropy under loss_parallel: target missing");
   DTensor t;
   if (py::isinstance<DTensor>(target)) {
@@ -88,8 +101,10 @@ std::optional<DTensor> try_vocab_parallel(const py::args& args, const py::kwargs
     for (Placement& pl : p) {
       if (!pl.is_shard()) continue;
       const int64_t dim = (pl.dim() + logits.dim()) % logits.dim();
-      if (dim == class_dim) pl = Replicate();
-      else if (dim > class_dim) pl = Shard(dim - 1);
+      if (dim == class_dim)
+        pl = Replicate();
+      else if (dim > class_dim)
+        pl = Shard(dim - 1);
     }
     t = distribute_tensor(tensor_from_python(target, "loss_parallel cross_entropy(target)"),
                           logits.mesh(), p);
@@ -108,7 +123,8 @@ py::cpp_function routed(py::object original) {
           if (auto loss = try_vocab_parallel(args, kw)) return py::cast(*loss);
         return original(*args, **kw);
       },
-      py::name("cross_entropy"), py::doc(py::str(original.attr("__doc__")).cast<std::string>().c_str()));
+      py::name("cross_entropy"),
+      py::doc(py::str(original.attr("__doc__")).cast<std::string>().c_str()));
 }
 
 }  // namespace
@@ -121,7 +137,8 @@ void bind_loss_parallel(py::module_& m) {
         --loss_parallel_depth();
         return false;
       });
-  pm.def("loss_parallel", [] { return LossParallel{}; }, R"doc(
+  pm.def(
+      "loss_parallel", [] { return LossParallel{}; }, R"doc(
 with loss_parallel(): PyTorch's. cross_entropy(logits, target, ...) of
 logits that are a DTensor sharded on the class dim (dim 1, the last of 2-d
 logits) over one mesh dim computes the vocab-parallel loss
