@@ -25,7 +25,7 @@ if _build_config.MPI_LIBRARY:
         pass
 
 from ._dtensor import *  # noqa: E402,F401,F403
-from ._dtensor import Error, World, DeviceMesh  # noqa: E402
+from ._dtensor import Error, World, DeviceMesh, current_rank  # noqa: E402
 
 __version__ = _build_config.VERSION
 
@@ -74,3 +74,28 @@ def init_device_mesh(*args, mesh_shape=None, mesh_dim_names=None, world=None, de
 # containers and small modules, functional, init, and the layout calls that
 # adopt modules made without a mesh.
 from . import _nn_module, _nn_modules, _nn_functional, _nn_init, _nn_layout  # noqa: E402,F401
+
+
+def each_rank(world_or_mesh):
+    """Runs the body of a for loop once per rank this process holds, as that rank.
+
+        for r in dtensor.each_rank(mesh):
+            shard = d.to_local()      # rank r's; mesh.get_rank() == r
+
+    Each iteration is inside `with current_rank(r):` (left again before the
+    next). A mesh gives the held ranks it contains, a World all held ranks:
+    every rank in a simulated world, the process's own under MPI, so the
+    same loop runs once per process there. Ops and collectives inside still
+    act for every rank: this is for the per-rank views (to_local,
+    from_local of one tensor, get_rank, get_local_rank, get_coordinate).
+    """
+    if isinstance(world_or_mesh, DeviceMesh):
+        ranks = [r for r in world_or_mesh.world.held_ranks if world_or_mesh.contains(r)]
+    elif isinstance(world_or_mesh, World):
+        ranks = list(world_or_mesh.held_ranks)
+    else:
+        raise TypeError(f"each_rank: expected a World or a DeviceMesh, got "
+                        f"{type(world_or_mesh).__name__}")
+    for r in ranks:
+        with current_rank(r):
+            yield r

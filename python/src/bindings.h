@@ -28,6 +28,7 @@ void bind_errors(py::module_& m);     // module.cc: dtensor.Error
 void bind_tensor(py::module_& m);     // tensor.cc: dtype, Tensor and its ops
 void bind_interop(py::module_& m);    // interop.cc: buffer protocol, NumPy, DLPack
 void bind_world(py::module_& m);      // world.cc: World
+void bind_current_rank(py::module_& m);  // current_rank.cc: current_rank, get_current_rank
 void bind_mesh(py::module_& m);       // mesh.cc: DeviceMesh
 void bind_placement(py::module_& m);  // placement.cc: Shard, Replicate, Partial, DTensorSpec
 void bind_dtensor(py::module_& m);    // dtensor.cc: DTensor, distribute_tensor, from_local
@@ -39,6 +40,7 @@ void bind_autograd(py::module_& m);    // autograd.cc: requires_grad, backward, 
 void bind_optim(py::module_& m);       // optim.cc: dtensor.optim (SGD, AdamW, schedules)
 void bind_nn(py::module_& m);          // nn.cc: dtensor.nn (Module, Linear, ...); after optim
 void bind_parallel(py::module_& m);    // parallel.cc: parallelize_module, styles, fully_shard
+void bind_loss_parallel(py::module_& m);  // loss_parallel.cc: dtensor.parallel.loss_parallel
 void bind_checkpoint(py::module_& m);  // checkpoint.cc: dtensor.checkpoint (save, load)
 void bind_memory(py::module_& m);      // memory.cc: MemoryTracker, utils.checkpoint
 void bind_custom_op(py::module_& m);   // custom_op.cc: register_sharding, check_rules

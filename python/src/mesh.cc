@@ -6,6 +6,7 @@
 
 #include "bindings.h"
 #include "casters.h"
+#include "current_rank.h"
 
 namespace dtensor::python {
 
@@ -17,6 +18,26 @@ std::vector<std::string> names_from(py::handle key) {
   if (PyUnicode_Check(key.ptr())) return {key.cast<std::string>()};
   return cast_arg<std::vector<std::string>>(key, "DeviceMesh[key]",
                                             "a mesh dim name (str) or a tuple of names");
+}
+
+// PyTorch's get_local_rank(mesh_dim=None): the current rank's coordinate on
+// one dim; the dim may be left out on a 1-d mesh only.
+int64_t local_rank(const DeviceMesh& mesh, py::object mesh_dim) {
+  const int rank = current_rank_of(mesh.world(), "DeviceMesh.get_local_rank()");
+  int d = 0;
+  if (mesh_dim.is_none())
+    DT_CHECK(mesh.ndim() == 1, "DeviceMesh.get_local_rank(): mesh_dim must be given for a ",
+             mesh.ndim(), "-d mesh ", mesh.to_string());
+  else if (PyUnicode_Check(mesh_dim.ptr()))
+    d = mesh.dim_index(mesh_dim.cast<std::string>());
+  else
+    d = cast_arg<int>(mesh_dim, "DeviceMesh.get_local_rank(mesh_dim)", "a dim index (int) or name (str)");
+  DT_CHECK(d >= 0 && d < mesh.ndim(), "DeviceMesh.get_local_rank(): mesh_dim ", d,
+           " out of range for a ", mesh.ndim(), "-d mesh");
+  auto coord = mesh.coordinate(rank);
+  DT_CHECK(coord.has_value(), "DeviceMesh.get_local_rank(): rank ", rank, " is not in mesh ",
+           mesh.to_string());
+  return (*coord)[static_cast<size_t>(d)];
 }
 
 }  // namespace
@@ -80,8 +101,39 @@ other dim. Sub-meshes (mesh["tp"], mesh["dp", "tp"]) and flattened dims
            "A 1-d mesh covering the given dims (names or indices; all by default) as one.")
       .def("coordinate", &DeviceMesh::coordinate, py::arg("rank"),
            "The rank's coordinate in this mesh (None when not in it).")
-      .def("get_coordinate", [](const DeviceMesh& mesh) { return mesh.coordinate(mesh.world().held_ranks().front()); },
-           "The coordinate of this process's (first held) rank.")
+      .def("get_coordinate",
+           [](const DeviceMesh& mesh) {
+             return mesh.coordinate(current_rank_of(mesh.world(), "DeviceMesh.get_coordinate()"));
+           },
+           "The current rank's coordinate (None when the mesh does not contain it): under MPI "
+           "the process's, in a simulated world the rank of `with dtensor.current_rank(r):`.")
+      .def("get_rank",
+           [](const DeviceMesh& mesh) { return current_rank_of(mesh.world(), "DeviceMesh.get_rank()"); },
+           "The current rank, global in the world (PyTorch's: the process's rank).")
+      .def("get_local_rank", &local_rank, py::arg("mesh_dim") = py::none(),
+           "The current rank's coordinate on mesh dim `mesh_dim` (index or name; may be "
+           "omitted for a 1-d mesh), as PyTorch's: its rank in that dim's group.")
+      .def_property_readonly("device_type", [](const DeviceMesh&) { return "cpu"; },
+                             "\"cpu\": dtensor runs on the CPU.")
+      .def("_flatten",
+           [](const DeviceMesh& mesh, std::optional<std::string> name) {
+             std::vector<int> all(static_cast<size_t>(mesh.ndim()));
+             // PyTorch's default name joins the dims' names with "_" (none when unnamed).
+             std::string joined;
+             bool named = true;
+             const std::vector<std::string> names = mesh.names();
+             for (int i = 0; i < mesh.ndim(); ++i) {
+               all[static_cast<size_t>(i)] = i;
+               const std::string& n = names[static_cast<size_t>(i)];
+               named = named && !n.empty();
+               joined += (i ? "_" : "") + n;
+             }
+             return mesh.flatten(all, name.value_or(named ? joined : ""));
+           },
+           py::arg("mesh_dim_name") = py::none(),
+           "PyTorch's: a 1-d mesh over all of this mesh's dims as one (row-major), named "
+           "mesh_dim_name (default: the dims' names joined by \"_\"); mesh.flatten(dims) picks "
+           "dims.")
       .def("group", &DeviceMesh::group, py::arg("rank"), py::arg("mesh_dim"))
       .def("groups", &DeviceMesh::groups, py::arg("mesh_dim"))
       .def("ranks", [](const DeviceMesh& mesh, std::optional<int> rank) {

@@ -24,6 +24,7 @@ PYBIND11_MODULE(_dtensor, m) {
   dp::bind_tensor(m);
   dp::bind_interop(m);
   dp::bind_world(m);
+  dp::bind_current_rank(m);
   dp::bind_mesh(m);
   dp::bind_placement(m);
   dp::bind_dtensor(m);
@@ -35,6 +36,7 @@ PYBIND11_MODULE(_dtensor, m) {
   dp::bind_optim(m);
   dp::bind_nn(m);
   dp::bind_parallel(m);
+  dp::bind_loss_parallel(m);
   dp::bind_checkpoint(m);
   dp::bind_memory(m);
   dp::bind_custom_op(m);

@@ -703,6 +703,7 @@ gradients are the same, bit for bit. Returns the module.
   py::module_ utils = nm.def_submodule("utils", "torch.nn.utils's gradient clipping.");
   py::object om = m.attr("optim");
   utils.attr("clip_grad_norm_") = om.attr("clip_grad_norm_");
+  utils.attr("clip_grad_value_") = om.attr("clip_grad_value_");
 
   py::object modules = py::module_::import("sys").attr("modules");
   modules["dtensor.nn"] = nm;

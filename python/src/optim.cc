@@ -27,6 +27,7 @@
 
 #include "bindings.h"
 #include "casters.h"
+#include "dtensor/autograd.h"
 #include "dtensor/optim.h"
 
 namespace dtensor::python {
@@ -213,6 +214,39 @@ optim::AdamOptions adam_options(double lr, std::pair<double, double> betas, doub
   return o;
 }
 
+// zero_grad(set_to_none=False): zeros written into each gradient's shards.
+void zero_grads_in_place(const std::vector<DTensor>& params) {
+  NoGradGuard no_grad;
+  for (const DTensor& p : params)
+    if (auto g = p.grad()) g->zero_();
+}
+
+// clip_grad_value_: clamp_ in place, except that a gradient Partial(sum|avg)
+// on some mesh dim is reduced (P -> R there) first: clamping each rank's
+// piece is not clamping their sum.
+void clip_grad_value(const std::vector<DTensor>& params, double clip_value) {
+  DT_CHECK(clip_value >= 0, "clip_grad_value_: clip_value must be >= 0, got ", clip_value);
+  NoGradGuard no_grad;
+  for (DTensor p : params) {
+    std::optional<DTensor> g = p.grad();
+    if (!g) continue;
+    Placements reduced = g->placements();
+    bool partial = false;
+    for (Placement& pl : reduced)
+      if (pl.is_partial()) {
+        pl = Replicate();
+        partial = true;
+      }
+    if (partial) {
+      DTensor r = g->redistribute(reduced);
+      r.clamp_(-clip_value, clip_value);
+      p.set_grad(std::move(r));
+    } else {
+      g->clamp_(-clip_value, clip_value);
+    }
+  }
+}
+
 }  // namespace
 
 void bind_optim(py::module_& m) {
@@ -278,11 +312,12 @@ and each group's hyper-parameters.
            "replicated weight) is redistributed to it first: the data-parallel all_reduce.")
       .def("zero_grad",
            [](optim::Optimizer& o, bool set_to_none) {
-             DT_CHECK(set_to_none, "zero_grad(set_to_none=False): dtensor clears gradients to "
-                                   "None only (PyTorch's default)");
-             o.zero_grad();
+             if (set_to_none) return o.zero_grad();
+             zero_grads_in_place(o.params());
            },
-           py::arg("set_to_none") = true, "Sets every parameter's .grad to None.")
+           py::arg("set_to_none") = true, release_gil(),
+           "Sets every parameter's .grad to None; with set_to_none=False writes zeros into "
+           "the gradients instead, keeping them (and their placements).")
       .def_property("lr", py::overload_cast<>(&optim::Optimizer::lr, py::const_),
                     py::overload_cast<double>(&optim::Optimizer::set_lr),
                     "The learning rate of every param group when they share one (an error "
@@ -601,17 +636,36 @@ PyTorch 2's decoupled_weight_decay and maximize); buffers "exp_avg" and
     return out;
   };
   om.def("clip_grad_norm_",
-         [params_vector](py::object params, double max_norm, double norm_type, bool error_if_nonfinite) {
+         [params_vector](py::object params, double max_norm, double norm_type,
+                         bool error_if_nonfinite, std::optional<bool> foreach) {
+           (void)foreach;  // PyTorch's kernel choice; the values are the same either way
            std::vector<DTensor> p = params_vector(params);
            py::gil_scoped_release release;
-           return optim::clip_grad_norm_(p, max_norm, norm_type, error_if_nonfinite);
+           // PyTorch returns the norm as a 0-d tensor; float64 keeps every bit
+           // of the norm dtensor computes (float(norm), norm.item() work).
+           return Tensor::scalar(optim::clip_grad_norm_(p, max_norm, norm_type, error_if_nonfinite),
+                                 DType::Float64);
          },
          py::arg("parameters"), py::arg("max_norm"), py::arg("norm_type") = 2.0,
-         py::arg("error_if_nonfinite") = false, R"doc(
+         py::arg("error_if_nonfinite") = false, py::arg("foreach") = py::none(), R"doc(
 The norm of all the gradients together (float('inf') for the max norm); when it
 exceeds max_norm every gradient is scaled by max_norm / (norm + 1e-6). Returns
-the norm before clipping (a float, the same on every process). World-collective:
-under MPI every process calls it, those outside some parameter's mesh too.
+the norm before clipping as a 0-d float64 Tensor (the same on every process;
+float(norm) gives the number). foreach is accepted and changes nothing.
+World-collective: under MPI every process calls it, those outside some
+parameter's mesh too.
+)doc");
+  om.def("clip_grad_value_",
+         [params_vector](py::object params, double clip_value, std::optional<bool> foreach) {
+           (void)foreach;
+           std::vector<DTensor> p = params_vector(params);
+           py::gil_scoped_release release;
+           clip_grad_value(p, clip_value);
+         },
+         py::arg("parameters"), py::arg("clip_value"), py::arg("foreach") = py::none(), R"doc(
+Clamps every gradient into [-clip_value, clip_value] in place (PyTorch's
+torch.nn.utils.clip_grad_value_). A Partial(sum) gradient is reduced first
+(its pieces' clamps would not sum to the clamp) and replaces .grad.
 )doc");
   om.def("total_grad_norm",
          [params_vector](py::object params, double norm_type) {

@@ -136,6 +136,70 @@ ParallelizePlan plan_from_python(py::handle plan) {
 
 std::string style_repr(const ParallelStyle& s) { return to_string(s); }
 
+// PyTorch's use_local_output: a style's output converted with to_local().
+// dtensor's modules return DTensors (nn::Module's forward is DTensor ->
+// DTensor) and its plain Tensors have no autograd, so a local output would
+// cut the graph: False (a DTensor, whose ops compute what the local code
+// computes on its shard, viewed globally) is the only value taken; True is
+// refused rather than silently ignored.
+void check_use_local_output(py::handle value, const char* style) {
+  if (value.is_none()) return;
+  const bool local = cast_arg<bool>(value, std::string(style) + "(use_local_output)", "a bool");
+  DT_CHECK(!local, style, "(use_local_output=True): not supported; dtensor modules return "
+           "DTensors (their plain Tensors have no autograd, so a to_local() output would cut "
+           "the graph). Pass use_local_output=False and compute on the DTensor output (its "
+           "view(..., -1, ...) and ops give the global result of the local code)");
+}
+
+// fully_shard's and replicate's mp_policy (None: no mixed precision).
+MixedPrecisionPolicy mp_policy_from(py::handle h, const char* what) {
+  if (h.is_none()) return {};
+  return cast_arg<MixedPrecisionPolicy>(h, std::string(what) + "(mp_policy)",
+                                        "a dtensor.parallel.MixedPrecisionPolicy or None");
+}
+
+// FSDP2's offload_policy: OffloadPolicy() (its default: nothing offloaded)
+// or None is accepted; CPUOffloadPolicy has no meaning on a CPU-only library
+// whose parameters already live in host memory, and is refused.
+struct OffloadPolicy {};
+struct CPUOffloadPolicy {
+  bool pin_memory = true;
+};
+void check_offload_policy(py::handle h) {
+  if (h.is_none() || py::isinstance<OffloadPolicy>(h)) return;
+  DT_CHECK(!py::isinstance<CPUOffloadPolicy>(h), "fully_shard(offload_policy=CPUOffloadPolicy()): "
+           "not supported; dtensor runs on the CPU, so the parameters are in host memory "
+           "already (pass None or OffloadPolicy())");
+  throw py::type_error("fully_shard(offload_policy): expected OffloadPolicy, CPUOffloadPolicy "
+                       "or None, got " + describe(h));
+}
+
+void bind_fsdp_policies(py::module_& pm) {
+  py::class_<MixedPrecisionPolicy>(pm, "MixedPrecisionPolicy", R"doc(
+FSDP2's MixedPrecisionPolicy (torch.distributed.fsdp): param_dtype (the
+dtype the parameters are gathered and computed in), reduce_dtype (the
+gradient reductions'; default param_dtype's), output_dtype (the module's
+floating outputs are cast to it), cast_forward_inputs (the floating input is
+cast to param_dtype). docs/mixed_precision.md.
+)doc")
+      .def(py::init([](std::optional<DType> param, std::optional<DType> reduce,
+                       std::optional<DType> output, bool cast_forward_inputs) {
+             return MixedPrecisionPolicy{param, reduce, output, cast_forward_inputs};
+           }),
+           py::kw_only(), py::arg("param_dtype") = py::none(), py::arg("reduce_dtype") = py::none(),
+           py::arg("output_dtype") = py::none(), py::arg("cast_forward_inputs") = true)
+      .def_readonly("param_dtype", &MixedPrecisionPolicy::param_dtype)
+      .def_readonly("reduce_dtype", &MixedPrecisionPolicy::reduce_dtype)
+      .def_readonly("output_dtype", &MixedPrecisionPolicy::output_dtype)
+      .def_readonly("cast_forward_inputs", &MixedPrecisionPolicy::cast_forward_inputs);
+  py::class_<OffloadPolicy>(pm, "OffloadPolicy", "FSDP2's default: nothing offloaded.")
+      .def(py::init<>());
+  py::class_<CPUOffloadPolicy>(pm, "CPUOffloadPolicy",
+                               "FSDP2's CPU offloading: fully_shard refuses it (dtensor's "
+                               "parameters are in host memory already).")
+      .def(py::init([](bool pin) { return CPUOffloadPolicy{pin}; }), py::arg("pin_memory") = true);
+}
+
 template <class Layer>
 void bind_layer_accessors(py::class_<Layer>& c) {
   c.def("__call__", &Layer::operator(), py::arg("input"), release_gil())
@@ -154,13 +218,15 @@ Column-parallel: Linear W (out, in) Shard(0) and its bias Shard(0) on tp, the
 input made Replicate (all-gathered when sharded), the output Shard(-1). On an
 Embedding the table is Shard(1).
 )doc")
-      .def(py::init([](py::object input_layouts, py::object output_layouts) {
+      .def(py::init([](py::object input_layouts, py::object output_layouts, py::object use_local_output) {
+             check_use_local_output(use_local_output, "ColwiseParallel");
              ColwiseParallel s;
              s.input_layouts = optional_placement(input_layouts, "ColwiseParallel");
              if (!output_layouts.is_none()) s.output_layouts = one_placement(output_layouts, "ColwiseParallel");
              return s;
            }),
-           py::kw_only(), py::arg("input_layouts") = py::none(), py::arg("output_layouts") = py::none())
+           py::kw_only(), py::arg("input_layouts") = py::none(), py::arg("output_layouts") = py::none(),
+           py::arg("use_local_output") = py::none())
       .def_property_readonly("input_layouts", [](const ColwiseParallel& s) { return optional_to_python(s.input_layouts); })
       .def_property_readonly("output_layouts", [](const ColwiseParallel& s) { return placement_to_python(s.output_layouts); })
       .def("__repr__", [](const ColwiseParallel& s) { return style_repr(s); });
@@ -170,13 +236,15 @@ Row-parallel: Linear W Shard(1) on tp, bias Replicate, the input made
 Shard(-1), the output Replicate (an all_reduce; Shard(d) reduce-scatters;
 Partial() leaves the sum). On an Embedding: vocabulary parallel (table Shard(0)).
 )doc")
-      .def(py::init([](py::object input_layouts, py::object output_layouts) {
+      .def(py::init([](py::object input_layouts, py::object output_layouts, py::object use_local_output) {
+             check_use_local_output(use_local_output, "RowwiseParallel");
              RowwiseParallel s;
              s.input_layouts = optional_placement(input_layouts, "RowwiseParallel");
              if (!output_layouts.is_none()) s.output_layouts = one_placement(output_layouts, "RowwiseParallel");
              return s;
            }),
-           py::kw_only(), py::arg("input_layouts") = py::none(), py::arg("output_layouts") = py::none())
+           py::kw_only(), py::arg("input_layouts") = py::none(), py::arg("output_layouts") = py::none(),
+           py::arg("use_local_output") = py::none())
       .def_property_readonly("input_layouts", [](const RowwiseParallel& s) { return optional_to_python(s.input_layouts); })
       .def_property_readonly("output_layouts", [](const RowwiseParallel& s) { return placement_to_python(s.output_layouts); })
       .def("__repr__", [](const RowwiseParallel& s) { return style_repr(s); });
@@ -185,33 +253,38 @@ Partial() leaves the sum). On an Embedding: vocabulary parallel (table Shard(0))
 Sequence-parallel LayerNorm: weight and bias Replicate, the input made
 Shard(sequence_dim) on tp, each rank normalising its slice of the sequence.
 )doc")
-      .def(py::init([](int64_t sequence_dim) { return SequenceParallel{sequence_dim}; }),
-           py::kw_only(), py::arg("sequence_dim") = 1)
+      .def(py::init([](int64_t sequence_dim, py::object use_local_output) {
+             check_use_local_output(use_local_output, "SequenceParallel");
+             return SequenceParallel{sequence_dim};
+           }),
+           py::kw_only(), py::arg("sequence_dim") = 1, py::arg("use_local_output") = py::none())
       .def_readwrite("sequence_dim", &SequenceParallel::sequence_dim)
       .def("__repr__", [](const SequenceParallel& s) { return style_repr(s); });
 
   py::class_<PrepareModuleInput>(pm, "PrepareModuleInput",
                                  "Any module: its input moved to desired_input_layouts on tp.")
-      .def(py::init([](py::object input_layouts, py::object desired) {
+      .def(py::init([](py::object input_layouts, py::object desired, py::object use_local_output) {
+             check_use_local_output(use_local_output, "PrepareModuleInput");
              PrepareModuleInput s;
              s.input_layouts = optional_placement(input_layouts, "PrepareModuleInput");
              if (!desired.is_none()) s.desired_input_layouts = one_placement(desired, "PrepareModuleInput");
              return s;
            }),
            py::kw_only(), py::arg("input_layouts") = py::none(),
-           py::arg("desired_input_layouts") = py::none())
+           py::arg("desired_input_layouts") = py::none(), py::arg("use_local_output") = py::none())
       .def("__repr__", [](const PrepareModuleInput& s) { return style_repr(s); });
 
   py::class_<PrepareModuleOutput>(pm, "PrepareModuleOutput",
                                   "Any module: its output moved to desired_output_layouts on tp.")
-      .def(py::init([](py::object output_layouts, py::object desired) {
+      .def(py::init([](py::object output_layouts, py::object desired, py::object use_local_output) {
+             check_use_local_output(use_local_output, "PrepareModuleOutput");
              PrepareModuleOutput s;
              s.output_layouts = optional_placement(output_layouts, "PrepareModuleOutput");
              if (!desired.is_none()) s.desired_output_layouts = one_placement(desired, "PrepareModuleOutput");
              return s;
            }),
            py::kw_only(), py::arg("output_layouts") = py::none(),
-           py::arg("desired_output_layouts") = py::none())
+           py::arg("desired_output_layouts") = py::none(), py::arg("use_local_output") = py::none())
       .def("__repr__", [](const PrepareModuleOutput& s) { return style_repr(s); });
 
   pm.def("parallelize_module",
@@ -232,11 +305,15 @@ or one style for the module itself) on the tensor-parallel mesh dim
 replaced in place (make the optimizer after); returns the module.
 )doc");
 
+  bind_fsdp_policies(pm);
   pm.def("fully_shard",
          [](py::object module, py::object mesh, py::object reshard_after_forward,
-            py::object shard_placement_fn, bool prefetch, bool async_reduce_scatter) {
+            py::object shard_placement_fn, py::object mp_policy, py::object offload_policy,
+            bool prefetch, bool async_reduce_scatter) {
            auto& mod = cast_arg<nn::Module&>(module, "fully_shard(module)", "a dtensor.nn.Module");
+           check_offload_policy(offload_policy);
            FullyShardOptions o;
+           o.mp_policy = mp_policy_from(mp_policy, "fully_shard");
            o.prefetch = prefetch;
            o.async_reduce_scatter = async_reduce_scatter;
            if (!shard_placement_fn.is_none()) {
@@ -273,6 +350,7 @@ replaced in place (make the optimizer after); returns the module.
          },
          py::arg("module"), py::kw_only(), py::arg("mesh") = py::none(),
          py::arg("reshard_after_forward") = true, py::arg("shard_placement_fn") = py::none(),
+         py::arg("mp_policy") = py::none(), py::arg("offload_policy") = py::none(),
          py::arg("prefetch") = false, py::arg("async_reduce_scatter") = false,
          R"doc(
 FSDP2: shards the module's parameters (those no inner fully_shard manages)
@@ -288,8 +366,10 @@ backward gathers over k ranks. prefetch=True starts the next module's gather
 one module early (FSDP2's implicit prefetching; explicit lists with
 Module.set_modules_to_forward_prefetch / backward). async_reduce_scatter=True
 lets each module's gradient reduce_scatter run while the next module's
-backward computes (the same bits). Apply bottom-up, after tensor parallelism
-and before making the optimizer. Returns the module.
+backward computes (the same bits). mp_policy: a MixedPrecisionPolicy.
+offload_policy: None or OffloadPolicy() (CPUOffloadPolicy is refused). Apply
+bottom-up, after tensor parallelism and before making the optimizer.
+Returns the module.
 )doc");
   pm.def("reduce_scatters_in_flight", [] { return reduce_scatters_in_flight(); }, R"doc(
 How many gradient reduce_scatters fully_shard(async_reduce_scatter=True) has
@@ -297,17 +377,19 @@ started and not yet waited for: 1 while the next module's backward computes,
 0 once backward has returned. For tests and debugging.
 )doc");
   pm.def("replicate",
-         [](py::object module, py::object mesh) {
+         [](py::object module, py::object mesh, py::object mp_policy) {
            auto& mod = cast_arg<nn::Module&>(module, "replicate(module)", "a dtensor.nn.Module");
-           std::vector<int> dims = {0};
-           if (!mesh.is_none()) dims = mesh_dims_of(mod.mesh(), mesh, "replicate");
+           ReplicateOptions o;
+           if (!mesh.is_none()) o.mesh_dims = mesh_dims_of(mod.mesh(), mesh, "replicate");
+           o.mp_policy = mp_policy_from(mp_policy, "replicate");
            {
              py::gil_scoped_release release;
-             replicate(mod, dims);
+             replicate(mod, o);
            }
            return module;
          },
          py::arg("module"), py::kw_only(), py::arg("mesh") = py::none(),
+         py::arg("mp_policy") = py::none(),
          "DDP: parameters Replicate over `mesh`, each gradient all-reduced over it in "
          "backward. Returns the module.");
   pm.def("is_fully_sharded", &is_fully_sharded, py::arg("module"));
@@ -451,7 +533,8 @@ started and not yet waited for: 1 while the next module's backward computes,
   // The PyTorch spellings at the top level too: dtensor.parallelize_module, ...
   for (const char* name : {"ColwiseParallel", "RowwiseParallel", "SequenceParallel",
                            "PrepareModuleInput", "PrepareModuleOutput", "parallelize_module",
-                           "fully_shard", "replicate", "is_fully_sharded"})
+                           "fully_shard", "replicate", "is_fully_sharded",
+                           "MixedPrecisionPolicy", "OffloadPolicy", "CPUOffloadPolicy"})
     m.attr(name) = pm.attr(name);
   py::module_::import("sys").attr("modules")["dtensor.parallel"] = pm;
 }

@@ -68,6 +68,17 @@ def main():
                                     np.asarray(q.grad.full_tensor()), atol=1e-5)
     assert same, "the meshless model laid out differs from it unsharded"
     lines.append(f"meshless model matches unsharded {same}")
+    # rank 0's view through the current rank (under MPI each process's own)
+    with dt.current_rank(world.held_ranks[0]):
+        lines.append(f"current rank {mesh.get_rank()} coordinate {mesh.get_coordinate()} "
+                     f"tp {mesh.get_local_rank('tp')} shard {digest(r.to_local())}")
+    logits = dt.distribute_tensor(np.asarray(dt.randn((6, 10), seed=4)), mesh,
+                                  [dt.Shard(0), dt.Shard(1)]).requires_grad_()
+    labels = dt.distribute_tensor(np.arange(6) % 10, mesh, [dt.Shard(0), dt.Replicate()])
+    with dt.parallel.loss_parallel():
+        loss = dt.cross_entropy(logits, labels)
+        loss.backward()
+    lines.append(f"loss_parallel {digest(loss.full_tensor())} {digest(logits.grad.full_tensor())}")
     if world.rank == 0:
         print("\n".join(lines), flush=True)
 

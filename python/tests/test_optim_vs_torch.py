@@ -129,3 +129,85 @@ def test_nadam_momentum_product_is_pytorchs():
     for k in range(1, 6):
         want *= 0.8 * (1.0 - 0.5 * 0.96 ** (k * 0.1))
         assert opt.mu_product(k) == want
+
+
+# ---- zero_grad(set_to_none=False), clip_grad_norm_'s result, clip_grad_value_ ----
+
+def same_storage(a, b):
+    sa, sb = a.local_shards(), b.local_shards()
+    return sa.keys() == sb.keys() and all(sa[r].data_ptr() == sb[r].data_ptr() for r in sa)
+
+
+def grads_from(rng, layout_shape, placements, shape):
+    mesh = dt.init_device_mesh(layout_shape)
+    w = rng.standard_normal(shape)
+    g = rng.standard_normal(shape) * 3
+    p = dt.distribute_tensor(w, mesh, placements).requires_grad_()
+    p.grad = dt.distribute_tensor(g, mesh, placements)
+    t = torch.tensor(w, requires_grad=True)
+    t.grad = torch.tensor(g)
+    return p, t
+
+
+@pytest.mark.parametrize("mesh_shape,placements", LAYOUTS)
+def test_zero_grad_keeping_the_gradients_vs_torch(rng, mesh_shape, placements):
+    p, t = grads_from(rng, mesh_shape, placements, (5, 3))
+    opt = dt.optim.SGD([p], lr=0.1, momentum=0.9)
+    topt = torch.optim.SGD([t], lr=0.1, momentum=0.9)
+    grad = p.grad
+    for _ in range(3):
+        opt.step()
+        topt.step()
+        opt.zero_grad(set_to_none=False)
+        topt.zero_grad(set_to_none=False)
+        assert p.grad is not None and p.grad.placements == grad.placements
+        np.testing.assert_array_equal(np.asarray(p.grad.full_tensor()), t.grad.numpy())
+        assert same_storage(p.grad, grad)  # zeroed in place, the same storage
+        g = rng.standard_normal((5, 3))
+        p.grad.add_(dt.distribute_tensor(g, p.device_mesh, p.placements))
+        t.grad.add_(torch.tensor(g))
+    np.testing.assert_allclose(np.asarray(p.full_tensor()), t.detach().numpy(), rtol=1e-12)
+    opt.zero_grad()
+    assert p.grad is None
+
+
+@pytest.mark.parametrize("mesh_shape,placements", LAYOUTS)
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
+def test_clip_grad_norm_result_vs_torch(rng, mesh_shape, placements, norm_type):
+    p, t = grads_from(rng, mesh_shape, placements, (5, 3))
+    total = dt.nn.utils.clip_grad_norm_([p], 1.0, norm_type=norm_type, foreach=None)
+    expected = torch.nn.utils.clip_grad_norm_([t], 1.0, norm_type=norm_type)
+    assert isinstance(total, dt.Tensor) and total.shape == ()
+    assert float(total) == pytest.approx(float(expected), rel=1e-12)
+    assert total.item() == float(total)
+    np.testing.assert_allclose(np.asarray(p.grad.full_tensor()), t.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("mesh_shape,placements", LAYOUTS)
+def test_clip_grad_value_vs_torch(rng, mesh_shape, placements):
+    p, t = grads_from(rng, mesh_shape, placements, (5, 3))
+    grad = p.grad
+    dt.nn.utils.clip_grad_value_([p], 2.0)
+    torch.nn.utils.clip_grad_value_([t], 2.0)
+    np.testing.assert_array_equal(np.asarray(p.grad.full_tensor()), t.grad.numpy())
+    assert same_storage(p.grad, grad)  # clamped in place
+
+
+def test_clip_grad_value_of_a_partial_gradient_vs_torch(rng):
+    # A replicated weight used on batch-sharded input: its gradient is
+    # Partial(sum); clamping each rank's piece would be wrong.
+    mesh = dt.init_device_mesh((4,))
+    w_np, x_np = rng.standard_normal((3, 2)), rng.standard_normal((8, 3)) * 4
+    w = dt.distribute_tensor(w_np, mesh, [dt.Replicate()]).requires_grad_()
+    x = dt.distribute_tensor(x_np, mesh, [dt.Shard(0)])
+    (x @ w).sum().backward()
+    assert w.grad.placements == (dt.Partial(),)
+    tw = torch.tensor(w_np, requires_grad=True)
+    (torch.tensor(x_np) @ tw).sum().backward()
+    dt.nn.utils.clip_grad_value_([w], 1.5)
+    torch.nn.utils.clip_grad_value_([tw], 1.5)
+    assert w.grad.placements == (dt.Replicate(),)
+    np.testing.assert_array_equal(np.asarray(w.grad.full_tensor()), tw.grad.numpy())
+    assert np.abs(tw.grad.numpy()).max() == 1.5  # the clamp did bite
+    with pytest.raises(dt.Error, match="clip_value must be >= 0"):
+        dt.nn.utils.clip_grad_value_([w], -1.0)
