@@ -74,6 +74,8 @@ def init_device_mesh(*args, mesh_shape=None, mesh_dim_names=None, world=None, de
 # containers and small modules, functional, init, and the layout calls that
 # adopt modules made without a mesh.
 from . import _nn_module, _nn_modules, _nn_functional, _nn_init, _nn_layout  # noqa: E402,F401
+# torch.distributed.checkpoint.state_dict as dtensor.checkpoint.state_dict.
+from . import _dcp_state_dict  # noqa: E402,F401
 
 
 def each_rank(world_or_mesh):

@@ -482,6 +482,28 @@ void bind_ops(py::module_& m) {
         py::arg("dtype") = DType::Float32,
         py::arg("device_mesh") = py::none(), py::arg("placements") = py::none(),
         "Standard normal, the same global values whatever the layout.");
+  // torch.randint(high, size) / randint(low, high, size): int64 uniform in
+  // [low, high), counter-based like rand (a plain Tensor; distribute_tensor
+  // lays it out).
+  m.def("randint",
+        [](py::args args, std::optional<Shape> size, std::optional<uint64_t> seed,
+           std::optional<DType> dtype) {
+          DT_CHECK(args.size() >= 2 || (args.size() == 1 && size),
+                   "randint: expected randint(high, size) or randint(low, high, size), got ",
+                   args.size(), " positional arguments");
+          const size_t n = args.size() - (size ? 0 : 1);  // the bounds among args
+          DT_CHECK(n == 1 || n == 2, "randint: expected randint(high, size) or "
+                   "randint(low, high, size), got ", args.size(), " positional arguments");
+          const int64_t low = n == 2 ? cast_arg<int64_t>(args[0], "randint", "an int low") : 0;
+          const int64_t high = cast_arg<int64_t>(args[n - 1], "randint", "an int high");
+          const Shape shape = size ? *size : cast_arg<Shape>(args[n], "randint", "a size");
+          DT_CHECK(low < high, "randint: low ", low, " must be below high ", high);
+          Tensor out = Tensor::randint(low, high, shape, seed ? *seed : next_seed());
+          return dtype && *dtype != DType::Int64 ? out.to(*dtype) : out;
+        },
+        py::kw_only(), py::arg("size") = py::none(), py::arg("seed") = py::none(),
+        py::arg("dtype") = py::none(),
+        "Integers uniform in [low, high) (low 0 when left out), int64 unless dtype is given.");
   m.def("arange",
         [](Scalar start, std::optional<Scalar> end, Scalar step, std::optional<DType> dtype) {
           // As torch.arange: int64 unless an argument is a float (then float32).

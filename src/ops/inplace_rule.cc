@@ -87,11 +87,21 @@ OpSchema out_of_place(const OpSchema& keyed) {
            "self first");
 }
 
+// Whether the rule's candidate placement is self's on a mesh dim. The
+// pointwise rule's candidates are in the natural shard order; a self with
+// an order (S(0)[1],S(0)[0]: fully_shard inside tp's Shard(0)) is the same
+// shard on each mesh dim, so it matches up to the order.
+bool same_up_to_order(const Placement& candidate, const Placement& self) {
+  if (candidate.is_shard() && self.is_shard()) return candidate.dim() == self.dim();
+  return candidate == self;
+}
+
 // OpRule::decide of the in-place ops: self (input 0) stays where it is; on
 // each mesh dim, the candidates of the out-of-place op whose input 0 and
-// output are self's placement there say what the other operand (input 1,
-// if any) may be, and it keeps its placement when that is among them, else
-// takes the first. Throws when no candidate keeps self on some mesh dim.
+// output are self's placement there (up to a shard order) say what the
+// other operand (input 1, if any) may be, and it keeps its placement when
+// that is among them (or when it is laid out exactly as self), else takes
+// the first. Throws when no candidate keeps self on some mesh dim.
 OutputSharding keep_self(const OpSchema& keyed, const OpRule& rule) {
   const OpRule& base = pointwise_rule();
   const TensorMeta out = base.output_meta(keyed);
@@ -105,11 +115,19 @@ OutputSharding keep_self(const OpSchema& keyed, const OpRule& rule) {
     const Placement& sp = self.placements()[k];
     std::optional<Placement> pick;
     for (const DimStrategy& st : candidates) {
-      if (!(st.in[0] == sp && st.out == sp)) continue;
+      if (!(same_up_to_order(st.in[0], sp) && same_up_to_order(st.out, sp))) continue;
       if (!other) {
         pick = sp;
         break;
       }
+      const Placement& op = other->placements()[k];
+      if (other->placements() == self.placements() && same_up_to_order(st.in[1], op)) {
+        pick = op;  // laid out as self, order and all
+        break;
+      }
+      // A natural-order shard of the operand cannot sit beside an ordered
+      // self's (their pieces differ); a replicated or partial one can.
+      if (sp.shard_order() >= 0 && st.in[1].is_shard()) continue;
       if (!pick) pick = st.in[1];
       if (st.in[1] == other->placements()[k]) {
         pick = st.in[1];

@@ -629,10 +629,14 @@ void pre_forward(const std::shared_ptr<Group>& group) {
   for (size_t k = 0; k < group->params.size(); ++k)
     for (DTensor* slot : group->params[k].slots) *slot = group->unsharded[k];
   // The root keeps its values until after backward (FSDP2): nothing to pack.
+  // Without grad (an evaluation) no backward comes to reshard them, and the
+  // model would hold its root's unsharded values, not the leaves the
+  // optimizer and a state dict name, until its next backward: it reshards
+  // after forward like the others then.
   // Inside an activation-checkpointing region the region keeps nothing of
   // them (backward runs the module again, gathering again), so there is
   // nothing to pack either.
-  group->resharding = group->reshard_after_forward && !*group->root;
+  group->resharding = group->reshard_after_forward && (!*group->root || !is_grad_enabled());
   if (group->resharding && !nn::in_checkpoint_region()) {
     resharding_groups.push_back(group);
     group->hooks.emplace(pack_param, unpack_param);
