@@ -71,7 +71,7 @@ def main():
         norm = dt.optim.clip_grad_norm_(opt.params, 1.0)
         opt.step()
         sched.step()
-        lines.append(f"step {step} loss {loss.full_tensor().item().hex()} grad norm {norm.hex()}")
+        lines.append(f"step {step} loss {loss.full_tensor().item().hex()} grad norm {float(norm).hex()}")
     total = 0.0
     for name, p in model.named_parameters():
         total += float(np.asarray(p.full_tensor(), dtype=np.float64).sum())
