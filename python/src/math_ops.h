@@ -13,6 +13,7 @@
 
 #include "casters.h"
 #include "scan_ops.h"
+#include "structural_ops.h"
 #include "dtensor/dtensor.h"
 
 namespace dtensor::python {
@@ -286,6 +287,7 @@ void bind_math_methods(Class& c) {
         return x.size(0);
       });
   bind_scan_ops<T>(c);
+  bind_structural_ops<T>(c);
 }
 
 }  // namespace dtensor::python
