@@ -320,7 +320,7 @@ DTensor std(const DTensor& x, const DimVector& dims, int64_t correction, bool ke
   const DTensor v = var(x, dims, correction, keepdim);
   DTensor out;
   {
-    autograd::NoGradGuard no_grad;
+    NoGradGuard no_grad;
     out = sqrt(v);
   }
   // PyTorch's std_backward: grad / (2 std), 0 where std is 0 (sqrt's
