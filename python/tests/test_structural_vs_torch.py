@@ -69,7 +69,10 @@ def check(f_dt, f_torch, arrays, placements, grad=True, weight_seed=0):
         if grad:
             dt.sum(out * dt.distribute_tensor(w, MESH, [R, R])).backward()
             for d, t in zip(ds, ts):
-                close(full(d.grad), t.grad, dtype)
+                if t.grad is None:
+                    assert d.grad is None
+                else:
+                    close(full(d.grad), t.grad, dtype)
 
 
 def each_input(pls):
@@ -118,8 +121,9 @@ def test_flip_roll_layouts_and_partials():
         r = dt.roll(d, 3, 1)
     assert comm.get_total_counts() == 0
     assert f.placements == (S(0), R) and r.placements == (S(0), R)
-    # Along the sharded dim: that dim is gathered.
-    assert dt.flip(d, [0]).placements[0] == R
+    # Along the sharded dim: dim 0 is no longer sharded (gathered, or the
+    # shards moved to another dim if that is cheaper).
+    assert S(0) not in dt.flip(d, [0]).placements
     # A permutation commutes with every reduction: Partials pass untouched.
     pieces = [values((5, 4), np.float64) for _ in range(2)]
     for kind in ("sum", "max"):
@@ -222,14 +226,45 @@ FACTORY_LAYOUTS_1D = [[R, R], [S(0), R], [R, S(0)], [S(0), S(0)], [dt.Partial(),
                       [dt.Partial("max"), S(0)]]
 
 
+def torch_linspace_scalar(start, end, steps, tdtype):
+    """torch 1.13's scalar linspace formula (its vectorised CPU path builds
+    whole vectors from one base: the last bits differ, and an int64
+    linspace(0, 1, 1000) even loses its end, all zeros)."""
+    t = torch.tensor([start, end]).to(tdtype)
+    step_t = torch.float64 if tdtype == torch.int64 else tdtype
+    lo, hi = t.to(step_t)
+    if steps == 1:
+        return torch.tensor([lo]).to(tdtype)
+    step = (hi - lo) / (steps - 1)
+    out = [lo + step * i if i < steps // 2 else hi - step * (steps - i - 1) for i in range(steps)]
+    return torch.stack(out).to(tdtype) if out else torch.zeros(0, dtype=tdtype)
+
+
 @pytest.mark.parametrize("dtype,tdtype", DTYPES)
 @pytest.mark.parametrize("start,end,steps", [(0, 10, 7), (-1, 1, 5), (3, 5, 1), (0, 1, 0),
-                                             (2.5, -3.25, 11), (0, 1, 1000)])
+                                             (2.5, -3.25, 11), (0, 1, 1000), (-7, 8, 33)])
 def test_linspace(dtype, tdtype, start, end, steps):
     want = torch.linspace(start, end, steps, dtype=tdtype)
-    # Exactly torch's values (the same formula, in the same precision).
+    scalar = torch_linspace_scalar(start, end, steps, tdtype)
+    if tdtype == torch.int64:
+        # torch's values exactly, but for the end, which torch 1.13's
+        # vectorised path can lose (the end it documents, later versions give).
+        fix = want.clone()
+        if steps > 1:
+            fix[-1] = scalar[-1]
+        np.testing.assert_array_equal(fix, scalar)
+        assert steps == 0 or scalar[-1] == int(end) or steps == 1
+        want = scalar
+    else:
+        # torch's values within its vectorised path's rounding; the scalar
+        # formula exactly.
+        tol = 1e-6 if tdtype == torch.float32 else 1e-14
+        np.testing.assert_allclose(scalar, want, rtol=tol, atol=tol)
+        want = scalar
     np.testing.assert_array_equal(np.asarray(dt.linspace(start, end, steps, dtype=dtype)), want)
     for pl in FACTORY_LAYOUTS_1D:
+        if dtype == dt.int64 and any(p == dt.Partial("avg") for p in pl):
+            continue
         d = dt.linspace(start, end, steps, dtype=dtype, device_mesh=MESH, placements=pl)
         assert d.placements == tuple(pl)
         np.testing.assert_array_equal(full(d), want)
@@ -253,6 +288,8 @@ def test_eye(dtype, tdtype, n, m):
     want = torch.eye(n, m, dtype=tdtype) if m is not None else torch.eye(n, dtype=tdtype)
     np.testing.assert_array_equal(np.asarray(dt.eye(n, m, dtype=dtype)), want)
     for pl in FACTORY_LAYOUTS_2D:
+        if dtype in (dt.bool, dt.int64) and dt.Partial("avg") in pl:
+            continue  # an average of integers is not an integer
         if dtype == dt.bool and any(p.is_partial() for p in pl):
             continue
         d = dt.eye(n, m, dtype=dtype, device_mesh=MESH, placements=pl)

@@ -23,11 +23,12 @@
 // Autograd (PyTorch's formulas): flip's gradient is the flip of the
 // gradient, roll's the roll back; cumprod's is exact with zeros (see
 // tensor/structural.h); diagonal's puts the gradient back on the diagonal.
+#include "tensor/structural.h"
+
 #include <algorithm>
 
 #include "autograd/graph.h"
 #include "dispatch/dispatch.h"
-#include "tensor/structural.h"
 
 namespace dtensor {
 
@@ -62,8 +63,10 @@ TensorMeta moving_meta(const OpSchema& s) {
   const DTensorSpec& x = s.input(0);
   DimVector dims;
   for (int i = 0; i < s.num_args; ++i) dims.push_back(s.args[i]);
-  if (s.op == OpId::Flip) flip(probe_of(x), dims);
-  else roll(probe_of(x), DimVector(dims.size(), 0), dims);
+  if (s.op == OpId::Flip)
+    flip(probe_of(x), dims);
+  else
+    roll(probe_of(x), DimVector(dims.size(), 0), dims);
   return {x.shape(), contiguous_strides(x.shape()), x.dtype()};
 }
 
@@ -96,16 +99,16 @@ void cumprod_strategies(const OpSchema& s, const TensorMeta&, std::vector<DimStr
   for (int64_t d = 0; d < s.input(0).ndim(); ++d)
     if (d != s.args[0]) c.push_back({{Shard(d), Shard(d)}, Shard(d)});
   if (s.op == OpId::CumprodBackward)
-    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) c.push_back({{Partial(op), kR}, Partial(op)});
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg})
+      c.push_back({{Partial(op), kR}, Partial(op)});
   c.push_back({{kR, kR}, kR});
 }
 
 TensorMeta cumprod_backward_meta(const OpSchema& s) {
   const DTensorSpec& g = s.input(0);
   const DTensorSpec& x = s.input(1);
-  DT_CHECK(g.shape() == x.shape() && g.dtype() == x.dtype(),
-           "cumprod_backward: gradient ", g.dtype(), " ", g.shape(), " for an input ", x.dtype(),
-           " ", x.shape());
+  DT_CHECK(g.shape() == x.shape() && g.dtype() == x.dtype(), "cumprod_backward: gradient ",
+           g.dtype(), " ", g.shape(), " for an input ", x.dtype(), " ", x.shape());
   return {x.shape(), contiguous_strides(x.shape()), x.dtype()};
 }
 
@@ -174,8 +177,8 @@ constexpr OpRule kDiagonal{"diagonal", diagonal_meta, diagonal_strategies};
 constexpr OpRule kDiagonalBackward{"diagonal_backward", diagonal_backward_meta,
                                    diagonal_backward_strategies};
 
-DTensor diagonal_backward(const DTensor& grad, const Shape& input_shape, int64_t offset,
-                          int64_t d1, int64_t d2) {
+DTensor diagonal_backward(const DTensor& grad, const Shape& input_shape, int64_t offset, int64_t d1,
+                          int64_t d2) {
   OpSchema schema(OpId::DiagonalBackward, {&grad.spec()}, {offset, d1, d2});
   for (int64_t n : input_shape) schema.push_arg(n);
   return run_unary(schema, kDiagonalBackward, grad, [&](int, const Tensor& g) {
@@ -230,13 +233,14 @@ DTensor roll(const DTensor& x, const DimVector& shifts, const DimVector& dims) {
              ", dims: 0");
     return reshape(roll(flatten(x), shifts, DimVector{0}), x.shape());
   }
-  DT_CHECK(shifts.size() == dims.size(), "roll: shifts and dimensions must align. shifts: ",
-           shifts.size(), ", dims: ", dims.size());
+  DT_CHECK(shifts.size() == dims.size(),
+           "roll: shifts and dimensions must align. shifts: ", shifts.size(),
+           ", dims: ", dims.size());
   DimVector wrapped;
   for (int64_t d : dims) wrapped.push_back(wrapped_dim(x.spec(), d));
   const OpSchema schema = moving_schema(OpId::Roll, x, dims);
-  DTensor out = run_unary(schema, kRoll, x,
-                          [&](int, const Tensor& t) { return roll(t, shifts, wrapped); });
+  DTensor out =
+      run_unary(schema, kRoll, x, [&](int, const Tensor& t) { return roll(t, shifts, wrapped); });
   if (autograd::recording({&x}))
     autograd::record(out, "roll", {&x}, {}, [shifts, wrapped](const autograd::Context& c) {
       DimVector back;
@@ -275,8 +279,8 @@ DTensor dot(const DTensor& a, const DTensor& b) {
   DT_CHECK(a.dtype() == b.dtype(), "dot: expected both vectors to have same dtype, but found ",
            a.dtype(), " and ", b.dtype());
   DT_CHECK(a.dtype() != DType::Bool, "dot: not implemented for bool");
-  DT_CHECK(a.shape() == b.shape(), "dot: inconsistent tensor size, expected tensors of ",
-           a.numel(), " and ", b.numel(), " elements to have the same number of elements");
+  DT_CHECK(a.shape() == b.shape(), "dot: inconsistent tensor size, expected tensors of ", a.numel(),
+           " and ", b.numel(), " elements to have the same number of elements");
   return sum(mul(a, b));
 }
 
@@ -298,7 +302,8 @@ DTensor diagonal(const DTensor& x, int64_t offset, int64_t dim1, int64_t dim2) {
 DTensor nonzero(const DTensor& x) {
   DT_CHECK(!x.mesh().world().is_shape_only(),
            "nonzero: the output's shape depends on the values, which a shape-only world does "
-           "not have (placements ", to_string(x.placements()), ")");
+           "not have (placements ",
+           to_string(x.placements()), ")");
   const DTensor whole = x.redistribute(Placements(x.placements().size(), kR));
   LocalTensor local;
   Shape shape;

@@ -8,6 +8,8 @@
 // is a strided view, as PyTorch's. The rest are composed of existing ops
 // where PyTorch's own definition is such a composition (outer, dot, std,
 // max / min along a dim).
+#include "tensor/structural.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -16,7 +18,6 @@
 #include "tensor/dispatch.h"
 #include "tensor/half_compute.h"
 #include "tensor/scan.h"
-#include "tensor/structural.h"
 
 namespace dtensor {
 namespace {
@@ -66,9 +67,12 @@ struct StructuralRows {
 StructuralRows structural_rows(const Shape& shape, int64_t d) {
   StructuralRows r;
   for (int64_t k = 0; k < static_cast<int64_t>(shape.size()); ++k) {
-    if (k < d) r.outer *= shape[k];
-    else if (k == d) r.len = shape[k];
-    else r.inner *= shape[k];
+    if (k < d)
+      r.outer *= shape[k];
+    else if (k == d)
+      r.len = shape[k];
+    else
+      r.inner *= shape[k];
   }
   return r;
 }
@@ -103,8 +107,9 @@ Tensor roll(const Tensor& x, const DimVector& shifts, const DimVector& dims) {
              ", dims: 0");
     return roll(x.flatten(), shifts, DimVector{0}).view(x.shape());
   }
-  DT_CHECK(shifts.size() == dims.size(), "roll: shifts and dimensions must align. shifts: ",
-           shifts.size(), ", dims: ", dims.size());
+  DT_CHECK(shifts.size() == dims.size(),
+           "roll: shifts and dimensions must align. shifts: ", shifts.size(),
+           ", dims: ", dims.size());
   std::vector<std::vector<int64_t>> source = identity_maps(x);
   for (size_t k = 0; k < dims.size(); ++k) {
     const int64_t d = wrap_dim(dims[k], std::max<int64_t>(x.dim(), 1), "roll");
@@ -171,8 +176,7 @@ Tensor dot(const Tensor& a, const Tensor& b) {
   DT_CHECK(a.dtype() == b.dtype(), "dot: expected both vectors to have same dtype, but found ",
            a.dtype(), " and ", b.dtype());
   DT_CHECK(a.dtype() != DType::Bool, "dot: not implemented for bool");
-  DT_CHECK(a.shape() == b.shape(),
-           "dot: inconsistent tensor size, expected tensor [", a.numel(),
+  DT_CHECK(a.shape() == b.shape(), "dot: inconsistent tensor size, expected tensor [", a.numel(),
            "] and src [", b.numel(), "] to have the same number of elements, but got ", a.numel(),
            " and ", b.numel(), " elements respectively");
   return sum(mul(a, b)).to(a.dtype());
@@ -185,14 +189,22 @@ Tensor linspace(double start, double end, int64_t steps, DType dtype) {
   Tensor out = Tensor::empty({steps}, dtype);
   if (steps == 0) return out;
   detail::dispatch_numeric(dtype, "linspace", [&]<class T>() {
-    // PyTorch's kernel: floating types step in their own precision,
-    // integers in double (then truncated); the first half counts from
-    // start, the second from end, so both ends are exact.
+    // PyTorch's scalar formula: start and end in the dtype first (an int64
+    // linspace truncates them), the step in the dtype's precision (double
+    // for integers); the first half counts from start, the second from end,
+    // so both ends are exact. (torch 1.13's vectorised CPU path computes
+    // whole vectors from one base, which differs in the last bits and, for
+    // int64, can lose the end: see docs/python.md.)
     using Step = std::conditional_t<std::is_floating_point_v<T>, T, double>;
-    const Step lo = static_cast<Step>(start), hi = static_cast<Step>(end);
-    const Step step = steps == 1 ? Step(0) : (hi - lo) / static_cast<Step>(steps - 1);
-    const int64_t halfway = steps / 2;
+    const Step lo = static_cast<Step>(static_cast<T>(start));
+    const Step hi = static_cast<Step>(static_cast<T>(end));
     T* dst = out.data_ptr<T>();
+    if (steps == 1) {
+      dst[0] = static_cast<T>(lo);
+      return;
+    }
+    const Step step = (hi - lo) / static_cast<Step>(steps - 1);
+    const int64_t halfway = steps / 2;
     for (int64_t i = 0; i < steps; ++i)
       dst[i] = static_cast<T>(i < halfway ? lo + step * static_cast<Step>(i)
                                           : hi - step * static_cast<Step>(steps - i - 1));
@@ -313,11 +325,11 @@ namespace detail {
 // exact with zeros in x, unlike reverse_cumsum(g * out) / x.
 Tensor cumprod_backward(const Tensor& grad, const Tensor& x, int64_t dim) {
   DT_CHECK(grad.defined() && x.defined(), "cumprod_backward: undefined tensor");
-  if (is_half_tensor(x))
-    return round_to(cumprod_backward(widen(grad), widen(x), dim), x.dtype());
+  if (is_half_tensor(x)) return round_to(cumprod_backward(widen(grad), widen(x), dim), x.dtype());
   DT_CHECK(is_floating(x.dtype()) && grad.dtype() == x.dtype() && grad.shape() == x.shape(),
            "cumprod_backward: expected a floating input and a gradient of its shape and dtype, "
-           "got ", x.dtype(), " ", x.shape(), " and ", grad.dtype(), " ", grad.shape());
+           "got ",
+           x.dtype(), " ", x.shape(), " and ", grad.dtype(), " ", grad.shape());
   const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "cumprod_backward");
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   if (out.numel() == 0) return out;
@@ -347,8 +359,8 @@ Tensor cumprod_backward(const Tensor& grad, const Tensor& x, int64_t dim) {
   return out;
 }
 
-Tensor diagonal_backward(const Tensor& grad, const Shape& input_shape, int64_t offset,
-                         int64_t dim1, int64_t dim2) {
+Tensor diagonal_backward(const Tensor& grad, const Shape& input_shape, int64_t offset, int64_t dim1,
+                         int64_t dim2) {
   Tensor out = Tensor::zeros(input_shape, grad.dtype());
   diagonal(out, offset, dim1, dim2).copy_(grad);
   return out;

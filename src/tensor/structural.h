@@ -13,7 +13,7 @@ Tensor cumprod_backward(const Tensor& grad, const Tensor& x, int64_t dim);
 
 // Zeros of input_shape (grad's dtype) with grad on the diagonal
 // diagonal(.., offset, dim1, dim2) takes.
-Tensor diagonal_backward(const Tensor& grad, const Shape& input_shape, int64_t offset,
-                         int64_t dim1, int64_t dim2);
+Tensor diagonal_backward(const Tensor& grad, const Shape& input_shape, int64_t offset, int64_t dim1,
+                         int64_t dim2);
 
 }  // namespace dtensor::detail

@@ -44,7 +44,8 @@ TEST_F(StructuralWorldTest, MatchesThePlainOps) {
     const int64_t nd = static_cast<int64_t>(shape.size());
     const Placements pl = dtensor::testing::random_placement_pair(rng, mesh.ndim(), nd).first;
     const int op = iter % 7;
-    const int64_t dim = static_cast<int64_t>(rng() % static_cast<unsigned>(std::max<int64_t>(nd, 1)));
+    const int64_t dim =
+        static_cast<int64_t>(rng() % static_cast<unsigned>(std::max<int64_t>(nd, 1)));
     const int64_t other = nd > 1 ? (dim + 1) % nd : dim;
     const int64_t shift = static_cast<int64_t>(rng() % 11) - 5;
     if (!dtensor::testing::takes_part(mesh)) continue;
@@ -57,12 +58,11 @@ TEST_F(StructuralWorldTest, MatchesThePlainOps) {
                              std::to_string(op) + " dim " + std::to_string(dim);
     switch (op) {
       case 0:
-        expect_same_structural(flip(x, {dim, other}).full_tensor(),
-                               flip(full, {dim, other}), what);
+        expect_same_structural(flip(x, {dim, other}).full_tensor(), flip(full, {dim, other}), what);
         break;
       case 1:
-        expect_same_structural(roll(x, {shift}, {dim}).full_tensor(),
-                               roll(full, {shift}, {dim}), what);
+        expect_same_structural(roll(x, {shift}, {dim}).full_tensor(), roll(full, {shift}, {dim}),
+                               what);
         expect_same_structural(roll(x, {shift}).full_tensor(), roll(full, {shift}), what);
         break;
       case 2:
@@ -112,8 +112,7 @@ TEST_F(StructuralWorldTest, LayoutsThatNeedNoCommunication) {
   EXPECT_EQ(diagonal(y, 0, 0, 1).placements(), Placements({Shard(0), Replicate()}));
   EXPECT_EQ(max(x, 1).values.placements(), Placements({Shard(0), Shard(1)}));
   EXPECT_EQ(dot(a, a).placements(), Placements({Partial(ReduceOp::Sum), Replicate()}));
-  EXPECT_EQ(outer(a, r).placements(),
-            Placements({Shard(0), Replicate()}));
+  EXPECT_EQ(outer(a, r).placements(), Placements({Shard(0), Replicate()}));
   EXPECT_EQ(comm.total_count(), 0) << comm.table();
 }
 
@@ -148,13 +147,21 @@ TEST_F(StructuralWorldTest, Gradients) {
         x.requires_grad_();
         dtensor::testing::GradFn f;
         switch (op) {
-          case 0: f = [&](const std::vector<DTensor>& in) { return flip(in[0], {dim}); }; break;
-          case 1: f = [&](const std::vector<DTensor>& in) { return roll(in[0], {2}, {dim}); }; break;
-          case 2: f = [&](const std::vector<DTensor>& in) { return cumprod(in[0], dim); }; break;
+          case 0:
+            f = [&](const std::vector<DTensor>& in) { return flip(in[0], {dim}); };
+            break;
+          case 1:
+            f = [&](const std::vector<DTensor>& in) { return roll(in[0], {2}, {dim}); };
+            break;
+          case 2:
+            f = [&](const std::vector<DTensor>& in) { return cumprod(in[0], dim); };
+            break;
           case 3:
             f = [&](const std::vector<DTensor>& in) { return diagonal(in[0], 0, dim, other); };
             break;
-          case 4: f = [&](const std::vector<DTensor>& in) { return std(in[0], {dim}); }; break;
+          case 4:
+            f = [&](const std::vector<DTensor>& in) { return dtensor::std(in[0], {dim}); };
+            break;
           default:
             f = [&](const std::vector<DTensor>& in) { return max(in[0], dim).values; };
             break;
