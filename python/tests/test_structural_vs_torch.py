@@ -247,13 +247,13 @@ def test_linspace(dtype, tdtype, start, end, steps):
     want = torch.linspace(start, end, steps, dtype=tdtype)
     scalar = torch_linspace_scalar(start, end, steps, tdtype)
     if tdtype == torch.int64:
-        # torch's values exactly, but for the end, which torch 1.13's
-        # vectorised path can lose (the end it documents, later versions give).
-        fix = want.clone()
-        if steps > 1:
-            fix[-1] = scalar[-1]
-        np.testing.assert_array_equal(fix, scalar)
-        assert steps == 0 or scalar[-1] == int(end) or steps == 1
+        # torch 1.13's vectorised path truncates each vector's base and adds
+        # the lanes' steps to it, so its int64 values stray from its own
+        # formula (linspace(0, 1, 1000) loses its end): short ones, which it
+        # computes one by one, match exactly; the rest are the formula's.
+        if steps < 8:
+            np.testing.assert_array_equal(scalar, want)
+        assert steps < 2 or scalar[-1] == int(end)
         want = scalar
     else:
         # torch's values within its vectorised path's rounding; the scalar

@@ -48,6 +48,7 @@ TEST_F(StructuralWorldTest, MatchesThePlainOps) {
         static_cast<int64_t>(rng() % static_cast<unsigned>(std::max<int64_t>(nd, 1)));
     const int64_t other = nd > 1 ? (dim + 1) % nd : dim;
     const int64_t shift = static_cast<int64_t>(rng() % 11) - 5;
+    const DimVector flipped = nd > 1 ? DimVector{dim, other} : DimVector{dim};
     if (!dtensor::testing::takes_part(mesh)) continue;
     // cumprod of values in [-9, 9] overflows float32's exact integers
     // beyond 7 factors: smaller values there.
@@ -58,7 +59,7 @@ TEST_F(StructuralWorldTest, MatchesThePlainOps) {
                              std::to_string(op) + " dim " + std::to_string(dim);
     switch (op) {
       case 0:
-        expect_same_structural(flip(x, {dim, other}).full_tensor(), flip(full, {dim, other}), what);
+        expect_same_structural(flip(x, flipped).full_tensor(), flip(full, flipped), what);
         break;
       case 1:
         expect_same_structural(roll(x, {shift}, {dim}).full_tensor(), roll(full, {shift}, {dim}),
@@ -83,6 +84,8 @@ TEST_F(StructuralWorldTest, MatchesThePlainOps) {
         break;
       }
       case 5: {
+        // Every rank holds the whole (count, ndim) result: small inputs only.
+        if (shape.product() > 4096) break;
         const DTensor got = nonzero(x);
         EXPECT_TRUE(got.spec().is_replicated()) << what;
         expect_same_structural(got.full_tensor(), nonzero(full), what);
@@ -145,6 +148,8 @@ TEST_F(StructuralWorldTest, Gradients) {
         if (op == 2) full.view({full.numel()}).narrow(0, 0, 1).fill_(0);
         DTensor x = dtensor::testing::make_dtensor(full, mesh, pl, 5);
         x.requires_grad_();
+        // A dim of one element with correction 1 gives NaN (both ways).
+        const int64_t correction = shape[dim] > 1 ? 1 : 0;
         dtensor::testing::GradFn f;
         switch (op) {
           case 0:
@@ -160,7 +165,9 @@ TEST_F(StructuralWorldTest, Gradients) {
             f = [&](const std::vector<DTensor>& in) { return diagonal(in[0], 0, dim, other); };
             break;
           case 4:
-            f = [&](const std::vector<DTensor>& in) { return dtensor::std(in[0], {dim}); };
+            f = [&](const std::vector<DTensor>& in) {
+              return dtensor::std(in[0], {dim}, correction);
+            };
             break;
           default:
             f = [&](const std::vector<DTensor>& in) { return max(in[0], dim).values; };
