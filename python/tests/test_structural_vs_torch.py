@@ -338,7 +338,7 @@ def test_diagonal_keeps_other_dims_and_partials():
 @pytest.mark.parametrize("dtype", FLOATS + [np.int64, np.bool_])
 @pytest.mark.parametrize("shape", [(5, 3), (7,), (2, 3, 2), ()])
 def test_nonzero(dtype, shape):
-    a = (RNG.integers(-1, 2, size=shape) * RNG.integers(0, 2, size=shape)).astype(dtype)
+    a = np.asarray((RNG.integers(-1, 2, size=shape) * RNG.integers(0, 2, size=shape)).astype(dtype))
     ta = torch.tensor(a)
     for as_tuple in (False, True):
         want = torch.nonzero(ta, as_tuple=as_tuple)
