@@ -167,6 +167,11 @@ class DTensor {
   // The transpose of a 2-d tensor (0-d and 1-d: itself).
   DTensor t() const;
   DTensor expand(const Shape& shape) const;
+  // torch.Tensor.view_as / expand_as / type_as: view(other.shape()),
+  // expand(other.shape()), to(other.dtype()) (their layouts and gradients).
+  DTensor view_as(const DTensor& other) const { return view(other.shape()); }
+  DTensor expand_as(const DTensor& other) const { return expand(other.shape()); }
+  DTensor type_as(const DTensor& other) const { return to(other.dtype()); }
   DTensor narrow(int64_t dim, int64_t start, int64_t length) const;
   DTensor select(int64_t dim, int64_t index) const;
   std::vector<DTensor> chunk(int64_t n, int64_t dim = 0) const;

@@ -224,6 +224,53 @@ ValuesIndices<DTensor> topk(const DTensor& x, int64_t k, int64_t dim = -1, bool 
 DTensor logsumexp(const DTensor& x, const DimVector& dims, bool keepdim = false);
 DTensor all(const DTensor& x, const DimVector& dims = {}, bool keepdim = false);
 DTensor any(const DTensor& x, const DimVector& dims = {}, bool keepdim = false);
+// ---- structural ops (as the Tensor versions in tensor.h) ----------------------------
+// flip, roll, cumprod work along some dims: the other dims stay sharded and
+// those dims are gathered. flip and roll move elements, so every Partial
+// passes (a permutation commutes with any elementwise reduction); cumprod
+// is not linear, so Partials reduce first. roll without dims rolls the
+// flattened tensor (reshape's layouts). cumprod's gradient is one op with
+// cumprod's layouts (a Partial(sum|avg) gradient against a replicated input
+// stays Partial: it is linear in the gradient).
+DTensor flip(const DTensor& x, const DimVector& dims);
+DTensor roll(const DTensor& x, const DimVector& shifts, const DimVector& dims = {});
+DTensor cumprod(const DTensor& x, int64_t dim);
+// sort's indices (sort's layouts).
+DTensor argsort(const DTensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+// Composed of unsqueeze, mul and sum, so the layouts are theirs: outer of
+// a S(0) a gives S(0), of a S(0) b gives S(1), Partial(sum) against a
+// replicated vector stays Partial(sum); dot of two vectors sharded alike
+// gives Partial(sum) (each rank sums its own products).
+DTensor outer(const DTensor& a, const DTensor& b);
+DTensor dot(const DTensor& a, const DTensor& b);
+// Factories as zeros(): each rank makes only its own shard (a Partial(sum)
+// placement holds the values on the first rank of each group, zeros on the
+// others).
+DTensor linspace(double start, double end, int64_t steps, const DeviceMesh& mesh,
+                 const Placements& placements, DType dtype = DType::Float32);
+DTensor eye(int64_t n, std::optional<int64_t> m, const DeviceMesh& mesh,
+            const Placements& placements, DType dtype = DType::Float32);
+// Dims other than dim1 and dim2 stay sharded (renumbered); dim1 and dim2
+// are gathered; every Partial passes (picking elements). Its gradient puts
+// the gradient on the diagonal of zeros, with the same layouts.
+DTensor diagonal(const DTensor& x, int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1);
+// The output's shape depends on the values: x is gathered to Replicate
+// (Partials reduced) and every rank computes the same replicated result.
+DTensor nonzero(const DTensor& x);
+// sqrt(var) with var's layouts; the gradient is PyTorch's (0 where the
+// result is 0, not the NaN of sqrt's).
+DTensor std(const DTensor& x, const DimVector& dims = {}, int64_t correction = 1,
+            bool keepdim = false);
+// max(x) / min(x): amax / amin over every dim (Partial(max|min) of sharded
+// dims; the gradient is split evenly among ties, as PyTorch's). Along dim:
+// `dim` is gathered and Partials reduced (as argmax), x moved once for both
+// outputs; the values' gradient goes to the index. max(a, b): maximum.
+DTensor max(const DTensor& x);
+DTensor min(const DTensor& x);
+ValuesIndices<DTensor> max(const DTensor& x, int64_t dim, bool keepdim = false);
+ValuesIndices<DTensor> min(const DTensor& x, int64_t dim, bool keepdim = false);
+DTensor max(const DTensor& a, const DTensor& b);
+DTensor min(const DTensor& a, const DTensor& b);
 // ---- norms (as the Tensor versions in tensor.h) ------------------------------------
 // Kept dims stay sharded. A reduced dim that is sharded leaves each rank
 // with its shard's part of the norm, reduced by ONE collective: for ord 0

@@ -438,6 +438,11 @@ class Tensor {
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
   // Broadcast to shape (size-1 dims grow with stride 0; -1 keeps a size).
   Tensor expand(const Shape& shape) const;
+  // torch.Tensor.view_as / expand_as / type_as: view(other.shape()),
+  // expand(other.shape()), to(other.dtype()).
+  Tensor view_as(const Tensor& other) const { return view(other.shape()); }
+  Tensor expand_as(const Tensor& other) const { return expand(other.shape()); }
+  Tensor type_as(const Tensor& other) const { return to(other.dtype()); }
   // Exactly n pieces of ceil(L / n) along dim; trailing pieces may be short
   // or empty (L=2, n=4 -> 1,1,0,0). This is torch.chunk padded with empty
   // chunks to n, the way DTensor shards a dim: piece r is rank r's shard.
@@ -629,6 +634,46 @@ Tensor logsumexp(const Tensor& x, const DimVector& dims, bool keepdim = false);
 // all and false for any.
 Tensor all(const Tensor& x, const DimVector& dims = {}, bool keepdim = false);
 Tensor any(const Tensor& x, const DimVector& dims = {}, bool keepdim = false);
+// ---- structural ops (PyTorch's semantics and checks) -------------------------------
+// flip: reversed along each of dims (no repeats). roll: element i along
+// dims[k] moves to (i + shifts[k]) mod size; without dims, over the
+// flattened tensor (then one shift). Both copy.
+Tensor flip(const Tensor& x, const DimVector& dims);
+Tensor roll(const Tensor& x, const DimVector& shifts, const DimVector& dims = {});
+// Inclusive cumulative product along dim, dtypes as cumsum (bool, int64 ->
+// int64 wrapping on overflow; float32 multiplies in double).
+Tensor cumprod(const Tensor& x, int64_t dim);
+// sort(x, dim, descending, stable).indices.
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+// torch.outer: a (n) and b (m), 1-d -> (n, m), a[i] * b[j] (promoted).
+Tensor outer(const Tensor& a, const Tensor& b);
+// torch.dot: 1-d a and b of one size and one dtype (not bool) -> 0-d sum of a * b.
+Tensor dot(const Tensor& a, const Tensor& b);
+// torch.linspace: steps values from start to end, evenly spaced (PyTorch's
+// formula: the first half counted from start, the second from end, so both
+// ends are exact); integral dtypes truncate. REQUIRES: steps >= 0.
+Tensor linspace(double start, double end, int64_t steps, DType dtype = DType::Float32);
+// torch.eye: n x m (m = n when not given), ones on the diagonal.
+Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, DType dtype = DType::Float32);
+// torch.diagonal: a view of the elements (i, i + offset) of dims dim1 and
+// dim2, which are removed; the diagonal becomes the last dim.
+Tensor diagonal(const Tensor& x, int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1);
+// torch.nonzero: the int64 (count, x.dim()) coordinates of the nonzero
+// elements (NaN counts) in row-major order.
+Tensor nonzero(const Tensor& x);
+// sqrt(var(x, dims, correction, keepdim)) (torch.std).
+Tensor std(const Tensor& x, const DimVector& dims = {}, int64_t correction = 1,
+           bool keepdim = false);
+// torch.max / torch.min: of the whole tensor (amax over every dim; NaN
+// propagates; REQUIRES: x is not empty), along dim with the (values,
+// indices) of the first extreme (a NaN counts as the extreme), and of two
+// tensors (maximum / minimum).
+Tensor max(const Tensor& x);
+Tensor min(const Tensor& x);
+ValuesIndices<Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);
+ValuesIndices<Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor max(const Tensor& a, const Tensor& b);
+Tensor min(const Tensor& a, const Tensor& b);
 // ---- norms --------------------------------------------------------------------------
 // torch.linalg.vector_norm: the ord-norm of x over `dims` (every dim when
 // empty; negative allowed, no repeats), as if those dims were flattened.

@@ -14,6 +14,7 @@
 #include "casters.h"
 #include "index_ops.h"
 #include "scan_ops.h"
+#include "structural_ops.h"
 #include "torch_args.h"
 #include "dtensor/dtensor.h"
 
@@ -277,6 +278,7 @@ void bind_math_methods(Class& c) {
         return x.size(0);
       });
   bind_scan_ops<T>(c);
+  bind_structural_ops<T>(c);
 }
 
 }  // namespace dtensor::python

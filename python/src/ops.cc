@@ -12,6 +12,7 @@
 #include "casters.h"
 #include "math_ops.h"
 #include "scan_ops.h"
+#include "structural_ops.h"
 #include "torch_args.h"
 #include "dtensor/loss_options.h"
 
@@ -243,6 +244,7 @@ void bind_ops_of(py::module_& m) {
   m.def("split", [](const T& x, int64_t n, int64_t d) { return x.split(n, d); }, py::arg("input"),
         py::arg("split_size"), py::arg("dim") = 0, release_gil());
   bind_scan_ops<T>(m);
+  bind_structural_ops<T>(m);
   // The shape family: repeat, tile, unbind, split with sizes, pad, empty_like.
   m.def("split", [](const T& x, const std::vector<int64_t>& s, int64_t d) { return split(x, s, d); },
         py::arg("input"), py::arg("split_size_or_sections"), py::arg("dim") = 0, release_gil());
@@ -516,6 +518,57 @@ void bind_ops(py::module_& m) {
         py::arg("dtype") = py::none(), release_gil(),
         "arange(end) or arange(start, end, step): int64, or float32 when an argument is a "
         "float (torch.arange), unless dtype is given.");
+
+  // linspace and eye: a Tensor, or a DTensor given device_mesh and placements.
+  m.def("linspace",
+        [](double start, double end, int64_t steps, std::optional<DType> dtype,
+           std::optional<DeviceMesh> mesh, std::optional<Placements> placements) -> py::object {
+          DT_CHECK(mesh.has_value() == placements.has_value(),
+                   "linspace: give both device_mesh and placements (a DTensor) or neither (a Tensor)");
+          const DType d = dtype.value_or(DType::Float32);
+          if (mesh) {
+            DTensor out;
+            {
+              py::gil_scoped_release release;
+              out = linspace(start, end, steps, *mesh, *placements, d);
+            }
+            return py::cast(std::move(out));
+          }
+          Tensor out;
+          {
+            py::gil_scoped_release release;
+            out = linspace(start, end, steps, d);
+          }
+          return py::cast(std::move(out));
+        },
+        py::arg("start"), py::arg("end"), py::arg("steps"), py::kw_only(),
+        py::arg("dtype") = py::none(), py::arg("device_mesh") = py::none(),
+        py::arg("placements") = py::none(),
+        "steps values from start to end (torch.linspace; float32 unless dtype is given).");
+  m.def("eye",
+        [](int64_t n, std::optional<int64_t> cols, std::optional<DType> dtype,
+           std::optional<DeviceMesh> mesh, std::optional<Placements> placements) -> py::object {
+          DT_CHECK(mesh.has_value() == placements.has_value(),
+                   "eye: give both device_mesh and placements (a DTensor) or neither (a Tensor)");
+          const DType d = dtype.value_or(DType::Float32);
+          if (mesh) {
+            DTensor out;
+            {
+              py::gil_scoped_release release;
+              out = eye(n, cols, *mesh, *placements, d);
+            }
+            return py::cast(std::move(out));
+          }
+          Tensor out;
+          {
+            py::gil_scoped_release release;
+            out = eye(n, cols, d);
+          }
+          return py::cast(std::move(out));
+        },
+        py::arg("n"), py::arg("m") = py::none(), py::kw_only(), py::arg("dtype") = py::none(),
+        py::arg("device_mesh") = py::none(), py::arg("placements") = py::none(),
+        "Ones on the diagonal of an n x m (m = n) matrix (torch.eye; float32 unless dtype is given).");
 
   // `with dtensor.implicit_replication():` plain Tensors of any shape mix
   // with DTensors as Replicate (every rank must pass the same tensor).

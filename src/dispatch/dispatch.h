@@ -58,6 +58,8 @@ enum class OpId : uint16_t {
   ScaledDotProductAttention, ScaledDotProductAttentionBackward,
   // clamping, triangles, gather/scatter, indexed updates (ops/clamp_triangle.cc, ops/indexing.cc)
   Clamp, Tril, Triu, Gather, Scatter, ScatterValue, ScatterAdd, IndexAdd, IndexPut, IndexGet,
+  // structural ops (src/ops/structural.cc)
+  Flip, Roll, Cumprod, CumprodBackward, Diagonal, DiagonalBackward,
 };
 
 // cat/stack of more tensors join them in groups of kMaxInputs.

@@ -68,6 +68,8 @@ void add_degenerate_view_cases(std::vector<OpCase>& cases);
 void add_pointwise_backward_cases(std::vector<OpCase>& cases);
 // silu (the SwiGLU gate), after those.
 void add_late_pointwise_cases(std::vector<OpCase>& cases);
+// flip, roll, cumprod, diagonal (src/ops/structural.cc), after those.
+void add_structural_cases(std::vector<OpCase>& cases);
 
 // The input shape most cases use: uneven over 2 and 3 ranks, and a dim of 2.
 inline const Shape kX{4, 5, 2};

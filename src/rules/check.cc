@@ -349,6 +349,7 @@ const std::vector<OpCase>& all_cases() {
     add_degenerate_view_cases(c);
     add_pointwise_backward_cases(c);
     add_late_pointwise_cases(c);
+    add_structural_cases(c);
     return c;
   }();
   return cases;
