@@ -11,7 +11,8 @@
 //    where the reduced value has none, so it reduces first.
 //  - sum/avg through maps linear in the Partial operands: addcmul in
 //    (input, t1) or (input, t2) with the other factor replicated; addcdiv
-//    in (input, t1); lerp in (input, end) with a replicated weight. Adding
+//    in (input, t1); lerp in (input, end) with a replicated weight, and
+//    in an averaged weight alone (avg_r (x + w_r (e - x)) is lerp(x, e, avg w)). Adding
 //    a replicated term keeps avg, max and min (addcmul/addcdiv's input).
 // Everything else (sin, cos, square, isnan, logical_*) reduces first.
 #include "autograd/graph.h"
@@ -120,6 +121,7 @@ void math_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimSt
       break;
     case OpId::Lerp:
       for (Placement p : {sum, avg}) three(p, p, r, p);
+      three(r, r, avg, avg);  // linear in the weight too (but input is not summed n times)
       break;
     case OpId::LerpScalar:
       for (Placement p : {sum, avg}) c.push_back({{p, p}, p});
