@@ -38,6 +38,37 @@ def full(d):
     return np.asarray(d.full_tensor())
 
 
+def make(a, mesh, layout):
+    """a laid out as `layout` over the 2x2 mesh, with Partial pieces that
+    differ on every rank (distribute_tensor's Partial(sum) keeps the value on
+    one rank and zeros elsewhere, which any op with f(0) = 0 passes by luck):
+    along a Partial(sum) mesh dim the pieces are a - n and n, along a
+    Partial(max) a and a - |n|, along a Partial(min) a and a + |n|, for
+    integer noise n (so that the pieces add up exactly)."""
+    a = np.asarray(a)
+    if not any(p.is_partial() for p in layout):
+        return dt.distribute_tensor(a, mesh, layout)
+    rng = np.random.default_rng(a.size)
+    noise = [rng.integers(-4, 5, a.shape).astype(a.dtype) for _ in layout]
+
+    def local(rank):
+        coord = (rank // 2, rank % 2)
+        v = a.copy()
+        for k, p in enumerate(layout):
+            if p.is_partial():
+                n, first = noise[k], coord[k] == 0
+                v = {"sum": v - n if first else n, "avg": v - n if first else v + n,
+                     "max": v if first else v - np.abs(n),
+                     "min": v if first else v + np.abs(n)}[p.reduce_op]
+        for k, p in enumerate(layout):
+            if p.is_shard():
+                v = np.array_split(v, 2, axis=p.dim)[coord[k]] if v.shape[p.dim] % 2 == 0 else \
+                    np.split(v, [-(-v.shape[p.dim] // 2)], axis=p.dim)[coord[k]]
+        return np.ascontiguousarray(v)
+
+    return dt.DTensor.from_local(local, mesh, layout, shape=list(a.shape))
+
+
 def data(rng, dtype, edges=True, shape=(5, 3)):
     a = rng.standard_normal(shape) * 3
     if edges:
@@ -99,7 +130,7 @@ def test_unary_on_tensors(name, dtype, rng):
 def test_unary_on_dtensors(name, layout, rng):
     f, g, exact = UNARY[name]
     a = data(rng, np.float32)
-    x = dt.distribute_tensor(a, MESH, layout)
+    x = make(a, MESH, layout)
     partial = any(p.is_partial() for p in layout)
     same(full(f(x)), g(torch.tensor(a)).numpy(), exact and not partial, np.float32)
 
@@ -132,8 +163,8 @@ def test_unary_gradients(name, layout, rng):
     if name.startswith("softplus"):
         a[0, :] = [25.0, 1.4, -30.0]  # past the threshold, just under, far below
     w = rng.standard_normal((5, 3))
-    x = dt.distribute_tensor(a, MESH, layout).requires_grad_()
-    dt.sum(f(x) * dt.distribute_tensor(w, MESH, [R, R])).backward()
+    x = make(a, MESH, layout).requires_grad_()
+    dt.sum(f(x) * make(w, MESH, [R, R])).backward()
     t = torch.tensor(a, requires_grad=True)
     (g(t) * torch.tensor(w)).sum().backward()
     np.testing.assert_allclose(full(x.grad), t.grad.numpy(), rtol=1e-13, atol=1e-13)
@@ -142,11 +173,11 @@ def test_unary_gradients(name, layout, rng):
 def test_max_and_min_partials_pass_through_the_monotone_ops(rng):
     a = data(rng, np.float32, edges=False)
     for f in [dt.floor, dt.round, dt.sign, dt.expm1, dt.softplus]:
-        y = f(dt.distribute_tensor(a, MESH, [PMAX, S0]))
+        y = f(make(a, MESH, [PMAX, S0]))
         assert y.placements == (PMAX, S0)
     # log1p is increasing but NaN below -1, sin is not monotone: they reduce first
     for f in [dt.log1p, dt.sin, dt.square]:
-        assert not f(dt.distribute_tensor(a, MESH, [PMAX, S0])).placements[0].is_partial()
+        assert not f(make(a, MESH, [PMAX, S0])).placements[0].is_partial()
 
 
 LOGICAL = ["logical_and", "logical_or", "logical_xor"]
@@ -163,8 +194,8 @@ def test_logical_ops(name, layout, b_layout, rng):
     want = getattr(torch, name)(torch.tensor(a), torch.tensor(b)).numpy()
     same(getattr(dt, name)(dt.tensor(a), dt.tensor(b)), want, True, np.float32)
     same(getattr(dt.tensor(a), name)(dt.tensor(b)), want, True, np.float32)
-    x = dt.distribute_tensor(a, MESH, layout)
-    y = dt.distribute_tensor(b, MESH, b_layout)
+    x = make(a, MESH, layout)
+    y = make(b, MESH, b_layout)
     same(full(getattr(dt, name)(x, y)), want, True, np.float32)
     bools = np.array([True, False, True])
     same(getattr(dt, name)(dt.tensor(bools), dt.tensor(np.array([0.5, 0.0, 0.0]))),
@@ -218,13 +249,13 @@ def test_ternary_on_tensors(name, dtype, rng):
 def test_ternary_on_dtensors_values_and_gradients(name, layouts, rng):
     f, g = TERNARY[name]
     a, b, c = ternary_inputs(rng, np.float64, weight=name.startswith("lerp"))
-    xs = [dt.distribute_tensor(v, MESH, p).requires_grad_() for v, p in zip((a, b, c), layouts)]
+    xs = [make(v, MESH, p).requires_grad_() for v, p in zip((a, b, c), layouts)]
     ts = [torch.tensor(v, requires_grad=True) for v in (a, b, c)]
     w = rng.standard_normal((5, 3))
     y = f(*xs)
     want = g(*ts)
     np.testing.assert_allclose(full(y), want.detach().numpy(), rtol=1e-13, atol=1e-13)
-    dt.sum(y * dt.distribute_tensor(w, MESH, [R, R])).backward()
+    dt.sum(y * make(w, MESH, [R, R])).backward()
     (want * torch.tensor(w)).sum().backward()
     for x, t in zip(xs, ts):
         np.testing.assert_allclose(full(x.grad), t.grad.numpy(), rtol=1e-12, atol=1e-12)
@@ -232,8 +263,8 @@ def test_ternary_on_dtensors_values_and_gradients(name, layouts, rng):
 
 def test_linear_ternary_ops_keep_partial_sums(rng):
     a, b, c = ternary_inputs(rng, np.float64)
-    p = [dt.distribute_tensor(v, MESH, [PSUM, S0]) for v in (a, b)]
-    r = dt.distribute_tensor(c, MESH, [R, R])
+    p = [make(v, MESH, [PSUM, S0]) for v in (a, b)]
+    r = make(c, MESH, [R, R])
     assert dt.addcmul(p[0], p[1], r).placements == (PSUM, S0)
     assert dt.addcdiv(p[0], p[1], r + 5).placements == (PSUM, S0)
     assert dt.lerp(p[0], p[1], 0.25).placements == (PSUM, S0)
@@ -305,9 +336,9 @@ def test_inplace_on_dtensors_keeps_the_layout(name, layout, rng):
     f, g = INPLACE[name]
     a = data(rng, np.float64, edges=False)
     b, c, m = inplace_operands(rng)
-    ops = [dt.distribute_tensor(b, MESH, [R, S0]), dt.distribute_tensor(c, MESH, [R, R]),
-           dt.distribute_tensor(m, MESH, [R, S0])]
-    x = dt.distribute_tensor(a, MESH, layout)
+    ops = [make(b, MESH, [R, S0]), make(c, MESH, [R, R]),
+           make(m, MESH, [R, S0])]
+    x = make(a, MESH, layout)
     t = torch.tensor(a)
     g(t, [torch.tensor(v) for v in (b, c, m)])
     try:
@@ -321,14 +352,14 @@ def test_inplace_on_dtensors_keeps_the_layout(name, layout, rng):
 
 
 def test_inplace_refusals():
-    x = dt.distribute_tensor(np.ones((5, 3)), MESH, [PSUM, S0])
-    mask = dt.distribute_tensor(np.ones(3, dtype=bool), MESH, [R, R])
+    x = make(np.ones((5, 3)), MESH, [PSUM, S0])
+    mask = make(np.ones(3, dtype=bool), MESH, [R, R])
     for bad in [lambda: x.clamp_(min=0.0), lambda: x.masked_fill_(mask, 1.0),
-                lambda: x.clamp_(dt.distribute_tensor(np.zeros(3), MESH, [R, R]), None)]:
+                lambda: x.clamp_(make(np.zeros(3), MESH, [R, R]), None)]:
         with pytest.raises(dt.Error):
             bad()
     np.testing.assert_array_equal(full(x), np.ones((5, 3)))  # nothing changed
-    leaf = dt.distribute_tensor(np.ones((5, 3)), MESH, [S0, R]).requires_grad_()
+    leaf = make(np.ones((5, 3)), MESH, [S0, R]).requires_grad_()
     with pytest.raises(dt.Error):
         leaf.masked_fill_(mask, 0.0)
     t = dt.ones([2])
@@ -347,12 +378,12 @@ def test_inplace_gradients(name, rng):
     a = rng.standard_normal((5, 3)) * 2
     b, c, m = inplace_operands(rng)
     w = rng.standard_normal((5, 3))
-    xs = [dt.distribute_tensor(a, MESH, [S0, S1]).requires_grad_(),
-          dt.distribute_tensor(b, MESH, [R, S0]).requires_grad_(),
-          dt.distribute_tensor(c, MESH, [R, R]).requires_grad_()]
+    xs = [make(a, MESH, [S0, S1]).requires_grad_(),
+          make(b, MESH, [R, S0]).requires_grad_(),
+          make(c, MESH, [R, R]).requires_grad_()]
     y = xs[0] * 1.0  # a non-leaf may change in place
-    f(y, [xs[1], xs[2], dt.distribute_tensor(m, MESH, [R, S0])])
-    dt.sum(y * dt.distribute_tensor(w, MESH, [R, R])).backward()
+    f(y, [xs[1], xs[2], make(m, MESH, [R, S0])])
+    dt.sum(y * make(w, MESH, [R, R])).backward()
     ts = [torch.tensor(v, requires_grad=True) for v in (a, b, c)]
     u = ts[0] * 1.0
     g(u, [ts[1], ts[2], torch.tensor(m)])
