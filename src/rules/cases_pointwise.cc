@@ -109,6 +109,8 @@ void add_late_pointwise_cases(std::vector<OpCase>& c) {
 
 // sin ... lerp (src/ops/pointwise_math.cc), after silu.
 void add_pointwise_math_cases(std::vector<OpCase>& c) {
+  // zeros on both sides, so that the logical ops see both truth values
+  const std::vector<CaseInput> kFewZerosPair{{kX, InputKind::FewZeros}, {kB, InputKind::FewZeros}};
   c.push_back(unary("sin", OpId::Sin, [](const auto& x) { return sin(x); }, InputKind::Values,
                     kFloat));
   c.push_back(unary("cos", OpId::Cos, [](const auto& x) { return cos(x); }, InputKind::Values,
@@ -129,13 +131,13 @@ void add_pointwise_math_cases(std::vector<OpCase>& c) {
   c.push_back(unary("isnan", OpId::Isnan, [](const auto& x) { return isnan(x); }));
   c.push_back(unary("logical_not", OpId::LogicalNot, [](const auto& x) { return logical_not(x); },
                     InputKind::FewZeros));
-  c.push_back({"logical_and", OpId::LogicalAnd, {{kX, InputKind::FewZeros}, {kB, InputKind::FewZeros}},
+  c.push_back({"logical_and", OpId::LogicalAnd, kFewZerosPair,
                [](const Tensors& x) { return logical_and(x[0], x[1]); },
                [](const DTensors& x) { return logical_and(x[0], x[1]); }});
-  c.push_back({"logical_or", OpId::LogicalOr, {{kX, InputKind::FewZeros}, {kB, InputKind::FewZeros}},
+  c.push_back({"logical_or", OpId::LogicalOr, kFewZerosPair,
                [](const Tensors& x) { return logical_or(x[0], x[1]); },
                [](const DTensors& x) { return logical_or(x[0], x[1]); }});
-  c.push_back({"logical_xor", OpId::LogicalXor, {{kX, InputKind::FewZeros}, {kB, InputKind::FewZeros}},
+  c.push_back({"logical_xor", OpId::LogicalXor, kFewZerosPair,
                [](const Tensors& x) { return logical_xor(x[0], x[1]); },
                [](const DTensors& x) { return logical_xor(x[0], x[1]); }});
   c.push_back({"addcmul", OpId::Addcmul, {{kX}, {kX}, {kB}},

@@ -41,8 +41,9 @@ const std::map<std::string, std::string>& explained() {
   static const std::map<std::string, std::string> m = {
       {"floor", integers}, {"round", integers}, {"log1p", domain}, {"isnan", bools},
       {"logical_not", bools}, {"logical_and", bools}, {"logical_or", bools},
-      {"logical_xor", bools}, {"addcdiv", sign}, {"lerp_scalar", sign + "; a weight in [0, 1] keeps "
-      "P(max|min), but the weight is a scalar that enters the schema by kind"},
+      {"logical_xor", bools}, {"addcdiv", sign},
+      {"lerp_scalar", sign + "; a weight in [0, 1] keeps P(max|min), but the weight is a "
+                             "scalar that enters the schema by kind"},
       {"add", empty}, {"sub", empty}, {"minimum", empty}, {"masked_fill", empty},
       {"where_scalar", empty}, {"squeeze(1)", empty}, {"gelu_backward", empty},
       // gelu'(x) is negative below about -0.75: a P(max) gradient times it
