@@ -237,6 +237,12 @@ class DTensor {
   // Values below min become min, then values above max become max (NaN
   // stays). Partial(max|min) and shards are kept; Partial(sum|avg) throw.
   DTensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+  // Tensor bounds (an undefined one is absent): max(this, min), then
+  // min(., max), NaN-propagating as torch's; the bounds move to a layout
+  // maximum/minimum's rule allows next to this one (src/ops/inplace_more.cc).
+  DTensor& clamp_(const DTensor& min, const DTensor& max);
+  // value wherever mask (bool, broadcast to this shape) is true.
+  DTensor& masked_fill_(const DTensor& mask, Scalar value);
   DTensor& operator+=(const DTensor& other) { return add_(other); }
   DTensor& operator-=(const DTensor& other) { return sub_(other); }
   DTensor& operator*=(const DTensor& other) { return mul_(other); }

@@ -134,6 +134,33 @@ DTensor relu(const DTensor& x);
 DTensor gelu(const DTensor& x, GeluApprox approximate = GeluApprox::None);
 // x * sigmoid(x), the SwiGLU MLP's gate.
 DTensor silu(const DTensor& x);
+// ---- more pointwise math (src/ops/pointwise_math.cc), as the Tensor ops --------
+// Every shard passes. Partial(max|min) pass through the non-decreasing ones
+// defined everywhere: floor, round, sign, expm1, softplus. log1p is
+// increasing but NaN below -1 (a piece there would poison the max), so it
+// reduces the Partial first, like the others.
+DTensor sin(const DTensor& x);
+DTensor cos(const DTensor& x);
+DTensor log1p(const DTensor& x);
+DTensor expm1(const DTensor& x);
+DTensor square(const DTensor& x);
+DTensor sign(const DTensor& x);
+DTensor floor(const DTensor& x);
+DTensor round(const DTensor& x, int64_t decimals = 0);
+DTensor softplus(const DTensor& x, Scalar beta = 1, Scalar threshold = 20);
+DTensor isnan(const DTensor& x);
+DTensor logical_not(const DTensor& x);
+DTensor logical_and(const DTensor& a, const DTensor& b);
+DTensor logical_or(const DTensor& a, const DTensor& b);
+DTensor logical_xor(const DTensor& a, const DTensor& b);
+// addcmul and addcdiv are linear in (input, t1) together: Partial(sum|avg)
+// input and t1 with a replicated t2 stay Partial; adding a replicated term
+// keeps Partial(avg|max|min) input. lerp is linear in (input, end) for a
+// replicated weight.
+DTensor addcmul(const DTensor& input, const DTensor& t1, const DTensor& t2, Scalar value = 1);
+DTensor addcdiv(const DTensor& input, const DTensor& t1, const DTensor& t2, Scalar value = 1);
+DTensor lerp(const DTensor& input, const DTensor& end, Scalar weight);
+DTensor lerp(const DTensor& input, const DTensor& end, const DTensor& weight);
 // gelu's gradient, grad * gelu'(x), in one pass (PyTorch's gelu_backward):
 // what gelu's autograd runs. Linear in grad: a Partial(sum|avg) grad with a
 // replicated x stays Partial.

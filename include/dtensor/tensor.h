@@ -473,6 +473,16 @@ class Tensor {
   Tensor& div_(Scalar other);
   Tensor& relu_();
   Tensor& masked_fill_(const Tensor& mask, Scalar value);
+  // The out-of-place op's value written into self (src/tensor/elementwise_ternary.cc):
+  // the operands may not broadcast self to a larger shape, and the result's
+  // dtype must cast to self's (PyTorch's checks).
+  Tensor& addcmul_(const Tensor& t1, const Tensor& t2, Scalar value = 1);
+  Tensor& addcdiv_(const Tensor& t1, const Tensor& t2, Scalar value = 1);
+  Tensor& lerp_(const Tensor& end, Scalar weight);
+  Tensor& lerp_(const Tensor& end, const Tensor& weight);
+  Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max = std::nullopt);
+  // Tensor bounds (an undefined one is absent; at least one given).
+  Tensor& clamp_(const Tensor& min, const Tensor& max);
 
  private:
   // A contiguous tensor over all of a new storage (empty()): its shape was
@@ -537,6 +547,40 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& x,
 // x * sigmoid(x) (PyTorch's silu, the SwiGLU MLP's gate), as
 // x / (1 + exp(-x)).
 Tensor silu(const Tensor& x);
+// ---- more pointwise math, as PyTorch 1.13 (src/tensor/elementwise_math.cc) ----
+// Transcendental: integer/bool inputs give float32.
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor log1p(const Tensor& x);
+Tensor expm1(const Tensor& x);
+// x * x in x's dtype (bool gives int64, as torch's pow(x, 2)).
+Tensor square(const Tensor& x);
+// -1, 0 or 1 in x's dtype; NaN and -0.0 give +0 (torch 1.13); bool stays.
+Tensor sign(const Tensor& x);
+// An int64 x is returned as it is (a copy); bool throws.
+Tensor floor(const Tensor& x);
+// To nearest, ties to even. decimals != 0: nearbyint(x * 10^d) / 10^d (for
+// d < 0, nearbyint(x / 10^-d) * 10^-d), floating x only.
+Tensor round(const Tensor& x, int64_t decimals = 0);
+// log(1 + exp(beta x)) / beta, or x where beta x > threshold (torch's
+// softplus). REQUIRES: x is floating.
+Tensor softplus(const Tensor& x, Scalar beta = 1, Scalar threshold = 20);
+// Bool results for inputs of any dtype; non-zero (NaN included) is true.
+Tensor isnan(const Tensor& x);
+Tensor logical_not(const Tensor& x);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor logical_xor(const Tensor& a, const Tensor& b);
+// input + value * t1 * t2 and input + value * t1 / t2 (all three broadcast)
+// in their promoted dtype, value converted to it (truncated for int64, as
+// torch). addcdiv refuses two integral t1 and t2 (torch 1.13's error).
+Tensor addcmul(const Tensor& input, const Tensor& t1, const Tensor& t2, Scalar value = 1);
+Tensor addcdiv(const Tensor& input, const Tensor& t1, const Tensor& t2, Scalar value = 1);
+// input + weight * (end - input), torch's way: for |weight| >= 0.5 as
+// end - (end - input) * (1 - weight), so weight 1 gives end exactly.
+// REQUIRES: floating input; end (and a tensor weight) of input's dtype.
+Tensor lerp(const Tensor& input, const Tensor& end, Scalar weight);
+Tensor lerp(const Tensor& input, const Tensor& end, const Tensor& weight);
 
 // Comparisons give bool tensors.
 Tensor eq(const Tensor& a, const Tensor& b);

@@ -24,12 +24,14 @@ using release_gil = py::call_guard<py::gil_scoped_release>;
 
 // The unary ops of both layers, named as in PyTorch.
 #define DTENSOR_PY_UNARY_OPS(X) \
-  X(neg) X(abs) X(exp) X(log) X(sqrt) X(rsqrt) X(tanh) X(sigmoid) X(erf) X(relu) X(silu)
+  X(neg) X(abs) X(exp) X(log) X(sqrt) X(rsqrt) X(tanh) X(sigmoid) X(erf) X(relu) X(silu) \
+  X(sin) X(cos) X(log1p) X(expm1) X(square) X(sign) X(floor) X(isnan) X(logical_not)
 // Binary ops taking (T, T) and (T, Scalar).
 #define DTENSOR_PY_BINARY_OPS(X) \
   X(add) X(sub) X(mul) X(div) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
 // Binary ops taking (T, T) only.
-#define DTENSOR_PY_TENSOR_BINARY_OPS(X) X(maximum) X(minimum) X(mm) X(bmm) X(matmul)
+#define DTENSOR_PY_TENSOR_BINARY_OPS(X) \
+  X(maximum) X(minimum) X(mm) X(bmm) X(matmul) X(logical_and) X(logical_or) X(logical_xor)
 // Reductions (x, dim=None, keepdim=False, *, dtype=None: x cast first, as torch).
 #define DTENSOR_PY_REDUCTIONS(X) X(sum) X(mean) X(prod)
 // Reductions (x, dim=None, keepdim=False), without dtype= (as torch).
@@ -244,6 +246,36 @@ void bind_math_methods(Class& c) {
              return clamp_tensors(x, lo, hi);
            }, py::arg("min") = py::none(), py::arg("max") = py::none(), release_gil())
       .def("clamp_min", [](const T& x, S lo) { return clamp_min(x, lo); }, py::arg("min"), release_gil())
+      // More pointwise math (PyTorch's keywords), and its in-place forms.
+      .def("round", [](const T& x, int64_t d) { return round(x, d); }, py::kw_only(),
+           py::arg("decimals") = 0, release_gil())
+      .def("softplus", [](const T& x, S b, S t) { return softplus(x, b, t); }, py::arg("beta") = 1,
+           py::arg("threshold") = 20, release_gil())
+      .def("addcmul", [](const T& x, const T& a, const T& b, S v) { return addcmul(x, a, b, v); },
+           py::arg("tensor1"), py::arg("tensor2"), py::kw_only(), py::arg("value") = 1, release_gil())
+      .def("addcdiv", [](const T& x, const T& a, const T& b, S v) { return addcdiv(x, a, b, v); },
+           py::arg("tensor1"), py::arg("tensor2"), py::kw_only(), py::arg("value") = 1, release_gil())
+      .def("lerp", [](const T& x, const T& e, S w) { return lerp(x, e, w); }, py::arg("end"),
+           py::arg("weight"), release_gil())
+      .def("lerp", [](const T& x, const T& e, const T& w) { return lerp(x, e, w); }, py::arg("end"),
+           py::arg("weight"), release_gil())
+      .def("masked_fill", [](const T& x, const T& m, S v) { return masked_fill(x, m, v); },
+           py::arg("mask"), py::arg("value"), release_gil())
+      .def("addcmul_", [](T& x, const T& a, const T& b, S v) -> T& { return x.addcmul_(a, b, v); },
+           py::arg("tensor1"), py::arg("tensor2"), py::kw_only(), py::arg("value") = 1, release_gil())
+      .def("addcdiv_", [](T& x, const T& a, const T& b, S v) -> T& { return x.addcdiv_(a, b, v); },
+           py::arg("tensor1"), py::arg("tensor2"), py::kw_only(), py::arg("value") = 1, release_gil())
+      .def("lerp_", [](T& x, const T& e, S w) -> T& { return x.lerp_(e, w); }, py::arg("end"),
+           py::arg("weight"), release_gil())
+      .def("lerp_", [](T& x, const T& e, const T& w) -> T& { return x.lerp_(e, w); },
+           py::arg("end"), py::arg("weight"), release_gil())
+      .def("clamp_", [](T& x, std::optional<S> lo, std::optional<S> hi) -> T& { return x.clamp_(lo, hi); },
+           py::arg("min") = py::none(), py::arg("max") = py::none(), release_gil())
+      .def("clamp_", [](T& x, std::optional<T> lo, std::optional<T> hi) -> T& {
+             return x.clamp_(lo ? *lo : T(), hi ? *hi : T());
+           }, py::arg("min") = py::none(), py::arg("max") = py::none(), release_gil())
+      .def("masked_fill_", [](T& x, const T& m, S v) -> T& { return x.masked_fill_(m, v); },
+           py::arg("mask"), py::arg("value"), release_gil())
       .def("clamp_max", [](const T& x, S hi) { return clamp_max(x, hi); }, py::arg("max"), release_gil())
       .def("tril", [](const T& x, int64_t d) { return tril(x, d); }, py::arg("diagonal") = 0, release_gil())
       .def("triu", [](const T& x, int64_t d) { return triu(x, d); }, py::arg("diagonal") = 0, release_gil())

@@ -149,6 +149,22 @@ void bind_ops_of(py::module_& m) {
         "where(condition): nonzero(condition, as_tuple=True).");
   m.def("masked_fill", [](const T& x, const T& mask, S v) { return masked_fill(x, mask, v); },
         py::arg("input"), py::arg("mask"), py::arg("value"), release_gil());
+  // More pointwise math (the unary ones are in DTENSOR_PY_UNARY_OPS).
+  m.def("round", [](const T& x, int64_t d) { return round(x, d); }, py::arg("input"),
+        py::kw_only(), py::arg("decimals") = 0, release_gil());
+  // torch.nn.functional.softplus(input, beta=1, threshold=20).
+  m.def("softplus", [](const T& x, S b, S t) { return softplus(x, b, t); }, py::arg("input"),
+        py::arg("beta") = 1, py::arg("threshold") = 20, release_gil());
+  m.def("addcmul", [](const T& x, const T& a, const T& b, S v) { return addcmul(x, a, b, v); },
+        py::arg("input"), py::arg("tensor1"), py::arg("tensor2"), py::kw_only(),
+        py::arg("value") = 1, release_gil());
+  m.def("addcdiv", [](const T& x, const T& a, const T& b, S v) { return addcdiv(x, a, b, v); },
+        py::arg("input"), py::arg("tensor1"), py::arg("tensor2"), py::kw_only(),
+        py::arg("value") = 1, release_gil());
+  m.def("lerp", [](const T& x, const T& e, S w) { return lerp(x, e, w); }, py::arg("input"),
+        py::arg("end"), py::arg("weight"), release_gil());
+  m.def("lerp", [](const T& x, const T& e, const T& w) { return lerp(x, e, w); },
+        py::arg("input"), py::arg("end"), py::arg("weight"), release_gil());
   m.def("cat", [](const std::vector<T>& ts, int64_t d) { return cat(ts, d); }, py::arg("tensors"),
         py::arg("dim") = 0, release_gil());
   m.def("stack", [](const std::vector<T>& ts, int64_t d) { return stack(ts, d); },

@@ -10,7 +10,9 @@
 #   comparisons: bitwise equal. Each is correctly rounded in float32, so
 #   computing in float32 and rounding once (dtensor's rule and PyTorch's)
 #   gives exactly one answer.
-# - exp, log, tanh, sigmoid: within 1 ulp of the 16-bit type (the float32
+# - square, sign, floor, round: bitwise equal, as the ops above.
+# - exp, log, tanh, sigmoid, sin, cos, log1p, expm1, softplus: within 1 ulp
+#   of the 16-bit type (the float32
 #   functions are not correctly rounded, and two libms may sit on either side
 #   of a 16-bit rounding tie). gelu (both forms): within 1 ulp for x >= -4,
 #   against torch's float32 gelu rounded once (see the test for why).
@@ -163,7 +165,9 @@ BINARY = {
 }
 UNARY = {
     "neg": (dt.neg, torch.neg), "abs": (dt.abs, torch.abs), "relu": (dt.relu, torch.relu),
-    "sqrt": (dt.sqrt, torch.sqrt),
+    "sqrt": (dt.sqrt, torch.sqrt), "square": (dt.square, torch.square),
+    "sign": (dt.sign, torch.sign), "floor": (dt.floor, torch.floor),
+    "round": (dt.round, torch.round),
 }
 COMPARE = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt,
            "ge": torch.ge}
@@ -205,7 +209,12 @@ def test_where_is_bitwise_torch(values, name, op):
 
 TRANSCENDENTAL = {
     "exp": (dt.exp, torch.exp), "log": (dt.log, torch.log), "tanh": (dt.tanh, torch.tanh),
-    "sigmoid": (dt.sigmoid, torch.sigmoid),
+    "sigmoid": (dt.sigmoid, torch.sigmoid), "sin": (dt.sin, torch.sin),
+    "cos": (dt.cos, torch.cos),
+    # torch 1.13's log1p (bfloat16 and float32 alike) gives inf above about
+    # 1e38, where it is about 88: its float64 log1p, rounded, is the reference.
+    "log1p": (dt.log1p, lambda t: torch.log1p(t.double()).float().to(t.dtype)),
+    "expm1": (dt.expm1, torch.expm1), "softplus": (dt.softplus, F.softplus),
 }
 
 

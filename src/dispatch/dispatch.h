@@ -36,6 +36,9 @@ enum class OpId : uint16_t {
   Relu, Exp, Log, Abs, Sqrt, Rsqrt, Tanh, Sigmoid, Gelu, Pow, Maximum, Minimum, Eq, Ne, Lt, Le,
   Gt, Ge, EqScalar, NeScalar, LtScalar, LeScalar, GtScalar, GeScalar, Where, WhereScalar,
   MaskedFill, Erf, GeluBackward, Silu,
+  // more pointwise math (src/ops/pointwise_math.cc)
+  Sin, Cos, Log1p, Expm1, Square, Sign, Floor, Round, Softplus, Isnan, LogicalNot, LogicalAnd,
+  LogicalOr, LogicalXor, Addcmul, Addcdiv, Lerp, LerpScalar,
   // matmul family
   Mm, Addmm, Bmm, Baddbmm, Matmul, Linear,
   // reductions

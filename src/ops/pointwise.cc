@@ -143,14 +143,24 @@ Placement input_for_shard(const Shape& in, const Shape& out, int64_t d) {
   return Shard(k);
 }
 
-void pointwise_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
-  const int n = s.num_inputs;
+}  // namespace
+
+void dispatch::pointwise_shard_strategies(const OpSchema& s, const TensorMeta& out,
+                                          std::vector<DimStrategy>& c) {
   for (int64_t d = 0; d < static_cast<int64_t>(out.shape.size()); ++d) {
     DimStrategy st;
-    for (int i = 0; i < n; ++i) st.in[i] = input_for_shard(s.input(i).shape(), out.shape, d);
+    for (int i = 0; i < s.num_inputs; ++i)
+      st.in[i] = input_for_shard(s.input(i).shape(), out.shape, d);
     st.out = Shard(d);
     c.push_back(st);
   }
+}
+
+namespace {
+
+void pointwise_strategies(const OpSchema& s, const TensorMeta& out, std::vector<DimStrategy>& c) {
+  const int n = s.num_inputs;
+  pointwise_shard_strategies(s, out, c);
   const Placement r = Replicate();
   const Placement sum = Partial(ReduceOp::Sum), avg = Partial(ReduceOp::Avg);
   const Placement max = Partial(ReduceOp::Max), min = Partial(ReduceOp::Min);

@@ -13,6 +13,13 @@ namespace dtensor::dispatch {
 // schema's OpId.
 const OpRule& pointwise_rule();
 
+// The candidates every pointwise op has, one per output dim d: the output
+// S(d), each input that has the dim (right-aligned) S of it, an input that
+// broadcasts it or lacks it Replicate. (src/ops/pointwise_math.cc adds its
+// own Partial candidates to these.)
+void pointwise_shard_strategies(const OpSchema& s, const TensorMeta& out,
+                                std::vector<DimStrategy>& c);
+
 // A plain Tensor operand of `op` next to `like`, as a replicated DTensor:
 // one element always, any shape inside implicit_replication; else throws.
 DTensor replicated(const char* op, const Tensor& t, const DTensor& like);

@@ -68,6 +68,9 @@ void add_degenerate_view_cases(std::vector<OpCase>& cases);
 void add_pointwise_backward_cases(std::vector<OpCase>& cases);
 // silu (the SwiGLU gate), after those.
 void add_late_pointwise_cases(std::vector<OpCase>& cases);
+// sin, cos, ..., addcmul, lerp (src/ops/pointwise_math.cc): added by
+// add_late_pointwise_cases, after silu.
+void add_pointwise_math_cases(std::vector<OpCase>& cases);
 // flip, roll, cumprod, diagonal (src/ops/structural.cc), after those.
 void add_structural_cases(std::vector<OpCase>& cases);
 

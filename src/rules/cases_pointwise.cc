@@ -104,6 +104,54 @@ void add_pointwise_backward_cases(std::vector<OpCase>& c) {
 void add_late_pointwise_cases(std::vector<OpCase>& c) {
   c.push_back(unary("silu", OpId::Silu, [](const auto& x) { return silu(x); }, InputKind::Values,
                     kFloat));
+  add_pointwise_math_cases(c);
+}
+
+// sin ... lerp (src/ops/pointwise_math.cc), after silu.
+void add_pointwise_math_cases(std::vector<OpCase>& c) {
+  // zeros on both sides, so that the logical ops see both truth values
+  const std::vector<CaseInput> kFewZerosPair{{kX, InputKind::FewZeros}, {kB, InputKind::FewZeros}};
+  c.push_back(unary("sin", OpId::Sin, [](const auto& x) { return sin(x); }, InputKind::Values,
+                    kFloat));
+  c.push_back(unary("cos", OpId::Cos, [](const auto& x) { return cos(x); }, InputKind::Values,
+                    kFloat));
+  c.push_back(unary("log1p", OpId::Log1p, [](const auto& x) { return log1p(x); },
+                    InputKind::Positive, kFloat));
+  c.push_back(unary("expm1", OpId::Expm1, [](const auto& x) { return expm1(x); },
+                    InputKind::Values, kFloat));
+  c.push_back(unary("square", OpId::Square, [](const auto& x) { return square(x); }));
+  c.push_back(unary("sign", OpId::Sign, [](const auto& x) { return sign(x); }));
+  c.push_back(unary("floor", OpId::Floor, [](const auto& x) { return floor(x); }));
+  c.push_back(unary("round", OpId::Round, [](const auto& x) { return round(x); }));
+  c.push_back(unary("round_decimals", OpId::Round, [](const auto& x) { return round(x, -1); },
+                    InputKind::Values, kFloat));
+  // threshold 3: both of softplus's branches among values in [-9, 9]
+  c.push_back(unary("softplus", OpId::Softplus, [](const auto& x) { return softplus(x, 1, 3); },
+                    InputKind::Values, kFloat));
+  c.push_back(unary("isnan", OpId::Isnan, [](const auto& x) { return isnan(x); }));
+  c.push_back(unary("logical_not", OpId::LogicalNot, [](const auto& x) { return logical_not(x); },
+                    InputKind::FewZeros));
+  c.push_back({"logical_and", OpId::LogicalAnd, kFewZerosPair,
+               [](const Tensors& x) { return logical_and(x[0], x[1]); },
+               [](const DTensors& x) { return logical_and(x[0], x[1]); }});
+  c.push_back({"logical_or", OpId::LogicalOr, kFewZerosPair,
+               [](const Tensors& x) { return logical_or(x[0], x[1]); },
+               [](const DTensors& x) { return logical_or(x[0], x[1]); }});
+  c.push_back({"logical_xor", OpId::LogicalXor, kFewZerosPair,
+               [](const Tensors& x) { return logical_xor(x[0], x[1]); },
+               [](const DTensors& x) { return logical_xor(x[0], x[1]); }});
+  c.push_back({"addcmul", OpId::Addcmul, {{kX}, {kX}, {kB}},
+               [](const Tensors& x) { return addcmul(x[0], x[1], x[2], 0.5); },
+               [](const DTensors& x) { return addcmul(x[0], x[1], x[2], 0.5); }, kFloat});
+  c.push_back({"addcdiv", OpId::Addcdiv, {{kX}, {kX}, {kB, InputKind::Positive}},
+               [](const Tensors& x) { return addcdiv(x[0], x[1], x[2], 2); },
+               [](const DTensors& x) { return addcdiv(x[0], x[1], x[2], 2); }, kFloat});
+  c.push_back({"lerp", OpId::Lerp, {{kX}, {kX}, {kB}},
+               [](const Tensors& x) { return lerp(x[0], x[1], x[2]); },
+               [](const DTensors& x) { return lerp(x[0], x[1], x[2]); }, kFloat});
+  c.push_back(binary("lerp_scalar", OpId::LerpScalar,
+                     [](const auto& a, const auto& b) { return lerp(a, b, 0.75); },
+                     InputKind::Values, kFloat));
 }
 
 }  // namespace dtensor::rules

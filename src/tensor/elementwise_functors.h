@@ -255,6 +255,138 @@ struct GeluTanhGradOp {
   }
 };
 
+// ---- more pointwise math (elementwise_math.cc), PyTorch 1.13's formulas ----------------
+struct SinOp {
+  template <class T>
+  T operator()(T x) const {
+    return std::sin(x);
+  }
+};
+struct CosOp {
+  template <class T>
+  T operator()(T x) const {
+    return std::cos(x);
+  }
+};
+struct Log1pOp {
+  template <class T>
+  T operator()(T x) const {
+    return std::log1p(x);
+  }
+};
+struct Expm1Op {
+  template <class T>
+  T operator()(T x) const {
+    return std::expm1(x);
+  }
+};
+struct SquareOp {
+  template <class T>
+  T operator()(T x) const {
+    return MulOp{}(x, x);
+  }
+};
+// (0 < x) - (x < 0): NaN and -0.0 give +0, as torch 1.13's sign; bool is
+// its own sign.
+struct SignOp {
+  template <class T>
+  T operator()(T x) const {
+    if constexpr (std::is_same_v<T, bool>)
+      return x;
+    else
+      return T(int(T(0) < x) - int(x < T(0)));
+  }
+};
+struct FloorOp {
+  template <class T>
+  T operator()(T x) const {
+    return std::floor(x);
+  }
+};
+// Round to nearest, ties to even (the default rounding mode), as torch.round.
+struct RoundOp {
+  template <class T>
+  T operator()(T x) const {
+    return std::nearbyint(x);
+  }
+};
+// torch.round(x, decimals=d): nearbyint(x * 10^d) / 10^d, and for d < 0
+// nearbyint(x / 10^-d) * 10^-d (so that 10^d is never a fraction that
+// cannot be represented).
+struct RoundDecimalsOp {
+  double ten_pow;  // 10^|d|
+  bool negative;   // d < 0
+  template <class T>
+  T operator()(T x) const {
+    const T p = static_cast<T>(ten_pow);
+    return negative ? std::nearbyint(x / p) * p : std::nearbyint(x * p) / p;
+  }
+};
+// log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (where
+// the two agree to within exp(-threshold) / beta), as torch's softplus.
+struct SoftplusOp {
+  double beta, threshold;
+  template <class T>
+  T operator()(T x) const {
+    const T b = static_cast<T>(beta);
+    const T xb = x * b;
+    return xb > static_cast<T>(threshold) ? x : std::log1p(std::exp(xb)) / b;
+  }
+};
+// Bool results for any input dtype; non-zero (NaN included) is true.
+struct IsnanOp {
+  template <class T>
+  bool operator()(T x) const {
+    return x != x;
+  }
+};
+struct LogicalNotOp {
+  template <class T>
+  bool operator()(T x) const {
+    return x == T(0);
+  }
+};
+struct LogicalAndOp {
+  template <class T>
+  bool operator()(T a, T b) const {
+    return a != T(0) && b != T(0);
+  }
+};
+struct LogicalOrOp {
+  template <class T>
+  bool operator()(T a, T b) const {
+    return a != T(0) || b != T(0);
+  }
+};
+struct LogicalXorOp {
+  template <class T>
+  bool operator()(T a, T b) const {
+    return (a != T(0)) != (b != T(0));
+  }
+};
+// input + value * t1 * t2 and input + value * t1 / t2, in torch's order of
+// operations: (value * t1) first.
+struct AddcmulOp {
+  template <class T>
+  T operator()(T in, T a, T b, T v) const {
+    return AddOp{}(in, MulOp{}(MulOp{}(v, a), b));
+  }
+};
+struct AddcdivOp {
+  template <class T>
+  T operator()(T in, T a, T b, T v) const {
+    return in + v * a / b;
+  }
+};
+// torch's lerp: from the nearer end, so that weight 0 gives input and 1
+// gives end exactly.
+struct LerpOp {
+  template <class T>
+  T operator()(T in, T end, T w) const {
+    return std::abs(w) < T(0.5) ? in + w * (end - in) : end - (end - in) * (T(1) - w);
+  }
+};
+
 // x ** e for an integral exponent by repeated squaring (wrapping like int64
 // multiplication). REQUIRES: e >= 0.
 inline int64_t int_pow(int64_t x, int64_t e) {

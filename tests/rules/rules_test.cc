@@ -32,7 +32,18 @@ const std::map<std::string, std::string>& explained() {
   static const std::string empty =
       "a size-1 or tiny dim sharded over 2x3 ranks leaves empty shards on most ranks, and "
       "layouts that agree only on those empty shards line up by luck of the shape";
+  static const std::string integers =
+      "floor and round of the validator's integer-valued pieces are the pieces, so sums pass on "
+      "its data; on fractional pieces floor(a) + floor(b) != floor(a + b)";
+  static const std::string bools =
+      "the output is bool and dtensor makes no Partials of bool outputs (and the validator's "
+      "data has no NaN, so isnan is constantly false on it)";
   static const std::map<std::string, std::string> m = {
+      {"floor", integers}, {"round", integers}, {"log1p", domain}, {"isnan", bools},
+      {"logical_not", bools}, {"logical_and", bools}, {"logical_or", bools},
+      {"logical_xor", bools}, {"addcdiv", sign},
+      {"lerp_scalar", sign + "; a weight in [0, 1] keeps P(max|min), but the weight is a "
+                             "scalar that enters the schema by kind"},
       {"add", empty}, {"sub", empty}, {"minimum", empty}, {"masked_fill", empty},
       {"where_scalar", empty}, {"squeeze(1)", empty}, {"gelu_backward", empty},
       // gelu'(x) is negative below about -0.75: a P(max) gradient times it

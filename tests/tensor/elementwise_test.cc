@@ -399,6 +399,37 @@ TEST(Elementwise, UnaryHandValues) {
                       {0.7310585786300049, 0, -0.2689414213699951, -0.0}, 1e-15));
   EXPECT_TRUE(matches(silu(f32({1})), {1}, DType::Float32, {0.7310585786300049}, 1e-6));
   EXPECT_EQ(silu(i64({1})).dtype(), DType::Float32);
+  // PyTorch 1.13: sign(tensor([nan, -0., -1.5, 2.])) = [0., 0., -1., 1.];
+  // round(tensor([0.5, 1.5, 2.5, -0.5])) = [0., 2., 2., -0.];
+  // round(tensor([1.2345, 125.]), decimals=2) = [1.23, 125.];
+  // round(tensor([125., 135.]), decimals=-1) = [120., 140.];
+  // softplus(tensor([1., 30., -30.], dtype=float64), beta=2, threshold=10)
+  // = [1.0634640055214863, 30., 4.37825538134826e-27].
+  EXPECT_TRUE(matches(sign(f64({NAN, -0.0, -1.5, 2})), {4}, DType::Float64, {0, 0, -1, 1}));
+  EXPECT_FALSE(std::signbit(sign(f64({-0.0})).item<double>()));
+  EXPECT_TRUE(matches(round(f64({0.5, 1.5, 2.5, -0.5})), {4}, DType::Float64, {0, 2, 2, -0.0}));
+  EXPECT_TRUE(std::signbit(round(f64({-0.5})).item<double>()));
+  EXPECT_TRUE(matches(round(f64({1.2345, 125}), 2), {2}, DType::Float64, {1.23, 125}));
+  EXPECT_TRUE(matches(round(f64({125, 135}), -1), {2}, DType::Float64, {120, 140}));
+  EXPECT_TRUE(matches(softplus(f64({1, 30, -30}), 2, 10), {3}, DType::Float64,
+                      {1.0634640055214863, 30, 4.37825538134826e-27}, 1e-15));
+  EXPECT_EQ(square(gt(i64({1, 0}), 0)).dtype(),
+            DType::Int64);
+  EXPECT_THROW(softplus(i64({1})), Error);
+  EXPECT_THROW(floor(gt(i64({1}), 0)), Error);
+  // isnan and the logical ops give bool for any dtype; non-zero is true.
+  EXPECT_TRUE(matches(isnan(f64({NAN, 1, INFINITY})), {3}, DType::Bool, {1, 0, 0}));
+  EXPECT_TRUE(matches(logical_not(f64({NAN, 0, -0.0})), {3}, DType::Bool, {0, 1, 1}));
+  EXPECT_TRUE(matches(logical_xor(f64({0.5, 0, 2}), i64({1, 0, 0})), {3}, DType::Bool, {0, 0, 1}));
+  // addcmul/addcdiv/lerp: torch.addcmul(1., 2., 3., value=0.5) = 4,
+  // addcdiv(1., 3., 2., value=2) = 4, lerp(1., 3., 0.75) = 2.5.
+  EXPECT_TRUE(matches(addcmul(f64({1}), f64({2}), f64({3}), 0.5), {1}, DType::Float64, {4}));
+  EXPECT_TRUE(matches(addcdiv(f64({1}), f64({3}), f64({2}), 2), {1}, DType::Float64, {4}));
+  EXPECT_TRUE(matches(lerp(f64({1}), f64({3}), 0.75), {1}, DType::Float64, {2.5}));
+  EXPECT_TRUE(matches(lerp(f64({1, 1}), f64({3, 3}), f64({1, -0.25})), {2}, DType::Float64,
+                      {3, 0.5}));
+  EXPECT_THROW(addcdiv(i64({1}), i64({1}), i64({1})), Error);
+  EXPECT_THROW(lerp(f32({1}), f64({1}), 0.5), Error);
 }
 
 using dtensor::testing::same_bits;
@@ -783,6 +814,22 @@ TEST(Elementwise, UnaryOpsMatchReference) {
        [](double x) { return x / (1 + std::exp(-x)); }, true, true},
       {"gelu", [](const Tensor& x) { return gelu(x); },
        [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, true, true},
+      {"sin", [](const Tensor& x) { return sin(x); }, [](double x) { return std::sin(x); }, true,
+       true},
+      {"cos", [](const Tensor& x) { return cos(x); }, [](double x) { return std::cos(x); }, true,
+       true},
+      {"log1p", [](const Tensor& x) { return log1p(x); }, [](double x) { return std::log1p(x); },
+       true, true},
+      {"expm1", [](const Tensor& x) { return expm1(x); }, [](double x) { return std::expm1(x); },
+       true, true},
+      {"sign", [](const Tensor& x) { return sign(x); },
+       [](double x) { return double((0 < x) - (x < 0)); }, false, true},
+      {"floor", [](const Tensor& x) { return floor(x); }, [](double x) { return std::floor(x); },
+       false, false},
+      {"round", [](const Tensor& x) { return round(x); },
+       [](double x) { return std::nearbyint(x); }, false, false},
+      {"square", [](const Tensor& x) { return square(x); }, [](double x) { return x * x; }, false,
+       false},
       {"gelu_tanh", [](const Tensor& x) { return gelu(x, GeluApprox::Tanh); },
        [k_beta](double x) {
          return 0.5 * x * (1 + std::tanh(k_beta * (x + 0.044715 * x * x * x)));

@@ -114,6 +114,18 @@ ArgsFn two(Domain da, Domain db) {
   };
 }
 
+// Three inputs that broadcast (the last one from domain `last`); sometimes
+// one of them requires no grad.
+ArgsFn three_any(Domain last) {
+  return [last](std::mt19937& rng) {
+    const std::vector<Shape> s = broadcast_shapes_for(rng, 3);
+    const int frozen = static_cast<int>(rng() % 6);
+    return std::vector<Arg>{{s[0], Domain::Any, frozen != 0},
+                            {s[1], Domain::Any, frozen != 1},
+                            {s[2], last, frozen != 2}};
+  };
+}
+
 template <class F>
 OpCase unary(std::string name, Domain d, F f) {
   return {std::move(name), one(d), [f](const std::vector<DTensor>& x) { return f(x[0]); }};
@@ -148,6 +160,15 @@ std::vector<OpCase> differentiable_ops() {
       unary("erf", D::Any, [](const DTensor& x) { return erf(x); }),
       unary("gelu", D::Any, [](const DTensor& x) { return gelu(x); }),
       unary("silu", D::Any, [](const DTensor& x) { return silu(x); }),
+      unary("sin", D::Any, [](const DTensor& x) { return sin(x); }),
+      unary("cos", D::Any, [](const DTensor& x) { return cos(x); }),
+      unary("log1p", D::Positive, [](const DTensor& x) { return log1p(x); }),
+      unary("expm1", D::Any, [](const DTensor& x) { return expm1(x); }),
+      unary("square", D::Any, [](const DTensor& x) { return square(x); }),
+      unary("sign", D::NonZero, [](const DTensor& x) { return sign(x); }),
+      unary("floor", D::Any, [](const DTensor& x) { return floor(x); }),
+      unary("round", D::Any, [](const DTensor& x) { return round(x, 1); }),
+      unary("softplus", D::Any, [](const DTensor& x) { return softplus(x, 2, 1); }),
       unary("gelu_tanh", D::Any, [](const DTensor& x) { return gelu(x, GeluApprox::Tanh); }),
       // pow with a scalar exponent
       unary("pow_0", D::Any, [](const DTensor& x) { return pow(x, 0); }),
@@ -203,6 +224,15 @@ std::vector<OpCase> differentiable_ops() {
          return std::vector<Arg>{{s[0], D::Any}, {s[1], D::Mask, false}};
        },
        [](const std::vector<DTensor>& x) { return masked_fill(x[0], x[1], 7.0); }},
+      // three broadcasting operands, any of them frozen
+      {"addcmul", three_any(D::Any),
+       [](const std::vector<DTensor>& x) { return addcmul(x[0], x[1], x[2], -0.5); }},
+      {"addcdiv", three_any(D::NonZero),
+       [](const std::vector<DTensor>& x) { return addcdiv(x[0], x[1], x[2], 2); }},
+      {"lerp", three_any(D::Any),
+       [](const std::vector<DTensor>& x) { return lerp(x[0], x[1], x[2]); }},
+      binary("lerp_scalar", D::Any, D::Any,
+             [](const DTensor& a, const DTensor& b) { return lerp(a, b, 0.7); }),
   };
 }
 
