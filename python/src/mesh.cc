@@ -137,9 +137,13 @@ other dim. Sub-meshes (mesh["tp"], mesh["dp", "tp"]) and flattened dims
       .def("group", &DeviceMesh::group, py::arg("rank"), py::arg("mesh_dim"))
       .def("groups", &DeviceMesh::groups, py::arg("mesh_dim"))
       .def("ranks", [](const DeviceMesh& mesh, std::optional<int> rank) {
-             return rank ? mesh.ranks(*rank) : mesh.ranks();
+             if (rank) return mesh.ranks(*rank);
+             // Inside current_rank(r) a sub-mesh's view is r's, as get_coordinate().
+             const std::optional<int> current = current_rank_override();
+             return current && mesh.contains(*current) ? mesh.ranks(*current) : mesh.ranks();
            }, py::arg("rank") = py::none(),
-           "The mesh's ranks row-major (the view containing `rank` for a sub-mesh).")
+           "The mesh's ranks row-major (the view containing `rank` for a sub-mesh: the current "
+           "rank's by default, else the first held rank's).")
       .def("contains", &DeviceMesh::contains, py::arg("rank"))
       .def("root", &DeviceMesh::root)
       .def("__eq__", [](const DeviceMesh& a, const DeviceMesh& b) { return a == b; })

@@ -299,3 +299,13 @@ def test_fully_shard_mp_policy_and_offload_policy(rng):
                      mp_policy=dt.parallel.MixedPrecisionPolicy(reduce_dtype=dt.float64))
     r(x).sum().backward()
     assert r.weight.grad.dtype == dt.float32
+
+
+def test_sub_mesh_ranks_follow_the_current_rank():
+    mesh = dt.init_device_mesh((2, 2), mesh_dim_names=("dp", "tp"))
+    assert mesh.ranks() == [0, 1, 2, 3]
+    assert mesh["tp"].ranks(3) == [2, 3]
+    for r in dt.each_rank(mesh):
+        tp = mesh["tp"].ranks()
+        assert r in tp and tp == mesh["tp"].ranks(r)
+        assert mesh["dp"].ranks() == mesh["dp"].ranks(r)
