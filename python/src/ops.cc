@@ -403,6 +403,30 @@ void bind_layer_ops(py::module_& m) {
         py::arg("equal_nan") = false, release_gil());
 }
 
+// A factory's result, made with the GIL released: make_dtensor(mesh,
+// placements) when given both, make_tensor() when given neither.
+template <class MakeTensor, class MakeDTensor>
+py::object tensor_or_dtensor(const char* name, const std::optional<DeviceMesh>& mesh,
+                             const std::optional<Placements>& placements,
+                             MakeTensor make_tensor, MakeDTensor make_dtensor) {
+  DT_CHECK(mesh.has_value() == placements.has_value(), name,
+           ": give both device_mesh and placements (a DTensor) or neither (a Tensor)");
+  if (mesh) {
+    DTensor d;
+    {
+      py::gil_scoped_release release;
+      d = make_dtensor(*mesh, *placements);
+    }
+    return py::cast(std::move(d));
+  }
+  Tensor t;
+  {
+    py::gil_scoped_release release;
+    t = make_tensor();
+  }
+  return py::cast(std::move(t));
+}
+
 // zeros(shape, dtype=float32, device_mesh=None, placements=None): a Tensor,
 // or a DTensor each of whose ranks allocates only its shard.
 template <class MakeTensor, class MakeDTensor>
@@ -412,22 +436,11 @@ void bind_factory(py::module_& m, const char* name, MakeTensor make_tensor,
         [=](py::args args, std::optional<Shape> size, DType dtype, std::optional<DeviceMesh> mesh,
             std::optional<Placements> placements) -> py::object {
           const Shape shape = shape_of(args, size, name);
-          DT_CHECK(mesh.has_value() == placements.has_value(), name,
-                   ": give both device_mesh and placements (a DTensor) or neither (a Tensor)");
-          if (mesh) {
-            DTensor d;
-            {
-              py::gil_scoped_release release;
-              d = make_dtensor(shape, *mesh, *placements, dtype);
-            }
-            return py::cast(std::move(d));
-          }
-          Tensor t;
-          {
-            py::gil_scoped_release release;
-            t = make_tensor(shape, dtype);
-          }
-          return py::cast(std::move(t));
+          return tensor_or_dtensor(
+              name, mesh, placements, [&] { return make_tensor(shape, dtype); },
+              [&](const DeviceMesh& m, const Placements& p) {
+                return make_dtensor(shape, m, p, dtype);
+              });
         },
         py::kw_only(), py::arg("size") = py::none(), py::arg("dtype") = DType::Float32,
         py::arg("device_mesh") = py::none(), py::arg("placements") = py::none(), doc);
@@ -454,23 +467,10 @@ void bind_ops(py::module_& m) {
   m.def("full",
         [](const Shape& shape, Scalar value, std::optional<DType> dtype, std::optional<DeviceMesh> mesh,
            std::optional<Placements> placements) -> py::object {
-          DT_CHECK(mesh.has_value() == placements.has_value(),
-                   "full: give both device_mesh and placements (a DTensor) or neither (a Tensor)");
           const DType d = dtype.value_or(value.result_type(DType::Bool));
-          if (mesh) {
-            DTensor out;
-            {
-              py::gil_scoped_release release;
-              out = full(shape, value, *mesh, *placements, d);
-            }
-            return py::cast(std::move(out));
-          }
-          Tensor out;
-          {
-            py::gil_scoped_release release;
-            out = Tensor::full(shape, value, d);
-          }
-          return py::cast(std::move(out));
+          return tensor_or_dtensor(
+              "full", mesh, placements, [&] { return Tensor::full(shape, value, d); },
+              [&](const DeviceMesh& m, const Placements& p) { return full(shape, value, m, p, d); });
         },
         py::arg("size"), py::arg("fill_value"), py::kw_only(), py::arg("dtype") = py::none(),
         py::arg("device_mesh") = py::none(), py::arg("placements") = py::none(),
@@ -539,23 +539,10 @@ void bind_ops(py::module_& m) {
   m.def("linspace",
         [](double start, double end, int64_t steps, std::optional<DType> dtype,
            std::optional<DeviceMesh> mesh, std::optional<Placements> placements) -> py::object {
-          DT_CHECK(mesh.has_value() == placements.has_value(),
-                   "linspace: give both device_mesh and placements (a DTensor) or neither (a Tensor)");
           const DType d = dtype.value_or(DType::Float32);
-          if (mesh) {
-            DTensor out;
-            {
-              py::gil_scoped_release release;
-              out = linspace(start, end, steps, *mesh, *placements, d);
-            }
-            return py::cast(std::move(out));
-          }
-          Tensor out;
-          {
-            py::gil_scoped_release release;
-            out = linspace(start, end, steps, d);
-          }
-          return py::cast(std::move(out));
+          return tensor_or_dtensor(
+              "linspace", mesh, placements, [&] { return linspace(start, end, steps, d); },
+              [&](const DeviceMesh& m, const Placements& p) { return linspace(start, end, steps, m, p, d); });
         },
         py::arg("start"), py::arg("end"), py::arg("steps"), py::kw_only(),
         py::arg("dtype") = py::none(), py::arg("device_mesh") = py::none(),
@@ -564,23 +551,10 @@ void bind_ops(py::module_& m) {
   m.def("eye",
         [](int64_t n, std::optional<int64_t> cols, std::optional<DType> dtype,
            std::optional<DeviceMesh> mesh, std::optional<Placements> placements) -> py::object {
-          DT_CHECK(mesh.has_value() == placements.has_value(),
-                   "eye: give both device_mesh and placements (a DTensor) or neither (a Tensor)");
           const DType d = dtype.value_or(DType::Float32);
-          if (mesh) {
-            DTensor out;
-            {
-              py::gil_scoped_release release;
-              out = eye(n, cols, *mesh, *placements, d);
-            }
-            return py::cast(std::move(out));
-          }
-          Tensor out;
-          {
-            py::gil_scoped_release release;
-            out = eye(n, cols, d);
-          }
-          return py::cast(std::move(out));
+          return tensor_or_dtensor(
+              "eye", mesh, placements, [&] { return eye(n, cols, d); },
+              [&](const DeviceMesh& m, const Placements& p) { return eye(n, cols, m, p, d); });
         },
         py::arg("n"), py::arg("m") = py::none(), py::kw_only(), py::arg("dtype") = py::none(),
         py::arg("device_mesh") = py::none(), py::arg("placements") = py::none(),

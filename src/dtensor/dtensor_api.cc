@@ -140,61 +140,6 @@ DTensor operator<=(const DTensor& a, Scalar b) { return le(a, b); }
 DTensor operator>(const DTensor& a, Scalar b) { return gt(a, b); }
 DTensor operator>=(const DTensor& a, Scalar b) { return ge(a, b); }
 
-// ---- factories -------------------------------------------------------------------------
-
-namespace {
-
-// Each held rank allocates only its shard. A Partial(sum|avg) mesh dim
-// holds the value on the first rank of each group and zeros on the others
-// for sum (the pieces sum to it), the value everywhere for the others.
-DTensor factory(const char* op, const Shape& shape, const DeviceMesh& mesh,
-                const Placements& placements, DType dtype, std::optional<Scalar> value) {
-  DTensorSpec spec(mesh, placements, shape, dtype);  // validates
-  if (mesh.world().is_shape_only()) return DTensor::meta(spec);  // shapes, no values
-  // All the held shards together, before the first is made.
-  std::vector<PlannedTensor> shards;
-  for (int r : mesh.held_ranks())
-    shards.push_back(
-        {"the shard of rank " + std::to_string(r), spec.extent_of_rank(r)->local_shape, dtype});
-  check_allocation(op, shards);
-  LocalTensor local;
-  for (int r : mesh.held_ranks()) {
-    const Shape local_shape = spec.extent_of_rank(r)->local_shape;
-    if (!value) {
-      local.set(r, Tensor::empty(local_shape, dtype));
-      continue;
-    }
-    bool zero = false;
-    for (size_t k = 0; k < placements.size(); ++k) {
-      const Placement& p = spec.placements()[k];
-      if (p.is_partial() && p.reduce_op() == ReduceOp::Sum &&
-          mesh.group_index(r, static_cast<int>(k)) != 0)
-        zero = true;
-    }
-    local.set(r, Tensor::full(local_shape, zero ? Scalar(0) : *value, dtype));
-  }
-  return DTensor(std::move(spec), std::move(local));
-}
-
-}  // namespace
-
-DTensor zeros(const Shape& shape, const DeviceMesh& mesh, const Placements& placements,
-              DType dtype) {
-  return factory("zeros", shape, mesh, placements, dtype, Scalar(0));
-}
-DTensor ones(const Shape& shape, const DeviceMesh& mesh, const Placements& placements,
-             DType dtype) {
-  return factory("ones", shape, mesh, placements, dtype, Scalar(1));
-}
-DTensor full(const Shape& shape, Scalar value, const DeviceMesh& mesh,
-             const Placements& placements, DType dtype) {
-  return factory("full", shape, mesh, placements, dtype, value);
-}
-DTensor empty(const Shape& shape, const DeviceMesh& mesh, const Placements& placements,
-              DType dtype) {
-  return factory("empty", shape, mesh, placements, dtype, std::nullopt);
-}
-
 // ---- printing ---------------------------------------------------------------------------
 
 std::ostream& operator<<(std::ostream& os, const DTensor& d) {
