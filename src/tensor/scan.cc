@@ -1,4 +1,4 @@
-// Scans, sorting and logical reductions on plain tensors: cumsum, sort,
+// Scans, sorting and logical reductions on plain tensors: cumsum, cumprod, sort,
 // topk, logsumexp, all, any; and the internal pick/place-by-index kernels
 // of tensor/scan.h.
 //
@@ -60,9 +60,27 @@ void check_dims(const Tensor& x, const DimVector& dims, const char* op) {
   }
 }
 
-// Inclusive running sum along d, forward or backward. Integers add through
-// unsigned arithmetic so that overflow wraps (as PyTorch's) without UB;
-// float32 runs in double as PyTorch's CPU cumsum does.
+// The running combinations of scan: a sum from 0 (cumsum), a product from
+// 1 (cumprod). Integers combine as uint64_t so that overflow wraps (as
+// PyTorch's) without UB.
+struct ScanSum {
+  static constexpr int kIdentity = 0;
+  template <class A>
+  static A apply(A a, A b) {
+    return a + b;
+  }
+};
+struct ScanProduct {
+  static constexpr int kIdentity = 1;
+  template <class A>
+  static A apply(A a, A b) {
+    return a * b;
+  }
+};
+
+// Inclusive running combination along d, forward or backward; float32 runs
+// in double as PyTorch's CPU cumsum and cumprod do.
+template <class Combine>
 Tensor scan(const Tensor& x, int64_t d, bool reverse, const char* op) {
   const DType out_dtype = is_floating(x.dtype()) ? x.dtype() : DType::Int64;
   Tensor out = Tensor::empty(x.shape(), out_dtype);
@@ -76,16 +94,17 @@ Tensor scan(const Tensor& x, int64_t d, bool reverse, const char* op) {
     Out* dst = out.data_ptr<Out>();
     std::vector<Acc> acc(static_cast<size_t>(r.inner));
     for (int64_t o = 0; o < r.outer; ++o) {
-      std::fill(acc.begin(), acc.end(), Acc(0));
+      std::fill(acc.begin(), acc.end(), Acc(Combine::kIdentity));
       for (int64_t step = 0; step < r.len; ++step) {
         const int64_t i = reverse ? r.len - 1 - step : step;
         const int64_t base = (o * r.len + i) * r.inner;
         for (int64_t j = 0; j < r.inner; ++j) {
           Acc& a = acc[static_cast<size_t>(j)];
           if constexpr (std::is_integral_v<Acc>)
-            a = static_cast<Acc>(static_cast<uint64_t>(a) + static_cast<uint64_t>(src[base + j]));
+            a = static_cast<Acc>(Combine::apply(static_cast<uint64_t>(a),
+                                                static_cast<uint64_t>(src[base + j])));
           else
-            a += static_cast<Acc>(src[base + j]);
+            a = Combine::apply(a, static_cast<Acc>(src[base + j]));
           dst[base + j] = static_cast<Out>(a);
         }
       }
@@ -178,7 +197,12 @@ void check_index(const Tensor& index, const Shape& want, const char* op) {
 
 Tensor cumsum(const Tensor& x, int64_t dim) {
   if (detail::is_half_tensor(x)) return detail::round_to(cumsum(detail::widen(x), dim), x.dtype());
-  return scan(x, checked_dim(x, dim, "cumsum"), false, "cumsum");
+  return scan<ScanSum>(x, checked_dim(x, dim, "cumsum"), false, "cumsum");
+}
+
+Tensor cumprod(const Tensor& x, int64_t dim) {
+  if (detail::is_half_tensor(x)) return detail::round_to(cumprod(detail::widen(x), dim), x.dtype());
+  return scan<ScanProduct>(x, checked_dim(x, dim, "cumprod"), false, "cumprod");
 }
 
 ValuesIndices<Tensor> sort(const Tensor& x, int64_t dim, bool descending, bool stable) {
@@ -237,7 +261,7 @@ namespace detail {
 
 Tensor reverse_cumsum(const Tensor& x, int64_t dim) {
   if (is_half_tensor(x)) return round_to(reverse_cumsum(widen(x), dim), x.dtype());
-  return scan(x, checked_dim(x, dim, "cumsum"), true, "cumsum");
+  return scan<ScanSum>(x, checked_dim(x, dim, "cumsum"), true, "cumsum");
 }
 
 Tensor take_along_dim(const Tensor& x, const Tensor& index, int64_t dim) {

@@ -1,4 +1,4 @@
-// Structural ops on plain tensors: flip, roll, cumprod (and its gradient),
+// Structural ops on plain tensors: flip, roll, cumprod's gradient (cumprod is a scan, scan.cc),
 // argsort, outer, dot, linspace, eye, diagonal (and its gradient), nonzero,
 // std, max / min. PyTorch's semantics and checks.
 //
@@ -123,40 +123,6 @@ Tensor roll(const Tensor& x, const DimVector& shifts, const DimVector& dims) {
     source[d] = std::move(moved);
   }
   return copy_remapped(x, source, "roll");
-}
-
-Tensor cumprod(const Tensor& x, int64_t dim) {
-  DT_CHECK(x.defined(), "cumprod: input tensor is undefined");
-  if (detail::is_half_tensor(x)) return detail::round_to(cumprod(detail::widen(x), dim), x.dtype());
-  const int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "cumprod");
-  const DType out_dtype = is_floating(x.dtype()) ? x.dtype() : DType::Int64;
-  Tensor out = Tensor::empty(x.shape(), out_dtype);
-  if (out.numel() == 0) return out;
-  const Tensor xc = x.contiguous();
-  const StructuralRows r = structural_rows(x.shape(), d);
-  detail::dispatch_all(x.dtype(), "cumprod", [&]<class T>() {
-    using Acc = detail::acc_type_t<T>;
-    using Out = std::conditional_t<std::is_floating_point_v<T>, T, int64_t>;
-    const T* src = xc.data_ptr<T>();
-    Out* dst = out.data_ptr<Out>();
-    std::vector<Acc> acc(static_cast<size_t>(r.inner));
-    for (int64_t o = 0; o < r.outer; ++o) {
-      std::fill(acc.begin(), acc.end(), Acc(1));
-      for (int64_t i = 0; i < r.len; ++i) {
-        const int64_t base = (o * r.len + i) * r.inner;
-        for (int64_t j = 0; j < r.inner; ++j) {
-          Acc& a = acc[static_cast<size_t>(j)];
-          // Integers multiply as unsigned: overflow wraps as PyTorch's, without UB.
-          if constexpr (std::is_integral_v<Acc>)
-            a = static_cast<Acc>(static_cast<uint64_t>(a) * static_cast<uint64_t>(src[base + j]));
-          else
-            a *= static_cast<Acc>(src[base + j]);
-          dst[base + j] = static_cast<Out>(a);
-        }
-      }
-    }
-  });
-  return out;
 }
 
 Tensor argsort(const Tensor& x, int64_t dim, bool descending, bool stable) {
