@@ -142,6 +142,15 @@ bool is_fully_sharded(const nn::Module& module);
 // the reduction instead of after).
 void set_requires_gradient_sync(nn::Module& module, bool requires_gradient_sync,
                                 bool recurse = true);
+// FSDP2's FSDPModule.reshard(): the fully_shard groups of module (and of
+// the modules under it with recurse) that hold gathered values drop them,
+// and their parameters are the sharded leaves again. A root keeps its
+// values from forward until its backward (as FSDP2's); a forward whose
+// backward never runs (with grad, then a checkpoint or no backward at all)
+// leaves them there. A backward after reshard still has what its graph
+// saved. checkpoint::get_state_dict calls it (FSDP2's state-dict hooks do).
+// Throws when fully_shard was not applied to module, unless if_any.
+void reshard(nn::Module& module, bool recurse = false, bool if_any = false);
 // FullyShardOptions::reshard_after_forward, changed from the next forward on.
 void set_reshard_after_forward(nn::Module& module, bool reshard_after_forward,
                                bool recurse = true);

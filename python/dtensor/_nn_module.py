@@ -115,6 +115,7 @@ def state_dict(self, destination=None, prefix="", keep_vars=False):
     buffers, parents first (torch's order). The DTensors alias the
     parameters, so dtensor.checkpoint.load into it restores them in place."""
     out = {} if destination is None else destination
+    _dt.parallel._reshard_all(self)  # the shards, not an FSDP root's gathered values
     by_module = {}
     for name, p in _cpp_named_parameters(self):
         owner, _, _ = name.rpartition(".")

@@ -393,6 +393,10 @@ started and not yet waited for: 1 while the next module's backward computes,
          "DDP: parameters Replicate over `mesh`, each gradient all-reduced over it in "
          "backward. Returns the module.");
   pm.def("is_fully_sharded", &is_fully_sharded, py::arg("module"));
+  // What state_dict() calls first (FSDP2's state-dict hook): every
+  // fully_shard group under the module drops its gathered values, if any.
+  pm.def("_reshard_all", [](nn::Module& m) { reshard(m, /*recurse=*/true, /*if_any=*/true); },
+         py::arg("module"));
 
   // FSDP2's FSDPModule methods, on every dtensor.nn.Module (they throw for
   // one fully_shard was not applied to).
@@ -408,6 +412,11 @@ started and not yet waited for: 1 while the next module's backward computes,
              "FSDP2's: while False, backward reduce-scatters nothing and accumulates the "
              "unsharded gradients (gradient accumulation); the next backward with sync "
              "reduces their sum."));
+  method("reshard",
+         py::cpp_function([](nn::Module& m) { reshard(m); }, py::name("reshard"),
+                          py::is_method(module_cls),
+                          "FSDP2's: drop the module's gathered parameters (a root keeps them "
+                          "from forward until backward); the parameters are the shards again."));
   method("set_reshard_after_forward",
          py::cpp_function(
              [](nn::Module& m, bool reshard_after_forward, bool recurse) {

@@ -108,3 +108,30 @@ def test_torch_state_dict_functions_round_trip(mesh):
         get_state_dict(m, opt, submodules={m[0]})
     with pytest.raises(dt.Error, match="one optimizer per model"):
         get_state_dict(m, [opt, opt])
+
+
+def test_state_dict_after_a_forward_without_backward_is_sharded(mesh):
+    # A root keeps its gathered values from forward until backward (FSDP2);
+    # when no backward comes, get_state_dict / state_dict() reshard first,
+    # as FSDP2's state-dict hooks do, and a later backward still works.
+    m = model_on(mesh)
+    opt = dt.optim.SGD(m.parameters(), lr=0.1)
+    x = dt.distribute_tensor(dt.randint(0, 16, (4, 3), seed=1), mesh, [dt.Shard(0), dt.Replicate()])
+    sharded = [p.placements for p in m.parameters()]
+    y = m(x)  # with grad: the root's values stay gathered
+    assert [p.placements for p in m.parameters()] != sharded
+    sd = m.state_dict()
+    assert [v.placements for v in sd.values()] == sharded
+    assert [p.placements for p in m.parameters()] == sharded
+    assert len(dcp.get_state_dict(m, opt)) > 0
+    y.sum().backward()  # the graph kept what it saved
+    want = [np.asarray(p.full_tensor()) - 0.1 * np.asarray(p.grad.full_tensor())
+            for p in m.parameters()]
+    opt.step()
+    for p, w in zip(m.parameters(), want):
+        np.testing.assert_allclose(np.asarray(p.full_tensor()), w, rtol=1e-6)
+    m(x)
+    m.reshard()  # FSDP2's FSDPModule.reshard()
+    assert [p.placements for p in m.parameters()] == sharded
+    with pytest.raises(dt.Error, match="not under fully_shard"):
+        dt.nn.Linear(2, 2).reshard()

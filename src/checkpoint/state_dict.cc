@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "dtensor/checkpoint.h"
+#include "dtensor/fsdp.h"
 #include "dtensor/error.h"
 #include "dtensor/nn.h"
 #include "dtensor/optim.h"
@@ -74,6 +75,9 @@ std::string exact(double x) {
 
 StateDict get_state_dict(nn::Module& model, optim::Optimizer* optimizer,
                          optim::LRScheduler* scheduler) {
+  // The parameters are the sharded leaves (an FSDP root's gathered values
+  // dropped, as FSDP2's state-dict hook does), which the optimizer holds.
+  reshard(model, /*recurse=*/true, /*if_any=*/true);
   StateDict state;
   for (auto& [name, p] : model.named_parameters()) state[name] = *p;
   if (optimizer != nullptr) {

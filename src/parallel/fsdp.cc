@@ -933,7 +933,8 @@ namespace {
 
 // The fully_shard groups of `module` (it must be fully_shard'ed) and, with
 // recurse, of every fully_shard module under it.
-std::vector<std::shared_ptr<Group>> groups_of(nn::Module& module, bool recurse, const char* api) {
+std::vector<std::shared_ptr<Group>> groups_of(nn::Module& module, bool recurse, const char* api,
+                                              bool if_any = false) {
   std::vector<const nn::Module*> modules{&module};
   if (recurse)
     for (const auto& [name, sub] : module.named_modules()) modules.push_back(sub);
@@ -948,7 +949,7 @@ std::vector<std::shared_ptr<Group>> groups_of(nn::Module& module, bool recurse, 
   const bool own = std::any_of(out.begin(), out.end(), [&](const auto& g) {
     return g->module == &module;
   });
-  DT_CHECK(own, api, ": the module is not under fully_shard (FSDP2's FSDPModule methods are "
+  DT_CHECK(own || if_any, api, ": the module is not under fully_shard (FSDP2's FSDPModule methods are "
            "for modules fully_shard was applied to)");
   return out;
 }
@@ -958,6 +959,11 @@ std::vector<std::shared_ptr<Group>> groups_of(nn::Module& module, bool recurse, 
 void set_requires_gradient_sync(nn::Module& module, bool requires_gradient_sync, bool recurse) {
   for (const auto& g : groups_of(module, recurse, "set_requires_gradient_sync"))
     g->requires_gradient_sync = requires_gradient_sync;
+}
+
+void reshard(nn::Module& module, bool recurse, bool if_any) {
+  for (const auto& g : groups_of(module, recurse, "reshard", if_any))
+    if (!g->unsharded.empty()) g->reshard();
 }
 
 void set_reshard_after_forward(nn::Module& module, bool reshard_after_forward, bool recurse) {
