@@ -11,9 +11,10 @@
 // and the result wrapped with the type record looked up once.
 //
 // Every other operand mix (a number, a Tensor with a DTensor, a subclass)
-// goes to the slot pybind11 installed, unchanged; so do the reflected and
-// in-place forms. The values are those of the C++ operators, which the
-// pybind11 path calls too: the fast path changes no bit.
+// takes Python's binary-operator protocol to the bound __add__ / __radd__
+// methods (generic() below), as before; the in-place forms (+=) keep
+// pybind11's slots. The values are those of the C++ operators, which the
+// bound methods call too: the fast path changes no bit.
 //
 // install_fast_ops() runs last in PYBIND11_MODULE, after every binding file
 // has defined its __add__ (assigning a type's __add__ later, from Python,
