@@ -135,3 +135,14 @@ def test_state_dict_after_a_forward_without_backward_is_sharded(mesh):
     assert [p.placements for p in m.parameters()] == sharded
     with pytest.raises(dt.Error, match="not under fully_shard"):
         dt.nn.Linear(2, 2).reshard()
+
+
+def test_inplace_operand_takes_an_ordered_selfs_layout(mesh):
+    m = model_on(mesh)
+    p = m[0].weight  # S(0)[1],S(0)[0]
+    q = dt.distribute_tensor(dt.randn((16, 8), seed=4), mesh, [dt.Shard(0), dt.Shard(0)])
+    want = np.asarray(p.full_tensor()) + np.asarray(q.full_tensor())
+    with dt.no_grad():
+        p.add_(q)  # q (natural order: other pieces per rank) is laid out as p first
+    assert p.placements == (dt.Shard(0, order=1), dt.Shard(0, order=0))
+    np.testing.assert_allclose(np.asarray(p.full_tensor()), want, rtol=1e-6)

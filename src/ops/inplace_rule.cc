@@ -125,9 +125,14 @@ OutputSharding keep_self(const OpSchema& keyed, const OpRule& rule) {
         pick = op;  // laid out as self, order and all
         break;
       }
-      // A natural-order shard of the operand cannot sit beside an ordered
-      // self's (their pieces differ); a replicated or partial one can.
-      if (sp.shard_order() >= 0 && st.in[1].is_shard()) continue;
+      // Beside an ordered self's shard, the operand's shard takes self's
+      // order (a natural-order one would hold other pieces).
+      if (sp.shard_order() >= 0 && st.in[1].is_shard()) {
+        const Placement ordered = Shard(st.in[1].dim(), sp.shard_order());
+        if (!pick) pick = ordered;
+        if (ordered == op) break;
+        continue;
+      }
       if (!pick) pick = st.in[1];
       if (st.in[1] == other->placements()[k]) {
         pick = st.in[1];
