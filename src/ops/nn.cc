@@ -17,6 +17,7 @@
 #include "dispatch/dispatch.h"
 #include "ops/autocast.h"
 #include "tensor/half_compute.h"
+#include "ops/dims.h"
 
 namespace dtensor {
 
@@ -66,15 +67,9 @@ void softmax_strategies(const OpSchema& s, const TensorMeta& out, std::vector<Di
 constexpr OpRule kSoftmax{"softmax", softmax_meta, softmax_strategies};
 constexpr OpRule kLogSoftmax{"log_softmax", softmax_meta, softmax_strategies};
 
-// dim normalised against x when valid, else as given (output_meta reports it).
-int64_t softmax_dim(const DTensor& x, int64_t dim) {
-  const int64_t n = std::max<int64_t>(x.dim(), 1);
-  return dim >= -n && dim < n ? (dim < 0 ? dim + n : dim) : dim;
-}
-
 // The dims a softmax over `dim` reduces in its backward (all of a 0-d x).
 DimVector softmax_dims(const DTensor& x, int64_t dim) {
-  return x.dim() == 0 ? DimVector{} : DimVector{softmax_dim(x, dim)};
+  return x.dim() == 0 ? DimVector{} : DimVector{wrap_dim_if_valid(dim, x.dim())};
 }
 
 // ---- layer_norm / rms_norm --------------------------------------------------------
@@ -558,7 +553,7 @@ DTensor embedding_backward(const DTensor& grad, const DTensor& indices, int64_t 
 }  // namespace
 
 DTensor softmax(const DTensor& x, int64_t dim) {
-  const OpSchema schema(OpId::Softmax, {&x.spec()}, {softmax_dim(x, dim)});
+  const OpSchema schema(OpId::Softmax, {&x.spec()}, {wrap_dim_if_valid(dim, x.dim())});
   DTensor out =
       run_unary(schema, kSoftmax, x, [&](int, const Tensor& t) { return softmax(t, dim); });
   if (autograd::recording({&x}))
@@ -573,7 +568,7 @@ DTensor softmax(const DTensor& x, int64_t dim) {
 }
 
 DTensor log_softmax(const DTensor& x, int64_t dim) {
-  const OpSchema schema(OpId::LogSoftmax, {&x.spec()}, {softmax_dim(x, dim)});
+  const OpSchema schema(OpId::LogSoftmax, {&x.spec()}, {wrap_dim_if_valid(dim, x.dim())});
   DTensor out = run_unary(schema, kLogSoftmax, x,
                           [&](int, const Tensor& t) { return log_softmax(t, dim); });
   if (autograd::recording({&x}))

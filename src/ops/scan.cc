@@ -34,6 +34,7 @@
 #include "dispatch/dispatch.h"
 #include "ops/reduce_schema.h"
 #include "tensor/scan.h"
+#include "ops/dims.h"
 
 namespace dtensor {
 
@@ -41,12 +42,6 @@ using namespace dispatch;
 
 namespace {
 
-
-// dim normalised against x when valid, else as given (output_meta reports it).
-int64_t norm_dim(const DTensorSpec& x, int64_t dim) {
-  const int64_t n = std::max<int64_t>(x.ndim(), 1);
-  return dim >= -n && dim < n ? (dim < 0 ? dim + n : dim) : dim;
-}
 
 // Dims other than `dim` stay sharded; the rest is the caller's.
 void other_dims_sharded(int64_t ndim, int64_t dim, int num_inputs, std::vector<DimStrategy>& c) {
@@ -82,7 +77,7 @@ constexpr OpRule kReverseCumsum{"cumsum", cumsum_meta, cumsum_strategies};
 DTensor reverse_cumsum(const DTensor& x, int64_t dim);
 
 DTensor scan(const DTensor& x, int64_t dim, bool reverse) {
-  const int64_t d = norm_dim(x.spec(), dim);
+  const int64_t d = wrap_dim_if_valid(dim, x.dim());
   const OpSchema schema(reverse ? OpId::CumsumReverse : OpId::Cumsum, {&x.spec()}, {d});
   DTensor out = run_unary(schema, reverse ? kReverseCumsum : kCumsum, x, [&](int, const Tensor& t) {
     return reverse ? detail::reverse_cumsum(t, d) : cumsum(t, d);
@@ -250,7 +245,7 @@ ValuesIndices<DTensor> sorted_selection(const DTensor& x, const OpSchema& schema
 DTensor cumsum(const DTensor& x, int64_t dim) { return scan(x, dim, false); }
 
 ValuesIndices<DTensor> sort(const DTensor& x, int64_t dim, bool descending, bool stable) {
-  const int64_t d = norm_dim(x.spec(), dim);
+  const int64_t d = wrap_dim_if_valid(dim, x.dim());
   const OpSchema schema(OpId::SortIndices, {&x.spec()}, {d, descending ? 1 : 0});
   return sorted_selection(x, schema, kSortIndices, d, [&](const Tensor& t) {
     return sort(t, d, descending, stable).indices;
@@ -258,7 +253,7 @@ ValuesIndices<DTensor> sort(const DTensor& x, int64_t dim, bool descending, bool
 }
 
 ValuesIndices<DTensor> topk(const DTensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
-  const int64_t d = norm_dim(x.spec(), dim);
+  const int64_t d = wrap_dim_if_valid(dim, x.dim());
   const OpSchema schema(OpId::TopkIndices, {&x.spec()}, {d, k, largest ? 1 : 0});
   return sorted_selection(x, schema, kTopkIndices, d, [&](const Tensor& t) {
     return topk(t, k, d, largest, sorted).indices;

@@ -29,18 +29,13 @@
 
 #include "autograd/graph.h"
 #include "dispatch/dispatch.h"
+#include "ops/dims.h"
 
 namespace dtensor {
 
 using namespace dispatch;
 
 namespace {
-
-// dim wrapped against x when valid, else as given (the meta reports it).
-int64_t wrapped_dim(const DTensorSpec& x, int64_t dim) {
-  const int64_t n = std::max<int64_t>(x.ndim(), 1);
-  return dim >= -n && dim < n ? (dim < 0 ? dim + n : dim) : dim;
-}
 
 // A probe of x's dims with at most one element each: the plain op
 // validates its arguments on it without touching x's size.
@@ -82,7 +77,7 @@ constexpr OpRule kRoll{"roll", moving_meta, moving_strategies};
 
 OpSchema moving_schema(OpId op, const DTensor& x, const DimVector& dims) {
   OpSchema schema(op, {&x.spec()});
-  for (int64_t d : dims) schema.push_arg(wrapped_dim(x.spec(), d));
+  for (int64_t d : dims) schema.push_arg(wrap_dim_if_valid(d, x.dim()));
   return schema;
 }
 
@@ -215,7 +210,7 @@ ValuesIndices<DTensor> extreme_along(const DTensor& x, int64_t dim, bool keepdim
 
 DTensor flip(const DTensor& x, const DimVector& dims) {
   DimVector wrapped;
-  for (int64_t d : dims) wrapped.push_back(wrapped_dim(x.spec(), d));
+  for (int64_t d : dims) wrapped.push_back(wrap_dim_if_valid(d, x.dim()));
   const OpSchema schema = moving_schema(OpId::Flip, x, dims);
   DTensor out = run_unary(schema, kFlip, x, [&](int, const Tensor& t) { return flip(t, wrapped); });
   if (autograd::recording({&x}))
@@ -237,7 +232,7 @@ DTensor roll(const DTensor& x, const DimVector& shifts, const DimVector& dims) {
            "roll: shifts and dimensions must align. shifts: ", shifts.size(),
            ", dims: ", dims.size());
   DimVector wrapped;
-  for (int64_t d : dims) wrapped.push_back(wrapped_dim(x.spec(), d));
+  for (int64_t d : dims) wrapped.push_back(wrap_dim_if_valid(d, x.dim()));
   const OpSchema schema = moving_schema(OpId::Roll, x, dims);
   DTensor out =
       run_unary(schema, kRoll, x, [&](int, const Tensor& t) { return roll(t, shifts, wrapped); });
@@ -251,7 +246,7 @@ DTensor roll(const DTensor& x, const DimVector& shifts, const DimVector& dims) {
 }
 
 DTensor cumprod(const DTensor& x, int64_t dim) {
-  const int64_t d = wrapped_dim(x.spec(), dim);
+  const int64_t d = wrap_dim_if_valid(dim, x.dim());
   const OpSchema schema(OpId::Cumprod, {&x.spec()}, {d});
   DTensor out = run_unary(schema, kCumprod, x, [&](int, const Tensor& t) { return cumprod(t, d); });
   if (autograd::recording({&x}))
@@ -285,7 +280,7 @@ DTensor dot(const DTensor& a, const DTensor& b) {
 }
 
 DTensor diagonal(const DTensor& x, int64_t offset, int64_t dim1, int64_t dim2) {
-  const int64_t d1 = wrapped_dim(x.spec(), dim1), d2 = wrapped_dim(x.spec(), dim2);
+  const int64_t d1 = wrap_dim_if_valid(dim1, x.dim()), d2 = wrap_dim_if_valid(dim2, x.dim());
   const OpSchema schema(OpId::Diagonal, {&x.spec()}, {offset, d1, d2});
   // A copy, not a view of the shard: the result is a DTensor of its own.
   DTensor out = run_unary(schema, kDiagonal, x, [&](int, const Tensor& t) {
