@@ -128,6 +128,14 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options = {});
 // Whether fully_shard was applied to this module.
 bool is_fully_sharded(const nn::Module& module);
 
+// The data-parallel mesh dims of fully_shard (mesh_dims and HSDP's
+// replicate_mesh_dims) or replicate applied to this module, ascending;
+// empty when neither was. Each rank feeds such a module its own part of the
+// batch: in the global view, the batch (dim 0) is Shard(0) over these dims.
+// (The Python module call makes a plain-tensor input the rank's part this
+// way, as PyTorch's FSDP2 and DDP take each rank's local batch.)
+std::vector<int> data_parallel_mesh_dims(const nn::Module& module);
+
 // FSDP2's FSDPModule methods, as free functions on a module fully_shard
 // was applied to (anything else throws); with `recurse`, on every
 // fully_shard module under it too.

@@ -76,6 +76,8 @@ def init_device_mesh(*args, mesh_shape=None, mesh_dim_names=None, world=None, de
 from . import _nn_module, _nn_modules, _nn_functional, _nn_init, _nn_layout  # noqa: E402,F401
 # torch.distributed.checkpoint.state_dict as dtensor.checkpoint.state_dict.
 from . import _dcp_state_dict  # noqa: E402,F401
+# Per-rank values: what "this process's" value is in a simulated world.
+from ._rank_local import RankLocal, rank_map  # noqa: E402,F401
 
 
 def each_rank(world_or_mesh):

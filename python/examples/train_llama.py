@@ -7,7 +7,7 @@ import dtensor.nn as nn
 import dtensor.nn.functional as F
 import dtensor.checkpoint as dcp
 from dtensor.checkpoint.state_dict import get_state_dict, set_state_dict
-from dtensor import init_device_mesh, distribute_tensor, Shard, Replicate
+from dtensor import init_device_mesh, Shard, Replicate
 from dtensor.parallel import (parallelize_module, ColwiseParallel, RowwiseParallel, fully_shard,
                               loss_parallel)
 
@@ -105,8 +105,8 @@ def main():
         else 0.5 * (1 + math.cos(math.pi * (s - warmup) / (STEPS - warmup))))
 
     for step, (tokens, labels) in enumerate(batches(STEPS)):
-        tokens = distribute_tensor(tokens, mesh, [Shard(0), Replicate()])
-        labels = distribute_tensor(labels, mesh, [Shard(0), Replicate()])
+        tokens = tokens.chunk(mesh["dp"].size())[mesh["dp"].get_local_rank()]
+        labels = labels.chunk(mesh["dp"].size())[mesh["dp"].get_local_rank()]
         opt.zero_grad()
         with loss_parallel():
             logits = model(tokens)

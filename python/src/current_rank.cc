@@ -55,6 +55,33 @@ int current_rank_of(const World& world, const char* what) {
   return held.front();
 }
 
+std::optional<py::dict> rank_local_values(py::handle obj) {
+  // Looked up once the package has made it (it imports the extension first).
+  // Kept for good (a leaked reference: the type outlives every call).
+  static PyObject* type = nullptr;
+  if (type == nullptr) {
+    PyObject* mod = PyImport_GetModule(py::str("dtensor._rank_local").ptr());  // new ref or null
+    if (mod == nullptr) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      return std::nullopt;
+    }
+    type = py::object(py::reinterpret_steal<py::object>(mod).attr("RankLocal")).release().ptr();
+  }
+  if (!PyObject_TypeCheck(obj.ptr(), reinterpret_cast<PyTypeObject*>(type))) return std::nullopt;
+  return py::dict(obj.attr("by_rank"));
+}
+
+bool is_local_value(py::handle obj) {
+  return py::isinstance<Tensor>(obj) || rank_local_values(obj).has_value();
+}
+
+DTensor local_value_as_dtensor(py::handle local, const DeviceMesh& mesh,
+                               const Placements& placements) {
+  LocalTensor shards = local_from_python(local, mesh);
+  py::gil_scoped_release release;
+  return from_local(shards, mesh, placements);
+}
+
 void bind_current_rank(py::module_& m) {
   py::class_<CurrentRank>(m, "_CurrentRank")
       .def("__enter__",

@@ -5,9 +5,10 @@
 //
 // Local shards in Python: under MPI a process holds one rank and
 // to_local() returns its shard, as in PyTorch. A simulated world holds every
-// rank, so to_local() raises dtensor.Error asking for a rank:
-// to_local(rank=r) returns rank r's shard, local_shards() a dict {rank:
-// Tensor} of every held shard. Either way the Tensor shares the shard's
+// rank, so to_local() needs one: inside `with dtensor.current_rank(r):`
+// it is rank r's shard, to_local(rank=r) names r, local_shards() is a dict
+// {rank: Tensor} of every held shard (and outside current_rank the Python
+// package makes to_local() a RankLocal of them, _rank_local.py). Either way the Tensor shares the shard's
 // memory (no copy): writing into it writes into the DTensor.
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
@@ -23,17 +24,17 @@
 
 namespace dtensor::python {
 
-namespace {
-
 // The shards of from_local: a Tensor (or array) for every held rank, a
-// dict {rank: tensor}, or a sequence indexed by position in the held ranks.
+// dict {rank: tensor} or a RankLocal of them, or a sequence indexed by
+// position in the held ranks.
 LocalTensor local_from_python(py::handle obj, const DeviceMesh& mesh) {
   std::vector<int> held;
   for (int r : mesh.world().held_ranks())
     if (mesh.contains(r)) held.push_back(r);
   std::vector<std::pair<int, Tensor>> shards;
-  if (py::isinstance<py::dict>(obj)) {
-    for (auto [k, v] : py::reinterpret_borrow<py::dict>(obj)) {
+  std::optional<py::dict> per_rank = rank_local_values(obj);
+  if (per_rank || py::isinstance<py::dict>(obj)) {
+    for (auto [k, v] : per_rank ? *per_rank : py::reinterpret_borrow<py::dict>(obj)) {
       const int rank = cast_arg<int>(k, "from_local: a key of the dict of shards", "a rank (int)");
       shards.emplace_back(rank, tensor_from_python(v, "from_local: the shard of rank " + std::to_string(rank)));
     }
@@ -61,6 +62,9 @@ LocalTensor local_from_python(py::handle obj, const DeviceMesh& mesh) {
   }
   return LocalTensor(std::move(shards));
 }
+
+namespace {
+
 
 Placements all_replicate(const DeviceMesh& mesh) {
   return Placements(static_cast<size_t>(mesh.ndim()), Replicate());

@@ -13,6 +13,7 @@
 
 #include "bindings.h"
 #include "casters.h"
+#include "current_rank.h"
 #include "dtensor/parallel.h"
 
 namespace dtensor::python {
@@ -95,8 +96,12 @@ std::optional<DTensor> try_vocab_parallel(const py::args& args, const py::kwargs
   if (py::isinstance<DTensor>(target)) {
     t = target.cast<DTensor>();
   } else {
-    // A plain target is the global one: laid out as the logits' rows are
+    // A plain target is each rank's own (PyTorch's from_local of it): its
+    // rows those of the rank's logits, so laid out as the logits' rows are
     // (their Shard on a batch dim; Replicate where the classes are split).
+    // A RankLocal gives every rank's in a simulated world.
+    if (!is_local_value(target))
+      target = py::cast(tensor_from_python(target, "loss_parallel cross_entropy(target)"));
     Placements p = logits.placements();
     for (Placement& pl : p) {
       if (!pl.is_shard()) continue;
@@ -106,8 +111,7 @@ std::optional<DTensor> try_vocab_parallel(const py::args& args, const py::kwargs
       else if (dim > class_dim)
         pl = Shard(dim - 1);
     }
-    t = distribute_tensor(tensor_from_python(target, "loss_parallel cross_entropy(target)"),
-                          logits.mesh(), p);
+    t = local_value_as_dtensor(target, logits.mesh(), p);
   }
   VocabParallelLossOptions o = vocab_loss_options(logits.mesh(), kw);
   o.class_dim = logits.dim() == 2 ? -1 : 1;
@@ -143,8 +147,10 @@ with loss_parallel(): PyTorch's. cross_entropy(logits, target, ...) of
 logits that are a DTensor sharded on the class dim (dim 1, the last of 2-d
 logits) over one mesh dim computes the vocab-parallel loss
 (vocab_parallel_cross_entropy) without gathering the logits; its backward
-leaves the logits' gradient sharded like them. A plain target is the global
-one. Takes weight, ignore_index and reduction by keyword (label_smoothing
+leaves the logits' gradient sharded like them. A plain target is each rank's
+own (PyTorch's), laid out as the logits' rows: Shard(0) where they are
+batch-sharded; in a simulated world a Tensor is every rank's and a
+dtensor.RankLocal gives each rank's. Takes weight, ignore_index and reduction by keyword (label_smoothing
 must be 0). Anything else runs the ordinary cross_entropy. Per thread.
 )doc");
   m.attr("loss_parallel") = pm.attr("loss_parallel");

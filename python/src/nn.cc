@@ -48,6 +48,8 @@
 
 #include "bindings.h"
 #include "casters.h"
+#include "current_rank.h"
+#include "dtensor/fsdp.h"
 #include "dtensor/ops.h"
 #include "dtensor/optim.h"
 
@@ -216,7 +218,9 @@ struct ForwardArgs {
 // calls: without hooks, the Python forward with the arguments as given
 // (PyTorch's); with hooks (parallelize_module, fully_shard,
 // checkpoint_wrapper, register_forward_*hook), the hooks see the first
-// argument, which must be a DTensor, and the result, which must be one.
+// argument, which must be a DTensor or each rank's local part of one (a
+// Tensor or RankLocal, made Shard(0) over the data-parallel dims), and the
+// result, which must be a DTensor.
 py::object module_call(py::object self, py::args args, py::kwargs kwargs) {
   auto& mod = self.cast<nn::Module&>();
   if (args.size() == 1 && kwargs.empty() && py::isinstance<DTensor>(args[0])) {
@@ -238,11 +242,23 @@ py::object module_call(py::object self, py::args args, py::kwargs kwargs) {
     for (size_t i = 0; i < pos.size(); ++i) pos[i] = local(pos[i]);
     for (auto [k, v] : kwargs) kwargs[k] = local(v);
   }
+  if (mod.has_hooks() && !pos.empty() && is_local_value(pos[0])) {
+    // PyTorch's SPMD input: each rank's own part of the batch (a plain
+    // tensor under MPI, a RankLocal in a simulated world). In the global
+    // view that is Shard(0) over the data-parallel dims (each rank feeds
+    // its own rows) and the same rows on every other dim, as tensor
+    // parallelism's input_layouts=Replicate() says.
+    const std::vector<int> dp = data_parallel_mesh_dims(mod);
+    Placements p(static_cast<size_t>(mod.mesh().ndim()), Replicate());
+    for (int d : dp) p[static_cast<size_t>(d)] = Shard(0);
+    pos[0] = py::cast(local_value_as_dtensor(pos[0], mod.mesh(), p));
+  }
   py::object forward = self.attr("forward");
   if (!mod.has_hooks()) return forward(*pos, **kwargs);
   DT_CHECK(!pos.empty() && py::isinstance<DTensor>(pos[0]), type_name(self),
            ": a module with forward hooks (parallelize_module, fully_shard, checkpoint_wrapper, "
-           "register_forward_hook) takes a DTensor as its first argument, got ",
+           "register_forward_hook) takes a DTensor as its first argument (or each rank's part of "
+           "one: a Tensor, or a dtensor.RankLocal of them), got ",
            pos.empty() ? std::string("none") : type_name(pos[0]));
   auto extra = std::make_shared<ForwardArgs>();
   extra->forward = forward;

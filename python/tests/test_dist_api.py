@@ -35,11 +35,19 @@ def test_mesh_rank_queries_follow_the_current_rank():
     assert dt.get_current_rank() is None
 
 
-def test_rank_queries_outside_the_context_raise_in_a_simulated_world():
+def test_rank_queries_outside_the_context_are_per_rank_in_a_simulated_world():
     mesh = mesh22()
-    for call in (mesh.get_rank, mesh.get_coordinate, lambda: mesh.get_local_rank(0)):
-        with pytest.raises(dt.Error, match="holds 4 ranks.*current_rank"):
-            call()
+    assert mesh.get_rank().by_rank == {0: 0, 1: 1, 2: 2, 3: 3}
+    assert mesh.get_local_rank(0).by_rank == {0: 0, 1: 0, 2: 1, 3: 1}
+    assert mesh.get_local_rank("tp").by_rank == {0: 0, 1: 1, 2: 0, 3: 1}
+    assert mesh.get_coordinate().by_rank == {0: (0, 0), 1: (0, 1), 2: (1, 0), 3: (1, 1)}
+    # a sub-mesh's coordinate is each rank's in its own sub-mesh
+    assert mesh["dp"].get_local_rank().by_rank == {0: 0, 1: 0, 2: 1, 3: 1}
+    # one rank held by the mesh's ranks of this process: the plain value
+    assert dt.init_device_mesh((1,)).get_local_rank() == 0
+    for one in (bool, int, float, lambda v: [10, 20][v]):
+        with pytest.raises(dt.Error, match="per-rank value.*current_rank.*rank_map"):
+            one(mesh.get_local_rank(0))
     with dt.current_rank(1):
         with pytest.raises(dt.Error, match="mesh_dim must be given for a 2-d mesh"):
             mesh.get_local_rank()
@@ -86,8 +94,10 @@ def test_to_local_is_the_current_ranks_shard():
         shape = d.spec.local_shape(r)
         np.testing.assert_array_equal(np.asarray(local),
                                       a[off[0]:off[0] + shape[0], off[1]:off[1] + shape[1]])
-    with pytest.raises(dt.Error, match="holds 4 ranks"):
-        d.to_local()
+    per_rank = d.to_local()  # outside current_rank: every rank's, aliasing the shards
+    assert isinstance(per_rank, dt.RankLocal)
+    assert {r: t.data_ptr() for r, t in per_rank.by_rank.items()} == {
+        r: t.data_ptr() for r, t in shards.items()}
 
 
 def test_from_local_of_one_tensor_is_the_current_ranks_shard():
@@ -237,18 +247,31 @@ def test_loss_parallel_equals_replicated_and_torch(rng, shape, placements, kw):
     np.testing.assert_allclose(np.asarray(x2.grad.full_tensor()), ref_grad, rtol=1e-12, atol=1e-12)
 
 
-def test_loss_parallel_plain_target_and_weight(rng):
+def test_loss_parallel_plain_target_is_each_ranks_own(rng):
+    # PyTorch's: the target is the rank's own (from_local of it), its rows
+    # those of the rank's logits - here each dp rank's half of the batch.
     mesh = mesh22()
     logits = rng.standard_normal((8, 6))
     labels = rng.integers(0, 6, (8,))
     w = rng.random(6) + 0.5
     ref_loss, ref_grad = torch_ce(logits, labels, weight=torch.tensor(w))
     x = dt.distribute_tensor(logits, mesh, [dt.Shard(0), dt.Shard(1)]).requires_grad_()
+    own = dt.tensor(labels).chunk(2)[mesh.get_local_rank(0)]
+    assert isinstance(own, dt.RankLocal) and own.shape == (4,)
     with loss_parallel():
-        loss = dt.cross_entropy(x, labels, weight=w)
+        loss = dt.cross_entropy(x, own, weight=w)
         loss.backward()
     np.testing.assert_allclose(float(np.asarray(loss.full_tensor())), ref_loss, rtol=1e-12)
     np.testing.assert_allclose(np.asarray(x.grad.full_tensor()), ref_grad, rtol=1e-12)
+    # One plain tensor is every rank's own: the global target is two copies
+    # of it, which the 8 rows of logits do not match.
+    with loss_parallel(), pytest.raises(dt.Error, match="target \\[16\\]"):
+        dt.cross_entropy(x, dt.tensor(labels))
+    # Where the batch is not split, every rank's own target is the whole one.
+    y = dt.distribute_tensor(logits, mesh, [dt.Replicate(), dt.Shard(1)]).requires_grad_()
+    with loss_parallel():
+        loss = dt.cross_entropy(y, labels, weight=w)
+    np.testing.assert_allclose(float(np.asarray(loss.full_tensor())), ref_loss, rtol=1e-12)
 
 
 def test_loss_parallel_refuses_what_it_cannot_do(rng):

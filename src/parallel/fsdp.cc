@@ -664,6 +664,7 @@ struct Registry {
     const nn::Module* module;
     std::weak_ptr<void> marker;
     std::weak_ptr<Group> group;  // null for replicate
+    std::vector<int> data_parallel_dims;  // ascending
   };
   std::mutex mutex;
   std::vector<Entry> entries;
@@ -689,10 +690,11 @@ bool taken(const nn::Module& module) {
 }
 
 void take(const nn::Module& module, const std::shared_ptr<void>& marker,
-          const std::shared_ptr<Group>& group) {
+          const std::shared_ptr<Group>& group, std::vector<int> data_parallel_dims) {
+  std::sort(data_parallel_dims.begin(), data_parallel_dims.end());
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  r.entries.push_back({&module, marker, group});
+  r.entries.push_back({&module, marker, group, std::move(data_parallel_dims)});
 }
 
 // Whether a live fully_shard module manages this parameter slot.
@@ -909,7 +911,9 @@ void fully_shard(nn::Module& module, const FullyShardOptions& options) {
       g->backward_unsharded.clear();
     }
   });
-  take(module, marker, group);
+  std::vector<int> batch_dims = group->dp_dims;
+  batch_dims.insert(batch_dims.end(), group->replicate_dims.begin(), group->replicate_dims.end());
+  take(module, marker, group, std::move(batch_dims));
   module.register_forward_pre_hook([group, marker](nn::Module&, const DTensor& x) {
     if (!group->params.empty()) {
       pre_forward(group);
@@ -1022,6 +1026,14 @@ bool is_fully_sharded(const nn::Module& module) {
   return false;
 }
 
+std::vector<int> data_parallel_mesh_dims(const nn::Module& module) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (const auto& e : r.live())
+    if (e.module == &module) return e.data_parallel_dims;
+  return {};
+}
+
 void replicate(nn::Module& module, const std::vector<int>& mesh_dims) {
   ReplicateOptions options;
   options.mesh_dims = mesh_dims;
@@ -1055,7 +1067,7 @@ void replicate(nn::Module& module, const ReplicateOptions& options) {
   }
   // The module is marked for as long as it lives (the hooks own the marker).
   auto marker = std::make_shared<int>(0);
-  take(module, marker, nullptr);
+  take(module, marker, nullptr, dims);
   if (!mp.param_dtype) {
     module.register_forward_hook([marker, mp](nn::Module&, const DTensor&, const DTensor& y) {
       return cast_floating(y, mp.output_dtype);

@@ -184,6 +184,8 @@ TEST_F(FsdpTest, TrainsLikeOneRankOnA1dMesh) {
     shard_model(net, {});
     EXPECT_TRUE(is_fully_sharded(net) && is_fully_sharded(*net.blocks[0]));
     EXPECT_FALSE(is_fully_sharded(*net.head));
+    EXPECT_EQ(data_parallel_mesh_dims(net), std::vector<int>{0});
+    EXPECT_TRUE(data_parallel_mesh_dims(*net.head).empty());
     auto got = net.named_parameters(), want = ref.net.named_parameters();
     for (size_t i = 0; i < got.size(); ++i) {
       EXPECT_EQ(got[i].second->placements(), Placements{Shard(0)}) << where << got[i].first;
@@ -391,6 +393,7 @@ TEST_F(FsdpTest, AsyncReduceScatterOverlapsBackwardWithTheSameBits) {
       FullyShardOptions o = c.options;
       o.async_reduce_scatter = async == 1;
       shard_model(net, o);
+      EXPECT_EQ(data_parallel_mesh_dims(net), c.dp) << where;  // HSDP's replicas batch too
       optim::AdamW opt(net.parameters(), {.lr = 1e-2});
       for (int step = 0; step < 3; ++step) {
         // Step 1 accumulates a backward without sync first.
@@ -835,6 +838,7 @@ TEST_F(FsdpTest, ReplicateTrainsLikeOneRank) {
     if (!dtensor::testing::takes_part(mesh)) continue;
     Net net(mesh, 2);
     replicate(net);
+    EXPECT_EQ(data_parallel_mesh_dims(net), std::vector<int>{0});
     const int64_t params = static_cast<int64_t>(net.named_parameters().size());
     Reference ref(2);
     for (int step = 0; step < 3; ++step) {
