@@ -247,11 +247,59 @@ void BM_S0S1OverMemcpyPaired(benchmark::State& state) {
   bench::paired<std::micro>(state, copy, "memcpy_us", redistribute, "redistribute_us");
 }
 
+// full_tensor() of an S(0) DTensor on 8 simulated ranks and a memcpy of the
+// tensor's bytes into a preallocated buffer (the copy building the one
+// result costs at least), alternately;
+// counter `ratio`: memcpy time / full_tensor time (issue 44: before, it
+// all-gathered a copy for every rank and kept one).
+void BM_FullTensorOverMemcpyPaired(benchmark::State& state) {
+  const int64_t bytes = state.range(0);
+  World world = World::simulated(kBwRanks);
+  DeviceMesh mesh(world, Shape{kBwRanks});
+  const int64_t rows = bytes / static_cast<int64_t>(sizeof(float)) / kBwCols;
+  const DTensor d = distribute_tensor(Tensor::randn({rows, kBwCols}, 1), mesh, {Shard(0)});
+  const PageBuffer src(bytes, 1);
+  const PageBuffer dst(bytes, 0);
+  auto copy = [&] {
+    std::memcpy(dst.data(), src.data(), static_cast<size_t>(bytes));
+    benchmark::ClobberMemory();
+  };
+  auto full = [&] {
+    Tensor t = d.full_tensor();
+    benchmark::DoNotOptimize(t.data_ptr<float>());
+    return t;
+  };
+  bench::paired<std::micro>(state, copy, "memcpy_us", full, "full_tensor_us");
+}
+// The same full_tensor() against what it did before (the all-gather to
+// all-Replicate on every rank, keeping the lowest rank's), alternately;
+// `ratio`: all-gather time / full_tensor time.
+void BM_FullTensorOverAllGatherPaired(benchmark::State& state) {
+  const int64_t bytes = state.range(0);
+  World world = World::simulated(kBwRanks);
+  DeviceMesh mesh(world, Shape{kBwRanks});
+  const int64_t rows = bytes / static_cast<int64_t>(sizeof(float)) / kBwCols;
+  const DTensor d = distribute_tensor(Tensor::randn({rows, kBwCols}, 1), mesh, {Shard(0)});
+  auto gather = [&] {
+    Tensor t = d.redistribute({Replicate()}).to_local(0);
+    benchmark::DoNotOptimize(t.data_ptr<float>());
+    return t;
+  };
+  auto full = [&] {
+    Tensor t = d.full_tensor();
+    benchmark::DoNotOptimize(t.data_ptr<float>());
+    return t;
+  };
+  bench::paired<std::micro>(state, gather, "all_gather_us", full, "full_tensor_us");
+}
+
 BENCHMARK(BM_MemcpyBytes)->RangeMultiplier(4)->Range(256 << 10, 64 << 20)->UseRealTime();
 BENCHMARK(BM_RedistributeS0S1Bytes)->RangeMultiplier(4)->Range(256 << 10, 64 << 20)->UseRealTime();
 BENCHMARK(BM_Memcpy8xBytes)->RangeMultiplier(4)->Range(256 << 10, 64 << 20)->UseRealTime();
 BENCHMARK(BM_RedistributeS0RBytes)->RangeMultiplier(4)->Range(256 << 10, 64 << 20)->UseRealTime();
 BENCHMARK(BM_S0S1OverMemcpyPaired)->RangeMultiplier(4)->Range(256 << 10, 16 << 20)->UseRealTime();
+BENCHMARK(BM_FullTensorOverMemcpyPaired)->RangeMultiplier(8)->Range(256 << 10, 64 << 20)->UseRealTime();
+BENCHMARK(BM_FullTensorOverAllGatherPaired)->RangeMultiplier(8)->Range(256 << 10, 64 << 20)->UseRealTime();
 
 }  // namespace
 

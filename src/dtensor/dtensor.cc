@@ -103,8 +103,51 @@ bool DTensor::same_shards(const DTensor& other) const {
   return same;
 }
 
+namespace {
+
+// full_tensor in a simulated world that holds the whole view: the one
+// tensor the caller gets, built once by copying the shards into their
+// boxes, instead of all-gathering a copy for every rank and keeping one.
+// The shards taken are those at coordinate 0 on every Replicate dim: the
+// ones the lowest rank's all-gather would read, so the bits are the same.
+// nullopt where that does not apply: a Partial (its fold order is the
+// redistribution's), all Replicate (the redistribution moves nothing and
+// gives the lowest rank's shard itself, as PyTorch's full_tensor does), a
+// shape-only world or meta shards, a rank of the view not held.
+std::optional<Tensor> assemble_held(const DTensorSpec& spec, const LocalTensor& local) {
+  const DeviceMesh& mesh = spec.mesh();
+  if (local.size() < 2 || mesh.world().is_shape_only()) return std::nullopt;
+  bool sharded = false;
+  for (const Placement& p : spec.placements()) {
+    if (p.is_partial()) return std::nullopt;
+    sharded = sharded || p.is_shard();
+  }
+  if (!sharded) return std::nullopt;
+  const std::vector<int> ranks = mesh.ranks();
+  for (int r : ranks)
+    if (!local.holds(r) || local.shard(r).is_meta()) return std::nullopt;
+  check_local_shapes(local, spec, "full_tensor");
+  Tensor full = Tensor::empty(spec.shape(), spec.dtype());
+  for (int r : ranks) {
+    const DimVector coord = *mesh.coordinate(r);
+    bool representative = true;
+    for (size_t d = 0; d < coord.size(); ++d)
+      representative = representative && (!spec.placements()[d].is_replicate() || coord[d] == 0);
+    if (!representative) continue;
+    const ShardExtent e = spec.extent(coord);
+    Tensor box = full;
+    for (size_t k = 0; k < e.local_shape.size(); ++k)
+      box = box.narrow(static_cast<int64_t>(k), e.global_offset[k], e.local_shape[k]);
+    if (box.numel() > 0) box.copy_(local.shard(r));
+  }
+  return full;
+}
+
+}  // namespace
+
 Tensor DTensor::full_tensor() const {
   DT_CHECK(!local_.empty(), "full_tensor: this process holds no rank of mesh ", mesh());
+  if (std::optional<Tensor> whole = assemble_held(spec(), local_)) return *std::move(whole);
   Placements all_r(static_cast<size_t>(mesh().ndim()), Replicate());
   LocalTensor full =
       redistribute_local(local_, spec(), spec().with_placements(all_r), {}, "full_tensor");
