@@ -154,8 +154,11 @@ struct ExpOp {
 };
 struct LogOp {
   template <class T>
+  static constexpr bool kWide = std::is_same_v<T, float>;
+  template <class T>
   T operator()(T x) const {
-    return std::log(x);
+    if constexpr (std::is_same_v<T, float>) return detail::log_f32(x);
+    else return std::log(x);
   }
 };
 struct SqrtOp {
@@ -172,8 +175,11 @@ struct RsqrtOp {
 };
 struct TanhOp {
   template <class T>
+  static constexpr bool kWide = std::is_same_v<T, float>;
+  template <class T>
   T operator()(T x) const {
-    return std::tanh(x);
+    if constexpr (std::is_same_v<T, float>) return detail::tanh_f32(x);
+    else return std::tanh(x);
   }
 };
 struct SigmoidOp {
@@ -215,10 +221,12 @@ struct GeluErfOp {
 // ... or its tanh approximation (approximate='tanh').
 struct GeluTanhOp {
   template <class T>
+  static constexpr bool kWide = TanhOp::kWide<T>;
+  template <class T>
   T operator()(T x) const {
     const T k_beta = T(0.79788456080286535588);  // sqrt(2 / pi)
     const T k_kappa = T(0.044715);
-    return T(0.5) * x * (T(1) + std::tanh(k_beta * (x + k_kappa * x * x * x)));
+    return T(0.5) * x * (T(1) + TanhOp{}(k_beta * (x + k_kappa * x * x * x)));
   }
 };
 
@@ -242,11 +250,13 @@ struct GeluErfGradOp {
 //   u = beta (x + kappa x^3).
 struct GeluTanhGradOp {
   template <class T>
+  static constexpr bool kWide = TanhOp::kWide<T>;
+  template <class T>
   T operator()(T g, T x) const {
     const T k_beta = T(0.79788456080286535588);  // sqrt(2 / pi)
     const T k_kappa = T(0.044715);
     const T x_sq = x * x;
-    const T t = std::tanh((x + (x_sq * x) * k_kappa) * k_beta);
+    const T t = TanhOp{}((x + (x_sq * x) * k_kappa) * k_beta);
     const T left = (t + T(1)) * T(0.5);
     const T tanh_derivative = T(1) - t * t;
     const T inner_derivative = (x_sq * T(3 * 0.044715) + T(1)) * k_beta;

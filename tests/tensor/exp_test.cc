@@ -5,7 +5,7 @@
 // sample of the rest of [-110, 90]; the special values; and the same bits
 // from the vector loop, its scalar tail and the strided walk, on every
 // SIMD level and thread count. Likewise float32 erf (erf_f32), which GELU
-// uses.
+// uses, tanh (tanh_f32; GELU's tanh form) and log (log_f32).
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -223,6 +223,112 @@ TEST_F(ExpF32Levels, ErfSameBitsOnEveryPathAndLevel) {
       const float w = 0.5f * xs[i] * (1.0f + detail::erf_f32(xs[i] * 0.70710678118654752440f));
       ASSERT_EQ(std::bit_cast<uint32_t>(gl[i]), std::bit_cast<uint32_t>(w)) << xs[i];
     }
+  }
+}
+
+// The error of `got` against the exact `ref`, in ulps of the float nearest
+// ref (a denormal ulp at 0).
+double ulps_off(float got, double ref) {
+  const float nearest = static_cast<float>(ref);
+  if (std::isinf(nearest)) return got == nearest ? 0 : INFINITY;
+  const float a = std::fabs(nearest);
+  const double ulp = nearest == 0 ? 0x1p-149 : static_cast<double>(std::nextafter(a, INFINITY) - a);
+  return std::fabs(static_cast<double>(got) - ref) / ulp;
+}
+
+// tanh_f32 against double tanh: under 1.35 ulp over a strided sample of
+// every positive float (past 9 tanh is 1 in float32) and every float in
+// windows around the split (0.625) and the cut to 1 (9); odd, -0 kept;
+// NaN and infinities.
+TEST(TanhF32, UnderOneAndAThirdUlps) {
+  double worst = 0;
+  float worst_x = 0;
+  auto check_at = [&](float x) {
+    const double err = ulps_off(detail::tanh_f32(x), std::tanh(static_cast<double>(x)));
+    if (err > worst) worst = err, worst_x = x;
+    EXPECT_EQ(std::bit_cast<uint32_t>(detail::tanh_f32(-x)),
+              std::bit_cast<uint32_t>(-detail::tanh_f32(x)));
+  };
+  const uint32_t last = std::bit_cast<uint32_t>(std::numeric_limits<float>::max());
+  for (uint32_t b = 0; b <= last - 997; b += 997) check_at(std::bit_cast<float>(b));
+  for (float seam : {0.0f, 0.625f, 9.0f}) {
+    float x = step_from(seam, -5000);
+    for (int i = 0; i < 10000; ++i, x = step_from(x, 1)) check_at(std::fabs(x));
+  }
+  EXPECT_LT(worst, 1.35) << "at x = " << worst_x;
+  EXPECT_TRUE(std::isnan(detail::tanh_f32(NAN)));
+  EXPECT_EQ(detail::tanh_f32(INFINITY), 1.0f);
+  EXPECT_EQ(detail::tanh_f32(-INFINITY), -1.0f);
+  EXPECT_EQ(std::bit_cast<uint32_t>(detail::tanh_f32(-0.0f)), std::bit_cast<uint32_t>(-0.0f));
+  EXPECT_EQ(detail::tanh_f32(1e-40f), 1e-40f);  // denormals: tanh(x) = x
+}
+
+// log_f32 against double log: under 0.85 ulp (glibc's logf's figure) over a
+// strided sample of every positive float, denormals included, and every
+// float in windows around 1 and the mantissa split sqrt(1/2); 0, negatives,
+// infinity and NaN.
+TEST(LogF32, UnderAnUlp) {
+  double worst = 0;
+  float worst_x = 0;
+  auto check_at = [&](float x) {
+    const double err = ulps_off(detail::log_f32(x), std::log(static_cast<double>(x)));
+    if (err > worst) worst = err, worst_x = x;
+  };
+  const uint32_t last = std::bit_cast<uint32_t>(std::numeric_limits<float>::max());
+  for (uint32_t b = 1; b <= last - 991; b += 991) check_at(std::bit_cast<float>(b));
+  for (uint32_t b = 1; b < 5000; ++b) check_at(std::bit_cast<float>(b));  // the smallest denormals
+  for (float seam : {1.0f, 0.70710678f, 1.41421356f, std::numeric_limits<float>::min()}) {
+    float x = step_from(seam, -5000);
+    for (int i = 0; i < 10000; ++i, x = step_from(x, 1)) check_at(x);
+  }
+  EXPECT_LT(worst, 0.85) << "at x = " << worst_x;
+  EXPECT_EQ(detail::log_f32(1.0f), 0.0f);
+  EXPECT_EQ(detail::log_f32(0.0f), -INFINITY);
+  EXPECT_EQ(detail::log_f32(-0.0f), -INFINITY);
+  EXPECT_TRUE(std::isnan(detail::log_f32(-1.0f)));
+  EXPECT_TRUE(std::isnan(detail::log_f32(-INFINITY)));
+  EXPECT_TRUE(std::isnan(detail::log_f32(NAN)));
+  EXPECT_EQ(detail::log_f32(INFINITY), INFINITY);
+}
+
+// tanh, log and gelu's tanh form (and its gradient) of a float32 tensor:
+// the vector loop and the strided walk give the scalar function's bits at
+// every SIMD level.
+TEST_F(ExpF32Levels, TanhAndLogSameBitsOnEveryPathAndLevel) {
+  std::vector<float> xs;
+  for (int i = 0; i < 3 * 337; ++i) xs.push_back(-10.0f + 0.0203f * static_cast<float>(i));
+  xs[7] = NAN;
+  xs[8] = 0.0f;
+  xs[9] = 1e-41f;
+  const Tensor x = Tensor::from_vector(xs, Shape{3, 337});
+  std::vector<float> want_tanh, want_log, want_gelu, want_grad;
+  for (float v : xs) {
+    want_tanh.push_back(detail::tanh_f32(v));
+    want_log.push_back(detail::log_f32(v));
+    const float u = (v + (v * v * v) * 0.044715f) * 0.79788456080286535588f;
+    want_gelu.push_back(0.5f * v * (1.0f + detail::tanh_f32(0.79788456080286535588f *
+                                                          (v + 0.044715f * v * v * v))));
+    const float t = detail::tanh_f32(u);
+    const float right = ((v * 0.5f) * (1.0f - t * t)) * ((v * v * static_cast<float>(3 * 0.044715) + 1.0f) *
+                                                         0.79788456080286535588f);
+    want_grad.push_back(2.0f * ((t + 1.0f) * 0.5f + right));
+  }
+  auto expect_bits = [&](const Tensor& got, const std::vector<float>& want, const char* what) {
+    const std::vector<float> g = got.contiguous().to_vector<float>();
+    for (size_t i = 0; i < xs.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(g[i]), std::bit_cast<uint32_t>(want[i]))
+          << what << " at " << xs[i];
+  };
+  const Tensor two = Tensor::full({3, 337}, 2.0f);
+  for (detail::SimdLevel level : dtensor::testing::simd_levels()) {
+    detail::set_simd_level(level);
+    SCOPED_TRACE(detail::simd_level_name(level));
+    expect_bits(tanh(x), want_tanh, "tanh");
+    expect_bits(tanh(x.t()).t(), want_tanh, "tanh, strided");
+    expect_bits(log(x), want_log, "log");
+    expect_bits(log(x.t()).t(), want_log, "log, strided");
+    expect_bits(gelu(x, GeluApprox::Tanh), want_gelu, "gelu tanh");
+    expect_bits(gelu_backward(two, x, GeluApprox::Tanh), want_grad, "gelu_backward tanh");
   }
 }
 
