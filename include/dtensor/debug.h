@@ -236,6 +236,11 @@ void trace_op(const char* name, double flops, int64_t bytes, DType dtype);
 void record_collective(CollectiveKind kind, int64_t bytes_per_rank, DType dtype, int mesh_dim);
 // Called by the plan executor for each plan it runs.
 void record_plan_run(double cost_us);
+// Whether this thread's collectives are watched: a CommDebugMode is alive
+// (on any thread; one atomic load) or a CollectiveTrace records this
+// thread's. A shortcut that skips collectives a program would run under
+// MPI (DTensor::full_tensor in a simulated world) is taken only when not.
+bool collectives_observed();
 
 // While alive (or for the whole program when the environment variable
 // DTENSOR_VERIFY is set), every DTensor op and every redistribute checks

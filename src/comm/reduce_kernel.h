@@ -59,10 +59,11 @@ struct MinOp {
   }
 };
 
-// Copies a finished block to another output. The copies are never read
-// again by the kernel, so on x86 they bypass the cache (streaming stores):
-// that saves the read-for-ownership of every destination line and keeps the
-// block being folded in L1. Falls back to memcpy when unaligned.
+// Copies a finished block to another output with streaming stores (on
+// x86): they bypass the cache, which saves the read-for-ownership of every
+// destination line and keeps the block being folded in L1, but also leaves
+// the outputs out of cache for whoever reads them next; reduce_run uses
+// them only for large outputs. Falls back to memcpy when unaligned.
 inline void copy_block(void* dst, const void* src, size_t bytes) {
 #if defined(__SSE2__)
   if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | bytes) % 16 == 0) {
@@ -77,11 +78,14 @@ inline void copy_block(void* dst, const void* src, size_t bytes) {
 }
 
 // out[0][i] = (((in[0][i] op in[1][i]) op in[2][i]) ...) [/ n for avg], for
-// i < count, copied to out[1..nout). The block is small enough to stay in
-// L1 while all n inputs are folded into it.
+// i < count, copied to out[1..nout), with streaming stores when `stream`
+// (the caller's outputs are too large to stay in cache anyway: at 256 KiB
+// on 8 simulated ranks streaming made P->R 4.2x a memcpy, docs/
+// PERFORMANCE.md). The block is small enough to stay in L1 while all n
+// inputs are folded into it.
 template <class T, class Op>
 void reduce_run(const T* const* in, size_t n, T* const* out, size_t nout, int64_t count,
-                bool avg) {
+                bool avg, bool stream) {
   constexpr int64_t kBlock = 16384 / sizeof(T);  // 16 KiB: half of a typical L1d
   const Op op;
   for (int64_t b = 0; b < count; b += kBlock) {
@@ -104,10 +108,13 @@ void reduce_run(const T* const* in, size_t n, T* const* out, size_t nout, int64_
         for (int64_t i = 0; i < m; ++i) o[i] = o[i] / d;
       }
     }
-    for (size_t j = 1; j < nout; ++j) copy_block(out[j] + b, o, static_cast<size_t>(m) * sizeof(T));
+    for (size_t j = 1; j < nout; ++j) {
+      if (stream) copy_block(out[j] + b, o, static_cast<size_t>(m) * sizeof(T));
+      else std::memcpy(out[j] + b, o, static_cast<size_t>(m) * sizeof(T));
+    }
   }
 #if defined(__SSE2__)
-  _mm_sfence();  // order the streaming stores before the outputs are handed out
+  if (stream) _mm_sfence();  // order the streaming stores before the outputs are handed out
 #endif
 }
 
@@ -140,7 +147,7 @@ void reduce_run_half(const T* const* in, size_t n, T* const* out, size_t nout, i
 
 template <class T>
 void reduce_run_op(ReduceOp op, const T* const* in, size_t n, T* const* out, size_t nout,
-                   int64_t count) {
+                   int64_t count, bool stream = false) {
   if constexpr (is_half_v<T>) {
     switch (op) {
       case ReduceOp::Sum: return reduce_run_half<T, SumOp<float>>(in, n, out, nout, count, false);
@@ -150,10 +157,10 @@ void reduce_run_op(ReduceOp op, const T* const* in, size_t n, T* const* out, siz
     }
   } else {
     switch (op) {
-      case ReduceOp::Sum: return reduce_run<T, SumOp<T>>(in, n, out, nout, count, false);
-      case ReduceOp::Avg: return reduce_run<T, SumOp<T>>(in, n, out, nout, count, true);
-      case ReduceOp::Max: return reduce_run<T, MaxOp<T>>(in, n, out, nout, count, false);
-      case ReduceOp::Min: return reduce_run<T, MinOp<T>>(in, n, out, nout, count, false);
+      case ReduceOp::Sum: return reduce_run<T, SumOp<T>>(in, n, out, nout, count, false, stream);
+      case ReduceOp::Avg: return reduce_run<T, SumOp<T>>(in, n, out, nout, count, true, stream);
+      case ReduceOp::Max: return reduce_run<T, MaxOp<T>>(in, n, out, nout, count, false, stream);
+      case ReduceOp::Min: return reduce_run<T, MinOp<T>>(in, n, out, nout, count, false, stream);
     }
   }
 }

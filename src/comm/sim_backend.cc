@@ -49,6 +49,7 @@
 #include "dtensor/error.h"
 #include "dtensor/spec.h"
 #include "tensor/copy_bytes.h"
+#include "tensor/loops.h"
 #include "world/roles.h"
 #include "world/shard_map.h"
 
@@ -204,6 +205,13 @@ void reduce_ranges(ReduceOp op, const std::vector<Tensor>& shards, int64_t dim,
   for (int64_t d = dim + 1; d < static_cast<int64_t>(shape.size()); ++d) inner *= shape[d];
   std::vector<const T*> base, in(shards.size());
   for (const Tensor& s : shards) base.push_back(static_cast<const T*>(s.raw_data()));
+  // Streaming stores only for outputs that would not stay in cache anyway,
+  // by the rule the tiled walks use (tensor/loops.h, stream_threshold).
+  int64_t out_bytes = 0;
+  for (const OutRange& r : ranges)
+    out_bytes += static_cast<int64_t>(r.outs.size()) * outer * r.len * inner *
+                 static_cast<int64_t>(sizeof(T));
+  const bool stream = out_bytes >= detail::stream_threshold();
   for (const OutRange& r : ranges) {
     if (r.len == 0 || outer == 0 || inner == 0) continue;
     std::vector<T*> out_base, out(r.outs.size());
@@ -212,7 +220,7 @@ void reduce_ranges(ReduceOp op, const std::vector<Tensor>& shards, int64_t dim,
     for (int64_t o = 0; o < outer; ++o) {
       for (size_t k = 0; k < base.size(); ++k) in[k] = base[k] + (o * len + r.start) * inner;
       for (size_t j = 0; j < out_base.size(); ++j) out[j] = out_base[j] + o * count;
-      reduce_run_op<T>(op, in.data(), in.size(), out.data(), out.size(), count);
+      reduce_run_op<T>(op, in.data(), in.size(), out.data(), out.size(), count, stream);
     }
   }
 }

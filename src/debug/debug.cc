@@ -133,6 +133,11 @@ double CommDebugMode::collective_seconds() const {
   return collective_seconds_;
 }
 
+bool collectives_observed() {
+  return registry().num_active.load(std::memory_order_acquire) != 0 ||
+         collective_trace() != nullptr;
+}
+
 void record_plan_run(double cost_us) {
   Registry& r = registry();
   if (r.num_active.load(std::memory_order_acquire) == 0 || verify_detail::inside_check()) return;

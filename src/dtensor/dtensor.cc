@@ -113,10 +113,14 @@ namespace {
 // nullopt where that does not apply: a Partial (its fold order is the
 // redistribution's), all Replicate (the redistribution moves nothing and
 // gives the lowest rank's shard itself, as PyTorch's full_tensor does), a
-// shape-only world or meta shards, a rank of the view not held.
+// shape-only world or meta shards, a rank of the view not held; and while
+// someone watches (CommDebugMode, a collective trace, per-rank memory
+// counting), who must see the collectives and the per-rank copies that the
+// same call makes under MPI.
 std::optional<Tensor> assemble_held(const DTensorSpec& spec, const LocalTensor& local) {
   const DeviceMesh& mesh = spec.mesh();
   if (local.size() < 2 || mesh.world().is_shape_only()) return std::nullopt;
+  if (collectives_observed() || detail::rank_counting()) return std::nullopt;
   bool sharded = false;
   for (const Placement& p : spec.placements()) {
     if (p.is_partial()) return std::nullopt;

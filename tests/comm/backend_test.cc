@@ -25,6 +25,7 @@
 #include "dtensor/mesh.h"
 #include "dtensor/threads.h"
 #include "dtensor/world.h"
+#include "tensor/loops.h"
 
 using namespace dtensor;
 
@@ -988,6 +989,29 @@ TEST(SimBackend, ThreadCountChangesNoBit) {
     for (int r : one[k].ranks())
       expect_bitwise(four[k].shard(r), one[k].shard(r),
                      "call " + std::to_string(k) + " rank " + std::to_string(r));
+  }
+}
+
+// The reductions copy their result to the members with streaming stores
+// only above tensor/loops.h's threshold; plain stores below it. Both give
+// the same bits, for every op, dtype and a block-sized and a ragged count.
+TEST(SimBackend, StreamingOrPlainStoresChangeNoBit) {
+  World w = World::simulated(4);
+  DeviceMesh mesh(w, Shape{4});
+  Backend& b = w.backend();
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Int64}) {
+    LocalTensor in;
+    for (int r = 0; r < 4; ++r) in.set(r, (Tensor::randn({37, 1031}, r) * 100).to(dtype));
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min}) {
+      if (op == ReduceOp::Avg && dtype == DType::Int64) continue;
+      const LocalTensor plain = b.all_reduce(in, mesh, 0, op);
+      const int64_t before = detail::stream_bytes.exchange(0);
+      const LocalTensor streamed = b.all_reduce(in, mesh, 0, op);
+      detail::stream_bytes = before;
+      for (int r = 0; r < 4; ++r)
+        expect_bitwise(streamed.shard(r), plain.shard(r),
+                       std::string(dtype_name(dtype)) + " " + to_string(op) + " rank " + std::to_string(r));
+    }
   }
 }
 

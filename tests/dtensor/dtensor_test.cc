@@ -309,3 +309,14 @@ TEST_F(DTensorTest, FullTensorIsTheLowestRanksAllGatherBitForBit) {
       });
   }
 }
+
+// The shortcut is not taken while someone watches: CommDebugMode sees the
+// all_gather that full_tensor runs under MPI, in the simulated world too.
+TEST_F(DTensorTest, FullTensorUnderCommDebugModeRunsTheAllGather) {
+  DeviceMesh mesh(world, {4, 2});
+  const DTensor d = distribute_tensor(Tensor::randn({9, 4}, 3), mesh, {Shard(0), Replicate()});
+  CommDebugMode comm;
+  const Tensor full = d.full_tensor();
+  EXPECT_EQ(comm.count(CollectiveKind::AllGather), 1);
+  EXPECT_TRUE(equal(full, Tensor::randn({9, 4}, 3)));
+}

@@ -320,9 +320,9 @@ TEST(CacheLifetime, DroppedWorldsLeaveTheCaches) {
   World w = World::simulated(8);
   DeviceMesh mesh(w, {2, 4});
   DTensor x = distribute_tensor(Tensor::ones({8, 8}), mesh, {Shard(0), Shard(1)});
-  x.full_tensor();
+  x.redistribute({Replicate(), Replicate()});
   const int64_t hits = redistribute_plan_cache_info().hits;
-  x.full_tensor();
+  x.redistribute({Replicate(), Replicate()});
   EXPECT_EQ(redistribute_plan_cache_info().hits, hits + 1);
   EXPECT_GT(redistribute_plan_cache_info().size, plans);
   // A mesh kept only by a DTensor (its World and DeviceMesh handles dropped)
