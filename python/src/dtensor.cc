@@ -8,8 +8,9 @@
 // rank, so to_local() needs one: inside `with dtensor.current_rank(r):`
 // it is rank r's shard, to_local(rank=r) names r, local_shards() is a dict
 // {rank: Tensor} of every held shard (and outside current_rank the Python
-// package makes to_local() a RankLocal of them, _rank_local.py). Either way the Tensor shares the shard's
-// memory (no copy): writing into it writes into the DTensor.
+// package makes to_local() a RankLocal of them, _rank_local.py). Either
+// way the Tensor shares the shard's memory (no copy): writing into it
+// writes into the DTensor.
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -64,7 +65,6 @@ LocalTensor local_from_python(py::handle obj, const DeviceMesh& mesh) {
 }
 
 namespace {
-
 
 Placements all_replicate(const DeviceMesh& mesh) {
   return Placements(static_cast<size_t>(mesh.ndim()), Replicate());

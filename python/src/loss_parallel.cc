@@ -150,8 +150,9 @@ logits) over one mesh dim computes the vocab-parallel loss
 leaves the logits' gradient sharded like them. A plain target is each rank's
 own (PyTorch's), laid out as the logits' rows: Shard(0) where they are
 batch-sharded; in a simulated world a Tensor is every rank's and a
-dtensor.RankLocal gives each rank's. Takes weight, ignore_index and reduction by keyword (label_smoothing
-must be 0). Anything else runs the ordinary cross_entropy. Per thread.
+dtensor.RankLocal gives each rank's. Takes weight, ignore_index and
+reduction by keyword (label_smoothing must be 0). Anything else runs the
+ordinary cross_entropy. Per thread.
 )doc");
   m.attr("loss_parallel") = pm.attr("loss_parallel");
   m.attr("cross_entropy") = routed(m.attr("cross_entropy"));

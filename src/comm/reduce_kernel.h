@@ -78,11 +78,11 @@ inline void copy_block(void* dst, const void* src, size_t bytes) {
 }
 
 // out[0][i] = (((in[0][i] op in[1][i]) op in[2][i]) ...) [/ n for avg], for
-// i < count, copied to out[1..nout), with streaming stores when `stream`
-// (the caller's outputs are too large to stay in cache anyway: at 256 KiB
-// on 8 simulated ranks streaming made P->R 4.2x a memcpy, docs/
-// PERFORMANCE.md). The block is small enough to stay in L1 while all n
-// inputs are folded into it.
+// i < count, copied to out[1..nout), with streaming stores when `stream`:
+// the caller says so for outputs too large to stay in cache anyway (in
+// cache, streaming made a 256 KiB P->R on 8 simulated ranks 1.7x slower;
+// docs/PERFORMANCE.md). The block is small enough to stay in L1 while all
+// n inputs are folded into it.
 template <class T, class Op>
 void reduce_run(const T* const* in, size_t n, T* const* out, size_t nout, int64_t count,
                 bool avg, bool stream) {
