@@ -278,16 +278,23 @@ struct CosOp {
     return std::cos(x);
   }
 };
+// float32 through row_math.h's vectorisable polynomials, as ExpOp.
 struct Log1pOp {
   template <class T>
+  static constexpr bool kWide = std::is_same_v<T, float>;
+  template <class T>
   T operator()(T x) const {
-    return std::log1p(x);
+    if constexpr (std::is_same_v<T, float>) return detail::log1p_f32(x);
+    else return std::log1p(x);
   }
 };
 struct Expm1Op {
   template <class T>
+  static constexpr bool kWide = std::is_same_v<T, float>;
+  template <class T>
   T operator()(T x) const {
-    return std::expm1(x);
+    if constexpr (std::is_same_v<T, float>) return detail::expm1_f32(x);
+    else return std::expm1(x);
   }
 };
 struct SquareOp {
@@ -337,10 +344,12 @@ struct RoundDecimalsOp {
 struct SoftplusOp {
   double beta, threshold;
   template <class T>
+  static constexpr bool kWide = Log1pOp::kWide<T>;
+  template <class T>
   T operator()(T x) const {
     const T b = static_cast<T>(beta);
     const T xb = x * b;
-    return xb > static_cast<T>(threshold) ? x : std::log1p(std::exp(xb)) / b;
+    return xb > static_cast<T>(threshold) ? x : Log1pOp{}(ExpOp{}(xb)) / b;
   }
 };
 // Bool results for any input dtype; non-zero (NaN included) is true.

@@ -4,8 +4,11 @@
 // The 16-bit floats compute in float32 and round once (the drivers do it).
 //
 // FMA contraction off, as elsewhere among the elementwise kernels: softplus
-// and round(decimals) must round each step as their formulas read.
-#pragma GCC optimize("fp-contract=off")
+// and round(decimals) must round each step as their formulas read, and
+// row_math.h's polynomials (log1p, expm1) ask for it. Trapping math off, as
+// in elementwise_unary.cc: GCC vectorises those polynomials' selects only
+// then; no op here reads the floating-point exception flags.
+#pragma GCC optimize("no-trapping-math", "fp-contract=off")
 
 #include <cmath>
 

@@ -2,7 +2,7 @@
 // (src/tensor/nn.cc) and the fused vocab-parallel loss
 // (src/parallel/vocab_ce_kernel.cc): exp on [-110, 0], a row max and a row
 // sum; and the float32 transcendentals of the elementwise ops (exp, erf,
-// tanh, log) as polynomials the compiler vectorises. One copy, so the fused loss rounds exactly like cross_entropy on the
+// tanh, log, log1p, expm1) as polynomials the compiler vectorises. One copy, so the fused loss rounds exactly like cross_entropy on the
 // full tensor. Include only from files compiled with FMA contraction off
 // (#pragma GCC optimize("fp-contract=off")), as simd.h requires of every
 // kernel with AVX2 / AVX-512 copies.
@@ -140,17 +140,16 @@ inline float tanh_f32(float x) {
   return std::copysign(r, x);
 }
 
-// log(x) for every float32 x, vectorisable (libm's logf is an opaque call,
-// 2.4x torch's log). x = 2^k m with m in [sqrt(1/2), sqrt(2)), read from
-// the bits: subtracting sqrt(1/2)'s bits makes the exponent field k, and
-// m keeps the rest. log(m) = f - f^2/2 + f^3 P(f), f = m - 1, P of degree
-// 8 (Cephes' logf coefficients), plus k ln 2 in two parts (Cody-Waite).
-// Denormals are scaled by 2^23 first. 0 gives -inf, a negative x NaN, inf
-// inf, NaN NaN. Under 0.85 ulp against double log over every float, as
-// glibc's logf (tests/tensor/exp_test.cc, LogF32.UnderAnUlp).
-inline float log_f32(float x) {
-  const bool tiny = x < 1.17549435e-38f;  // below the smallest normal (also 0, negatives)
-  const uint32_t bits = std::bit_cast<uint32_t>(tiny ? x * 8388608.0f : x);
+// log(u) + corr for u >= 0 (u = 0 and infinities are the callers'), the
+// float32 core of log_f32 and log1p_f32. u = 2^k m with m in [sqrt(1/2),
+// sqrt(2)), read from the bits: subtracting sqrt(1/2)'s bits makes the
+// exponent field k, and m keeps the rest. log(m) = f - f^2/2 + f^3 P(f),
+// f = m - 1, P of degree 8 (Cephes' logf coefficients), plus k ln 2 in two
+// parts (Cody-Waite). corr, far below log(u)'s last bit, joins the small
+// terms before the last two additions. Denormals are scaled by 2^23 first.
+inline float log_core_f32(float u, float corr) {
+  const bool tiny = u < 1.17549435e-38f;  // below the smallest normal
+  const uint32_t bits = std::bit_cast<uint32_t>(tiny ? u * 8388608.0f : u);
   const int32_t k = static_cast<int32_t>(bits - 0x3f3504f3u) >> 23;
   const float m = std::bit_cast<float>(bits - (static_cast<uint32_t>(k) << 23));
   const float e = static_cast<float>(k) - (tiny ? 23.0f : 0.0f);
@@ -168,13 +167,75 @@ inline float log_f32(float x) {
   y = y * f * z;
   y = y + e * -2.12194440e-4f;
   y = y - 0.5f * z;
-  float r = f + y;
-  r = r + e * 0.693359375f;
+  y = y + corr;
+  const float r = f + y;
+  return r + e * 0.693359375f;
+}
+
+// log(x) for every float32 x, vectorisable (libm's logf is an opaque call,
+// 2.4x torch's log): log_core_f32. 0 gives -inf, a negative x NaN, inf
+// inf, NaN NaN. Under 0.85 ulp against double log over every float, as
+// glibc's logf (tests/tensor/exp_test.cc, LogF32.UnderAnUlp).
+inline float log_f32(float x) {
+  float r = log_core_f32(x, 0.0f);
   r = x == 0.0f ? -std::numeric_limits<float>::infinity() : r;
   r = x < 0.0f ? std::numeric_limits<float>::quiet_NaN() : r;
   r = x == std::numeric_limits<float>::infinity() ? x : r;
   r = x != x ? x : r;  // NaN
   return r;
+}
+
+// log(1 + x) for every float32 x, vectorisable: log_core_f32 of u = 1 + x,
+// corrected by u's rounding error c (exact: x - (u - 1) below 2, 1 - (u -
+// x) from 2 on) as log(u + c) = log(u) + c/u. Tiny x give x (and -0 -0),
+// -1 gives -inf, below -1 NaN. Under 0.9 ulp against double log1p over
+// every float (glibc's log1pf: 0.82; LogF32.Log1pUnderAnUlp).
+inline float log1p_f32(float x) {
+  const float u = 1.0f + x;
+  const float c = u < 2.0f ? x - (u - 1.0f) : 1.0f - (u - x);
+  float r = log_core_f32(u, c / u);
+  r = u == 0.0f ? -std::numeric_limits<float>::infinity() : r;
+  r = u < 0.0f ? std::numeric_limits<float>::quiet_NaN() : r;
+  r = x == std::numeric_limits<float>::infinity() ? x : r;
+  r = x == 0.0f ? x : r;  // keeps -0
+  r = x != x ? x : r;     // NaN
+  return r;
+}
+
+// exp(x) - 1 for every float32 x, vectorisable: exp_f32_core's reduction
+// x = n ln2 + r and its polynomial without the leading 1 (expm1(r) = r +
+// r^2 P(r)), then 2^n expm1(r) + (2^n - 1), both parts exact but the last
+// addition for n <= 24; beyond, 2^n (expm1(r) + 1) as exp. -0 stays -0,
+// NaN passes through. Under 1.6 ulp against double expm1 over every float
+// (glibc's expm1f: 0.8; ExpF32.Expm1UnderOneAndSixTenthsUlps).
+inline float expm1_f32(float x) {
+  float xc = x < -110.0f ? -110.0f : x;
+  xc = xc > 89.0f ? 89.0f : xc;
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  constexpr float kShift = 12582912.0f;  // as exp_f32_core
+  const float shifted = xc * kLog2e + kShift;
+  const float n = shifted - kShift;
+  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  const float r2 = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float em = p * r2 + r;  // expm1(r)
+  const int32_t ni = static_cast<int32_t>(std::bit_cast<uint32_t>(shifted) -
+                                          std::bit_cast<uint32_t>(kShift));
+  const int32_t half = ni >> 1;
+  const float s1 = std::bit_cast<float>(static_cast<uint32_t>(half + 127) << 23);
+  const float s2 = std::bit_cast<float>(static_cast<uint32_t>(ni - half + 127) << 23);
+  float res = em * s1 * s2 + (s1 * s2 - 1.0f);
+  res = ni > 24 ? ((em + 1.0f) * s1) * s2 : res;
+  res = x == 0.0f ? x : res;  // keeps -0
+  res = x != x ? x : res;     // NaN
+  return res;
 }
 
 // Maximum of a row. GCC will not vectorise a float max reduction (NaN and

@@ -291,18 +291,73 @@ TEST(LogF32, UnderAnUlp) {
   EXPECT_EQ(detail::log_f32(INFINITY), INFINITY);
 }
 
-// tanh, log and gelu's tanh form (and its gradient) of a float32 tensor:
+// log1p_f32 and expm1_f32 against double log1p / expm1: under 0.9 and 1.6
+// ulp over a strided sample of every float (both signs) and windows
+// around their seams (0, 1 and -1 for log1p; 0, +-ln2/2 and the end of the
+// exact 2^n - 1 for expm1); special values.
+TEST(LogF32, Log1pUnderAnUlp) {
+  double worst = 0;
+  float worst_x = 0;
+  auto check_at = [&](float x) {
+    if (x < -1.0f) return;
+    const double err = ulps_off(detail::log1p_f32(x), std::log1p(static_cast<double>(x)));
+    if (err > worst) worst = err, worst_x = x;
+  };
+  for (uint64_t b = 0; b < 0xffffffffu; b += 1999) check_at(std::bit_cast<float>(uint32_t(b)));
+  for (float seam : {0.0f, 1.0f, -1.0f, -0.29289322f}) {
+    float x = step_from(seam, -5000);
+    for (int i = 0; i < 10000; ++i, x = step_from(x, 1)) check_at(x);
+  }
+  EXPECT_LT(worst, 0.9) << "at x = " << worst_x;
+  EXPECT_EQ(detail::log1p_f32(-1.0f), -INFINITY);
+  EXPECT_TRUE(std::isnan(detail::log1p_f32(-2.0f)));
+  EXPECT_TRUE(std::isnan(detail::log1p_f32(NAN)));
+  EXPECT_EQ(detail::log1p_f32(INFINITY), INFINITY);
+  EXPECT_EQ(std::bit_cast<uint32_t>(detail::log1p_f32(-0.0f)), std::bit_cast<uint32_t>(-0.0f));
+  EXPECT_EQ(detail::log1p_f32(1e-30f), 1e-30f);
+}
+
+TEST(ExpF32, Expm1UnderOneAndSixTenthsUlps) {
+  double worst = 0;
+  float worst_x = 0;
+  auto check_at = [&](float x) {
+    const double err = ulps_off(detail::expm1_f32(x), std::expm1(static_cast<double>(x)));
+    if (err > worst) worst = err, worst_x = x;
+  };
+  for (uint64_t b = 0; b < 0xffffffffu; b += 1999) {
+    const float x = std::bit_cast<float>(uint32_t(b));
+    if (!std::isnan(x)) check_at(x);
+  }
+  for (float seam : {0.0f, 0.34657359f, -0.34657359f, 16.6355f, 88.7f}) {
+    float x = step_from(seam, -5000);
+    for (int i = 0; i < 10000; ++i, x = step_from(x, 1)) check_at(x);
+  }
+  EXPECT_LT(worst, 1.6) << "at x = " << worst_x;
+  EXPECT_EQ(detail::expm1_f32(-INFINITY), -1.0f);
+  EXPECT_EQ(detail::expm1_f32(INFINITY), INFINITY);
+  EXPECT_EQ(detail::expm1_f32(100.0f), INFINITY);
+  EXPECT_TRUE(std::isnan(detail::expm1_f32(NAN)));
+  EXPECT_EQ(std::bit_cast<uint32_t>(detail::expm1_f32(-0.0f)), std::bit_cast<uint32_t>(-0.0f));
+  EXPECT_EQ(detail::expm1_f32(1e-30f), 1e-30f);
+}
+
+// tanh, log, log1p, expm1, softplus and gelu's tanh form (and its
+// gradient) of a float32 tensor:
 // the vector loop and the strided walk give the scalar function's bits at
 // every SIMD level.
-TEST_F(ExpF32Levels, TanhAndLogSameBitsOnEveryPathAndLevel) {
+TEST_F(ExpF32Levels, TanhLogLog1pExpm1SameBitsOnEveryPathAndLevel) {
   std::vector<float> xs;
   for (int i = 0; i < 3 * 337; ++i) xs.push_back(-10.0f + 0.0203f * static_cast<float>(i));
   xs[7] = NAN;
   xs[8] = 0.0f;
   xs[9] = 1e-41f;
   const Tensor x = Tensor::from_vector(xs, Shape{3, 337});
-  std::vector<float> want_tanh, want_log, want_gelu, want_grad;
+  std::vector<float> want_tanh, want_log, want_gelu, want_grad, want_log1p, want_expm1,
+      want_softplus;
   for (float v : xs) {
+    want_log1p.push_back(detail::log1p_f32(v));
+    want_expm1.push_back(detail::expm1_f32(v));
+    want_softplus.push_back(v > 20.0f ? v : detail::log1p_f32(detail::exp_f32(v)) / 1.0f);
     want_tanh.push_back(detail::tanh_f32(v));
     want_log.push_back(detail::log_f32(v));
     const float u = (v + (v * v * v) * 0.044715f) * 0.79788456080286535588f;
@@ -328,6 +383,9 @@ TEST_F(ExpF32Levels, TanhAndLogSameBitsOnEveryPathAndLevel) {
     expect_bits(log(x), want_log, "log");
     expect_bits(log(x.t()).t(), want_log, "log, strided");
     expect_bits(gelu(x, GeluApprox::Tanh), want_gelu, "gelu tanh");
+    expect_bits(log1p(x), want_log1p, "log1p");
+    expect_bits(expm1(x.t()).t(), want_expm1, "expm1, strided");
+    expect_bits(softplus(x, 1, 20), want_softplus, "softplus");
     expect_bits(gelu_backward(two, x, GeluApprox::Tanh), want_grad, "gelu_backward tanh");
   }
 }
