@@ -1,6 +1,6 @@
 # The two commands a new user types (see README): `make run` and `make test`.
-# Others: `make soak` (the long runs), `make bench`, `make asan` (tests under
-# ASan+UBSan), `make install`
+# Others: `make soak` (the long runs), `make bench`, `make perf-figures`
+# (the instruction counts), `make asan` (tests under ASan+UBSan), `make install`
 # (PREFIX=/usr/local), `make deb` (docs/install.md), `make clean`.
 JOBS  ?= $(shell nproc)
 BUILD ?= build
@@ -16,7 +16,7 @@ WERROR ?= ON
 # already configured keeps its generator.
 generator = $(if $(wildcard $(1)/CMakeCache.txt),,-G Ninja)
 
-.PHONY: run test soak bench bench-build asan asan-build deps configure build install deb clean
+.PHONY: run test soak bench bench-build perf-figures asan asan-build deps configure build install deb clean
 
 deps:
 	@scripts/install-deps
@@ -48,6 +48,16 @@ soak: build
 # build. mpi_bench (built with MPI) runs on 4 processes.
 bench-build: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target benchmarks
+
+# The instruction counts (docs/testing.md, "The instruction-count gate"):
+# counts every case of bench/instructions.cc under callgrind again and
+# rewrites bench/instructions.baseline, which `make test` holds every commit
+# to, and the table of docs/PERFORMANCE.md made from it. REASON says why the
+# counts changed; it goes into the file, and belongs in the commit message.
+perf-figures: configure
+	@test -n "$(REASON)" || { echo 'make perf-figures REASON="why the counts changed"' >&2; exit 2; }
+	@cmake --build $(BUILD) -j $(JOBS) --target instructions
+	bench/instructions.sh --bin $(BUILD)/bin/instructions --update "$(REASON)"
 
 MPIRUN ?= OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_vader_single_copy_mechanism=none \
   mpirun --oversubscribe --allow-run-as-root -np 4
