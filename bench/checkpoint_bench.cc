@@ -12,6 +12,11 @@
 //   BM_LoadSame     checkpoint::load into the layout it was saved from
 //   BM_LoadReshard  load into (Shard(1), Replicate) on a 2 x 2 mesh: every rank
 //                   reads a column block of every saved chunk
+//   BM_SaveVsPlainWrite, BM_LoadSameVsPlainRead
+//                   the save and the same-layout load each paired with its
+//                   plain yardstick (bench::paired: the two alternate, so they
+//                   see the same load of the machine and the same disk);
+//                   counters in ms and `ratio`, checkpoint / plain
 //
 // Counters: bytes_per_second (the model's bytes over the wall time) and
 // peak_extra_MiB, the growth of this process's peak resident memory
@@ -173,6 +178,50 @@ void BM_LoadReshard(benchmark::State& state) {
   if (world().holds(0)) std::filesystem::remove_all(dir());
 }
 BENCHMARK(BM_LoadReshard)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The paired runs write the plain file beside the checkpoint, as BM_PlainWrite.
+void plain_write(std::vector<char>& buf, const std::string& path) {
+  if (!world().holds(0)) return;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  for (size_t at = 0; at < buf.size(); at += kPlainChunk)
+    if (::write(fd, buf.data() + at, kPlainChunk) < 0) std::abort();
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void plain_read(std::vector<char>& buf, const std::string& path) {
+  if (!world().holds(0)) return;
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  for (size_t at = 0; at < buf.size(); at += kPlainChunk)
+    if (::read(fd, buf.data() + at, kPlainChunk) <= 0) std::abort();
+  ::close(fd);
+}
+
+void BM_SaveVsPlainWrite(benchmark::State& state) {
+  const checkpoint::StateDict m = model(mesh1(), {Shard(0)}, true);
+  std::vector<char> buf(static_cast<size_t>(kModelBytes), 1);
+  const std::string path = dir() + "-plain.bin";
+  bench::paired<std::milli>(
+      state, [&] { checkpoint::save(m, dir()); }, "save_ms", [&] { plain_write(buf, path); },
+      "plain_write_ms");
+  state.SetBytesProcessed(state.iterations() * kModelBytes);
+}
+BENCHMARK(BM_SaveVsPlainWrite)->Iterations(5)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_LoadSameVsPlainRead(benchmark::State& state) {
+  checkpoint::StateDict m = model(mesh1(), {Shard(0)}, false);
+  std::vector<char> buf(static_cast<size_t>(kModelBytes), 1);
+  const std::string path = dir() + "-plain.bin";
+  bench::paired<std::milli>(
+      state, [&] { checkpoint::load(m, dir()); }, "load_ms", [&] { plain_read(buf, path); },
+      "plain_read_ms");
+  state.SetBytesProcessed(state.iterations() * kModelBytes);
+  if (world().holds(0)) {
+    std::filesystem::remove_all(dir());
+    std::filesystem::remove(path);
+  }
+}
+BENCHMARK(BM_LoadSameVsPlainRead)->Iterations(9)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 
