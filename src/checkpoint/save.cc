@@ -7,7 +7,7 @@
 #include <map>
 #include <utility>
 
-#include "checkpoint/chunk_io.h"
+#include "checkpoint/checksum.h"
 #include "checkpoint/common.h"
 #include "checkpoint/file_io.h"
 #include "checkpoint/metadata.h"
@@ -99,7 +99,9 @@ Plan make_plan(const StateDict& state, const World& world, int64_t block_bytes) 
 }
 
 // Writes rank's chunks into its data file; returns their block checksums
-// in plan order.
+// in plan order. Each block is hashed right after it is written, while the
+// write's copy has left its bytes in the cache: the data is read from
+// memory once.
 std::vector<int64_t> write_rank(const Plan& plan, int rank, const std::string& tmp,
                                 int64_t block_bytes) {
   std::vector<int64_t> sums;
@@ -113,9 +115,12 @@ std::vector<int64_t> write_rank(const Plan& plan, int rank, const std::string& t
       DT_CHECK(static_cast<int64_t>(data.nbytes()) == c.bytes, "checkpoint::save: internal "
                "error: rank ", rank, "'s shard of '", t.name, "' has ", data.nbytes(),
                " bytes, the plan ", c.bytes);
-      file.write_at(data.raw_data(), c.bytes, c.byte_offset);
-      for (uint64_t s : detail::block_checksums(data.raw_data(), c.bytes, block_bytes))
-        sums.push_back(static_cast<int64_t>(s));
+      const auto* bytes = static_cast<const char*>(data.raw_data());
+      for (int64_t at = 0; at < c.bytes; at += block_bytes) {
+        const int64_t n = std::min(block_bytes, c.bytes - at);
+        file.write_at(bytes + at, n, c.byte_offset + at);
+        sums.push_back(static_cast<int64_t>(detail::checksum(bytes + at, n)));
+      }
     }
   }
   file.resize(plan.file_bytes[static_cast<size_t>(rank)]);
