@@ -12,6 +12,15 @@
 //   BM_LoadSame     checkpoint::load into the layout it was saved from
 //   BM_LoadReshard  load into (Shard(1), Replicate) on a 2 x 2 mesh: every rank
 //                   reads a column block of every saved chunk
+//   BM_SaveVsPlainWrite, BM_LoadSameVsPlainRead
+//                   the save and the same-layout load each paired with its
+//                   plain yardstick (bench::paired: the two alternate, so they
+//                   see the same load of the machine and the same disk);
+//                   counters in ms and `ratio`, checkpoint / plain
+//   BM_Checksum/B   the block checksum over B bytes (4 MiB: in the cache, as
+//                   save and load hash a block just written or read; 256 MiB:
+//                   from memory), the widest copy the CPU has paired with
+//                   the baseline (SSE2) one; `ratio`, widest / baseline
 //
 // Counters: bytes_per_second (the model's bytes over the wall time) and
 // peak_extra_MiB, the growth of this process's peak resident memory
@@ -31,8 +40,10 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "checkpoint/checksum.h"
 #include "dtensor/checkpoint.h"
 #include "dtensor/dtensor.h"
+#include "tensor/simd.h"
 
 namespace {
 
@@ -173,6 +184,67 @@ void BM_LoadReshard(benchmark::State& state) {
   if (world().holds(0)) std::filesystem::remove_all(dir());
 }
 BENCHMARK(BM_LoadReshard)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The paired runs write the plain file beside the checkpoint, as BM_PlainWrite.
+void plain_write(std::vector<char>& buf, const std::string& path) {
+  if (!world().holds(0)) return;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  for (size_t at = 0; at < buf.size(); at += kPlainChunk)
+    if (::write(fd, buf.data() + at, kPlainChunk) < 0) std::abort();
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void plain_read(std::vector<char>& buf, const std::string& path) {
+  if (!world().holds(0)) return;
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  for (size_t at = 0; at < buf.size(); at += kPlainChunk)
+    if (::read(fd, buf.data() + at, kPlainChunk) <= 0) std::abort();
+  ::close(fd);
+}
+
+void BM_SaveVsPlainWrite(benchmark::State& state) {
+  const checkpoint::StateDict m = model(mesh1(), {Shard(0)}, true);
+  std::vector<char> buf(static_cast<size_t>(kModelBytes), 1);
+  const std::string path = dir() + "-plain.bin";
+  // Once each untimed: the first save into a fresh directory, and the
+  // first write of the buffer's pages, ran up to 5x slower.
+  checkpoint::save(m, dir());
+  plain_write(buf, path);
+  bench::paired<std::milli>(
+      state, [&] { checkpoint::save(m, dir()); }, "save_ms", [&] { plain_write(buf, path); },
+      "plain_write_ms");
+  state.SetBytesProcessed(state.iterations() * kModelBytes);
+}
+BENCHMARK(BM_SaveVsPlainWrite)->Iterations(11)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_LoadSameVsPlainRead(benchmark::State& state) {
+  checkpoint::StateDict m = model(mesh1(), {Shard(0)}, false);
+  std::vector<char> buf(static_cast<size_t>(kModelBytes), 1);
+  const std::string path = dir() + "-plain.bin";
+  bench::paired<std::milli>(
+      state, [&] { checkpoint::load(m, dir()); }, "load_ms", [&] { plain_read(buf, path); },
+      "plain_read_ms");
+  state.SetBytesProcessed(state.iterations() * kModelBytes);
+  if (world().holds(0)) {
+    std::filesystem::remove_all(dir());
+    std::filesystem::remove(path);
+  }
+}
+BENCHMARK(BM_LoadSameVsPlainRead)->Iterations(15)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Checksum(benchmark::State& state) {
+  const auto bytes = static_cast<size_t>(state.range(0));
+  std::vector<char> data(bytes);
+  for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<char>(i * 2654435761u >> 7);
+  namespace ckd = checkpoint::detail;
+  bench::paired<std::micro>(
+      state, [&] { return ckd::checksum(data.data(), static_cast<int64_t>(bytes)); }, "widest_us",
+      [&] { return ckd::xxh3_64_baseline(data.data(), bytes); }, "baseline_us");
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
+  state.SetLabel(detail::simd_level_name(detail::simd_level()));
+}
+BENCHMARK(BM_Checksum)->Arg(4 << 20)->Arg(256 << 20)->Iterations(40)->UseRealTime();
 
 }  // namespace
 

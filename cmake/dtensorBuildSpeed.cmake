@@ -39,6 +39,12 @@
 # ~0.3) while their AVX2/AVX-512 copies could contract into FMA; and in a
 # unity batch the pragma would also change the files after it.
 #
+# A file named *_avx2.cc or *_avx512.cc is one instruction set's copy of
+# code a caller dispatches to at run time (src/checkpoint/checksum_avx2.cc):
+# it compiles alone with -mavx2 or -mavx512f and without the header. In a
+# batch the flag would reach the other files, and the header's inline
+# functions, compiled for that set, could become the program's only copy.
+#
 # Both are off in the sanitized build (the Makefile's asan-build): there
 # every file compiles alone with only what it includes, which is the check
 # that each file includes what it uses.
@@ -58,6 +64,15 @@ function(dtensor_library_build_speed target pch_header)
   set(folder "")
   set(index 0)
   foreach(src ${sources})
+    if(src MATCHES "_(avx2|avx512)\\.cc$")
+      set(isa_flag -mavx2)
+      if(CMAKE_MATCH_1 STREQUAL "avx512")
+        set(isa_flag -mavx512f)
+      endif()
+      set_source_files_properties(${src} PROPERTIES COMPILE_OPTIONS ${isa_flag}
+                                  SKIP_PRECOMPILE_HEADERS ON SKIP_UNITY_BUILD_INCLUSION ON)
+      continue()
+    endif()
     file(STRINGS ${src} pragma REGEX "^#pragma GCC optimize")
     if(pragma)
       set_source_files_properties(${src} PROPERTIES SKIP_PRECOMPILE_HEADERS ON

@@ -5,24 +5,10 @@
 #include <ios>
 #include <sstream>
 
-#define XXH_INLINE_ALL  // header-only: no library to link, for users of libdtensor.a
-#include <xxhash.h>
-
+#include "checkpoint/checksum.h"
 #include "dtensor/error.h"
 
 namespace dtensor::checkpoint::detail {
-
-uint64_t checksum(const void* data, int64_t n) {
-  return XXH3_64bits(data, static_cast<size_t>(n));
-}
-
-std::vector<uint64_t> block_checksums(const void* data, int64_t n, int64_t block_bytes) {
-  std::vector<uint64_t> out;
-  const auto* p = static_cast<const char*>(data);
-  for (int64_t at = 0; at < n; at += block_bytes)
-    out.push_back(checksum(p + at, std::min(block_bytes, n - at)));
-  return out;
-}
 
 namespace {
 

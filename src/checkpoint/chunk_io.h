@@ -14,11 +14,6 @@
 
 namespace dtensor::checkpoint::detail {
 
-// XXH3-64 of n bytes.
-uint64_t checksum(const void* data, int64_t n);
-// The checksums of consecutive blocks of `block_bytes` (the last may be short).
-std::vector<uint64_t> block_checksums(const void* data, int64_t n, int64_t block_bytes);
-
 // Where a chunk's bytes are and how to check them.
 struct ChunkSource {
   const File* file = nullptr;

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "comm/backend.h"
+#include "common/parallel.h"
 #include "dtensor/error.h"
 
 namespace dtensor::checkpoint::detail {
@@ -138,8 +139,9 @@ namespace {
 // Fills `dest` (the box `box` of tensor `name`) with what read() gives in
 // the `stored` dtype: straight into it when the dtypes agree, else through
 // a buffer of the stored dtype, converted by copy_.
+using ReadOne = std::function<void(const std::string& name, const Box& box, char* data)>;
 void read_into(Tensor& dest, const std::string& name, const Box& box, DType stored,
-               const ReadBox& read) {
+               const ReadOne& read) {
   if (dest.dtype() == stored) {
     fill_shard(dest, [&](char* data) { read(name, box, data); });
     return;
@@ -173,28 +175,44 @@ void read_state(const World& world, StateDict& state, const std::vector<std::str
                 const ReadBox& read, const std::function<DType(const std::string&)>& stored,
                 const std::function<Tensor(const std::string&)>& new_plain,
                 const std::map<std::string, Value>& values) {
-  const int first = world.held_ranks().front();
-  std::map<std::string, Tensor> plain;
+  const std::vector<int>& held = world.held_ranks();
+  const int first = held.front();
+  std::map<std::string, Tensor> plain;  // filled by the task of rank `first` only
   Failures failures;
-  for (int r : world.held_ranks())
-    failures.run(r, [&] {
-      for (const std::string& name : names) {
-        Entry& entry = state.at(name);
-        if (auto* d = std::get_if<DTensor>(&entry)) {
-          if (!d->mesh().contains(r)) continue;
-          Tensor shard = d->to_local(r);
-          if (holds_zeros(d->spec(), r)) {
-            shard.zero_();
-          } else {
-            read_into(shard, name, box_of(d->spec(), r), stored(name), read);
-          }
-        } else if (auto* p = std::get_if<Tensor>(&entry); p != nullptr && r == first) {
-          Tensor out = p->defined() ? *p : new_plain(name);
-          read_into(out, name, whole(out.shape()), stored(name), read);
-          plain[name] = out;
+  // One rank's shards, read through its task's scratch block.
+  const auto read_rank = [&](int r, std::vector<char>& scratch) {
+    const auto read_r = [&](const std::string& name, const Box& box, char* data) {
+      read(name, box, data, scratch);
+    };
+    for (const std::string& name : names) {
+      Entry& entry = state.at(name);
+      if (auto* d = std::get_if<DTensor>(&entry)) {
+        if (!d->mesh().contains(r)) continue;
+        Tensor shard = d->to_local(r);
+        if (holds_zeros(d->spec(), r)) {
+          shard.zero_();
+        } else {
+          read_into(shard, name, box_of(d->spec(), r), stored(name), read_r);
         }
+      } else if (auto* p = std::get_if<Tensor>(&entry); p != nullptr && r == first) {
+        Tensor out = p->defined() ? *p : new_plain(name);
+        read_into(out, name, whole(out.shape()), stored(name), read_r);
+        plain[name] = out;
       }
-    });
+    }
+  };
+  // The simulated world's ranks read on the thread pool, as MPI's
+  // processes do at once: each fills only its own shards, so the bytes land
+  // where they did one rank after another, while different ranks' pread
+  // copies and checksums use different cores.
+  const auto ranks = static_cast<int64_t>(held.size());
+  dtensor::detail::parallel_for(ranks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<char> scratch;
+    for (int64_t i = begin; i < end; ++i) {
+      const int r = held[static_cast<size_t>(i)];
+      failures.run(r, [&] { read_rank(r, scratch); });
+    }
+  });
   failures.agree(world, " (the state's DTensors may be partly loaded)");
   for (const std::string& name : names) {
     Entry& entry = state.at(name);

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,11 +32,14 @@ std::vector<int64_t> all_gather_values(const World& world, const std::vector<int
 class Failures {
  public:
   // Runs f for `rank`; an exception is recorded as that rank's failure.
+  // Threads may run different ranks at once (the simulated world's ranks
+  // on the thread pool).
   template <class F>
   void run(int rank, F&& f) {
     try {
       f();
     } catch (const std::exception& e) {
+      const std::lock_guard<std::mutex> lock(mutex_);
       messages_.emplace(rank, e.what());
     }
   }
@@ -47,6 +51,7 @@ class Failures {
              const std::function<void()>& cleanup = nullptr);
 
  private:
+  std::mutex mutex_;
   std::map<int, std::string> messages_;
 };
 
@@ -72,14 +77,18 @@ void fill_shard(Tensor& shard, const std::function<void(char* data)>& fill);
 
 // The reading half of load() and import_safetensors(), once the state was
 // checked against the source: for every held rank, each DTensor named in
-// `names` gets its shard's box read through read(name, box, data) (zeros
-// where holds_zeros); each plain Tensor is read whole once per process, in
-// place when defined, else into new_plain(name). read() writes the
-// stored(name) dtype; an entry of another dtype (check_dtype allowed it)
-// gets its box through a buffer of that dtype, converted. When every rank
-// succeeded (Failures::agree, `suffix` added to the error), plain entries
-// take their tensors and Value entries their `values`.
-using ReadBox = std::function<void(const std::string& name, const Box& box, char* data)>;
+// `names` gets its shard's box read through read(name, box, data, scratch)
+// (zeros where holds_zeros); each plain Tensor is read whole once per
+// process, in place when defined, else into new_plain(name). read() writes
+// the stored(name) dtype; an entry of another dtype (check_dtype allowed
+// it) gets its box through a buffer of that dtype, converted. When every
+// rank succeeded (Failures::agree, `suffix` added to the error), plain
+// entries take their tensors and Value entries their `values`.
+// The held ranks read on the thread pool, a rank to a task, each with its
+// own `scratch` (empty at first, for read() to use as it likes), so read()
+// must be safe to call from several threads at once.
+using ReadBox = std::function<void(const std::string& name, const Box& box, char* data,
+                                   std::vector<char>& scratch)>;
 void read_state(const World& world, StateDict& state, const std::vector<std::string>& names,
                 const ReadBox& read, const std::function<DType(const std::string&)>& stored,
                 const std::function<Tensor(const std::string&)>& new_plain,
@@ -114,7 +123,9 @@ std::string normalize_dir(const std::string& dir);
 // "prepare" (rank 0, before making DIR.partial), "write" (before each
 // chunk), "written" (after a rank's file is synced), "metadata" (rank 0,
 // before writing metadata.json) and "publish" (rank 0, before the rename).
-// A test throws or kills the process there. Empty: none.
+// A test throws or kills the process there. Empty: none. "write" and
+// "written" come from the thread writing that rank's file: in the
+// simulated world, several threads at once for different ranks.
 using FaultHook = std::function<void(const char* point, int rank)>;
 void set_save_fault_hook(FaultHook hook);
 void fault_point(const char* point, int rank);

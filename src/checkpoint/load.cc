@@ -2,10 +2,10 @@
 // against it, then each held rank reads the intersections of the saved
 // chunks with the box its target layout holds, straight into its shard.
 // No rank materialises more than its own shard (plus one checksum block of
-// scratch), whatever the saved layout was: resharding is box arithmetic.
+// scratch per reading thread), whatever the saved layout was: resharding
+// is box arithmetic. The simulated world's ranks read on the thread pool.
 #include <algorithm>
 #include <map>
-#include <memory>
 
 #include "checkpoint/chunk_io.h"
 #include "checkpoint/common.h"
@@ -19,38 +19,28 @@ namespace {
 
 using detail::Box;
 
-// Every data file metadata.json names is a regular file of exactly the
-// size it records, checked (open without blocking, fstat) before anything
-// is allocated or read: declared sizes bound what a reader allocates only
-// once they are the real ones.
-void check_data_files(const std::string& dir, const Metadata& md) {
+// The data files of one checkpoint, opened once per process.
+using Files = std::map<std::string, detail::File>;
+
+// Opens every data file metadata.json names, each checked (open without
+// blocking, fstat) to be a regular file of exactly the size it records
+// before anything is allocated or read: declared sizes bound what a
+// reader allocates only once they are the real ones. The ranks then read
+// through these descriptors from several threads at once (pread keeps no
+// file position).
+Files open_data_files(const std::string& dir, const Metadata& md) {
+  Files files;
   for (const auto& [name, want] : md.files) {
-    const detail::File f = detail::File::open_read(detail::join(dir, name));
+    detail::File f = detail::File::open_read(detail::join(dir, name));
     const int64_t size = f.size();
     DT_CHECK(size >= want, "checkpoint: ", f.path(), " is truncated: it has ", size,
              " bytes, metadata.json records ", want);
     DT_CHECK(size == want, "checkpoint: ", f.path(), " has ", size,
              " bytes, metadata.json records ", want, " (it was changed after it was written)");
+    files.emplace(name, std::move(f));
   }
+  return files;
 }
-
-// The data files of one checkpoint, opened once per process on first use
-// (after check_data_files).
-class Files {
- public:
-  explicit Files(std::string dir) : dir_(std::move(dir)) {}
-
-  const detail::File& get(const std::string& name) {
-    auto it = open_.find(name);
-    if (it != open_.end()) return *it->second;
-    auto f = std::make_unique<detail::File>(detail::File::open_read(detail::join(dir_, name)));
-    return *open_.emplace(name, std::move(f)).first->second;
-  }
-
- private:
-  std::string dir_;
-  std::map<std::string, std::unique_ptr<detail::File>> open_;
-};
 
 std::string chunk_what(const std::string& name, const ChunkInfo& c) {
   return "tensor '" + name + "', chunk at " + to_string(c.offsets) + " of size " +
@@ -59,7 +49,7 @@ std::string chunk_what(const std::string& name, const ChunkInfo& c) {
 
 // Fills the box `target` of tensor `name` (row-major at dst) from every
 // saved chunk that meets it.
-void read_box(Files& files, const Metadata& md, const std::string& name, const Box& target,
+void read_box(const Files& files, const Metadata& md, const std::string& name, const Box& target,
               char* dst, std::vector<char>& scratch) {
   const TensorInfo& info = md.tensors.at(name);
   int64_t covered = 0;
@@ -67,7 +57,8 @@ void read_box(Files& files, const Metadata& md, const std::string& name, const B
     const Box chunk{c.offsets, c.sizes};
     const std::optional<Box> inner = detail::intersect(chunk, target);
     if (!inner || inner->numel() == 0) continue;
-    const detail::ChunkSource src{&files.get(c.file), c.byte_offset, c.byte_size,
+    // (metadata.cc checked that every chunk's file is in "files".)
+    const detail::ChunkSource src{&files.at(c.file), c.byte_offset, c.byte_size,
                                   md.block_bytes,   &c.checksums,    chunk_what(name, c)};
     detail::read_part(src, chunk, *inner, target, dst, itemsize(info.dtype), scratch);
     covered += inner->numel();
@@ -132,12 +123,11 @@ Metadata read_metadata(const std::string& dir_in) {
 void verify(const std::string& dir_in) {
   const std::string dir = detail::normalize_dir(dir_in);
   const Metadata md = read_metadata(dir);
-  check_data_files(dir, md);
-  Files files(dir);
+  const Files files = open_data_files(dir, md);
   std::vector<char> scratch;
   for (const auto& [name, t] : md.tensors)
     for (const ChunkInfo& c : t.chunks)
-      detail::verify_chunk({&files.get(c.file), c.byte_offset, c.byte_size, md.block_bytes,
+      detail::verify_chunk({&files.at(c.file), c.byte_offset, c.byte_size, md.block_bytes,
                             &c.checksums, chunk_what(name, c)},
                            scratch);
 }
@@ -150,21 +140,20 @@ void load(StateDict& state, const std::string& dir_in, const LoadOptions& option
   // file, but a rank must not go on to read data while another throws).
   Metadata md;
   std::vector<std::string> names;
+  Files files;
   detail::Failures meta;
   meta.run(world.held_ranks().front(), [&] {
     md = read_metadata(dir);
     names = check_state(state, md, dir, options);
-    check_data_files(dir, md);
+    files = open_data_files(dir, md);
   });
   meta.agree(world, "");
 
   // 2. Each held rank reads its part of every DTensor; each process reads
   // the plain tensors whole.
-  Files files(dir);
-  std::vector<char> scratch;
   detail::read_state(
       world, state, names,
-      [&](const std::string& name, const Box& box, char* data) {
+      [&](const std::string& name, const Box& box, char* data, std::vector<char>& scratch) {
         read_box(files, md, name, box, data, scratch);
       },
       [&](const std::string& name) { return md.tensors.at(name).dtype; },

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/box.h"
-#include "checkpoint/chunk_io.h"
+#include "checkpoint/checksum.h"
 #include "dtensor/checked.h"
 #include "dtensor/error.h"
 

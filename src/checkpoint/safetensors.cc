@@ -390,10 +390,9 @@ void import_safetensors(StateDict& state, const std::string& path, const LoadOpt
 
   // 2. Each held rank reads its part of every DTensor; each process reads
   // the plain tensors whole.
-  std::vector<char> scratch;
   detail::read_state(
       world, state, names,
-      [&](const std::string& name, const Box& box, char* data) {
+      [&](const std::string& name, const Box& box, char* data, std::vector<char>& scratch) {
         read_safetensors_box(*file, header, name, box, data, scratch, path);
       },
       [&](const std::string& name) { return header.tensors.at(name).st->dtype; },

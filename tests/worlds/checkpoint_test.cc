@@ -169,6 +169,47 @@ TEST_F(CheckpointTest, ReplicasAreWrittenOnce) {
   EXPECT_NE(md.tensors.at("r").chunks[0].file, md.tensors.at("plain").chunks[0].file);
 }
 
+// The simulated world writes its ranks' files on the thread pool; the
+// files hold the same bytes whatever the thread count, metadata.json
+// included (and so the bytes MPI's processes write: the test
+// mpi.checkpoint.same_files_as_simulated compares the two worlds).
+TEST_F(CheckpointTest, TheFilesDoNotDependOnTheThreadCount) {
+  struct RestoreThreads {
+    int n = num_threads();
+    ~RestoreThreads() { set_num_threads(n); }
+  } restore;
+  const DeviceMesh mesh(world, Shape{world.size()});
+  StateDict state;
+  for (int k = 0; k < 5; ++k)
+    state["w" + std::to_string(k)] = distribute_tensor(
+        Tensor::randn({37, 11 + k}, static_cast<uint64_t>(k)), mesh, {Shard(k % 2)});
+  state["r"] = distribute_tensor(Tensor::randn({5, 7}, 9), mesh, {Replicate()});
+  // Blocks of 100 bytes: every chunk has several checksums.
+  const SaveOptions options{.world = std::nullopt, .block_bytes = 100};
+  const int counts[] = {1, 3, 8};
+  for (int threads : counts) {
+    set_num_threads(threads);
+    save(state, base + "/t" + std::to_string(threads), options);
+  }
+  const auto bytes_of = [](const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  on_rank0(world, [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(base + "/t1"))
+      names.push_back(e.path().filename().string());
+    EXPECT_GE(names.size(), 3u) << "metadata.json and the data files of several ranks";
+    for (int threads : counts) {
+      const fs::path dir = base + "/t" + std::to_string(threads);
+      EXPECT_EQ(static_cast<size_t>(std::distance(fs::directory_iterator(dir), {})), names.size());
+      for (const std::string& name : names)
+        EXPECT_EQ(bytes_of(dir / name), bytes_of(fs::path(base + "/t1") / name))
+            << name << " saved on " << threads << " threads";
+    }
+  });
+}
+
 // Values keep their bits: NaN, infinities, -0.0, the smallest denormal,
 // strings with quotes and non-ASCII text, lists.
 TEST_F(CheckpointTest, ValuesKeepTheirBits) {
