@@ -266,6 +266,10 @@ class Planner {
   bool auto_flatten_ = true;
   bool floating_ = true;
   bool ordered_ = false;  // either end has a shard order
+  // Partials the target keeps never move (single_edges): Pruned mode
+  // without allow_new_partial. The other modes keep the dead ends, so that
+  // tests hold the pruned search against every state.
+  bool prune_kept_ = false;
   // Per tensor dim, the first dim of its class of interchangeable dims
   // (itself when it has no twin); whether any class has two.
   int8_t twin_of_[kMaxDims] = {};
