@@ -366,9 +366,21 @@ std::optional<RedistributeStep> exchange_cost(const DTensorSpec& from, const DTe
   // Per tensor dim: the source holders meeting it (over its source
   // splitters); a sender's receivers' offsets (over its target splitters
   // the source shards).
-  std::vector<int64_t> holders[kMaxDims], receivers[kMaxDims];
+  // The holders' nonempty ranges of d tile it: sorted by start, a
+  // receiver finds the ones meeting its range by two binary searches (a
+  // 1-d tensor sharded over 64 ranks would otherwise scan 64 per rank).
+  struct Range {
+    int64_t lo, hi, holder;
+  };
+  std::vector<Range> holders[kMaxDims];
+  std::vector<int64_t> receivers[kMaxDims];
   for (size_t d = 0; d < td; ++d) {
-    holders[d] = grid_offsets(m, src_split[d]);
+    for (const int64_t h : grid_offsets(m, src_split[d])) {
+      const Box& a = src[static_cast<size_t>(h)];
+      if (a.size[d] > 0) holders[d].push_back({a.start[d], a.start[d] + a.size[d], h});
+    }
+    std::sort(holders[d].begin(), holders[d].end(),
+              [](const Range& x, const Range& y) { return x.lo < y.lo; });
     receivers[d] = grid_offsets(m, dst_split[d] & sharded);
   }
   int64_t peers = 0, bytes = 0;
@@ -384,15 +396,21 @@ std::optional<RedistributeStep> exchange_cost(const DTensorSpec& from, const DTe
     for (size_t d = 0; d < td; ++d) {
       // Once every splitter of d is known crossed, only the count is left.
       const bool look = (crossed_mask & src_split[d]) != src_split[d];
-      int64_t k = 0;
-      for (const int64_t h : holders[d]) {
-        if (overlap(src[static_cast<size_t>(h)], want, d) == 0) continue;
-        ++k;
-        if (!look) continue;
-        const auto& there = at[static_cast<size_t>(h)];
-        for (int i = 0; i < m.nd; ++i)
-          if ((src_split[d] >> i & 1) && there[i] != here[i]) differ |= 1u << i;
-      }
+      const std::vector<Range>& v = holders[d];
+      const int64_t lo = want.start[d], hi = lo + want.size[d];
+      // The first range ending past lo, the first starting at hi or later.
+      const auto first =
+          std::partition_point(v.begin(), v.end(), [&](const Range& r) { return r.hi <= lo; });
+      const auto last =
+          lo < hi ? std::partition_point(first, v.end(), [&](const Range& r) { return r.lo < hi; })
+                  : first;
+      const int64_t k = last - first;
+      if (look)
+        for (auto r = first; r != last; ++r) {
+          const auto& there = at[static_cast<size_t>(r->holder)];
+          for (int i = 0; i < m.nd; ++i)
+            if ((src_split[d] >> i & 1) && there[i] != here[i]) differ |= 1u << i;
+        }
       meets *= k;
       volume *= want.size[d];
       kept *= overlap(own, want, d);
