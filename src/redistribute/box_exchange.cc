@@ -20,6 +20,7 @@
 // receives over the slowest link among the mesh dims data crosses. On one
 // mesh dim with even shards this is the all_to_all formula exactly.
 #include <algorithm>
+#include <array>
 #include <memory>
 
 #include "comm/backend.h"
@@ -204,44 +205,14 @@ void begin_routes(BoxRoutes& r, const Pieces& pieces) {
   for (size_t c = 0; c < n; ++c) r.outputs.emplace_back(static_cast<int>(c), pieces.dst()[c].size);
 }
 
-// box_exchange_step, and when `routes` is given the routes too, in one
-// pass over the pieces (the planner needs both for a candidate that wins;
-// two passes were a quarter of such a cold plan).
-std::optional<RedistributeStep> exchange_step(const DTensorSpec& from, const DTensorSpec& to,
-                                              double base_us, BoxRoutes* routes) {
-  if (!replicated(from.placements()) || !replicated(to.placements())) return std::nullopt;
+// The step of an exchange whose busiest rank has `peers` peers and moves
+// `bytes`, crossing the mesh dims `crossed` (exchange_step and
+// exchange_cost count them two ways; the step is built one way).
+std::optional<RedistributeStep> finish_step(const DTensorSpec& from, const DTensorSpec& to,
+                                            double base_us, int64_t peers, int64_t bytes,
+                                            const bool* crossed) {
   const DeviceMesh& mesh = from.mesh();
   const int nd = mesh.ndim();
-  Pieces pieces(from, to);
-  if (pieces.pairs() > size_t{1} << 16) return std::nullopt;
-  pieces.make_boxes(to);
-  const MeshIndex& m = pieces.mesh();
-  // Per rank: peers and bytes sent and received; the mesh dims crossed.
-  // Counted piece by piece: the planner asks for every pair of S/R
-  // layouts whose floor does not rule the exchange out.
-  const size_t n = static_cast<size_t>(m.n);
-  std::vector<int64_t> sends(n, 0), recvs(n, 0), sent(n, 0), received(n, 0);
-  bool crossed[kMaxDims] = {};
-  const int64_t isz = static_cast<int64_t>(itemsize(from.dtype()));
-  const size_t td = static_cast<size_t>(from.ndim());
-  if (routes) begin_routes(*routes, pieces);
-  pieces.each([&](int64_t s, int64_t q, const int64_t* start, const int64_t* size) {
-    if (routes) add_move(*routes, pieces, s, q, start, size, td);
-    if (s == q) return;
-    int64_t bytes = isz;
-    for (size_t d = 0; d < td; ++d) bytes *= size[d];
-    ++sends[s];
-    ++recvs[q];
-    sent[s] += bytes;
-    received[q] += bytes;
-    for (int i = 0; i < nd; ++i)
-      if (!crossed[i]) crossed[i] = m.at(s, i) != m.at(q, i);
-  });
-  int64_t peers = 0, bytes = 0;
-  for (size_t r = 0; r < n; ++r) {
-    peers = std::max({peers, sends[r], recvs[r]});
-    bytes = std::max({bytes, sent[r], received[r]});
-  }
   RedistributeStep s;
   s.kind = StepKind::BoxExchange;
   MeshDimMask roots = 0;
@@ -283,6 +254,194 @@ std::optional<RedistributeStep> exchange_step(const DTensorSpec& from, const DTe
   return s;
 }
 
+// box_exchange_step, and when `routes` is given the routes too, in one
+// pass over the pieces: what the planner keeps for the candidate that
+// wins (the others are priced by exchange_cost, without the pieces).
+std::optional<RedistributeStep> exchange_step(const DTensorSpec& from, const DTensorSpec& to,
+                                              double base_us, BoxRoutes* routes) {
+  if (!replicated(from.placements()) || !replicated(to.placements())) return std::nullopt;
+  const DeviceMesh& mesh = from.mesh();
+  const int nd = mesh.ndim();
+  Pieces pieces(from, to);
+  if (pieces.pairs() > size_t{1} << 16) return std::nullopt;
+  pieces.make_boxes(to);
+  const MeshIndex& m = pieces.mesh();
+  // Per rank: peers and bytes sent and received; the mesh dims crossed.
+  // Counted piece by piece: the planner asks for every pair of S/R
+  // layouts whose floor does not rule the exchange out.
+  const size_t n = static_cast<size_t>(m.n);
+  std::vector<int64_t> sends(n, 0), recvs(n, 0), sent(n, 0), received(n, 0);
+  bool crossed[kMaxDims] = {};
+  const int64_t isz = static_cast<int64_t>(itemsize(from.dtype()));
+  const size_t td = static_cast<size_t>(from.ndim());
+  if (routes) begin_routes(*routes, pieces);
+  pieces.each([&](int64_t s, int64_t q, const int64_t* start, const int64_t* size) {
+    if (routes) add_move(*routes, pieces, s, q, start, size, td);
+    if (s == q) return;
+    int64_t bytes = isz;
+    for (size_t d = 0; d < td; ++d) bytes *= size[d];
+    ++sends[s];
+    ++recvs[q];
+    sent[s] += bytes;
+    received[q] += bytes;
+    for (int i = 0; i < nd; ++i)
+      if (!crossed[i]) crossed[i] = m.at(s, i) != m.at(q, i);
+  });
+  int64_t peers = 0, bytes = 0;
+  for (size_t r = 0; r < n; ++r) {
+    peers = std::max({peers, sends[r], recvs[r]});
+    bytes = std::max({bytes, sent[r], received[r]});
+  }
+  return finish_step(from, to, base_us, peers, bytes, crossed);
+}
+
+// The offsets of the linear indices of the coordinates that differ from
+// one with 0 on the mesh dims of `mask` only there, row-major (worked
+// out once per exchange: the loops below add them to a base per rank).
+std::vector<int64_t> grid_offsets(const MeshIndex& m, uint32_t mask) {
+  std::vector<int64_t> out{0};
+  for (int i = 0; i < m.nd; ++i) {
+    if (!(mask >> i & 1)) continue;
+    const size_t k = out.size();
+    for (int64_t v = 1; v < m.size[i]; ++v)
+      for (size_t j = 0; j < k; ++j) out.push_back(out[j] + v * m.stride[i]);
+  }
+  return out;
+}
+
+int64_t overlap(const Box& a, const Box& b, size_t d) {
+  return std::max<int64_t>(0, std::min(a.start[d] + a.size[d], b.start[d] + b.size[d]) -
+                                  std::max(a.start[d], b.start[d]));
+}
+
+// exchange_step's step without visiting its pieces (the planner asks it of
+// up to a dozen candidate layouts per pair, and on 64 ranks each visit of
+// the holder x receiver pairs was ~0.1 M instructions). The pieces are a
+// product over tensor dims: a source box's range on d depends on its
+// coordinates on d's source splitters alone, a target box's on d's target
+// splitters alone, and a mesh dim splits at most one tensor dim. So
+// - receiver q meets, per d, the nonempty source ranges of d overlapping
+//   its target range (over the grid of d's source splitters): its pieces
+//   are their product, its bytes its target box less what its own source
+//   box holds (the nonempty source boxes tile the tensor), and a splitter
+//   of d on which a meeting range's holder differs from q is crossed;
+// - sender s sends its source box to every q agreeing with it on the
+//   dims the source does not shard: per d, q's target range varies over
+//   the grid of d's target splitters among those dims, the rest of them
+//   multiply the count, so its pieces and bytes are products of per-d
+//   counts and sums of overlaps.
+// The counts are exactly exchange_step's (PlanBox.TheExchangeCostIsTheVisitedOne).
+std::optional<RedistributeStep> exchange_cost(const DTensorSpec& from, const DTensorSpec& to,
+                                              double base_us) {
+  if (!replicated(from.placements()) || !replicated(to.placements())) return std::nullopt;
+  Pieces pieces(from, to);
+  if (pieces.pairs() > size_t{1} << 16) return std::nullopt;  // as exchange_step refuses
+  pieces.make_boxes(to);
+  const MeshIndex& m = pieces.mesh();
+  const std::vector<Box>& src = pieces.src();
+  const std::vector<Box>& dst = pieces.dst();
+  const size_t td = static_cast<size_t>(from.ndim());
+  // Per tensor dim, its splitters (size-1 dims have one coordinate: left
+  // out); the dims the source shards; the free ones among them.
+  uint32_t src_split[kMaxDims] = {}, dst_split[kMaxDims] = {}, sharded = 0, free = 0;
+  for (int i = 0; i < m.nd; ++i) {
+    if (m.size[i] == 1) continue;
+    const Placement p = from.placements()[i], q = to.placements()[i];
+    if (p.is_shard()) {
+      src_split[p.dim()] |= 1u << i;
+      sharded |= 1u << i;
+    }
+    if (q.is_shard()) dst_split[q.dim()] |= 1u << i;
+  }
+  free = sharded;
+  for (size_t d = 0; d < td; ++d) free &= ~dst_split[d];
+  int64_t free_n = 1;
+  for (int i = 0; i < m.nd; ++i)
+    if (free >> i & 1) free_n *= m.size[i];
+  // Coordinates by linear index, looked up rather than divided out in
+  // the loops below.
+  std::vector<std::array<int8_t, kMaxDims>> at(static_cast<size_t>(m.n));
+  for (int64_t c = 0; c < m.n; ++c)
+    for (int i = 0; i < m.nd; ++i) at[static_cast<size_t>(c)][i] = static_cast<int8_t>(m.at(c, i));
+  // Per tensor dim: the source holders meeting it (over its source
+  // splitters); a sender's receivers' offsets (over its target splitters
+  // the source shards).
+  // The holders' nonempty ranges of d tile it: sorted by start, a
+  // receiver finds the ones meeting its range by two binary searches (a
+  // 1-d tensor sharded over 64 ranks would otherwise scan 64 per rank).
+  struct Range {
+    int64_t lo, hi, holder;
+  };
+  std::vector<Range> holders[kMaxDims];
+  std::vector<int64_t> receivers[kMaxDims];
+  for (size_t d = 0; d < td; ++d) {
+    for (const int64_t h : grid_offsets(m, src_split[d])) {
+      const Box& a = src[static_cast<size_t>(h)];
+      if (a.size[d] > 0) holders[d].push_back({a.start[d], a.start[d] + a.size[d], h});
+    }
+    std::sort(holders[d].begin(), holders[d].end(),
+              [](const Range& x, const Range& y) { return x.lo < y.lo; });
+    receivers[d] = grid_offsets(m, dst_split[d] & sharded);
+  }
+  int64_t peers = 0, bytes = 0;
+  uint32_t crossed_mask = 0;
+  const int64_t isz = static_cast<int64_t>(itemsize(from.dtype()));
+  for (int64_t c = 0; c < m.n; ++c) {
+    const auto& here = at[static_cast<size_t>(c)];
+    const Box& own = src[static_cast<size_t>(c)];
+    const Box& want = dst[static_cast<size_t>(c)];
+    // c as a receiver.
+    int64_t meets = 1, volume = 1, kept = 1;
+    uint32_t differ = 0;
+    for (size_t d = 0; d < td; ++d) {
+      // Once every splitter of d is known crossed, only the count is left.
+      const bool look = (crossed_mask & src_split[d]) != src_split[d];
+      const std::vector<Range>& v = holders[d];
+      const int64_t lo = want.start[d], hi = lo + want.size[d];
+      // The first range ending past lo, the first starting at hi or later.
+      const auto first =
+          std::partition_point(v.begin(), v.end(), [&](const Range& r) { return r.hi <= lo; });
+      const auto last =
+          lo < hi ? std::partition_point(first, v.end(), [&](const Range& r) { return r.lo < hi; })
+                  : first;
+      const int64_t k = last - first;
+      if (look)
+        for (auto r = first; r != last; ++r) {
+          const auto& there = at[static_cast<size_t>(r->holder)];
+          for (int i = 0; i < m.nd; ++i)
+            if ((src_split[d] >> i & 1) && there[i] != here[i]) differ |= 1u << i;
+        }
+      meets *= k;
+      volume *= want.size[d];
+      kept *= overlap(own, want, d);
+    }
+    if (meets > 0) crossed_mask |= differ;
+    peers = std::max(peers, meets - (kept > 0 ? 1 : 0));
+    bytes = std::max(bytes, (volume - kept) * isz);
+    // c as a sender of its source box.
+    int64_t sends = free_n, sent = free_n;
+    for (size_t d = 0; d < td; ++d) {
+      const uint32_t mask = dst_split[d] & sharded;
+      int64_t base = c;
+      for (int i = 0; i < m.nd; ++i)
+        if (mask >> i & 1) base -= here[i] * m.stride[i];
+      int64_t k = 0, sum = 0;
+      for (const int64_t offset : receivers[d]) {
+        const int64_t o = overlap(own, dst[static_cast<size_t>(base + offset)], d);
+        k += o > 0;
+        sum += o;
+      }
+      sends *= k;
+      sent *= sum;
+    }
+    peers = std::max(peers, sends - (kept > 0 ? 1 : 0));
+    bytes = std::max(bytes, (sent - kept) * isz);
+  }
+  bool crossed[kMaxDims] = {};
+  for (int i = 0; i < m.nd; ++i) crossed[i] = crossed_mask >> i & 1;
+  return finish_step(from, to, base_us, peers, bytes, crossed);
+}
+
 }  // namespace
 
 bool for_each_box_piece(const DTensorSpec& from, const DTensorSpec& to, size_t max_pairs,
@@ -314,7 +473,7 @@ std::optional<std::vector<BoxPiece>> box_pieces(const DTensorSpec& from, const D
 
 std::optional<RedistributeStep> box_exchange_step(const DTensorSpec& from, const DTensorSpec& to,
                                                   double base_us) {
-  return exchange_step(from, to, base_us, nullptr);
+  return exchange_cost(from, to, base_us);
 }
 
 std::optional<RedistributeStep> box_exchange_step_with_routes(const DTensorSpec& from,

@@ -67,6 +67,7 @@ Planner::Planner(const DTensorSpec& from, const DTensorSpec& to, const Redistrib
   global_bytes_ = static_cast<double>(from.global_bytes());
   ordered_ = has_shard_order(from.placements()) || has_shard_order(to.placements());
   floating_ = is_floating(from.dtype());
+  prune_kept_ = mode_ == SearchMode::Pruned && !options_.allow_new_partial;
   if (mode_ == SearchMode::Pruned) {
     init_cover();
     init_twins();

@@ -49,8 +49,12 @@ void Planner::init_cover() {
     live_ |= 1u << i;
     if (src[i].is_partial() && src[i] == dst[i] && !options_.allow_new_partial) continue;
     shards *= static_cast<double>(size_[i]);
-    if (dst[i].is_replicate()) to_replicate_ |= 1u << i;
-    else other_shards_ *= static_cast<double>(size_[i]);
+    if (dst[i].is_replicate()) {
+      to_replicate_ |= 1u << i;
+    } else {
+      other_shards_ *= static_cast<double>(size_[i]);
+      other_mask_ |= 1u << i;
+    }
   }
   min_bytes_ = global_bytes_ / shards;
   // last_collectives' tables grow as 3^|R dims| x 2^|Partials| (and the
@@ -192,6 +196,39 @@ std::vector<Planner::LastCost> Planner::last_collectives_table(uint32_t partial)
   auto bytes_with = [&](uint32_t sharding) {
     return global_bytes_ / (always * static_cast<double>(group_size(sharding)));
   };
+  // A collective's price depends only on its kind, its mesh dims and its
+  // bytes, set by the dims dividing them (`always`'s, which are those of
+  // other_mask_ but the Partials bound for S, and `sharding`: disjoint,
+  // and their product exact in doubles); the tables of one plan (one per
+  // Partial mask met) ask for the same ones again, so they are remembered
+  // per plan (the cost model's calls were a fifth of the slowest 4-d pairs).
+  const size_t span = size_t{1} << (2 * nd_);
+  if (ring_memo_.empty()) ring_memo_.assign(4 * span, -1);
+  const uint32_t dividing = other_mask_ & ~to_shard;
+  auto ring = [&](int kind, uint32_t dims, uint32_t sharding) {
+    const size_t key = static_cast<size_t>(dividing | sharding) << nd_ | dims;
+    double& memo = ring_memo_[static_cast<size_t>(kind) * span + key];
+    if (memo < 0) {
+      const double bytes = bytes_with(sharding);
+      const int64_t n = group_size(dims);
+      const LinkCost link = slowest_link(dims);
+      switch (kind) {
+        case 0:
+          memo = all_gather_cost(bytes, n, link, base_us_) * kMargin;
+          break;
+        case 1:
+          memo = all_gather_cost(bytes, n, link, 0) * kMargin;
+          break;
+        case 2:
+          memo = reduce_scatter_cost(bytes, n, link, base_us_) * kMargin;
+          break;
+        default:
+          memo = all_reduce_cost(bytes, n, link, base_us_) * kMargin;
+          break;
+      }
+    }
+    return memo;
+  };
   auto relax = [&](size_t to, double bare, double based) {
     dist[to].bare = std::min(dist[to].bare, bare);
     dist[to].based = std::min(dist[to].based, based);
@@ -205,15 +242,12 @@ std::vector<Planner::LastCost> Planner::last_collectives_table(uint32_t partial)
     const LastCost here = dist[idx];
     // A last gather: of dims not yet placed, not a Partial reduced later.
     const uint32_t can_gather = u & ~t & ~q;
-    const double out_bytes = bytes_with((t | to_shard) & ~q);
+    const uint32_t out_sharding = (t | to_shard) & ~q;
     for (uint32_t g = can_gather; g != 0; g = (g - 1) & can_gather) {
       if (!options_.merge && !one_dim(g)) continue;
-      const int64_t n = group_size(g);
-      const LinkCost link = slowest_link(g);
-      const double based = all_gather_cost(out_bytes, n, link, base_us_) * kMargin;
+      const double based = ring(0, g, out_sharding);
       // Without merging no collective is shared: both count the bases.
-      const double bare =
-          options_.merge ? all_gather_cost(out_bytes, n, link, 0) * kMargin : based;
+      const double bare = options_.merge ? ring(1, g, out_sharding) : based;
       relax(idx | g, here.bare + bare, here.based + based);
     }
     // A reduction of Partials not yet placed.
@@ -221,13 +255,8 @@ std::vector<Planner::LastCost> Planner::last_collectives_table(uint32_t partial)
     for (uint32_t rc = can_reduce; rc != 0; rc = (rc - 1) & can_reduce) {
       if (!options_.merge && !one_dim(rc)) continue;
       const uint32_t r = expand(rc);
-      const double in_bytes = bytes_with((t | to_shard) & ~(q | r));
-      const int64_t n = group_size(r);
-      const LinkCost link = slowest_link(r);
       const bool scatter = (r & ~(t | to_shard)) == 0;
-      const double c = (scatter ? reduce_scatter_cost(in_bytes, n, link, base_us_)
-                                : all_reduce_cost(in_bytes, n, link, base_us_)) *
-                       kMargin;
+      const double c = ring(scatter ? 2 : 3, r, (t | to_shard) & ~(q | r));
       relax(idx | static_cast<size_t>(rc) << nd_, here.bare + c, here.based + c);
     }
   }

@@ -45,6 +45,7 @@ void Planner::prefer_box_exchange(std::vector<RedistributeStep>& steps) const {
   // The best exchange so far: its cost, peak and steps.
   double best_cost = 0, best_peak = 0;
   std::optional<std::vector<RedistributeStep>> best;
+  size_t best_from = 0;  // its free layout
   auto beats = [&](double c, double pk, size_t n) {
     const double c_eps = 1e-9 * std::max(1.0, best ? best_cost : cost);
     if (!best) {
@@ -67,10 +68,9 @@ void Planner::prefer_box_exchange(std::vector<RedistributeStep>& steps) const {
     if (k == 1 && box_exchange_floor(from_, enough, true) > enough) break;
     const DTensorSpec from = k == 0 ? from_ : from_.with_placements(f.placements);
     if (box_exchange_floor(from, enough) > enough) continue;
-    // Its routes come with it (one pass over the pieces): most candidates
-    // that get this far win (63% of the sweep's), and a second pass for
-    // the winners cost a quarter of their plan.
-    std::optional<RedistributeStep> box = box_exchange_step_with_routes(from, to_, base_us_);
+    // Priced without its pieces (box_exchange_step); only the winner's
+    // routes are worked out, below.
+    std::optional<RedistributeStep> box = box_exchange_step(from, to_, base_us_);
     if (!box) continue;
     // Over several mesh dims it runs on their flattened group, which must
     // exist or be allowed to be made, as for a merged collective.
@@ -87,11 +87,20 @@ void Planner::prefer_box_exchange(std::vector<RedistributeStep>& steps) const {
     if (!beats(box->cost_us, pk, path.size() + 1)) continue;
     best_cost = box->cost_us;
     best_peak = pk;
-    // Its pieces go with it: a cached plan then runs it without geometry.
     path.push_back(std::move(*box));
     best = std::move(path);
+    best_from = k;
   }
-  if (best) steps = std::move(*best);
+  if (!best) return;
+  // Its pieces go with it: a cached plan then runs it without geometry.
+  const DTensorSpec from =
+      best_from == 0 ? from_ : from_.with_placements(free[best_from].placements);
+  std::optional<RedistributeStep> box = box_exchange_step_with_routes(from, to_, base_us_);
+  DT_CHECK(box && box->cost_us == best->back().cost_us,
+           "redistribute: internal error: the box exchange from ", from.to_string(), " to ",
+           to_.to_string(), " priced without its pieces differs from the one they make");
+  best->back() = std::move(*box);
+  steps = std::move(*best);
 }
 
 // The layouts one local step away: a mesh dim of more than one rank going

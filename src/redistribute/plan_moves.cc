@@ -95,6 +95,11 @@ void Planner::single_edges(const Placements& cur, std::vector<Move>& out) const 
       for (int64_t e = 0; e < ndim; ++e)
         if (e != p.dim() && may_take(e)) add(i, Shard(e));
     } else if (p.is_partial()) {
+      // A Partial the target keeps must never leave: without
+      // allow_new_partial no edge makes a Partial again, so every state
+      // past such a move is a dead end (the issue-44 pair's kept P(sum)
+      // on a mesh dim of 4 was most of its states).
+      if (p == dst[i] && prune_kept_) continue;
       add(i, Replicate());
       for (int64_t e = 0; e < ndim; ++e)
         if (may_take(e)) add(i, Shard(e));
@@ -112,9 +117,12 @@ void Planner::single_edges(const Placements& cur, std::vector<Move>& out) const 
 // search sees both. Each edge is checked as the run of single steps it
 // replaces (all_gather inner dims first, reduce_scatter outer first).
 void Planner::merged_edges(const Placements& cur, std::vector<Move>& out) const {
+  // Partials the target keeps stay out of every reduction (single_edges).
+  const Placements& dst = to_.placements();
   uint32_t partial_dims = 0;
   for (int i = 0; i < nd_; ++i)
-    if (size_[i] > 1 && cur[i].is_partial()) partial_dims |= 1u << i;
+    if (size_[i] > 1 && cur[i].is_partial() && (cur[i] != dst[i] || !prune_kept_))
+      partial_dims |= 1u << i;
   // Every subset of `dims` with two or more members.
   auto for_subsets = [](uint32_t dims, auto&& f) {
     for (uint32_t sub = dims; sub != 0; sub = (sub - 1) & dims)

@@ -248,6 +248,7 @@ class Planner {
   // the sizes of the other live dims that may shard.
   uint32_t to_replicate_ = 0;
   double other_shards_ = 1;
+  uint32_t other_mask_ = 0;  // those other live dims
   // last_collectives' tables, by the mask of Partials bound for R.
   mutable std::vector<std::pair<uint32_t, std::vector<LastCost>>> last_collectives_;
   // The table last used (its data stays put when last_collectives_ grows).
@@ -256,6 +257,10 @@ class Planner {
     const LastCost* table = nullptr;
   };
   mutable Memo last_table_;
+  // The prices last_collectives_table asks for, by kind (gather with and
+  // without its base, reduce_scatter, all_reduce), the dims sharding while
+  // it runs and its dims; -1 until asked.
+  mutable std::vector<double> ring_memo_;
   double min_bytes_ = 0;
   // By mask of mesh dims (init_cover): the product of their sizes, their
   // slowest link.
@@ -266,6 +271,10 @@ class Planner {
   bool auto_flatten_ = true;
   bool floating_ = true;
   bool ordered_ = false;  // either end has a shard order
+  // Partials the target keeps never move (single_edges): Pruned mode
+  // without allow_new_partial. The other modes keep the dead ends, so that
+  // tests hold the pruned search against every state.
+  bool prune_kept_ = false;
   // Per tensor dim, the first dim of its class of interchangeable dims
   // (itself when it has no twin); whether any class has two.
   int8_t twin_of_[kMaxDims] = {};

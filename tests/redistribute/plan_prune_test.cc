@@ -7,6 +7,8 @@
 //   (plan_symmetry.cc) finds plans as cheap and as light as plain Dijkstra
 //   over every state, and its plans, renamed back step by step, move the
 //   data right.
+// - The search never moves a Partial the target keeps (plan_moves.cc):
+//   plans as cheap and as light as plain Dijkstra, which does.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -175,6 +177,65 @@ TEST(PlanPrune, TheSlowestSweepPairPlansAsTheIssue18SearchDoes) {
   const RedistributePlan full = build_plan(a, b, {}, SearchMode::CoarsePruned);
   EXPECT_NEAR(pruned.cost_us, full.cost_us, 1e-9 * full.cost_us) << pruned.explain();
   EXPECT_NEAR(pruned.peak_bytes, full.peak_bytes, 1e-9 * full.peak_bytes) << pruned.explain();
+}
+
+// Random pairs on 3- to 5-d meshes whose targets keep most of the
+// source's Partials (uneven lengths, shard orders on some, merging on and
+// off): the search that never moves a kept Partial costs and peaks as
+// plain Dijkstra, which takes every move off it and back.
+TEST(PlanPrune, KeptPartialsPlanAsCheaplyAsTheExhaustiveSearch) {
+  World world = World::simulated(64);
+  std::mt19937 rng(4404);
+  const int iterations = dtensor::testing::property_cases(240);
+  int kept = 0;
+  for (int iter = 0; iter < iterations; ++iter) {
+    DeviceMesh mesh(world, dtensor::testing::random_planner_mesh(rng, 3 + iter % 3));
+    random_topology(rng, mesh);
+    const Shape shape = dtensor::testing::random_planner_shape(rng, 4);
+    const int64_t ndim = static_cast<int64_t>(shape.size());
+    auto [from, to] = dtensor::testing::random_placement_pair(rng, mesh.ndim(), ndim);
+    bool keeps = false;
+    for (size_t i = 0; i < from.size(); ++i)
+      if (from[i].is_partial() && rng() % 3 != 0) to[i] = from[i];
+    if (iter % 6 == 1) {
+      from = dtensor::testing::with_random_orders(rng, from);
+      to = dtensor::testing::with_random_orders(rng, to);
+    }
+    RedistributeOptions options;
+    options.merge = iter % 5 != 0;
+    std::optional<DTensorSpec> a, b;
+    std::optional<RedistributePlan> full;
+    try {
+      a.emplace(mesh, from, shape, DType::Float32);
+      b.emplace(a->with_placements(to));
+      full = build_plan(*a, *b, options, SearchMode::Exhaustive);
+    } catch (const Error&) {
+      continue;  // a move redistribute refuses
+    }
+    for (int i = 0; i < mesh.ndim(); ++i)
+      keeps = keeps || (mesh.size(i) > 1 && a->placements()[i].is_partial() &&
+                        a->placements()[i] == b->placements()[i]);
+    // Outside the try: a prune that lost the target would throw here.
+    const RedistributePlan got = build_plan(*a, *b, options, SearchMode::Pruned);
+    const std::string what = mesh.to_string() + " " + to_string(from) + " -> " + to_string(to) +
+                             " shape " + to_string(shape) + "\n" + got.explain() + full->explain();
+    ASSERT_TRUE(as_cheap_and_light(got, *full)) << what;
+    kept += keeps;
+  }
+  EXPECT_GT(kept, iterations / 4);
+}
+
+// Issue 44's slowest 4-d pair: the kept P(sum) on mesh dim 3 never moves.
+TEST(PlanPrune, TheIssue44PairPlansAsTheExhaustiveSearchDoes) {
+  World world = World::simulated(64);
+  DeviceMesh mesh(world, {2, 2, 4, 4});
+  const DTensorSpec a(mesh, parse_placements("S(0),R,R,P"), {62, 27, 34, 64}, DType::Float32);
+  const DTensorSpec b = a.with_placements(parse_placements("R,R,S(0),P"));
+  const RedistributePlan pruned = build_plan(a, b, {}, SearchMode::Pruned);
+  const RedistributePlan full = build_plan(a, b, {}, SearchMode::Exhaustive);
+  EXPECT_TRUE(as_cheap_and_light(pruned, full)) << pruned.explain() << full.explain();
+  for (const RedistributeStep& s : pruned.steps)
+    for (int64_t i : s.mesh_dims) EXPECT_NE(i, 3) << pruned.explain();
 }
 
 // The representative of a state is one per class: on [5, 7, 7, 7] (dims 1,
