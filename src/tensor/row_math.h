@@ -25,12 +25,16 @@ namespace dtensor::detail {
 // default -ftrapping-math it refuses to if-convert, and jump threading clones
 // the polynomial for the clamped constant. float64 keeps std::exp.
 
-// exp(x) for x in [-110, 89], or NaN (which propagates through the
-// arithmetic). Cody-Waite range reduction x = n*ln2 + r, |r| <= ln2/2, then
-// the Cephes expf polynomial. Checked exhaustively against double exp over
-// every float in [-104, 0]: under 1 ulp, denormal results included, and 0
-// below (correctly rounded); above 0 see exp_f32.
-inline float exp_f32_core(float x) {
+// The pieces exp_f32_core and expm1_f32 share: x = n*ln2 + r, |r| <= ln2/2
+// (Cody-Waite), em = expm1(r) = r + r^2 P(r) (the Cephes expf polynomial
+// without its leading 1), and 2^n as two factors s1 * s2 = 2^half *
+// 2^(n-half), each a normal float (n in [-159, 128]), so that a product
+// with them rounds once and gives denormals correctly.
+struct ExpPartsF32 {
+  float em, s1, s2;
+  int32_t n;
+};
+inline ExpPartsF32 exp_parts_f32(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f;
   constexpr float kLn2Lo = -2.12194440e-4f;
@@ -47,15 +51,20 @@ inline float exp_f32_core(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r2 + r + 1.0f;
-  // 2^n (n in [-159, 0]) as two factors 2^half * 2^(n-half), each a normal
-  // float, so the final product rounds once and gives denormals correctly.
   const int32_t ni = static_cast<int32_t>(std::bit_cast<uint32_t>(shifted) -
                                           std::bit_cast<uint32_t>(kShift));
   const int32_t half = ni >> 1;
-  const float s1 = std::bit_cast<float>(static_cast<uint32_t>(half + 127) << 23);
-  const float s2 = std::bit_cast<float>(static_cast<uint32_t>(ni - half + 127) << 23);
-  return p * s1 * s2;
+  return {p * r2 + r, std::bit_cast<float>(static_cast<uint32_t>(half + 127) << 23),
+          std::bit_cast<float>(static_cast<uint32_t>(ni - half + 127) << 23), ni};
+}
+
+// exp(x) for x in [-110, 89], or NaN (which propagates through the
+// arithmetic): exp_parts_f32's (em + 1) * 2^n. Checked exhaustively against
+// double exp over every float in [-104, 0]: under 1 ulp, denormal results
+// included, and 0 below (correctly rounded); above 0 see exp_f32.
+inline float exp_f32_core(float x) {
+  const ExpPartsF32 e = exp_parts_f32(x);
+  return (e.em + 1.0f) * e.s1 * e.s2;
 }
 
 // exp(x) for every float32 x: the argument clamped to [-110, 89] (exp is 0
@@ -202,37 +211,16 @@ inline float log1p_f32(float x) {
   return r;
 }
 
-// exp(x) - 1 for every float32 x, vectorisable: exp_f32_core's reduction
-// x = n ln2 + r and its polynomial without the leading 1 (expm1(r) = r +
-// r^2 P(r)), then 2^n expm1(r) + (2^n - 1), both parts exact but the last
-// addition for n <= 24; beyond, 2^n (expm1(r) + 1) as exp. -0 stays -0,
-// NaN passes through. Under 1.6 ulp against double expm1 over every float
+// exp(x) - 1 for every float32 x, vectorisable: exp_parts_f32, then 2^n
+// expm1(r) + (2^n - 1), both parts exact but the last addition for n <=
+// 24; beyond, 2^n (expm1(r) + 1) as exp. -0 stays -0, NaN passes through. Under 1.6 ulp against double expm1 over every float
 // (glibc's expm1f: 0.8; ExpF32.Expm1UnderOneAndSixTenthsUlps).
 inline float expm1_f32(float x) {
   float xc = x < -110.0f ? -110.0f : x;
   xc = xc > 89.0f ? 89.0f : xc;
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;
-  constexpr float kLn2Lo = -2.12194440e-4f;
-  constexpr float kShift = 12582912.0f;  // as exp_f32_core
-  const float shifted = xc * kLog2e + kShift;
-  const float n = shifted - kShift;
-  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
-  const float r2 = r * r;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float em = p * r2 + r;  // expm1(r)
-  const int32_t ni = static_cast<int32_t>(std::bit_cast<uint32_t>(shifted) -
-                                          std::bit_cast<uint32_t>(kShift));
-  const int32_t half = ni >> 1;
-  const float s1 = std::bit_cast<float>(static_cast<uint32_t>(half + 127) << 23);
-  const float s2 = std::bit_cast<float>(static_cast<uint32_t>(ni - half + 127) << 23);
-  float res = em * s1 * s2 + (s1 * s2 - 1.0f);
-  res = ni > 24 ? ((em + 1.0f) * s1) * s2 : res;
+  const ExpPartsF32 e = exp_parts_f32(xc);
+  float res = e.em * e.s1 * e.s2 + (e.s1 * e.s2 - 1.0f);
+  res = e.n > 24 ? ((e.em + 1.0f) * e.s1) * e.s2 : res;
   res = x == 0.0f ? x : res;  // keeps -0
   res = x != x ? x : res;     // NaN
   return res;
